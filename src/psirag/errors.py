@@ -7,7 +7,7 @@ class PsiragError(Exception):
     """Base class: a problem the user can fix, with a message that says how."""
 
 
-class InputError(PsiragError):
+class InputError(PsiragError, ValueError):
     """The corpus, a file in it, or an argument cannot be used as given."""
 
 

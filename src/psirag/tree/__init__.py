@@ -1,6 +1,7 @@
 """The pure core: arrays in, arrays out. No I/O, no models, no LLM."""
 
 from psirag.tree.build import (
+    build_forest,
     build_tree,
     merge_walk,
     rebalance,
@@ -9,4 +10,12 @@ from psirag.tree.build import (
 )
 from psirag.tree.model import Tree
 
-__all__ = ["Tree", "build_tree", "merge_walk", "rebalance", "similarity_matrix", "spanning_edges"]
+__all__ = [
+    "Tree",
+    "build_forest",
+    "build_tree",
+    "merge_walk",
+    "rebalance",
+    "similarity_matrix",
+    "spanning_edges",
+]

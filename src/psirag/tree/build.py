@@ -343,3 +343,31 @@ def build_tree(
     if max_children is not None:
         tree = rebalance(tree, e, max_children)
     return tree
+
+
+def build_forest(embeddings: np.ndarray, groups: np.ndarray, max_children: int | None = 40) -> Tree:
+    """One tree per group of leaves (the single-document setting), as one forest.
+
+    ``groups[i]`` names the group of leaf ``i``. Leaves keep their ids; each group's abstract
+    nodes are built by :func:`build_tree` on that group alone, so trees never mix groups.
+    """
+    e = validate_embeddings(embeddings)
+    n = e.shape[0]
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise ValueError("groups needs one entry per embedding row")
+    parent_parts: list[np.ndarray] = [np.full(n, -1, dtype=np.int64)]
+    layer_parts: list[np.ndarray] = [np.zeros(n, dtype=np.int64)]
+    next_id = n
+    for value in np.unique(groups):
+        members = np.flatnonzero(groups == value)
+        sub = build_tree(e[members], max_children=max_children)
+        m = members.size
+        # sub ids: 0..m-1 are its leaves (global ids `members`), m.. its abstract nodes
+        to_global = np.concatenate([members, next_id + np.arange(sub.n_nodes - m)])
+        sub_parent = np.where(sub.parent >= 0, to_global[np.maximum(sub.parent, 0)], -1)
+        parent_parts[0][members] = sub_parent[:m]
+        parent_parts.append(sub_parent[m:])
+        layer_parts.append(sub.layer[m:].astype(np.int64))
+        next_id += sub.n_nodes - m
+    return _renumber(np.concatenate(parent_parts), np.concatenate(layer_parts), n)

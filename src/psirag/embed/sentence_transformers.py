@@ -1,0 +1,182 @@
+"""Embeddings from a local sentence-transformers model folder, strictly offline."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from psirag.embed.base import finalize_vectors, model_fingerprint, model_name_from_path
+from psirag.errors import EmbeddingError, InputError
+
+_TOKENIZE_BATCH = 1024
+
+
+def force_offline() -> None:
+    """Forbid Hugging Face hub access for this process, before the libraries read the flags.
+
+    Models are always loaded by local path; this makes any stray lookup fail fast instead of
+    hanging on a machine without internet.
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Hide transformers' per-load "Loading weights" bar, restoring the user's setting after."""
+    try:
+        from transformers.utils import logging as tf_logging
+    except ImportError:  # pragma: no cover - transformers always comes with sentence-transformers
+        yield
+        return
+    enabled = tf_logging.is_progress_bar_enabled()
+    if enabled:
+        tf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            tf_logging.enable_progress_bar()
+
+
+def check_model_folder(path: Path, what: str) -> Path:
+    """Resolve a local model folder or raise InputError saying what is wrong with it."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise InputError(f"{what} folder {str(path)!r} does not exist (models load by local path)")
+    if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+        raise InputError(
+            f"{str(path)!r} is not a model folder: it has no config.json or modules.json "
+            f"(expected a {what} saved with save_pretrained / save)"
+        )
+    return path.resolve()
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model loaded from a folder; batch 16 is fastest on CPU."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        batch_size: int = 16,
+        device: str = "cpu",
+        *,
+        name: str | None = None,
+        spec: str | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        folder = check_model_folder(Path(path), "sentence-transformers model")
+        force_offline()
+        from sentence_transformers import SentenceTransformer
+
+        try:
+            with quiet_loading():
+                self._model: Any = SentenceTransformer(
+                    str(folder), device=device, local_files_only=True
+                )
+        except Exception as exc:
+            raise InputError(
+                f"cannot load a sentence-transformers model from {str(folder)!r}: {exc}"
+            ) from exc
+        self.path = folder
+        self.batch_size = batch_size
+        self.spec = spec if spec is not None else f"st:{folder}"
+        self.id = f"st:{name or model_name_from_path(folder)}@{model_fingerprint(folder)}"
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or (
+            self._model.get_sentence_embedding_dimension
+        )
+        dim = get_dim()
+        if not dim:
+            raise InputError(f"the model in {str(folder)!r} does not say its embedding size")
+        self._dim = int(dim)
+        max_len = getattr(self._model, "max_seq_length", None)
+        self.max_tokens: int | None = int(max_len) if max_len else None
+        self.last_truncated = 0
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEmbedder(id={self.id!r}, dim={self.dim})"
+
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Length of each text in the model's tokens, special tokens included, untruncated."""
+        tokenizer = self._model.tokenizer
+        lengths = np.zeros(len(texts), dtype=np.int64)
+        for start in range(0, len(texts), _TOKENIZE_BATCH):
+            batch = list(texts[start : start + _TOKENIZE_BATCH])
+            ids = tokenizer(
+                batch,
+                add_special_tokens=True,
+                truncation=False,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+                verbose=False,
+            )["input_ids"]
+            lengths[start : start + len(batch)] = [len(x) for x in ids]
+        return lengths
+
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        """Texts longer than ``max_seq_length`` tokens (256 for MiniLM), which the model cuts."""
+        if self.max_tokens is None or not texts:
+            return 0
+        return int((self.token_lengths(texts) > self.max_tokens).sum())
+
+    def embed(
+        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
+    ) -> np.ndarray:
+        """Embed in length-sorted batches (less padding), then check and normalise the rows."""
+        texts = [str(t) for t in texts]
+        if not texts:
+            self.last_truncated = 0
+            return np.zeros((0, self.dim), dtype=np.float32)
+        lengths = self.token_lengths(texts)
+        self.last_truncated = (
+            int((lengths > self.max_tokens).sum()) if self.max_tokens is not None else 0
+        )
+        if self.last_truncated:
+            warnings.warn(
+                f"{self.last_truncated} of {len(texts)} texts are longer than the embedder's "
+                f"{self.max_tokens} tokens and were truncated by the model",
+                stacklevel=2,
+            )
+        order = np.argsort(-lengths, kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(texts), desc=desc, unit="text")
+        try:
+            import torch
+
+            with torch.inference_mode():
+                for start in range(0, len(texts), self.batch_size):
+                    idx = order[start : start + self.batch_size]
+                    vecs = self._model.encode(
+                        [texts[i] for i in idx],
+                        batch_size=len(idx),
+                        show_progress_bar=False,
+                        convert_to_numpy=True,
+                        normalize_embeddings=False,
+                    )
+                    out[idx] = vecs
+                    if bar is not None:
+                        bar.update(len(idx))
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"embedding with {self.id} failed: {exc}") from exc
+        finally:
+            if bar is not None:
+                bar.close()
+        return finalize_vectors(out, texts, self.dim)

@@ -1,0 +1,76 @@
+"""Cross-encoder reranker, on a tiny random BERT built here (no reranker weights exist offline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from psirag.embed import minilm_path
+from psirag.errors import InputError
+from psirag.retrieval.rerank import CrossEncoderReranker, _sigmoid
+
+
+def _tiny_cross_encoder(folder: Path, num_labels: int) -> Path:
+    """Save a 2-layer, 32-wide BertForSequenceClassification with MiniLM's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()), local_files_only=True)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=512,
+        num_labels=num_labels,
+    )
+    torch.manual_seed(0)
+    model = BertForSequenceClassification(config).eval()
+    model.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_cross_encoder(tmp_path_factory.mktemp("tiny-ce"), num_labels=1)
+
+
+QUERY = "who directed jaws"
+TEXTS = [
+    "Jaws is a 1975 film directed by Steven Spielberg.",
+    "The mitochondrion is the powerhouse of the cell.",
+    "",
+    "word " * 600,
+]
+
+
+def test_scores_shape_range_and_determinism(tiny_model: Path) -> None:
+    reranker = CrossEncoderReranker(str(tiny_model), batch_size=2)
+    first = reranker.score(QUERY, TEXTS)
+    assert first.shape == (len(TEXTS),) and first.dtype == np.float32
+    assert np.isfinite(first).all() and ((first >= 0) & (first <= 1)).all()
+    assert np.array_equal(first, reranker.score(QUERY, TEXTS))
+    assert reranker.score(QUERY, []).shape == (0,)
+
+
+def test_two_label_model_gives_probabilities(tmp_path: Path) -> None:
+    reranker = CrossEncoderReranker(_tiny_cross_encoder(tmp_path / "two", num_labels=2))
+    scores = reranker.score(QUERY, TEXTS[:2])
+    assert scores.shape == (2,) and ((scores > 0) & (scores < 1)).all()
+
+
+def test_missing_or_empty_folder_raises_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        CrossEncoderReranker(tmp_path / "nope")
+    with pytest.raises(InputError, match="not a model folder"):
+        CrossEncoderReranker(tmp_path)
+
+
+def test_sigmoid_does_not_overflow() -> None:
+    with np.errstate(over="raise"):
+        out = _sigmoid(np.array([-1000.0, 0.0, 1000.0]))
+    np.testing.assert_allclose(out, [0.0, 0.5, 1.0])
