@@ -1,0 +1,126 @@
+"""The `psirag` command end to end on a small fixture, with the real default embedder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TOPICS
+
+from psirag.cli import main
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("cli")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    for name, texts in TOPICS.items():
+        (corpus / f"{name}.txt").write_text(" ".join(texts * 3) + "\n", encoding="utf-8")
+    records = [
+        {"idx": i, "title": f"Record {i}", "text": t} for i, t in enumerate(TOPICS["baking"])
+    ]
+    (corpus / "records.json").write_text(json.dumps(records), encoding="utf-8")
+    out = root / "index"
+    assert main(["index", str(corpus), "--out", str(out), "-q", "--chunk-tokens", "30"]) == 0
+    return corpus, out
+
+
+def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
+    capsys.readouterr()
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_index_summary_and_inspect(built: tuple[Path, Path], capsys) -> None:
+    corpus, out = built
+    info = run_json(capsys, ["inspect", str(out), "--json"])
+    assert info["schema"] == "psirag.inspect/1"
+    body = info["index"]
+    assert body["documents"] == 3 + 4  # three text files, four JSON records
+    assert body["chunks"] == body["nodes_per_layer"][0]
+    assert sum(body["nodes_per_layer"]) == body["nodes"]
+    assert body["embedder"]["id"].startswith("st:all-MiniLM-L6-v2@")
+    assert body["fan_out"]["max"] <= 40
+    root = body["roots"][0]
+    node = run_json(capsys, ["inspect", str(out), "--node", str(root), "--json"])["node"]
+    assert node["layer"] == body["depth"] and node["parent"] == -1
+    assert node["leaf_count"] == body["chunks"]
+    assert node["text"], "the root has a keyword abstract"
+    assert sum(c["leaf_count"] for c in node["children"]) == body["chunks"]
+    leaf = run_json(capsys, ["inspect", str(out), "--node", "0", "--json"])["node"]
+    assert leaf["layer"] == 0 and set(leaf["source"]) == {"document", "title", "chunk", "span"}
+
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "nodes per layer" in text and "fan-out" in text
+
+
+def test_search_json_schema(built: tuple[Path, Path], capsys) -> None:
+    _, out = built
+    result = run_json(
+        capsys, ["search", str(out), "volcanic eruption of lava", "-k", "3", "--json"]
+    )
+    assert result["schema"] == "psirag.search/1" and result["k"] == 3
+    assert len(result["passages"]) == 3
+    for p in result["passages"]:
+        assert set(p) == {"id", "text", "score", "source"}
+        assert set(p["source"]) == {"document", "title", "chunk", "span"}
+    assert result["passages"][0]["source"]["document"] == "volcanoes.txt"
+    scores = [p["score"] for p in result["passages"]]
+    assert scores == sorted(scores, reverse=True)
+
+    only = run_json(capsys, ["search", str(out), "bread", "--doc", "0", "--doc", "1", "--json"])
+    assert {p["source"]["document"] for p in only["passages"]} <= {"0", "1"}
+    bm25 = run_json(capsys, ["search", str(out), "Arsenal", "--no-tree", "--json"])
+    assert all("Arsenal" in p["text"] for p in bm25["passages"])
+
+
+def test_search_text_output(built: tuple[Path, Path], capsys) -> None:
+    _, out = built
+    capsys.readouterr()
+    assert main(["search", str(out), "football club", "-k", "2"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("score") == 2 and "football.txt" in text
+
+
+def test_errors_are_one_line(tmp_path: Path, capsys, built: tuple[Path, Path]) -> None:
+    _, out = built
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "latin1.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
+    (bad / "good.txt").write_text("A good file about rivers and lakes.", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["index", str(bad), "--out", str(tmp_path / "i"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert "latin1.txt" in err and "UTF-8" in err and "Traceback" not in err
+    assert not (tmp_path / "i").exists()
+    assert main(["index", str(bad), "--out", str(tmp_path / "i"), "-q", "--skip-bad-files"]) == 0
+    assert "latin1.txt" in capsys.readouterr().err
+
+    (tmp_path / "empty").mkdir()
+    assert main(["index", str(tmp_path / "empty"), "--out", str(tmp_path / "e"), "-q"]) == 2
+    assert "no usable files" in capsys.readouterr().err
+    assert main(["search", str(tmp_path / "nowhere"), "q"]) == 2
+    assert "no such index folder" in capsys.readouterr().err
+    assert main(["search", str(out), "   "]) == 2
+    assert "query is empty" in capsys.readouterr().err
+    assert main(["inspect", str(out), "--node", "999999"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    args = ["index", str(bad), "--out", str(tmp_path / "x"), "--embedder", "st:/no/such/model"]
+    assert main([*args, "-q", "--skip-bad-files"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_console_script_runs() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "psirag.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("psirag ")
