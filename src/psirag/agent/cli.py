@@ -1,0 +1,207 @@
+"""``psirag ask`` and ``psirag summarize``: the agent and summarization mode from the shell.
+
+``register(subparsers)`` adds both commands to the main CLI; each sets ``func`` (``args.func(args)``
+runs it and returns the exit status). Steps stream to stderr as they happen, so stdout holds only
+the answer (or, with ``--json``, the result document) and can be piped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, TextIO
+
+from psirag.agent.loop import RetrieveAndAnswer, Step
+from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
+from psirag.errors import InputError
+
+LLM_ENV = "PSIRAG_LLM"
+"""Environment variable read when ``--llm`` is not given."""
+
+_LLM_HELP = (
+    "LLM spec: openai:<base_url>#<model> (e.g. openai:http://127.0.0.1:8080/v1#qwen), "
+    f"llamacpp:<path.gguf>, local or smollm2 (default: ${LLM_ENV})"
+)
+_SNIPPET = 100
+
+
+def register(subparsers: Any) -> None:
+    """Add ``ask`` and ``summarize`` to the main CLI's subparsers."""
+    ask = subparsers.add_parser(
+        "ask",
+        help="answer a question with the retrieve-and-answer agent",
+        description="Answer a question from an index: retrieve, let the LLM read, retrieve again "
+        "with the sub-question it asks (up to --max-retrievals times), answer. Steps are shown "
+        "on stderr as they happen; the answer goes to stdout.",
+    )
+    ask.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
+    ask.add_argument("question", help="the question to answer")
+    _llm_arguments(ask)
+    ask.add_argument(
+        "--max-retrievals",
+        type=int,
+        default=1,
+        metavar="N",
+        help="retrievals allowed after the first one (default 1, the paper's 2Wiki/HotpotQA "
+        "setting; MuSiQue: 3)",
+    )
+    ask.add_argument(
+        "--max-tokens", type=int, default=256, metavar="N", help="cap on each reply (default 256)"
+    )
+    ask.add_argument("--json", action="store_true", help="print the full result as JSON")
+    ask.add_argument(
+        "--trace", action="store_true", help="also show passages and raw replies on stderr"
+    )
+    ask.add_argument("-q", "--quiet", action="store_true", help="show no steps on stderr")
+    ask.set_defaults(func=run_ask)
+
+    summ = subparsers.add_parser(
+        "summarize",
+        help="summarize an indexed document from its abstract tree",
+        description="Summarize from one tree retrieval: the visited abstracts and passages "
+        "most similar to the query, given to the LLM in document order.",
+    )
+    summ.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
+    summ.add_argument("--doc", metavar="ID", help="document to summarize (one tree per document)")
+    summ.add_argument(
+        "--query", default=DEFAULT_QUERY, help=f"summative request (default: {DEFAULT_QUERY!r})"
+    )
+    _llm_arguments(summ)
+    summ.add_argument(
+        "--top-k",
+        type=int,
+        default=20,
+        metavar="K",
+        help="nodes given to the LLM (default 20, QMSum; WCEP: 15)",
+    )
+    summ.add_argument(
+        "--max-tokens",
+        type=int,
+        default=200,
+        metavar="N",
+        help="cap on the summary (default 200, QMSum; WCEP: 150)",
+    )
+    summ.add_argument("--json", action="store_true", help="print the result as JSON")
+    summ.set_defaults(func=run_summarize)
+
+
+def _llm_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--llm", metavar="SPEC", default=None, help=_LLM_HELP)
+    parser.add_argument(
+        "--cache", metavar="PATH", default=None, help="SQLite file caching LLM replies (off)"
+    )
+
+
+def _load_index(path: str) -> Any:
+    """The index layer, imported only when a command runs (it loads numpy, models, ...)."""
+    from psirag.index import Index
+
+    return Index.load(path)
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from psirag.llm import LLMClient, load_chat_model
+
+    spec = args.llm or os.environ.get(LLM_ENV)
+    if not spec:
+        raise InputError(f"no LLM given: pass --llm SPEC or set ${LLM_ENV}; {_LLM_HELP}")
+    return LLMClient(load_chat_model(spec), cache_path=args.cache)
+
+
+def _one_line(text: str, limit: int = _SNIPPET) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class _StepPrinter:
+    """Streams an episode to stderr: each retrieval, then the thought and the decision."""
+
+    def __init__(self, out: TextIO, trace: bool) -> None:
+        self.out = out
+        self.trace = trace
+        self.count = 0
+
+    def retrieved(self, step: Step) -> None:
+        self.count += 1
+        print(f"[{self.count}] search: {step.query}", file=self.out)
+        print(f"    {len(step.passages)} passages", file=self.out)
+        if self.trace:
+            for p in step.passages:
+                title = p.source.title or p.source.document
+                print(f"      {p.score:.4f}  {title}: {_one_line(p.text, 70)}", file=self.out)
+        self.out.flush()
+
+    def replied(self, step: Step) -> None:
+        if step.thought:
+            print(f"    thought: {_one_line(step.thought, 300)}", file=self.out)
+        if step.action == "retrieve":
+            print("    → retrieve again", file=self.out)
+        elif step.action == "not_mentioned":
+            print("    → no answer (out of attempts)", file=self.out)
+        else:
+            forced = " (forced)" if step.action == "forced_answer" else ""
+            print(f"    → answer{forced}", file=self.out)
+        if not step.well_formed:
+            print("    (reply not in the expected format)", file=self.out)
+        if self.trace:
+            print("    raw reply:", file=self.out)
+            for line in step.raw.splitlines() or [""]:
+                print(f"      | {line}", file=self.out)
+            if step.forced_raw is not None:
+                print("    reply to the forced-answer turn:", file=self.out)
+                for line in step.forced_raw.splitlines() or [""]:
+                    print(f"      | {line}", file=self.out)
+        self.out.flush()
+
+
+def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    stdout = stdout or sys.stdout
+    if args.max_retrievals < 0:
+        raise InputError("--max-retrievals must be 0 or more")
+    index = _load_index(args.index)
+    printer = _StepPrinter(sys.stderr, args.trace)
+    with _client(args) as llm:
+        agent = RetrieveAndAnswer(
+            llm, index.search, max_retrievals=args.max_retrievals, max_tokens=args.max_tokens
+        )
+        result = agent.run(
+            args.question,
+            on_step=None if args.quiet else printer.replied,
+            on_retrieval=None if args.quiet else printer.retrieved,
+        )
+        usage = llm.usage
+    if args.json:
+        document = result.to_dict()
+        document["llm_usage"] = usage
+        json.dump(document, stdout, ensure_ascii=False, indent=2)
+        stdout.write("\n")
+    else:
+        print(result.answer, file=stdout)
+    return 0
+
+
+def run_summarize(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    stdout = stdout or sys.stdout
+    index = _load_index(args.index)
+
+    def visit(query: str) -> Any:
+        return index.visit(query, docs=[args.doc] if args.doc else None)
+
+    with _client(args) as llm:
+        result = Summarizer(llm, visit, top_k=args.top_k, max_tokens=args.max_tokens).run(
+            args.query
+        )
+    if args.json:
+        document = result.to_dict()
+        if args.doc is not None:
+            document["doc"] = args.doc
+        json.dump(document, stdout, ensure_ascii=False, indent=2)
+        stdout.write("\n")
+    else:
+        print(result.answer, file=stdout)
+    return 0
+
+
+__all__ = ["LLM_ENV", "register", "run_ask", "run_summarize"]

@@ -1,0 +1,342 @@
+"""The retrieve-and-answer (R&A) agent: paper Algorithm 3, with the decisions of SPEC 2.4.
+
+One episode: retrieve with the user question; the model reads the passages and replies with a
+thought and either ``Answer:`` or ``Retrieve: <sub-question>``; a retrieval runs the sub-question
+and its passages are added to the conversation. Every turn says how many retrievals remain; with
+none left the turn demands an answer. The loop is bounded by construction (at most
+``max_retrievals + 1`` retrievals and ``max_retrievals + 2`` model calls), whatever the model says:
+a model that still asks to retrieve, or whose reply has no marker, gets one follow-up turn that asks
+for the answer alone, and if that fails too the episode answers ``Not mentioned``.
+
+Retrieval is a plain callable so the agent does not depend on how the index works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from psirag.agent.chat import (
+    REPEAT_PENALTY,
+    call_model,
+    fit_messages,
+    passage_body,
+    render_passages,
+)
+from psirag.agent.parsing import ParsedReply, bare_answer, parse_reply
+from psirag.errors import InputError
+from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message
+from psirag.prompts import (
+    NOT_MENTIONED,
+    THOUGHT_MAX_WORDS,
+    agent_system_prompt,
+    agent_user_turn,
+)
+from psirag.types import Passage
+
+RRF_K = 60
+"""Rank-fusion constant of the evidence merge, the same as the retrieval fusion (SPEC 2.3)."""
+
+StepAction = Literal["answer", "retrieve", "forced_answer", "not_mentioned"]
+EvidenceMerge = Literal["rank_fusion", "best_score"]
+Retriever = Callable[[str], Sequence[Passage]]
+
+
+@dataclass
+class Step:
+    """One retrieval and the model's reply to it.
+
+    ``query`` is what was retrieved (the user question at the first step); ``action`` is what the
+    episode did after the reply: ask for another retrieval, take the answer, take an answer
+    extracted by the forced-answer follow-up, or give up with ``Not mentioned``.
+    """
+
+    query: str
+    passages: list[Passage]
+    remaining: int
+    """Retrievals the model was told remain at this step (0: it was told to answer)."""
+    thought: str = ""
+    action: StepAction = "not_mentioned"
+    raw: str = ""
+    well_formed: bool = False
+    rescued: bool = False
+    """The reply had a marker only inside a line (read anyway, counted apart from well-formed)."""
+    forced_raw: str | None = None
+    """Reply to the forced-answer follow-up turn, when one was sent."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "thought": self.thought,
+            "action": self.action,
+            "query": self.query,
+            "passages": [p.to_dict() for p in self.passages],
+            "remaining": self.remaining,
+            "well_formed": self.well_formed,
+            "rescued": self.rescued,
+            "raw": self.raw,
+            "forced_raw": self.forced_raw,
+        }
+
+
+@dataclass
+class AgentStats:
+    """Counts over one episode. Format drift shows up as rescued/unparsed replies."""
+
+    llm_calls: int = 0
+    retrievals: int = 0
+    well_formed: int = 0
+    rescued: int = 0
+    unparsed: int = 0
+    forced_turns: int = 0
+    clipped_passages: int = 0
+    """Passages shown shortened in some request so that it fit the context window."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def count(self, parsed: ParsedReply) -> None:
+        if parsed.well_formed:
+            self.well_formed += 1
+        elif parsed.rescued:
+            self.rescued += 1
+        else:
+            self.unparsed += 1
+
+    def to_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class AgentResult:
+    """The answer, every step, and the merged evidence list (Recall@k reads its top-k)."""
+
+    answer: str
+    steps: list[Step]
+    evidence: list[Passage]
+    question: str = ""
+    stats: AgentStats = field(default_factory=AgentStats)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "steps": [s.to_dict() for s in self.steps],
+            "evidence": [p.to_dict() for p in self.evidence],
+            "question": self.question,
+            "stats": self.stats.to_dict(),
+        }
+
+
+def merge_evidence(
+    step_lists: Sequence[Sequence[Passage]],
+    mode: EvidenceMerge = "rank_fusion",
+    rrf_k: int = RRF_K,
+) -> list[Passage]:
+    """Merge the steps' final lists into one ranked episode list (SPEC 2.4).
+
+    ``rank_fusion`` (no reranker): score = sum over steps of ``1 / (rrf_k + rank in that step)``,
+    rank from 1; raw retrieval scores are not comparable across queries, ranks are.
+    ``best_score`` (reranker probabilities, the paper): each passage keeps its best score.
+    Ties go to the passage seen at the earlier step, then at the better rank there. The returned
+    passages carry the merged score.
+    """
+    if mode not in ("rank_fusion", "best_score"):
+        raise ValueError(f"evidence merge must be rank_fusion or best_score, got {mode!r}")
+    merged: dict[str, list[Any]] = {}  # id -> [score, first step, rank there, passage]
+    for step_no, passages in enumerate(step_lists):
+        seen: set[str] = set()
+        for rank, passage in enumerate(passages, start=1):
+            if passage.id in seen:
+                continue
+            seen.add(passage.id)
+            value = 1.0 / (rrf_k + rank) if mode == "rank_fusion" else float(passage.score)
+            entry = merged.get(passage.id)
+            if entry is None:
+                merged[passage.id] = [value, step_no, rank, passage]
+            elif mode == "rank_fusion":
+                entry[0] += value
+            else:
+                entry[0] = max(entry[0], value)
+    ordered = sorted(merged.values(), key=lambda e: (-e[0], e[1], e[2]))
+    return [replace(entry[3], score=entry[0]) for entry in ordered]
+
+
+@dataclass
+class _Turn:
+    """A conversation entry kept unrendered, so it can be re-rendered with shorter passages."""
+
+    role: Literal["user", "assistant", "force"]
+    passages: list[Passage] = field(default_factory=list)
+    remaining: int = 0
+    text: str = ""
+
+
+class RetrieveAndAnswer:
+    """The R&A agent over any chat model and any retriever.
+
+    ``max_retrievals`` counts the retrievals after the first one (SPEC 2.4; 2Wiki and HotpotQA: 1,
+    MuSiQue: 3). ``max_tokens`` caps each reply; ``repeat_penalty`` defaults to the paper's 1.3.
+    """
+
+    def __init__(
+        self,
+        llm: ChatModel | Any,
+        retrieve: Retriever,
+        *,
+        max_retrievals: int = 1,
+        max_tokens: int = 256,
+        thought_words: int = THOUGHT_MAX_WORDS,
+        repeat_penalty: float = REPEAT_PENALTY,
+        temperature: float = 0.0,
+        evidence_merge: EvidenceMerge = "rank_fusion",
+        stage: str = "agent",
+    ) -> None:
+        if max_retrievals < 0:
+            raise ValueError(f"max_retrievals must be 0 or more, got {max_retrievals}")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        if thought_words < 1:
+            raise ValueError(f"thought_words must be positive, got {thought_words}")
+        if evidence_merge not in ("rank_fusion", "best_score"):
+            raise ValueError(
+                f"evidence_merge must be rank_fusion or best_score: {evidence_merge!r}"
+            )
+        self.llm = llm
+        self.retrieve = retrieve
+        self.max_retrievals = max_retrievals
+        self.thought_words = thought_words
+        self.evidence_merge: EvidenceMerge = evidence_merge
+        self.params = GenerationParams(
+            max_tokens=max_tokens, temperature=temperature, repeat_penalty=repeat_penalty
+        )
+        self.stage = stage
+
+    # -- conversation ---------------------------------------------------------------------------
+
+    def _render(self, question: str, turns: Sequence[_Turn], limit: int | None) -> list[Message]:
+        system = agent_system_prompt(self.max_retrievals, thought_words=self.thought_words)
+        messages: list[Message] = [{"role": "system", "content": system}]
+        for turn in turns:
+            if turn.role == "assistant":
+                messages.append({"role": "assistant", "content": turn.text})
+                continue
+            # A forced follow-up brings no new documents; it only demands the answer.
+            forced = turn.role == "force" or turn.remaining == 0
+            content = agent_user_turn(
+                question, render_passages(turn.passages, limit), turn.remaining, forced
+            )
+            messages.append({"role": "user", "content": content})
+        return messages
+
+    def _call(self, question: str, turns: Sequence[_Turn], stats: AgentStats) -> ChatResult:
+        longest = max(
+            (len(passage_body(p)) for t in turns for p in t.passages),
+            default=0,
+        )
+        messages, limit = fit_messages(
+            lambda cap: self._render(question, turns, cap),
+            longest,
+            self.llm,
+            self.params.max_tokens,
+        )
+        if limit is not None:
+            stats.clipped_passages = max(
+                stats.clipped_passages,
+                sum(1 for t in turns for p in t.passages if len(passage_body(p)) > limit),
+            )
+        result = call_model(self.llm, messages, self.params, self.stage)
+        stats.llm_calls += 1
+        stats.prompt_tokens += int(result.prompt_tokens or 0)
+        stats.completion_tokens += int(result.completion_tokens or 0)
+        return result
+
+    # -- episode --------------------------------------------------------------------------------
+
+    def run(
+        self,
+        question: str,
+        on_step: Callable[[Step], None] | None = None,
+        on_retrieval: Callable[[Step], None] | None = None,
+    ) -> AgentResult:
+        """Answer ``question``.
+
+        ``on_retrieval`` sees each step when its passages arrive (before the model reads them),
+        ``on_step`` when the model's reply to it has been read: a slow model is then visibly busy.
+        """
+        question = question.strip()
+        if not question:
+            raise InputError("the question is empty")
+        stats = AgentStats()
+        steps: list[Step] = []
+        turns: list[_Turn] = []
+        answer = NOT_MENTIONED
+        query = question
+
+        for step_no in range(self.max_retrievals + 1):
+            remaining = self.max_retrievals - step_no
+            passages = list(self.retrieve(query))
+            stats.retrievals += 1
+            step = Step(query=query, passages=passages, remaining=remaining)
+            steps.append(step)
+            turns.append(_Turn("user", passages=passages, remaining=remaining))
+            if on_retrieval is not None:
+                on_retrieval(step)
+
+            reply = self._call(question, turns, stats)
+            parsed = parse_reply(reply.text)
+            stats.count(parsed)
+            step.raw = reply.text
+            step.thought = parsed.thought
+            step.well_formed = parsed.well_formed
+            step.rescued = parsed.rescued
+            turns.append(_Turn("assistant", text=reply.text.strip()))
+
+            if parsed.action == "answer":
+                step.action = "answer"
+                answer = parsed.argument
+            elif parsed.action == "retrieve" and remaining > 0:
+                step.action = "retrieve"
+                query = parsed.argument
+            else:
+                # Out of retrievals yet asking for one, or no usable marker: ask for the answer.
+                forced = self._force_answer(question, turns, stats)
+                step.forced_raw = forced[1]
+                if forced[0] is not None:
+                    step.action = "forced_answer"
+                    answer = forced[0]
+                else:
+                    step.action = "not_mentioned"
+            if on_step is not None:
+                on_step(step)
+            if step.action != "retrieve":
+                break
+
+        evidence = merge_evidence([s.passages for s in steps], self.evidence_merge)
+        return AgentResult(answer, steps, evidence, question, stats)
+
+    def _force_answer(
+        self, question: str, turns: list[_Turn], stats: AgentStats
+    ) -> tuple[str | None, str]:
+        """One follow-up turn asking only for the answer; its reply is never a retrieval."""
+        turns.append(_Turn("force"))
+        stats.forced_turns += 1
+        reply = self._call(question, turns, stats)
+        turns.append(_Turn("assistant", text=reply.text.strip()))
+        parsed = parse_reply(reply.text)
+        stats.count(parsed)
+        if parsed.action == "answer":
+            return parsed.argument, reply.text
+        if parsed.action is None:
+            return bare_answer(reply.text), reply.text
+        return None, reply.text
+
+
+__all__ = [
+    "NOT_MENTIONED",
+    "AgentResult",
+    "AgentStats",
+    "EvidenceMerge",
+    "RetrieveAndAnswer",
+    "Retriever",
+    "Step",
+    "merge_evidence",
+]

@@ -1,0 +1,602 @@
+"""The R&A agent and summarization mode, end to end over HTTP.
+
+A scripted OpenAI-compatible server on 127.0.0.1 plays the model: it answers each request with the
+next reply of a per-test script and records every request, so the tests see exactly what a real
+server would receive. The agent talks to it through the real ``OpenAIChat`` and ``LLMClient``.
+Retrieval is a small in-memory lexical retriever over a handful of passages, standing in for the
+index (another layer, tested on its own).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from psirag.agent import (
+    NOT_MENTIONED,
+    Node,
+    RetrieveAndAnswer,
+    Summarizer,
+    merge_evidence,
+    select_nodes,
+)
+from psirag.agent import cli as agent_cli
+from psirag.llm import LLMClient, OpenAIChat
+from psirag.llm.base import estimate_tokens
+from psirag.types import Passage, Source
+
+# --- the scripted server -------------------------------------------------------------------------
+
+
+class ScriptedServer:
+    """An OpenAI-compatible chat endpoint that replays a script and records the requests."""
+
+    def __init__(self) -> None:
+        self.replies: list[str] = []
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with owner.lock:
+                    owner.requests.append(body)
+                    reply = owner.replies.pop(0) if owner.replies else None
+                if self.path != "/v1/chat/completions" or reply is None:
+                    self._send(500, {"error": {"message": "script exhausted or wrong path"}})
+                    return
+                self._send(
+                    200,
+                    {
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": reply},
+                                "finish_reason": "stop",
+                            }
+                        ],
+                        "usage": {"prompt_tokens": 11, "completion_tokens": 7},
+                    },
+                )
+
+            def _send(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    @property
+    def spec(self) -> str:
+        return f"openai:{self.base_url}#scripted"
+
+    def script(self, *replies: str) -> None:
+        self.replies = list(replies)
+
+    def last_user(self, i: int) -> str:
+        """The last user message of request ``i``: the turn the model was answering."""
+        users = [m["content"] for m in self.requests[i]["messages"] if m["role"] == "user"]
+        return users[-1]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+def client_for(server: ScriptedServer, **chat_options: Any) -> LLMClient:
+    return LLMClient(OpenAIChat(server.base_url, "scripted", **chat_options), None, retries=0)
+
+
+# --- the stand-in index --------------------------------------------------------------------------
+
+DOCS = {
+    "hotel": (
+        "Blue Harbour Hotel",
+        "The Blue Harbour Hotel is a seaside hotel in Portmere. Since 1987 it has been owned "
+        "by the Calder Group.",
+    ),
+    "calder": (
+        "Calder Group",
+        "The Calder Group is a hospitality company founded in 1952. Its head office is in Lisbon.",
+    ),
+    "portmere": (
+        "Portmere",
+        "Portmere is a fishing town on the west coast with a seaside promenade and a hotel.",
+    ),
+    "quiz": (
+        "Pub quiz sheet",
+        "Question: where is the head office of the Calder company?\nAnswer: Paris",
+    ),
+    "bridge": ("Old Bridge", "The Old Bridge in Portmere was rebuilt in 1911 after a flood."),
+}
+STOP = {"the", "a", "an", "of", "in", "is", "it", "by", "what", "which", "where", "who", "its"}
+
+
+def words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP}
+
+
+class FakeIndex:
+    """Lexical overlap over DOCS; records every query it is asked."""
+
+    def __init__(self, k: int = 2, docs: dict[str, tuple[str, str]] | None = None) -> None:
+        self.k = k
+        self.docs = docs or DOCS
+        self.queries: list[str] = []
+
+    def passage(self, doc_id: str, score: float) -> Passage:
+        title, text = self.docs[doc_id]
+        return Passage(doc_id, text, score, Source(doc_id, title, 0, 0, len(text)))
+
+    def search(self, query: str) -> list[Passage]:
+        self.queries.append(query)
+        q = words(query)
+        scored = sorted(
+            ((len(q & words(t + " " + x)), i) for i, (t, x) in self.docs.items()),
+            key=lambda s: (-s[0], s[1]),
+        )
+        return [self.passage(i, float(s)) for s, i in scored[: self.k]]
+
+
+QUESTION = "Which city hosts the headquarters of the owner of the Blue Harbour Hotel?"
+SUB_QUESTION = "Where is the head office of the Calder Group, owner of the Blue Harbour Hotel?"
+
+
+def ids(passages: list[Passage]) -> list[str]:
+    return [p.id for p in passages]
+
+
+# --- the loop ------------------------------------------------------------------------------------
+
+
+def test_multi_hop_retrieve_then_answer(server: ScriptedServer) -> None:
+    index = FakeIndex()
+    assert ids(index.search(QUESTION)) == ["hotel", "portmere"]  # the owner's office: not yet
+    index.queries.clear()
+    server.script(
+        "Thought: The hotel is owned by the Calder Group; its head office is not given.\n"
+        f"Retrieve: {SUB_QUESTION}",
+        "Thought: The Calder Group has its head office in Lisbon.\nAnswer: Lisbon",
+    )
+    llm = client_for(server)
+    seen: list[str] = []
+    result = RetrieveAndAnswer(llm, index.search, max_retrievals=1).run(
+        QUESTION, on_step=lambda s: seen.append(s.action)
+    )
+
+    assert result.answer == "Lisbon"
+    assert index.queries == [QUESTION, SUB_QUESTION]  # the sub-question reached the retriever
+    assert [s.action for s in result.steps] == ["retrieve", "answer"] == seen
+    assert [s.query for s in result.steps] == [QUESTION, SUB_QUESTION]
+    assert ids(result.steps[1].passages) == ["hotel", "calder"]
+    assert result.steps[0].thought.startswith("The hotel is owned")
+    assert all(s.well_formed for s in result.steps)
+    assert len(server.requests) == 2
+
+    # The second request carries the whole conversation: both sets of documents, the first reply.
+    second = server.requests[1]["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "user"]
+    assert second[2]["content"].endswith(f"Retrieve: {SUB_QUESTION}")
+    assert "Portmere is a fishing town" in second[1]["content"]
+    assert "Its head office is in Lisbon" in second[3]["content"]
+    # Sampling settings of the paper (C.2): temperature 0, repeat penalty 1.3; reply cap 256.
+    body = server.requests[0]
+    assert (body["temperature"], body["repeat_penalty"], body["max_tokens"]) == (0.0, 1.3, 256)
+    assert llm.usage["agent"]["calls"] == 2
+    assert result.stats.retrievals == 2 and result.stats.llm_calls == 2
+
+
+def test_remaining_retrievals_are_announced_each_turn(server: ScriptedServer) -> None:
+    server.script("Retrieve: q one", "Retrieve: q two", "Retrieve: q three", "Answer: Lisbon")
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search, max_retrievals=3).run(
+        QUESTION
+    )
+    assert result.answer == "Lisbon"
+    left = [re.search(r"Retrievals left: (\d+)", server.last_user(i)) for i in range(4)]
+    assert [int(m.group(1)) for m in left if m] == [3, 2, 1, 0]
+    forced = ["cannot retrieve any more" in server.last_user(i) for i in range(4)]
+    assert forced == [False, False, False, True]
+    assert "3 times" in server.requests[0]["messages"][0]["content"]
+    assert [s.remaining for s in result.steps] == [3, 2, 1, 0]
+
+
+def test_forced_answer_when_it_keeps_asking_to_retrieve(server: ScriptedServer) -> None:
+    index = FakeIndex()
+    server.script(
+        f"Thought: need the owner.\nRetrieve: {SUB_QUESTION}",
+        "Thought: still unsure.\nRetrieve: Calder Group headquarters city",
+        "Thought: From the documents, Lisbon.\nAnswer: Lisbon",
+    )
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+
+    assert result.answer == "Lisbon"
+    assert [s.action for s in result.steps] == ["retrieve", "forced_answer"]
+    assert index.queries == [QUESTION, SUB_QUESTION]  # the third query was never run
+    assert len(server.requests) == 3
+    final = server.requests[2]["messages"]
+    assert [m["role"] for m in final][-2:] == ["assistant", "user"]
+    assert "cannot retrieve any more" in final[-1]["content"]
+    assert "Retrievals left: 0" in final[-1]["content"]
+    assert result.steps[1].forced_raw.endswith("Answer: Lisbon")
+    assert result.stats.forced_turns == 1
+
+
+def test_hard_cap_holds_whatever_the_model_says(server: ScriptedServer) -> None:
+    server.script(*[f"Thought: more.\nRetrieve: query {i}" for i in range(10)])
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=2).run(QUESTION)
+
+    assert result.answer == NOT_MENTIONED
+    assert len(index.queries) == 3  # the first retrieval plus max_retrievals
+    assert len(server.requests) == 4  # one reply per retrieval plus one forced-answer turn
+    assert [s.action for s in result.steps] == ["retrieve", "retrieve", "not_mentioned"]
+    assert len(server.replies) == 6
+
+
+def test_zero_retrievals_forces_the_first_turn(server: ScriptedServer) -> None:
+    server.script("Thought: the hotel's owner is Calder.\nAnswer: Calder Group")
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=0).run(QUESTION)
+    assert result.answer == "Calder Group"
+    assert "cannot retrieve any more" in server.last_user(0)
+    assert index.queries == [QUESTION]
+
+
+def test_not_mentioned_when_the_model_never_answers(server: ScriptedServer) -> None:
+    server.script(
+        "Thought: The documents talk about hotels.\nThey do not say much more.",
+        "I still cannot tell from these documents.\nThere is no clear answer.",
+    )
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    assert result.answer == NOT_MENTIONED
+    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert result.stats.unparsed == 2 and result.stats.well_formed == 0
+    assert len(server.requests) == 2  # no marker: no retrieval, straight to the forced turn
+
+
+def test_malformed_replies_are_rescued_and_counted_apart(server: ScriptedServer) -> None:
+    # Inline marker (rescued), then a decorated retrieve line (well-formed), then a bare line
+    # after the forced-answer turn.
+    server.script(
+        f"I should look further, so Retrieve: {SUB_QUESTION}",
+        "**Thought:** the documents do not settle it",
+        "Lisbon",
+    )
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+    assert index.queries == [QUESTION, SUB_QUESTION]
+    assert result.answer == "Lisbon"
+    assert [s.action for s in result.steps] == ["retrieve", "forced_answer"]
+    assert result.steps[0].rescued and not result.steps[0].well_formed
+    assert result.steps[1].thought == "the documents do not settle it"
+    stats = result.stats
+    assert (stats.well_formed, stats.rescued, stats.unparsed) == (0, 1, 2)
+
+
+def test_decorated_answer_is_well_formed(server: ScriptedServer) -> None:
+    server.script(
+        "**Thought:** It is Lisbon.\n\n**Answer:** Lisbon\n\nLet me know if you need more."
+    )
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    assert result.answer == "Lisbon"
+    assert result.steps[0].well_formed and result.stats.well_formed == 1
+
+
+def test_empty_reply(server: ScriptedServer) -> None:
+    server.script("", "")
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    assert result.answer == NOT_MENTIONED
+    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert len(server.requests) == 2
+
+    server.requests.clear()
+    server.script("", "Answer: Lisbon")
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    assert result.answer == "Lisbon"
+    assert result.steps[0].action == "forced_answer"
+
+
+def test_a_passage_saying_answer_is_never_the_answer(server: ScriptedServer) -> None:
+    index = FakeIndex(k=3)
+    question = "Where is the head office of the hotel owner?"
+    assert "quiz" in ids(index.search(question))
+    index.queries.clear()
+    # The model replies without a marker; the passage's "Answer: Paris" must not be read.
+    server.script("The head office is somewhere.\nI am not sure.", "Answer: Lisbon")
+    result = RetrieveAndAnswer(client_for(server), index.search).run(question)
+    assert "Answer: Paris" in server.requests[0]["messages"][1]["content"]  # shown as data
+    assert result.answer == "Lisbon"
+    assert all("Paris" not in s.thought for s in result.steps)
+
+    server.requests.clear()
+    server.script("no idea\nat all", "still no idea\nsorry")
+    result = RetrieveAndAnswer(client_for(server), index.search).run(question)
+    assert result.answer == NOT_MENTIONED
+
+
+def test_evidence_merge_rule_by_hand() -> None:
+    index = FakeIndex()
+    a, b, c, d = (index.passage(i, 0.0) for i in ("hotel", "calder", "portmere", "bridge"))
+    # Step 1 ranks a, b, c; step 2 ranks c, d, a.
+    # a: 1/61 + 1/63   c: 1/63 + 1/61   (equal: a was seen first at a better rank, step 1)
+    # b: 1/62          d: 1/62          (equal: b comes from the earlier step)
+    merged = merge_evidence([[a, b, c], [c, d, a]])
+    assert ids(merged) == ["hotel", "portmere", "calder", "bridge"]
+    assert merged[0].score == pytest.approx(1 / 61 + 1 / 63)
+    assert merged[2].score == pytest.approx(1 / 62)
+
+    # A passage only in step 2 at rank 1 (1/61) beats one only in step 1 at rank 2 (1/62).
+    assert ids(merge_evidence([[a, b], [d]])) == ["hotel", "bridge", "calder"]
+
+    # With reranker probabilities each passage keeps its best score.
+    s1 = [index.passage("hotel", 0.9), index.passage("calder", 0.4)]
+    s2 = [index.passage("calder", 0.95), index.passage("portmere", 0.9)]
+    best = merge_evidence([s1, s2], mode="best_score")
+    assert ids(best) == ["calder", "hotel", "portmere"]  # hotel ties portmere: earlier step
+    assert [p.score for p in best] == [0.95, 0.9, 0.9]
+
+
+def test_episode_evidence_follows_the_rule(server: ScriptedServer) -> None:
+    server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    # Step 1: hotel, portmere; step 2: hotel, calder.
+    # hotel 1/61 + 1/61; portmere 1/62 and calder 1/62 tie: portmere came at the earlier step.
+    assert [ids(s.passages) for s in result.steps] == [["hotel", "portmere"], ["hotel", "calder"]]
+    assert ids(result.evidence) == ["hotel", "portmere", "calder"]
+    assert result.evidence[0].score == pytest.approx(2 / 61)
+
+
+def test_to_dict_schema(server: ScriptedServer) -> None:
+    server.script(f"Thought: t1\nRetrieve: {SUB_QUESTION}", "Thought: t2\nAnswer: Lisbon")
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    doc = json.loads(json.dumps(result.to_dict()))
+    required = {"answer", "steps", "evidence"}
+    assert required <= set(doc)
+    assert set(doc) - required == {"question", "stats"}
+    step_required = {"thought", "action", "query", "passages"}
+    for step in doc["steps"]:
+        assert step_required <= set(step)
+        assert set(step) - step_required == {
+            "remaining",
+            "well_formed",
+            "rescued",
+            "raw",
+            "forced_raw",
+        }
+        for p in step["passages"]:
+            assert set(p) == {"id", "text", "score", "source"}
+    assert [p["id"] for p in doc["evidence"]] == ids(result.evidence)
+    assert doc["answer"] == "Lisbon"
+    assert [(s["thought"], s["action"], s["query"]) for s in doc["steps"]] == [
+        ("t1", "retrieve", QUESTION),
+        ("t2", "answer", SUB_QUESTION),
+    ]
+    assert doc["steps"][0]["passages"] == [p.to_dict() for p in result.steps[0].passages]
+
+
+def test_long_passages_are_clipped_to_fit_the_context(server: ScriptedServer) -> None:
+    filler = " ".join(f"word{i}" for i in range(1500))
+    docs = {f"d{i}": (f"Doc {i}", f"Lisbon head office {filler}") for i in range(4)}
+    index = FakeIndex(k=4, docs=docs)
+    server.script("Answer: Lisbon")
+    result = RetrieveAndAnswer(client_for(server, context_tokens=4096), index.search).run(
+        "Where is the head office?"
+    )
+    assert result.answer == "Lisbon"
+    assert result.stats.clipped_passages == 4
+    sent = server.requests[0]["messages"]
+    assert sum(estimate_tokens(m["content"]) for m in sent) + 256 <= 4096
+    assert "Doc 3" in sent[1]["content"]  # every passage is still shown, only shorter
+
+
+def test_cached_episode_sends_nothing_again(server: ScriptedServer, tmp_path: Path) -> None:
+    server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
+    cache = tmp_path / "llm.sqlite"
+    with LLMClient(OpenAIChat(server.base_url, "scripted"), cache, retries=0) as llm:
+        first = RetrieveAndAnswer(llm, FakeIndex().search).run(QUESTION)
+    with LLMClient(OpenAIChat(server.base_url, "scripted"), cache, retries=0) as llm:
+        second = RetrieveAndAnswer(llm, FakeIndex().search).run(QUESTION)
+        assert llm.usage["agent"]["cached"] == 2
+    assert len(server.requests) == 2
+    assert second.to_dict() == first.to_dict()
+
+
+def test_empty_question_is_refused(server: ScriptedServer) -> None:
+    from psirag.errors import InputError
+
+    with pytest.raises(InputError):
+        RetrieveAndAnswer(client_for(server), FakeIndex().search).run("   ")
+
+
+# --- summarization -------------------------------------------------------------------------------
+
+VISITED = [
+    Node(109, 2, 0.70, "meeting overview: budget, design, schedule", 0),
+    Node(105, 1, 0.80, "design: remote control shape and colour", 10),
+    Node(3, 0, 0.60, "PM: We open with the budget.", 0),
+    Node(40, 0, 0.90, "ID: The case will be yellow.", 40),
+    Node(12, 0, 0.20, "ME: Batteries cost too much.", 12),
+    Node(107, 1, 0.65, "schedule and next meeting", 30),
+]
+
+
+def test_select_nodes_top_k_in_document_order() -> None:
+    chosen = select_nodes(VISITED, 4)
+    assert [n.node for n in chosen] == [109, 105, 107, 40]  # top 4 by cosine, in document order
+    chosen = select_nodes(VISITED, 5)
+    assert [n.node for n in chosen] == [109, 3, 105, 107, 40]  # the abstract before its leaf
+
+
+def test_summarize_over_http(server: ScriptedServer) -> None:
+    queries: list[str] = []
+
+    def visit(query: str) -> list[Node]:
+        queries.append(query)
+        return VISITED
+
+    server.script("Summary: The team set the budget, chose a yellow case and planned the next.")
+    llm = client_for(server)
+    result = Summarizer(llm, visit, top_k=4).run("Summarize the whole meeting.")
+
+    assert queries == ["Summarize the whole meeting."]
+    assert result.answer == "The team set the budget, chose a yellow case and planned the next."
+    assert [n.node for n in result.evidence] == [109, 105, 107, 40]
+    body = server.requests[0]
+    assert (body["max_tokens"], body["temperature"], body["repeat_penalty"]) == (200, 0.0, 1.3)
+    user = body["messages"][-1]["content"]
+    order = [
+        user.index(t) for t in ("meeting overview", "remote control", "next meeting", "yellow")
+    ]
+    assert order == sorted(order)
+    assert "[1] (abstract, layer 2) meeting overview" in user
+    assert "[4] (passage) ID: The case will be yellow." in user
+    assert "Summarize the whole meeting." in user
+    assert "150 words" in body["messages"][0]["content"]  # 200 tokens ~ 150 words
+    assert llm.usage["summarize"]["calls"] == 1
+    doc = json.loads(json.dumps(result.to_dict()))
+    assert {"answer", "evidence"} <= set(doc)
+    assert set(doc["evidence"][0]) == {"node", "layer", "score", "text", "order", "document"}
+
+
+# --- command line --------------------------------------------------------------------------------
+
+
+class FakeTreeIndex(FakeIndex):
+    def visit(self, query: str, *, docs: list[str] | None = None) -> list[Node]:
+        self.queries.append(f"visit:{docs}:{query}")
+        return VISITED
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="psirag")
+    agent_cli.register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+@pytest.fixture
+def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeTreeIndex:
+    index = FakeTreeIndex()
+    loaded: list[str] = []
+    monkeypatch.setattr(agent_cli, "_load_index", lambda path: loaded.append(path) or index)
+    return index
+
+
+def test_cli_ask_json_and_streamed_steps(
+    server: ScriptedServer,
+    fake_index: FakeTreeIndex,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    server.script(f"Thought: need the owner's office.\nRetrieve: {SUB_QUESTION}", "Answer: Lisbon")
+    cache = tmp_path / "c.sqlite"
+    args = parse(
+        ["ask", "idx", QUESTION, "--llm", server.spec, "--json", "--trace", "--cache", str(cache)]
+    )
+    out = io.StringIO()
+    assert args.func(args, stdout=out) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["answer"] == "Lisbon"
+    assert [s["action"] for s in doc["steps"]] == ["retrieve", "answer"]
+    assert doc["llm_usage"]["agent"]["calls"] == 2
+    assert cache.exists()
+    err = capsys.readouterr().err
+    assert f"[1] search: {QUESTION}" in err
+    assert f"[2] search: {SUB_QUESTION}" in err
+    assert "thought: need the owner's office." in err
+    assert "Blue Harbour Hotel" in err  # --trace lists passages
+    assert err.index("[2] search") > err.index("thought: need")  # streamed in order
+
+
+def test_cli_ask_plain_answer_and_max_retrievals(
+    server: ScriptedServer, fake_index: FakeTreeIndex, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script("Retrieve: a", "Retrieve: b", "Retrieve: c", "Answer: Lisbon")
+    args = parse(["ask", "idx", QUESTION, "--llm", server.spec, "--max-retrievals", "2"])
+    out = io.StringIO()
+    assert args.func(args, stdout=out) == 0
+    assert out.getvalue() == "Lisbon\n"
+    assert fake_index.queries == [QUESTION, "a", "b"]
+    assert "→ answer (forced)" in capsys.readouterr().err
+
+
+def test_cli_needs_an_llm(fake_index: FakeTreeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+    from psirag.errors import InputError
+
+    monkeypatch.delenv(agent_cli.LLM_ENV, raising=False)
+    args = parse(["ask", "idx", QUESTION])
+    with pytest.raises(InputError, match="--llm"):
+        args.func(args, stdout=io.StringIO())
+
+
+def test_cli_summarize(server: ScriptedServer, fake_index: FakeTreeIndex) -> None:
+    server.script("A short meeting summary.")
+    args = parse(["summarize", "idx", "--doc", "m1", "--llm", server.spec, "--json"])
+    out = io.StringIO()
+    assert args.func(args, stdout=out) == 0
+    doc = json.loads(out.getvalue())
+    assert doc["answer"] == "A short meeting summary."
+    assert doc["doc"] == "m1"
+    assert len(doc["evidence"]) == 6
+    assert fake_index.queries == ["visit:['m1']:Summarize the contents of this document."]
+
+
+def test_passages_are_shown_with_their_title_once(server: ScriptedServer) -> None:
+    index = FakeIndex()
+    with_title_line = Passage(
+        "t", "Calder Group\nIts office is in Lisbon.", 1.0, index.passage("calder", 1.0).source
+    )
+    server.script("Answer: Lisbon")
+    RetrieveAndAnswer(
+        client_for(server), lambda q: [index.passage("portmere", 1.0), with_title_line]
+    ).run(QUESTION)
+    shown = server.requests[0]["messages"][1]["content"]
+    assert "[1] Portmere\nPortmere is a fishing town" in shown  # title added even if echoed
+    assert "[2] Calder Group\nIts office is in Lisbon." in shown  # not repeated
+
+
+def test_index_node_hits_are_visited_nodes() -> None:
+    from psirag.agent import VisitedNode
+    from psirag.index import NodeHit
+
+    hits = [NodeHit(7, 1, 0.5, "abstract", 3, None), NodeHit(2, 0, 0.9, "leaf", 2, "d")]
+    assert all(isinstance(h, VisitedNode) for h in hits)
+    assert [h.node for h in select_nodes(hits, 2)] == [2, 7]
+
+
+def test_summarize_refuses_an_empty_visit(server: ScriptedServer) -> None:
+    from psirag.errors import InputError
+
+    with pytest.raises(InputError, match="no nodes"):
+        Summarizer(client_for(server), lambda q: []).run()
+    assert server.requests == []
