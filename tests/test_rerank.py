@@ -74,3 +74,21 @@ def test_sigmoid_does_not_overflow() -> None:
     with np.errstate(over="raise"):
         out = _sigmoid(np.array([-1000.0, 0.0, 1000.0]))
     np.testing.assert_allclose(out, [0.0, 0.5, 1.0])
+
+
+def test_index_search_with_reranker(tiny_model: Path) -> None:
+    """fusion='rerank' scores the union of both retrievers' lists with the local model."""
+    from conftest import HashEmbedder
+
+    from psirag import Index, IndexConfig, SearchConfig
+
+    texts = [*TEXTS[:2], "Spielberg also directed E.T.", "Sharks appear in Jaws.", "Cells."]
+    index = Index.build(texts, IndexConfig(), embedder=HashEmbedder(), texts=True)
+    config = SearchConfig(k=3, fusion="rerank", reranker=str(tiny_model))
+    hits = index.search(QUERY, config=config)
+    assert 1 <= len(hits) <= 3
+    expected = CrossEncoderReranker(str(tiny_model)).score(QUERY, [h.text for h in hits])
+    np.testing.assert_allclose([h.score for h in hits], expected, rtol=1e-5)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    with pytest.raises(InputError, match="reranker"):
+        SearchConfig(fusion="rerank")
