@@ -118,7 +118,11 @@ def main() -> None:
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "machine": machine(),
     }
-    name = "2wiki_retrieval.json" if args.routing == "leaf_mean" else f"2wiki_retrieval_{args.routing}.json"
+    name = (
+        "2wiki_retrieval.json"
+        if args.routing == "leaf_mean"
+        else f"2wiki_retrieval_{args.routing}.json"
+    )
     (ROOT / "benchmarks" / "results" / name).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
 
@@ -134,7 +138,10 @@ def _docs(corpus):
 
 def _pct(values: list[float]) -> dict[str, float]:
     a = np.asarray(values)
-    return {"p50": round(float(np.percentile(a, 50)), 3), "p95": round(float(np.percentile(a, 95)), 3)}
+    return {
+        "p50": round(float(np.percentile(a, 50)), 3),
+        "p95": round(float(np.percentile(a, 95)), 3),
+    }
 
 
 if __name__ == "__main__":

@@ -24,8 +24,15 @@ def main() -> None:
     target = OUT / f"e2e-{args.dataset}"
     shutil.rmtree(target, ignore_errors=True)
     cmd = [
-        sys.executable, "-m", "psirag.cli", "index",
-        str(DATA / args.dataset / "corpus.json"), "--out", str(target), "--json", "-q",
+        sys.executable,
+        "-m",
+        "psirag.cli",
+        "index",
+        str(DATA / args.dataset / "corpus.json"),
+        "--out",
+        str(target),
+        "--json",
+        "-q",
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

@@ -36,7 +36,7 @@ def run_json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict:
 
 
 def test_index_summary_and_inspect(built: tuple[Path, Path], capsys) -> None:
-    corpus, out = built
+    _corpus, out = built
     info = run_json(capsys, ["inspect", str(out), "--json"])
     assert info["schema"] == "psirag.inspect/1"
     body = info["index"]
@@ -124,3 +124,30 @@ def test_console_script_runs() -> None:
         check=False,
     )
     assert proc.returncode == 0 and proc.stdout.startswith("psirag ")
+
+
+def test_demo_builds_then_reuses(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo path with a three-topic corpus standing in for the language reference."""
+    import psirag.cli as cli
+
+    topics = {name: " ".join(texts * 2) for name, texts in TOPICS.items()}
+    monkeypatch.setattr(cli, "demo_corpus", lambda: (list(topics.values()), list(topics)))
+    monkeypatch.setattr(cli, "DEMO_QUERIES", ("Which volcano destroyed Pompeii?",))
+    out = tmp_path / "demo"
+    capsys.readouterr()
+    assert main(["demo", "--out", str(out), "-q"]) == 0
+    first = capsys.readouterr().out
+    assert "indexing the Python language reference" in first and "built" in first
+    assert "Q: Which volcano destroyed Pompeii?" in first
+    assert "[1] score" in first and "doc volcanoes" in first
+    assert main(["demo", "--out", str(out), "-q"]) == 0
+    second = capsys.readouterr().out
+    assert "using the index in" in second and "doc volcanoes" in second
+
+
+def test_real_demo_corpus_is_the_language_reference() -> None:
+    from psirag.cli import demo_corpus
+
+    texts, names = demo_corpus()
+    assert len(texts) == len(names) > 50 and "with" in names
+    assert "__enter__" in texts[names.index("with")]

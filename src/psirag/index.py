@@ -50,6 +50,37 @@ class BuildStats:
     documents: int = 0
 
 
+class _Bar:
+    """A tqdm bar when ``enabled``, usable as a ``progress(done, total)`` callback; else inert."""
+
+    def __init__(
+        self, enabled: bool, desc: str, total: int | None = None, unit: str = "step"
+    ) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit=unit)
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.update(done - self.bar.n)
+
+    def wrap(self, items: Sequence[Any]) -> Any:
+        for item in items:
+            yield item
+            if self.bar is not None:
+                self.bar.update(1)
+
+
 def _normalise_rows(x: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return (x / np.where(norms == 0, 1, norms)).astype(np.float32)
@@ -115,9 +146,12 @@ class Index:
             documents = list(corpus)  # type: ignore[arg-type]
         else:
             documents = load_documents(list(corpus), on_bad_file=on_bad_file, warn=say)  # type: ignore[arg-type]
-        chunks = make_chunks(
-            documents, chunk_tokens=config.chunk_tokens, split_records=config.split_records
-        )
+        with _Bar(progress, "chunking", total=len(documents), unit="doc") as bar:
+            chunks = make_chunks(
+                bar.wrap(documents),
+                chunk_tokens=config.chunk_tokens,
+                split_records=config.split_records,
+            )
         stats.documents = len(documents)
         stats.seconds["chunking"] = time.perf_counter() - t0
         say(f"{len(documents):,} documents -> {len(chunks):,} chunks")
@@ -138,13 +172,14 @@ class Index:
             )
 
         t0 = time.perf_counter()
-        if progress:
-            say("building the abstract tree ...")
-        if config.tree_per_document:
-            doc_codes = np.unique([c.source.document for c in chunks], return_inverse=True)[1]
-            tree = build_forest(embeddings, doc_codes, max_children=config.max_children)
-        else:
-            tree = build_tree(embeddings, max_children=config.max_children)
+        with _Bar(progress, "abstract tree") as bar:
+            if config.tree_per_document:
+                doc_codes = np.unique([c.source.document for c in chunks], return_inverse=True)[1]
+                tree = build_forest(
+                    embeddings, doc_codes, max_children=config.max_children, progress=bar
+                )
+            else:
+                tree = build_tree(embeddings, max_children=config.max_children, progress=bar)
         stats.seconds["tree"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -85,7 +86,13 @@ def similarity_matrix(embeddings: np.ndarray) -> np.ndarray:
     return s
 
 
-def spanning_edges(similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+Progress = Callable[[int, int], None]
+"""Called as ``progress(done, total)`` while the spanning edges are found (for progress bars)."""
+
+
+def spanning_edges(
+    similarity: np.ndarray, progress: Progress | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The effective pairs of the descending walk, in walk order.
 
     Returns ``(i, j, s)`` with ``i < j``: the maximum spanning tree of ``similarity`` under the
@@ -109,7 +116,10 @@ def spanning_edges(similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 
     u = 0
     free[u] = False
+    report_every = max(1, (n - 1) // 100)
     for step in range(n - 1):
+        if progress is not None and step % report_every == 0:
+            progress(step, n - 1)
         row = s[u]
         np.equal(row, best, out=equal)
         equal &= free
@@ -137,6 +147,8 @@ def spanning_edges(similarity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
         free[v] = False
         best[v] = neg_inf
         u = v
+    if progress is not None:
+        progress(n - 1, n - 1)
     order = np.lexsort((edge_b, edge_a, -edge_s))
     return edge_a[order], edge_b[order], edge_s[order]
 
@@ -321,6 +333,7 @@ def build_tree(
     max_children: int | None = 40,
     *,
     similarity: np.ndarray | None = None,
+    progress: Progress | None = None,
 ) -> Tree:
     """Build the abstract tree over unit-normalised chunk embeddings (one leaf per row).
 
@@ -328,6 +341,7 @@ def build_tree(
     then rebalances per SPEC 1.5 unless ``max_children`` is None. Holds one n x n float32
     matrix at most; refuses with :class:`ResourceError` when that would not fit in memory.
     ``similarity`` may pass a precomputed symmetric ``E @ E.T`` (it is read, not modified).
+    ``progress(done, total)`` is called while the exact walk runs.
     """
     e = validate_embeddings(embeddings)
     n = e.shape[0]
@@ -336,7 +350,7 @@ def build_tree(
     if similarity is None:
         check_exact_memory(n)
         similarity = similarity_matrix(e)
-    edge_a, edge_b, _ = spanning_edges(similarity)
+    edge_a, edge_b, _ = spanning_edges(similarity, progress)
     del similarity
     parent, layer = merge_walk(n, edge_a, edge_b)
     tree = _renumber(parent, layer, n)
@@ -345,7 +359,13 @@ def build_tree(
     return tree
 
 
-def build_forest(embeddings: np.ndarray, groups: np.ndarray, max_children: int | None = 40) -> Tree:
+def build_forest(
+    embeddings: np.ndarray,
+    groups: np.ndarray,
+    max_children: int | None = 40,
+    *,
+    progress: Progress | None = None,
+) -> Tree:
     """One tree per group of leaves (the single-document setting), as one forest.
 
     ``groups[i]`` names the group of leaf ``i``. Leaves keep their ids; each group's abstract
@@ -359,7 +379,10 @@ def build_forest(embeddings: np.ndarray, groups: np.ndarray, max_children: int |
     parent_parts: list[np.ndarray] = [np.full(n, -1, dtype=np.int64)]
     layer_parts: list[np.ndarray] = [np.zeros(n, dtype=np.int64)]
     next_id = n
-    for value in np.unique(groups):
+    values = np.unique(groups)
+    for done, value in enumerate(values):
+        if progress is not None:
+            progress(done, values.size)
         members = np.flatnonzero(groups == value)
         sub = build_tree(e[members], max_children=max_children)
         m = members.size
@@ -370,4 +393,6 @@ def build_forest(embeddings: np.ndarray, groups: np.ndarray, max_children: int |
         parent_parts.append(sub_parent[m:])
         layer_parts.append(sub.layer[m:].astype(np.int64))
         next_id += sub.n_nodes - m
+    if progress is not None:
+        progress(values.size, values.size)
     return _renumber(np.concatenate(parent_parts), np.concatenate(layer_parts), n)
