@@ -122,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
         register = None
     if register is not None:
         register(sub)
+    from psirag.eval.cli import register as register_eval
+
+    register_eval(sub)
     return parser
 
 

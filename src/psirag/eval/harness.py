@@ -1,0 +1,558 @@
+"""The evaluation loop: every method over every question, scored by the paper's protocol.
+
+One run loads the dataset, embeds all questions once (the vectors are shared by every method,
+and query latency is measured with the vector given), gets each method's index from the cache or
+builds it, and answers each question:
+
+- retrieval only (no LLM): the method's top-k, scored by Recall@2/5;
+- ``NAME`` with an LLM: one retrieval and one answer call (:class:`RetrieveAndAnswer` with no
+  further retrievals: the same prompt, parser and forced-answer turn as the agent);
+- ``NAME+agent``: the R&A agent over that retriever (``max_retrievals`` more retrievals),
+  Recall@k read from the top-k of its merged evidence list (SPEC 2.4).
+
+LLM replies go through :class:`LLMClient` with a SQLite cache in the cache folder, so a rerun pays
+only for requests it has not seen.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from psirag.agent import RetrieveAndAnswer
+from psirag.embed import Embedder, finalize_vectors
+from psirag.errors import InputError
+from psirag.eval.data import EvalDataset, EvalQuestion, load_dataset
+from psirag.eval.embedcache import CachingEmbedder
+from psirag.eval.methods import (
+    METHODS,
+    EvalContext,
+    IndexCache,
+    IndexInfo,
+    Retrieval,
+    check_method,
+    load_plugins,
+)
+from psirag.eval.metrics import (
+    exact_match,
+    exact_match_max,
+    f1,
+    f1_max,
+    paired_bootstrap_ci,
+    recall_at_k,
+    rouge_l_max,
+)
+from psirag.eval.settings import (
+    LLM_METHODS,
+    RETRIEVAL_METHODS,
+    EvalSettings,
+    resolve_embedder,
+)
+from psirag.types import Passage
+
+SCHEMA = "psirag.eval/1"
+LLM_CACHE_FILE = "llm-cache.sqlite"
+SCORES = ("recall@2", "recall@5", "em", "f1", "em_alias", "f1_alias", "rouge_l")
+"""Per-question scores (fractions in the JSONL, percentages in the summary)."""
+COMPARED = ("recall@5", "f1")
+"""Scores compared with the first method by a paired bootstrap."""
+
+Say = Callable[[str], None]
+
+
+class QueryVectors:
+    """Question vectors computed once per run; sub-questions of the agent embedded on demand."""
+
+    def __init__(self, embedder: Embedder, texts: Sequence[str]) -> None:
+        self.embedder = embedder
+        self._lock = threading.Lock()
+        start = time.perf_counter()
+        unique = list(dict.fromkeys(texts))
+        vectors = finalize_vectors(embedder.embed(unique), unique) if unique else []
+        self._store: dict[str, np.ndarray] = dict(zip(unique, vectors, strict=True))
+        self.seconds = time.perf_counter() - start
+        self.extra = 0
+        """Texts embedded after the start (agent sub-questions)."""
+
+    def __call__(self, text: str) -> np.ndarray:
+        with self._lock:
+            vector = self._store.get(text)
+            if vector is None:
+                vector = finalize_vectors(self.embedder.embed([text]), [text])[0]
+                self._store[text] = vector
+                self.extra += 1
+            return vector
+
+
+@dataclass
+class MethodResult:
+    """One method's per-question rows and their summary."""
+
+    name: str
+    retriever: str
+    agent: bool
+    llm: bool
+    index: IndexInfo
+    index_seconds: float
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for score in SCORES:
+            values = [r[score] for r in self.rows if r[score] is not None]
+            out[score] = round(100 * float(np.mean(values)), 3) if values else None
+        out["index_seconds"] = round(self.index_seconds, 3)
+        out["index_reused"] = not self.index.built
+        query_ms = [r["query_ms"] for r in self.rows]
+        out["query_ms_p50"], out["query_ms_p95"] = _percentiles(query_ms)
+        if self.llm:
+            answer_ms = [r["answer_ms"] for r in self.rows]
+            out["answer_ms_p50"], out["answer_ms_p95"] = _percentiles(answer_ms)
+            out["retrievals_per_question"] = round(
+                float(np.mean([len(r["queries"]) for r in self.rows])), 3
+            )
+        return out
+
+    def scores(self, name: str) -> list[float] | None:
+        """Per-question values of one score, or None unless every question has one."""
+        values = [r[name] for r in self.rows]
+        if not values or any(v is None for v in values):
+            return None
+        return [float(v) for v in values]
+
+
+@dataclass
+class EvalReport:
+    """Everything one run measured; ``write`` saves results.json and the per-question JSONL."""
+
+    dataset: str
+    n_questions: int
+    settings: dict[str, Any]
+    embedder: str
+    llm: str | None
+    query_embedding_seconds: float
+    methods: list[MethodResult]
+    indexes: dict[str, dict[str, Any]]
+    index_builds: list[str]
+    bootstrap: int = 0
+
+    def comparisons(self) -> dict[str, dict[str, Any]]:
+        """Paired bootstrap 95% CIs of (method - first method), in percentage points."""
+        if self.bootstrap <= 0 or len(self.methods) < 2:
+            return {}
+        reference = self.methods[0]
+        out: dict[str, dict[str, Any]] = {}
+        for method in self.methods[1:]:
+            entry: dict[str, Any] = {}
+            for score in COMPARED:
+                a, b = method.scores(score), reference.scores(score)
+                if a is None or b is None:
+                    continue
+                ci = paired_bootstrap_ci(100 * np.asarray(a), 100 * np.asarray(b), n=self.bootstrap)
+                entry[score] = {
+                    k: round(v, 3) if isinstance(v, float) else v for k, v in ci.to_dict().items()
+                }
+            if entry:
+                out[f"{method.name} - {reference.name}"] = entry
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "dataset": self.dataset,
+            "n_questions": self.n_questions,
+            "methods": {m.name: m.summary() for m in self.methods},
+            "comparisons": self.comparisons(),
+            "embedder": self.embedder,
+            "llm": self.llm,
+            "query_embedding_seconds": round(self.query_embedding_seconds, 3),
+            "indexes": self.indexes,
+            "index_builds": self.index_builds,
+            "settings": self.settings,
+        }
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for m in self.methods for row in m.rows]
+
+    def write(self, output: str | Path) -> tuple[Path, Path]:
+        """``output`` (results.json) and ``<stem>.questions.jsonl`` beside it."""
+        output = Path(output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        questions = questions_path(output)
+        with questions.open("w", encoding="utf-8") as fh:
+            for row in self.rows():
+                fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        return output, questions
+
+    def table(self) -> str:
+        return format_table(self.to_dict())
+
+
+def questions_path(output: str | Path) -> Path:
+    output = Path(output)
+    return output.with_name(f"{output.stem}.questions.jsonl")
+
+
+def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    p50, p95 = np.percentile(np.asarray(values, dtype=np.float64), [50, 95])
+    return round(float(p50), 3), round(float(p95), 3)
+
+
+def format_table(results: dict[str, Any]) -> str:
+    """The summary of a results.json as an aligned text table (percentages, '-' for n/a)."""
+    columns = [
+        ("method", None),
+        ("R@2", "recall@2"),
+        ("R@5", "recall@5"),
+        ("EM", "em"),
+        ("F1", "f1"),
+        ("EM*", "em_alias"),
+        ("F1*", "f1_alias"),
+        ("RL", "rouge_l"),
+        ("index s", "index_seconds"),
+        ("p50 ms", "query_ms_p50"),
+        ("p95 ms", "query_ms_p95"),
+    ]
+    methods = list(results["methods"].items())
+    # A column no method fills (EM/F1 without an LLM, ROUGE-L on QA sets) is left out.
+    columns = [
+        c
+        for c in columns
+        if c[1] is None or any(summary.get(c[1]) is not None for _, summary in methods)
+    ]
+    body: list[list[str]] = []
+    for name, summary in methods:
+        row = [name]
+        for _, key in columns[1:]:
+            value = summary.get(key)
+            if value is None:
+                row.append("-")
+            elif key == "index_seconds":
+                row.append(f"{value:.1f}")
+            else:
+                row.append(f"{value:.2f}")
+        body.append(row)
+    header = [c[0] for c in columns]
+    widths = [max(len(header[i]), *(len(r[i]) for r in body)) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = cells[0].ljust(widths[0])
+        rest = [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest])
+
+    title = f"{results['dataset']}: {results['n_questions']} questions"
+    rule = "-" * len(line(header))
+    notes = "EM*/F1*: best over answer aliases; index s: build seconds of the stages a method uses"
+    return "\n".join([title, line(header), rule, *(line(r) for r in body), notes])
+
+
+def _score(
+    dataset: EvalDataset, q: EvalQuestion, passages: Sequence[Passage], answer: str | None
+) -> dict[str, float | None]:
+    keys = list(dict.fromkeys(dataset.record_of(p.source.document, p.text) for p in passages))
+    out: dict[str, float | None] = dict.fromkeys(SCORES)
+    if q.gold_passages:
+        out["recall@2"] = recall_at_k(keys, q.gold_passages, 2)
+        out["recall@5"] = recall_at_k(keys, q.gold_passages, 5)
+    if answer is not None:
+        if q.answer is not None:
+            out["em"] = exact_match(answer, q.answer)
+            out["f1"] = f1(answer, q.answer)
+            out["em_alias"] = exact_match_max(answer, q.answers)
+            out["f1_alias"] = f1_max(answer, q.answers)
+        elif q.answers:  # reference summaries
+            out["rouge_l"] = rouge_l_max(answer, q.answers)
+    return out
+
+
+def single_thread_blas() -> AbstractContextManager[Any]:
+    """BLAS limited to one thread while questions run, when threadpoolctl is installed.
+
+    Per-query latency is a single-thread figure: a multi-threaded matrix-vector product on a
+    busy machine measured 5x slower than one thread here, which would charge dense retrieval for
+    the machine's load rather than for its work.
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _passage_row(p: Passage) -> dict[str, Any]:
+    return {"id": p.id, "doc": p.source.document, "title": p.source.title, "score": p.score}
+
+
+class _Runner:
+    """Answers the questions with one method and records a row per question."""
+
+    def __init__(
+        self,
+        dataset: EvalDataset,
+        settings: EvalSettings,
+        vectors: QueryVectors,
+        llm: Any,
+    ) -> None:
+        self.dataset = dataset
+        self.settings = settings
+        self.vectors = vectors
+        self.llm = llm
+
+    def run(
+        self, name: str, retrieval: Retrieval, agent: bool, progress: bool
+    ) -> list[dict[str, Any]]:
+        from tqdm.auto import tqdm
+
+        questions = self.dataset.questions
+
+        def one(q: EvalQuestion) -> dict[str, Any]:
+            if self.llm is None:
+                return self._retrieve_only(retrieval, q)
+            return self._answer(retrieval, q, agent)
+
+        bar = tqdm(total=len(questions), desc=name, unit="q", disable=not progress, leave=False)
+        try:
+            with single_thread_blas():
+                rows = self._rows(one, questions, bar)
+        finally:
+            bar.close()
+        for row in rows:
+            row["method"] = name
+        return rows
+
+    def _rows(
+        self, one: Callable[[EvalQuestion], dict[str, Any]], questions: list[EvalQuestion], bar: Any
+    ) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        if self.llm is not None and self.settings.workers > 1:
+            with ThreadPoolExecutor(self.settings.workers) as pool:
+                for row in pool.map(one, questions):
+                    rows.append(row)
+                    bar.update(1)
+        else:
+            for q in questions:
+                rows.append(one(q))
+                bar.update(1)
+        return rows
+
+    def _base_row(self, q: EvalQuestion) -> dict[str, Any]:
+        return {
+            "method": "",
+            "id": q.id,
+            "question": q.question,
+            "gold": q.answer,
+            "gold_answers": q.answers,
+            "gold_passage_ids": q.gold_ids,
+        }
+
+    def _retrieve_only(self, retrieval: Retrieval, q: EvalQuestion) -> dict[str, Any]:
+        vector = self.vectors(q.question)
+        start = time.perf_counter()
+        passages = retrieval.search(q.question, vector)
+        ms = (time.perf_counter() - start) * 1000
+        return {
+            **self._base_row(q),
+            "answer": None,
+            "retrieved": [_passage_row(p) for p in passages],
+            **_score(self.dataset, q, passages[: self.settings.k], None),
+            "query_ms": ms,
+            "queries": [q.question],
+        }
+
+    def _answer(self, retrieval: Retrieval, q: EvalQuestion, agent: bool) -> dict[str, Any]:
+        timings: list[float] = []
+
+        def retrieve(query: str) -> list[Passage]:
+            vector = self.vectors(query)
+            start = time.perf_counter()
+            passages = retrieval.search(query, vector)
+            timings.append((time.perf_counter() - start) * 1000)
+            return passages
+
+        loop = RetrieveAndAnswer(
+            self.llm,
+            retrieve,
+            max_retrievals=self.settings.max_retrievals if agent else 0,
+            max_tokens=self.settings.max_tokens,
+            stage="eval-agent" if agent else "eval-answer",
+        )
+        start = time.perf_counter()
+        result = loop.run(q.question)
+        answer_ms = (time.perf_counter() - start) * 1000
+        evidence = result.evidence
+        return {
+            **self._base_row(q),
+            "answer": result.answer,
+            "retrieved": [_passage_row(p) for p in evidence],
+            **_score(self.dataset, q, evidence[: self.settings.k], result.answer),
+            "query_ms": timings[0] if timings else 0.0,
+            "answer_ms": answer_ms,
+            "queries": [s.query for s in result.steps],
+            "actions": [s.action for s in result.steps],
+            "llm_calls": result.stats.llm_calls,
+        }
+
+
+def run_eval(
+    dataset: str | Path | EvalDataset,
+    settings: EvalSettings | None = None,
+    *,
+    embedder: Embedder | None = None,
+    llm: Any = None,
+    say: Say | None = None,
+    progress: bool = False,
+) -> EvalReport:
+    """Evaluate ``settings.method_names`` on a dataset folder (or a loaded dataset).
+
+    ``embedder`` and ``llm`` (a ChatModel or LLMClient) override ``settings.embedder`` and
+    ``settings.llm``; ``say`` receives progress lines.
+    """
+    settings = settings or EvalSettings()
+    if embedder is not None and embedder.spec != settings.embedder:
+        settings = replace(settings, embedder=embedder.spec)  # what the index manifest records
+    say = say or (lambda message: None)
+    load_plugins()
+    has_llm = llm is not None or settings.llm is not None
+    if not settings.methods:
+        settings = replace(settings, methods=LLM_METHODS if has_llm else RETRIEVAL_METHODS)
+    names = list(dict.fromkeys(settings.methods))
+    plan = [(name, *check_method(name)) for name in names]
+    if not has_llm:
+        needing = [name for name, _, agent in plan if agent]
+        if needing:
+            raise InputError(f"{', '.join(needing)} need an LLM: pass --llm SPEC")
+
+    if isinstance(dataset, EvalDataset):
+        data = replace(dataset, questions=dataset.questions[: settings.limit])
+    else:
+        data = load_dataset(dataset, settings.limit)
+    if not data.questions:
+        raise InputError(f"{data.folder}: no questions to evaluate")
+
+    embedder_obj = embedder or resolve_embedder(
+        settings.embedder, settings.resolved_index_config().batch_size
+    )
+    embedding_cached = False
+    if settings.embedding_cache is not None:
+        embedder_obj = CachingEmbedder(embedder_obj, settings.embedding_cache)
+        embedding_cached = True
+    cache = IndexCache(settings.cache_dir, rebuild=settings.rebuild)
+    ctx = EvalContext(
+        dataset=data,
+        settings=settings,
+        embedder=embedder_obj,
+        cache=cache,
+        say=say,
+        progress=progress,
+        embedding_cached=embedding_cached,
+    )
+
+    say(f"embedding {len(data.questions)} questions")
+    vectors = QueryVectors(embedder_obj, [q.question for q in data.questions])
+
+    client, owned = _llm_client(settings, llm)
+    results: list[MethodResult] = []
+    retrievers: dict[str, Retrieval] = {}
+    try:
+        runner = _Runner(data, settings, vectors, client)
+        for name, base, agent in plan:
+            if base not in retrievers:
+                retrievers[base] = METHODS[base].factory(ctx)
+            retrieval = retrievers[base]
+            say(f"running {name} on {len(data.questions)} questions")
+            rows = runner.run(name, retrieval, agent, progress)
+            results.append(
+                MethodResult(
+                    name=name,
+                    retriever=base,
+                    agent=agent,
+                    llm=client is not None,
+                    index=retrieval.index,
+                    index_seconds=retrieval.index_seconds,
+                    rows=rows,
+                )
+            )
+    finally:
+        if owned and client is not None:
+            client.close()
+
+    indexes = {r.index.kind: r.index.to_dict() for r in results}
+    return EvalReport(
+        dataset=data.name,
+        n_questions=len(data.questions),
+        settings=_settings_dict(settings),
+        embedder=embedder_obj.id,
+        llm=_model_id(client),
+        query_embedding_seconds=vectors.seconds,
+        methods=results,
+        indexes=indexes,
+        index_builds=list(cache.builds),
+        bootstrap=settings.bootstrap,
+    )
+
+
+def _llm_client(settings: EvalSettings, llm: Any) -> tuple[Any, bool]:
+    """The LLMClient every answer goes through (cached in the cache folder); owned: close it."""
+    if llm is not None:
+        return llm, False
+    if settings.llm is None:
+        return None, False
+    from psirag.llm import LLMClient, load_chat_model
+
+    cache_dir = Path(settings.cache_dir).expanduser()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    return LLMClient(load_chat_model(settings.llm), cache_path=cache_dir / LLM_CACHE_FILE), True
+
+
+def _model_id(client: Any) -> str | None:
+    """The model id of an LLMClient (its wrapped model) or of a bare ChatModel."""
+    if client is None:
+        return None
+    model = getattr(client, "model", None)
+    return getattr(model, "id", None) or getattr(client, "id", None)
+
+
+def _settings_dict(settings: EvalSettings) -> dict[str, Any]:
+    return {
+        "methods": list(settings.method_names),
+        "limit": settings.limit,
+        "k": settings.k,
+        "candidates": settings.candidates,
+        "beam": settings.beam,
+        "reranker": settings.reranker,
+        "max_retrievals": settings.max_retrievals,
+        "max_tokens": settings.max_tokens,
+        "index_config": settings.resolved_index_config().to_dict(),
+        "cache_dir": str(settings.cache_dir),
+        "embedding_cache": str(settings.embedding_cache) if settings.embedding_cache else None,
+        "query_blas_threads": 1 if _has_threadpoolctl() else None,
+    }
+
+
+def _has_threadpoolctl() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("threadpoolctl") is not None
+
+
+__all__ = [
+    "SCHEMA",
+    "EvalReport",
+    "MethodResult",
+    "QueryVectors",
+    "format_table",
+    "questions_path",
+    "run_eval",
+]

@@ -1,0 +1,449 @@
+"""The evaluated methods: a registry of name -> factory, the built-in baselines, the index cache.
+
+A method is a retriever, ``search(query, query_vector) -> list[Passage]`` (its final top-k, best
+first), made by a factory from an :class:`EvalContext`. The context hands out indexes built once
+per (corpus content, index config, embedder) and kept under the cache folder, so a second run
+with the same inputs loads them instead of building. The harness turns every retriever into
+three evaluated methods: retrieval only (no ``--llm``), one LLM answer over one retrieval (with
+``--llm``), and the R&A agent (``NAME+agent``).
+
+Built-ins, all over one psirag index (the same leaves, embeddings and BM25 for every method):
+
+- ``psi``: tree search + BM25, RRF (the default SearchConfig), or reranked with ``--reranker``;
+- ``psi-tree``: tree search alone;
+- ``bm25``: BM25 alone;
+- ``dense``: exact flat cosine over the leaf embeddings;
+- ``hybrid``: BM25 + dense, RRF (dense list first), or reranked with ``--reranker``.
+
+Adding a method (a RAPTOR-style tree in ``psirag/eval/raptor.py``, say)::
+
+    from psirag.eval.methods import Retrieval, register_method
+
+    def make_raptor(ctx):
+        tree, info = ctx.artifact(
+            "raptor", {"layers": 3}, build=..., save=lambda t, path: ..., load=lambda path: ...
+        )
+        return Retrieval(lambda q, vec: tree.search_vector(vec, q, ctx.settings.k), info)
+
+    register_method("raptor", make_raptor, "RAPTOR-style clustered summary tree")
+
+Modules named in :data:`PLUGINS` are imported by the harness when present, so ``--methods
+raptor`` (and ``raptor+agent`` with ``--llm``) then work without touching this file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from psirag import __version__
+from psirag.embed import Embedder
+from psirag.errors import InputError, PsiragError
+from psirag.eval.data import EvalDataset
+from psirag.eval.settings import EvalSettings
+from psirag.index import Index
+from psirag.retrieval.fusion import rrf_fuse
+from psirag.storage import FORMAT_VERSION
+from psirag.types import Passage
+
+log = logging.getLogger("psirag")
+
+T = TypeVar("T")
+SearchFn = Callable[[str, np.ndarray], list[Passage]]
+Say = Callable[[str], None]
+
+PLUGINS = ("psirag.eval.raptor",)
+"""Modules that register more methods on import; missing ones are skipped."""
+
+PSI_KIND = "psirag"
+SIDE_FILE = "eval-cache.json"
+ALL_STAGES = ("chunking", "embedding", "tree", "abstracts", "routing", "bm25")
+
+
+# --- the index cache ------------------------------------------------------------------------------
+
+
+@dataclass
+class IndexInfo:
+    """Where an index came from and what building it cost."""
+
+    kind: str
+    key: str
+    path: str
+    built: bool
+    """Built by this run; False when loaded from the cache."""
+    build_seconds: float
+    """Wall time of the build (the original build when loaded from the cache)."""
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    embedding_cached: bool = False
+    """Embeddings came (partly) from an embedding cache, so 'embedding' seconds understate."""
+
+    def seconds_for(self, stages: Sequence[str] | None) -> float:
+        """Build cost of the given stages (all of it for None or when stages are unknown)."""
+        if stages is None or not self.stage_seconds:
+            return self.build_seconds
+        return sum(self.stage_seconds.get(s, 0.0) for s in stages)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "path": self.path,
+            "built": self.built,
+            "build_seconds": round(self.build_seconds, 3),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stage_seconds.items()},
+            "embedding_cached": self.embedding_cached,
+        }
+
+
+class IndexCache:
+    """Indexes in ``root/indexes/<kind>-<key>``, keyed by a hash of everything they depend on.
+
+    An entry is complete when its ``eval-cache.json`` exists (written last); an entry that fails
+    to load is rebuilt. ``builds`` lists the kinds built through this object (tests count them).
+    """
+
+    def __init__(self, root: str | Path, *, rebuild: bool = False) -> None:
+        self.root = Path(root).expanduser()
+        self.rebuild = rebuild
+        self.builds: list[str] = []
+
+    @staticmethod
+    def key(kind: str, parts: dict[str, Any]) -> str:
+        blob = json.dumps({"kind": kind, **parts}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def entry(self, kind: str, key: str) -> Path:
+        return self.root / "indexes" / f"{kind}-{key[:24]}"
+
+    def get_or_build(
+        self,
+        kind: str,
+        parts: dict[str, Any],
+        *,
+        build: Callable[[], T],
+        save: Callable[[T, Path], None],
+        load: Callable[[Path], T],
+        stages: Callable[[T], dict[str, float]] | None = None,
+        say: Say | None = None,
+        embedding_cached: bool = False,
+    ) -> tuple[T, IndexInfo]:
+        say = say or (lambda message: None)
+        key = self.key(kind, parts)
+        entry = self.entry(kind, key)
+        side = entry / SIDE_FILE
+        if side.is_file() and not self.rebuild:
+            try:
+                meta = json.loads(side.read_text(encoding="utf-8"))
+                obj = load(entry / "index")
+            except (PsiragError, OSError, ValueError, KeyError) as exc:
+                say(f"cached {kind} index at {entry} is unreadable ({exc}); rebuilding")
+            else:
+                say(f"reusing the {kind} index in {entry}")
+                return obj, IndexInfo(
+                    kind=kind,
+                    key=key,
+                    path=str(entry),
+                    built=False,
+                    build_seconds=float(meta.get("build_seconds", 0.0)),
+                    stage_seconds={k: float(v) for k, v in meta.get("stage_seconds", {}).items()},
+                    embedding_cached=bool(meta.get("embedding_cached", False)),
+                )
+        say(f"building the {kind} index (cached in {entry})")
+        start = time.perf_counter()
+        obj = build()
+        seconds = time.perf_counter() - start
+        self.builds.append(kind)
+        if entry.exists():
+            shutil.rmtree(entry)
+        entry.mkdir(parents=True)
+        save(obj, entry / "index")
+        info = IndexInfo(
+            kind=kind,
+            key=key,
+            path=str(entry),
+            built=True,
+            build_seconds=seconds,
+            stage_seconds=dict(stages(obj)) if stages else {},
+            embedding_cached=embedding_cached,
+        )
+        meta = {**info.to_dict(), "parts": parts, "psirag_version": __version__}
+        meta.pop("built")
+        tmp = side.with_suffix(".tmp")
+        tmp.write_text(json.dumps(meta, indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, side)
+        return obj, info
+
+
+# --- what factories see ---------------------------------------------------------------------------
+
+
+@dataclass
+class EvalContext:
+    """The dataset, the settings, the embedder and the index cache of one run."""
+
+    dataset: EvalDataset
+    settings: EvalSettings
+    embedder: Embedder
+    cache: IndexCache
+    say: Say = field(default=lambda message: None)
+    progress: bool = False
+    embedding_cached: bool = False
+    _psi: tuple[Index, IndexInfo] | None = None
+    _reranker: Any = None
+
+    @cached_property
+    def corpus_hash(self) -> str:
+        return self.dataset.content_hash()
+
+    def artifact(
+        self,
+        kind: str,
+        config: dict[str, Any],
+        *,
+        build: Callable[[], T],
+        save: Callable[[T, Path], None],
+        load: Callable[[Path], T],
+        stages: Callable[[T], dict[str, float]] | None = None,
+    ) -> tuple[T, IndexInfo]:
+        """An index of any kind over this corpus, built once per (corpus, config, embedder)."""
+        parts = {
+            "corpus": self.corpus_hash,
+            "config": config,
+            "embedder": self.embedder.id,
+            "index_format": FORMAT_VERSION,
+        }
+        return self.cache.get_or_build(
+            kind,
+            parts,
+            build=build,
+            save=save,
+            load=load,
+            stages=stages,
+            say=self.say,
+            embedding_cached=self.embedding_cached,
+        )
+
+    def psi_index(self) -> tuple[Index, IndexInfo]:
+        """The psirag index (tree, leaf embeddings, BM25) every built-in method searches."""
+        if self._psi is None:
+            config = self.settings.resolved_index_config()
+
+            def build() -> Index:
+                return Index.build(
+                    self.dataset.documents,
+                    config,
+                    embedder=self.embedder,
+                    progress=self.progress,
+                    report=self.say,
+                )
+
+            def save(index: Index, path: Path) -> None:
+                index.save(path)
+
+            self._psi = self.artifact(
+                PSI_KIND,
+                config.to_dict(),
+                build=build,
+                save=save,
+                load=lambda path: Index.load(path, embedder=self.embedder),
+                stages=lambda index: index.stats.seconds,
+            )
+        return self._psi
+
+    def reranker(self) -> Any:
+        """The ``--reranker`` cross-encoder, loaded once."""
+        if self._reranker is None:
+            from psirag.retrieval.rerank import CrossEncoderReranker
+
+            self._reranker = CrossEncoderReranker(str(self.settings.reranker))
+        return self._reranker
+
+
+@dataclass
+class Retrieval:
+    """A ready retriever, the index it searches, and the build stages it needs."""
+
+    search: SearchFn
+    index: IndexInfo
+    stages: Sequence[str] | None = None
+    """Build stages this method uses (for its index_seconds); None: the whole build."""
+
+    @property
+    def index_seconds(self) -> float:
+        return self.index.seconds_for(self.stages)
+
+
+Factory = Callable[[EvalContext], Retrieval]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    factory: Factory
+    description: str = ""
+
+
+METHODS: dict[str, MethodSpec] = {}
+"""Retriever name -> how to make it. ``NAME+agent`` needs no entry of its own."""
+
+
+def register_method(name: str, factory: Factory, description: str = "") -> None:
+    """Make ``name`` available to ``psirag eval --methods`` (replacing an earlier entry)."""
+    if not name or "+" in name or "," in name:
+        raise ValueError(f"method names need no '+' or ',': {name!r}")
+    METHODS[name] = MethodSpec(name, factory, description)
+
+
+# --- built-in retrievers --------------------------------------------------------------------------
+
+
+class DenseFlat:
+    """Exact cosine over every leaf embedding, one leaf per distinct text (as BM25 does)."""
+
+    def __init__(self, index: Index) -> None:
+        n = index.tree.n_leaves
+        self.index = index
+        self.vectors = np.ascontiguousarray(np.asarray(index.node_vectors[:n]), dtype=np.float32)
+        seen: dict[str, int] = {}
+        first = [seen.setdefault(c.text, i) == i for i, c in enumerate(index.chunks)]
+        self.first = np.asarray(first, dtype=bool)
+
+    def ranked(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k leaves by cosine, best first (ties by leaf id), with their scores."""
+        scores = self.vectors @ np.asarray(vector, dtype=np.float32).ravel()
+        scores = np.where(self.first, scores, -np.inf)
+        k = min(k, int(self.first.sum()))
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        top = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
+        top = top[np.lexsort((top, -scores[top]))][:k]
+        return top, scores[top]
+
+
+def _psi_factory(use_tree: bool, use_bm25: bool) -> Factory:
+    def make(ctx: EvalContext) -> Retrieval:
+        index, info = ctx.psi_index()
+        s = ctx.settings
+        changes: dict[str, Any] = {"use_tree": use_tree, "use_bm25": use_bm25}
+        if use_tree and use_bm25 and s.reranker:
+            changes.update(fusion="rerank", reranker=s.reranker)
+        config = s.search_config(**changes)
+
+        def search(query: str, vector: np.ndarray) -> list[Passage]:
+            return index.search_vector(vector, query, config=config)
+
+        stages = ["chunking"]
+        if use_tree:
+            stages += ["embedding", "tree", "abstracts", "routing"]
+        if use_bm25:
+            stages.append("bm25")
+        return Retrieval(search, info, stages)
+
+    return make
+
+
+def _dense(ctx: EvalContext) -> Retrieval:
+    index, info = ctx.psi_index()
+    dense = DenseFlat(index)
+    k = ctx.settings.k
+
+    def search(query: str, vector: np.ndarray) -> list[Passage]:
+        leaves, scores = dense.ranked(vector, k)
+        return [index.passage(int(i), float(s)) for i, s in zip(leaves, scores, strict=True)]
+
+    return Retrieval(search, info, ["chunking", "embedding"])
+
+
+def _hybrid(ctx: EvalContext) -> Retrieval:
+    index, info = ctx.psi_index()
+    dense = DenseFlat(index)
+    s = ctx.settings
+    reranker = ctx.reranker() if s.reranker else None
+
+    def search(query: str, vector: np.ndarray) -> list[Passage]:
+        dense_ids = dense.ranked(vector, s.candidates)[0].tolist()
+        bm25_ids = index.sparse.search(query, k=s.candidates)[0].tolist()
+        if reranker is None:
+            fused = rrf_fuse([dense_ids, bm25_ids], k=s.k)
+            return [index.passage(i, score) for i, score in fused]
+        union = list(dict.fromkeys(int(i) for i in [*dense_ids, *bm25_ids]))
+        if not union:
+            return []
+        scores = reranker.score(query, [index.chunks[i].text for i in union])
+        order = sorted(range(len(union)), key=lambda j: (-float(scores[j]), union[j]))
+        return [index.passage(union[j], float(scores[j])) for j in order[: s.k]]
+
+    return Retrieval(search, info, ["chunking", "embedding", "bm25"])
+
+
+register_method("psi", _psi_factory(True, True), "tree search + BM25, RRF (Ψ-RAG retrieval)")
+register_method("psi-tree", _psi_factory(True, False), "tree search alone")
+register_method("bm25", _psi_factory(False, True), "BM25 alone")
+register_method("dense", _dense, "exact flat cosine over the leaf embeddings")
+register_method("hybrid", _hybrid, "BM25 + dense, RRF")
+
+
+PLUGIN_ERRORS: dict[str, str] = {}
+"""Plugins that failed to import, and why (shown when one of their methods is asked for)."""
+
+
+def load_plugins() -> None:
+    """Import the optional modules that register more methods.
+
+    A plugin that cannot be imported (a missing optional dependency, a bug) must not take the
+    built-in methods down with it: the failure is logged and remembered instead.
+    """
+    import importlib
+
+    for module in PLUGINS:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                PLUGIN_ERRORS[module] = f"{type(exc).__name__}: {exc}"
+                log.warning("psirag eval: plugin %s not loaded (%s)", module, exc)
+        except Exception as exc:
+            PLUGIN_ERRORS[module] = f"{type(exc).__name__}: {exc}"
+            log.warning("psirag eval: plugin %s not loaded (%s)", module, exc)
+
+
+def check_method(name: str) -> tuple[str, bool]:
+    """Split ``NAME+agent`` into its retriever and the agent flag; unknown names fail clearly."""
+    base, agent = (name[: -len("+agent")], True) if name.endswith("+agent") else (name, False)
+    if base not in METHODS:
+        known = ", ".join(sorted(METHODS))
+        broken = "".join(f"; plugin {m} failed to load: {e}" for m, e in PLUGIN_ERRORS.items())
+        raise InputError(
+            f"unknown method {name!r}; known retrievers: {known} (each also as NAME+agent)" + broken
+        )
+    return base, agent
+
+
+__all__ = [
+    "METHODS",
+    "PLUGINS",
+    "PLUGIN_ERRORS",
+    "DenseFlat",
+    "EvalContext",
+    "Factory",
+    "IndexCache",
+    "IndexInfo",
+    "MethodSpec",
+    "Retrieval",
+    "SearchFn",
+    "check_method",
+    "load_plugins",
+    "register_method",
+]
