@@ -13,13 +13,12 @@ import argparse
 import io
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_server import ChatServer
 
 from psirag.agent import (
     NOT_MENTIONED,
@@ -37,58 +36,12 @@ from psirag.types import Passage, Source
 # --- the scripted server -------------------------------------------------------------------------
 
 
-class ScriptedServer:
-    """An OpenAI-compatible chat endpoint that replays a script and records the requests."""
+class ScriptedServer(ChatServer):
+    """Replays a script of replies, one per request, and records the requests."""
 
     def __init__(self) -> None:
         self.replies: list[str] = []
-        self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with owner.lock:
-                    owner.requests.append(body)
-                    reply = owner.replies.pop(0) if owner.replies else None
-                if self.path != "/v1/chat/completions" or reply is None:
-                    self._send(500, {"error": {"message": "script exhausted or wrong path"}})
-                    return
-                self._send(
-                    200,
-                    {
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": reply},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 11, "completion_tokens": 7},
-                    },
-                )
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        super().__init__(lambda body: self.replies.pop(0) if self.replies else None)
 
     @property
     def spec(self) -> str:
@@ -101,10 +54,6 @@ class ScriptedServer:
         """The last user message of request ``i``: the turn the model was answering."""
         users = [m["content"] for m in self.requests[i]["messages"] if m["role"] == "user"]
         return users[-1]
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

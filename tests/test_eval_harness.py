@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from chat_server import ChatServer
 from conftest import HashEmbedder
 
 from psirag.cli import main
@@ -303,53 +302,11 @@ def test_list_fields_stored_as_strings_are_read(tmp_path: Path) -> None:
 # --- with an LLM ----------------------------------------------------------------------------------
 
 
-class ScriptedLLM:
-    """An OpenAI-compatible chat endpoint on 127.0.0.1 that answers from the question asked."""
+class ScriptedLLM(ChatServer):
+    """Answers from the question asked, as a model that read the documents would."""
 
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with owner.lock:
-                    owner.requests.append(body)
-                if self.path != "/v1/chat/completions":
-                    self._send(404, {"error": {"message": "wrong path"}})
-                    return
-                reply = owner.reply(body["messages"])
-                self._send(
-                    200,
-                    {
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", "content": reply},
-                                "finish_reason": "stop",
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 50, "completion_tokens": 9},
-                    },
-                )
-
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
+        super().__init__(lambda body: self.reply(body["messages"]), usage=(50, 9))
 
     @property
     def spec(self) -> str:
@@ -374,10 +331,6 @@ class ScriptedLLM:
             # One look at the documents (no agent) gives the alias; two give the answer.
             return "Answer: Lisbon" if len(users) > 1 else "Thought: It is Lisboa.\nAnswer: Lisboa"
         return "Answer: Not mentioned"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
