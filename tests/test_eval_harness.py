@@ -381,6 +381,10 @@ def test_llm_answers_and_the_agent_over_http(
     assert agent["f1"] == pytest.approx(100 * (1 + 1 + 2 / 3) / 3, abs=1e-3)
     assert agent["retrievals_per_question"] == pytest.approx(4 / 3, abs=1e-3)
     assert psi["rouge_l"] is None
+    # reply-format accounting: every scripted reply carries a proper marker line
+    assert (psi["replies"], agent["replies"]) == (3, 4)
+    assert psi["well_formed_pct"] == agent["well_formed_pct"] == 100.0
+    assert agent["rescued_replies"] == agent["forced_turns"] == agent["empty_answers"] == 0
 
     rows = {(r["method"], r["id"]): r for r in read_jsonl(questions_path(out))}
     assert len(rows) == 6

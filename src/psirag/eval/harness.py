@@ -120,6 +120,7 @@ class MethodResult:
             out["retrievals_per_question"] = round(
                 float(np.mean([len(r["queries"]) for r in self.rows])), 3
             )
+            out.update(_reply_counts(self.rows))
         return out
 
     def scores(self, name: str) -> list[float] | None:
@@ -128,6 +129,28 @@ class MethodResult:
         if not values or any(v is None for v in values):
             return None
         return [float(v) for v in values]
+
+
+def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How well the model kept the reply format: well-formed replies over all replies, with the
+    replies the fallback parser rescued and the forced-answer turns counted apart."""
+    stats = [r.get("agent_stats") or {} for r in rows]
+    total = {
+        key: sum(s.get(key, 0) for s in stats)
+        for key in ("well_formed", "rescued", "unparsed", "forced_turns", "llm_calls")
+    }
+    replies = total["well_formed"] + total["rescued"] + total["unparsed"]
+    answers = [str(r.get("answer") or "").strip() for r in rows]
+    return {
+        "replies": replies,
+        "well_formed_pct": round(100 * total["well_formed"] / replies, 2) if replies else None,
+        "rescued_replies": total["rescued"],
+        "unparsed_replies": total["unparsed"],
+        "forced_turns": total["forced_turns"],
+        "llm_calls": total["llm_calls"],
+        "not_mentioned": sum(a.lower() == "not mentioned" for a in answers),
+        "empty_answers": sum(not a for a in answers),
+    }
 
 
 @dataclass
@@ -402,6 +425,7 @@ class _Runner:
             "queries": [s.query for s in result.steps],
             "actions": [s.action for s in result.steps],
             "llm_calls": result.stats.llm_calls,
+            "agent_stats": result.stats.to_dict(),
         }
 
 
