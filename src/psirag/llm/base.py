@@ -1,0 +1,62 @@
+"""The one small protocol every LLM backend implements, and the shapes it returns."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+Message = dict[str, str]
+"""An OpenAI-style chat message: {"role": "system"|"user"|"assistant", "content": "..."}."""
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Sampling settings. Part of the response-cache key."""
+
+    max_tokens: int = 256
+    """Hard cap on generated tokens."""
+    temperature: float = 0.0
+    repeat_penalty: float = 1.0
+    """llama.cpp-style repetition penalty (1.0 = off); see OpenAIChat for servers that reject it."""
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached: bool = False
+    finish_reason: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat LLM. ``id`` names the model (and endpoint) for caches and manifests, never a key."""
+
+    id: str
+    context_tokens: int
+
+    def chat(self, messages: list[Message], params: GenerationParams) -> ChatResult: ...
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """A model that counts tokens with its own tokenizer (local backends; HTTP ones estimate)."""
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+def estimate_tokens(text: str) -> int:
+    """A deliberately high token estimate (one token per 3 UTF-8 bytes) for models whose tokenizer
+    is out of reach: over-counting only cuts inputs a little early, under-counting overflows."""
+    return math.ceil(len(text.encode("utf-8")) / 3)
+
+
+def token_counter(model: object) -> Callable[[str], int]:
+    """The model's own ``count_tokens`` when it has one, else :func:`estimate_tokens`."""
+    counter = getattr(model, "count_tokens", None)
+    return counter if callable(counter) else estimate_tokens

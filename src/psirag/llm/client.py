@@ -1,0 +1,302 @@
+"""The one gate every LLM call passes through: cache, retries, bounded concurrency, accounting.
+
+Why one gate: an index build makes thousands of calls. With every call keyed into a persistent
+SQLite cache, a crashed or interrupted build resumes for free (only unfinished calls are paid
+again), and the per-stage counters say exactly what a run cost. Failed and empty answers are
+never cached, so a bad moment of the server is not remembered as an answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message, token_counter
+from psirag.llm.errors import LLMError, LLMHTTPError
+
+CACHE_FORMAT = 1
+"""Bumped when the key recipe or the table changes, so old entries are never misread."""
+
+MAX_BACKOFF_S = 60.0
+
+
+def cache_key(model_id: str, messages: Sequence[Message], params: GenerationParams) -> str:
+    """sha256 over the model id, the exact messages and the sampling settings (never a key)."""
+    payload = {
+        "format": CACHE_FORMAT,
+        "model": model_id,
+        "messages": [dict(m) for m in messages],
+        "params": {**asdict(params), "stop": list(params.stop)},
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Persistent answers in SQLite (WAL), shared safely by threads here and other processes.
+
+    One connection guarded by a lock serves this process's threads; WAL plus a busy timeout lets
+    several processes read and write the same file. Each write is its own transaction, so a crash
+    loses at most the call in flight.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(
+            self.path, timeout=60, check_same_thread=False, isolation_level=None
+        )
+        with self._lock:
+            self._conn.execute("PRAGMA busy_timeout = 60000")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute(
+                "CREATE TABLE IF NOT EXISTS responses ("
+                " key TEXT PRIMARY KEY,"
+                " model TEXT NOT NULL,"
+                " text TEXT NOT NULL,"
+                " prompt_tokens INTEGER NOT NULL,"
+                " completion_tokens INTEGER NOT NULL,"
+                " finish_reason TEXT,"
+                " created REAL NOT NULL)"
+            )
+
+    def get(self, key: str) -> ChatResult | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT text, prompt_tokens, completion_tokens, finish_reason"
+                " FROM responses WHERE key = ?",
+                (key,),
+            ).fetchone()
+        if row is None:
+            return None
+        return ChatResult(row[0], int(row[1]), int(row[2]), cached=True, finish_reason=row[3])
+
+    def put(self, key: str, model_id: str, result: ChatResult) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    key,
+                    model_id,
+                    result.text,
+                    result.prompt_tokens,
+                    result.completion_tokens,
+                    result.finish_reason,
+                    time.time(),
+                ),
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM responses").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+@dataclass
+class _StageUsage:
+    calls: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    retries: int = 0
+    failed: int = 0
+
+
+class LLMClient:
+    """Wraps a :class:`ChatModel` with a response cache, retries and per-stage usage counters.
+
+    ``retries`` is the number of extra attempts after a transient failure (timeout, refused or
+    dropped connection, HTTP 429 or 5xx), waiting ``backoff * 2**attempt`` seconds (or the
+    server's Retry-After, up to a minute) between them. Other errors are raised at once.
+    ``cache_path=None`` turns the cache off.
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        cache_path: str | Path | None,
+        max_concurrency: int = 4,
+        retries: int = 3,
+        backoff: float = 1.0,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self.model = model
+        self.cache = ResponseCache(cache_path) if cache_path is not None else None
+        self.max_concurrency = int(max_concurrency)
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self._sleep = sleep
+        self._usage: dict[str, _StageUsage] = {}
+        self._usage_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        cache = str(self.cache.path) if self.cache else None
+        return f"LLMClient(model={self.model.id!r}, cache={cache!r})"
+
+    def __enter__(self) -> LLMClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+    @property
+    def id(self) -> str:
+        """The wrapped model's id, so a client can stand wherever a ChatModel is expected."""
+        return self.model.id
+
+    @property
+    def context_tokens(self) -> int:
+        return int(self.model.context_tokens)
+
+    def count_tokens(self, text: str) -> int:
+        """The model's own count where it has a tokenizer, else a high estimate."""
+        return token_counter(self.model)(text)
+
+    @property
+    def usage(self) -> dict[str, dict[str, float]]:
+        """Per stage: calls (paid, i.e. sent to the model), cached, tokens, seconds, retries,
+        failed."""
+        with self._usage_lock:
+            return {stage: asdict(u) for stage, u in self._usage.items()}
+
+    def _stage(self, stage: str) -> _StageUsage:
+        # Caller holds _usage_lock.
+        return self._usage.setdefault(stage, _StageUsage())
+
+    def chat(
+        self, messages: list[Message], params: GenerationParams, stage: str = "agent"
+    ) -> ChatResult:
+        """One call: from the cache when this exact request was answered before, else the model."""
+        key = cache_key(self.model.id, messages, params) if self.cache is not None else ""
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                with self._usage_lock:
+                    self._stage(stage).cached += 1
+                return hit
+        start = time.perf_counter()
+        try:
+            result, retries = self._call(messages, params)
+        except LLMError as exc:
+            with self._usage_lock:
+                u = self._stage(stage)
+                u.failed += 1
+                u.retries += getattr(exc, "retries", 0)
+                u.seconds += time.perf_counter() - start
+            raise
+        elapsed = time.perf_counter() - start
+        with self._usage_lock:
+            u = self._stage(stage)
+            u.calls += 1
+            u.retries += retries
+            u.prompt_tokens += result.prompt_tokens
+            u.completion_tokens += result.completion_tokens
+            u.seconds += elapsed
+        if self.cache is not None and result.text.strip():
+            self.cache.put(key, self.model.id, result)
+        return result
+
+    def _call(self, messages: list[Message], params: GenerationParams) -> tuple[ChatResult, int]:
+        attempt = 0
+        while True:
+            try:
+                return self.model.chat(messages, params), attempt
+            except LLMError as exc:
+                if not exc.retryable or attempt >= self.retries:
+                    exc.retries = attempt  # type: ignore[attr-defined]
+                    if attempt:
+                        exc.args = (f"{exc.args[0]} (gave up after {attempt + 1} attempts)",)
+                    raise
+                delay = self.backoff * 2**attempt
+                if isinstance(exc, LLMHTTPError) and exc.retry_after is not None:
+                    delay = max(delay, exc.retry_after)
+                self._sleep(min(delay, MAX_BACKOFF_S))
+                attempt += 1
+
+    def chat_many(
+        self,
+        list_of_messages: Sequence[list[Message]],
+        params: GenerationParams,
+        stage: str = "agent",
+        progress: bool = False,
+    ) -> list[ChatResult]:
+        """Many independent calls, at most ``max_concurrency`` at a time, results in input order.
+
+        On the first failure, calls not yet started are cancelled, calls in flight finish (and are
+        cached), then the error is raised: a re-run pays only for what did not finish.
+        """
+        n = len(list_of_messages)
+        if n == 0:
+            return []
+        results: list[ChatResult | None] = [None] * n
+        error: BaseException | None = None
+        pool = ThreadPoolExecutor(
+            max_workers=min(self.max_concurrency, n), thread_name_prefix="psirag-llm"
+        )
+        bar = tqdm(total=n, desc=f"LLM {stage}", unit="call", disable=not progress, leave=False)
+        abort = threading.Event()
+
+        def task(messages: list[Message]) -> ChatResult | None:
+            # Checked in the worker, so no call starts once one has failed, however fast the
+            # workers are compared with the thread collecting results.
+            if abort.is_set():
+                return None
+            try:
+                return self.chat(messages, params, stage)
+            except BaseException:
+                abort.set()
+                raise
+
+        try:
+            futures: dict[Future[ChatResult | None], int] = {
+                pool.submit(task, messages): i for i, messages in enumerate(list_of_messages)
+            }
+            for future in as_completed(futures):
+                if future.cancelled():
+                    continue
+                exc = future.exception()
+                if exc is not None:
+                    if error is None:
+                        error = exc
+                        for other in futures:
+                            other.cancel()
+                    continue
+                results[futures[future]] = future.result()
+                bar.update(1)
+        except BaseException:
+            abort.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        finally:
+            bar.close()
+        pool.shutdown(wait=True)
+        if error is not None:
+            raise error
+        return [r for r in results if r is not None]
+
+
+__all__ = ["CACHE_FORMAT", "LLMClient", "ResponseCache", "cache_key"]

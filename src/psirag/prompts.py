@@ -1,0 +1,292 @@
+"""Every prompt psirag sends, in one place, versioned.
+
+The instructions follow the paper's App. C.3 (what to produce, in which format, within which
+limits) in our own words, with our own one-shot example: four short encyclopedia-style documents
+about bridges. ``PROMPT_VERSION`` changes whenever a prompt's text changes; the response cache
+needs no help (the text itself is part of each cache key), but manifests and benchmarks record it
+so results stay comparable.
+
+Abstract prompts and the summarization prompt are returned as complete chats (lists of messages,
+the one-shot example as a real user/assistant exchange, which small models follow best). The R&A
+agent's prompts are strings: the agent owns its conversation and adds turns as it goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from psirag.llm.base import Message
+
+PROMPT_VERSION = "1"
+
+SUMMARY_MAX_WORDS = 100
+"""Words asked for in a summative abstract (paper C.2)."""
+MAX_KEYWORDS = 20
+"""Phrases asked for in a keyword abstract (paper C.2)."""
+THOUGHT_MAX_WORDS = 100
+"""Words the agent may spend on its reasoning each turn."""
+NOT_MENTIONED = "Not mentioned"
+"""The agent's answer when the documents never say."""
+
+# --- one-shot example (ours) --------------------------------------------------------------------
+
+EXAMPLE_DOCUMENTS: tuple[str, ...] = (
+    "Øresund Bridge\nThe Øresund Bridge is a cable-stayed bridge carrying both a railway and a "
+    "motorway across the Øresund strait between Sweden and Denmark. Opened in 2000, it runs for "
+    "almost 8 kilometres to the artificial island of Peberholm, where the route continues to "
+    "Copenhagen through the Drogden Tunnel.",
+    "Tower Bridge\nTower Bridge is a combined bascule and suspension bridge over the River Thames "
+    "in London, next to the Tower of London. It was built between 1886 and 1894 to a design by "
+    "Horace Jones, with engineering by John Wolfe Barry.",
+    "Akashi Kaikyō Bridge\nThe Akashi Kaikyō Bridge connects the city of Kobe on Honshu with "
+    "Awaji Island in Japan. When it was completed in 1998, its central span of 1,991 metres made "
+    "it the longest suspension bridge in the world, a record it kept for over two decades.",
+    "Horace Jones\nSir Horace Jones (1819 - 1887) was an English architect and the City Architect "
+    "of London. His buildings include Smithfield Market and Leadenhall Market. He designed Tower "
+    "Bridge but died shortly after its construction began.",
+)
+
+EXAMPLE_SUMMARY = (
+    "Summary: The Øresund Bridge, a cable-stayed rail and motorway bridge opened in 2000, crosses "
+    "the Øresund strait between Sweden and Denmark, reaching Copenhagen via the island of "
+    "Peberholm and the Drogden Tunnel. Tower Bridge, a bascule and suspension bridge over the "
+    "Thames beside the Tower of London, was built in 1886-1894 to a design by Horace Jones, with "
+    "John Wolfe Barry as engineer. Jones (1819-1887), City Architect of London, also built "
+    "Smithfield and Leadenhall Markets. The Akashi Kaikyō Bridge, completed in 1998, links Kobe "
+    "with Awaji Island; its 1,991-metre central span was the world's longest for two decades."
+)
+
+EXAMPLE_KEYWORDS = (
+    "bridges, bridge design and engineering, opening and construction dates, span records, "
+    "strait and river crossings, architects, cable-stayed bridge, bascule and suspension bridge, "
+    "Øresund Bridge, Sweden-Denmark link, Drogden Tunnel, Tower Bridge, River Thames, "
+    "Horace Jones, John Wolfe Barry, City Architect of London, Leadenhall Market, "
+    "Akashi Kaikyō Bridge, Kobe, Awaji Island"
+)
+
+EXAMPLE_QUESTION = "In what year did the architect of the bridge beside the Tower of London die?"
+
+
+def format_documents(texts: Sequence[str]) -> str:
+    """Number the documents ``[1] ...``, one block each, in the order given."""
+    return "\n\n".join(f"[{i}] {text.strip()}" for i, text in enumerate(texts, start=1))
+
+
+# --- abstracts ------------------------------------------------------------------------------------
+
+
+def summary_system_prompt(max_words: int = SUMMARY_MAX_WORDS) -> str:
+    return (
+        "You write short abstracts for a search index. You will be given several numbered "
+        "documents, usually each starting with its title. Write ONE paragraph that sums them up "
+        "together, keeping the facts that matter: names, places, dates, numbers, and how the "
+        "documents relate to each other.\n"
+        "Rules:\n"
+        '1. Begin with "Summary:" and go straight into the content. No lead-ins such as "Here is '
+        'a summary" or "These documents describe".\n'
+        "2. Stay faithful: use only what the documents say. Add no outside knowledge, opinions "
+        "or guesses, and do not blur exact facts into vague wording.\n"
+        f"3. Use at most {max_words} words. Longer is not better: give each document a short "
+        "mention rather than one document a long one."
+    )
+
+
+def summary_prompt(texts: Sequence[str], max_words: int = SUMMARY_MAX_WORDS) -> list[Message]:
+    """Chat asking for a summative abstract of ``texts`` (children of one tree node)."""
+    return [
+        {"role": "system", "content": summary_system_prompt(max_words)},
+        {"role": "user", "content": "Documents:\n\n" + format_documents(EXAMPLE_DOCUMENTS)},
+        {"role": "assistant", "content": EXAMPLE_SUMMARY},
+        {"role": "user", "content": "Documents:\n\n" + format_documents(texts)},
+    ]
+
+
+def keyword_system_prompt(max_keywords: int = MAX_KEYWORDS) -> str:
+    return (
+        "You write keyword abstracts for a search index. You will be given several numbered "
+        "documents. Reply with key phrases that together describe them, in this order:\n"
+        "- first, phrases for the kinds of information the documents contain;\n"
+        "- then, phrases for the themes the documents have in common;\n"
+        "- last, phrases for the specific things that set each document apart: names of "
+        "people, places, organisations, works and events.\n"
+        "Rules:\n"
+        "1. Reply with a single line of phrases separated by commas, and nothing else: no "
+        "heading, no numbering, no explanation.\n"
+        "2. Prefer phrases of two to four words over single words. Do not repeat a phrase or "
+        "give two phrases that mean the same.\n"
+        f"3. Give at most {max_keywords} phrases."
+    )
+
+
+def keyword_prompt(texts: Sequence[str], max_keywords: int = MAX_KEYWORDS) -> list[Message]:
+    """Chat asking for a keyword abstract of ``texts`` (children of one tree node)."""
+    return [
+        {"role": "system", "content": keyword_system_prompt(max_keywords)},
+        {"role": "user", "content": "Documents:\n\n" + format_documents(EXAMPLE_DOCUMENTS)},
+        {"role": "assistant", "content": EXAMPLE_KEYWORDS},
+        {"role": "user", "content": "Documents:\n\n" + format_documents(texts)},
+    ]
+
+
+# --- R&A agent: question answering -------------------------------------------------------------
+
+
+def agent_user_turn(question: str, passages_text: str, remaining: int, force_answer: bool) -> str:
+    """One user turn of the agent loop: the documents just retrieved, the question, and how many
+    retrievals are left. ``force_answer`` says, in so many words, that only an answer is
+    accepted now (the loop sets it when ``remaining`` reaches 0 or the model misbehaves)."""
+    lines = [
+        "Retrieved documents:",
+        passages_text.strip() or "(none found)",
+        "",
+        f"Question: {question.strip()}",
+        f"Retrievals left: {max(0, int(remaining))}",
+    ]
+    if force_answer:
+        lines.append(
+            "You cannot retrieve any more. End your reply with the line "
+            f'"Answer: <answer>", or "Answer: {NOT_MENTIONED}" if the documents do not give it.'
+        )
+    return "\n".join(lines)
+
+
+_EXAMPLE_TURN_1_DOCS = format_documents(EXAMPLE_DOCUMENTS[:3])
+_EXAMPLE_TURN_1_REPLY = (
+    "Thought: The bridge beside the Tower of London is Tower Bridge, which Horace Jones designed. "
+    "None of the documents gives the year of his death, so I need to look it up.\n"
+    "Retrieve: In what year did Horace Jones, the English architect who designed Tower Bridge "
+    "in London, die?"
+)
+_EXAMPLE_TURN_2_DOCS = format_documents(EXAMPLE_DOCUMENTS[3:] + EXAMPLE_DOCUMENTS[1:2])
+_EXAMPLE_TURN_2_REPLY = (
+    'Thought: "Tower Bridge" says Horace Jones designed the bridge, and "Horace Jones" gives his '
+    "life as 1819 - 1887, so he died in 1887.\n"
+    "Answer: 1887"
+)
+
+
+def agent_example_messages(max_retrievals: int = 1) -> list[Message]:
+    """The one-shot example as real turns, for an agent that prefers them to the text version
+    inside :func:`agent_system_prompt`."""
+    first = max(1, int(max_retrievals))
+    return [
+        {
+            "role": "user",
+            "content": agent_user_turn(EXAMPLE_QUESTION, _EXAMPLE_TURN_1_DOCS, first, False),
+        },
+        {"role": "assistant", "content": _EXAMPLE_TURN_1_REPLY},
+        {
+            "role": "user",
+            "content": agent_user_turn(
+                EXAMPLE_QUESTION, _EXAMPLE_TURN_2_DOCS, first - 1, first - 1 == 0
+            ),
+        },
+        {"role": "assistant", "content": _EXAMPLE_TURN_2_REPLY},
+    ]
+
+
+def agent_system_prompt(
+    max_retrievals: int,
+    *,
+    thought_words: int = THOUGHT_MAX_WORDS,
+    include_example: bool = True,
+) -> str:
+    """System prompt of the R&A agent for single- and multi-hop QA.
+
+    ``max_retrievals`` counts the retrievals after the first one (SPEC 2.4): the first set of
+    documents comes with the question for free.
+    """
+    n = max(0, int(max_retrievals))
+    text = (
+        "You answer questions by reading retrieved documents and, when they are not enough, "
+        "asking a search engine for more. Some documents are retrieved for you before your "
+        "first turn.\n"
+        "How to reply:\n"
+        '1. Begin with "Thought:" and reason step by step from the documents towards the answer, '
+        f"in at most {thought_words} words. Use everything retrieved so far, not only the "
+        "latest documents.\n"
+        "2. Finish your reply with exactly one of these two lines, on its own as the last line:\n"
+        "   Answer: <answer>\n"
+        "   Retrieve: <sub-question>\n"
+        "3. Give an Answer when the documents let you. Keep it as short as possible: usually a "
+        "name, a date, a number or a short phrase, with no explanation and no hedging words "
+        'such as "about" or "probably".\n'
+        "4. Ask to Retrieve when something you need is missing or unclear. The sub-question is "
+        "one precise question that must be settled to answer the user's question. The search "
+        "engine cannot see this conversation, so make it self-contained: name the people, "
+        'works or places it is about and describe them briefly (for example: "When was Tower '
+        'Bridge, the bascule bridge in London, completed?").\n'
+        f"5. You may ask for more documents at most {n} time{'s' if n != 1 else ''}; each "
+        "turn tells you how many requests are left. Use as few as possible. If new documents "
+        "did not help, rephrase the sub-question rather than repeating it.\n"
+        "6. When no requests are left you must give an Answer. If the documents still do not "
+        f'contain it, reply "Answer: {NOT_MENTIONED}" and add no uncertain information.'
+    )
+    if not include_example:
+        return text
+    example = "\n\n".join(
+        f"[{m['role']}]\n{m['content']}" for m in agent_example_messages(max(1, n))
+    )
+    return f"{text}\n\nAn example of two turns:\n\n{example}\n\n(End of example.)"
+
+
+# --- R&A agent: summarization ---------------------------------------------------------------------
+
+
+def summarize_docs_text(docs: Sequence[tuple[int, int, str]]) -> str:
+    """Lay out retrieved nodes for :func:`summarize_docs_prompt`: ``(position, layer, text)``
+    triples, sorted by position in the corpus, each shown as ``[position] (passage|abstract of
+    layer L) text``."""
+    blocks = []
+    for position, layer, text in sorted(docs, key=lambda d: (d[0], d[1])):
+        mark = "passage" if layer == 0 else f"abstract, layer {layer}"
+        blocks.append(f"[{position}] ({mark}) {text.strip()}")
+    return "\n\n".join(blocks)
+
+
+def summarize_docs_system_prompt(max_words: int) -> str:
+    return (
+        "You write summaries of a long text from excerpts of it. Each excerpt starts with [n], "
+        "its position in the original text (smaller numbers come first), and says whether it is "
+        "an original passage or an abstract that condenses a whole section.\n"
+        "Rules:\n"
+        "1. Put the excerpts together into one clear, well-ordered paragraph that tells the "
+        "main content or plot of the original text, following its order.\n"
+        "2. Make it complete and coherent, so that a reader who has not seen the text "
+        "understands it. Use only what the excerpts say; invent nothing and add nothing "
+        "uncertain.\n"
+        f"3. Use at most {max_words} words."
+    )
+
+
+def summarize_docs_prompt(question: str, docs_text: str, max_words: int) -> list[Message]:
+    """Chat for the summarization task: ``docs_text`` already in corpus order with [ID] and layer
+    marks (see :func:`summarize_docs_text`); the reply is capped at ``max_words`` words."""
+    return [
+        {"role": "system", "content": summarize_docs_system_prompt(max_words)},
+        {
+            "role": "user",
+            "content": f"Excerpts:\n\n{docs_text.strip()}\n\nRequest: {question.strip()}",
+        },
+    ]
+
+
+__all__ = [
+    "EXAMPLE_DOCUMENTS",
+    "MAX_KEYWORDS",
+    "NOT_MENTIONED",
+    "PROMPT_VERSION",
+    "SUMMARY_MAX_WORDS",
+    "THOUGHT_MAX_WORDS",
+    "agent_example_messages",
+    "agent_system_prompt",
+    "agent_user_turn",
+    "format_documents",
+    "keyword_prompt",
+    "keyword_system_prompt",
+    "summarize_docs_prompt",
+    "summarize_docs_system_prompt",
+    "summarize_docs_text",
+    "summary_prompt",
+    "summary_system_prompt",
+]

@@ -1,0 +1,255 @@
+"""LLMClient: retries, the SQLite response cache, accounting, bounded concurrency."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from psirag.llm import (
+    ChatModel,
+    GenerationParams,
+    LLMClient,
+    LLMConnectionError,
+    LLMHTTPError,
+    LLMResponseError,
+    OpenAIChat,
+    ResponseCache,
+    cache_key,
+)
+from psirag.llm.base import ChatResult
+from psirag.llm.testing import FakeOpenAIServer, Reply
+
+PARAMS = GenerationParams(max_tokens=32)
+
+
+def msgs(text: str = "hello") -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(
+        responder=lambda body: "reply to " + body["messages"][-1]["content"]
+    ) as s:
+        yield s
+
+
+def make_client(server, tmp_path: Path | None, **kw) -> tuple[LLMClient, list[float]]:
+    sleeps: list[float] = []
+    cache = tmp_path / "cache.sqlite" if tmp_path is not None else None
+    kw.setdefault("backoff", 0.5)
+    client = LLMClient(
+        OpenAIChat(server.base_url, "m", timeout=5), cache, sleep=sleeps.append, **kw
+    )
+    return client, sleeps
+
+
+def test_429_then_success_is_retried(server, tmp_path):
+    server.script(Reply(status=429, body={"error": {"message": "busy"}}), "fine")
+    client, sleeps = make_client(server, tmp_path)
+    assert client.chat(msgs(), PARAMS).text == "fine"
+    assert server.calls == 2 and sleeps == [0.5]
+    usage = client.usage["agent"]
+    assert usage["calls"] == 1 and usage["retries"] == 1 and usage["failed"] == 0
+
+
+def test_retry_after_header_is_respected(server, tmp_path):
+    server.script(Reply(status=429, body="busy", headers={"Retry-After": "7"}), "fine")
+    client, sleeps = make_client(server, tmp_path)
+    client.chat(msgs(), PARAMS)
+    assert sleeps == [7.0]
+
+
+def test_500_retried_then_raised_with_backoff(server, tmp_path):
+    server.script(*[Reply(status=500, body="down")] * 4)
+    client, sleeps = make_client(server, tmp_path, retries=3)
+    with pytest.raises(LLMHTTPError, match="gave up after 4 attempts") as info:
+        client.chat(msgs(), PARAMS, stage="abstracts")
+    assert info.value.status == 500
+    assert server.calls == 4 and sleeps == [0.5, 1.0, 2.0]
+    assert client.usage["abstracts"]["failed"] == 1
+    assert client.usage["abstracts"]["calls"] == 0
+    assert len(client.cache) == 0
+
+
+def test_400_is_not_retried(server, tmp_path):
+    server.script(Reply(status=400, body={"error": {"message": "bad request"}}))
+    client, sleeps = make_client(server, tmp_path)
+    with pytest.raises(LLMHTTPError, match="bad request"):
+        client.chat(msgs(), PARAMS)
+    assert server.calls == 1 and sleeps == []
+
+
+def test_malformed_json_is_not_retried_nor_cached(server, tmp_path):
+    server.script(Reply(body="not json"))
+    client, _ = make_client(server, tmp_path)
+    with pytest.raises(LLMResponseError):
+        client.chat(msgs(), PARAMS)
+    assert server.calls == 1 and len(client.cache) == 0
+
+
+def test_connection_refused_is_retried(tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sleeps: list[float] = []
+    client = LLMClient(
+        OpenAIChat(f"http://127.0.0.1:{port}/v1", "m"), None, retries=2, sleep=sleeps.append
+    )
+    with pytest.raises(LLMConnectionError, match="gave up after 3 attempts"):
+        client.chat(msgs(), PARAMS)
+    assert sleeps == [1.0, 2.0]
+
+
+def test_cache_hit_skips_the_server(server, tmp_path):
+    client, _ = make_client(server, tmp_path)
+    first = client.chat(msgs("q"), PARAMS)
+    second = client.chat(msgs("q"), PARAMS)
+    assert server.calls == 1
+    assert second.text == first.text == "reply to q"
+    assert second.cached and not first.cached
+    assert (second.prompt_tokens, second.completion_tokens) == (10, 5)
+    assert client.usage["agent"]["calls"] == 1 and client.usage["agent"]["cached"] == 1
+    # Different params or messages are different keys.
+    client.chat(msgs("q"), GenerationParams(max_tokens=33))
+    client.chat(msgs("q2"), PARAMS)
+    assert server.calls == 3
+    # A fresh client (a re-run) over the same file pays nothing.
+    client.close()
+    again, _ = make_client(server, tmp_path)
+    assert again.chat(msgs("q"), PARAMS).cached and server.calls == 3
+
+
+def test_empty_answer_is_returned_but_not_cached(server, tmp_path):
+    server.script(Reply(content="   "), "now a real answer")
+    client, _ = make_client(server, tmp_path)
+    assert client.chat(msgs(), PARAMS).text.strip() == ""
+    assert len(client.cache) == 0
+    assert client.chat(msgs(), PARAMS).text == "now a real answer"
+    assert server.calls == 2 and len(client.cache) == 1
+
+
+def test_failed_call_is_not_cached(server, tmp_path):
+    server.script(Reply(status=503, body="overloaded"))
+    client, _ = make_client(server, tmp_path, retries=0)
+    with pytest.raises(LLMHTTPError):
+        client.chat(msgs(), PARAMS)
+    assert len(client.cache) == 0
+    assert client.chat(msgs(), PARAMS).text == "reply to hello"
+    assert server.calls == 2
+
+
+def test_api_key_never_reaches_the_cache_file(server, tmp_path, monkeypatch):
+    secret = "sk-VERY-SECRET-4242"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    client, _ = make_client(server, tmp_path)
+    client.chat_many([msgs(f"q{i}") for i in range(5)], PARAMS)
+    assert server.requests[0]["headers"]["Authorization"] == f"Bearer {secret}"
+    assert secret not in repr(client)
+    client.close()
+    files = list(tmp_path.iterdir())
+    assert files
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
+
+
+def test_cache_key_depends_on_model_messages_params():
+    base = cache_key("openai:http://x/v1#m", msgs(), PARAMS)
+    assert base == cache_key("openai:http://x/v1#m", msgs(), GenerationParams(max_tokens=32))
+    assert base != cache_key("openai:http://x/v1#other", msgs(), PARAMS)
+    assert base != cache_key("openai:http://x/v1#m", msgs("other"), PARAMS)
+    assert base != cache_key("openai:http://x/v1#m", msgs(), GenerationParams(stop=("x",)))
+
+
+def test_cache_is_shared_with_another_process(tmp_path):
+    path = tmp_path / "shared.sqlite"
+    cache = ResponseCache(path)
+    code = (
+        "from psirag.llm.client import ResponseCache\n"
+        "from psirag.llm.base import ChatResult\n"
+        f"c = ResponseCache({str(path)!r})\n"
+        "for i in range(50): c.put(f'k{i}', 'model', ChatResult(f'text {i}', 3, 4))\n"
+    )
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    proc = subprocess.Popen([sys.executable, "-c", code], env={"PYTHONPATH": src})
+    for i in range(50):  # write concurrently from this process
+        cache.put(f"mine{i}", "model", ChatResult("x", 1, 1))
+    assert proc.wait(timeout=60) == 0
+    assert len(cache) == 100
+    hit = cache.get("k7")
+    assert hit is not None and hit.text == "text 7" and hit.cached
+    mode = cache._conn.execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_chat_many_keeps_order_and_bounds_concurrency(tmp_path):
+    active = 0
+    peak = 0
+    lock = threading.Lock()
+
+    def slow(body):
+        nonlocal active, peak
+        with lock:
+            active += 1
+            peak = max(peak, active)
+        time.sleep(0.05)
+        with lock:
+            active -= 1
+        return "r:" + body["messages"][-1]["content"]
+
+    with FakeOpenAIServer(responder=slow) as srv:
+        client = LLMClient(OpenAIChat(srv.base_url, "m"), tmp_path / "c.sqlite", max_concurrency=3)
+        results = client.chat_many([msgs(str(i)) for i in range(12)], PARAMS, stage="x")
+        assert [r.text for r in results] == [f"r:{i}" for i in range(12)]
+        assert 1 < peak <= 3
+        again = client.chat_many([msgs(str(i)) for i in range(12)], PARAMS, stage="x")
+        assert all(r.cached for r in again) and srv.calls == 12
+        assert client.usage["x"]["calls"] == 12 and client.usage["x"]["cached"] == 12
+        assert client.usage["x"]["prompt_tokens"] == 120
+        assert client.usage["x"]["seconds"] > 0
+        assert client.chat_many([], PARAMS) == []
+
+
+def test_chat_many_failure_keeps_finished_work(tmp_path):
+    def fail_on_5(body):
+        text = body["messages"][-1]["content"]
+        return Reply(status=400, body="no") if text == "5" else "r:" + text
+
+    with FakeOpenAIServer(responder=fail_on_5) as srv:
+        client = LLMClient(OpenAIChat(srv.base_url, "m"), tmp_path / "c.sqlite", max_concurrency=1)
+        with pytest.raises(LLMHTTPError):
+            client.chat_many([msgs(str(i)) for i in range(10)], PARAMS)
+        # Calls after the failure were cancelled, finished ones cached.
+        assert srv.calls == 6 and len(client.cache) == 5
+
+
+class _Flaky:
+    """A ChatModel without HTTP, to check the client works with any backend."""
+
+    id = "fake:flaky"
+    context_tokens = 100
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def chat(self, messages, params):
+        self.n += 1
+        if self.n == 1:
+            raise LLMConnectionError("reset")
+        return ChatResult("ok", 1, 1)
+
+
+def test_client_works_with_any_chat_model():
+    model = _Flaky()
+    client = LLMClient(model, None, backoff=0, sleep=lambda s: None)
+    assert client.chat(msgs(), PARAMS).text == "ok" and model.n == 2
+    assert client.count_tokens("abcdef") == 2  # estimate: 3 bytes a token
+    assert isinstance(client, ChatModel) and client.id == "fake:flaky"
+    assert client.context_tokens == 100

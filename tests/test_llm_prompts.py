@@ -1,0 +1,100 @@
+"""Prompts: the paper's instructions are there (in our words), the limits are filled in."""
+
+from __future__ import annotations
+
+import pytest
+
+from psirag import prompts
+
+
+def all_prompt_text() -> str:
+    parts = [
+        prompts.summary_system_prompt(),
+        prompts.keyword_system_prompt(),
+        prompts.agent_system_prompt(3),
+        prompts.agent_user_turn("q", "docs", 0, True),
+        prompts.summarize_docs_system_prompt(200),
+        *[m["content"] for m in prompts.summary_prompt(["a"])],
+        *[m["content"] for m in prompts.keyword_prompt(["a"])],
+    ]
+    return "\n".join(parts)
+
+
+def test_version_is_a_string():
+    assert prompts.PROMPT_VERSION == "1"
+
+
+def test_summary_prompt_shape():
+    chat = prompts.summary_prompt(["Doc A\nabout a", "Doc B\nabout b"], max_words=80)
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "user"]
+    system = chat[0]["content"]
+    assert '"Summary:"' in system and "at most 80 words" in system
+    assert chat[2]["content"].startswith("Summary:")
+    assert len(chat[2]["content"].split()) <= 101  # our example obeys our own limit
+    assert chat[3]["content"].endswith("[1] Doc A\nabout a\n\n[2] Doc B\nabout b")
+
+
+def test_keyword_prompt_shape():
+    chat = prompts.keyword_prompt(["x"], max_keywords=15)
+    system = chat[0]["content"]
+    assert "at most 15 phrases" in system and "commas" in system
+    assert system.index("kinds of information") < system.index("specific things")
+    example = [p.strip() for p in chat[2]["content"].split(",")]
+    assert len(example) <= prompts.MAX_KEYWORDS
+    assert len({p.lower() for p in example}) == len(example)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3])
+def test_agent_system_prompt(n):
+    text = prompts.agent_system_prompt(n)
+    assert "Thought:" in text and "Answer: <answer>" in text and "Retrieve: <sub-question>" in text
+    assert f"at most {n} time" in text
+    assert f"Answer: {prompts.NOT_MENTIONED}" in text
+    assert "self-contained" in text and "Example" not in prompts.agent_system_prompt(
+        n, include_example=False
+    )
+
+
+def test_agent_user_turn():
+    turn = prompts.agent_user_turn("Who?", "[1] Doc\ntext", 2, False)
+    assert turn.splitlines() == [
+        "Retrieved documents:",
+        "[1] Doc",
+        "text",
+        "",
+        "Question: Who?",
+        "Retrievals left: 2",
+    ]
+    forced = prompts.agent_user_turn("Who?", "", 0, True)
+    assert "(none found)" in forced and "Retrievals left: 0" in forced
+    assert "cannot retrieve" in forced and "Not mentioned" in forced
+
+
+def test_agent_example_is_consistent():
+    turns = prompts.agent_example_messages(1)
+    assert [m["role"] for m in turns] == ["user", "assistant", "user", "assistant"]
+    assert turns[1]["content"].splitlines()[-1].startswith("Retrieve: ")
+    assert turns[3]["content"].splitlines()[-1] == "Answer: 1887"
+    assert "Retrievals left: 0" in turns[2]["content"]
+
+
+def test_summarize_docs():
+    text = prompts.summarize_docs_text([(7, 0, "late passage"), (2, 2, "early abstract")])
+    assert text == "[2] (abstract, layer 2) early abstract\n\n[7] (passage) late passage"
+    chat = prompts.summarize_docs_prompt("Summarise the meeting.", text, 150)
+    assert "at most 150 words" in chat[0]["content"]
+    assert chat[1]["content"].endswith("Request: Summarise the meeting.")
+    assert "[n]" in chat[0]["content"] and "abstract" in chat[0]["content"]
+
+
+def test_prompts_are_our_own_words():
+    text = all_prompt_text().lower()
+    for phrase in (
+        "as an advanced document summarization assistant",
+        "as an advanced reading comprehension and information retrieval agent",
+        "no unnecessary words",
+        "hotel tallcorn",
+        "oberoi",
+        "retrieval time remaining",
+    ):
+        assert phrase not in text
