@@ -9,11 +9,11 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-Reply = Callable[[dict[str, Any]], "str | None"]
+Reply = Callable[[dict[str, Any]], "str | int | None"]
 
 
 class ChatServer:
-    """``reply(body)`` returns the assistant text, or None for an HTTP 500."""
+    """``reply(body)`` returns the assistant text, an HTTP error status, or None for a 500."""
 
     def __init__(self, reply: Reply, usage: tuple[int, int] = (11, 7)) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -26,8 +26,9 @@ class ChatServer:
                 with owner.lock:
                     owner.requests.append(body)
                     text = reply(body) if self.path == "/v1/chat/completions" else None
-                if text is None:
-                    self._send(500, {"error": {"message": "script exhausted or wrong path"}})
+                if text is None or isinstance(text, int):
+                    status = 500 if text is None else text
+                    self._send(status, {"error": {"message": "scripted failure"}})
                     return
                 message = {"role": "assistant", "content": text}
                 self._send(

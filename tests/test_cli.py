@@ -172,3 +172,52 @@ def test_real_demo_corpus_is_the_language_reference() -> None:
     texts, names = demo_corpus()
     assert len(texts) == len(names) > 50 and "with" in names
     assert "__enter__" in texts[names.index("with")]
+
+
+def test_llm_abstract_build_resumes_after_a_crash(tmp_path: Path, capsys) -> None:
+    """`psirag index --abstracts llm-keywords`: a build that dies halfway is resumed by running
+    it again, and the second run pays only for the abstracts the first did not finish."""
+    from chat_server import ChatServer
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, texts in TOPICS.items():
+        (corpus / f"{name}.txt").write_text(" ".join(texts * 2), encoding="utf-8")
+    state: dict = {"fail_after": 3, "answered": []}
+
+    def reply(body: dict) -> str | int:
+        if state["fail_after"] is not None and len(server.requests) > state["fail_after"]:
+            return 400  # not retried: the build stops here
+        state["answered"].append(json.dumps(body["messages"]))
+        return "volcanic activity, football clubs, bread baking, Mount Etna"
+
+    server = ChatServer(reply)
+    cache = tmp_path / "llm.sqlite"
+    args = [
+        "index", str(corpus), "--out", str(tmp_path / "idx"), "-q", "--json",
+        "--chunk-tokens", "20", "--abstracts", "llm-keywords",
+        "--llm", f"openai:{server.base_url}#m", "--llm-cache", str(cache),
+    ]  # fmt: skip
+    try:
+        capsys.readouterr()
+        assert main(args) == 2
+        assert "400" in capsys.readouterr().err
+        assert not (tmp_path / "idx").exists()
+        answered_first = set(state["answered"])
+        state["fail_after"] = None
+        before = len(server.requests)
+        assert main(args) == 0
+        summary = json.loads(capsys.readouterr().out)
+    finally:
+        server.close()
+    llm = summary["llm_abstracts"]
+    second = [json.dumps(r["messages"]) for r in server.requests[before:]]
+    assert answered_first and not answered_first & set(second), "finished abstracts not re-paid"
+    assert llm["calls"] == len(second) and llm["cached"] >= len(answered_first)
+    assert llm["calls"] + llm["cached"] + llm["inherited"] == llm["nodes"]
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert manifest["config"]["abstracts"] == "llm-keywords"
+    assert "OPENAI_API_KEY" not in json.dumps(manifest)
+    root = summary["nodes"] - 1
+    node = run_json(capsys, ["inspect", str(tmp_path / "idx"), "--node", str(root), "--json"])
+    assert node["node"]["text"].startswith("volcanic activity, football clubs")

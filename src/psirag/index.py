@@ -48,6 +48,8 @@ class BuildStats:
     seconds: dict[str, float] = field(default_factory=dict)
     truncated: int = 0
     documents: int = 0
+    llm: dict[str, Any] = field(default_factory=dict)
+    """Counts from LLM abstraction: calls paid and cached, tokens, inputs cut to fit."""
 
 
 class _Bar:
@@ -128,11 +130,14 @@ class Index:
         report: Reporter | None = None,
         on_bad_file: str = "fail",
         texts: bool = False,
+        llm: Any = None,
     ) -> Index:
         """Chunk, embed, build the tree, write abstracts and BM25.
 
         ``corpus`` is paths (files or folders), :class:`Document` objects, or, with
-        ``texts=True``, a list of strings (one document each).
+        ``texts=True``, a list of strings (one document each). ``llm`` (an
+        :class:`psirag.llm.LLMClient`) writes the abstracts when ``config.abstracts`` is
+        ``llm-summary`` or ``llm-keywords``; its response cache makes a killed build resumable.
         """
         config = config or IndexConfig()
         say = report or (lambda msg: None)
@@ -183,7 +188,7 @@ class Index:
         stats.seconds["tree"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        abstracts = cls._make_abstracts(tree, texts_, config, progress)
+        abstracts = cls._make_abstracts(tree, texts_, config, progress, llm, stats)
         stats.seconds["abstracts"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -207,15 +212,42 @@ class Index:
 
     @staticmethod
     def _make_abstracts(
-        tree: Tree, texts: list[str], config: IndexConfig, progress: bool
+        tree: Tree,
+        texts: list[str],
+        config: IndexConfig,
+        progress: bool,
+        llm: Any,
+        stats: BuildStats,
     ) -> list[str]:
         n_abstract = tree.n_nodes - tree.n_leaves
         if config.abstracts == "none" or n_abstract == 0:
             return [""] * n_abstract
-        from psirag.abstracts.keywords import format_abstract, keyword_abstracts
+        if config.abstracts == "keywords":
+            from psirag.abstracts.keywords import format_abstract, keyword_abstracts
 
-        phrases = keyword_abstracts(texts, tree, max_phrases=config.max_keywords, progress=progress)
-        return [format_abstract(p) for p in phrases]
+            phrases = keyword_abstracts(
+                texts, tree, max_phrases=config.max_keywords, progress=progress
+            )
+            return [format_abstract(p) for p in phrases]
+        from psirag.abstracts.llm import llm_abstracts
+
+        if llm is None:
+            raise InputError(
+                f"abstracts={config.abstracts!r} needs an LLM: pass llm= (an LLMClient) or, "
+                "on the command line, --llm SPEC"
+            )
+        written, llm_stats = llm_abstracts(
+            tree,
+            texts,
+            llm,
+            kind="summary" if config.abstracts == "llm-summary" else "keywords",
+            context_tokens=config.context_tokens,
+            progress=progress,
+            max_keywords=config.max_keywords,
+        )
+        stats.llm = {k: v for k, v in llm_stats.items() if k not in ("cuts",)}
+        stats.llm["cut_nodes_detail"] = llm_stats.get("cuts", [])[:50]
+        return written[tree.n_leaves :]
 
     @staticmethod
     def _routing_vectors(
@@ -288,6 +320,7 @@ class Index:
                 "truncated_chunks": self.stats.truncated,
             },
             "build_seconds": {k: round(v, 3) for k, v in self.stats.seconds.items()},
+            "llm_abstracts": self.stats.llm or None,
         }
 
     @classmethod
