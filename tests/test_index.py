@@ -305,3 +305,35 @@ def test_tree_search_follows_algorithm_2() -> None:
     hits = searcher.search(q, k=3, beam=2)
     assert sorted(hits.leaves.tolist()[:2]) == [0, 4] and 1 not in hits.leaves[:2]
     assert set(hits.leaves.tolist()) <= {0, 1, 4, 5}
+
+
+def test_summarize_over_a_real_forest() -> None:
+    """Summarization mode (SPEC 2.5) on a tree-per-document index: one retrieval, abstracts and
+    leaves of that document only, in document order, to a loopback chat server."""
+    from chat_server import ChatServer
+
+    from psirag.agent import Summarizer
+    from psirag.llm import LLMClient, OpenAIChat
+
+    long_docs = [" ".join(texts * 4) for texts in TOPICS.values()]
+    index = Index.build(
+        documents_from_strings(long_docs, titles=list(TOPICS), ids=list(TOPICS)),
+        IndexConfig(tree_per_document=True, chunk_tokens=20),
+        embedder=HashEmbedder(),
+    )
+    server = ChatServer(lambda body: "Summary: a meeting about bread.")
+    try:
+        client = LLMClient(OpenAIChat(server.base_url, "m"), cache_path=None)
+        result = Summarizer(
+            client, lambda q: index.visit(q, docs=["baking"]), top_k=6, max_tokens=200
+        ).run("Summarize the whole document.")
+    finally:
+        server.close()
+    assert result.answer == "a meeting about bread."
+    assert len(server.requests) == 1 and server.requests[0]["max_tokens"] == 200
+    prompt = server.requests[0]["messages"][-1]["content"]
+    assert "volcano" not in prompt.lower() and "football" not in prompt.lower()
+    assert 1 <= len(result.evidence) <= 6
+    orders = [n.order for n in result.evidence]
+    assert orders == sorted(orders), "nodes are given in document order"
+    assert any(n.layer > 0 for n in result.evidence), "abstract nodes are part of the context"
