@@ -190,7 +190,7 @@ def main() -> None:
     if retrieval:
         extra = [r for name in ("2wiki_retrieval_abstract.json",) if (r := load(name))]
         parts.append(section_retrieval(retrieval, extra))
-    for name in sorted(RESULTS.glob("llm_*.md")):
+    for name in sorted(RESULTS.glob("section_*.md")):
         parts.append(name.read_text())
     (ROOT / "BENCHMARKS.md").write_text("\n".join(parts).rstrip() + "\n")
     print(f"wrote {ROOT / 'BENCHMARKS.md'}")
