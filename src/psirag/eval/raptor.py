@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from psirag.retrieval.tree_search import LayeredSearch, top_positions
 from psirag.tree.model import Tree
 
 __all__ = ["RaptorHits", "RaptorTree", "Reducer", "require_eval_deps", "umap_reducer"]
@@ -459,31 +460,19 @@ class RaptorTree:
 
     # ------------------------------------------------------------------ retrieval
     def traverse(self, query_vec: np.ndarray, k: int = 10, beam: int = 10) -> RaptorHits:
-        """Top-down beam search; returns the top-k leaves and the abstract nodes kept."""
-        q = np.asarray(query_vec, dtype=np.float32).ravel()
-        start = 0
-        for lv in range(self.depth, -1, -1):
-            if self.layer_nodes[lv].size > beam:
-                start = lv
-                break
-        cands = self.layer_nodes[start]
-        kept: list[np.ndarray] = []
-        kept_scores: list[np.ndarray] = []
-        for lv in range(start, -1, -1):
-            scores = self.vectors[cands] @ q
-            width = k if lv == 0 else beam
-            top = _top(scores, cands, width)
-            if lv == 0:
-                return RaptorHits(
-                    leaves=cands[top],
-                    scores=scores[top],
-                    nodes=np.concatenate(kept) if kept else np.empty(0, np.int64),
-                    node_scores=np.concatenate(kept_scores) if kept else np.empty(0, np.float32),
-                )
-            kept.append(cands[top])
-            kept_scores.append(scores[top])
-            cands = np.unique(np.concatenate([self.children[u] for u in cands[top].tolist()]))
-        raise AssertionError("unreachable: the loop returns at layer 0")  # pragma: no cover
+        """Top-down beam search (the same search as psi's tree); returns the top-k leaves and
+        the abstract nodes kept on the way down."""
+        hits = self._searcher.search(query_vec, k=k, beam=beam)
+        return RaptorHits(
+            leaves=hits.leaves, scores=hits.scores, nodes=hits.kept, node_scores=hits.kept_scores
+        )
+
+    @cached_property
+    def _searcher(self) -> LayeredSearch:
+        def children_of(nodes: np.ndarray) -> np.ndarray:
+            return np.unique(np.concatenate([self.children[u] for u in nodes.tolist()]))
+
+        return LayeredSearch(self.vectors, self.layer_nodes, children_of)
 
     def collapsed(self, query_vec: np.ndarray, k: int = 10) -> RaptorHits:
         """Flat search over all nodes; ``nodes`` is the top-k of any layer, ``leaves`` the leaf
@@ -491,18 +480,9 @@ class RaptorTree:
         q = np.asarray(query_vec, dtype=np.float32).ravel()
         scores = self.vectors @ q
         ids = np.arange(self.n_nodes)
-        top = _top(scores, ids, k)
+        top = top_positions(scores, ids, k)
         nodes, node_scores = ids[top], scores[top]
         is_leaf = self.layer[nodes] == 0
         return RaptorHits(
             leaves=nodes[is_leaf], scores=node_scores[is_leaf], nodes=nodes, node_scores=node_scores
         )
-
-
-def _top(scores: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:
-    """Positions of the best ``width`` scores, best first; ties by node id (deterministic)."""
-    if scores.size > width:
-        top = np.argpartition(-scores, width - 1)[:width]
-    else:
-        top = np.arange(scores.size)
-    return top[np.lexsort((ids[top], -scores[top]))]

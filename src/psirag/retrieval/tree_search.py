@@ -1,48 +1,64 @@
-"""Top-down tree retrieval (paper Algorithm 2, SPEC 2.1), over one tree or a forest."""
+"""Top-down tree retrieval (paper Algorithm 2, SPEC 2.1), over one tree, a forest, or any
+layered structure whose nodes have children (the RAPTOR-style baseline shares this search)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from psirag.tree.model import Tree
 
+_EMPTY_IDS = np.empty(0, dtype=np.int64)
+_EMPTY_SCORES = np.empty(0, dtype=np.float32)
+
+
+def top_positions(scores: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:
+    """Positions of the best ``width`` scores, best first; ties by node id (deterministic)."""
+    if scores.size > width:
+        top = np.argpartition(-scores, width - 1)[:width]
+    else:
+        top = np.arange(scores.size)
+    return top[np.lexsort((ids[top], -scores[top]))]
+
 
 @dataclass(frozen=True)
 class TreeHits:
-    """Leaves found by a tree search, best first, and every node the search scored."""
+    """Leaves found by a search, best first; the inner nodes it kept per layer; and, when asked
+    for, every node it scored."""
 
     leaves: np.ndarray
     scores: np.ndarray
-    visited: np.ndarray
-    visited_scores: np.ndarray
+    kept: np.ndarray = field(default_factory=lambda: _EMPTY_IDS)
+    kept_scores: np.ndarray = field(default_factory=lambda: _EMPTY_SCORES)
+    visited: np.ndarray = field(default_factory=lambda: _EMPTY_IDS)
+    visited_scores: np.ndarray = field(default_factory=lambda: _EMPTY_SCORES)
 
 
-class TreeSearcher:
-    """Precomputes per-layer node lists once, so each query only does small matrix products.
+def _cat(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
+    return np.concatenate(parts) if parts else empty
 
-    ``node_vectors`` holds one unit vector per node: leaf embeddings for leaves, routing
-    embeddings for abstract nodes.
+
+class LayeredSearch:
+    """Algorithm 2 over nodes grouped by layer (0 = leaves) with a ``children_of`` function.
+
+    ``roots_at[l]`` lists nodes of layer ``l`` that no higher node reaches (roots of shorter
+    trees in a forest); they join the candidates when the search reaches their layer.
     """
 
-    def __init__(self, tree: Tree, node_vectors: np.ndarray) -> None:
-        if node_vectors.shape[0] != tree.n_nodes:
-            raise ValueError("node_vectors needs one row per tree node")
-        self.tree = tree
-        self.vectors = node_vectors
-        layer = tree.layer
-        self.depth = tree.depth
-        self.layer_nodes = [np.flatnonzero(layer == lv) for lv in range(self.depth + 1)]
-        roots = tree.roots
-        self.roots_at = [roots[layer[roots] == lv] for lv in range(self.depth + 1)]
-        self.offsets, self.order = tree._children_csr
-
-    def _children(self, nodes: np.ndarray) -> np.ndarray:
-        starts, ends = self.offsets[nodes], self.offsets[nodes + 1]
-        if nodes.size == 1:
-            return self.order[starts[0] : ends[0]]
-        return np.concatenate([self.order[s:e] for s, e in zip(starts, ends, strict=True)])
+    def __init__(
+        self,
+        vectors: np.ndarray,
+        layer_nodes: Sequence[np.ndarray],
+        children_of: Callable[[np.ndarray], np.ndarray],
+        roots_at: Sequence[np.ndarray] | None = None,
+    ) -> None:
+        self.vectors = vectors
+        self.layer_nodes = list(layer_nodes)
+        self.depth = len(self.layer_nodes) - 1
+        self.children_of = children_of
+        self.roots_at = list(roots_at) if roots_at is not None else [_EMPTY_IDS] * (self.depth + 1)
 
     def search(
         self,
@@ -53,21 +69,17 @@ class TreeSearcher:
         allowed: np.ndarray | None = None,
         collect_visited: bool = False,
     ) -> TreeHits:
-        """Algorithm 2: start at the highest layer with more than ``beam`` nodes, keep the top
-        ``beam`` nodes by cosine per layer, expand to their children, return the top-k leaves.
-
-        In a forest, a shorter tree's root joins the candidates when the search reaches its
-        layer (as if a chain of single-child nodes led to it from a common root). ``allowed``
-        (a boolean mask over nodes) restricts the search to subtrees that hold allowed leaves.
-        """
+        """Start at the highest layer with more than ``beam`` nodes (everything above it is taken
+        whole: Algorithm 2's "|layer| <= k" branch), keep the top ``beam`` nodes by cosine per
+        layer, expand to their children, return the top-k leaves. ``allowed`` (a boolean mask
+        over nodes) restricts the search to nodes that hold allowed leaves."""
         q = np.asarray(query, dtype=np.float32).ravel()
-        start = 0
-        for lv in range(self.depth, -1, -1):
-            if self.layer_nodes[lv].size > beam:
-                start = lv
-                break
-        # Everything above the start layer is taken whole (Algorithm 2's "|layer| <= k" branch).
+        start = next(
+            (lv for lv in range(self.depth, -1, -1) if self.layer_nodes[lv].size > beam), 0
+        )
         cands = self.layer_nodes[start]
+        kept: list[np.ndarray] = []
+        kept_scores: list[np.ndarray] = []
         visited: list[np.ndarray] = []
         visited_scores: list[np.ndarray] = []
         for lv in range(start, -1, -1):
@@ -81,28 +93,54 @@ class TreeSearcher:
             if collect_visited:
                 visited.append(cands)
                 visited_scores.append(scores)
-            width = k if lv == 0 else beam
-            if cands.size > width:
-                top = np.argpartition(-scores, width - 1)[:width]
-            else:
-                top = np.arange(cands.size)
-            # Best first; ties by node id so results are deterministic.
-            top = top[np.lexsort((cands[top], -scores[top]))]
+            top = top_positions(scores, cands, k if lv == 0 else beam)
             if lv == 0:
-                empty = np.empty(0, dtype=np.int64)
                 return TreeHits(
                     leaves=cands[top],
                     scores=scores[top],
-                    visited=np.concatenate(visited) if visited else empty,
-                    visited_scores=np.concatenate(visited_scores)
-                    if visited
-                    else np.empty(0, np.float32),
+                    kept=_cat(kept, _EMPTY_IDS),
+                    kept_scores=_cat(kept_scores, _EMPTY_SCORES),
+                    visited=_cat(visited, _EMPTY_IDS),
+                    visited_scores=_cat(visited_scores, _EMPTY_SCORES),
                 )
-            cands = self._children(cands[top])
-        empty = np.empty(0, dtype=np.int64)
+            kept.append(cands[top])
+            kept_scores.append(scores[top])
+            cands = self.children_of(cands[top])
         return TreeHits(
-            leaves=empty,
-            scores=np.empty(0, np.float32),
-            visited=np.concatenate(visited) if visited else empty,
-            visited_scores=np.concatenate(visited_scores) if visited else np.empty(0, np.float32),
+            leaves=_EMPTY_IDS,
+            scores=_EMPTY_SCORES,
+            kept=_cat(kept, _EMPTY_IDS),
+            kept_scores=_cat(kept_scores, _EMPTY_SCORES),
+            visited=_cat(visited, _EMPTY_IDS),
+            visited_scores=_cat(visited_scores, _EMPTY_SCORES),
         )
+
+
+class TreeSearcher(LayeredSearch):
+    """Tree search over a :class:`Tree` (or forest). Per-layer node lists are computed once, so
+    each query only does small matrix products.
+
+    ``node_vectors`` holds one unit vector per node: leaf embeddings for leaves, routing
+    embeddings for abstract nodes.
+    """
+
+    def __init__(self, tree: Tree, node_vectors: np.ndarray) -> None:
+        if node_vectors.shape[0] != tree.n_nodes:
+            raise ValueError("node_vectors needs one row per tree node")
+        self.tree = tree
+        layer = tree.layer
+        depth = tree.depth
+        roots = tree.roots
+        self.offsets, self.order = tree._children_csr
+        super().__init__(
+            node_vectors,
+            [np.flatnonzero(layer == lv) for lv in range(depth + 1)],
+            self._children,
+            [roots[layer[roots] == lv] for lv in range(depth + 1)],
+        )
+
+    def _children(self, nodes: np.ndarray) -> np.ndarray:
+        starts, ends = self.offsets[nodes], self.offsets[nodes + 1]
+        if nodes.size == 1:
+            return self.order[starts[0] : ends[0]]
+        return np.concatenate([self.order[s:e] for s, e in zip(starts, ends, strict=True)])
