@@ -6,15 +6,14 @@ The embedding cache only spares re-embedding the same texts across benchmark run
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
 import resource
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
+from psirag.embed import load_embedder
+from psirag.eval.embedcache import CachingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("PSIRAG_DATA", ROOT.parent / "shared" / "data"))
@@ -43,53 +42,7 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
-class CachedEmbedder:
-    """Wraps an embedder and keeps every vector it computed in OUT/cache (keyed by text)."""
-
-    def __init__(self, inner, name: str = "minilm") -> None:
-        self.inner = inner
-        self.spec, self.id = inner.spec, inner.id
-        self.max_tokens = inner.max_tokens
-        self.last_truncated = 0
-        folder = OUT / "cache"
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"embeddings-{name}.npz"
-        self.store: dict[str, np.ndarray] = {}
-        if self.path.exists():
-            data = np.load(self.path, allow_pickle=False)
-            keys = data["keys"].tolist()
-            self.store = dict(zip(keys, data["vectors"], strict=True))
-
-    @property
-    def dim(self) -> int:
-        return self.inner.dim
-
-    @staticmethod
-    def key(text: str) -> str:
-        return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-    def embed(self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"):
-        keys = [self.key(t) for t in texts]
-        missing = [i for i, k in enumerate(keys) if k not in self.store]
-        if missing:
-            vecs = self.inner.embed([texts[i] for i in missing], progress=progress, desc=desc)
-            self.last_truncated = self.inner.last_truncated
-            for i, v in zip(missing, vecs, strict=True):
-                self.store[keys[i]] = v
-            self.save()
-        return np.stack([self.store[k] for k in keys]).astype(np.float32)
-
-    def count_truncated(self, texts: Sequence[str]) -> int:
-        return self.inner.count_truncated(texts)
-
-    def save(self) -> None:
-        keys = list(self.store)
-        tmp = self.path.with_suffix(".tmp.npz")
-        np.savez(tmp, keys=np.array(keys), vectors=np.stack([self.store[k] for k in keys]))
-        os.replace(tmp, self.path)
-
-
-def minilm_cached() -> CachedEmbedder:
-    from psirag.embed import load_embedder
-
-    return CachedEmbedder(load_embedder("minilm"))
+def minilm_cached() -> CachingEmbedder:
+    """MiniLM with its vectors kept in OUT/cache/embeddings-minilm.npz across benchmark runs."""
+    (OUT / "cache").mkdir(parents=True, exist_ok=True)
+    return CachingEmbedder(load_embedder("minilm"), OUT / "cache" / "embeddings-minilm.npz")
