@@ -177,7 +177,9 @@ class Index:
             )
 
         t0 = time.perf_counter()
-        with _Bar(progress, "abstract tree") as bar:
+        n_docs = len({c.source.document for c in chunks})
+        tree_steps = n_docs if config.tree_per_document else max(len(chunks) - 1, 0)
+        with _Bar(progress, "abstract tree", total=tree_steps) as bar:
             if config.tree_per_document:
                 doc_codes = np.unique([c.source.document for c in chunks], return_inverse=True)[1]
                 tree = build_forest(
