@@ -21,17 +21,19 @@ def all_prompt_text() -> str:
 
 
 def test_version_is_a_string():
-    assert prompts.PROMPT_VERSION == "1"
+    assert prompts.PROMPT_VERSION == "2"
 
 
 def test_summary_prompt_shape():
     chat = prompts.summary_prompt(["Doc A\nabout a", "Doc B\nabout b"], max_words=80)
-    assert [m["role"] for m in chat] == ["system", "user", "assistant", "user"]
+    assert [m["role"] for m in chat] == ["system", "user"]
     system = chat[0]["content"]
     assert '"Summary:"' in system and "at most 80 words" in system
-    assert chat[2]["content"].startswith("Summary:")
-    assert len(chat[2]["content"].split()) <= 101  # our example obeys our own limit
-    assert chat[3]["content"].endswith("[1] Doc A\nabout a\n\n[2] Doc B\nabout b")
+    assert "=== EXAMPLE" in system and prompts.EXAMPLE_SUMMARY in system
+    assert prompts.EXAMPLE_SUMMARY.startswith("Summary:")
+    assert len(prompts.EXAMPLE_SUMMARY.split()) <= 101  # our example obeys our own limit
+    assert chat[1]["content"] == "Documents:\n\n[1] Doc A\nabout a\n\n[2] Doc B\nabout b"
+    assert "Øresund" not in chat[1]["content"]
 
 
 def test_keyword_prompt_shape():
@@ -39,7 +41,8 @@ def test_keyword_prompt_shape():
     system = chat[0]["content"]
     assert "at most 15 phrases" in system and "commas" in system
     assert system.index("kinds of information") < system.index("specific things")
-    example = [p.strip() for p in chat[2]["content"].split(",")]
+    assert prompts.EXAMPLE_KEYWORDS in system
+    example = [p.strip() for p in prompts.EXAMPLE_KEYWORDS.split(",")]
     assert len(example) <= prompts.MAX_KEYWORDS
     assert len({p.lower() for p in example}) == len(example)
 

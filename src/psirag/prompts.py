@@ -6,9 +6,10 @@ about bridges. ``PROMPT_VERSION`` changes whenever a prompt's text changes; the 
 needs no help (the text itself is part of each cache key), but manifests and benchmarks record it
 so results stay comparable.
 
-Abstract prompts and the summarization prompt are returned as complete chats (lists of messages,
-the one-shot example as a real user/assistant exchange, which small models follow best). The R&A
-agent's prompts are strings: the agent owns its conversation and adds turns as it goes.
+Abstract prompts and the summarization prompt are returned as complete chats (lists of messages).
+The abstracts' one-shot example sits in the system prompt, fenced off and labelled as an example:
+given as a real user/assistant exchange, a small model copied its facts into abstracts of long
+inputs. The R&A agent's prompts are strings: the agent owns its conversation and adds turns.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Sequence
 
 from psirag.llm.base import Message
 
-PROMPT_VERSION = "1"
+PROMPT_VERSION = "2"
+"""2: the abstract prompts' one-shot example moved into the system prompt, fenced off: as chat
+turns (v1), Qwen2.5-1.5B mixed the example's bridges into abstracts of long inputs."""
 
 SUMMARY_MAX_WORDS = 100
 """Words asked for in a summative abstract (paper C.2)."""
@@ -72,6 +75,23 @@ def format_documents(texts: Sequence[str]) -> str:
     return "\n\n".join(f"[{i}] {text.strip()}" for i, text in enumerate(texts, start=1))
 
 
+_EXAMPLE_NOTE = (
+    "The example below only shows the format. Describe only the documents the user sends; "
+    "never mention anything from the example."
+)
+
+
+def _example_block(reply: str) -> str:
+    """The one-shot example inside the system prompt, fenced off from the real documents (as
+    separate chat turns, a 1.5B model mixed the example's facts into its abstracts)."""
+    return (
+        "=== EXAMPLE (not part of the task) ===\n"
+        f"Documents:\n\n{format_documents(EXAMPLE_DOCUMENTS)}\n\n"
+        f"Reply:\n{reply}\n"
+        "=== END OF EXAMPLE ==="
+    )
+
+
 # --- abstracts ------------------------------------------------------------------------------------
 
 
@@ -87,16 +107,15 @@ def summary_system_prompt(max_words: int = SUMMARY_MAX_WORDS) -> str:
         "2. Stay faithful: use only what the documents say. Add no outside knowledge, opinions "
         "or guesses, and do not blur exact facts into vague wording.\n"
         f"3. Use at most {max_words} words. Longer is not better: give each document a short "
-        "mention rather than one document a long one."
+        "mention rather than one document a long one.\n" + _EXAMPLE_NOTE
     )
 
 
 def summary_prompt(texts: Sequence[str], max_words: int = SUMMARY_MAX_WORDS) -> list[Message]:
     """Chat asking for a summative abstract of ``texts`` (children of one tree node)."""
+    system = f"{summary_system_prompt(max_words)}\n\n{_example_block(EXAMPLE_SUMMARY)}"
     return [
-        {"role": "system", "content": summary_system_prompt(max_words)},
-        {"role": "user", "content": "Documents:\n\n" + format_documents(EXAMPLE_DOCUMENTS)},
-        {"role": "assistant", "content": EXAMPLE_SUMMARY},
+        {"role": "system", "content": system},
         {"role": "user", "content": "Documents:\n\n" + format_documents(texts)},
     ]
 
@@ -114,16 +133,15 @@ def keyword_system_prompt(max_keywords: int = MAX_KEYWORDS) -> str:
         "heading, no numbering, no explanation.\n"
         "2. Prefer phrases of two to four words over single words. Do not repeat a phrase or "
         "give two phrases that mean the same.\n"
-        f"3. Give at most {max_keywords} phrases."
+        f"3. Give at most {max_keywords} phrases.\n" + _EXAMPLE_NOTE
     )
 
 
 def keyword_prompt(texts: Sequence[str], max_keywords: int = MAX_KEYWORDS) -> list[Message]:
     """Chat asking for a keyword abstract of ``texts`` (children of one tree node)."""
+    system = f"{keyword_system_prompt(max_keywords)}\n\n{_example_block(EXAMPLE_KEYWORDS)}"
     return [
-        {"role": "system", "content": keyword_system_prompt(max_keywords)},
-        {"role": "user", "content": "Documents:\n\n" + format_documents(EXAMPLE_DOCUMENTS)},
-        {"role": "assistant", "content": EXAMPLE_KEYWORDS},
+        {"role": "system", "content": system},
         {"role": "user", "content": "Documents:\n\n" + format_documents(texts)},
     ]
 
@@ -273,6 +291,8 @@ def summarize_docs_prompt(question: str, docs_text: str, max_words: int) -> list
 
 __all__ = [
     "EXAMPLE_DOCUMENTS",
+    "EXAMPLE_KEYWORDS",
+    "EXAMPLE_SUMMARY",
     "MAX_KEYWORDS",
     "NOT_MENTIONED",
     "PROMPT_VERSION",
