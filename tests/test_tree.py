@@ -276,3 +276,32 @@ def test_refuses_when_matrix_exceeds_memory(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(build_module, "available_memory_bytes", lambda: 4 * 100 * 100)
     with pytest.raises(ResourceError, match="similarity matrix"):
         build_tree(random_unit(np.random.default_rng(0), 100, 4))
+
+
+def test_search_restricted_to_a_short_tree_of_a_forest_reaches_its_leaves() -> None:
+    from psirag.retrieval.tree_search import TreeSearcher
+    from psirag.tree import build_forest
+
+    rng = np.random.default_rng(3)
+    deep = rng.normal(size=(60, 8))
+    short = rng.normal(size=(3, 8))
+    e = np.vstack([deep, short]).astype(np.float32)
+    e /= np.linalg.norm(e, axis=1, keepdims=True)
+    groups = np.array([0] * 60 + [1] * 3)
+    tree = build_forest(e, groups, max_children=3)
+    short_leaves = np.arange(60, 63)
+    assert tree.depth > tree.layer[tree.roots].min()  # one tree is shorter than the other
+    vectors = np.vstack([e, np.zeros((tree.n_nodes - 63, 8), dtype=np.float32)])
+    for node in range(63, tree.n_nodes):
+        under = tree.leaves_under(node)
+        mean = e[under].mean(axis=0)
+        vectors[node] = mean / np.linalg.norm(mean)
+    allowed = np.zeros(tree.n_nodes, dtype=bool)
+    allowed[short_leaves] = True
+    for node in range(63, tree.n_nodes):
+        allowed[node] = bool(np.isin(tree.leaves_under(node), short_leaves).any())
+    searcher = TreeSearcher(tree, vectors)
+    hits = searcher.search(short[0], k=2, beam=2, allowed=allowed)
+    # the unrestricted forest's upper layers have more than 2 nodes, so the search used to start
+    # above the short tree's root and find nothing
+    assert hits.leaves.size == 2 and set(hits.leaves.tolist()) <= set(short_leaves.tolist())

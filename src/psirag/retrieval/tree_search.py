@@ -72,23 +72,40 @@ class LayeredSearch:
         """Start at the highest layer with more than ``beam`` nodes (everything above it is taken
         whole: Algorithm 2's "|layer| <= k" branch), keep the top ``beam`` nodes by cosine per
         layer, expand to their children, return the top-k leaves. ``allowed`` (a boolean mask
-        over nodes) restricts the search to nodes that hold allowed leaves."""
+        over nodes) restricts the search to nodes that hold allowed leaves; the start layer is
+        then chosen by the allowed nodes alone. ``collect_visited`` also returns every node
+        scored, the layers taken whole included (what summarization ranks, SPEC 2.5)."""
         q = np.asarray(query, dtype=np.float32).ravel()
-        start = next(
-            (lv for lv in range(self.depth, -1, -1) if self.layer_nodes[lv].size > beam), 0
-        )
+
+        def layer_size(lv: int) -> int:
+            # Restricted to some documents, only their nodes count: a forest's other trees must
+            # not push the start above a short tree, whose nodes would then never be reached.
+            nodes = self.layer_nodes[lv]
+            return int(nodes.size if allowed is None else np.count_nonzero(allowed[nodes]))
+
+        start = next((lv for lv in range(self.depth, -1, -1) if layer_size(lv) > beam), 0)
         cands = self.layer_nodes[start]
         kept: list[np.ndarray] = []
         kept_scores: list[np.ndarray] = []
         visited: list[np.ndarray] = []
         visited_scores: list[np.ndarray] = []
+        if collect_visited:
+            # Layers above the start are small enough to be taken whole (Algorithm 2's
+            # "|layer| <= k" branch): their nodes are selected, so they count as visited.
+            for lv in range(self.depth, start, -1):
+                above = self.layer_nodes[lv]
+                if allowed is not None:
+                    above = above[allowed[above]]
+                if above.size:
+                    visited.append(above)
+                    visited_scores.append(self.vectors[above] @ q)
         for lv in range(start, -1, -1):
             if lv < start and self.roots_at[lv].size:
                 cands = np.concatenate([cands, self.roots_at[lv]])
             if allowed is not None:
                 cands = cands[allowed[cands]]
             if cands.size == 0:
-                break
+                continue  # a shorter tree's root may still join at a lower layer
             scores = self.vectors[cands] @ q
             if collect_visited:
                 visited.append(cands)
