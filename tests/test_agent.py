@@ -549,3 +549,43 @@ def test_summarize_refuses_an_empty_visit(server: ScriptedServer) -> None:
     with pytest.raises(InputError, match="no nodes"):
         Summarizer(client_for(server), lambda q: []).run()
     assert server.requests == []
+
+
+def test_premature_not_mentioned_is_nudged_into_a_retrieval(server: ScriptedServer) -> None:
+    server.script(
+        "Thought: The documents do not say who owns the hotel.\nAnswer: Not mentioned.",
+        f"Thought: I need the hotel's owner.\nRetrieve: {SUB_QUESTION}",
+        "Thought: Calder Group is based in Lisbon.\nAnswer: Lisbon",
+    )
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+
+    assert result.answer == "Lisbon"
+    assert index.queries == [QUESTION, SUB_QUESTION]
+    assert [s.action for s in result.steps] == ["retrieve", "answer"]
+    assert result.stats.nudged_turns == 1 and result.stats.llm_calls == 3
+    nudge = server.requests[1]["messages"]
+    assert [m["role"] for m in nudge][-2:] == ["assistant", "user"]
+    assert "1 retrieval left" in nudge[-1]["content"]
+    assert "Retrieve: <sub-question>" in nudge[-1]["content"]
+
+
+def test_not_mentioned_stands_when_the_nudge_gives_up_too(server: ScriptedServer) -> None:
+    server.script(
+        "Thought: Nothing about it.\nAnswer: not mentioned",
+        "Thought: Still nothing to search for.\nAnswer: Not mentioned",
+    )
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+    assert result.answer.lower() == "not mentioned"
+    assert index.queries == [QUESTION] and len(server.requests) == 2
+    assert result.stats.nudged_turns == 1
+
+
+def test_no_nudge_without_retrievals_left(server: ScriptedServer) -> None:
+    server.script("Thought: Not in the documents.\nAnswer: Not mentioned")
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search, max_retrievals=0).run(
+        QUESTION
+    )
+    assert result.answer == "Not mentioned"
+    assert len(server.requests) == 1 and result.stats.nudged_turns == 0

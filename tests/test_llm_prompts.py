@@ -13,6 +13,8 @@ def all_prompt_text() -> str:
         prompts.keyword_system_prompt(),
         prompts.agent_system_prompt(3),
         prompts.agent_user_turn("q", "docs", 0, True),
+        prompts.ircot_system_prompt(),
+        prompts.ircot_user_turn("q", "docs", ["s"]),
         prompts.summarize_docs_system_prompt(200),
         *[m["content"] for m in prompts.summary_prompt(["a"])],
         *[m["content"] for m in prompts.keyword_prompt(["a"])],
@@ -21,7 +23,7 @@ def all_prompt_text() -> str:
 
 
 def test_version_is_a_string():
-    assert prompts.PROMPT_VERSION == "2"
+    assert prompts.PROMPT_VERSION == "4"
 
 
 def test_summary_prompt_shape():

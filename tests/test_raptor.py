@@ -8,16 +8,29 @@ One slow test builds with real UMAP.
 from __future__ import annotations
 
 import itertools
+import json
+import re
 import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from chat_server import ChatServer
+from conftest import HashEmbedder
 
 pytest.importorskip("sklearn")
 
+from psirag.config import IndexConfig
+from psirag.errors import IndexFormatError, InputError
 from psirag.eval import raptor
+from psirag.eval.harness import run_eval
 from psirag.eval.raptor import RaptorTree, _Clustering, require_eval_deps
+from psirag.eval.settings import EvalSettings
 from psirag.eval.skew import dasgupta_cost
+from psirag.index import Index
+from psirag.llm import LLMClient, OpenAIChat
 
 TOPIC_WORDS = ["volcano lava ash", "football club goal", "bread oven yeast", "river delta flood"]
 
@@ -250,3 +263,245 @@ def test_real_umap_build_is_deterministic() -> None:
     assert all(np.array_equal(x, y) for x, y in zip(a.children, b.children, strict=True))
     for u in a.layer_nodes[1].tolist():
         assert np.unique(labels[a.leaves_under(u)]).size == 1
+
+
+# --- persistence ----------------------------------------------------------------------------------
+
+
+def test_save_load_roundtrip(tree: RaptorTree, tmp_path: Path) -> None:
+    folder = tree.save(tmp_path / "raptor")
+    loaded = RaptorTree.load(folder)
+    assert loaded.n_nodes == tree.n_nodes and loaded.n_leaves == tree.n_leaves
+    for name in ("layer", "hard_parent", "vectors"):
+        a, b = getattr(tree, name), getattr(loaded, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+    for name in ("children", "weights"):
+        pairs = zip(getattr(tree, name), getattr(loaded, name), strict=True)
+        assert all(np.array_equal(a, b) for a, b in pairs), name
+    assert (tree.membership != loaded.membership).nnz == 0
+    assert loaded.abstracts == tree.abstracts
+    assert loaded.stats == json.loads(json.dumps(tree.stats))
+    q = tree.vectors[tree.n_leaves + 1]
+    for search in ("traverse", "collapsed"):
+        a, b = getattr(tree, search)(q, k=5), getattr(loaded, search)(q, k=5)
+        assert np.array_equal(a.leaves, b.leaves) and np.array_equal(a.nodes, b.nodes)
+    # nothing but .npy arrays and JSON on disk
+    assert {p.suffix for p in folder.iterdir()} == {".npy", ".jsonl", ".json"}
+
+
+def test_load_refuses_what_is_not_a_raptor_tree(tmp_path: Path) -> None:
+    index = Index.build(
+        [f"Text {i} about {w}." for i, w in enumerate(TOPIC_WORDS)],
+        IndexConfig(embedder="test:hash"),
+        embedder=HashEmbedder(),
+        texts=True,
+    )
+    index.save(tmp_path / "psi")
+    with pytest.raises(IndexFormatError, match="RAPTOR"):
+        RaptorTree.load(tmp_path / "psi")
+    with pytest.raises(IndexFormatError):
+        RaptorTree.load(tmp_path / "missing")
+
+
+def test_llm_abstracts_are_written_from_soft_children(tmp_path: Path) -> None:
+    """A RAPTOR node is summarised from every member of its cluster, bottom-up."""
+    e, labels = blobs(per=20, k=3, seed=1)
+    texts = texts_for(labels)
+    t = RaptorTree.build(e, None, seed=0, reducer=pca, max_clusters=8)
+    assert t.depth >= 1
+
+    def reply(body: dict[str, Any]) -> str:
+        docs = body["messages"][-1]["content"].split("\n\n")[1:]
+        return f"Summary of {len(docs)} documents."
+
+    server = ChatServer(reply)
+    try:
+        client = LLMClient(OpenAIChat(server.base_url, "m"), cache_path=tmp_path / "c.sqlite")
+        t.write_abstracts(texts, "llm-summary", llm=client)
+        client.close()
+    finally:
+        server.close()
+    for u in range(t.n_leaves, t.n_nodes):
+        assert t.abstracts[u - t.n_leaves] == f"Summary of {t.children[u].size} documents."
+    assert t.stats["abstracts"] == "llm-summary"
+    assert t.stats["llm"]["calls"] == len(server.requests) > 0
+    with pytest.raises(InputError, match="LLM"):
+        t.write_abstracts(texts, "llm-keywords")
+
+
+# --- as eval methods ------------------------------------------------------------------------------
+
+EVAL_TOPICS = {
+    "volcano": [
+        "Mount Etna is an active volcano on the east coast of Sicily.",
+        "Lava from a volcano erupts as molten rock and ash clouds.",
+        "Volcanic eruptions release ash, lava and sulfur gases.",
+        "Vesuvius destroyed Pompeii with ash in the year 79.",
+    ],
+    "football": [
+        "Arsenal is a football club based in north London.",
+        "The football match ended with a late goal from the striker.",
+        "Liverpool won the football league title with a record points total.",
+        "A football club employs a manager, players and scouts.",
+    ],
+    "baking": [
+        "Bread dough rises when yeast ferments the sugars in flour.",
+        "Bake the bread in a hot oven until the crust is brown.",
+        "Sourdough bread uses a starter of wild yeast instead of baker's yeast.",
+        "Croissants are baked from laminated dough with butter layers.",
+    ],
+    "river": [
+        "The Nile river floods its delta every summer.",
+        "The Amazon river carries more water than any other river.",
+        "A river delta forms where the river meets the sea.",
+        "The Danube river flows through Vienna and Budapest.",
+    ],
+    "chess": [
+        "Chess openings like the Sicilian defence shape the middle game.",
+        "A chess grandmaster calculates many moves ahead.",
+        "The chess king castles to reach safety.",
+        "Chess endgames reward precise king activity.",
+    ],
+}
+EVAL_QUESTIONS = [
+    ("q0", "Which volcano destroyed Pompeii with ash?", "Vesuvius", [3]),
+    ("q1", "Which river floods its delta?", "Nile", [12]),
+    ("q2", "How does a chess king reach safety?", "castles", [18]),
+    ("q3", "Which football club is based in London?", "Arsenal", [4]),
+]
+
+
+@pytest.fixture
+def eval_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "topics"
+    folder.mkdir()
+    texts = [(f"{topic} {i}", t) for topic, ts in EVAL_TOPICS.items() for i, t in enumerate(ts)]
+    records = [{"idx": i, "title": title, "text": t} for i, (title, t) in enumerate(texts)]
+    questions = [
+        {"id": i, "question": q, "answer": a, "supporting_passage_ids": g}
+        for i, q, a, g in EVAL_QUESTIONS
+    ]
+    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
+    (folder / "questions.json").write_text(json.dumps(questions), encoding="utf-8")
+    return folder
+
+
+@pytest.fixture
+def pca_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eval builds with the linear reducer (no UMAP JIT warm-up in unit tests) and few mixture
+    sizes to try (each is a Gaussian-mixture fit)."""
+    monkeypatch.setitem(raptor.REDUCERS, "pca", pca)
+    monkeypatch.setitem(raptor.EVAL_BUILD, "reducer", "pca")
+    monkeypatch.setitem(raptor.EVAL_BUILD, "max_clusters", 8)
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def embed(self, texts: Any, **kwargs: Any) -> np.ndarray:
+        self.texts.extend(texts)
+        return super().embed(texts, **kwargs)
+
+
+def doc_ids(report: Any, method: str) -> dict[str, list[str]]:
+    return {
+        r["id"]: [p["doc"] for p in r["retrieved"]] for r in report.rows() if r["method"] == method
+    }
+
+
+def test_raptor_methods_end_to_end_and_cached(
+    eval_dir: Path, tmp_path: Path, pca_build: None
+) -> None:
+    settings = EvalSettings(
+        cache_dir=tmp_path / "cache", methods=("raptor", "raptor-collapsed"), beam=2, bootstrap=0
+    )
+    embedder = CountingEmbedder()
+    first = run_eval(eval_dir, settings, embedder=embedder)
+    assert first.index_builds == ["psirag", "raptor"]
+    # the leaves were embedded once, for psi, and the tree reuses them
+    n_passages = sum(len(v) for v in EVAL_TOPICS.values())
+    assert len(embedder.texts) == n_passages + len(EVAL_QUESTIONS)
+
+    results = first.to_dict()
+    info = results["indexes"]["raptor"]
+    loaded = RaptorTree.load(Path(info["path"]) / "index")
+    (psi_entry,) = (tmp_path / "cache" / "indexes").glob("psirag-*")
+    index = Index.load(psi_entry / "index", embedder=embedder)
+    n = loaded.n_leaves
+    assert n == n_passages and loaded.depth >= 1
+    assert np.allclose(loaded.vectors[:n], np.asarray(index.node_vectors[:n]), atol=1e-6)
+    assert all(a for a in loaded.abstracts)  # psi's keyword abstracts
+    assert set(info["stage_seconds"]) == set(raptor.RAPTOR_STAGES)
+    summary = results["methods"]["raptor"]
+    assert summary["index_seconds"] == pytest.approx(sum(info["stage_seconds"].values()), abs=2e-3)
+    assert 0 <= summary["recall@2"] <= summary["recall@5"] <= 100
+
+    # each method is its search over the cached tree, and the two differ on some question
+    traversal, collapsed = doc_ids(first, "raptor"), doc_ids(first, "raptor-collapsed")
+    for qid, question, _, _ in EVAL_QUESTIONS:
+        vec = embedder.embed([question])[0]
+        hits = loaded.traverse(vec, k=5, beam=2)
+        assert traversal[qid] == [index.chunks[i].source.document for i in hits.leaves]
+        flat = loaded.collapsed(vec, k=5)
+        expected = [index.chunks[u].source.document if u < n else f"raptor:{u}" for u in flat.nodes]
+        assert collapsed[qid] == expected
+    assert any(traversal[q] != collapsed[q] for q in traversal)
+    assert any(d.startswith("raptor:") for docs in collapsed.values() for d in docs)
+
+    second = run_eval(eval_dir, settings, embedder=HashEmbedder())
+    assert second.index_builds == []
+    assert all(m["index_reused"] for m in second.to_dict()["methods"].values())
+    assert [r["retrieved"] for r in second.rows()] == [r["retrieved"] for r in first.rows()]
+    # another fan-out cap is another tree (and another psi index)
+    capped = run_eval(
+        eval_dir,
+        replace(settings, index_config=IndexConfig(max_children=4)),
+        embedder=HashEmbedder(),
+    )
+    assert capped.index_builds == ["psirag", "raptor"]
+    tree4 = RaptorTree.load(Path(capped.to_dict()["indexes"]["raptor"]["path"]) / "index")
+    assert max(c.size for c in tree4.children[tree4.n_leaves :]) <= 4
+
+
+def test_raptor_agent_and_llm_abstracts_through_the_harness(
+    eval_dir: Path, tmp_path: Path, pca_build: None
+) -> None:
+    def reply(body: dict[str, Any]) -> str:
+        last = body["messages"][-1]["content"]
+        if last.startswith("Documents:"):
+            return f"Summary of {len(last.split(chr(10) * 2)) - 1} documents."
+        return "Thought: the documents say so.\nAnswer: Vesuvius"
+
+    server = ChatServer(reply)
+    spec = f"openai:{server.base_url}#m"
+    try:
+        settings = EvalSettings(
+            cache_dir=tmp_path / "cache",
+            methods=("raptor", "raptor-collapsed+agent"),
+            llm=spec,
+            index_config=IndexConfig(abstracts="llm-summary", routing="abstract"),
+            bootstrap=0,
+        )
+        report = run_eval(eval_dir, settings, embedder=HashEmbedder())
+    finally:
+        server.close()
+    results = report.to_dict()
+    assert set(results["methods"]) == {"raptor", "raptor-collapsed+agent"}
+    agent = results["methods"]["raptor-collapsed+agent"]
+    assert agent["em"] == 25.0 and agent["retrievals_per_question"] == 1.0
+    tree = RaptorTree.load(Path(results["indexes"]["raptor"]["path"]) / "index")
+    assert all(re.fullmatch(r"Summary of \d+ documents\.", a) for a in tree.abstracts)
+    assert tree.stats["abstracts"] == "llm-summary" and tree.stats["routing"] == "abstract"
+    n = tree.n_leaves
+    assert np.allclose(tree.vectors[n:], HashEmbedder().embed(tree.abstracts), atol=1e-5)
+
+
+def test_raptor_without_the_eval_extra_names_it(
+    eval_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "umap", None)
+    settings = EvalSettings(cache_dir=tmp_path / "cache", methods=("raptor",), bootstrap=0)
+    with pytest.raises(InputError, match=r"pip install 'psirag\[eval\]'"):
+        run_eval(eval_dir, settings, embedder=HashEmbedder())

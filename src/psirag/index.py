@@ -498,7 +498,24 @@ class Index:
         k: int = 10,
     ) -> list[NodeHit]:
         """Every node a tree search scores (abstracts and leaves), best first (SPEC 2.5)."""
-        vector = self.embed_query(query)
+        return self.visit_vector(self.embed_query(query), docs=docs, beam=beam, k=k)
+
+    def visit_vector(
+        self,
+        vector: np.ndarray,
+        *,
+        docs: Sequence[str] | None = None,
+        beam: int = 10,
+        k: int = 10,
+    ) -> list[NodeHit]:
+        """:meth:`visit` with the query already embedded, so that an evaluation embeds each
+        question once for every method (and times the visit alone)."""
+        vector = np.asarray(vector, dtype=np.float32).ravel()
+        if vector.shape[0] != self.node_vectors.shape[1]:
+            raise EmbedderMismatchError(
+                f"query vector has {vector.shape[0]} dimensions, "
+                f"the index {self.node_vectors.shape[1]}"
+            )
         _, allowed_nodes = self._allowed(docs)
         hits = self._searcher.search(
             vector, k=k, beam=beam, allowed=allowed_nodes, collect_visited=True

@@ -14,13 +14,17 @@ inputs. The R&A agent's prompts are strings: the agent owns its conversation and
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 from psirag.llm.base import Message
 
-PROMPT_VERSION = "2"
+PROMPT_VERSION = "4"
 """2: the abstract prompts' one-shot example moved into the system prompt, fenced off: as chat
-turns (v1), Qwen2.5-1.5B mixed the example's bridges into abstracts of long inputs."""
+turns (v1), Qwen2.5-1.5B mixed the example's bridges into abstracts of long inputs.
+3: IRCoT prompts added (the one-sentence reasoning step of the IRCoT baseline); no existing
+prompt changed.
+4: the agent's follow-up turn after a ``Not mentioned`` given while retrievals remain."""
 
 SUMMARY_MAX_WORDS = 100
 """Words asked for in a summative abstract (paper C.2)."""
@@ -168,6 +172,18 @@ def agent_user_turn(question: str, passages_text: str, remaining: int, force_ans
     return "\n".join(lines)
 
 
+def agent_nudge_turn(remaining: int) -> str:
+    """The follow-up to a ``Not mentioned`` given while retrievals remain: searching again is
+    what the retrievals are for, so the model is asked for a sub-question first."""
+    n = max(0, int(remaining))
+    return (
+        f"You still have {n} retrieval{'s' if n != 1 else ''} left, so do not give up yet. "
+        "Think about which fact is missing and end your reply with the line "
+        '"Retrieve: <sub-question>" asking for it. Answer now only if the documents already '
+        "give the answer."
+    )
+
+
 _EXAMPLE_TURN_1_DOCS = format_documents(EXAMPLE_DOCUMENTS[:3])
 _EXAMPLE_TURN_1_REPLY = (
     "Thought: The bridge beside the Tower of London is Tower Bridge, which Horace Jones designed. "
@@ -248,6 +264,82 @@ def agent_system_prompt(
     return f"{text}\n\nAn example of two turns:\n\n{example}\n\n(End of example.)"
 
 
+# --- IRCoT baseline: one reasoning sentence per turn -------------------------------------------
+
+IRCOT_ANSWER_PHRASE = "answer is"
+"""The words that end an IRCoT chain: the prompt asks for them, the loop looks for them."""
+
+_IRCOT_EXAMPLE_CHAIN: tuple[str, ...] = (
+    "The bridge beside the Tower of London is Tower Bridge, which was designed by the architect "
+    "Horace Jones.",
+    "Horace Jones, the English architect and City Architect of London, lived from 1819 to 1887.",
+    "So the answer is 1887.",
+)
+
+
+def ircot_system_prompt() -> str:
+    """System prompt of the IRCoT reasoning step: the model writes the next sentence of a chain
+    of reasoning, and that sentence becomes the next search query, so it must name things."""
+    example = "\n".join(
+        f"Turn {i}: {sentence}" for i, sentence in enumerate(_IRCOT_EXAMPLE_CHAIN, start=1)
+    )
+    return (
+        "You work out the answer to a question step by step, one sentence per turn, from "
+        "documents found by a search engine. Each turn you see the documents found so far, the "
+        "question, and the sentences you wrote in earlier turns.\n"
+        "Rules:\n"
+        "1. Reply with exactly ONE sentence on a single line: the next step of the reasoning. "
+        "No heading, no list, no explanation around it.\n"
+        "2. State one fact that brings you closer to the answer, taken from the documents, or say "
+        "plainly which fact is still missing. Name the people, works or places it is about: your "
+        "sentence is used as the next search query.\n"
+        "3. Do not repeat a sentence you already wrote.\n"
+        "4. As soon as the documents give the answer, write "
+        f'"So the {IRCOT_ANSWER_PHRASE} <answer>." with the answer as short as possible: a name, '
+        "a date, a number or a short phrase.\n"
+        "The example below only shows the format; never use its facts.\n\n"
+        "=== EXAMPLE (not part of the task) ===\n"
+        f"Documents:\n\n{format_documents(EXAMPLE_DOCUMENTS)}\n\n"
+        f"Question: {EXAMPLE_QUESTION}\n"
+        f"{example}\n"
+        "=== END OF EXAMPLE ==="
+    )
+
+
+def ircot_user_turn(question: str, passages_text: str, sentences: Sequence[str]) -> str:
+    """One IRCoT reasoning request: every document collected so far, the question, and the chain
+    written so far, asking for its next sentence."""
+    chain = " ".join(s.strip() for s in sentences if s.strip())
+    return "\n".join(
+        [
+            "Documents found so far:",
+            passages_text.strip() or "(none found)",
+            "",
+            f"Question: {question.strip()}",
+            f"Reasoning so far: {chain or '(nothing yet)'}",
+            "",
+            "Write the next sentence of the reasoning.",
+        ]
+    )
+
+
+def ircot_prompt(question: str, passages_text: str, sentences: Sequence[str]) -> list[Message]:
+    """The complete chat of one IRCoT reasoning step (rebuilt every step, not a conversation)."""
+    return [
+        {"role": "system", "content": ircot_system_prompt()},
+        {"role": "user", "content": ircot_user_turn(question, passages_text, sentences)},
+    ]
+
+
+def abstract_prompts_fingerprint() -> str:
+    """A short hash of the abstract prompts as sent (system prompts and user-turn layout), so an
+    index cache can tell when its LLM abstracts were written by other prompts."""
+    probe = ("<document one>", "<document two>")
+    parts = [*summary_prompt(probe), *keyword_prompt(probe)]
+    blob = "\n\x00".join(f"{m['role']}:{m['content']}" for m in parts)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
 # --- R&A agent: summarization ---------------------------------------------------------------------
 
 
@@ -293,15 +385,21 @@ __all__ = [
     "EXAMPLE_DOCUMENTS",
     "EXAMPLE_KEYWORDS",
     "EXAMPLE_SUMMARY",
+    "IRCOT_ANSWER_PHRASE",
     "MAX_KEYWORDS",
     "NOT_MENTIONED",
     "PROMPT_VERSION",
     "SUMMARY_MAX_WORDS",
     "THOUGHT_MAX_WORDS",
+    "abstract_prompts_fingerprint",
     "agent_example_messages",
+    "agent_nudge_turn",
     "agent_system_prompt",
     "agent_user_turn",
     "format_documents",
+    "ircot_prompt",
+    "ircot_system_prompt",
+    "ircot_user_turn",
     "keyword_prompt",
     "keyword_system_prompt",
     "summarize_docs_prompt",

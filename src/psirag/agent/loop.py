@@ -30,6 +30,7 @@ from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message
 from psirag.prompts import (
     NOT_MENTIONED,
     THOUGHT_MAX_WORDS,
+    agent_nudge_turn,
     agent_system_prompt,
     agent_user_turn,
 )
@@ -89,6 +90,9 @@ class AgentStats:
     rescued: int = 0
     unparsed: int = 0
     forced_turns: int = 0
+    nudged_turns: int = 0
+    """Follow-up turns after a ``Not mentioned`` given while retrievals remained (SPEC 2.4:
+    ``Not mentioned`` is the answer of an agent out of attempts, not one that gave up early)."""
     clipped_passages: int = 0
     """Passages shown shortened in some request so that it fit the context window."""
     prompt_tokens: int = 0
@@ -164,10 +168,15 @@ def merge_evidence(
 class _Turn:
     """A conversation entry kept unrendered, so it can be re-rendered with shorter passages."""
 
-    role: Literal["user", "assistant", "force"]
+    role: Literal["user", "assistant", "force", "nudge"]
     passages: list[Passage] = field(default_factory=list)
     remaining: int = 0
     text: str = ""
+
+
+def is_not_mentioned(answer: str) -> bool:
+    """Whether an answer is the agent's give-up answer (case, punctuation and quotes aside)."""
+    return " ".join(answer.strip(" \t\n.\"'*`").lower().split()) == NOT_MENTIONED.lower()
 
 
 class RetrieveAndAnswer:
@@ -218,6 +227,9 @@ class RetrieveAndAnswer:
         for turn in turns:
             if turn.role == "assistant":
                 messages.append({"role": "assistant", "content": turn.text})
+                continue
+            if turn.role == "nudge":
+                messages.append({"role": "user", "content": agent_nudge_turn(turn.remaining)})
                 continue
             # A forced follow-up brings no new documents; it only demands the answer.
             forced = turn.role == "force" or turn.remaining == 0
@@ -290,6 +302,11 @@ class RetrieveAndAnswer:
             step.rescued = parsed.rescued
             turns.append(_Turn("assistant", text=reply.text.strip()))
 
+            if parsed.action == "answer" and remaining > 0 and is_not_mentioned(parsed.argument):
+                # Giving up with retrievals left: ask once for a sub-question instead.
+                nudged = self._nudge_retrieval(question, turns, remaining, stats)
+                if nudged is not None:
+                    parsed = nudged
             if parsed.action == "answer":
                 step.action = "answer"
                 answer = parsed.argument
@@ -312,6 +329,24 @@ class RetrieveAndAnswer:
 
         evidence = merge_evidence([s.passages for s in steps], self.evidence_merge)
         return AgentResult(answer, steps, evidence, question, stats)
+
+    def _nudge_retrieval(
+        self, question: str, turns: list[_Turn], remaining: int, stats: AgentStats
+    ) -> ParsedReply | None:
+        """One follow-up turn after a premature ``Not mentioned``: the model is reminded that it
+        may still search and asked for a sub-question. Its reply replaces the first one when it
+        is a retrieval or a real answer; otherwise the ``Not mentioned`` stands."""
+        turns.append(_Turn("nudge", remaining=remaining))
+        stats.nudged_turns += 1
+        reply = self._call(question, turns, stats)
+        turns.append(_Turn("assistant", text=reply.text.strip()))
+        parsed = parse_reply(reply.text)
+        stats.count(parsed)
+        if parsed.action == "retrieve" and parsed.argument:
+            return parsed
+        if parsed.action == "answer" and not is_not_mentioned(parsed.argument):
+            return parsed
+        return None
 
     def _force_answer(
         self, question: str, turns: list[_Turn], stats: AgentStats
@@ -338,5 +373,6 @@ __all__ = [
     "RetrieveAndAnswer",
     "Retriever",
     "Step",
+    "is_not_mentioned",
     "merge_evidence",
 ]

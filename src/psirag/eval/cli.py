@@ -12,10 +12,17 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from psirag.config import DEFAULT_EMBEDDER, SearchConfig
+from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.errors import InputError
 
 LLM_ENV = "PSIRAG_LLM"
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return number
 
 
 def _methods(value: str) -> tuple[str, ...]:
@@ -41,9 +48,16 @@ def register(subparsers: Any) -> None:
         type=_methods,
         default=(),
         metavar="LIST",
-        help="comma-separated: psi, psi-tree, bm25, dense, hybrid, and NAME+agent with --llm "
+        help="comma-separated: psi, psi-tree, bm25, dense, hybrid, raptor, raptor-collapsed "
+        "(the last two need psirag[eval]); with --llm also NAME+agent (the R&A agent) and "
+        "NAME+ircot (IRCoT baseline: each reasoning sentence is the next query, same retrieval "
+        "budget and answer step as the agent) and NAME+summarize (the paper's summarization "
+        "mode: one retrieval inside the question's own document, the visited abstracts and "
+        "passages summarized, scored by ROUGE-L; psi, psi-tree, dense, bm25, hybrid) "
         "(default: psi,psi-tree,bm25,dense,hybrid; with --llm: psi,hybrid,psi+agent,"
-        "hybrid+agent). With --llm, a plain NAME answers with one LLM call over one retrieval.",
+        "hybrid+agent, or psi+summarize,dense+summarize when the questions have reference "
+        "summaries and no answer, as QMSum). With --llm, a plain NAME answers with one LLM call "
+        "over one retrieval (unless --retrieval-only).",
     )
     p.add_argument("--limit", type=int, metavar="N", help="first N questions only")
     p.add_argument(
@@ -97,9 +111,25 @@ def register(subparsers: Any) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="agent retrievals after the first (default 1, the paper's 2Wiki setting)",
+        help="retrievals after the first for NAME+agent and NAME+ircot "
+        "(default 1, the paper's 2Wiki setting)",
     )
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="cap on each LLM reply")
+    p.add_argument(
+        "--summary-top-k",
+        type=_positive,
+        default=20,
+        metavar="K",
+        help="NAME+summarize: nodes given to the LLM, also the tree visit's k and beam "
+        "(default 20, the paper's QMSum setting; WCEP: 15)",
+    )
+    p.add_argument(
+        "--summary-max-tokens",
+        type=_positive,
+        default=200,
+        metavar="N",
+        help="NAME+summarize: cap on the summary (default 200, QMSum; WCEP: 150)",
+    )
     p.add_argument(
         "--workers",
         type=int,
@@ -114,9 +144,91 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="paired bootstrap resamples vs the first method (default 10000; 0: off)",
     )
+    _ablation_arguments(p)
+    p.add_argument(
+        "--retrieval-only",
+        action="store_true",
+        help="score Recall@k only, even with --llm (which then only writes --abstracts llm-*): "
+        "no answer call per question and method",
+    )
     p.add_argument("--rebuild", action="store_true", help="rebuild indexes even if cached")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run_eval_command)
+
+
+def _ablation_arguments(p: argparse.ArgumentParser) -> None:
+    """The index ablations of the paper: abstract type, routing, fan-out, and a sub-corpus to run
+    the costly (LLM-abstract) ones on. Each variant gets its own cached index."""
+    from psirag.cli import _max_children
+
+    g = p.add_argument_group("ablations (each variant is indexed and cached apart)")
+    g.add_argument(
+        "--abstracts",
+        choices=["keywords", "none", "llm-keywords", "llm-summary"],
+        default=None,
+        help="abstract text of inner nodes, for psi and raptor alike: LLM-free keywords "
+        "(default), none, or written by the --llm model (keyword lists, summaries)",
+    )
+    g.add_argument(
+        "--routing",
+        choices=["leaf_mean", "abstract", "blend"],
+        default=None,
+        help="routing embedding of inner nodes: leaf_mean (the 'mean embedding' abstract type), "
+        "abstract (the embedding of the abstract text, as the paper) or blend; default: "
+        "abstract with --abstracts llm-*, else leaf_mean",
+    )
+    g.add_argument(
+        "--max-children",
+        type=_max_children,
+        default=IndexConfig.max_children,
+        metavar="N",
+        help=f"most children per node, psi and raptor (default {IndexConfig.max_children}; "
+        "'none': no cap)",
+    )
+    g.add_argument(
+        "--context-tokens",
+        type=int,
+        default=IndexConfig.context_tokens,
+        metavar="N",
+        help=f"the LLM's context for --abstracts llm-* (default {IndexConfig.context_tokens})",
+    )
+    g.add_argument(
+        "--split",
+        action="store_true",
+        help="split corpus records into ~100-token chunks (by default a record is one leaf, as "
+        "the paper's QA passages; long documents such as QMSum transcripts need this)",
+    )
+    g.add_argument(
+        "--tree-per-document",
+        action="store_true",
+        help="one abstract tree per corpus document instead of one over the corpus (the "
+        "paper's single-document setting, for NAME+summarize on QMSum)",
+    )
+    g.add_argument(
+        "--subcorpus",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="index N passages only: the evaluated questions' gold passages, then the others "
+        "in corpus order (for LLM-abstract ablations; combine with --limit)",
+    )
+
+
+def _index_config(args: argparse.Namespace) -> IndexConfig | None:
+    """The index config the ablation flags ask for; None when none is given (the defaults)."""
+    abstracts = args.abstracts or IndexConfig.abstracts
+    routing = args.routing
+    if routing is None:
+        routing = "abstract" if abstracts.startswith("llm-") else IndexConfig.routing
+    config = IndexConfig(
+        max_children=args.max_children,
+        abstracts=abstracts,
+        routing=routing,
+        context_tokens=args.context_tokens,
+        split_records=args.split,
+        tree_per_document=args.tree_per_document,
+    )
+    return None if config == IndexConfig() else config
 
 
 def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
@@ -125,10 +237,17 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
 
     stdout = stdout or sys.stdout
     llm = args.llm
-    if llm is None and any(m.endswith("+agent") for m in args.methods):
+    config = _index_config(args)
+    llm_abstracts = config is not None and config.abstracts.startswith("llm-")
+    if llm is None and (llm_abstracts or any("+" in m for m in args.methods)):
         llm = os.environ.get(LLM_ENV) or None
+        if llm is None and llm_abstracts:
+            raise InputError(
+                f"--abstracts {args.abstracts} needs an LLM: pass --llm SPEC or set ${LLM_ENV}"
+            )
         if llm is None:
-            raise InputError(f"the +agent methods need an LLM: pass --llm SPEC or set ${LLM_ENV}")
+            needing = ", ".join(m for m in args.methods if "+" in m)
+            raise InputError(f"{needing} need an LLM: pass --llm SPEC or set ${LLM_ENV}")
     settings = EvalSettings(
         methods=args.methods,
         limit=args.limit,
@@ -139,10 +258,15 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
         reranker=args.reranker,
         max_retrievals=args.max_retrievals,
         max_tokens=args.max_tokens,
+        summary_top_k=args.summary_top_k,
+        summary_max_tokens=args.summary_max_tokens,
         workers=args.workers,
         embedding_cache=Path(args.embedding_cache) if args.embedding_cache else None,
         rebuild=args.rebuild,
         bootstrap=args.bootstrap,
+        index_config=config,
+        subcorpus=args.subcorpus,
+        retrieval_only=args.retrieval_only,
     )
 
     def say(message: str) -> None:

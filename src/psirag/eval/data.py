@@ -2,8 +2,9 @@
 
 The corpus is read exactly as ``psirag index corpus.json`` reads it (one record = one leaf whose
 text is ``title\\ntext``), so an evaluated index is the index a user would build. Gold passages
-are resolved from ``supporting_passage_ids`` (positions in ``corpus.json``) to their passage
-strings, the identity Recall@k compares. Some releases store list fields as strings (``"[4, 6]"``,
+are resolved from ``supporting_passage_ids`` (or, in document-level sets such as QMSum, from
+``doc_id``; positions in ``corpus.json``) to their passage strings, the identity Recall@k
+compares. Some releases store list fields as strings (``"[4, 6]"``,
 ``"['Rush']"``); those are parsed back into lists.
 """
 
@@ -13,7 +14,7 @@ import ast
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -130,7 +131,11 @@ def load_dataset(folder: str | Path, limit: int | None = None) -> EvalDataset:
     for number, q in enumerate(raw_questions[:limit]):
         if not isinstance(q, dict) or not isinstance(q.get("question"), str):
             raise InputError(f"questions.json, question {number}: no 'question' text")
-        gold_ids = [str(i) for i in as_list(q.get("supporting_passage_ids"))]
+        gold_field = q.get("supporting_passage_ids")
+        if gold_field is None:
+            # Document-level sets (QMSum) name the one document a question is about by doc_id.
+            gold_field = q.get("doc_id")
+        gold_ids = [str(i) for i in as_list(gold_field)]
         gold: list[str] = []
         for i in gold_ids:
             try:
@@ -159,6 +164,38 @@ def load_dataset(folder: str | Path, limit: int | None = None) -> EvalDataset:
     return EvalDataset(folder.name, folder, documents, questions, passage_of)
 
 
+def subcorpus(data: EvalDataset, size: int) -> EvalDataset:
+    """A corpus of ``size`` passages: the gold passages of ``data``'s questions, then the other
+    passages (distractors) in corpus order until ``size`` is reached; the questions whose gold
+    passages are all kept (so every question of ``data``).
+
+    Why: LLM-abstract ablations pay one LLM call per abstract node, so they run on a few hundred
+    passages instead of the full corpus, while every evaluated question stays answerable. The
+    result is a pure function of its inputs and applying it twice changes nothing.
+    """
+    if size < 1:
+        raise InputError(f"--subcorpus must be positive, got {size}")
+    gold = {g for q in data.questions for g in q.gold_passages}
+    is_gold = [data.record_of(d.id, d.text) in gold for d in data.documents]
+    n_gold = sum(is_gold)
+    if n_gold > size:
+        raise InputError(
+            f"--subcorpus {size} is smaller than the {n_gold} gold passages of the "
+            f"{len(data.questions)} evaluated questions; raise it or lower --limit"
+        )
+    room = size - n_gold
+    documents = []
+    for doc, golden in zip(data.documents, is_gold, strict=True):
+        if golden or room > 0:
+            documents.append(doc)
+            room -= 0 if golden else 1
+    kept = {data.record_of(d.id, d.text) for d in documents}
+    questions = [q for q in data.questions if all(g in kept for g in q.gold_passages)]
+    ids = {d.id for d in documents}
+    passage_of = {k: v for k, v in data.passage_of.items() if k in ids}
+    return replace(data, documents=documents, questions=questions, passage_of=passage_of)
+
+
 __all__ = [
     "DATA_ENV",
     "EvalDataset",
@@ -166,4 +203,5 @@ __all__ = [
     "as_list",
     "default_data_dir",
     "load_dataset",
+    "subcorpus",
 ]

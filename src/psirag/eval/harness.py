@@ -8,7 +8,16 @@ builds it, and answers each question:
 - ``NAME`` with an LLM: one retrieval and one answer call (:class:`RetrieveAndAnswer` with no
   further retrievals: the same prompt, parser and forced-answer turn as the agent);
 - ``NAME+agent``: the R&A agent over that retriever (``max_retrievals`` more retrievals),
-  Recall@k read from the top-k of its merged evidence list (SPEC 2.4).
+  Recall@k read from the top-k of its merged evidence list (SPEC 2.4);
+- ``NAME+ircot``: the IRCoT baseline over that retriever (:mod:`psirag.agent.ircot`): each
+  reasoning sentence is the next query, within the agent's retrieval budget, and the agent's
+  answer step reads what it collected; its rows have the agent's shape;
+- ``NAME+summarize``: the paper's summarization mode (SPEC 2.5, :mod:`psirag.agent.summarize`):
+  one retrieval restricted to the question's own document (that of its gold passages), the top
+  ``summary_top_k`` visited nodes (for a tree: abstracts and leaves) in document order, one
+  summary capped at ``summary_max_tokens``, scored by ROUGE-L against the reference summaries.
+  With an LLM and no ``methods``, a dataset of reference summaries runs
+  :data:`SUMMARY_METHODS`.
 
 LLM replies go through :class:`LLMClient` with a SQLite cache in the cache folder, so a rerun pays
 only for requests it has not seen.
@@ -28,7 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from psirag.agent import RetrieveAndAnswer
+from psirag.agent import AgentResult, RetrieveAndAnswer
+from psirag.agent.ircot import IRCoT
+from psirag.agent.summarize import Summarizer, VisitedNode
 from psirag.embed import Embedder, finalize_vectors
 from psirag.errors import InputError
 from psirag.eval.data import EvalDataset, EvalQuestion, load_dataset
@@ -54,17 +65,26 @@ from psirag.eval.metrics import (
 from psirag.eval.settings import (
     LLM_METHODS,
     RETRIEVAL_METHODS,
+    SUMMARY_METHODS,
     EvalSettings,
+    MethodMode,
     resolve_embedder,
 )
 from psirag.types import Passage
 
 SCHEMA = "psirag.eval/1"
 LLM_CACHE_FILE = "llm-cache.sqlite"
+STAGES: dict[MethodMode, str] = {
+    "none": "eval-answer",
+    "agent": "eval-agent",
+    "ircot": "eval-ircot",
+    "summarize": "eval-summarize",
+}
+"""LLM usage label of each mode (``LLMClient.usage`` counts calls per label)."""
 SCORES = ("recall@2", "recall@5", "em", "f1", "em_alias", "f1_alias", "rouge_l")
 """Per-question scores (fractions in the JSONL, percentages in the summary)."""
-COMPARED = ("recall@5", "f1")
-"""Scores compared with the first method by a paired bootstrap."""
+COMPARED = ("recall@5", "f1", "rouge_l")
+"""Scores compared with the first method by a paired bootstrap (those every question has)."""
 
 Say = Callable[[str], None]
 
@@ -99,11 +119,16 @@ class MethodResult:
 
     name: str
     retriever: str
-    agent: bool
+    mode: MethodMode
     llm: bool
     index: IndexInfo
     index_seconds: float
     rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def agent(self) -> bool:
+        """The R&A agent answered (``NAME+agent``)."""
+        return self.mode == "agent"
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -137,7 +162,14 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     stats = [r.get("agent_stats") or {} for r in rows]
     total = {
         key: sum(s.get(key, 0) for s in stats)
-        for key in ("well_formed", "rescued", "unparsed", "forced_turns", "llm_calls")
+        for key in (
+            "well_formed",
+            "rescued",
+            "unparsed",
+            "forced_turns",
+            "nudged_turns",
+            "llm_calls",
+        )
     }
     replies = total["well_formed"] + total["rescued"] + total["unparsed"]
     answers = [str(r.get("answer") or "").strip() for r in rows]
@@ -147,6 +179,7 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "rescued_replies": total["rescued"],
         "unparsed_replies": total["unparsed"],
         "forced_turns": total["forced_turns"],
+        "nudged_turns": total["nudged_turns"],
         "llm_calls": total["llm_calls"],
         "not_mentioned": sum(a.lower() == "not mentioned" for a in answers),
         "empty_answers": sum(not a for a in answers),
@@ -281,12 +314,26 @@ def format_table(results: dict[str, Any]) -> str:
     return "\n".join([title, line(header), rule, *(line(r) for r in body), notes])
 
 
+def is_summarization(dataset: EvalDataset) -> bool:
+    """Every question is scored against reference summaries (no ``answer``: QMSum, WCEP)."""
+    return bool(dataset.questions) and all(
+        q.answer is None and q.answers for q in dataset.questions
+    )
+
+
 def _score(
-    dataset: EvalDataset, q: EvalQuestion, passages: Sequence[Passage], answer: str | None
+    dataset: EvalDataset,
+    q: EvalQuestion,
+    passages: Sequence[Passage],
+    answer: str | None,
+    *,
+    recall: bool = True,
 ) -> dict[str, float | None]:
+    """The question's scores; ``recall=False`` when retrieval was confined to the gold document
+    (summarization mode), where Recall@k would be 100 by construction."""
     keys = list(dict.fromkeys(dataset.record_of(p.source.document, p.text) for p in passages))
     out: dict[str, float | None] = dict.fromkeys(SCORES)
-    if q.gold_passages:
+    if recall and q.gold_passages:
         out["recall@2"] = recall_at_k(keys, q.gold_passages, 2)
         out["recall@5"] = recall_at_k(keys, q.gold_passages, 5)
     if answer is not None:
@@ -318,6 +365,16 @@ def _passage_row(p: Passage) -> dict[str, Any]:
     return {"id": p.id, "doc": p.source.document, "title": p.source.title, "score": p.score}
 
 
+def _node_row(node: VisitedNode) -> dict[str, Any]:
+    """A node given to the summarizer: abstracts (layer >= 1) have no passage id."""
+    return {
+        "node": int(node.node),
+        "layer": int(node.layer),
+        "doc": getattr(node, "document", None),
+        "score": float(node.score),
+    }
+
+
 class _Runner:
     """Answers the questions with one method and records a row per question."""
 
@@ -332,9 +389,18 @@ class _Runner:
         self.settings = settings
         self.vectors = vectors
         self.llm = llm
+        self._docs_of: dict[str, list[str]] = {}
+        for doc, text in dataset.passage_of.items():
+            self._docs_of.setdefault(text, []).append(doc)
+
+    def question_docs(self, q: EvalQuestion) -> list[str] | None:
+        """The documents holding the question's gold passages (QMSum: its meeting), where
+        summarization mode retrieves; None (the whole corpus) for a question without gold."""
+        docs = [d for text in q.gold_passages for d in self._docs_of.get(text, [])]
+        return list(dict.fromkeys(docs)) or None
 
     def run(
-        self, name: str, retrieval: Retrieval, agent: bool, progress: bool
+        self, name: str, retrieval: Retrieval, mode: MethodMode, progress: bool
     ) -> list[dict[str, Any]]:
         from tqdm.auto import tqdm
 
@@ -343,7 +409,7 @@ class _Runner:
         def one(q: EvalQuestion) -> dict[str, Any]:
             if self.llm is None:
                 return self._retrieve_only(retrieval, q)
-            return self._answer(retrieval, q, agent)
+            return self._answer(retrieval, q, mode)
 
         bar = tqdm(total=len(questions), desc=name, unit="q", disable=not progress, leave=False)
         try:
@@ -394,7 +460,52 @@ class _Runner:
             "queries": [q.question],
         }
 
-    def _answer(self, retrieval: Retrieval, q: EvalQuestion, agent: bool) -> dict[str, Any]:
+    def _summarize(self, retrieval: Retrieval, q: EvalQuestion) -> dict[str, Any]:
+        """One retrieval inside the question's document, one summary over what it visited."""
+        if retrieval.visit is None:  # run_eval checks first; kept for direct callers
+            raise InputError("this retriever lists no visited nodes for +summarize")
+        s = self.settings
+        vector = self.vectors(q.question)
+        start = time.perf_counter()
+        nodes = list(retrieval.visit(q.question, vector, self.question_docs(q)))
+        query_ms = (time.perf_counter() - start) * 1000
+        summarizer = Summarizer(
+            self.llm,
+            lambda query: nodes,
+            top_k=s.summary_top_k,
+            max_tokens=s.summary_max_tokens,
+            stage=STAGES["summarize"],
+        )
+        answer, clipped, calls = "", 0, 0
+        evidence: list[VisitedNode] = []
+        start = time.perf_counter()
+        if nodes:  # none when nothing in the document matched (BM25 keeps positive scores only)
+            result = summarizer.run(q.question)
+            answer, evidence = result.answer, result.evidence
+            clipped, calls = result.clipped_nodes, 1
+        answer_ms = (time.perf_counter() - start) * 1000
+        return {
+            **self._base_row(q),
+            "answer": answer,
+            "retrieved": [_node_row(n) for n in evidence],
+            **_score(self.dataset, q, [], answer, recall=False),
+            "query_ms": query_ms,
+            "answer_ms": answer_ms,
+            "queries": [q.question],
+            "actions": ["summarize"],
+            "llm_calls": calls,
+            "agent_stats": {
+                "llm_calls": calls,
+                "visited_nodes": len(nodes),
+                "given_nodes": len(evidence),
+                "abstract_nodes": sum(1 for n in evidence if n.layer > 0),
+                "clipped_nodes": clipped,
+            },
+        }
+
+    def _answer(self, retrieval: Retrieval, q: EvalQuestion, mode: MethodMode) -> dict[str, Any]:
+        if mode == "summarize":
+            return self._summarize(retrieval, q)
         timings: list[float] = []
 
         def retrieve(query: str) -> list[Passage]:
@@ -404,15 +515,25 @@ class _Runner:
             timings.append((time.perf_counter() - start) * 1000)
             return passages
 
-        loop = RetrieveAndAnswer(
-            self.llm,
-            retrieve,
-            max_retrievals=self.settings.max_retrievals if agent else 0,
-            max_tokens=self.settings.max_tokens,
-            stage="eval-agent" if agent else "eval-answer",
-        )
+        loop: RetrieveAndAnswer | IRCoT
+        if mode == "ircot":
+            loop = IRCoT(
+                self.llm,
+                retrieve,
+                max_retrievals=self.settings.max_retrievals,
+                max_tokens=self.settings.max_tokens,
+                stage=STAGES[mode],
+            )
+        else:
+            loop = RetrieveAndAnswer(
+                self.llm,
+                retrieve,
+                max_retrievals=self.settings.max_retrievals if mode == "agent" else 0,
+                max_tokens=self.settings.max_tokens,
+                stage=STAGES[mode],
+            )
         start = time.perf_counter()
-        result = loop.run(q.question)
+        result: AgentResult = loop.run(q.question)
         answer_ms = (time.perf_counter() - start) * 1000
         evidence = result.evidence
         return {
@@ -449,21 +570,26 @@ def run_eval(
     say = say or (lambda message: None)
     load_plugins()
     has_llm = llm is not None or settings.llm is not None
-    if not settings.methods:
-        settings = replace(settings, methods=LLM_METHODS if has_llm else RETRIEVAL_METHODS)
-    names = list(dict.fromkeys(settings.methods))
-    plan = [(name, *check_method(name)) for name in names]
-    if not has_llm:
-        needing = [name for name, _, agent in plan if agent]
-        if needing:
-            raise InputError(f"{', '.join(needing)} need an LLM: pass --llm SPEC")
+    if settings.methods:
+        _check_plan(settings, has_llm)
 
     if isinstance(dataset, EvalDataset):
-        data = replace(dataset, questions=dataset.questions[: settings.limit])
+        data = settings.select(dataset)
     else:
-        data = load_dataset(dataset, settings.limit)
+        data = settings.select(load_dataset(dataset, settings.limit))
+    if settings.subcorpus is not None:
+        say(f"sub-corpus: {len(data.documents):,} passages, {len(data.questions)} questions")
     if not data.questions:
         raise InputError(f"{data.folder}: no questions to evaluate")
+    if not settings.methods:
+        if not has_llm:
+            defaults = RETRIEVAL_METHODS
+        else:
+            defaults = SUMMARY_METHODS if is_summarization(data) else LLM_METHODS
+        settings = replace(settings, methods=defaults)
+    plan = _check_plan(settings, has_llm)
+    if any(mode == "summarize" for _, _, mode in plan):
+        _warn_summarize_index(settings, data, say)
 
     embedder_obj = embedder or resolve_embedder(
         settings.embedder, settings.resolved_index_config().batch_size
@@ -487,22 +613,37 @@ def run_eval(
     vectors = QueryVectors(embedder_obj, [q.question for q in data.questions])
 
     client, owned = _llm_client(settings, llm)
+    ctx.llm = client  # LLM abstracts share the answers' client and response cache
+    answerer = None if settings.retrieval_only else client
     results: list[MethodResult] = []
     retrievers: dict[str, Retrieval] = {}
     try:
-        runner = _Runner(data, settings, vectors, client)
-        for name, base, agent in plan:
+        for name, base, mode in plan:  # every index first: a method that cannot run fails early
             if base not in retrievers:
                 retrievers[base] = METHODS[base].factory(ctx)
+            if mode == "summarize" and retrievers[base].visit is None:
+                raise InputError(
+                    f"{name}: the {base} retriever cannot list the nodes one retrieval visits "
+                    "in a document (Retrieval.visit), which summarization mode reads; "
+                    "+summarize works with psi, psi-tree, dense, bm25 and hybrid"
+                )
+        runner = _Runner(data, settings, vectors, answerer)
+        for name, base, mode in plan:
             retrieval = retrievers[base]
             say(f"running {name} on {len(data.questions)} questions")
-            rows = runner.run(name, retrieval, agent, progress)
+            rows = runner.run(name, retrieval, mode, progress)
+            empty = sum(1 for row in rows if mode == "summarize" and not row["retrieved"])
+            if empty:
+                say(
+                    f"warning: {name}: {empty} of {len(rows)} questions retrieved nothing in "
+                    "their document; their summaries are empty (ROUGE-L 0)"
+                )
             results.append(
                 MethodResult(
                     name=name,
                     retriever=base,
-                    agent=agent,
-                    llm=client is not None,
+                    mode=mode,
+                    llm=answerer is not None,
                     index=retrieval.index,
                     index_seconds=retrieval.index_seconds,
                     rows=rows,
@@ -525,6 +666,47 @@ def run_eval(
         index_builds=list(cache.builds),
         bootstrap=settings.bootstrap,
     )
+
+
+def _check_plan(settings: EvalSettings, has_llm: bool) -> list[tuple[str, str, MethodMode]]:
+    """(name, retriever, mode) of every asked method; modes that answer need an LLM."""
+    names = list(dict.fromkeys(settings.methods))
+    plan = [(name, *check_method(name)) for name in names]
+    if not has_llm:
+        needing = [name for name, _, mode in plan if mode != "none"]
+        if needing:
+            raise InputError(f"{', '.join(needing)} need an LLM: pass --llm SPEC")
+    if settings.retrieval_only:
+        answering = [name for name, _, mode in plan if mode != "none"]
+        if answering:
+            raise InputError(
+                f"{', '.join(answering)} answer with the LLM, which --retrieval-only turns off"
+            )
+    return plan
+
+
+def _warn_summarize_index(settings: EvalSettings, data: EvalDataset, say: Say) -> None:
+    """Summarization mode runs on any index, but the paper's setting is one tree per document
+    over ~100-token chunks: say so when the index is built otherwise."""
+    config = settings.resolved_index_config()
+    unplaced = sum(1 for q in data.questions if not q.gold_passages)
+    if unplaced:
+        say(
+            f"warning: {unplaced} of {len(data.questions)} questions name no supporting passage, "
+            "so +summarize reads the whole corpus for them, not their own document"
+        )
+    if not config.tree_per_document:
+        say(
+            "warning: +summarize on an index with one tree over the whole corpus: abstracts "
+            "visited for one document can condense other documents too; the paper builds one "
+            "tree per document (--tree-per-document)"
+        )
+    if not config.split_records and any(d.is_record for d in data.documents):
+        say(
+            "warning: +summarize on unsplit records: each corpus record (a whole transcript on "
+            "QMSum) is one leaf, so the summary reads a few long leaves, clipped to fit the "
+            "context; pass --split for ~100-token chunks"
+        )
 
 
 def _llm_client(settings: EvalSettings, llm: Any) -> tuple[Any, bool]:
@@ -558,10 +740,14 @@ def _settings_dict(settings: EvalSettings) -> dict[str, Any]:
         "reranker": settings.reranker,
         "max_retrievals": settings.max_retrievals,
         "max_tokens": settings.max_tokens,
+        "summary_top_k": settings.summary_top_k,
+        "summary_max_tokens": settings.summary_max_tokens,
         "index_config": settings.resolved_index_config().to_dict(),
         "cache_dir": str(settings.cache_dir),
         "embedding_cache": str(settings.embedding_cache) if settings.embedding_cache else None,
         "query_blas_threads": 1 if _has_threadpoolctl() else None,
+        "retrieval_only": settings.retrieval_only,
+        **settings.ablations(),
     }
 
 
@@ -577,6 +763,7 @@ __all__ = [
     "MethodResult",
     "QueryVectors",
     "format_table",
+    "is_summarization",
     "questions_path",
     "run_eval",
 ]

@@ -5,7 +5,9 @@ first), made by a factory from an :class:`EvalContext`. The context hands out in
 per (corpus content, index config, embedder) and kept under the cache folder, so a second run
 with the same inputs loads them instead of building. The harness turns every retriever into
 three evaluated methods: retrieval only (no ``--llm``), one LLM answer over one retrieval (with
-``--llm``), and the R&A agent (``NAME+agent``).
+``--llm``), and the R&A agent (``NAME+agent``). A retriever that can also list the nodes one
+retrieval visits inside given documents (``Retrieval.visit``) is evaluated in the paper's
+summarization mode too (``NAME+summarize``, SPEC 2.5).
 
 Built-ins, all over one psirag index (the same leaves, embeddings and BM25 for every method):
 
@@ -14,6 +16,9 @@ Built-ins, all over one psirag index (the same leaves, embeddings and BM25 for e
 - ``bm25``: BM25 alone;
 - ``dense``: exact flat cosine over the leaf embeddings;
 - ``hybrid``: BM25 + dense, RRF (dense list first), or reranked with ``--reranker``.
+
+For ``+summarize``, ``psi`` and ``psi-tree`` visit the tree (abstracts and leaves, as
+``Index.visit``; no BM25, SPEC 2.5), the others give their own ranking of the document's leaves.
 
 Adding a method (a RAPTOR-style tree in ``psirag/eval/raptor.py``, say)::
 
@@ -39,7 +44,8 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -48,10 +54,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from psirag import __version__
+from psirag.agent.summarize import VisitedNode
+from psirag.config import IndexConfig
 from psirag.embed import Embedder
 from psirag.errors import InputError, PsiragError
 from psirag.eval.data import EvalDataset
-from psirag.eval.settings import EvalSettings
+from psirag.eval.settings import MODE_SUFFIXES, EvalSettings, MethodMode
 from psirag.index import Index
 from psirag.retrieval.fusion import rrf_fuse
 from psirag.storage import FORMAT_VERSION
@@ -61,6 +69,9 @@ log = logging.getLogger("psirag")
 
 T = TypeVar("T")
 SearchFn = Callable[[str, np.ndarray], list[Passage]]
+VisitFn = Callable[[str, np.ndarray, Sequence[str] | None], list[VisitedNode]]
+"""``visit(query, query_vector, docs)``: the nodes one retrieval inside ``docs`` (None: the
+whole corpus) visits, any order, each with its score; what summarization mode reads."""
 Say = Callable[[str], None]
 
 PLUGINS = ("psirag.eval.raptor",)
@@ -200,6 +211,8 @@ class EvalContext:
     say: Say = field(default=lambda message: None)
     progress: bool = False
     embedding_cached: bool = False
+    llm: Any = None
+    """The run's LLM client (answers and LLM abstracts share it and its cache); None: none."""
     _psi: tuple[Index, IndexInfo] | None = None
     _reranker: Any = None
 
@@ -235,26 +248,50 @@ class EvalContext:
             embedding_cached=self.embedding_cached,
         )
 
+    @contextmanager
+    def abstract_llm(self, config: IndexConfig) -> Iterator[Any]:
+        """The LLM that writes LLM abstracts (None for LLM-free ones): the run's ``--llm``,
+        through the harness's client and response cache, so a killed build resumes and the
+        abstract calls and the answers share one cache file."""
+        if not config.abstracts.startswith("llm-"):
+            yield None
+            return
+        if self.llm is not None:
+            yield self.llm
+            return
+        from psirag.eval.harness import _llm_client
+
+        client, owned = _llm_client(self.settings, None)
+        if client is None:
+            raise InputError(f"abstracts {config.abstracts} need an LLM: pass --llm SPEC")
+        try:
+            yield client
+        finally:
+            if owned:
+                client.close()
+
     def psi_index(self) -> tuple[Index, IndexInfo]:
         """The psirag index (tree, leaf embeddings, BM25) every built-in method searches."""
         if self._psi is None:
             config = self.settings.resolved_index_config()
 
             def build() -> Index:
-                return Index.build(
-                    self.dataset.documents,
-                    config,
-                    embedder=self.embedder,
-                    progress=self.progress,
-                    report=self.say,
-                )
+                with self.abstract_llm(config) as llm:
+                    return Index.build(
+                        self.dataset.documents,
+                        config,
+                        embedder=self.embedder,
+                        progress=self.progress,
+                        report=self.say,
+                        llm=llm,
+                    )
 
             def save(index: Index, path: Path) -> None:
                 index.save(path)
 
             self._psi = self.artifact(
                 PSI_KIND,
-                config.to_dict(),
+                abstract_key(config),
                 build=build,
                 save=save,
                 load=lambda path: Index.load(path, embedder=self.embedder),
@@ -279,6 +316,8 @@ class Retrieval:
     index: IndexInfo
     stages: Sequence[str] | None = None
     """Build stages this method uses (for its index_seconds); None: the whole build."""
+    visit: VisitFn | None = None
+    """The nodes given to summarization mode (``NAME+summarize``); None: the method has none."""
 
     @property
     def index_seconds(self) -> float:
@@ -286,6 +325,18 @@ class Retrieval:
 
 
 Factory = Callable[[EvalContext], Retrieval]
+
+
+def abstract_key(config: IndexConfig) -> dict[str, Any]:
+    """An index config as a cache key part; with LLM abstracts, a fingerprint of the abstract
+    prompts joins it (the LLM spec is in the config): new abstract prompts mean new abstracts,
+    while a prompt version bump for other prompts (the agent's) must not rebuild the index."""
+    key = config.to_dict()
+    if config.abstracts.startswith("llm-"):
+        from psirag.prompts import abstract_prompts_fingerprint
+
+        key["abstract_prompts"] = abstract_prompts_fingerprint()
+    return key
 
 
 @dataclass(frozen=True)
@@ -320,16 +371,39 @@ class DenseFlat:
         first = [seen.setdefault(c.text, i) == i for i, c in enumerate(index.chunks)]
         self.first = np.asarray(first, dtype=bool)
 
-    def ranked(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k leaves by cosine, best first (ties by leaf id), with their scores."""
+    def ranked(
+        self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k leaves by cosine, best first (ties by leaf id), with their scores; ``allowed``
+        (a boolean mask over leaves) keeps the ranking inside some documents."""
         scores = self.vectors @ np.asarray(vector, dtype=np.float32).ravel()
-        scores = np.where(self.first, scores, -np.inf)
-        k = min(k, int(self.first.sum()))
+        keep = self.first if allowed is None else self.first & allowed
+        scores = np.where(keep, scores, -np.inf)
+        k = min(k, int(keep.sum()))
         if k <= 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         top = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
         top = top[np.lexsort((top, -scores[top]))][:k]
         return top, scores[top]
+
+
+def doc_leaves(index: Index, docs: Sequence[str] | None) -> np.ndarray | None:
+    """Boolean mask of the leaves of ``docs`` (None: no restriction); unknown ids fail clearly."""
+    return index._allowed(docs)[0]
+
+
+def _leaf_nodes(index: Index, leaves: Sequence[int], scores: Sequence[float]) -> list[VisitedNode]:
+    return [index.node_hit(int(i), float(s)) for i, s in zip(leaves, scores, strict=True)]
+
+
+def tree_visit(index: Index, top_k: int) -> VisitFn:
+    """Every node Algorithm 2 scores inside the documents (``Index.visit``), with k and beam set
+    to the summary's top-k: the paper's "top-20 for QMSum" is Algorithm 2's k (C.2)."""
+
+    def visit(query: str, vector: np.ndarray, docs: Sequence[str] | None) -> list[VisitedNode]:
+        return list(index.visit_vector(vector, docs=docs, beam=top_k, k=top_k))
+
+    return visit
 
 
 def _psi_factory(use_tree: bool, use_bm25: bool) -> Factory:
@@ -344,12 +418,23 @@ def _psi_factory(use_tree: bool, use_bm25: bool) -> Factory:
         def search(query: str, vector: np.ndarray) -> list[Passage]:
             return index.search_vector(vector, query, config=config)
 
+        def bm25_visit(
+            query: str, vector: np.ndarray, docs: Sequence[str] | None
+        ) -> list[VisitedNode]:
+            leaves, scores = index.sparse.search(
+                query, k=s.summary_top_k, allowed_leaves=doc_leaves(index, docs)
+            )
+            return _leaf_nodes(index, leaves.tolist(), scores.tolist())
+
         stages = ["chunking"]
         if use_tree:
             stages += ["embedding", "tree", "abstracts", "routing"]
         if use_bm25:
             stages.append("bm25")
-        return Retrieval(search, info, stages)
+        # Summarization is one tree retrieval without the sparse index (SPEC 2.5): psi and
+        # psi-tree visit the same nodes there.
+        visit = tree_visit(index, s.summary_top_k) if use_tree else bm25_visit
+        return Retrieval(search, info, stages, visit)
 
     return make
 
@@ -358,12 +443,17 @@ def _dense(ctx: EvalContext) -> Retrieval:
     index, info = ctx.psi_index()
     dense = DenseFlat(index)
     k = ctx.settings.k
+    top_k = ctx.settings.summary_top_k
 
     def search(query: str, vector: np.ndarray) -> list[Passage]:
         leaves, scores = dense.ranked(vector, k)
         return [index.passage(int(i), float(s)) for i, s in zip(leaves, scores, strict=True)]
 
-    return Retrieval(search, info, ["chunking", "embedding"])
+    def visit(query: str, vector: np.ndarray, docs: Sequence[str] | None) -> list[VisitedNode]:
+        leaves, scores = dense.ranked(vector, top_k, doc_leaves(index, docs))
+        return _leaf_nodes(index, leaves.tolist(), scores.tolist())
+
+    return Retrieval(search, info, ["chunking", "embedding"], visit)
 
 
 def _hybrid(ctx: EvalContext) -> Retrieval:
@@ -371,6 +461,15 @@ def _hybrid(ctx: EvalContext) -> Retrieval:
     dense = DenseFlat(index)
     s = ctx.settings
     reranker = ctx.reranker() if s.reranker else None
+
+    def visit(query: str, vector: np.ndarray, docs: Sequence[str] | None) -> list[VisitedNode]:
+        """RRF of the two rankings inside the documents (the reranker, if any, reranks for QA
+        only: summarization mode asks for one plain retrieval)."""
+        allowed = doc_leaves(index, docs)
+        dense_ids = dense.ranked(vector, s.summary_top_k, allowed)[0].tolist()
+        bm25_ids = index.sparse.search(query, k=s.summary_top_k, allowed_leaves=allowed)[0]
+        fused = rrf_fuse([dense_ids, bm25_ids.tolist()], k=s.summary_top_k)
+        return _leaf_nodes(index, [i for i, _ in fused], [score for _, score in fused])
 
     def search(query: str, vector: np.ndarray) -> list[Passage]:
         dense_ids = dense.ranked(vector, s.candidates)[0].tolist()
@@ -385,7 +484,7 @@ def _hybrid(ctx: EvalContext) -> Retrieval:
         order = sorted(range(len(union)), key=lambda j: (-float(scores[j]), union[j]))
         return [index.passage(union[j], float(scores[j])) for j in order[: s.k]]
 
-    return Retrieval(search, info, ["chunking", "embedding", "bm25"])
+    return Retrieval(search, info, ["chunking", "embedding", "bm25"], visit)
 
 
 register_method("psi", _psi_factory(True, True), "tree search + BM25, RRF (Ψ-RAG retrieval)")
@@ -419,16 +518,26 @@ def load_plugins() -> None:
             log.warning("psirag eval: plugin %s not loaded (%s)", module, exc)
 
 
-def check_method(name: str) -> tuple[str, bool]:
-    """Split ``NAME+agent`` into its retriever and the agent flag; unknown names fail clearly."""
-    base, agent = (name[: -len("+agent")], True) if name.endswith("+agent") else (name, False)
+def check_method(name: str) -> tuple[str, MethodMode]:
+    """Split ``NAME+agent`` / ``NAME+ircot`` / ``NAME+summarize`` into the retriever and the mode
+    (``none`` without a suffix); unknown retrievers and suffixes fail clearly."""
+    base = name
+    mode: MethodMode = "none"
+    for suffix, suffix_mode in MODE_SUFFIXES.items():
+        if name.endswith(suffix):
+            base, mode = name[: -len(suffix)], suffix_mode
+            break
+    forms = " or ".join(f"NAME{suffix}" for suffix in MODE_SUFFIXES)
+    if mode == "none" and "+" in name:  # retriever names never hold a '+' (register_method)
+        suffix = name[name.index("+") :]
+        raise InputError(f"unknown method suffix {suffix!r} in {name!r}; use {forms}")
     if base not in METHODS:
         known = ", ".join(sorted(METHODS))
         broken = "".join(f"; plugin {m} failed to load: {e}" for m, e in PLUGIN_ERRORS.items())
         raise InputError(
-            f"unknown method {name!r}; known retrievers: {known} (each also as NAME+agent)" + broken
+            f"unknown method {name!r}; known retrievers: {known} (each also as {forms})" + broken
         )
-    return base, agent
+    return base, mode
 
 
 __all__ = [
@@ -443,7 +552,11 @@ __all__ = [
     "MethodSpec",
     "Retrieval",
     "SearchFn",
+    "VisitFn",
+    "abstract_key",
     "check_method",
+    "doc_leaves",
     "load_plugins",
     "register_method",
+    "tree_visit",
 ]

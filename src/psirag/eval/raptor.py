@@ -22,10 +22,13 @@ Written here from the RAPTOR paper's description, not from its code:
   mixture with ``ceil(size / max_children)`` components splits it by hard assignment; after four
   rounds a still-oversized cluster is cut evenly along its principal direction.
 - **Same abstracts and routing as psi.** A node's leaf set is the union of its children's leaf
-  sets (shared leaves included). Its routing vector is the normalised mean of those leaves'
-  embeddings (psi's default routing) and it is clustered at the next layer by that vector; its
-  text is psi's LLM-free keyword abstract over those leaves, contrasted with its hard parent.
-  RAPTOR embeds LLM summaries instead; using psi's abstracts and vectors isolates the tree shape.
+  sets (shared leaves included). It is clustered at the next layer by the normalised mean of
+  those leaves' embeddings. Its text is psi's abstract of the kind the index config names
+  (:meth:`RaptorTree.write_abstracts`): by default the LLM-free keyword abstract over its leaves,
+  contrasted with its hard parent; with ``llm-summary`` / ``llm-keywords``, psi's LLM abstracts
+  written bottom-up from all its (soft) children, as RAPTOR summarises a cluster. Its routing
+  vector is the leaf mean (psi's default) or, as psi's ``routing`` asks, the embedding of that
+  text (RAPTOR's choice) or a blend. Same abstracts and vectors as psi isolate the tree shape.
 
 Retrieval, both of RAPTOR's modes:
 
@@ -42,27 +45,56 @@ UMAP and the mixtures get ``random_state=seed``, so a build is deterministic for
 then runs single-threaded. BLAS and OpenMP are also held to one thread while clustering: the
 mixtures do thousands of 10 x 10 solves, which a thread pool slows about tenfold (measured on
 2 cores). Nothing is downloaded.
+
+As ``psirag eval`` methods, ``raptor`` (traversal) and ``raptor-collapsed`` are built over the
+psi index's leaves and leaf embeddings (nothing is embedded twice) with its abstract, routing and
+``max_children`` settings, and cached on disk (.npy arrays + JSON, written atomically like a psi
+index) keyed by corpus, embedder and all of those settings.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from psirag.errors import IndexFormatError, InputError
+from psirag.eval.methods import (
+    EvalContext,
+    Factory,
+    IndexInfo,
+    Retrieval,
+    abstract_key,
+    register_method,
+)
+from psirag.index import Index
 from psirag.retrieval.tree_search import LayeredSearch, top_positions
+from psirag.storage import IndexReader, IndexWriter
 from psirag.tree.model import Tree
+from psirag.types import Passage, Source
 
-__all__ = ["RaptorHits", "RaptorTree", "Reducer", "require_eval_deps", "umap_reducer"]
+__all__ = [
+    "EVAL_BUILD",
+    "REDUCERS",
+    "RaptorHits",
+    "RaptorTree",
+    "Reducer",
+    "require_eval_deps",
+    "umap_reducer",
+]
 
 _INSTALL_HINT = "pip install 'psirag[eval]'"
+RAPTOR_FORMAT = "raptor-tree"
+"""The ``kind`` of a saved tree's manifest (the folder layout is psirag's index storage)."""
 
 
 def require_eval_deps(*, umap: bool = True) -> tuple[Any, Any]:
@@ -140,6 +172,18 @@ class _SoftLeafTree(Tree):
     def leaf_counts(self) -> np.ndarray:
         assert self.membership is not None
         return np.diff(self.membership.indptr).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class _SoftTree(_SoftLeafTree):
+    """A :class:`_SoftLeafTree` whose ``children`` are the soft children (for LLM abstracts,
+    which write a node from its children's texts)."""
+
+    kids: list[np.ndarray] | None = None
+
+    def children(self, node: int) -> np.ndarray:
+        assert self.kids is not None
+        return self.kids[node]
 
 
 @dataclass
@@ -271,6 +315,14 @@ def _even_split(x: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     order = np.argsort(centred @ vt[0], kind="stable")
     return [(np.sort(part), np.ones(part.size)) for part in np.array_split(order, k)]
+
+
+def _cat_ids(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _cat_floats(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.float64) if parts else np.zeros(0, dtype=np.float64)
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -405,24 +457,154 @@ class RaptorTree:
             "reclustered": run.reclustered,
             "forced_splits": run.forced_splits,
         }
-        t0 = time.perf_counter()
-        abstracts = [""] * (n_nodes - n)
-        if leaf_texts is not None and n_nodes > n:
-            from psirag.abstracts.keywords import format_abstract, keyword_abstracts
-
-            shim = _SoftLeafTree(parent=hard_parent, layer=layer_arr, membership=membership)
-            phrases = keyword_abstracts(list(leaf_texts), shim, max_phrases=max_phrases)
-            abstracts = [format_abstract(p) for p in phrases]
-        stats["seconds"]["abstracts"] = time.perf_counter() - t0
-        return cls(
+        tree = cls(
             layer=layer_arr,
             children=children,
             weights=weights,
             hard_parent=hard_parent,
             membership=membership,
             vectors=np.concatenate(vectors, axis=0),
-            abstracts=abstracts,
+            abstracts=[""] * (n_nodes - n),
             stats=stats,
+        )
+        tree.write_abstracts(
+            leaf_texts, "keywords" if leaf_texts is not None else "none", max_phrases=max_phrases
+        )
+        return tree
+
+    # ------------------------------------------------------------------ abstracts and routing
+    def soft_tree(self) -> Tree:
+        """This DAG as a :class:`Tree` for psi's abstract writers: hard parents, the soft leaf
+        sets, and the soft children (a RAPTOR node abstracts every member of its cluster)."""
+        return _SoftTree(
+            parent=self.hard_parent,
+            layer=self.layer,
+            membership=self.membership,
+            kids=self.children,
+        )
+
+    def write_abstracts(
+        self,
+        leaf_texts: Sequence[str] | None,
+        kind: str = "keywords",
+        *,
+        llm: Any = None,
+        max_phrases: int = 20,
+        context_tokens: int = 4096,
+        progress: bool = False,
+    ) -> None:
+        """Give the abstract nodes psi's abstracts of ``kind`` (an ``IndexConfig.abstracts``
+        value): LLM-free keywords, none, or LLM keyword lists / summaries written by ``llm`` (an
+        :class:`psirag.llm.LLMClient`) bottom-up from each node's soft children."""
+        t0 = time.perf_counter()
+        n = self.n_leaves
+        abstracts = [""] * (self.n_nodes - n)
+        if kind != "none" and self.n_nodes > n:
+            if leaf_texts is None or len(leaf_texts) != n:
+                raise ValueError(f"abstracts need {n} leaf texts")
+            if kind == "keywords":
+                from psirag.abstracts.keywords import format_abstract, keyword_abstracts
+
+                phrases = keyword_abstracts(
+                    list(leaf_texts), self.soft_tree(), max_phrases=max_phrases
+                )
+                abstracts = [format_abstract(p) for p in phrases]
+            elif kind in ("llm-summary", "llm-keywords"):
+                from psirag.abstracts.llm import llm_abstracts
+
+                if llm is None:
+                    raise InputError(f"abstracts={kind!r} need an LLM client (llm=)")
+                written, llm_stats = llm_abstracts(
+                    self.soft_tree(),
+                    list(leaf_texts),
+                    llm,
+                    kind="summary" if kind == "llm-summary" else "keywords",
+                    context_tokens=context_tokens,
+                    progress=progress,
+                    max_keywords=max_phrases,
+                )
+                abstracts = written[n:]
+                self.stats["llm"] = {k: v for k, v in llm_stats.items() if k != "cuts"}
+            else:
+                raise InputError(f"unknown abstract kind {kind!r}")
+        self.abstracts = abstracts
+        self.stats["abstracts"] = kind
+        self.stats.setdefault("seconds", {})["abstracts"] = time.perf_counter() - t0
+
+    def set_routing(self, vectors: np.ndarray) -> None:
+        """Replace the routing vectors (all nodes, leaves first), e.g. with psi's routing by the
+        embedding of the abstract text; searches made after this use them."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.shape != self.vectors.shape:
+            raise ValueError(f"routing vectors of shape {vectors.shape}, need {self.vectors.shape}")
+        self.vectors = vectors
+        self.__dict__.pop("_searcher", None)
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, folder: str | Path) -> Path:
+        """Write the tree to ``folder`` atomically, as .npy arrays and JSON (no pickle)."""
+        writer = IndexWriter(Path(folder))
+        try:
+            sizes = np.asarray([c.size for c in self.children], dtype=np.int64)
+            offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            writer.save_array("layer.npy", self.layer)
+            writer.save_array("children_offsets.npy", offsets)
+            writer.save_array("children.npy", _cat_ids(self.children))
+            writer.save_array("weights.npy", _cat_floats(self.weights))
+            writer.save_array("hard_parent.npy", self.hard_parent)
+            writer.save_array("membership_indptr.npy", self.membership.indptr.astype(np.int64))
+            writer.save_array("membership_indices.npy", self.membership.indices.astype(np.int64))
+            writer.save_array("vectors.npy", self.vectors)
+            n = self.n_leaves
+            writer.save_jsonl(
+                "abstracts.jsonl",
+                ({"node": n + i, "text": a} for i, a in enumerate(self.abstracts)),
+            )
+            writer.commit(
+                {
+                    "kind": RAPTOR_FORMAT,
+                    "counts": {"nodes": self.n_nodes, "leaves": n, "layers": self.layer_sizes()},
+                    "stats": self.stats,
+                }
+            )
+        except BaseException:
+            writer.abort()
+            raise
+        return Path(folder)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> RaptorTree:
+        """Open a tree written by :meth:`save` (its files checked against the manifest)."""
+        reader = IndexReader(Path(folder))
+        if reader.manifest.get("kind") != RAPTOR_FORMAT:
+            raise IndexFormatError(f"{folder} does not hold a RAPTOR tree")
+
+        def array(name: str) -> np.ndarray:
+            return np.asarray(reader.load_array(name, mmap=False))
+
+        layer = array("layer.npy")
+        offsets = array("children_offsets.npy")
+        flat, flat_w = array("children.npy"), array("weights.npy")
+        n_nodes = int(layer.size)
+        if offsets.size != n_nodes + 1 or offsets[-1] != flat.size or flat_w.size != flat.size:
+            raise IndexFormatError(f"{folder}: children arrays do not match; rebuild")
+        indptr, indices = array("membership_indptr.npy"), array("membership_indices.npy")
+        n_leaves = int(np.count_nonzero(layer == 0))
+        membership = sp.csr_matrix(
+            (np.ones(indices.size, dtype=np.float32), indices, indptr), shape=(n_nodes, n_leaves)
+        )
+        abstracts = [""] * (n_nodes - n_leaves)
+        for row in reader.iter_jsonl("abstracts.jsonl"):
+            abstracts[int(row["node"]) - n_leaves] = str(row["text"])
+        return cls(
+            layer=layer,
+            children=[flat[a:b] for a, b in itertools.pairwise(offsets.tolist())],
+            weights=[flat_w[a:b] for a, b in itertools.pairwise(offsets.tolist())],
+            hard_parent=array("hard_parent.npy"),
+            membership=membership,
+            vectors=array("vectors.npy"),
+            abstracts=abstracts,
+            stats=dict(reader.manifest.get("stats") or {}),
         )
 
     # ------------------------------------------------------------------ structure
@@ -486,3 +668,165 @@ class RaptorTree:
         return RaptorHits(
             leaves=nodes[is_leaf], scores=node_scores[is_leaf], nodes=nodes, node_scores=node_scores
         )
+
+
+# ------------------------------------------------------------------ as psirag eval methods
+# ``psirag eval --methods raptor,raptor-collapsed`` (and NAME+agent with --llm): the tree is
+# built over the psi index's leaves and leaf embeddings (nothing is embedded twice), with the
+# psi config's abstracts, routing and fan-out cap, and cached beside the psi index.
+
+REDUCERS: dict[str, Reducer] = {}
+"""Reducers the eval methods may use instead of UMAP, by name (tests register a linear
+projection to skip UMAP's JIT warm-up); ``EVAL_BUILD['reducer']`` names the one used."""
+
+EVAL_BUILD: dict[str, Any] = {
+    "seed": 0,
+    "dim": 10,
+    "threshold": 0.1,
+    "max_clusters": 50,
+    "local_neighbors": 10,
+    "max_layers": 5,
+    "reducer": "umap",
+}
+"""RAPTOR's published clustering defaults, the build settings of the eval methods (all of them
+part of the cache key)."""
+
+RAPTOR_KIND = "raptor"
+RAPTOR_STAGES = ("chunking", "embedding", "clustering", "abstracts", "routing")
+"""What a raptor method's index_seconds count: psi's chunking and leaf embedding (reused, so
+paid once) and the RAPTOR build."""
+_NOT_RAPTOR = ("embedder", "tree_per_document", "batch_size", "bm25_k1", "bm25_b")
+"""Index config fields a RAPTOR tree does not depend on (the embedder is keyed apart)."""
+
+
+def warm_up(reducer: Reducer, n: int, dim: int, seed: int) -> float:
+    """Run the reducer on random points first and return the seconds it took.
+
+    UMAP compiles its numba kernels on first use: about 20 s, and two minutes on a loaded
+    2-core machine, against 0.2 s for the same 20-leaf fit once compiled. That one-off cost is
+    not the tree's build time, so the eval pays it here, outside the timed stages. UMAP searches
+    neighbours exactly below 4,096 points and by NN-descent above, so a corpus that reaches the
+    second gets a second, larger warm-up fit.
+    """
+    rng = np.random.default_rng(seed)
+    t0 = time.perf_counter()
+    for m in (64, 4200) if n > _UMAP_SMALL_DATA else (64,):
+        reducer(rng.normal(size=(m, dim)).astype(np.float32), 10, 2, seed)
+    return time.perf_counter() - t0
+
+
+_UMAP_SMALL_DATA = 4096
+"""UMAP's exact-neighbour limit (``umap_.py``: fewer points use pairwise distances)."""
+
+
+def eval_tree(ctx: EvalContext) -> tuple[Index, RaptorTree, IndexInfo]:
+    """The psi index and the RAPTOR tree over its leaves, from the eval cache or built."""
+    index, psi_info = ctx.psi_index()
+    config = ctx.settings.resolved_index_config()
+    params = dict(EVAL_BUILD)
+    reducer_name = str(params.pop("reducer"))
+    key = {k: v for k, v in abstract_key(config).items() if k not in _NOT_RAPTOR}
+    key["raptor"] = {**params, "reducer": reducer_name}
+
+    def build() -> RaptorTree:
+        reducer = None
+        if reducer_name != "umap":
+            if reducer_name not in REDUCERS:
+                raise InputError(f"unknown RAPTOR reducer {reducer_name!r}")
+            reducer = REDUCERS[reducer_name]
+        try:
+            umap_module, _ = require_eval_deps(umap=reducer is None)
+        except ImportError as exc:
+            raise InputError(str(exc)) from exc
+        n = index.tree.n_leaves
+        leaves = np.asarray(index.node_vectors[:n], dtype=np.float32)
+        texts = [c.text for c in index.chunks]
+        warmup = 0.0
+        if reducer is None:
+            ctx.say("warming UMAP up (its one-off JIT compilation is not build time)")
+            reducer = umap_reducer(umap_module)
+            warmup = warm_up(reducer, n, leaves.shape[1], int(params["seed"]))
+        ctx.say(f"clustering {n:,} leaves into a RAPTOR tree")
+        tree = RaptorTree.build(
+            leaves, None, max_children=config.max_children, reducer=reducer, **params
+        )
+        tree.stats["seconds"]["warmup"] = warmup
+        with ctx.abstract_llm(config) as llm:
+            tree.write_abstracts(
+                texts,
+                config.abstracts,
+                llm=llm,
+                max_phrases=config.max_keywords,
+                context_tokens=config.context_tokens,
+                progress=ctx.progress,
+            )
+        t0 = time.perf_counter()
+        if config.routing != "leaf_mean" and tree.n_nodes > n:
+            tree.set_routing(
+                Index._routing_vectors(
+                    tree.soft_tree(), leaves, tree.abstracts, config, ctx.embedder, ctx.progress
+                )
+            )
+        seconds = tree.stats["seconds"]
+        seconds["routing"] = time.perf_counter() - t0
+        for stage in ("chunking", "embedding"):
+            seconds[stage] = psi_info.stage_seconds.get(stage, 0.0)
+        tree.stats["routing"] = config.routing
+        return tree
+
+    def stages(tree: RaptorTree) -> dict[str, float]:
+        seconds = tree.stats["seconds"]
+        return {s: float(seconds.get(s, 0.0)) for s in RAPTOR_STAGES}
+
+    tree, info = ctx.artifact(
+        RAPTOR_KIND,
+        key,
+        build=build,
+        save=lambda t, path: t.save(path),
+        load=RaptorTree.load,
+        stages=stages,
+    )
+    return index, tree, info
+
+
+def _node_passage(tree: RaptorTree, node: int, score: float) -> Passage:
+    """An abstract node hit of the collapsed search, as RAPTOR hands it to the reader: its
+    abstract text. It matches no gold passage, so it takes a Recall@k slot."""
+    text = tree.abstracts[node - tree.n_leaves]
+    source = Source(document=f"raptor:{node}", title="", chunk=0, start=0, end=len(text))
+    return Passage(id=f"raptor-node-{node}", text=text, score=score, source=source)
+
+
+def _raptor_factory(collapsed: bool) -> Factory:
+    def make(ctx: EvalContext) -> Retrieval:
+        index, tree, info = eval_tree(ctx)
+        s = ctx.settings
+
+        def traverse(query: str, vector: np.ndarray) -> list[Passage]:
+            hits = tree.traverse(vector, k=s.k, beam=s.beam)
+            top = zip(hits.leaves.tolist(), hits.scores.tolist(), strict=True)
+            return [index.passage(i, score) for i, score in top]
+
+        def flat(query: str, vector: np.ndarray) -> list[Passage]:
+            hits = tree.collapsed(vector, k=s.k)
+            top = zip(hits.nodes.tolist(), hits.node_scores.tolist(), strict=True)
+            return [
+                index.passage(u, score) if u < tree.n_leaves else _node_passage(tree, u, score)
+                for u, score in top
+            ]
+
+        return Retrieval(flat if collapsed else traverse, info, list(RAPTOR_STAGES))
+
+    return make
+
+
+register_method(
+    "raptor",
+    _raptor_factory(False),
+    "RAPTOR-style cluster tree over psi's leaves and abstracts, top-down traversal",
+)
+register_method(
+    "raptor-collapsed",
+    _raptor_factory(True),
+    "RAPTOR-style cluster tree, collapsed: flat cosine over leaves and abstract nodes",
+)

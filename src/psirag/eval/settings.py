@@ -7,18 +7,36 @@ without importing the run loop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.embed import Embedder, load_embedder
 from psirag.errors import InputError
+from psirag.eval.data import EvalDataset, subcorpus
 
 RETRIEVAL_METHODS = ("psi", "psi-tree", "bm25", "dense", "hybrid")
 """Default methods without an LLM: single retrieval, scored by Recall@k."""
 LLM_METHODS = ("psi", "hybrid", "psi+agent", "hybrid+agent")
 """Default methods with an LLM: one answer call over one retrieval, and the R&A agent."""
+SUMMARY_METHODS = ("psi+summarize", "dense+summarize")
+"""Default methods with an LLM on a summarization set (questions without an ``answer``, scored
+by ROUGE-L against reference summaries): the paper's summarization mode over the abstract tree,
+and the same summarizer over plain dense retrieval."""
 AGENT_SUFFIX = "+agent"
+IRCOT_SUFFIX = "+ircot"
+SUMMARIZE_SUFFIX = "+summarize"
+MethodMode = Literal["none", "agent", "ircot", "summarize"]
+"""How an LLM run answers with a retriever: one retrieval and one answer (``NAME``), the R&A
+agent (``NAME+agent``), the IRCoT baseline (``NAME+ircot``) or summarization mode
+(``NAME+summarize``: one retrieval inside the question's document, SPEC 2.5)."""
+MODE_SUFFIXES: dict[str, MethodMode] = {
+    AGENT_SUFFIX: "agent",
+    IRCOT_SUFFIX: "ircot",
+    SUMMARIZE_SUFFIX: "summarize",
+}
+"""Method-name suffix -> mode; a name without one is the retriever alone (mode ``none``)."""
 
 EMBEDDER_HOOKS: dict[str, Callable[[], Embedder]] = {}
 """Embedder specs resolved before :func:`psirag.embed.load_embedder` (tests register a fast
@@ -62,7 +80,12 @@ class EvalSettings:
     max_retrievals: int = 1
     """Agent retrievals after the first one (paper, 2Wiki/HotpotQA: 1)."""
     max_tokens: int = 256
-    """Cap on each LLM reply."""
+    """Cap on each LLM reply (``+summarize`` has its own, ``summary_max_tokens``)."""
+    summary_top_k: int = 20
+    """``+summarize``: nodes given to the model, also Algorithm 2's k and beam of the visit
+    (paper C.2: 20 for QMSum, 15 for WCEP)."""
+    summary_max_tokens: int = 200
+    """``+summarize``: cap on the summary (paper C.2: 200 for QMSum, 150 for WCEP)."""
     workers: int = 1
     """Questions answered in parallel by LLM methods (latencies then include waiting)."""
     embedding_cache: Path | None = None
@@ -71,9 +94,23 @@ class EvalSettings:
     """Rebuild indexes even when the cache holds them."""
     bootstrap: int = 10000
     """Resamples of the paired bootstrap against the first method (0: none)."""
+    subcorpus: int | None = None
+    """Index a corpus of N passages only: the evaluated questions' gold passages, then the other
+    passages in corpus order (:func:`psirag.eval.data.subcorpus`); None: the whole corpus."""
+    retrieval_only: bool = False
+    """Score by Recall@k without answering, even with an LLM (which then only writes LLM
+    abstracts): an abstract ablation need not pay for an answer per question and method."""
 
     def __post_init__(self) -> None:
-        for name in ("k", "candidates", "beam", "max_tokens", "workers"):
+        for name in (
+            "k",
+            "candidates",
+            "beam",
+            "max_tokens",
+            "workers",
+            "summary_top_k",
+            "summary_max_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
         if self.max_retrievals < 0:
@@ -82,6 +119,14 @@ class EvalSettings:
             raise InputError(f"limit must be positive, got {self.limit}")
         if self.bootstrap < 0:
             raise InputError(f"bootstrap must be 0 or more, got {self.bootstrap}")
+        if self.subcorpus is not None and self.subcorpus < 1:
+            raise InputError(f"subcorpus must be positive, got {self.subcorpus}")
+        abstracts = (self.index_config or IndexConfig()).abstracts
+        if abstracts.startswith("llm-") and not self.llm:
+            raise InputError(
+                f"abstracts {abstracts} are written by the run's LLM: pass --llm SPEC "
+                "(the same model and response cache then answer the questions)"
+            )
 
     @property
     def method_names(self) -> tuple[str, ...]:
@@ -90,8 +135,31 @@ class EvalSettings:
         return LLM_METHODS if self.llm else RETRIEVAL_METHODS
 
     def resolved_index_config(self) -> IndexConfig:
+        """The index config with the run's embedder, and the run's LLM for LLM abstracts (None
+        otherwise, so that changing ``--llm`` does not rebuild an index it cannot change)."""
         base = self.index_config or IndexConfig()
-        return IndexConfig.from_dict({**base.to_dict(), "embedder": self.embedder})
+        llm = self.llm if base.abstracts.startswith("llm-") else None
+        return IndexConfig.from_dict({**base.to_dict(), "embedder": self.embedder, "llm": llm})
+
+    def select(self, data: EvalDataset) -> EvalDataset:
+        """The evaluated part of a dataset: the first ``limit`` questions, over the
+        ``subcorpus`` when one is asked for. Idempotent, so applying it twice is harmless."""
+        data = replace(data, questions=data.questions[: self.limit])
+        if self.subcorpus is not None:
+            data = subcorpus(data, self.subcorpus)
+        return data
+
+    def ablations(self) -> dict[str, object]:
+        """The ablation settings a results.json reports at the top of its ``settings``."""
+        config = self.resolved_index_config()
+        return {
+            "abstracts": config.abstracts,
+            "routing": config.routing,
+            "max_children": config.max_children,
+            "subcorpus": self.subcorpus,
+            "split_records": config.split_records,
+            "tree_per_document": config.tree_per_document,
+        }
 
     def search_config(self, **changes: object) -> SearchConfig:
         config = SearchConfig(k=self.k, candidates=self.candidates, beam=self.beam)
@@ -101,9 +169,14 @@ class EvalSettings:
 __all__ = [
     "AGENT_SUFFIX",
     "EMBEDDER_HOOKS",
+    "IRCOT_SUFFIX",
     "LLM_METHODS",
+    "MODE_SUFFIXES",
     "RETRIEVAL_METHODS",
+    "SUMMARIZE_SUFFIX",
+    "SUMMARY_METHODS",
     "EvalSettings",
+    "MethodMode",
     "default_cache_dir",
     "resolve_embedder",
 ]
