@@ -1,0 +1,146 @@
+"""Regenerate BENCHMARKS.md: run the benchmarks whose results are missing, then report.py.
+
+Results already in benchmarks/results/ are reused, so a plain run only fills gaps. ``--force``
+reruns every LLM-free benchmark; ``--only NAME ...`` reruns just those. The LLM measurements
+(``section_llm_*.md``) are never rerun from here: they take hours of local-model time on this
+machine, so their cached sections are always reused (their own commands are listed by
+``--list`` and in BENCHMARKS.md).
+
+Usage: nice -n 19 python benchmarks/run_all.py [--force | --only latency beam ...] [--list]
+       [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from _common import RESULTS, ROOT
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark script, its arguments and the result files it writes."""
+
+    name: str
+    args: tuple[str, ...]
+    outputs: tuple[str, ...]
+    cost: str
+
+    @property
+    def command(self) -> str:
+        return "python benchmarks/" + " ".join(self.args)
+
+    def missing(self) -> list[str]:
+        return [o for o in self.outputs if not (RESULTS / o).exists()]
+
+
+BENCHES: tuple[Bench, ...] = (
+    Bench("tree", ("bench_tree.py",), ("tree.json",), "~1 min"),
+    Bench(
+        "index_e2e",
+        ("bench_index_e2e.py",),
+        ("index_e2e_2wikimultihopqa.json",),
+        "~12 min: embeds all 6,119 passages with MiniLM, nothing cached",
+    ),
+    Bench(
+        "retrieval",
+        ("bench_2wiki_retrieval.py",),
+        ("2wiki_retrieval.json",),
+        "~3 min with the embedding cache (loads MiniLM)",
+    ),
+    Bench(
+        "retrieval_abstract",
+        ("bench_2wiki_retrieval.py", "--routing", "abstract", "--beams", "10", "40"),
+        ("2wiki_retrieval_abstract.json",),
+        "~3 min with the embedding cache; ~5 more to embed abstracts not yet in it",
+    ),
+    Bench(
+        "skew",
+        ("bench_skew.py",),
+        ("skew.json", "section_skew.md"),
+        "~10 min (UMAP + GMM for the RAPTOR-style trees)",
+    ),
+    Bench(
+        "latency", ("bench_latency.py",), ("latency.json",), "~20 min on the busy machine (100k)"
+    ),
+    Bench("beam", ("bench_beam.py",), ("beam.json", "recall_vs_beam.png"), "~5 min"),
+    Bench("scale", ("bench_scale.py",), ("scale.json", "index_time_vs_size.png"), "~5 min"),
+)
+
+CACHED_ONLY: tuple[tuple[str, str, str], ...] = (
+    (
+        "llm_2wiki",
+        "section_llm_2wiki.md",
+        "psirag eval <data>/2wikimultihopqa --methods psi+agent --llm local ...",
+    ),
+    (
+        "llm_abstracts",
+        "section_llm_abstracts.md",
+        "python scripts/bench_llm_abstracts.py --nodes 20 --model local --threads 2 "
+        "--kinds summary",
+    ),
+)
+"""(name, cached section, command) of the local-LLM measurements; each section holds its exact
+commands."""
+
+REPORT_COMMAND = "python benchmarks/report.py"
+RUN_ALL_COMMAND = "nice -n 19 python benchmarks/run_all.py"
+
+
+def run(bench: Bench) -> float:
+    """Run one benchmark in a child process (same interpreter and nice value); its seconds."""
+    t0 = time.perf_counter()
+    cmd = [sys.executable, str(ROOT / "benchmarks" / bench.args[0]), *bench.args[1:]]
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    """Run the missing (or chosen) benchmarks, then render BENCHMARKS.md."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--force", action="store_true", help="rerun every LLM-free benchmark")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="rerun just these benchmarks")
+    ap.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    ap.add_argument("--dry-run", action="store_true", help="say what would run, run nothing")
+    args = ap.parse_args()
+    by_name = {b.name: b for b in BENCHES}
+    if args.list:
+        for b in BENCHES:
+            state = "missing " + ", ".join(b.missing()) if b.missing() else "cached"
+            print(f"{b.name:20} {state:30} {b.command}  [{b.cost}]")
+        for name, section, command in CACHED_ONLY:
+            state = "cached" if (RESULTS / section).exists() else "missing"
+            print(f"{name:20} {state:30} never rerun here: {command}")
+        return
+    if args.only:
+        llm = {name for name, _, _ in CACHED_ONLY}
+        unknown = [n for n in args.only if n not in by_name]
+        if unknown:
+            hint = " (LLM runs are never rerun by run_all.py)" if set(unknown) & llm else ""
+            raise SystemExit(f"unknown benchmark(s) {unknown}{hint}; known: {list(by_name)}")
+        todo = [by_name[n] for n in args.only]
+    elif args.force:
+        todo = list(BENCHES)
+    else:
+        todo = [b for b in BENCHES if b.missing()]
+    for name, section, command in CACHED_ONLY:
+        if not (RESULTS / section).exists():
+            print(f"note: {section} is missing; {name} is only run by hand: {command}")
+    for bench in todo:
+        print(f"== {bench.name}: {bench.command}  [{bench.cost}]", flush=True)
+        if not args.dry_run:
+            print(f"== {bench.name} done in {run(bench):.0f} s", flush=True)
+    if not todo:
+        print("every result is cached; rendering BENCHMARKS.md only")
+    if not args.dry_run:
+        import report
+
+        report.main()
+
+
+if __name__ == "__main__":
+    main()
