@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from chat_server import ChatServer
-from conftest import HashEmbedder
+from conftest import TOPICS, HashEmbedder
 
 pytest.importorskip("sklearn")
 
@@ -332,24 +332,7 @@ def test_llm_abstracts_are_written_from_soft_children(tmp_path: Path) -> None:
 # --- as eval methods ------------------------------------------------------------------------------
 
 EVAL_TOPICS = {
-    "volcano": [
-        "Mount Etna is an active volcano on the east coast of Sicily.",
-        "Lava from a volcano erupts as molten rock and ash clouds.",
-        "Volcanic eruptions release ash, lava and sulfur gases.",
-        "Vesuvius destroyed Pompeii with ash in the year 79.",
-    ],
-    "football": [
-        "Arsenal is a football club based in north London.",
-        "The football match ended with a late goal from the striker.",
-        "Liverpool won the football league title with a record points total.",
-        "A football club employs a manager, players and scouts.",
-    ],
-    "baking": [
-        "Bread dough rises when yeast ferments the sugars in flour.",
-        "Bake the bread in a hot oven until the crust is brown.",
-        "Sourdough bread uses a starter of wild yeast instead of baker's yeast.",
-        "Croissants are baked from laminated dough with butter layers.",
-    ],
+    **TOPICS,
     "river": [
         "The Nile river floods its delta every summer.",
         "The Amazon river carries more water than any other river.",
