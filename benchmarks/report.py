@@ -543,9 +543,9 @@ what is cached. The LLM measurements are never rerun by it.
                     name,
                     f"`{command}` (exact commands in the section)",
                     section,
-                    "local LLM, tens of minutes to hours: cached, rerun by hand only",
+                    cost,
                 ]
-                for name, section, command in CACHED_ONLY
+                for name, section, command, cost in CACHED_ONLY
             ],
         )
     }

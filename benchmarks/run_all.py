@@ -71,20 +71,31 @@ BENCHES: tuple[Bench, ...] = (
     Bench("scale", ("bench_scale.py",), ("scale.json", "index_time_vs_size.png"), "~5 min"),
 )
 
-CACHED_ONLY: tuple[tuple[str, str, str], ...] = (
+LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"
+
+CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "baselines_2wiki",
+        "section_baselines_2wiki.md",
+        "psirag eval <data>/2wikimultihopqa --methods psi,raptor,raptor-collapsed ...",
+        "~10 min (RAPTOR clustering): cached, rerun by hand only",
+    ),
     (
         "llm_2wiki",
         "section_llm_2wiki.md",
-        "psirag eval <data>/2wikimultihopqa --methods psi+agent --llm local ...",
+        "psirag eval <data>/2wikimultihopqa --methods psi+agent,hybrid+ircot,psi,hybrid "
+        "--llm local ..., then benchmarks/llm_tables.py",
+        LLM_COST,
     ),
     (
         "llm_abstracts",
         "section_llm_abstracts.md",
         "python scripts/bench_llm_abstracts.py --nodes 20 --model local --threads 2 "
         "--kinds summary",
+        LLM_COST,
     ),
 )
-"""(name, cached section, command) of the local-LLM measurements; each section holds its exact
+"""(name, cached section, command, cost) of the local-LLM measurements; each section holds its exact
 commands."""
 
 REPORT_COMMAND = "python benchmarks/report.py"
@@ -112,12 +123,12 @@ def main() -> None:
         for b in BENCHES:
             state = "missing " + ", ".join(b.missing()) if b.missing() else "cached"
             print(f"{b.name:20} {state:30} {b.command}  [{b.cost}]")
-        for name, section, command in CACHED_ONLY:
+        for name, section, command, _ in CACHED_ONLY:
             state = "cached" if (RESULTS / section).exists() else "missing"
             print(f"{name:20} {state:30} never rerun here: {command}")
         return
     if args.only:
-        llm = {name for name, _, _ in CACHED_ONLY}
+        llm = {name for name, *_ in CACHED_ONLY}
         unknown = [n for n in args.only if n not in by_name]
         if unknown:
             hint = " (LLM runs are never rerun by run_all.py)" if set(unknown) & llm else ""
@@ -127,7 +138,7 @@ def main() -> None:
         todo = list(BENCHES)
     else:
         todo = [b for b in BENCHES if b.missing()]
-    for name, section, command in CACHED_ONLY:
+    for name, section, command, _ in CACHED_ONLY:
         if not (RESULTS / section).exists():
             print(f"note: {section} is missing; {name} is only run by hand: {command}")
     for bench in todo:
