@@ -39,6 +39,7 @@ import numpy as np
 
 from psirag.agent import AgentResult, RetrieveAndAnswer
 from psirag.agent.ircot import IRCoT
+from psirag.agent.loop import is_not_mentioned
 from psirag.agent.summarize import Summarizer, VisitedNode
 from psirag.embed import Embedder, finalize_vectors
 from psirag.errors import InputError
@@ -181,7 +182,7 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "forced_turns": total["forced_turns"],
         "nudged_turns": total["nudged_turns"],
         "llm_calls": total["llm_calls"],
-        "not_mentioned": sum(a.lower() == "not mentioned" for a in answers),
+        "not_mentioned": sum(is_not_mentioned(a) for a in answers),
         "empty_answers": sum(not a for a in answers),
     }
 
