@@ -25,6 +25,7 @@ from psirag.agent import (
     Node,
     RetrieveAndAnswer,
     Summarizer,
+    answer_in_documents,
     merge_evidence,
     select_nodes,
 )
@@ -257,7 +258,8 @@ def test_decorated_answer_is_well_formed(server: ScriptedServer) -> None:
     server.script(
         "**Thought:** It is Lisbon.\n\n**Answer:** Lisbon\n\nLet me know if you need more."
     )
-    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    agent = RetrieveAndAnswer(client_for(server), FakeIndex().search, check_answers=False)
+    result = agent.run(QUESTION)
     assert result.answer == "Lisbon"
     assert result.steps[0].well_formed and result.stats.well_formed == 1
 
@@ -442,8 +444,10 @@ def test_summarize_over_http(server: ScriptedServer) -> None:
 
 
 class FakeTreeIndex(FakeIndex):
-    def visit(self, query: str, *, docs: list[str] | None = None) -> list[Node]:
-        self.queries.append(f"visit:{docs}:{query}")
+    def visit(
+        self, query: str, *, docs: list[str] | None = None, beam: int = 10, k: int = 10
+    ) -> list[Node]:
+        self.queries.append(f"visit:{docs}:beam={beam}:k={k}:{query}")
         return VISITED
 
 
@@ -517,7 +521,10 @@ def test_cli_summarize(server: ScriptedServer, fake_index: FakeTreeIndex) -> Non
     assert doc["answer"] == "A short meeting summary."
     assert doc["doc"] == "m1"
     assert len(doc["evidence"]) == 6
-    assert fake_index.queries == ["visit:['m1']:Summarize the contents of this document."]
+    # Algorithm 2's k and beam are the summary's top-k (20 by default), as in `psirag eval`.
+    assert fake_index.queries == [
+        "visit:['m1']:beam=20:k=20:Summarize the contents of this document."
+    ]
 
 
 def test_passages_are_shown_with_their_title_once(server: ScriptedServer) -> None:
@@ -589,3 +596,73 @@ def test_no_nudge_without_retrievals_left(server: ScriptedServer) -> None:
     )
     assert result.answer == "Not mentioned"
     assert len(server.requests) == 1 and result.stats.nudged_turns == 0
+
+
+# --- the check of answers found in no document ------------------------------------------------
+
+
+def test_answer_in_documents_reads_whole_words_without_case_or_punctuation() -> None:
+    index = FakeIndex()
+    passages = [index.passage("calder", 1.0), index.passage("portmere", 1.0)]
+    assert answer_in_documents("lisbon.", QUESTION, passages)
+    assert answer_in_documents("The Calder Group", QUESTION, passages)  # a title counts
+    assert answer_in_documents("Blue Harbour Hotel", QUESTION, [])  # named in the question
+    assert answer_in_documents("Yes", QUESTION, []) and answer_in_documents(" ", QUESTION, [])
+    assert not answer_in_documents("Lis", QUESTION, passages)  # part of a word is not enough
+    assert not answer_in_documents("Porto", QUESTION, passages)
+
+
+def test_answer_from_memory_is_checked_and_looked_up(server: ScriptedServer) -> None:
+    server.script(
+        "Thought: The owner is based in Lisbon, I believe.\nAnswer: Lisbon",
+        f"Thought: No document names the office.\nRetrieve: {SUB_QUESTION}",
+        "Thought: The Calder Group has its head office in Lisbon.\nAnswer: Lisbon",
+    )
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+
+    assert result.answer == "Lisbon"
+    assert index.queries == [QUESTION, SUB_QUESTION]
+    assert [s.action for s in result.steps] == ["retrieve", "answer"]
+    assert ids(result.evidence)[:3] == ["hotel", "portmere", "calder"]
+    assert result.stats.checked_turns == 1 and result.stats.llm_calls == 3
+    check = server.last_user(1)
+    assert '"Lisbon" is not written' in check and "1 retrieval left" in check
+    # The last step's answer is in its documents: no second check.
+    assert len(server.requests) == 3
+
+
+def test_checked_answer_can_be_confirmed(server: ScriptedServer) -> None:
+    server.script(
+        "Thought: I recall it.\nAnswer: Lisbon",
+        "Thought: I am sure of it.\nAnswer: Lisbon, Portugal",
+    )
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+    assert result.answer == "Lisbon, Portugal"
+    assert index.queries == [QUESTION]
+    assert result.stats.checked_turns == 1 and len(server.requests) == 2
+
+
+def test_first_answer_stands_when_the_check_gives_up(server: ScriptedServer) -> None:
+    server.script("Thought: I recall it.\nAnswer: Lisbon", "Answer: Not mentioned")
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search, max_retrievals=1).run(
+        QUESTION
+    )
+    assert result.answer == "Lisbon" and result.stats.checked_turns == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "options"),
+    [
+        ("Thought: The hotel is in Portmere.\nAnswer: Portmere", {"max_retrievals": 1}),
+        ("Thought: I recall it.\nAnswer: Lisbon", {"max_retrievals": 0}),
+        ("Thought: I recall it.\nAnswer: Lisbon", {"max_retrievals": 1, "check_answers": False}),
+    ],
+    ids=["found-in-a-document", "no-retrieval-left", "check-off"],
+)
+def test_no_check(server: ScriptedServer, reply: str, options: dict[str, Any]) -> None:
+    server.script(reply)
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search, **options).run(QUESTION)
+    assert len(server.requests) == 1 and result.stats.checked_turns == 0
+    assert result.answer == reply.rsplit("Answer: ", 1)[1]

@@ -23,7 +23,7 @@ def all_prompt_text() -> str:
 
 
 def test_version_is_a_string():
-    assert prompts.PROMPT_VERSION == "4"
+    assert prompts.PROMPT_VERSION == "6"
 
 
 def test_summary_prompt_shape():
@@ -69,10 +69,21 @@ def test_agent_user_turn():
         "",
         "Question: Who?",
         "Retrievals left: 2",
+        "Check that the documents state every fact your answer depends on. If one is missing, "
+        'end your reply with "Retrieve: <sub-question>" asking for it, instead of answering '
+        "from memory.",
     ]
+    assert "Check that" not in prompts.agent_user_turn("Who?", "[1] Doc", 0, False)
     forced = prompts.agent_user_turn("Who?", "", 0, True)
     assert "(none found)" in forced and "Retrievals left: 0" in forced
     assert "cannot retrieve" in forced and "Not mentioned" in forced
+
+
+def test_agent_check_turn():
+    turn = prompts.agent_check_turn(" Lisbon ", 1)
+    assert '"Lisbon" is not written' in turn and "1 retrieval left" in turn
+    assert "Retrieve: <sub-question>" in turn and "Answer: <answer>" in turn
+    assert "2 retrievals left" in prompts.agent_check_turn("x", 2)
 
 
 def test_agent_example_is_consistent():

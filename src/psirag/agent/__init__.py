@@ -11,6 +11,7 @@ from psirag.agent.loop import (
     RetrieveAndAnswer,
     Retriever,
     Step,
+    answer_in_documents,
     merge_evidence,
 )
 from psirag.agent.parsing import ParsedReply, parse_reply
@@ -36,6 +37,7 @@ __all__ = [
     "Summarizer",
     "SummaryResult",
     "VisitedNode",
+    "answer_in_documents",
     "merge_evidence",
     "parse_reply",
     "select_nodes",

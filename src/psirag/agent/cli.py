@@ -187,7 +187,9 @@ def run_summarize(args: argparse.Namespace, *, stdout: TextIO | None = None) -> 
     index = _load_index(args.index)
 
     def visit(query: str) -> Any:
-        return index.visit(query, docs=[args.doc] if args.doc else None)
+        # Algorithm 2's k and beam are the summary's top-k (paper C.2), as in `psirag eval`.
+        docs = [args.doc] if args.doc else None
+        return index.visit(query, docs=docs, beam=args.top_k, k=args.top_k)
 
     with _client(args) as llm:
         result = Summarizer(llm, visit, top_k=args.top_k, max_tokens=args.max_tokens).run(

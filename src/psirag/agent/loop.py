@@ -8,11 +8,18 @@ none left the turn demands an answer. The loop is bounded by construction (at mo
 a model that still asks to retrieve, or whose reply has no marker, gets one follow-up turn that asks
 for the answer alone, and if that fails too the episode answers ``Not mentioned``.
 
+Two follow-up turns keep a small model from ending early while a retrieval is left: after a
+``Not mentioned`` it is asked for a sub-question (prompts v4), and after an answer that no
+document and not the question contains (an answer from memory) it is asked to look the missing
+fact up or to confirm the answer (prompts v6). Each costs one model call and happens at most once
+per step.
+
 Retrieval is a plain callable so the agent does not depend on how the index works.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -30,6 +37,7 @@ from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message
 from psirag.prompts import (
     NOT_MENTIONED,
     THOUGHT_MAX_WORDS,
+    agent_check_turn,
     agent_nudge_turn,
     agent_system_prompt,
     agent_user_turn,
@@ -93,6 +101,8 @@ class AgentStats:
     nudged_turns: int = 0
     """Follow-up turns after a ``Not mentioned`` given while retrievals remained (SPEC 2.4:
     ``Not mentioned`` is the answer of an agent out of attempts, not one that gave up early)."""
+    checked_turns: int = 0
+    """Follow-up turns after an answer found in no document, given while retrievals remained."""
     clipped_passages: int = 0
     """Passages shown shortened in some request so that it fit the context window."""
     prompt_tokens: int = 0
@@ -168,10 +178,31 @@ def merge_evidence(
 class _Turn:
     """A conversation entry kept unrendered, so it can be re-rendered with shorter passages."""
 
-    role: Literal["user", "assistant", "force", "nudge"]
+    role: Literal["user", "assistant", "force", "nudge", "check"]
     passages: list[Passage] = field(default_factory=list)
     remaining: int = 0
     text: str = ""
+
+
+_NON_WORD = re.compile(r"[\W_]+")
+_YES_NO = frozenset({"yes", "no"})
+
+
+def _plain_words(text: str) -> str:
+    """Lowercase words separated by single spaces, padded, so that ``in`` matches whole words."""
+    return f" {_NON_WORD.sub(' ', text.lower()).strip()} "
+
+
+def answer_in_documents(answer: str, question: str, passages: Sequence[Passage]) -> bool:
+    """Whether ``answer`` is written somewhere the model read it: in the question (the two
+    candidates of a comparison) or in a passage (title included), ignoring case and
+    punctuation. Yes/no answers and empty answers count as found: there is nothing to look up."""
+    words = _plain_words(answer)
+    if not words.strip() or words.strip() in _YES_NO:
+        return True
+    if words in _plain_words(question):
+        return True
+    return any(words in _plain_words(passage_body(p)) for p in passages)
 
 
 def is_not_mentioned(answer: str) -> bool:
@@ -184,6 +215,8 @@ class RetrieveAndAnswer:
 
     ``max_retrievals`` counts the retrievals after the first one (SPEC 2.4; 2Wiki and HotpotQA: 1,
     MuSiQue: 3). ``max_tokens`` caps each reply; ``repeat_penalty`` defaults to the paper's 1.3.
+    ``check_answers`` sends the follow-up turn for an answer found in no document while
+    retrievals remain (off: the paper's loop, plus the ``Not mentioned`` follow-up).
     """
 
     def __init__(
@@ -197,6 +230,7 @@ class RetrieveAndAnswer:
         repeat_penalty: float = REPEAT_PENALTY,
         temperature: float = 0.0,
         evidence_merge: EvidenceMerge = "rank_fusion",
+        check_answers: bool = True,
         stage: str = "agent",
     ) -> None:
         if max_retrievals < 0:
@@ -214,6 +248,7 @@ class RetrieveAndAnswer:
         self.max_retrievals = max_retrievals
         self.thought_words = thought_words
         self.evidence_merge: EvidenceMerge = evidence_merge
+        self.check_answers = check_answers
         self.params = GenerationParams(
             max_tokens=max_tokens, temperature=temperature, repeat_penalty=repeat_penalty
         )
@@ -230,6 +265,10 @@ class RetrieveAndAnswer:
                 continue
             if turn.role == "nudge":
                 messages.append({"role": "user", "content": agent_nudge_turn(turn.remaining)})
+                continue
+            if turn.role == "check":
+                content = agent_check_turn(turn.text, turn.remaining)
+                messages.append({"role": "user", "content": content})
                 continue
             # A forced follow-up brings no new documents; it only demands the answer.
             forced = turn.role == "force" or turn.remaining == 0
@@ -302,11 +341,21 @@ class RetrieveAndAnswer:
             step.rescued = parsed.rescued
             turns.append(_Turn("assistant", text=reply.text.strip()))
 
-            if parsed.action == "answer" and remaining > 0 and is_not_mentioned(parsed.argument):
-                # Giving up with retrievals left: ask once for a sub-question instead.
-                nudged = self._nudge_retrieval(question, turns, remaining, stats)
-                if nudged is not None:
-                    parsed = nudged
+            if parsed.action == "answer" and remaining > 0:
+                if is_not_mentioned(parsed.argument):
+                    # Giving up with retrievals left: ask once for a sub-question instead.
+                    followed = self._nudge_retrieval(question, turns, remaining, stats)
+                elif self.check_answers and not answer_in_documents(
+                    parsed.argument, question, [p for s in steps for p in s.passages]
+                ):
+                    # An answer from memory with retrievals left: look it up, or confirm it.
+                    followed = self._check_answer(
+                        question, turns, parsed.argument, remaining, stats
+                    )
+                else:
+                    followed = None
+                if followed is not None:
+                    parsed = followed
             if parsed.action == "answer":
                 step.action = "answer"
                 answer = parsed.argument
@@ -348,6 +397,24 @@ class RetrieveAndAnswer:
             return parsed
         return None
 
+    def _check_answer(
+        self, question: str, turns: list[_Turn], answer: str, remaining: int, stats: AgentStats
+    ) -> ParsedReply | None:
+        """One follow-up turn after an answer no document contains: the model may retrieve the
+        missing fact or answer again. A reply that does neither, or gives up with ``Not
+        mentioned``, leaves the first answer standing."""
+        turns.append(_Turn("check", remaining=remaining, text=answer))
+        stats.checked_turns += 1
+        reply = self._call(question, turns, stats)
+        turns.append(_Turn("assistant", text=reply.text.strip()))
+        parsed = parse_reply(reply.text)
+        stats.count(parsed)
+        if parsed.action == "retrieve" and parsed.argument:
+            return parsed
+        if parsed.action == "answer" and parsed.argument and not is_not_mentioned(parsed.argument):
+            return parsed
+        return None
+
     def _force_answer(
         self, question: str, turns: list[_Turn], stats: AgentStats
     ) -> tuple[str | None, str]:
@@ -373,6 +440,7 @@ __all__ = [
     "RetrieveAndAnswer",
     "Retriever",
     "Step",
+    "answer_in_documents",
     "is_not_mentioned",
     "merge_evidence",
 ]

@@ -169,6 +169,7 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "unparsed",
             "forced_turns",
             "nudged_turns",
+            "checked_turns",
             "llm_calls",
         )
     }
@@ -181,6 +182,7 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "unparsed_replies": total["unparsed"],
         "forced_turns": total["forced_turns"],
         "nudged_turns": total["nudged_turns"],
+        "checked_turns": total["checked_turns"],
         "llm_calls": total["llm_calls"],
         "not_mentioned": sum(is_not_mentioned(a) for a in answers),
         "empty_answers": sum(not a for a in answers),
