@@ -503,6 +503,18 @@ def test_cli_ask_plain_answer_and_max_retrievals(
     assert "→ answer (forced)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("flags", "requests"), [([], 2), (["--no-answer-check"], 1)])
+def test_cli_ask_answer_check(
+    server: ScriptedServer, fake_index: FakeTreeIndex, flags: list[str], requests: int
+) -> None:
+    server.script("Answer: Lisbon", "Answer: Lisbon")  # not in the first documents
+    args = parse(["ask", "idx", QUESTION, "--llm", server.spec, "-q", *flags])
+    out = io.StringIO()
+    assert args.func(args, stdout=out) == 0
+    assert out.getvalue() == "Lisbon\n"
+    assert len(server.requests) == requests
+
+
 def test_cli_needs_an_llm(fake_index: FakeTreeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     from psirag.errors import InputError
 

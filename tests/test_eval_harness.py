@@ -409,3 +409,8 @@ def test_llm_answers_and_the_agent_over_http(
     assert len(llm_server.requests) == 7
     assert len(build_counter) == 1
     assert json.loads(out.read_text())["methods"]["psi+agent"]["em"] == agent["em"]
+    assert results["settings"]["answer_check"] is True
+    # Every scripted answer is in its documents, so the paper's loop asks nothing new either.
+    assert main([*argv, "--no-answer-check"]) == 0
+    assert json.loads(out.read_text())["settings"]["answer_check"] is False
+    assert len(llm_server.requests) == 7

@@ -50,6 +50,13 @@ def register(subparsers: Any) -> None:
     ask.add_argument(
         "--max-tokens", type=int, default=256, metavar="N", help="cap on each reply (default 256)"
     )
+    ask.add_argument(
+        "--no-answer-check",
+        dest="answer_check",
+        action="store_false",
+        help="take an answer found in no document as it is (the paper's loop); by default the "
+        "model is asked once to look it up while a retrieval is left",
+    )
     ask.add_argument("--json", action="store_true", help="print the full result as JSON")
     ask.add_argument(
         "--trace", action="store_true", help="also show passages and raw replies on stderr"
@@ -164,7 +171,11 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     printer = _StepPrinter(sys.stderr, args.trace)
     with _client(args) as llm:
         agent = RetrieveAndAnswer(
-            llm, index.search, max_retrievals=args.max_retrievals, max_tokens=args.max_tokens
+            llm,
+            index.search,
+            max_retrievals=args.max_retrievals,
+            max_tokens=args.max_tokens,
+            check_answers=args.answer_check,
         )
         result = agent.run(
             args.question,

@@ -114,6 +114,13 @@ def register(subparsers: Any) -> None:
         help="retrievals after the first for NAME+agent and NAME+ircot "
         "(default 1, the paper's 2Wiki setting)",
     )
+    p.add_argument(
+        "--no-answer-check",
+        dest="answer_check",
+        action="store_false",
+        help="NAME+agent: no follow-up turn after an answer found in no document (the paper's "
+        "loop)",
+    )
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="cap on each LLM reply")
     p.add_argument(
         "--summary-top-k",
@@ -257,6 +264,7 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
         beam=args.beam,
         reranker=args.reranker,
         max_retrievals=args.max_retrievals,
+        answer_check=args.answer_check,
         max_tokens=args.max_tokens,
         summary_top_k=args.summary_top_k,
         summary_max_tokens=args.summary_max_tokens,

@@ -533,6 +533,7 @@ class _Runner:
                 retrieve,
                 max_retrievals=self.settings.max_retrievals if mode == "agent" else 0,
                 max_tokens=self.settings.max_tokens,
+                check_answers=self.settings.answer_check,
                 stage=STAGES[mode],
             )
         start = time.perf_counter()
@@ -742,6 +743,7 @@ def _settings_dict(settings: EvalSettings) -> dict[str, Any]:
         "beam": settings.beam,
         "reranker": settings.reranker,
         "max_retrievals": settings.max_retrievals,
+        "answer_check": settings.answer_check,
         "max_tokens": settings.max_tokens,
         "summary_top_k": settings.summary_top_k,
         "summary_max_tokens": settings.summary_max_tokens,

@@ -79,6 +79,9 @@ class EvalSettings:
     """Local cross-encoder folder: ``psi`` and ``hybrid`` rerank the union instead of RRF."""
     max_retrievals: int = 1
     """Agent retrievals after the first one (paper, 2Wiki/HotpotQA: 1)."""
+    answer_check: bool = True
+    """``+agent``: ask again about an answer found in no document while a retrieval is left
+    (``RetrieveAndAnswer.check_answers``); False is the paper's loop."""
     max_tokens: int = 256
     """Cap on each LLM reply (``+summarize`` has its own, ``summary_max_tokens``)."""
     summary_top_k: int = 20
