@@ -344,14 +344,16 @@ class RetrieveAndAnswer:
             if parsed.action == "answer" and remaining > 0:
                 if is_not_mentioned(parsed.argument):
                     # Giving up with retrievals left: ask once for a sub-question instead.
-                    followed = self._nudge_retrieval(question, turns, remaining, stats)
+                    stats.nudged_turns += 1
+                    nudge = _Turn("nudge", remaining=remaining)
+                    followed = self._follow_up(question, turns, nudge, stats)
                 elif self.check_answers and not answer_in_documents(
                     parsed.argument, question, [p for s in steps for p in s.passages]
                 ):
                     # An answer from memory with retrievals left: look it up, or confirm it.
-                    followed = self._check_answer(
-                        question, turns, parsed.argument, remaining, stats
-                    )
+                    stats.checked_turns += 1
+                    check = _Turn("check", remaining=remaining, text=parsed.argument)
+                    followed = self._follow_up(question, turns, check, stats)
                 else:
                     followed = None
                 if followed is not None:
@@ -379,32 +381,13 @@ class RetrieveAndAnswer:
         evidence = merge_evidence([s.passages for s in steps], self.evidence_merge)
         return AgentResult(answer, steps, evidence, question, stats)
 
-    def _nudge_retrieval(
-        self, question: str, turns: list[_Turn], remaining: int, stats: AgentStats
+    def _follow_up(
+        self, question: str, turns: list[_Turn], turn: _Turn, stats: AgentStats
     ) -> ParsedReply | None:
-        """One follow-up turn after a premature ``Not mentioned``: the model is reminded that it
-        may still search and asked for a sub-question. Its reply replaces the first one when it
-        is a retrieval or a real answer; otherwise the ``Not mentioned`` stands."""
-        turns.append(_Turn("nudge", remaining=remaining))
-        stats.nudged_turns += 1
-        reply = self._call(question, turns, stats)
-        turns.append(_Turn("assistant", text=reply.text.strip()))
-        parsed = parse_reply(reply.text)
-        stats.count(parsed)
-        if parsed.action == "retrieve" and parsed.argument:
-            return parsed
-        if parsed.action == "answer" and not is_not_mentioned(parsed.argument):
-            return parsed
-        return None
-
-    def _check_answer(
-        self, question: str, turns: list[_Turn], answer: str, remaining: int, stats: AgentStats
-    ) -> ParsedReply | None:
-        """One follow-up turn after an answer no document contains: the model may retrieve the
-        missing fact or answer again. A reply that does neither, or gives up with ``Not
-        mentioned``, leaves the first answer standing."""
-        turns.append(_Turn("check", remaining=remaining, text=answer))
-        stats.checked_turns += 1
+        """One follow-up turn (a nudge after a premature ``Not mentioned``, or the check of an
+        answer no document contains) while retrievals remain. Its reply replaces the first one
+        when it is a retrieval or a real answer; otherwise the first reply stands."""
+        turns.append(turn)
         reply = self._call(question, turns, stats)
         turns.append(_Turn("assistant", text=reply.text.strip()))
         parsed = parse_reply(reply.text)
