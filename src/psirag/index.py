@@ -22,6 +22,7 @@ from psirag.retrieval.fusion import rrf_fuse
 from psirag.retrieval.tree_search import TreeSearcher
 from psirag.storage import IndexReader, IndexWriter
 from psirag.tree import Tree, build_forest, build_tree
+from psirag.tree.build import resolve_tree_mode
 from psirag.types import Chunk, Passage, Source, source_from_dict
 
 log = logging.getLogger("psirag")
@@ -50,6 +51,9 @@ class BuildStats:
     documents: int = 0
     llm: dict[str, Any] = field(default_factory=dict)
     """Counts from LLM abstraction: calls paid and cached, tokens, inputs cut to fit."""
+    tree_mode: str | None = None
+    """The tree mode the build ran in (``exact`` or ``knn``; ``exact+knn`` for a forest whose
+    trees differ under ``auto``); None for an index saved before it was recorded."""
 
 
 class _Bar:
@@ -182,11 +186,32 @@ class Index:
         with _Bar(progress, "abstract tree", total=tree_steps) as bar:
             if config.tree_per_document:
                 doc_codes = np.unique([c.source.document for c in chunks], return_inverse=True)[1]
+                sizes = np.unique(np.bincount(doc_codes)).tolist() if chunks else []
+                modes = {resolve_tree_mode(config.tree_mode, size) for size in sizes}
+                stats.tree_mode = "+".join(sorted(modes)) or None
                 tree = build_forest(
-                    embeddings, doc_codes, max_children=config.max_children, progress=bar
+                    embeddings,
+                    doc_codes,
+                    max_children=config.max_children,
+                    progress=bar,
+                    mode=config.tree_mode,
+                    neighbors=config.tree_neighbors,
                 )
             else:
-                tree = build_tree(embeddings, max_children=config.max_children, progress=bar)
+                mode = resolve_tree_mode(config.tree_mode, len(chunks))
+                stats.tree_mode = mode
+                if mode == "knn":
+                    say(
+                        f"tree mode knn: {config.tree_neighbors} neighbours per chunk "
+                        f"over {len(chunks):,} chunks"
+                    )
+                tree = build_tree(
+                    embeddings,
+                    max_children=config.max_children,
+                    progress=bar,
+                    mode=mode,
+                    neighbors=config.tree_neighbors,
+                )
         stats.seconds["tree"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -322,6 +347,7 @@ class Index:
                 "truncated_chunks": self.stats.truncated,
             },
             "build_seconds": {k: round(v, 3) for k, v in self.stats.seconds.items()},
+            "tree_mode_used": self.stats.tree_mode,
             "llm_abstracts": self.stats.llm or None,
         }
 
@@ -370,7 +396,9 @@ class Index:
             abstracts=abstracts,
             sparse=sparse,
             embedder_id=embedder_id,
-            stats=BuildStats(seconds=dict(m.get("build_seconds", {}))),
+            stats=BuildStats(
+                seconds=dict(m.get("build_seconds", {})), tree_mode=m.get("tree_mode_used")
+            ),
         )
         if embedder is not None:
             index.embedder = embedder

@@ -166,7 +166,7 @@ def register(subparsers: Any) -> None:
 def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     """The index ablations of the paper: abstract type, routing, fan-out, and a sub-corpus to run
     the costly (LLM-abstract) ones on. Each variant gets its own cached index."""
-    from psirag.cli import _max_children
+    from psirag.cli import _max_children, _tree_mode_arguments
 
     g = p.add_argument_group("ablations (each variant is indexed and cached apart)")
     g.add_argument(
@@ -192,6 +192,7 @@ def _ablation_arguments(p: argparse.ArgumentParser) -> None:
         help=f"most children per node, psi and raptor (default {IndexConfig.max_children}; "
         "'none': no cap)",
     )
+    _tree_mode_arguments(g)
     g.add_argument(
         "--context-tokens",
         type=int,
@@ -229,6 +230,8 @@ def _index_config(args: argparse.Namespace) -> IndexConfig | None:
         routing = "abstract" if abstracts.startswith("llm-") else IndexConfig.routing
     config = IndexConfig(
         max_children=args.max_children,
+        tree_mode=args.tree_mode,
+        tree_neighbors=args.tree_neighbors,
         abstracts=abstracts,
         routing=routing,
         context_tokens=args.context_tokens,

@@ -327,11 +327,23 @@ class Retrieval:
 Factory = Callable[[EvalContext], Retrieval]
 
 
+_KEY_DEFAULTS: dict[str, Any] = {"tree_mode": "auto", "tree_neighbors": 32}
+"""IndexConfig fields left out of a cache key while they hold these values (see below). Fixed
+literals, not the dataclass defaults: should a default change, its keys must change too."""
+
+
 def abstract_key(config: IndexConfig) -> dict[str, Any]:
     """An index config as a cache key part; with LLM abstracts, a fingerprint of the abstract
     prompts joins it (the LLM spec is in the config): new abstract prompts mean new abstracts,
     while a prompt version bump for other prompts (the agent's) must not rebuild the index."""
     key = config.to_dict()
+    # Fields added to IndexConfig later leave the keys of older cached indexes valid at their
+    # defaults: "auto" builds the exact tree whenever its matrix fits, which is the tree those
+    # indexes hold (a corpus too big for it never had a cached exact index), and the neighbour
+    # count only matters in the knn mode.
+    for name, default in _KEY_DEFAULTS.items():
+        if key.get(name) == default:
+            del key[name]
     if config.abstracts.startswith("llm-"):
         from psirag.prompts import abstract_prompts_fingerprint
 

@@ -695,7 +695,15 @@ RAPTOR_KIND = "raptor"
 RAPTOR_STAGES = ("chunking", "embedding", "clustering", "abstracts", "routing")
 """What a raptor method's index_seconds count: psi's chunking and leaf embedding (reused, so
 paid once) and the RAPTOR build."""
-_NOT_RAPTOR = ("embedder", "tree_per_document", "batch_size", "bm25_k1", "bm25_b")
+_NOT_RAPTOR = (
+    "embedder",
+    "tree_per_document",
+    "tree_mode",
+    "tree_neighbors",
+    "batch_size",
+    "bm25_k1",
+    "bm25_b",
+)
 """Index config fields a RAPTOR tree does not depend on (the embedder is keyed apart)."""
 
 

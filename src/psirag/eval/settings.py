@@ -159,6 +159,8 @@ class EvalSettings:
             "abstracts": config.abstracts,
             "routing": config.routing,
             "max_children": config.max_children,
+            "tree_mode": config.tree_mode,
+            "tree_neighbors": config.tree_neighbors,
             "subcorpus": self.subcorpus,
             "split_records": config.split_records,
             "tree_per_document": config.tree_per_document,

@@ -6,6 +6,9 @@ exactly the edges Kruskal's algorithm keeps: the maximum spanning tree under the
 ``(-S[i, j], i, j)``. A strict order makes that tree unique, so Prim's algorithm on the dense
 matrix finds the same edges in O(n^2) time and O(n) extra memory. Replaying Algorithm 1 on those
 n - 1 edges, in walk order, gives the same tree as the full walk without sorting n^2/2 pairs.
+
+Corpora whose matrix does not fit use ``mode="knn"`` (SPEC 4, :mod:`psirag.tree.approx`): the
+same replay on an approximate spanning tree from nearest-neighbour pairs, in O(n·k) memory.
 """
 
 from __future__ import annotations
@@ -13,11 +16,18 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 
 from psirag.errors import InputError, ResourceError
+from psirag.tree.approx import spanning_edges_knn
 from psirag.tree.model import Tree
+
+TreeMode = Literal["exact", "knn", "auto"]
+"""How the spanning edges are found: the exact n x n walk, k nearest neighbours (SPEC 4), or
+exact whenever its matrix fits in half the free memory and kNN otherwise."""
+TREE_MODES: tuple[str, ...] = ("exact", "knn", "auto")
 
 _SYMMETRISE_BLOCK = 1024
 
@@ -37,17 +47,42 @@ def available_memory_bytes() -> int:
         return 1 << 62
 
 
+def exact_fits(n: int) -> bool:
+    """Whether the exact build's n x n float32 matrix fits in half the free memory."""
+    return 4 * n * n <= available_memory_bytes() // 2
+
+
 def check_exact_memory(n: int) -> None:
     """Refuse an exact build whose n x n float32 matrix would take over half the free memory."""
-    need = 4 * n * n
-    limit = available_memory_bytes() // 2
-    if need > limit:
+    if not exact_fits(n):
+        need = 4 * n * n
+        limit = available_memory_bytes() // 2
         raise ResourceError(
             f"an exact tree over {n:,} chunks needs a {n:,} x {n:,} similarity matrix "
             f"({need / 2**30:.1f} GiB), more than half of the available memory "
-            f"({2 * limit / 2**30:.1f} GiB). Index fewer chunks, use --tree-per-document, "
-            "or use a machine with more memory (approximate modes for large corpora are planned)."
+            f"({2 * limit / 2**30:.1f} GiB). Use --tree-mode knn (or auto) for the approximate "
+            "tree from nearest neighbours, in O(n·k) memory; or index fewer chunks, use "
+            "--tree-per-document, or use a machine with more memory."
         )
+
+
+def check_tree_mode(mode: str, neighbors: int) -> None:
+    """Reject an unknown tree mode or a neighbour count below one, naming the allowed values."""
+    if mode not in TREE_MODES:
+        raise InputError(f"tree mode must be exact, knn or auto, got {mode!r}")
+    if isinstance(neighbors, bool) or not isinstance(neighbors, (int, np.integer)):
+        raise InputError(f"tree neighbours must be an integer, got {neighbors!r}")
+    if neighbors < 1:
+        raise InputError(f"tree neighbours must be at least 1, got {neighbors}")
+
+
+def resolve_tree_mode(mode: str, n: int) -> Literal["exact", "knn"]:
+    """The mode a build over ``n`` leaves runs in: ``auto`` is exact when the matrix fits."""
+    if mode not in TREE_MODES:
+        raise InputError(f"tree mode must be exact, knn or auto, got {mode!r}")
+    if mode == "auto":
+        return "exact" if exact_fits(n) else "knn"
+    return "knn" if mode == "knn" else "exact"
 
 
 def validate_embeddings(embeddings: np.ndarray) -> np.ndarray:
@@ -334,24 +369,36 @@ def build_tree(
     *,
     similarity: np.ndarray | None = None,
     progress: Progress | None = None,
+    mode: TreeMode = "exact",
+    neighbors: int = 32,
 ) -> Tree:
     """Build the abstract tree over unit-normalised chunk embeddings (one leaf per row).
 
-    Equals the full descending-order walk of SPEC 1.3-1.4 (n - 1 effective unions, one root),
-    then rebalances per SPEC 1.5 unless ``max_children`` is None. Holds one n x n float32
-    matrix at most; refuses with :class:`ResourceError` when that would not fit in memory.
-    ``similarity`` may pass a precomputed symmetric ``E @ E.T`` (it is read, not modified).
-    ``progress(done, total)`` is called while the exact walk runs.
+    ``mode="exact"`` equals the full descending-order walk of SPEC 1.3-1.4 (n - 1 effective
+    unions, one root); it holds one n x n float32 matrix and refuses with
+    :class:`ResourceError` when that would not fit in memory. ``mode="knn"`` walks only each
+    leaf's ``neighbors`` most similar leaves plus the best joins between the resulting
+    components (SPEC 4, :mod:`psirag.tree.approx`): O(n·k) memory, the exact tree when
+    ``neighbors >= n - 1``. ``mode="auto"`` is exact when the matrix fits, else knn.
+    Either way the tree is then rebalanced per SPEC 1.5 unless ``max_children`` is None.
+    ``similarity`` may pass a precomputed symmetric ``E @ E.T`` for the exact walk (it is read,
+    not modified). ``progress(done, total)`` is called while the spanning edges are found.
     """
+    check_tree_mode(mode, neighbors)
     e = validate_embeddings(embeddings)
     n = e.shape[0]
+    if similarity is not None and mode == "knn":
+        raise InputError("a precomputed similarity matrix is for the exact mode, not knn")
     if n == 1:
         return Tree(parent=np.array([-1], dtype=np.int64), layer=np.array([0], dtype=np.int32))
-    if similarity is None:
-        check_exact_memory(n)
-        similarity = similarity_matrix(e)
-    edge_a, edge_b, _ = spanning_edges(similarity, progress)
-    del similarity
+    if similarity is None and resolve_tree_mode(mode, n) == "knn":
+        edge_a, edge_b, _ = spanning_edges_knn(e, neighbors, progress)
+    else:
+        if similarity is None:
+            check_exact_memory(n)
+            similarity = similarity_matrix(e)
+        edge_a, edge_b, _ = spanning_edges(similarity, progress)
+        del similarity
     parent, layer = merge_walk(n, edge_a, edge_b)
     tree = _renumber(parent, layer, n)
     if max_children is not None:
@@ -365,12 +412,16 @@ def build_forest(
     max_children: int | None = 40,
     *,
     progress: Progress | None = None,
+    mode: TreeMode = "exact",
+    neighbors: int = 32,
 ) -> Tree:
     """One tree per group of leaves (the single-document setting), as one forest.
 
     ``groups[i]`` names the group of leaf ``i``. Leaves keep their ids; each group's abstract
     nodes are built by :func:`build_tree` on that group alone, so trees never mix groups.
+    ``mode`` and ``neighbors`` apply per group (``auto`` decides for each group's size).
     """
+    check_tree_mode(mode, neighbors)
     e = validate_embeddings(embeddings)
     n = e.shape[0]
     groups = np.asarray(groups)
@@ -384,7 +435,7 @@ def build_forest(
         if progress is not None:
             progress(done, values.size)
         members = np.flatnonzero(groups == value)
-        sub = build_tree(e[members], max_children=max_children)
+        sub = build_tree(e[members], max_children=max_children, mode=mode, neighbors=neighbors)
         m = members.size
         # sub ids: 0..m-1 are its leaves (global ids `members`), m.. its abstract nodes
         to_global = np.concatenate([members, next_id + np.arange(sub.n_nodes - m)])
