@@ -218,10 +218,8 @@ class IRCoT:
 
     def _call(self, messages: list[Any], params: GenerationParams, stats: IRCoTStats) -> ChatResult:
         result = call_model(self.llm, messages, params, self.stage)
-        stats.llm_calls += 1
+        stats.record_call(result)
         stats.reasoning_calls += 1
-        stats.prompt_tokens += int(result.prompt_tokens or 0)
-        stats.completion_tokens += int(result.completion_tokens or 0)
         return result
 
     # -- episode --------------------------------------------------------------------------------

@@ -108,6 +108,12 @@ class AgentStats:
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
+    def record_call(self, result: ChatResult) -> None:
+        """Count one model call and its tokens (0 where the server reports none)."""
+        self.llm_calls += 1
+        self.prompt_tokens += int(result.prompt_tokens or 0)
+        self.completion_tokens += int(result.completion_tokens or 0)
+
     def count(self, parsed: ParsedReply) -> None:
         if parsed.well_formed:
             self.well_formed += 1
@@ -295,9 +301,7 @@ class RetrieveAndAnswer:
                 sum(1 for t in turns for p in t.passages if len(passage_body(p)) > limit),
             )
         result = call_model(self.llm, messages, self.params, self.stage)
-        stats.llm_calls += 1
-        stats.prompt_tokens += int(result.prompt_tokens or 0)
-        stats.completion_tokens += int(result.completion_tokens or 0)
+        stats.record_call(result)
         return result
 
     # -- episode --------------------------------------------------------------------------------
