@@ -50,8 +50,8 @@ def tables(results: dict[str, Any]) -> str:
     lines += [
         "",
         "| method | LLM calls | replies well-formed | rescued | forced turns | nudged turns "
-        "| checked answers | Not mentioned | retrievals / question |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| checked answers | names checks | Not mentioned | retrievals / question |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, m in results["methods"].items():
         if m.get("replies") is None:
@@ -59,7 +59,8 @@ def tables(results: dict[str, Any]) -> str:
         lines.append(
             f"| {name} | {m['llm_calls']} | {m['well_formed_pct']}% of {m['replies']} "
             f"| {m['rescued_replies']} | {m['forced_turns']} | {m.get('nudged_turns', 0)} "
-            f"| {m.get('checked_turns', 0)} | {m['not_mentioned']} "
+            f"| {m.get('checked_turns', 0)} | {m.get('names_checks', 0)} "
+            f"| {m['not_mentioned']} "
             f"| {m['retrievals_per_question']} |"
         )
     comparisons = results.get("comparisons") or {}

@@ -22,11 +22,15 @@ from chat_server import ChatServer
 
 from psirag.agent import (
     NOT_MENTIONED,
+    AgentResult,
     Node,
     RetrieveAndAnswer,
     Summarizer,
     answer_in_documents,
+    lookup_query,
     merge_evidence,
+    names_in,
+    names_without_documents,
     select_nodes,
 )
 from psirag.agent import cli as agent_cli
@@ -344,6 +348,9 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
             "rescued",
             "raw",
             "forced_raw",
+            "follow_up",
+            "follow_up_names",
+            "follow_up_raw",
         }
         for p in step["passages"]:
             assert set(p) == {"id", "text", "score", "source"}
@@ -570,18 +577,31 @@ def test_summarize_refuses_an_empty_visit(server: ScriptedServer) -> None:
     assert server.requests == []
 
 
-def test_premature_not_mentioned_is_nudged_into_a_retrieval(server: ScriptedServer) -> None:
+def follow_up_then_retrieve(
+    server: ScriptedServer, first_reply: str, **options: Any
+) -> AgentResult:
+    """An episode whose first reply draws a follow-up turn, answered with the sub-question;
+    the second retrieval finds the office and the model answers Lisbon."""
     server.script(
-        "Thought: The documents do not say who owns the hotel.\nAnswer: Not mentioned.",
-        f"Thought: I need the hotel's owner.\nRetrieve: {SUB_QUESTION}",
-        "Thought: Calder Group is based in Lisbon.\nAnswer: Lisbon",
+        first_reply,
+        f"Thought: No document names the office.\nRetrieve: {SUB_QUESTION}",
+        "Thought: The Calder Group has its head office in Lisbon.\nAnswer: Lisbon",
     )
     index = FakeIndex()
-    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
-
+    agent = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1, **options)
+    result = agent.run(QUESTION)
     assert result.answer == "Lisbon"
     assert index.queries == [QUESTION, SUB_QUESTION]
     assert [s.action for s in result.steps] == ["retrieve", "answer"]
+    assert result.steps[1].follow_up is None
+    assert len(server.requests) == 3  # no retrieval left at the second step: no second check
+    return result
+
+
+def test_premature_not_mentioned_is_nudged_into_a_retrieval(server: ScriptedServer) -> None:
+    result = follow_up_then_retrieve(
+        server, "Thought: The documents do not say who owns the hotel.\nAnswer: Not mentioned."
+    )
     assert result.stats.nudged_turns == 1 and result.stats.llm_calls == 3
     nudge = server.requests[1]["messages"]
     assert [m["role"] for m in nudge][-2:] == ["assistant", "user"]
@@ -599,6 +619,7 @@ def test_not_mentioned_stands_when_the_nudge_gives_up_too(server: ScriptedServer
     assert result.answer.lower() == "not mentioned"
     assert index.queries == [QUESTION] and len(server.requests) == 2
     assert result.stats.nudged_turns == 1
+    assert result.steps[0].follow_up == "nudge"
 
 
 def test_no_nudge_without_retrievals_left(server: ScriptedServer) -> None:
@@ -625,23 +646,14 @@ def test_answer_in_documents_reads_whole_words_without_case_or_punctuation() -> 
 
 
 def test_answer_from_memory_is_checked_and_looked_up(server: ScriptedServer) -> None:
-    server.script(
-        "Thought: The owner is based in Lisbon, I believe.\nAnswer: Lisbon",
-        f"Thought: No document names the office.\nRetrieve: {SUB_QUESTION}",
-        "Thought: The Calder Group has its head office in Lisbon.\nAnswer: Lisbon",
+    result = follow_up_then_retrieve(
+        server, "Thought: The owner is based in Lisbon, I believe.\nAnswer: Lisbon"
     )
-    index = FakeIndex()
-    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
-
-    assert result.answer == "Lisbon"
-    assert index.queries == [QUESTION, SUB_QUESTION]
-    assert [s.action for s in result.steps] == ["retrieve", "answer"]
     assert ids(result.evidence)[:3] == ["hotel", "portmere", "calder"]
     assert result.stats.checked_turns == 1 and result.stats.llm_calls == 3
+    assert result.steps[0].follow_up == "answer_check" and not result.steps[0].follow_up_names
     check = server.last_user(1)
     assert '"Lisbon" is not written' in check and "1 retrieval left" in check
-    # The last step's answer is in its documents: no second check.
-    assert len(server.requests) == 3
 
 
 def test_checked_answer_can_be_confirmed(server: ScriptedServer) -> None:
@@ -678,3 +690,179 @@ def test_no_check(server: ScriptedServer, reply: str, options: dict[str, Any]) -
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search, **options).run(QUESTION)
     assert len(server.requests) == 1 and result.stats.checked_turns == 0
     assert result.answer == reply.rsplit("Answer: ", 1)[1]
+
+
+# --- the check of names that no document is about ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        (
+            "The director is Albert S. Rogell. He was born in Oklahoma City.",
+            ["Albert S. Rogell", "Oklahoma City"],
+        ),
+        ("Lothair II's mother was Ermengarde of Tours.", ["Lothair II", "Ermengarde of Tours"]),
+        (
+            '"Tower Bridge" says Horace Jones designed it; Horace Jones died in 1887.',
+            ["Tower Bridge", "Horace Jones"],
+        ),
+        ("According to Document [2], None of them mentions it.", []),
+        ("The Calder Group of Lisbon and The Old Bridge", ["Calder Group of Lisbon", "Old Bridge"]),
+        ("Its owner is Calder of the", []),  # a lone capital with trailing joiners
+        ("Ludwig van Beethoven, Gia Coppola’s father", ["Ludwig van Beethoven", "Gia Coppola"]),
+    ],
+)
+def test_names_in(text: str, names: list[str]) -> None:
+    assert names_in(text) == names
+
+
+def test_names_without_documents_skips_the_question_and_titled_documents() -> None:
+    index = FakeIndex()
+    seen = [index.passage("hotel", 1.0), index.passage("calder", 1.0)]
+    thought = (
+        "The Blue Harbour Hotel belongs to the Calder Group, founded by Maria Calder; "
+        "Old Bridge and Portmere Town Hall are nearby, as is Harbour Road."
+    )
+    # "Blue Harbour Hotel" is in the question and has a document, "Calder Group" a document.
+    assert names_without_documents(thought, QUESTION, seen) == [
+        "Maria Calder",
+        "Old Bridge",
+        "Portmere Town Hall",
+    ]
+    assert names_without_documents(thought, QUESTION, seen, limit=1) == ["Maria Calder"]
+    # A title's qualifier is not part of the name it is about.
+    film = Passage("f", "x", 1.0, Source("f", "Maria Calder (director)", 0, 0, 1))
+    assert "Maria Calder" not in names_without_documents(thought, QUESTION, [*seen, film])
+
+
+def test_names_check_needs_titles_that_name_subjects() -> None:
+    """Documents titled by file name say nothing about who they are about: no names then."""
+    thought = "Maria Calder founded the Calder Group."
+    files = [
+        Passage(f"f{i}", "x", 1.0, Source(f"f{i}", name, 0, 0, 1))
+        for i, name in enumerate(["notes-2024.txt", "minutes 07.md"])
+    ]
+    assert names_without_documents(thought, QUESTION, files) == []
+    assert names_without_documents(thought, QUESTION, []) == []
+    # One title the question names is enough to read the others as subjects too.
+    hotel = FakeIndex().passage("hotel", 1.0)
+    assert names_without_documents(thought, QUESTION, [*files, hotel]) == [
+        "Maria Calder",
+        "Calder Group",
+    ]
+
+
+NAMES_REPLY = (
+    "Thought: The hotel is owned by the Calder Group, so the answer must be Portmere.\n"
+    "Answer: Portmere"
+)
+
+
+def test_answer_leaning_on_an_unseen_name_is_checked_and_looked_up(
+    server: ScriptedServer,
+) -> None:
+    result = follow_up_then_retrieve(server, NAMES_REPLY, names_check="ask")
+    assert result.stats.names_checks == 1 and result.stats.checked_turns == 0
+    first = result.steps[0]
+    assert (first.follow_up, first.follow_up_names) == ("names_check", ["Calder Group"])
+    assert first.follow_up_raw is not None and first.follow_up_raw.startswith("Thought: No doc")
+    check = server.last_user(1)
+    assert '"Calder Group"' in check and "none of the documents is about it" in check
+    assert "1 retrieval left" in check
+
+
+def test_names_check_can_be_answered_by_repeating_the_answer(server: ScriptedServer) -> None:
+    server.script(NAMES_REPLY, "Thought: The documents say so.\nAnswer: Portmere")
+    index = FakeIndex()
+    agent = RetrieveAndAnswer(client_for(server), index.search, names_check="ask")
+    result = agent.run(QUESTION)
+    assert result.answer == "Portmere" and index.queries == [QUESTION]
+    assert result.stats.names_checks == 1 and len(server.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("reply", "options"),
+    [
+        ("Thought: The Blue Harbour Hotel is in Portmere.\nAnswer: Portmere", {}),
+        (NAMES_REPLY, {"names_check": "off"}),
+        (NAMES_REPLY, {"max_retrievals": 0}),
+    ],
+    ids=["names-have-documents", "check-off", "no-retrieval-left"],
+)
+def test_no_names_check(server: ScriptedServer, reply: str, options: dict[str, Any]) -> None:
+    server.script(reply)
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search, **options).run(QUESTION)
+    assert len(server.requests) == 1 and result.stats.names_checks == 0
+    assert result.answer == "Portmere"
+
+
+def test_names_are_looked_up_and_the_model_answers_again(server: ScriptedServer) -> None:
+    server.script(NAMES_REPLY, "Thought: The Calder Group is based in Lisbon.\nAnswer: Lisbon")
+    index = FakeIndex()
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+
+    assert result.answer == "Lisbon"
+    assert index.queries == [QUESTION, "Calder Group"] == [s.query for s in result.steps]
+    assert [s.action for s in result.steps] == ["retrieve", "answer"]
+    first = result.steps[0]
+    assert (first.follow_up, first.follow_up_names) == ("names_lookup", ["Calder Group"])
+    assert first.follow_up_raw is None  # the agent looked up; the model was not asked
+    assert result.stats.names_checks == 1 and result.stats.llm_calls == 2
+    assert "calder" in ids(result.evidence)
+    # The second turn says why these documents came, then demands the answer.
+    turn = server.last_user(1)
+    assert turn.startswith('Your reasoning mentions "Calder Group"')
+    assert "Its head office is in Lisbon" in turn and "You cannot retrieve any more" in turn
+    # The lookup used the one retrieval left: no further check or retrieval.
+    assert len(server.requests) == 2
+
+
+def test_names_lookup_query_and_mode_checked() -> None:
+    assert lookup_query(["Ada Byron", "Charles Babbage"]) == "Ada Byron; Charles Babbage"
+    with pytest.raises(ValueError, match="names_check must be one of"):
+        RetrieveAndAnswer(object(), FakeIndex().search, names_check="maybe")  # type: ignore[arg-type]
+
+
+def test_one_follow_up_per_step(server: ScriptedServer) -> None:
+    # Not in any document and leaning on an unseen name: only the answer check is sent.
+    server.script(
+        "Thought: The Calder Group is based in Lisbon.\nAnswer: Lisbon",
+        "Thought: I am sure.\nAnswer: Lisbon",
+    )
+    result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    assert result.answer == "Lisbon" and len(server.requests) == 2
+    assert (result.stats.checked_turns, result.stats.names_checks) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "requests", "why"),
+    [
+        ([], 2, "looking up what no document was about: Calder Group"),
+        (["--names-check", "ask"], 2, "no document is about: Calder Group"),
+        (["--names-check", "off"], 1, None),
+    ],
+)
+def test_cli_ask_names_check(
+    server: ScriptedServer,
+    fake_index: FakeTreeIndex,
+    flags: list[str],
+    requests: int,
+    why: str | None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    server.script(NAMES_REPLY, NAMES_REPLY)
+    args = parse(["ask", "idx", QUESTION, "--llm", server.spec, "--trace", *flags])
+    out = io.StringIO()
+    assert args.func(args, stdout=out) == 0
+    assert out.getvalue() == "Portmere\n"
+    assert len(server.requests) == requests
+    streamed = capsys.readouterr().err
+    if why is None:
+        assert "asked again" not in streamed
+    else:
+        assert f"(asked again: {why})" in streamed
+    # Only a turn that asked the model has a reply of its own to show.
+    assert ("reply to the follow-up turn:" in streamed) == (
+        "--names-check" in flags and requests == 2
+    )

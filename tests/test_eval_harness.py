@@ -414,3 +414,7 @@ def test_llm_answers_and_the_agent_over_http(
     assert main([*argv, "--no-answer-check"]) == 0
     assert json.loads(out.read_text())["settings"]["answer_check"] is False
     assert len(llm_server.requests) == 7
+    assert main([*argv, "--names-check", "off"]) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert (settings["answer_check"], settings["names_check"]) == (True, "off")
+    assert len(llm_server.requests) == 7

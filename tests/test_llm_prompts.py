@@ -23,7 +23,16 @@ def all_prompt_text() -> str:
 
 
 def test_version_is_a_string():
-    assert prompts.PROMPT_VERSION == "6"
+    assert prompts.PROMPT_VERSION == "7"
+
+
+def test_names_prompts_name_every_name_and_the_retrievals_left():
+    one = prompts.agent_lookup_note(["Ada Byron"])
+    assert '"Ada Byron"' in one and "was about it," in one
+    two = prompts.agent_names_check_turn(["Ada Byron", " Charles Babbage "], 2)
+    assert '"Ada Byron", "Charles Babbage"' in two and "about them" in two
+    assert "2 retrievals left" in two and '"Retrieve: <sub-question>"' in two
+    assert "1 retrieval left" in prompts.agent_names_check_turn(["Ada Byron"], 1)
 
 
 def test_summary_prompt_shape():

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from psirag.llm.base import Message
 
-PROMPT_VERSION = "6"
+PROMPT_VERSION = "7"
 """2: the abstract prompts' one-shot example moved into the system prompt, fenced off: as chat
 turns (v1), Qwen2.5-1.5B mixed the example's bridges into abstracts of long inputs.
 3: IRCoT prompts added (the one-sentence reasoning step of the IRCoT baseline); no existing
@@ -29,7 +29,12 @@ prompt changed.
 link instead of filling it from memory (v4 answered from one of two hops in 52 of 100 2Wiki
 episodes); "use as few as possible" dropped.
 6: the agent's follow-up turn after an answer that no document and not the question contains,
-given while retrievals remain."""
+given while retrievals remain.
+7: after an answer whose reasoning names people or works that no retrieved document is about
+(v6 answered from one of two hops in 33 of 100 2Wiki episodes, most after naming the bridge
+entity): the note heading the documents the agent then retrieves for those names, and the
+follow-up turn that asks the model instead (``names_check="ask"``); no existing prompt
+changed."""
 
 SUMMARY_MAX_WORDS = 100
 """Words asked for in a summative abstract (paper C.2)."""
@@ -206,6 +211,34 @@ def agent_check_turn(answer: str, remaining: int) -> str:
         f'"Retrieve: <sub-question>" asking for it (you have {n} retrieval'
         f"{'s' if n != 1 else ''} left). If a document does support your answer, end your reply "
         'with the line "Answer: <answer>" again.'
+    )
+
+
+def agent_names_check_turn(names: Sequence[str], remaining: int) -> str:
+    """The follow-up to an answer whose reasoning names people or works that no retrieved
+    document is about: in a two-hop question that is usually the bridge entity, whose own
+    document holds the fact asked for. The model looks it up, or repeats its answer."""
+    n = max(0, int(remaining))
+    listed = ", ".join(f'"{name.strip()}"' for name in names)
+    about = "it" if len(names) == 1 else "them"
+    return (
+        f"Your reasoning mentions {listed}, but none of the documents is about {about}. If your "
+        f"answer depends on a fact about {about} (a date, a place, a relative, a nationality), "
+        'end your reply with the line "Retrieve: <sub-question>" asking for that fact (you have '
+        f"{n} retrieval{'s' if n != 1 else ''} left). If the documents already state every fact "
+        'your answer needs, end your reply with the line "Answer: <answer>" again.'
+    )
+
+
+def agent_lookup_note(names: Sequence[str]) -> str:
+    """Heads the documents the agent retrieved by itself for names the model's reasoning used
+    without a document about them: the model is to check its answer against them."""
+    listed = ", ".join(f'"{name.strip()}"' for name in names)
+    return (
+        f"Your reasoning mentions {listed}, but none of the documents was about "
+        f"{'it' if len(names) == 1 else 'them'}, so these were retrieved for you. Read them, check "
+        "every fact your answer depends on, and answer the question again (your earlier answer "
+        "may be wrong)."
     )
 
 
@@ -422,6 +455,8 @@ __all__ = [
     "abstract_prompts_fingerprint",
     "agent_check_turn",
     "agent_example_messages",
+    "agent_lookup_note",
+    "agent_names_check_turn",
     "agent_nudge_turn",
     "agent_system_prompt",
     "agent_user_turn",

@@ -4,6 +4,7 @@ Both take the LLM (any ``ChatModel``, usually an ``LLMClient``) and retrieval as
 so they run over any index, or over a fake one in tests.
 """
 
+from psirag.agent.grounding import names_in, names_without_documents
 from psirag.agent.loop import (
     NOT_MENTIONED,
     AgentResult,
@@ -12,6 +13,7 @@ from psirag.agent.loop import (
     Retriever,
     Step,
     answer_in_documents,
+    lookup_query,
     merge_evidence,
 )
 from psirag.agent.parsing import ParsedReply, parse_reply
@@ -38,7 +40,10 @@ __all__ = [
     "SummaryResult",
     "VisitedNode",
     "answer_in_documents",
+    "lookup_query",
     "merge_evidence",
+    "names_in",
+    "names_without_documents",
     "parse_reply",
     "select_nodes",
 ]

@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from psirag.agent.loop import RetrieveAndAnswer, Step
+from psirag.agent.loop import NAMES_CHECKS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
 from psirag.errors import InputError
 
@@ -56,6 +56,14 @@ def register(subparsers: Any) -> None:
         action="store_false",
         help="take an answer found in no document as it is (the paper's loop); by default the "
         "model is asked once to look it up while a retrieval is left",
+    )
+    ask.add_argument(
+        "--names-check",
+        choices=NAMES_CHECKS,
+        default="lookup",
+        help="an answer whose reasoning names people or works that no retrieved document is "
+        "about, while a retrieval is left: retrieve them and answer again (lookup, default), "
+        "ask the model whether it needs them (ask), or take the answer (off)",
     )
     ask.add_argument("--json", action="store_true", help="print the full result as JSON")
     ask.add_argument(
@@ -122,6 +130,14 @@ def _one_line(text: str, limit: int = _SNIPPET) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
+_FOLLOW_UP_WHY = {
+    "nudge": "gave up with a retrieval left",
+    "answer_check": "the answer is in no document",
+    "names_check": "no document is about",
+    "names_lookup": "looking up what no document was about",
+}
+
+
 class _StepPrinter:
     """Streams an episode to stderr: each retrieval, then the thought and the decision."""
 
@@ -152,10 +168,19 @@ class _StepPrinter:
             print(f"    → answer{forced}", file=self.out)
         if not step.well_formed:
             print("    (reply not in the expected format)", file=self.out)
+        if step.follow_up is not None:
+            why = _FOLLOW_UP_WHY[step.follow_up]
+            if step.follow_up_names:
+                why += ": " + ", ".join(step.follow_up_names)
+            print(f"    (asked again: {why})", file=self.out)
         if self.trace:
             print("    raw reply:", file=self.out)
             for line in step.raw.splitlines() or [""]:
                 print(f"      | {line}", file=self.out)
+            if step.follow_up_raw is not None:
+                print("    reply to the follow-up turn:", file=self.out)
+                for line in step.follow_up_raw.splitlines() or [""]:
+                    print(f"      | {line}", file=self.out)
             if step.forced_raw is not None:
                 print("    reply to the forced-answer turn:", file=self.out)
                 for line in step.forced_raw.splitlines() or [""]:
@@ -176,6 +201,7 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             max_retrievals=args.max_retrievals,
             max_tokens=args.max_tokens,
             check_answers=args.answer_check,
+            names_check=args.names_check,
         )
         result = agent.run(
             args.question,

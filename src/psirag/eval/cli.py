@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from psirag.agent.loop import NAMES_CHECKS
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.errors import InputError
 
@@ -120,6 +121,14 @@ def register(subparsers: Any) -> None:
         action="store_false",
         help="NAME+agent: no follow-up turn after an answer found in no document (the paper's "
         "loop)",
+    )
+    p.add_argument(
+        "--names-check",
+        choices=NAMES_CHECKS,
+        default="lookup",
+        help="NAME+agent, an answer whose reasoning names people or works that no retrieved "
+        "document is about: retrieve them and answer again (lookup, default), ask the model "
+        "(ask), or take the answer (off)",
     )
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="cap on each LLM reply")
     p.add_argument(
@@ -268,6 +277,7 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
         reranker=args.reranker,
         max_retrievals=args.max_retrievals,
         answer_check=args.answer_check,
+        names_check=args.names_check,
         max_tokens=args.max_tokens,
         summary_top_k=args.summary_top_k,
         summary_max_tokens=args.summary_max_tokens,

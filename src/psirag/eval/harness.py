@@ -170,6 +170,7 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "forced_turns",
             "nudged_turns",
             "checked_turns",
+            "names_checks",
             "llm_calls",
         )
     }
@@ -183,6 +184,7 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "forced_turns": total["forced_turns"],
         "nudged_turns": total["nudged_turns"],
         "checked_turns": total["checked_turns"],
+        "names_checks": total["names_checks"],
         "llm_calls": total["llm_calls"],
         "not_mentioned": sum(is_not_mentioned(a) for a in answers),
         "empty_answers": sum(not a for a in answers),
@@ -534,6 +536,7 @@ class _Runner:
                 max_retrievals=self.settings.max_retrievals if mode == "agent" else 0,
                 max_tokens=self.settings.max_tokens,
                 check_answers=self.settings.answer_check,
+                names_check=self.settings.names_check,
                 stage=STAGES[mode],
             )
         start = time.perf_counter()
@@ -744,6 +747,7 @@ def _settings_dict(settings: EvalSettings) -> dict[str, Any]:
         "reranker": settings.reranker,
         "max_retrievals": settings.max_retrievals,
         "answer_check": settings.answer_check,
+        "names_check": settings.names_check,
         "max_tokens": settings.max_tokens,
         "summary_top_k": settings.summary_top_k,
         "summary_max_tokens": settings.summary_max_tokens,

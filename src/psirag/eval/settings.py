@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from psirag.agent.loop import NAMES_CHECKS, NamesCheck
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.embed import Embedder, load_embedder
 from psirag.errors import InputError
@@ -82,6 +83,10 @@ class EvalSettings:
     answer_check: bool = True
     """``+agent``: ask again about an answer found in no document while a retrieval is left
     (``RetrieveAndAnswer.check_answers``); False is the paper's loop."""
+    names_check: NamesCheck = "lookup"
+    """``+agent``: an answer whose reasoning names people or works no retrieved document is
+    about, while a retrieval is left, is looked up (``lookup``), asked about (``ask``) or taken
+    as it is (``off``); ``RetrieveAndAnswer.names_check``."""
     max_tokens: int = 256
     """Cap on each LLM reply (``+summarize`` has its own, ``summary_max_tokens``)."""
     summary_top_k: int = 20
@@ -120,6 +125,10 @@ class EvalSettings:
             raise InputError(f"max_retrievals must be 0 or more, got {self.max_retrievals}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"limit must be positive, got {self.limit}")
+        if self.names_check not in NAMES_CHECKS:
+            raise InputError(
+                f"names_check must be one of {', '.join(NAMES_CHECKS)}, got {self.names_check!r}"
+            )
         if self.bootstrap < 0:
             raise InputError(f"bootstrap must be 0 or more, got {self.bootstrap}")
         if self.subcorpus is not None and self.subcorpus < 1:
