@@ -379,36 +379,7 @@ class RetrieveAndAnswer:
             turns.append(_Turn("assistant", text=reply.text.strip()))
 
             if parsed.action == "answer" and remaining > 0:
-                if is_not_mentioned(parsed.argument):
-                    # Giving up with retrievals left: ask once for a sub-question instead.
-                    stats.nudged_turns += 1
-                    nudge = _Turn("nudge", remaining=remaining)
-                    followed = self._follow_up(question, turns, nudge, stats, step)
-                elif self.check_answers and not answer_in_documents(
-                    parsed.argument, question, [p for s in steps for p in s.passages]
-                ):
-                    # An answer from memory with retrievals left: look it up, or confirm it.
-                    stats.checked_turns += 1
-                    check = _Turn("check", remaining=remaining, text=parsed.argument)
-                    followed = self._follow_up(question, turns, check, stats, step)
-                elif self.names_check != "off" and (
-                    names := names_without_documents(
-                        f"{parsed.thought}\n{parsed.argument}",
-                        question,
-                        [p for s in steps for p in s.passages],
-                    )
-                ):
-                    # The reasoning leans on someone or something no document is about.
-                    stats.names_checks += 1
-                    if self.names_check == "ask":
-                        check = _Turn("names", remaining=remaining, names=names)
-                        followed = self._follow_up(question, turns, check, stats, step)
-                    else:
-                        step.follow_up, step.follow_up_names = "names_lookup", names
-                        looked_up = names
-                        followed = replace(parsed, action="retrieve", argument=lookup_query(names))
-                else:
-                    followed = None
+                followed, looked_up = self._check(question, turns, steps, parsed, stats)
                 if followed is not None:
                     parsed = followed
             if parsed.action == "answer":
@@ -433,6 +404,41 @@ class RetrieveAndAnswer:
 
         evidence = merge_evidence([s.passages for s in steps], self.evidence_merge)
         return AgentResult(answer, steps, evidence, question, stats)
+
+    def _check(
+        self,
+        question: str,
+        turns: list[_Turn],
+        steps: list[Step],
+        parsed: ParsedReply,
+        stats: AgentStats,
+    ) -> tuple[ParsedReply | None, list[str]]:
+        """The one check an answer given while retrievals remain gets (module docstring): the
+        reply that replaces the answer, if any, and the names a lookup is about to retrieve."""
+        step = steps[-1]
+        seen = [p for s in steps for p in s.passages]
+        if is_not_mentioned(parsed.argument):
+            # Giving up with retrievals left: ask once for a sub-question instead.
+            stats.nudged_turns += 1
+            nudge = _Turn("nudge", remaining=step.remaining)
+            return self._follow_up(question, turns, nudge, stats, step), []
+        if self.check_answers and not answer_in_documents(parsed.argument, question, seen):
+            # An answer from memory: look it up, or confirm it.
+            stats.checked_turns += 1
+            check = _Turn("check", remaining=step.remaining, text=parsed.argument)
+            return self._follow_up(question, turns, check, stats, step), []
+        if self.names_check == "off":
+            return None, []
+        names = names_without_documents(f"{parsed.thought}\n{parsed.argument}", question, seen)
+        if not names:
+            return None, []
+        # The reasoning leans on someone or something no document is about.
+        stats.names_checks += 1
+        if self.names_check == "ask":
+            ask = _Turn("names", remaining=step.remaining, names=names)
+            return self._follow_up(question, turns, ask, stats, step), []
+        step.follow_up, step.follow_up_names = "names_lookup", names
+        return replace(parsed, action="retrieve", argument=lookup_query(names)), names
 
     def _follow_up(
         self, question: str, turns: list[_Turn], turn: _Turn, stats: AgentStats, step: Step
