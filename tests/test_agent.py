@@ -838,7 +838,7 @@ def test_one_follow_up_per_step(server: ScriptedServer) -> None:
 @pytest.mark.parametrize(
     ("flags", "requests", "why"),
     [
-        ([], 2, "looking up what no document was about: Calder Group"),
+        ([], 2, None),
         (["--names-check", "ask"], 2, "no document is about: Calder Group"),
         (["--names-check", "off"], 1, None),
     ],
@@ -862,6 +862,9 @@ def test_cli_ask_names_check(
         assert "asked again" not in streamed
     else:
         assert f"(asked again: {why})" in streamed
+    looked_up = "→ look up Calder Group (no document was about it yet)" in streamed
+    assert looked_up == (not flags)
+    assert ("[2] search: Calder Group" in streamed) == looked_up
     # Only a turn that asked the model has a reply of its own to show.
     assert ("reply to the follow-up turn:" in streamed) == (
         "--names-check" in flags and requests == 2

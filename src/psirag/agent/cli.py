@@ -130,11 +130,10 @@ def _one_line(text: str, limit: int = _SNIPPET) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-_FOLLOW_UP_WHY = {
+_FOLLOW_UP_WHY = {  # why the model was asked again (a names lookup asks nothing)
     "nudge": "gave up with a retrieval left",
     "answer_check": "the answer is in no document",
     "names_check": "no document is about",
-    "names_lookup": "looking up what no document was about",
 }
 
 
@@ -159,20 +158,24 @@ class _StepPrinter:
     def replied(self, step: Step) -> None:
         if step.thought:
             print(f"    thought: {_one_line(step.thought, 300)}", file=self.out)
-        if step.action == "retrieve":
-            print("    → retrieve again", file=self.out)
-        elif step.action == "not_mentioned":
-            print("    → no answer (out of attempts)", file=self.out)
-        else:
-            forced = " (forced)" if step.action == "forced_answer" else ""
-            print(f"    → answer{forced}", file=self.out)
         if not step.well_formed:
             print("    (reply not in the expected format)", file=self.out)
-        if step.follow_up is not None:
-            why = _FOLLOW_UP_WHY[step.follow_up]
-            if step.follow_up_names:
-                why += ": " + ", ".join(step.follow_up_names)
-            print(f"    (asked again: {why})", file=self.out)
+        if step.follow_up == "names_lookup":
+            names = ", ".join(step.follow_up_names)
+            print(f"    → look up {names} (no document was about it yet)", file=self.out)
+        else:
+            if step.follow_up is not None:
+                why = _FOLLOW_UP_WHY[step.follow_up]
+                if step.follow_up_names:
+                    why += ": " + ", ".join(step.follow_up_names)
+                print(f"    (asked again: {why})", file=self.out)
+            if step.action == "retrieve":
+                print("    → retrieve again", file=self.out)
+            elif step.action == "not_mentioned":
+                print("    → no answer (out of attempts)", file=self.out)
+            else:
+                forced = " (forced)" if step.action == "forced_answer" else ""
+                print(f"    → answer{forced}", file=self.out)
         if self.trace:
             print("    raw reply:", file=self.out)
             for line in step.raw.splitlines() or [""]:
