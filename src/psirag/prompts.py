@@ -188,12 +188,23 @@ def agent_user_turn(question: str, passages_text: str, remaining: int, force_ans
     return "\n".join(lines)
 
 
+def _retrievals_left(remaining: int) -> str:
+    """``"1 retrieval left"``, ``"2 retrievals left"`` (never below 0)."""
+    n = max(0, int(remaining))
+    return f"{n} retrieval{'s' if n != 1 else ''} left"
+
+
+def _quoted_names(names: Sequence[str]) -> tuple[str, str]:
+    """The names quoted and comma-separated, and the pronoun that stands for them."""
+    listed = ", ".join(f'"{name.strip()}"' for name in names)
+    return listed, "it" if len(names) == 1 else "them"
+
+
 def agent_nudge_turn(remaining: int) -> str:
     """The follow-up to a ``Not mentioned`` given while retrievals remain: searching again is
     what the retrievals are for, so the model is asked for a sub-question first."""
-    n = max(0, int(remaining))
     return (
-        f"You still have {n} retrieval{'s' if n != 1 else ''} left, so do not give up yet. "
+        f"You still have {_retrievals_left(remaining)}, so do not give up yet. "
         "Think about which fact is missing and end your reply with the line "
         '"Retrieve: <sub-question>" asking for it. Answer now only if the documents already '
         "give the answer."
@@ -204,12 +215,11 @@ def agent_check_turn(answer: str, remaining: int) -> str:
     """The follow-up to an answer found in no document (and not in the question) while
     retrievals remain: such an answer came from the model's memory, so it is asked to look the
     missing fact up, or to confirm the answer if a document does support it."""
-    n = max(0, int(remaining))
     return (
         f'Your answer "{answer.strip()}" is not written in any of the documents. If they do not '
         "state a fact your answer depends on, end your reply with the line "
-        f'"Retrieve: <sub-question>" asking for it (you have {n} retrieval'
-        f"{'s' if n != 1 else ''} left). If a document does support your answer, end your reply "
+        f'"Retrieve: <sub-question>" asking for it (you have {_retrievals_left(remaining)}). '
+        "If a document does support your answer, end your reply "
         'with the line "Answer: <answer>" again.'
     )
 
@@ -218,14 +228,12 @@ def agent_names_check_turn(names: Sequence[str], remaining: int) -> str:
     """The follow-up to an answer whose reasoning names people or works that no retrieved
     document is about: in a two-hop question that is usually the bridge entity, whose own
     document holds the fact asked for. The model looks it up, or repeats its answer."""
-    n = max(0, int(remaining))
-    listed = ", ".join(f'"{name.strip()}"' for name in names)
-    about = "it" if len(names) == 1 else "them"
+    listed, about = _quoted_names(names)
     return (
         f"Your reasoning mentions {listed}, but none of the documents is about {about}. If your "
         f"answer depends on a fact about {about} (a date, a place, a relative, a nationality), "
         'end your reply with the line "Retrieve: <sub-question>" asking for that fact (you have '
-        f"{n} retrieval{'s' if n != 1 else ''} left). If the documents already state every fact "
+        f"{_retrievals_left(remaining)}). If the documents already state every fact "
         'your answer needs, end your reply with the line "Answer: <answer>" again.'
     )
 
@@ -233,10 +241,10 @@ def agent_names_check_turn(names: Sequence[str], remaining: int) -> str:
 def agent_lookup_note(names: Sequence[str]) -> str:
     """Heads the documents the agent retrieved by itself for names the model's reasoning used
     without a document about them: the model is to check its answer against them."""
-    listed = ", ".join(f'"{name.strip()}"' for name in names)
+    listed, about = _quoted_names(names)
     return (
-        f"Your reasoning mentions {listed}, but none of the documents was about "
-        f"{'it' if len(names) == 1 else 'them'}, so these were retrieved for you. Read them, check "
+        f"Your reasoning mentions {listed}, but none of the documents was about {about}, so "
+        "these were retrieved for you. Read them, check "
         "every fact your answer depends on, and answer the question again (your earlier answer "
         "may be wrong)."
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from psirag.agent.chat import (
     REPEAT_PENALTY,
@@ -211,7 +211,7 @@ def merge_evidence(
 class _Turn:
     """A conversation entry kept unrendered, so it can be re-rendered with shorter passages."""
 
-    role: Literal["user", "assistant", "force", "nudge", "check", "names"]
+    role: Literal["user", "assistant", "force", "nudge", "answer_check", "names_check"]
     """``user`` brings retrieved passages (after a names lookup, ``names`` says whose)."""
     passages: list[Passage] = field(default_factory=list)
     remaining: int = 0
@@ -224,13 +224,6 @@ def lookup_query(names: Sequence[str]) -> str:
     first 100 2Wiki questions, as good as the question with the names appended, and better at
     Recall@2)."""
     return "; ".join(names)
-
-
-_FOLLOW_UPS: dict[str, FollowUp] = {
-    "nudge": "nudge",
-    "check": "answer_check",
-    "names": "names_check",
-}
 
 
 class RetrieveAndAnswer:
@@ -297,11 +290,11 @@ class RetrieveAndAnswer:
             if turn.role == "nudge":
                 messages.append({"role": "user", "content": agent_nudge_turn(turn.remaining)})
                 continue
-            if turn.role == "names":
+            if turn.role == "names_check":
                 content = agent_names_check_turn(turn.names, turn.remaining)
                 messages.append({"role": "user", "content": content})
                 continue
-            if turn.role == "check":
+            if turn.role == "answer_check":
                 content = agent_check_turn(turn.text, turn.remaining)
                 messages.append({"role": "user", "content": content})
                 continue
@@ -425,7 +418,7 @@ class RetrieveAndAnswer:
         if self.check_answers and not answer_in_documents(parsed.argument, question, seen):
             # An answer from memory: look it up, or confirm it.
             stats.checked_turns += 1
-            check = _Turn("check", remaining=step.remaining, text=parsed.argument)
+            check = _Turn("answer_check", remaining=step.remaining, text=parsed.argument)
             return self._follow_up(question, turns, check, stats, step), []
         if self.names_check == "off":
             return None, []
@@ -435,7 +428,7 @@ class RetrieveAndAnswer:
         # The reasoning leans on someone or something no document is about.
         stats.names_checks += 1
         if self.names_check == "ask":
-            ask = _Turn("names", remaining=step.remaining, names=names)
+            ask = _Turn("names_check", remaining=step.remaining, names=names)
             return self._follow_up(question, turns, ask, stats, step), []
         step.follow_up, step.follow_up_names = "names_lookup", names
         return replace(parsed, action="retrieve", argument=lookup_query(names)), names
@@ -443,13 +436,14 @@ class RetrieveAndAnswer:
     def _follow_up(
         self, question: str, turns: list[_Turn], turn: _Turn, stats: AgentStats, step: Step
     ) -> ParsedReply | None:
-        """One follow-up turn (a nudge after a premature ``Not mentioned``, or the check of an
-        answer no document contains) while retrievals remain. Its reply replaces the first one
-        when it is a retrieval or a real answer; otherwise the first reply stands."""
+        """One follow-up turn while retrievals remain (a nudge after a premature
+        ``Not mentioned``, the check of an answer no document contains, or the question about
+        names no document is about), recorded on ``step``. Its reply replaces the first one when
+        it is a retrieval or a real answer; otherwise the first reply stands."""
         turns.append(turn)
         reply = self._call(question, turns, stats)
         turns.append(_Turn("assistant", text=reply.text.strip()))
-        step.follow_up = _FOLLOW_UPS[turn.role]
+        step.follow_up = cast(FollowUp, turn.role)  # a nudge or a check: the follow-up kinds
         step.follow_up_names = list(turn.names)
         step.follow_up_raw = reply.text
         parsed = parse_reply(reply.text)
