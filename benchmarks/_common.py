@@ -11,6 +11,8 @@ import json
 import os
 import platform
 import resource
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +57,20 @@ def documents(corpus: Sequence[dict]) -> list[Any]:
 def recall(retrieved: Sequence[str], gold: set[str], k: int) -> float:
     """Share of the gold passages among the first ``k`` retrieved."""
     return len(gold & set(retrieved[:k])) / len(gold)
+
+
+def run_worker(script: str, kind: str, size: int, repeats: int) -> dict[str, Any]:
+    """Run ``script --worker KIND --size N --repeats R`` in a fresh interpreter (same nice
+    value) and return the JSON of its last stdout line.
+
+    Why a fresh process: each size's peak RSS must be its own, not the largest so far.
+    """
+    cmd = [sys.executable, script, "--worker", kind, "--size", str(size)]
+    cmd += ["--repeats", str(repeats)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def peak_rss_mib() -> float:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from _common import (
     dataset,
     machine_info,
     peak_rss_mib,
+    run_worker,
     two_wiki_index,
     write_result,
 )
@@ -111,16 +110,6 @@ def worker_tree(n: int, repeats: int) -> dict[str, Any]:
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "peak_extra_mib": round(peak_rss_mib() - before, 1),
     }
-
-
-def child(kind: str, size: int, repeats: int) -> dict[str, Any]:
-    """Run one size in a fresh interpreter (same nice value) and read its JSON line."""
-    cmd = [sys.executable, __file__, "--worker", kind, "--size", str(size)]
-    cmd += ["--repeats", str(repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(proc.stderr)
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -206,11 +195,11 @@ def main() -> None:
     result: dict[str, Any] = {"machine": machine_info(), "repeats": args.repeats}
     wiki = []
     for size in args.sizes:
-        wiki.append(child("2wiki", size, args.repeats))
+        wiki.append(run_worker(__file__, "2wiki", size, args.repeats))
         print(wiki[-1], flush=True)
     syn = []
     for n in args.synthetic:
-        syn.append(child("tree", n, args.repeats))
+        syn.append(run_worker(__file__, "tree", n, args.repeats))
         print(syn[-1], flush=True)
     result["2wiki"] = wiki
     result["synthetic_tree"] = syn

@@ -166,7 +166,7 @@ def test_modes_and_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     e = random_unit(np.random.default_rng(0), 100, 4)
     with pytest.raises(InputError, match="exact, knn or auto"):
         build_tree(e, mode="fast")  # type: ignore[arg-type]
-    with pytest.raises(InputError, match="at least 1"):
+    with pytest.raises(InputError, match="tree neighbours must be a positive integer"):
         build_tree(e, mode="knn", neighbors=0)
     with pytest.raises(InputError, match="exact mode"):
         build_tree(e, mode="knn", similarity=similarity_matrix(e))

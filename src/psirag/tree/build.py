@@ -66,14 +66,19 @@ def check_exact_memory(n: int) -> None:
         )
 
 
-def check_tree_mode(mode: str, neighbors: int) -> None:
-    """Reject an unknown tree mode or a neighbour count below one, naming the allowed values."""
+def check_tree_mode(
+    mode: str, neighbors: int, *, names: tuple[str, str] = ("tree mode", "tree neighbours")
+) -> None:
+    """Reject an unknown tree mode or a neighbour count below one, naming the allowed values.
+
+    ``names`` are the two settings as the caller's user knows them (``IndexConfig`` passes its
+    field names), so one check serves the config and the pure builder alike.
+    """
+    mode_name, neighbors_name = names
     if mode not in TREE_MODES:
-        raise InputError(f"tree mode must be exact, knn or auto, got {mode!r}")
-    if isinstance(neighbors, bool) or not isinstance(neighbors, (int, np.integer)):
-        raise InputError(f"tree neighbours must be an integer, got {neighbors!r}")
-    if neighbors < 1:
-        raise InputError(f"tree neighbours must be at least 1, got {neighbors}")
+        raise InputError(f"{mode_name} must be exact, knn or auto, got {mode!r}")
+    if isinstance(neighbors, bool) or not isinstance(neighbors, (int, np.integer)) or neighbors < 1:
+        raise InputError(f"{neighbors_name} must be a positive integer, got {neighbors!r}")
 
 
 def resolve_tree_mode(mode: str, n: int) -> Literal["exact", "knn"]:
