@@ -155,6 +155,28 @@ def test_blocks_bound_memory_without_changing_results(monkeypatch: pytest.Monkey
     assert approx._block_rows(n, None) * n * 12 <= approx.BLOCK_BYTES
 
 
+def test_pair_similarities_gather_rows_within_the_block_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """n·k candidate pairs must not copy n·k·d floats at once (gigabytes at 100k chunks)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(3)
+    e = random_unit(rng, 2_000, 64)
+    a, b = rng.integers(0, 2_000, 200_000), rng.integers(0, 2_000, 200_000)
+    expected = np.einsum("ij,ij->i", e[a[:1000]], e[b[:1000]])
+    monkeypatch.setattr(approx, "BLOCK_BYTES", 2**20)
+    tracemalloc.start()
+    try:
+        s = approx.pair_similarity(e, a, b)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(s[:1000], expected)
+    # the result (0.8 MB) plus one budget of gathered rows; all at once would be 102 MB
+    assert peak < s.nbytes + 2 * 2**20
+
+
 def test_ties_at_the_kth_neighbour_go_to_the_smallest_column() -> None:
     e = unit(np.array([[1, 0], [1, 0], [1, 0], [1, 0], [0, 1]], dtype=np.float32))
     a, b, _ = knn_candidates(e, 1)

@@ -31,7 +31,7 @@ _BYTES_PER_ENTRY = 12
 """Per (row, column) entry of a block: the float32 slab, a partitioned copy and boolean masks."""
 
 _PAIR_CHUNK = 1 << 20
-"""Pairs whose similarity is recomputed, or that Kruskal reads, per step (bounds temporaries)."""
+"""Candidate pairs that Kruskal reads per step (bounds its index temporaries)."""
 
 Progress = Callable[[int, int], None]
 
@@ -52,8 +52,11 @@ def pair_similarity(embeddings: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.
     for every pair keeps equal pairs equal, so ties resolve by the pair key, deterministically.
     """
     out = np.empty(a.size, dtype=np.float32)
-    for lo in range(0, a.size, _PAIR_CHUNK):
-        hi = min(lo + _PAIR_CHUNK, a.size)
+    # Each pair gathers two rows of d floats: bound the gathered copies by one block's budget,
+    # or n·k pairs would copy n·k·d floats at once (gigabytes at 100k chunks).
+    step = max(1, BLOCK_BYTES // (8 * max(embeddings.shape[1], 1)))
+    for lo in range(0, a.size, step):
+        hi = min(lo + step, a.size)
         out[lo:hi] = np.einsum("ij,ij->i", embeddings[a[lo:hi]], embeddings[b[lo:hi]])
     return out
 
