@@ -400,7 +400,8 @@ def build_tree(
         edge_a, edge_b, _ = spanning_edges_knn(e, neighbors, progress)
     else:
         if similarity is None:
-            check_exact_memory(n)
+            if mode == "exact":  # auto has just checked that the matrix fits
+                check_exact_memory(n)
             similarity = similarity_matrix(e)
         edge_a, edge_b, _ = spanning_edges(similarity, progress)
         del similarity
