@@ -74,7 +74,17 @@ def run_worker(script: str, kind: str, size: int, repeats: int) -> dict[str, Any
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident set size so far."""
+    """This process's peak resident set size so far.
+
+    Read from /proc's VmHWM where there is one: ``ru_maxrss`` survives fork and exec on Linux,
+    so a child started by a process holding a large index would report the parent's peak.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

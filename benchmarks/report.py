@@ -516,6 +516,111 @@ child's peak RSS minus its RSS just before the build (data and libraries loaded)
 """
 
 
+def section_knn(r: dict[str, Any]) -> str:
+    """The knn tree mode against the exact walk, from knn.json (bench_knn.py)."""
+    wiki, syn = r["2wiki"], r["synthetic"]
+    exact = wiki["rows"][0]
+    wiki_rows = [
+        [
+            "exact" if row["mode"] == "exact" else f"knn, k = {row['neighbors']}",
+            f"{row['shared_edges_pct']:.2f}%",
+            f"{row['weight_ratio']:.6f}",
+            str(row["layers"]),
+            f"{row['spanning_edges_cpu_seconds']:.2f}",
+            f"{row['psi']['recall@2']:.2f} / {row['psi']['recall@5']:.2f}",
+            f"{row['tree_alone']['recall@2']:.2f} / {row['tree_alone']['recall@5']:.2f}",
+        ]
+        for row in wiki["rows"]
+    ]
+    knn_rows = wiki["rows"][1:]
+    worst = min(knn_rows, key=lambda row: row["psi"]["recall@5"])
+    drift = max(
+        abs(row[m]["recall@5"] - exact[m]["recall@5"])
+        for row in knn_rows
+        for m in ("psi", "tree_alone")
+    )
+    same = [row["neighbors"] for row in knn_rows if row["shared_edges_pct"] == 100.0]
+    exact_syn = {s["n"]: s for s in syn if s["mode"] == "exact"}
+    pairs = [(exact_syn[s["n"]], s) for s in syn if s["mode"] == "knn" and s["n"] in exact_syn]
+    largest = max((s for s in syn if s["mode"] == "knn"), key=lambda s: s["n"])
+    syn_notes = [
+        f"- At {ex['n']:,} leaves the knn build took {kn['cpu_seconds'] / ex['cpu_seconds']:.1f}x "
+        f"the exact build's CPU time and {kn['peak_extra_mib'] / ex['peak_extra_mib']:.2f}x its "
+        "peak memory" + (" (same layer sizes)." if kn["layers"] == ex["layers"] else ".")
+        for ex, kn in pairs
+    ]
+    syn_notes.append(
+        f"- At {largest['n']:,} leaves, where the exact matrix alone would take "
+        f"{largest['matrix_mib'] / 1024:,.0f} GiB, the knn build took "
+        f"{largest['cpu_seconds']:,.0f} CPU seconds and {largest['peak_extra_mib']:,.0f} MiB. "
+        "Its cost is the blockwise `E[block] @ E.T` products (O(n²·d) work, like the exact "
+        "matrix, but never held at once), so it is the mode for corpora whose matrix does not "
+        "fit, not a speed-up; `--tree-mode auto` picks it only then."
+    )
+    syn_rows = [
+        [
+            s["mode"],
+            f"{s['n']:,}",
+            f"{s['seconds']:.1f}",
+            f"{s['cpu_seconds']:.1f}",
+            f"{s['matrix_mib']:,.0f}",
+            f"{s['peak_extra_mib']:,.0f}",
+            str(s["layers"]),
+        ]
+        for s in syn
+    ]
+    return f"""## knn tree mode against the exact walk
+
+`python benchmarks/bench_knn.py`. `--tree-mode knn` (SPEC 4) replays the merge and collapse
+rules on a spanning tree found from each chunk's k most similar chunks plus the best joins
+between the pieces, instead of the exact maximum spanning tree over all n x n pairs, so memory
+grows as n·k instead of n². One BLAS thread.
+
+(a) 2Wiki, all {wiki["n_passages"]:,} passages (cached MiniLM vectors), {wiki["n_questions"]:,}
+questions. "Shared edges": the share of the exact spanning tree's edges that the knn tree also
+has; "weight": its total similarity over the exact tree's (the exact one is the maximum).
+Spanning-edge CPU seconds include the exact mode's n x n matrix product.
+
+{
+        table(
+            [
+                "tree",
+                "shared edges",
+                "weight",
+                "layers",
+                "spanning edges, CPU s",
+                "psi R@2 / R@5",
+                "tree alone R@2 / R@5",
+            ],
+            wiki_rows,
+        )
+    }
+
+- Across k = {", ".join(str(row["neighbors"]) for row in knn_rows)}, Recall@5 of psi and of
+  the tree alone moves by at most {drift:.2f} points from the exact tree's (lowest: psi
+  {worst["psi"]["recall@5"]:.2f} at k = {worst["neighbors"]}).
+- {
+        f"From k = {min(same)} on, the knn tree has every edge of the exact one, so it is the "
+        "same tree."
+        if same
+        else "No k measured gives the exact tree's edges."
+    }
+
+(b) Synthetic clustered vectors (dim 384, 60 clusters), `build_tree` alone with `max_children`
+40, knn at k = 32 (the default), each size in a fresh process. Peak MiB is the peak RSS above
+the RSS before the build; the matrix column is what one n x n float32 matrix takes.
+
+{
+        table(
+            ["mode", "leaves", "seconds", "CPU s", "n x n matrix MiB", "peak MiB", "layers"],
+            syn_rows,
+        )
+    }
+
+{chr(10).join(syn_notes)}
+"""
+
+
 def section_machine(info: dict[str, Any] | None) -> str:
     """Machine facts (from a results file, else this machine) and the regenerate commands."""
     m = info or machine_info()
@@ -560,6 +665,7 @@ def main() -> None:
     latency = load("latency.json")
     beam = load("beam.json")
     scale = load("scale.json")
+    knn = load("knn.json")
     info = next(
         (r["machine"] for r in (latency, beam, scale) if r and isinstance(r["machine"], dict)),
         None,
@@ -584,6 +690,8 @@ def main() -> None:
         parts.append(section_e2e(e2e))
     if scale:
         parts.append(reflow(section_scale(scale, e2e)))
+    if knn:
+        parts.append(reflow(section_knn(knn)))
     if retrieval:
         extra = [r for name in ("2wiki_retrieval_abstract.json",) if (r := load(name))]
         parts.append(section_retrieval(retrieval, extra))

@@ -69,6 +69,12 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench("beam", ("bench_beam.py",), ("beam.json", "recall_vs_beam.png"), "~5 min"),
     Bench("scale", ("bench_scale.py",), ("scale.json", "index_time_vs_size.png"), "~5 min"),
+    Bench(
+        "knn",
+        ("bench_knn.py",),
+        ("knn.json",),
+        "~10 min: six 2Wiki indexes, synthetic trees up to 50,000 leaves",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"
