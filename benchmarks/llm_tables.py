@@ -19,6 +19,9 @@ from typing import Any
 from _common import RESULTS
 
 SCORES = (("recall@2", "R@2"), ("recall@5", "R@5"), ("em", "EM"), ("f1", "F1"))
+SUMMARY_SCORES = (("rouge_l", "ROUGE-L"),)
+"""Document-level sets (QMSum) have reference summaries only: no passages, no answer string."""
+COMPARED = (("recall@5", "Recall@5"), ("f1", "F1"), ("rouge_l", "ROUGE-L"))
 PATH_KEYS = ("cache_dir", "embedding_cache", "path")
 
 
@@ -35,18 +38,28 @@ def _strip_paths(value: Any) -> Any:
     return value
 
 
+def _is_summary(results: dict[str, Any]) -> bool:
+    """Whether every method was scored by ROUGE-L alone (a summarization run)."""
+    return all(
+        m.get("rouge_l") is not None and m.get("em") is None for m in results["methods"].values()
+    )
+
+
 def tables(results: dict[str, Any]) -> str:
     """The quality table, the reply-format table and the bootstrap comparisons."""
+    summary = _is_summary(results)
+    scores = SUMMARY_SCORES if summary else SCORES
+    alias_header = "" if summary else " EM / F1 over aliases |"
     lines = [
         f"{results['dataset']}, first {results['n_questions']} questions:",
         "",
-        "| method | " + " | ".join(label for _, label in SCORES) + " | EM / F1 over aliases |",
-        "|---|" + "---|" * (len(SCORES) + 1),
+        "| method | " + " | ".join(label for _, label in scores) + " |" + alias_header,
+        "|---|" + "---|" * (len(scores) + (0 if summary else 1)),
     ]
     for name, m in results["methods"].items():
-        cells = [_fmt(m.get(key)) for key, _ in SCORES]
-        alias = f"{_fmt(m.get('em_alias'))} / {_fmt(m.get('f1_alias'))}"
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {alias} |")
+        cells = [_fmt(m.get(key)) for key, _ in scores]
+        alias = "" if summary else f" {_fmt(m.get('em_alias'))} / {_fmt(m.get('f1_alias'))} |"
+        lines.append(f"| {name} | " + " | ".join(cells) + " |" + alias)
     lines += [
         "",
         "| method | LLM calls | replies well-formed | rescued | forced turns | nudged turns "
@@ -69,12 +82,19 @@ def tables(results: dict[str, Any]) -> str:
             "",
             "Paired bootstrap (10,000 resamples) of the per-question difference, points, 95% CI:",
             "",
-            "| difference | Recall@5 | F1 |",
-            "|---|---|---|",
+        ]
+        compared = [
+            (key, label)
+            for key, label in COMPARED
+            if any(entry.get(key) is not None for entry in comparisons.values())
+        ]
+        lines += [
+            "| difference | " + " | ".join(label for _, label in compared) + " |",
+            "|---|" + "---|" * len(compared),
         ]
         for pair, entry in comparisons.items():
             cells = []
-            for score in ("recall@5", "f1"):
+            for score, _ in compared:
                 ci = entry.get(score)
                 cells.append(
                     "–"
