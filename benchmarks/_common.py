@@ -73,30 +73,30 @@ def run_worker(script: str, kind: str, size: int, repeats: int) -> dict[str, Any
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def _proc_status_mib(field: str) -> float | None:
+    """A memory field of /proc/self/status (``VmRSS``, ``VmHWM``) in MiB; None off Linux."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident set size so far.
 
     Read from /proc's VmHWM where there is one: ``ru_maxrss`` survives fork and exec on Linux,
     so a child started by a process holding a large index would report the parent's peak.
     """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = _proc_status_mib("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def current_rss_mib() -> float:
     """This process's resident set size now (Linux /proc; 0 elsewhere)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return _proc_status_mib("VmRSS") or 0.0
 
 
 def machine() -> str:
