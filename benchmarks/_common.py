@@ -73,6 +73,31 @@ def run_worker(script: str, kind: str, size: int, repeats: int) -> dict[str, Any
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def search_recall(
+    index: Any,
+    queries: Sequence[str],
+    vectors: np.ndarray,
+    golds: Sequence[set[str]],
+    config: Any,
+) -> dict[str, float]:
+    """Recall@2 and @5 (in %) of ``index.search_vector`` with ``config`` over all queries."""
+    r2 = r5 = 0.0
+    for query, vec, gold in zip(queries, vectors, golds, strict=True):
+        got = [p.text for p in index.search_vector(vec, query, config=config)]
+        r2 += recall(got, gold, 2)
+        r5 += recall(got, gold, 5)
+    n = len(queries)
+    return {"recall@2": round(100 * r2 / n, 2), "recall@5": round(100 * r5 / n, 2)}
+
+
+def two_wiki_queries(limit: int | None = None) -> tuple[list[dict], list[str], list[set[str]]]:
+    """2Wiki's corpus records, the first ``limit`` questions and their gold passage texts."""
+    corpus, questions = dataset("2wikimultihopqa")
+    questions = questions[:limit]
+    golds = [{passage_text(corpus[i]) for i in q["supporting_passage_ids"]} for q in questions]
+    return corpus, [q["question"] for q in questions], golds
+
+
 def _proc_status_mib(field: str) -> float | None:
     """A memory field of /proc/self/status (``VmRSS``, ``VmHWM``) in MiB; None off Linux."""
     try:

@@ -28,13 +28,12 @@ from _common import (
     CachedVectors,
     clustered,
     current_rss_mib,
-    dataset,
     machine_info,
-    passage_text,
     peak_rss_mib,
-    recall,
     run_worker,
+    search_recall,
     two_wiki_index,
+    two_wiki_queries,
     write_result,
 )
 
@@ -59,21 +58,10 @@ def edge_agreement(
 
 def two_wiki(neighbors: list[int], limit: int | None) -> dict[str, Any]:
     """Part (a): exact against knn trees over all 2Wiki passages."""
-    corpus, questions = dataset("2wikimultihopqa")
-    questions = questions[:limit]
+    corpus, queries, golds = two_wiki_queries(limit)
     embedder = CachedVectors()
-    golds = [{passage_text(corpus[i]) for i in q["supporting_passage_ids"]} for q in questions]
-    qvecs = embedder.embed([q["question"] for q in questions])
+    qvecs = embedder.embed(queries)
     fused, tree_only = SearchConfig(), SearchConfig(use_bm25=False)
-
-    def score(index: Any, config: SearchConfig) -> dict[str, float]:
-        r2 = r5 = 0.0
-        for q, vec, gold in zip(questions, qvecs, golds, strict=True):
-            got = [p.text for p in index.search_vector(vec, q["question"], config=config)]
-            r2 += recall(got, gold, 2)
-            r5 += recall(got, gold, 5)
-        n = len(questions)
-        return {"recall@2": round(100 * r2 / n, 2), "recall@5": round(100 * r5 / n, 2)}
 
     rows = []
     exact_edges: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
@@ -95,13 +83,13 @@ def two_wiki(neighbors: list[int], limit: int | None) -> dict[str, Any]:
                 "tree_stage_seconds": round(index.stats.seconds["tree"], 3),
                 "layers": index.tree.layer_sizes(),
                 **edge_agreement(exact_edges, edges),
-                "psi": score(index, fused),
-                "tree_alone": score(index, tree_only),
+                "psi": search_recall(index, queries, qvecs, golds, fused),
+                "tree_alone": search_recall(index, queries, qvecs, golds, tree_only),
             }
             rows.append(row)
             print(row, flush=True)
             del index
-    return {"n_passages": len(corpus), "n_questions": len(questions), "rows": rows}
+    return {"n_passages": len(corpus), "n_questions": len(queries), "rows": rows}
 
 
 def worker(kind: str, n: int, repeats: int) -> dict[str, Any]:

@@ -7,10 +7,12 @@ Two corpora:
 (b) Synthetic: ``--n`` (default 100,000) clustered random unit vectors of dimension 384, each
     with a text of pseudo-words drawn mostly from its cluster's own vocabulary (so BM25 has
     something to match). The exact tree builder needs an n x n float32 matrix (40 GB at 100k)
-    and refuses; so the corpus is cut into spherical k-means buckets of about ``--bucket``
-    leaves and :func:`psirag.tree.build_forest` builds one exact tree per bucket. The
-    :class:`psirag.Index` is then constructed around that forest from arrays (its constructor,
-    not ``Index.build``), and all four methods run through the same calls as on 2Wiki.
+    and refuses; so by default (``--tree knn``) one tree is built in the knn mode (SPEC 4,
+    k 32, O(n·k) memory). ``--tree forest`` instead cuts the corpus into spherical k-means
+    buckets of about ``--bucket`` leaves and :func:`psirag.tree.build_forest` builds one exact
+    tree per bucket. The :class:`psirag.Index` is then constructed around the tree from arrays
+    (its constructor, not ``Index.build``, so no abstracts are written), and all four methods
+    run through the same calls as on 2Wiki.
 
 Every method is timed per query, in CPU time of the thread (what the search costs, without the
 waits a shared machine adds) and in wall time, with BLAS limited to one thread (so the thread's
@@ -24,7 +26,8 @@ alike; a second pass interleaves the methods on every query (colder caches). Eac
 - tree: the same call with ``use_bm25=False``; bm25: with ``use_tree=False``;
 - dense flat: ``psirag.eval.methods.DenseFlat`` exact cosine over every leaf, top 5 passages.
 
-Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000] [--skip-synthetic]
+Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000] [--tree knn|forest]
+       [--skip-synthetic]
 Writes benchmarks/results/latency.json.
 """
 
@@ -54,7 +57,7 @@ from psirag import Index, IndexConfig, SearchConfig
 from psirag.eval.harness import single_thread_blas
 from psirag.eval.methods import DenseFlat
 from psirag.retrieval.bm25 import SparseIndex
-from psirag.tree import build_forest
+from psirag.tree import build_forest, build_tree
 from psirag.types import Chunk, Source
 
 METHODS = ("psi", "dense flat", "tree", "bm25")
@@ -251,21 +254,36 @@ def spherical_buckets(e: np.ndarray, target: int, seed: int = 0, iters: int = 10
 
 
 def synthetic_index(
-    n: int, dim: int, clusters: int, bucket: int, seed: int = 0
+    n: int, dim: int, clusters: int, bucket: int, tree_kind: str = "knn", seed: int = 0
 ) -> tuple[Index, np.ndarray, list[str], list[list[str]], dict[str, Any]]:
-    """Build the synthetic corpus and its forest index; returns index, vectors, texts, the
-    per-cluster vocabularies and build facts (stage seconds, bucket sizes)."""
+    """Build the synthetic corpus and its index (one knn tree, or a forest of exact trees);
+    returns index, vectors, texts, the per-cluster vocabularies and build facts (stage
+    seconds, bucket sizes for a forest)."""
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     e, labels = clustered_with_labels(n, dim, clusters, seed)
     texts, vocab = synthetic_texts(labels, seed=seed)
     seconds["generate"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    groups = spherical_buckets(e, bucket, seed)
-    seconds["buckets (spherical k-means)"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    tree = build_forest(e, groups, max_children=40)
-    seconds["tree (forest of exact trees)"] = time.perf_counter() - t0
+    facts: dict[str, Any] = {"tree_kind": tree_kind}
+    if tree_kind == "forest":
+        t0 = time.perf_counter()
+        groups = spherical_buckets(e, bucket, seed)
+        seconds["buckets (spherical k-means)"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tree = build_forest(e, groups, max_children=40)
+        seconds["tree (forest of exact trees)"] = time.perf_counter() - t0
+        sizes = np.bincount(groups)
+        facts["bucket_target"] = bucket
+        facts["buckets"] = int(sizes.size)
+        facts["bucket_size_min_median_max"] = [
+            int(sizes.min()),
+            int(np.median(sizes)),
+            int(sizes.max()),
+        ]
+    else:
+        t0 = time.perf_counter()
+        tree = build_tree(e, max_children=40, mode="knn", neighbors=32)
+        seconds["tree (knn, k 32)"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mean = np.asarray(tree.leaf_membership[n:] @ e)
     mean /= np.linalg.norm(mean, axis=1, keepdims=True)
@@ -287,17 +305,8 @@ def synthetic_index(
         sparse=sparse,
         embedder_id="synthetic",
     )
-    sizes = np.bincount(groups)
-    facts = {
-        "stage_seconds": {k: round(v, 2) for k, v in seconds.items()},
-        "buckets": int(sizes.size),
-        "bucket_size_min_median_max": [
-            int(sizes.min()),
-            int(np.median(sizes)),
-            int(sizes.max()),
-        ],
-        "roots": int(tree.roots.size),
-    }
+    facts["stage_seconds"] = {k: round(v, 2) for k, v in seconds.items()}
+    facts["roots"] = int(tree.roots.size)
     return index, e, texts, vocab, facts
 
 
@@ -308,9 +317,10 @@ def run_synthetic(
     bucket: int,
     config: SearchConfig,
     rounds: int,
+    tree_kind: str = "knn",
     seed: int = 0,
 ) -> dict[str, Any]:
-    index, e, texts, vocab, facts = synthetic_index(n, 384, clusters, bucket, seed)
+    index, e, texts, vocab, facts = synthetic_index(n, 384, clusters, bucket, tree_kind, seed)
     rng = np.random.default_rng(seed + 2)
     src = rng.choice(n, n_queries, replace=False)
     noisy = e[src] + 0.05 * rng.normal(size=(n_queries, e.shape[1])).astype(np.float32)
@@ -336,7 +346,6 @@ def run_synthetic(
         "n_queries": n_queries,
         "query": "a corpus vector plus Gaussian noise (sd 0.05 per dimension), renormalised; "
         "text: 4 cluster words of that item's text plus 2 random words of it",
-        "bucket_target": bucket,
         **facts,
         "layers": index.tree.layer_sizes(),
         **timing,
@@ -351,7 +360,13 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000, help="synthetic corpus size")
     ap.add_argument("--queries", type=int, default=1000, help="synthetic queries")
     ap.add_argument("--clusters", type=int, default=200)
-    ap.add_argument("--bucket", type=int, default=5000, help="target leaves per exact tree")
+    ap.add_argument(
+        "--tree",
+        choices=["knn", "forest"],
+        default="knn",
+        help="synthetic index: one knn-mode tree, or a forest of exact trees over buckets",
+    )
+    ap.add_argument("--bucket", type=int, default=5000, help="--tree forest: leaves per tree")
     ap.add_argument("--limit", type=int, default=None, help="first N 2Wiki questions only")
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds; fastest per query")
     ap.add_argument("--skip-synthetic", action="store_true")
@@ -380,7 +395,9 @@ def main() -> None:
         result["runs"].append(run_2wiki(args.limit, config, args.rounds))
         print(result["runs"][-1], flush=True)
     if not args.skip_synthetic:
-        run = run_synthetic(args.n, args.queries, args.clusters, args.bucket, config, args.rounds)
+        run = run_synthetic(
+            args.n, args.queries, args.clusters, args.bucket, config, args.rounds, args.tree
+        )
         result["runs"].append(run)
         print(run, flush=True)
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)

@@ -70,6 +70,12 @@ BENCHES: tuple[Bench, ...] = (
     Bench("beam", ("bench_beam.py",), ("beam.json", "recall_vs_beam.png"), "~5 min"),
     Bench("scale", ("bench_scale.py",), ("scale.json", "index_time_vs_size.png"), "~5 min"),
     Bench(
+        "max_children",
+        ("bench_max_children.py",),
+        ("max_children.json",),
+        "~5 min: five 2Wiki indexes from the embedding cache",
+    ),
+    Bench(
         "knn",
         ("bench_knn.py",),
         ("knn.json",),
