@@ -60,15 +60,16 @@ def tables(results: dict[str, Any]) -> str:
         cells = [_fmt(m.get(key)) for key, _ in scores]
         alias = "" if summary else f" {_fmt(m.get('em_alias'))} / {_fmt(m.get('f1_alias'))} |"
         lines.append(f"| {name} | " + " | ".join(cells) + " |" + alias)
-    lines += [
-        "",
-        "| method | LLM calls | replies well-formed | rescued | forced turns | nudged turns "
-        "| checked answers | names checks | Not mentioned | retrievals / question |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for name, m in results["methods"].items():
-        if m.get("replies") is None:
-            continue
+    # Summaries are free text: only methods whose replies have a format get this table.
+    formatted = {name: m for name, m in results["methods"].items() if m.get("replies")}
+    if formatted:
+        lines += [
+            "",
+            "| method | LLM calls | replies well-formed | rescued | forced turns | nudged turns "
+            "| checked answers | names checks | Not mentioned | retrievals / question |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    for name, m in formatted.items():
         lines.append(
             f"| {name} | {m['llm_calls']} | {m['well_formed_pct']}% of {m['replies']} "
             f"| {m['rescued_replies']} | {m['forced_turns']} | {m.get('nudged_turns', 0)} "
