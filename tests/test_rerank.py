@@ -92,3 +92,45 @@ def test_index_search_with_reranker(tiny_model: Path) -> None:
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     with pytest.raises(InputError, match="reranker"):
         SearchConfig(fusion="rerank")
+
+
+def test_eval_ranks_by_the_reranker(tiny_model: Path, tmp_path: Path) -> None:
+    """``psirag eval --reranker``: psi and hybrid keep the passages the cross-encoder ranks
+    best among their two lists, in its order, with its scores (no RRF)."""
+    from conftest import HashEmbedder
+    from test_eval_harness import write_dataset
+
+    from psirag.eval.harness import run_eval
+    from psirag.eval.settings import EvalSettings
+
+    dataset = write_dataset(tmp_path / "tiny")
+    settings = EvalSettings(
+        methods=("psi", "hybrid"),
+        reranker=str(tiny_model),
+        cache_dir=tmp_path / "cache",
+        bootstrap=0,
+    )
+    report = run_eval(dataset, settings, embedder=HashEmbedder())
+    assert report.settings["reranker"] == str(tiny_model)
+    model = CrossEncoderReranker(str(tiny_model))
+    texts = {c.id: c.text for c in _index_chunks(dataset)}
+    for method in report.methods:
+        assert method.rows
+        for row in method.rows:
+            got = row["retrieved"]
+            assert 1 <= len(got) <= 5
+            scores = [p["score"] for p in got]
+            assert scores == sorted(scores, reverse=True)
+            expected = model.score(row["question"], [texts[p["id"]] for p in got])
+            np.testing.assert_allclose(scores, expected, rtol=1e-5)
+
+
+def _index_chunks(dataset: Path) -> list:
+    """The tiny dataset's leaves, as the eval index holds them (one per record)."""
+    from conftest import HashEmbedder
+
+    from psirag import Index, IndexConfig
+    from psirag.eval.data import load_dataset
+
+    data = load_dataset(dataset)
+    return Index.build(data.documents, IndexConfig(), embedder=HashEmbedder()).chunks
