@@ -79,7 +79,7 @@ BENCHES: tuple[Bench, ...] = (
         "knn",
         ("bench_knn.py",),
         ("knn.json",),
-        "~10 min: six 2Wiki indexes, synthetic trees up to 50,000 leaves",
+        "~30 min: six 2Wiki indexes, synthetic trees up to 50,000 leaves",
     ),
 )
 
@@ -104,6 +104,13 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
         "section_llm_abstracts.md",
         "python scripts/bench_llm_abstracts.py --nodes 20 --model local --threads 2 "
         "--kinds summary",
+        LLM_COST,
+    ),
+    (
+        "qmsum",
+        "section_qmsum.md",
+        "psirag eval <data>/qmsum --split --tree-per-document --methods "
+        "psi+summarize,dense+summarize --llm local ..., then benchmarks/llm_tables.py",
         LLM_COST,
     ),
 )
