@@ -11,8 +11,8 @@
     where it fits; each size in a fresh child process with one BLAS thread, reporting seconds,
     process CPU seconds and the peak RSS above the pre-build RSS.
 
-Usage: python benchmarks/bench_knn.py [--neighbors 4 8 16 32 64] [--knn-sizes 12000 25000 50000]
-       [--exact-sizes 12000 25000] [--limit N]
+Usage: python benchmarks/bench_knn.py [--neighbors 4 8 16 32 64]
+       [--knn-sizes 12000 25000 50000 100000] [--exact-sizes 12000 25000] [--limit N]
        Writes benchmarks/results/knn.json.
 """
 
@@ -120,7 +120,7 @@ def main() -> None:
     """Run part (a) here and part (b) size by size in child processes; write knn.json."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--neighbors", type=int, nargs="+", default=[4, 8, 16, 32, 64])
-    ap.add_argument("--knn-sizes", type=int, nargs="+", default=[12_000, 25_000, 50_000])
+    ap.add_argument("--knn-sizes", type=int, nargs="+", default=[12_000, 25_000, 50_000, 100_000])
     ap.add_argument("--exact-sizes", type=int, nargs="+", default=[12_000, 25_000])
     ap.add_argument("--limit", type=int, default=None, help="first N 2Wiki questions only")
     ap.add_argument("--repeats", type=int, default=1)
