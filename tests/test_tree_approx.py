@@ -221,6 +221,12 @@ def test_config_rejects_bad_tree_settings(changes: dict, message: str) -> None:
         IndexConfig(**changes)
 
 
+def test_config_keeps_a_numpy_neighbour_count_as_a_plain_int() -> None:
+    config = IndexConfig(tree_neighbors=np.int64(8))
+    assert type(config.tree_neighbors) is int and config.tree_neighbors == 8
+    assert json.loads(json.dumps(config.to_dict()))["tree_neighbors"] == 8
+
+
 def test_cache_keys_of_default_configs_stay_as_before() -> None:
     before = [
         "embedder",

@@ -67,6 +67,8 @@ class IndexConfig:
         if self.max_children is not None and self.max_children < 2:
             raise InputError(f"max_children must be at least 2 or None, got {self.max_children}")
         check_tree_mode(self.tree_mode, self.tree_neighbors, names=("tree_mode", "tree_neighbors"))
+        # a numpy integer passes the check; the manifest's JSON needs a plain int
+        object.__setattr__(self, "tree_neighbors", int(self.tree_neighbors))
         if self.routing not in ("leaf_mean", "abstract", "blend"):
             raise InputError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
         if self.abstracts not in ("keywords", "llm-summary", "llm-keywords", "none"):
