@@ -14,14 +14,19 @@ import json
 import time
 
 import numpy as np
-from _common import OUT, ROOT, dataset, machine, minilm_cached, passage_text, peak_rss_mib
+from _common import (
+    OUT,
+    ROOT,
+    dataset,
+    machine,
+    minilm_cached,
+    passage_text,
+    peak_rss_mib,
+    recall,
+)
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.retrieval.fusion import rrf_fuse
-
-
-def recall(retrieved: list[str], gold: set[str], k: int) -> float:
-    return len(gold & set(retrieved[:k])) / len(gold)
 
 
 def main() -> None:

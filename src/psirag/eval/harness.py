@@ -157,22 +157,17 @@ class MethodResult:
         return [float(v) for v in values]
 
 
+_PASSED_COUNTS = ("forced_turns", "nudged_turns", "checked_turns", "names_checks", "llm_calls")
+"""Agent counters summed over the questions and reported under their own names."""
+
+
 def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """How well the model kept the reply format: well-formed replies over all replies, with the
     replies the fallback parser rescued and the forced-answer turns counted apart."""
     stats = [r.get("agent_stats") or {} for r in rows]
     total = {
         key: sum(s.get(key, 0) for s in stats)
-        for key in (
-            "well_formed",
-            "rescued",
-            "unparsed",
-            "forced_turns",
-            "nudged_turns",
-            "checked_turns",
-            "names_checks",
-            "llm_calls",
-        )
+        for key in ("well_formed", "rescued", "unparsed", *_PASSED_COUNTS)
     }
     replies = total["well_formed"] + total["rescued"] + total["unparsed"]
     answers = [str(r.get("answer") or "").strip() for r in rows]
@@ -181,11 +176,7 @@ def _reply_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "well_formed_pct": round(100 * total["well_formed"] / replies, 2) if replies else None,
         "rescued_replies": total["rescued"],
         "unparsed_replies": total["unparsed"],
-        "forced_turns": total["forced_turns"],
-        "nudged_turns": total["nudged_turns"],
-        "checked_turns": total["checked_turns"],
-        "names_checks": total["names_checks"],
-        "llm_calls": total["llm_calls"],
+        **{key: total[key] for key in _PASSED_COUNTS},
         "not_mentioned": sum(is_not_mentioned(a) for a in answers),
         "empty_answers": sum(not a for a in answers),
     }
