@@ -171,8 +171,8 @@ class _StepPrinter:
                 print(f"    (asked again: {why})", file=self.out)
             if step.action == "retrieve":
                 print("    → retrieve again", file=self.out)
-            elif step.action == "not_mentioned":
-                print("    → no answer (out of attempts)", file=self.out)
+            elif step.action == "no_answer":
+                print("    → no valid answer (the model gave none it could use)", file=self.out)
             else:
                 forced = " (forced)" if step.action == "forced_answer" else ""
                 print(f"    → answer{forced}", file=self.out)

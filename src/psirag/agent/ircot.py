@@ -165,9 +165,9 @@ class IRCoT:
         stage: str = "ircot",
     ) -> None:
         if max_retrievals < 0:
-            raise ValueError(f"max_retrievals must be 0 or more, got {max_retrievals}")
+            raise InputError(f"max_retrievals must be 0 or more, got {max_retrievals}")
         if sentence_tokens < 1:
-            raise ValueError(f"sentence_tokens must be positive, got {sentence_tokens}")
+            raise InputError(f"sentence_tokens must be positive, got {sentence_tokens}")
         self.llm = llm
         self.retrieve = retrieve
         self.max_retrievals = max_retrievals
@@ -287,6 +287,8 @@ class IRCoT:
         stats.rescued += got.rescued
         stats.unparsed += got.unparsed
         stats.forced_turns += got.forced_turns
+        stats.overlong_answers += got.overlong_answers
+        stats.no_answer += got.no_answer
         stats.clipped_passages = max(stats.clipped_passages, got.clipped_passages)
         stats.prompt_tokens += got.prompt_tokens
         stats.completion_tokens += got.completion_tokens

@@ -132,15 +132,15 @@ class Summarizer:
         stage: str = "summarize",
     ) -> None:
         if top_k < 1:
-            raise ValueError(f"top_k must be positive, got {top_k}")
+            raise InputError(f"top_k must be positive, got {top_k}")
         if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+            raise InputError(f"max_tokens must be positive, got {max_tokens}")
         self.llm = llm
         self.visit = visit
         self.top_k = top_k
         self.max_words = max_words if max_words is not None else int(max_tokens * WORDS_PER_TOKEN)
         if self.max_words < 1:
-            raise ValueError(f"max_words must be positive, got {self.max_words}")
+            raise InputError(f"max_words must be positive, got {self.max_words}")
         self.params = GenerationParams(
             max_tokens=max_tokens, temperature=temperature, repeat_penalty=repeat_penalty
         )

@@ -63,6 +63,16 @@ def _default_responder(body: dict[str, Any]) -> str:
     return "ok"
 
 
+def echo_prompt(body: dict[str, Any], *, whole: bool = False) -> str:
+    """Echo mode (a responder): reply with the request's last user message verbatim, or with every
+    message's text when ``whole``. It plays a model that repeats its prompt, documents and all, so
+    tests can check that nothing a document says becomes the agent's answer."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if not whole:
+        messages = [m for m in messages if m.get("role") == "user"][-1:]
+    return "\n\n".join(str(m.get("content") or "") for m in messages)
+
+
 class FakeOpenAIServer:
     """Serves ``POST /v1/chat/completions`` on a free loopback port until closed."""
 
@@ -159,4 +169,4 @@ class FakeOpenAIServer:
         self.close()
 
 
-__all__ = ["FakeOpenAIServer", "Reply", "completion"]
+__all__ = ["FakeOpenAIServer", "Reply", "completion", "echo_prompt"]
