@@ -13,8 +13,9 @@ import os
 import sys
 from typing import Any, TextIO
 
-from psirag.agent.loop import NAMES_CHECKS, RetrieveAndAnswer, Step
+from psirag.agent.loop import MAX_ANSWER_CHARS, NAMES_CHECKS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
+from psirag.argtypes import nonnegative_int, positive_int, text
 from psirag.errors import InputError
 
 LLM_ENV = "PSIRAG_LLM"
@@ -37,18 +38,30 @@ def register(subparsers: Any) -> None:
         "on stderr as they happen; the answer goes to stdout.",
     )
     ask.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
-    ask.add_argument("question", help="the question to answer")
+    ask.add_argument("question", type=text, help="the question to answer")
     _llm_arguments(ask)
     ask.add_argument(
         "--max-retrievals",
-        type=int,
+        type=nonnegative_int,
         default=1,
         metavar="N",
         help="retrievals allowed after the first one (default 1, the paper's 2Wiki/HotpotQA "
         "setting; MuSiQue: 3)",
     )
     ask.add_argument(
-        "--max-tokens", type=int, default=256, metavar="N", help="cap on each reply (default 256)"
+        "--max-tokens",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="cap on each reply (default 256)",
+    )
+    ask.add_argument(
+        "--max-answer-chars",
+        type=positive_int,
+        default=MAX_ANSWER_CHARS,
+        metavar="N",
+        help=f"longest answer accepted (default {MAX_ANSWER_CHARS} characters); a longer one "
+        "counts as no answer",
     )
     ask.add_argument(
         "--no-answer-check",
@@ -81,19 +94,22 @@ def register(subparsers: Any) -> None:
     summ.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
     summ.add_argument("--doc", metavar="ID", help="document to summarize (one tree per document)")
     summ.add_argument(
-        "--query", default=DEFAULT_QUERY, help=f"summative request (default: {DEFAULT_QUERY!r})"
+        "--query",
+        type=text,
+        default=DEFAULT_QUERY,
+        help=f"summative request (default: {DEFAULT_QUERY!r})",
     )
     _llm_arguments(summ)
     summ.add_argument(
         "--top-k",
-        type=int,
+        type=positive_int,
         default=20,
         metavar="K",
         help="nodes given to the LLM (default 20, QMSum; WCEP: 15)",
     )
     summ.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=200,
         metavar="N",
         help="cap on the summary (default 200, QMSum; WCEP: 150)",
@@ -203,6 +219,7 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             index.search,
             max_retrievals=args.max_retrievals,
             max_tokens=args.max_tokens,
+            max_answer_chars=args.max_answer_chars,
             check_answers=args.answer_check,
             names_check=args.names_check,
         )
