@@ -53,8 +53,7 @@ def text(value: str) -> str:
         code = ord(value[position])
         byte = f"byte 0x{code - 0xDC00:02x}" if code >= 0xDC80 else f"U+{code:04X}"
         raise argparse.ArgumentTypeError(
-            f"holds a {byte} at character {position} that is not UTF-8 text; "
-            "pass the text in UTF-8"
+            f"holds a {byte} at character {position} that is not UTF-8 text; pass the text in UTF-8"
         )
     return value
 

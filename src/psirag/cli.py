@@ -15,7 +15,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
+    register: Callable[[Any], None] | None
     try:
         from psirag.agent.cli import register
     except ImportError:  # pragma: no cover - the agent layer ships with the package

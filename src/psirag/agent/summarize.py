@@ -37,11 +37,17 @@ class VisitedNode(Protocol):
     (what ``Index.visit`` returns) is one.
     """
 
-    node: int
-    layer: int
-    score: float
-    text: str
-    order: int
+    # Read-only members, so that frozen dataclasses (``NodeHit``, :class:`Node`) conform.
+    @property
+    def node(self) -> int: ...
+    @property
+    def layer(self) -> int: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def order(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
