@@ -44,7 +44,7 @@ from psirag.agent.loop import (
     Step,
     merge_evidence,
 )
-from psirag.agent.parsing import strip_thinking
+from psirag.agent.parsing import strip_fenced, strip_thinking
 from psirag.errors import InputError
 from psirag.llm.base import ChatResult, GenerationParams
 from psirag.prompts import IRCOT_ANSWER_PHRASE, NOT_MENTIONED, ircot_prompt
@@ -92,8 +92,9 @@ def first_sentence(line: str) -> str:
 def read_sentence(reply: str) -> tuple[str, str]:
     """``(sentence, line)`` from a reasoning reply: its first non-empty line with any leading
     label or list mark removed, and that line's first sentence (the next query). Hidden
-    ``<think>`` reasoning is dropped first. Both are empty when the reply holds no text."""
-    text = strip_thinking(reply).replace("\r", "\n")
+    ``<think>`` reasoning and repeated (fenced) documents are dropped first, so a document's
+    line never becomes the query. Both are empty when the reply holds no text."""
+    text = strip_fenced(strip_thinking(reply)).replace("\r", "\n")
     line = next((x for x in text.split("\n") if x.strip()), "")
     line = _unquote(_LEAD.sub("", line, count=1).strip().strip(_EMPHASIS))
     return first_sentence(line), line
