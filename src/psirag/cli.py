@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from psirag import __version__
+from psirag._version import __version__
 from psirag.argtypes import nonnegative_int, positive_int, text
+from psirag.cli_common import max_children as _max_children
+from psirag.cli_common import tree_mode_arguments as _tree_mode_arguments
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.errors import PsiragError
 
@@ -31,41 +33,6 @@ INDEX_SCHEMA = "psirag.index-summary/1"
 
 def _eprint(*parts: object) -> None:
     print(*parts, file=sys.stderr, flush=True)
-
-
-def _max_children(value: str) -> int | None:
-    if value.lower() in ("none", "0", "off"):
-        return None
-    number = int(value)
-    if number < 2:
-        raise argparse.ArgumentTypeError("--max-children must be at least 2, or 'none'")
-    return number
-
-
-def _tree_neighbors(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("--tree-neighbors must be at least 1")
-    return number
-
-
-def _tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
-    p.add_argument(
-        "--tree-mode",
-        choices=["auto", "exact", "knn"],
-        default=IndexConfig.tree_mode,
-        help="exact: the paper's walk over all chunk pairs (an n x n matrix in memory); knn: "
-        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory, "
-        "for large corpora; auto (default): exact when the matrix fits in half the free memory",
-    )
-    p.add_argument(
-        "--tree-neighbors",
-        type=_tree_neighbors,
-        default=IndexConfig.tree_neighbors,
-        metavar="K",
-        help=f"neighbours per chunk in the knn tree mode (default {IndexConfig.tree_neighbors})",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -175,7 +175,7 @@ def register(subparsers: Any) -> None:
 def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     """The index ablations of the paper: abstract type, routing, fan-out, and a sub-corpus to run
     the costly (LLM-abstract) ones on. Each variant gets its own cached index."""
-    from psirag.cli import _max_children, _tree_mode_arguments
+    from psirag.cli_common import max_children, tree_mode_arguments
 
     g = p.add_argument_group("ablations (each variant is indexed and cached apart)")
     g.add_argument(
@@ -195,13 +195,13 @@ def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--max-children",
-        type=_max_children,
+        type=max_children,
         default=IndexConfig.max_children,
         metavar="N",
         help=f"most children per node, psi and raptor (default {IndexConfig.max_children}; "
         "'none': no cap)",
     )
-    _tree_mode_arguments(g)
+    tree_mode_arguments(g)
     g.add_argument(
         "--context-tokens",
         type=int,

@@ -43,6 +43,7 @@ from psirag.agent.loop import is_not_mentioned
 from psirag.agent.summarize import Summarizer, VisitedNode
 from psirag.embed import Embedder, finalize_vectors
 from psirag.errors import InputError
+from psirag.eval.clients import llm_client
 from psirag.eval.data import EvalDataset, EvalQuestion, load_dataset
 from psirag.eval.embedcache import CachingEmbedder
 from psirag.eval.methods import (
@@ -74,7 +75,6 @@ from psirag.eval.settings import (
 from psirag.types import Passage
 
 SCHEMA = "psirag.eval/1"
-LLM_CACHE_FILE = "llm-cache.sqlite"
 STAGES: dict[MethodMode, str] = {
     "none": "eval-answer",
     "agent": "eval-agent",
@@ -613,7 +613,7 @@ def run_eval(
     say(f"embedding {len(data.questions)} questions")
     vectors = QueryVectors(embedder_obj, [q.question for q in data.questions])
 
-    client, owned = _llm_client(settings, llm)
+    client, owned = llm_client(settings, llm)
     ctx.llm = client  # LLM abstracts share the answers' client and response cache
     answerer = None if settings.retrieval_only else client
     results: list[MethodResult] = []
@@ -708,19 +708,6 @@ def _warn_summarize_index(settings: EvalSettings, data: EvalDataset, say: Say) -
             "QMSum) is one leaf, so the summary reads a few long leaves, clipped to fit the "
             "context; pass --split for ~100-token chunks"
         )
-
-
-def _llm_client(settings: EvalSettings, llm: Any) -> tuple[Any, bool]:
-    """The LLMClient every answer goes through (cached in the cache folder); owned: close it."""
-    if llm is not None:
-        return llm, False
-    if settings.llm is None:
-        return None, False
-    from psirag.llm import LLMClient, load_chat_model
-
-    cache_dir = Path(settings.cache_dir).expanduser()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    return LLMClient(load_chat_model(settings.llm), cache_path=cache_dir / LLM_CACHE_FILE), True
 
 
 def _model_id(client: Any) -> str | None:

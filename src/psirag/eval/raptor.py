@@ -77,7 +77,9 @@ from psirag.eval.methods import (
     register_method,
 )
 from psirag.index import Index
-from psirag.retrieval.tree_search import LayeredSearch, top_positions
+from psirag.pipeline import routing_vectors
+from psirag.retrieval.ranking import top_k
+from psirag.retrieval.tree_search import LayeredSearch
 from psirag.storage import IndexReader, IndexWriter
 from psirag.tree.model import Tree
 from psirag.types import Passage, Source
@@ -662,7 +664,7 @@ class RaptorTree:
         q = np.asarray(query_vec, dtype=np.float32).ravel()
         scores = self.vectors @ q
         ids = np.arange(self.n_nodes)
-        top = top_positions(scores, ids, k)
+        top = top_k(scores, k, ids)
         nodes, node_scores = ids[top], scores[top]
         is_leaf = self.layer[nodes] == 0
         return RaptorHits(
@@ -771,8 +773,13 @@ def eval_tree(ctx: EvalContext) -> tuple[Index, RaptorTree, IndexInfo]:
         t0 = time.perf_counter()
         if config.routing != "leaf_mean" and tree.n_nodes > n:
             tree.set_routing(
-                Index._routing_vectors(
-                    tree.soft_tree(), leaves, tree.abstracts, config, ctx.embedder, ctx.progress
+                routing_vectors(
+                    tree.soft_tree(),
+                    leaves,
+                    tree.abstracts,
+                    config,
+                    ctx.embedder,
+                    progress=ctx.progress,
                 )
             )
         seconds = tree.stats["seconds"]
