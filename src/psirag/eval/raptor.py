@@ -748,9 +748,10 @@ def eval_tree(ctx: EvalContext) -> tuple[Index, RaptorTree, IndexInfo]:
             umap_module, _ = require_eval_deps(umap=reducer is None)
         except ImportError as exc:
             raise InputError(str(exc)) from exc
-        n = index.tree.n_leaves
-        leaves = np.asarray(index.node_vectors[:n], dtype=np.float32)
-        texts = [c.text for c in index.chunks]
+        data = index.data
+        n = data.n_leaves
+        leaves = np.asarray(data.node_vectors[:n], dtype=np.float32)
+        texts = [c.text for c in data.chunks]
         warmup = 0.0
         if reducer is None:
             ctx.say("warming UMAP up (its one-off JIT compilation is not build time)")
