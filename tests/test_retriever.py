@@ -360,8 +360,7 @@ def test_embedding_new_chunks_alone_equals_the_full_run(index: Index) -> None:
 
 def _responder(body: dict) -> str:
     """A summary naming the first word of each document the prompt numbers."""
-    content = body["messages"][-1]["content"]
-    heads = [block.split("] ", 1)[-1].split()[0] for block in content.split("\n\n")[1:]]
+    heads = re.findall(r"(?m)^\[\d+\] (\S+)", body["messages"][-1]["content"])
     return "About " + " and ".join(heads) + "."
 
 
