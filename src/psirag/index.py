@@ -20,7 +20,7 @@ from psirag.ingest import Document, documents_from_strings, load_documents, make
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
 from psirag.retrieval.fusion import rrf_fuse
 from psirag.retrieval.tree_search import TreeSearcher
-from psirag.storage import IndexReader, IndexWriter, read_index
+from psirag.storage import IndexReader, IndexWriter, Verify, read_index
 from psirag.tree import Tree, build_forest, build_tree
 from psirag.tree.build import resolve_tree_mode
 from psirag.types import Chunk, Passage, Source, source_from_dict
@@ -360,7 +360,7 @@ class Index:
         folder: str | Path,
         *,
         embedder: Embedder | None = None,
-        verify: str | bool = "size",
+        verify: Verify | bool = "size",
         generation: int | None = None,
     ) -> Index:
         """Open a saved index: everything from the one generation its pointer names (or
@@ -370,7 +370,7 @@ class Index:
         return read_index(
             Path(folder),
             lambda reader: cls._from_reader(reader, folder, embedder),
-            verify=verify,  # type: ignore[arg-type]
+            verify=verify,
             generation=generation,
         )
 
