@@ -41,6 +41,11 @@ class Document:
     title: str
     text: str
     is_record: bool
+    path: str | None = None
+    """The file it was read from (resolved), None for a text given directly: what
+    ``psirag sync`` compares with the files it is given."""
+    sha256: str | None = None
+    """The sha256 of that file's bytes (a JSON file's records share it)."""
 
 
 def _default_warn(message: str) -> None:
@@ -82,6 +87,7 @@ class _Reader:
         self.seen_files: set[Path] = set()
         self.seen_ids: dict[str, str] = {}
         self.skipped = 0
+        self.origin: tuple[str | None, str | None] = (None, None)
 
     def bad(self, message: str) -> None:
         """Report a problem that spoils one file or record: raise, or warn and go on."""
@@ -108,13 +114,15 @@ class _Reader:
                 self.warn(f"{path}: given more than once; read once")
                 return
             self.seen_files.add(resolved)
-            text = _read_utf8(path)
+            text, digest = _read_utf8(path)
+            self.origin = (str(resolved), digest)
             suffix = path.suffix.lower()
             if suffix in TEXT_SUFFIXES:
                 if not text.strip():
                     self.warn(f"{path}: empty file, skipped")
                     return
-                self.add(Document(doc_id, path.stem, text, is_record=False), str(path))
+                doc = Document(doc_id, path.stem, text, False, str(resolved), digest)
+                self.add(doc, str(path))
             elif suffix == ".json":
                 self._records(path, doc_id, _json_records(path, text))
             else:
@@ -153,7 +161,8 @@ class _Reader:
             idx = record.get("idx")
             rid = str(idx) if idx is not None else f"{doc_id}:{position}"
             text = f"{title}\n{body}" if title else body
-            self.add(Document(rid, title or "", text, is_record=True), f"{path}, {where}")
+            doc = Document(rid, title or "", text, True, *self.origin)
+            self.add(doc, f"{path}, {where}")
         if empty:
             more = f" and {len(empty) - 5} more" if len(empty) > 5 else ""
             self.warn(
@@ -173,8 +182,9 @@ def _resolve(path: Path) -> Path:
         ) from exc
 
 
-def _read_utf8(path: Path) -> str:
-    """Read a file as UTF-8 (a BOM is allowed), with universal newlines as text mode gives."""
+def _read_utf8(path: Path) -> tuple[str, str]:
+    """Read a file as UTF-8 (a BOM is allowed), with universal newlines as text mode gives;
+    also the sha256 of its bytes (what ``psirag sync`` compares)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -186,7 +196,7 @@ def _read_utf8(path: Path) -> str:
             f"{path}: not UTF-8 text (invalid byte at offset {exc.start}); "
             "re-encode it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
         ) from exc
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n"), hashlib.sha256(data).hexdigest()
 
 
 def _json_records(path: Path, text: str) -> list[tuple[str, int, Any]]:
