@@ -264,7 +264,9 @@ def drift_report(data: IndexData, rule: RebuildRule | None = None) -> dict[str, 
 # ------------------------------------------------------------------ tree per document
 
 
-def _append_trees(tree: Tree, vectors: np.ndarray, groups: list[np.ndarray], config: Any) -> TreeUpdate:
+def _append_trees(
+    tree: Tree, vectors: np.ndarray, groups: list[np.ndarray], config: Any
+) -> TreeUpdate:
     """A tree-per-document forest with one new tree per group of new leaves (rows of
     ``vectors``, numbered after the old leaves): the builder's tree of each group, appended."""
     n_old = tree.n_leaves
@@ -307,9 +309,7 @@ def _append_trees(tree: Tree, vectors: np.ndarray, groups: list[np.ndarray], con
     position[order] = np.arange(order.size)
     node_map = position[remap_old]
     mapped = set(node_map.tolist())
-    dirty = np.array(
-        [u for u in range(n_all, new_tree.n_nodes) if u not in mapped], dtype=np.int64
-    )
+    dirty = np.array([u for u in range(n_all, new_tree.n_nodes) if u not in mapped], dtype=np.int64)
     return TreeUpdate(
         tree=new_tree,
         node_map=node_map.astype(np.int64),
@@ -365,7 +365,8 @@ def add_documents(
     if config.tree_per_document:
         doc_of = [c.source.document for c in new_chunks]
         groups = [
-            n_old + np.flatnonzero(np.array(doc_of, dtype=object) == d) for d in dict.fromkeys(doc_of)
+            n_old + np.flatnonzero(np.array(doc_of, dtype=object) == d)
+            for d in dict.fromkeys(doc_of)
         ]
         update = _append_trees(data.tree, embedded.vectors, groups, config)
     else:
