@@ -399,6 +399,13 @@ class Index:
         self._data = data
         self._retriever = Retriever(data, embedder=embedder)
 
+    def embedder_or_none(self) -> Embedder | None:
+        """The embedder if loaded or needed (abstract-text routing), else None: an update
+        that only averages leaf vectors never loads the model."""
+        if self.config.routing != "leaf_mean":
+            return self.embedder
+        return self._retriever._shared.embedder
+
     def drift(self) -> dict[str, Any]:
         """Updates since the last full build and whether a rebuild is due (README)."""
         from psirag.living import drift_report

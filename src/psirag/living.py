@@ -504,3 +504,80 @@ def remove_documents(
         lineage=_lineage(data, 0, int(leaf_ids.size)),
     )
     return new, summary
+
+
+# ------------------------------------------------------------------ full rebuilds
+
+
+def rebuild_data(
+    data: IndexData, embedder: Embedder | None, *, llm: Any = None, progress: bool = False
+) -> tuple[IndexData, UpdateSummary]:
+    """A fresh tree, abstracts, routing and BM25 over the index's chunks and their stored leaf
+    embeddings: what a full build of the same documents gives (chunking is per document and
+    deterministic), without re-embedding. Resets the drift lineage."""
+    from psirag.pipeline import build_chunk_tree
+
+    summary = UpdateSummary(full_rebuild=True)
+    config = data.config
+    n = data.tree.n_leaves
+    leaf_vectors = np.asarray(data.node_vectors[:n], dtype=np.float32)
+    chunks = list(data.chunks)
+    t0 = time.perf_counter()
+    built = build_chunk_tree(leaf_vectors, chunks, config, progress=progress)
+    summary.seconds["tree"] = time.perf_counter() - t0
+    leaf_texts = [c.text for c in chunks]
+    t0 = time.perf_counter()
+    abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
+    summary.seconds["abstracts"] = time.perf_counter() - t0
+    summary.llm_calls = int(abstracts.llm.get("calls", 0) or 0)
+    summary.llm_cached = int(abstracts.llm.get("cached", 0) or 0)
+    t0 = time.perf_counter()
+    vectors = routing_vectors(built.tree, leaf_vectors, abstracts.texts, config, embedder)
+    summary.seconds["routing"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sparse = sparse_index(leaf_texts, config)
+    summary.seconds["bm25"] = time.perf_counter() - t0
+    summary.nodes_refreshed = built.tree.n_nodes - n
+    from psirag.pipeline import fresh_lineage
+
+    new = IndexData(
+        config=config,
+        chunks=tuple(chunks),
+        tree=built.tree,
+        node_vectors=vectors,
+        abstracts=tuple(abstracts.texts),
+        sparse=sparse,
+        embedder_id=data.embedder_id,
+        stats=replace(data.stats, tree_mode=built.mode, llm=abstracts.llm),
+        sources=dict(data.sources),
+        lineage=fresh_lineage(n),
+    )
+    return new, summary
+
+
+def rebuild_from_files(
+    data: IndexData,
+    files: Sequence[str],
+    embedder: Embedder,
+    *,
+    llm: Any = None,
+    progress: bool = False,
+) -> tuple[IndexData, UpdateSummary]:
+    """A full build of ``files`` with the index's config (a sync that replaces everything)."""
+    from psirag.pipeline import build_index_data
+
+    new, _ = build_index_data(
+        list(files), data.config, embedder=embedder, llm=llm, progress=progress
+    )
+    summary = UpdateSummary(
+        added=list(new.documents),
+        removed=list(data.documents),
+        chunks_added=len(new.chunks),
+        chunks_removed=len(data.chunks),
+        nodes_refreshed=new.tree.n_nodes - new.tree.n_leaves,
+        llm_calls=int(new.stats.llm.get("calls", 0) or 0),
+        llm_cached=int(new.stats.llm.get("cached", 0) or 0),
+        seconds=dict(new.stats.seconds),
+        full_rebuild=True,
+    )
+    return new, summary
