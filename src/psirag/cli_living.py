@@ -117,6 +117,7 @@ def _open_for_update(folder: str) -> tuple[Any, Any]:
     try:
         generation = writer.base.generation if writer.base is not None else None
         index = Index.load(folder, generation=generation)
+        index._from_legacy = state == "legacy"
     except BaseException:
         writer.abort()
         raise
@@ -184,6 +185,14 @@ def _finish(
             llm.close()
     total = time.perf_counter() - started
     drift = index.drift()
+    for skipped in summary.skipped[:20]:
+        _eprint(f"already indexed, skipped: {skipped}")
+    for old, new in list(summary.renamed.items())[:20]:
+        _eprint(f"document id {old!r} is taken by another document: added as {new!r}")
+    if summary.tree.get("trees_added"):
+        _eprint(f"tree-per-document index: {summary.tree['trees_added']} new tree(s)")
+    if generation is not None and getattr(index, "_from_legacy", False):
+        _eprint(f"{args.index} was in format 1; it is now written in format 2 (migrated)")
     payload = {
         "schema": UPDATE_SCHEMA,
         "index": str(args.index),
@@ -219,10 +228,6 @@ def _finish(
         f"{len(s.skipped):,} already indexed (skipped)",
         file=out,
     )
-    for skipped in s.skipped[:5]:
-        print(f"    already indexed: {skipped}", file=out)
-    for old, new in list(s.renamed.items())[:5]:
-        print(f"    id {old!r} was taken by another document: added as {new!r}", file=out)
     print(f"  chunks:    +{s.chunks_added:,} / -{s.chunks_removed:,}", file=out)
     print(f"  nodes refreshed: {s.nodes_refreshed:,}", file=out)
     if s.llm_calls or s.llm_cached:
