@@ -356,9 +356,7 @@ def build_index_data(
 
 def document_sources(documents: Sequence[Document]) -> dict[str, dict[str, Any]]:
     """Where each document read from a file came from (for ``psirag sync``)."""
-    return {
-        d.id: {"path": d.path, "sha256": d.sha256} for d in documents if d.path is not None
-    }
+    return {d.id: {"path": d.path, "sha256": d.sha256} for d in documents if d.path is not None}
 
 
 def fresh_lineage(n_leaves: int) -> dict[str, int]:

@@ -6,9 +6,11 @@ to do, because a corpus with one bad file among thousands is common and a traceb
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -18,11 +20,18 @@ from typing import Any, Literal
 from psirag.argtypes import first_surrogate
 from psirag.errors import InputError
 from psirag.ingest.chunking import chunk_spans
+from psirag.ingest.documents import (
+    HTML_SUFFIXES,
+    PDF_SUFFIXES,
+    UnreadableDocument,
+    html_text,
+    pdf_text,
+)
 from psirag.types import Chunk, Source
 
 TEXT_SUFFIXES = (".txt", ".md")
 RECORD_SUFFIXES = (".json", ".jsonl")
-SUFFIXES = TEXT_SUFFIXES + RECORD_SUFFIXES
+SUFFIXES = TEXT_SUFFIXES + RECORD_SUFFIXES + PDF_SUFFIXES + HTML_SUFFIXES
 _SUPPORTED = ", ".join(SUFFIXES)
 
 OnBadFile = Literal["fail", "skip"]
@@ -46,6 +55,8 @@ class Document:
     ``psirag sync`` compares with the files it is given."""
     sha256: str | None = None
     """The sha256 of that file's bytes (a JSON file's records share it)."""
+    page_starts: tuple[int, ...] = ()
+    """For a PDF: where each page starts in ``text`` (chunks record their page)."""
 
 
 def _default_warn(message: str) -> None:
@@ -114,9 +125,12 @@ class _Reader:
                 self.warn(f"{path}: given more than once; read once")
                 return
             self.seen_files.add(resolved)
+            suffix = path.suffix.lower()
+            if suffix in PDF_SUFFIXES or suffix in HTML_SUFFIXES:
+                self._rich(path, doc_id, resolved, suffix)
+                return
             text, digest = _read_utf8(path)
             self.origin = (str(resolved), digest)
-            suffix = path.suffix.lower()
             if suffix in TEXT_SUFFIXES:
                 if not text.strip():
                     self.warn(f"{path}: empty file, skipped")
@@ -129,6 +143,33 @@ class _Reader:
                 self._records(path, doc_id, _jsonl_records(path, text))
         except _BadFile as exc:
             self.bad(str(exc))
+
+    def _rich(self, path: Path, doc_id: str, resolved: Path, suffix: str) -> None:
+        """A PDF (text layer, page starts) or an HTML page (text without markup)."""
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise _BadFile(f"{path}: cannot be read ({exc.strerror or exc}); check it") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            pdf = suffix in PDF_SUFFIXES
+            got = pdf_text(data) if pdf else html_text(_decode_html(path, data))
+        except UnreadableDocument as exc:
+            raise _BadFile(f"{path}: {exc}") from exc
+        if not got.text.strip():
+            what = "has no text layer (a scan?)" if suffix in PDF_SUFFIXES else "holds no text"
+            self.warn(f"{path}: {what}, skipped")
+            return
+        doc = Document(
+            doc_id,
+            got.title or path.stem,
+            got.text,
+            False,
+            str(resolved),
+            digest,
+            got.page_starts,
+        )
+        self.add(doc, str(path))
 
     def _records(self, path: Path, doc_id: str, records: Iterable[tuple[str, int, Any]]) -> None:
         """Turn parsed JSON values into record documents; ``where`` says 'record 3' or 'line 4'."""
@@ -197,6 +238,21 @@ def _read_utf8(path: Path) -> tuple[str, str]:
             "re-encode it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
         ) from exc
     return text.replace("\r\n", "\n").replace("\r", "\n"), hashlib.sha256(data).hexdigest()
+
+
+def _decode_html(path: Path, data: bytes) -> str:
+    """HTML bytes as text: UTF-8, else the charset the page declares, else Latin-1."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    m = re.search(rb"charset=[\"']?([A-Za-z0-9_\-]+)", data[:4096])
+    if m:
+        try:
+            return data.decode(m.group(1).decode("ascii"))
+        except (LookupError, UnicodeDecodeError):
+            pass
+    return data.decode("latin-1")
 
 
 def _json_records(path: Path, text: str) -> list[tuple[str, int, Any]]:
@@ -367,7 +423,8 @@ def make_chunks(
             occurrence = seen.get(base, 0) + 1
             seen[base] = occurrence
             cid = base if occurrence == 1 else f"{base}-{occurrence}"
-            chunks.append(Chunk(cid, text, Source(doc.id, doc.title, number, start, end)))
+            page = bisect.bisect_right(doc.page_starts, start) if doc.page_starts else None
+            chunks.append(Chunk(cid, text, Source(doc.id, doc.title, number, start, end, page)))
     if not chunks:
         raise InputError("the corpus is empty: no document holds any text to index")
     return chunks
