@@ -8,6 +8,7 @@ where each page starts, so every chunk can name the page it comes from.
 from __future__ import annotations
 
 import io
+import logging
 import re
 from dataclasses import dataclass
 
@@ -45,6 +46,7 @@ def pdf_text(data: bytes) -> ExtractedText:
         import pypdf
     except ImportError:  # pragma: no cover - depends on the environment
         raise InputError(f"reading PDF files needs the pypdf package: {EXTRA}") from None
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # its warnings repeat our one message
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:

@@ -13,7 +13,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,12 +50,12 @@ class Document:
     title: str
     text: str
     is_record: bool
-    path: str | None = None
+    path: str | None = field(default=None, compare=False)
     """The file it was read from (resolved), None for a text given directly: what
     ``psirag sync`` compares with the files it is given."""
-    sha256: str | None = None
+    sha256: str | None = field(default=None, compare=False)
     """The sha256 of that file's bytes (a JSON file's records share it)."""
-    page_starts: tuple[int, ...] = ()
+    page_starts: tuple[int, ...] = field(default=(), compare=False)
     """For a PDF: where each page starts in ``text`` (chunks record their page)."""
 
 
