@@ -186,10 +186,19 @@ CASES: list[Case] = [
     Case(
         "unsupported-file",
         "a file of an unsupported type",
+        ("index", "slides.pptx", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "slides.pptx: unsupported file type '.pptx'",
+        files={"slides.pptx": b"PK\x03\x04"},
+    ),
+    Case(
+        "damaged-pdf",
+        "a damaged PDF (a header and nothing else)",
         ("index", "slides.pdf", "--out", "out", "-q"),
         2,
         "InputError",
-        "slides.pdf: unsupported file type '.pdf'",
+        "slides.pdf: not a readable PDF",
         files={"slides.pdf": b"%PDF-1.4"},
     ),
     # --- numbers on the command line -------------------------------------------------------------
