@@ -96,6 +96,12 @@ BENCHES: tuple[Bench, ...] = (
         ("updates.json",),
         "~10 min: tree inserts/removals on 2Wiki from the embedding cache",
     ),
+    Bench(
+        "living",
+        ("bench_living.py",),
+        ("living.json",),
+        "~15 min: 2Wiki adds/removes vs rebuilds, LLM calls (loopback), a 2,000-file sync",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"
