@@ -128,6 +128,19 @@ def cost_and_recall(args: argparse.Namespace, result: dict[str, Any]) -> None:
         Index.load(Path(tmp) / "ix", embedder=emb)
         result["load_seconds"] = round(time.perf_counter() - t0, 3)
 
+    back = Index.from_data(full.data, embedder=emb)
+    ids = [d.id for d in rest]
+    t0 = time.perf_counter()
+    rm = back.remove(ids)
+    remove_s = time.perf_counter() - t0
+    result["cost"]["remove 10%"] = {
+        "seconds": round(remove_s, 3),
+        "stages": _stages(rm.seconds),
+        "nodes_refreshed": rm.nodes_refreshed,
+        "vs_full_build": round(remove_s / full_s, 4),
+    }
+    if args.no_recall:
+        return
     # embedding the new text with the real model (excluded above)
     if not args.skip_model:
         from psirag.embed import load_embedder
@@ -154,20 +167,9 @@ def cost_and_recall(args: argparse.Namespace, result: dict[str, Any]) -> None:
     # recall: full build, 10% added in one batch, 10% removed from the full build and added back
     rec = {"full build": _search_recall(full, qvecs, queries, golds)}
     rec["90% build + 10% added (one batch)"] = _search_recall(added10, qvecs, queries, golds)
-    back = Index.from_data(full.data, embedder=emb)
-    ids = [d.id for d in rest]
-    t0 = time.perf_counter()
-    rm = back.remove(ids)
-    remove_s = time.perf_counter() - t0
     rec["full build - 10% removed"] = _search_recall(back, qvecs, queries, golds)
     back.add(rest)
     rec["full build - 10% + 10% added back"] = _search_recall(back, qvecs, queries, golds)
-    result["cost"]["remove 10%"] = {
-        "seconds": round(remove_s, 3),
-        "stages": _stages(rm.seconds),
-        "nodes_refreshed": rm.nodes_refreshed,
-        "vs_full_build": round(remove_s / full_s, 4),
-    }
     result["recall"] = rec
     result["n_passages"] = len(docs)
     result["n_questions"] = len(queries)
@@ -281,8 +283,17 @@ def main() -> None:
     ap.add_argument("--sync-changed", type=int, default=20)
     ap.add_argument("--skip-model", action="store_true", help="no real MiniLM timings")
     ap.add_argument("--only", nargs="*", default=["cost", "llm", "sync"])
+    ap.add_argument(
+        "--no-recall", action="store_true", help="cost rows only (keeps the stored recall)"
+    )
     args = ap.parse_args()
-    result: dict[str, Any] = {"machine": machine_info(), "seed": args.seed}
+    import json
+
+    from _common import RESULTS
+
+    previous = RESULTS / "living.json"
+    result: dict[str, Any] = json.loads(previous.read_text()) if previous.exists() else {}
+    result.update(machine=machine_info(), seed=args.seed)
     if "cost" in args.only:
         cost_and_recall(args, result)
     if "llm" in args.only:

@@ -3,8 +3,9 @@
 An update runs the build pipeline's stages on what changed only: new chunks are chunked and
 embedded, the tree is changed by :mod:`psirag.tree.update`, and only the inner nodes whose
 subtree changed (the dirty ancestors) get new abstracts and routing vectors, parents after
-children; keyword abstracts also refresh the dirty nodes' siblings, which they are scored
-against. Every other node keeps its abstract and vector. BM25 is rebuilt (bm25s cannot add
+children, each exactly what a full recompute over the new tree gives that node. Every other
+node keeps its abstract and vector (a clean node's keyword abstract is not re-scored against
+the new corpus-wide counts: that drift is what the rebuild rule bounds). BM25 is rebuilt (bm25s cannot add
 documents in place). The result is a new immutable :class:`IndexData`; the old value stays
 valid for readers holding it.
 
@@ -202,8 +203,10 @@ def _refresh(
     tree = update.tree
     n = tree.n_leaves
     abstracts, vectors = _carry(data, update, chunks, leaf_vectors)
-    refresh = update.dirty_with_siblings if config.abstracts == "keywords" else update.dirty
-    refresh = np.asarray(refresh, dtype=np.int64)
+    # Only the dirty nodes: a clean node's keyword abstract also reads corpus-wide counts (idf)
+    # and its parent's, which any update shifts a little; recomputing the siblings of every
+    # dirty node as well tripled the refreshed nodes on 2Wiki (BENCHMARKS.md) for that drift.
+    refresh = np.asarray(update.dirty, dtype=np.int64)
     leaf_texts = [c.text for c in chunks]
     t0 = time.perf_counter()
     if refresh.size:
