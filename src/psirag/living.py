@@ -6,8 +6,8 @@ subtree changed (the dirty ancestors) get new abstracts and routing vectors, par
 children, each exactly what a full recompute over the new tree gives that node. Every other
 node keeps its abstract and vector (a clean node's keyword abstract is not re-scored against
 the new corpus-wide counts: that drift is what the rebuild rule bounds). BM25 is rebuilt
-(bm25s cannot add documents in place). The result is a new immutable :class:`IndexData`; the old value stays
-valid for readers holding it.
+(bm25s cannot add documents in place). The result is a new immutable :class:`IndexData`; the
+old value stays valid for readers holding it.
 
 Document ids stay unique across everything added: a new document whose id is taken by a
 different document is renamed (``notes.txt`` from another folder becomes ``b/notes.txt``'s
