@@ -61,7 +61,7 @@ def check_consistent(index: Index, expected: dict[str, str]) -> None:
     assert hits and all(h.source.document in expected for h in hits)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])
 def test_random_adds_and_removes(seed: int) -> None:
     rng = random.Random(seed)
     pool = _corpus(60, seed)
@@ -71,7 +71,18 @@ def test_random_adds_and_removes(seed: int) -> None:
     expected = {str(i): t for i, t in enumerate(start)}
     next_text = 8
     for _step in range(12):
-        if rng.random() < 0.6 or len(expected) < 3:
+        if rng.random() < 0.25 and len(expected) >= 3 and next_text < len(pool):
+            # one update removing some documents and adding others (what sync does)
+            victims = rng.sample(sorted(expected), rng.randint(1, len(expected) - 1))
+            batch = pool[next_text : next_text + 3]
+            next_text += len(batch)
+            summary = index.update(victims, batch, texts=True)
+            for v in victims:
+                del expected[v]
+            for given, text in enumerate(batch):
+                expected[summary.renamed.get(str(given), str(given))] = text
+            assert summary.removed == victims and len(summary.added) == len(batch)
+        elif rng.random() < 0.6 or len(expected) < 3:
             k = rng.randint(1, 6)
             batch = pool[next_text : next_text + k]
             next_text += k

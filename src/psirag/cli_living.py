@@ -358,25 +358,18 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             )
             index._replace_data(data)
             return _finish(args, writer, index, summary, llm, started, out, plan)
-        if to_remove:
-            if index.config.routing != "leaf_mean":
+        if to_remove or new or changed:
+            if new or changed or index.config.routing != "leaf_mean":
                 _embedder(index, args.embedder)
             llm = _llm(index, args)
-            summary = index.remove(to_remove, llm=llm, progress=not args.quiet)
-        if new or changed:
-            embedder = _embedder(index, args.embedder)
-            if llm is None:
-                llm = _llm(index, args)
-            summary = summary.merge(
-                index.add(
-                    new + changed,
-                    progress=not args.quiet,
-                    llm=llm,
-                    embedder=embedder,
-                    on_bad_file="skip" if args.skip_bad_files else "fail",
-                    rule=args.insert,
-                    report=_eprint,
-                )
+            summary = index.update(
+                to_remove,
+                new + changed,
+                progress=not args.quiet,
+                llm=llm,
+                on_bad_file="skip" if args.skip_bad_files else "fail",
+                rule=args.insert,
+                report=_eprint,
             )
     except BaseException:
         writer.abort()

@@ -391,6 +391,38 @@ class Index:
         self._replace_data(data)
         return summary
 
+    def update(
+        self,
+        remove: Sequence[str],
+        add: Sequence[str | Path] | Sequence[Document] | None,
+        *,
+        texts: bool = False,
+        progress: bool = False,
+        llm: Any = None,
+        on_bad_file: str = "fail",
+        rule: InsertRule = "auto",
+        report: Reporter | None = None,
+    ) -> UpdateSummary:
+        """Remove documents and add others in one update (a changed file is both): the tree
+        changes twice, the dirty nodes and BM25 are refreshed once."""
+        from psirag.living import update_documents
+
+        needs = bool(add) or self.config.routing != "leaf_mean"
+        data, summary = update_documents(
+            self._data,
+            list(remove),
+            add if add else None,
+            self.embedder if needs else None,
+            texts=texts,
+            llm=llm,
+            progress=progress,
+            on_bad_file=on_bad_file,
+            rule=rule,
+            report=report,
+        )
+        self._replace_data(data)
+        return summary
+
     def _replace_data(self, data: IndexData) -> None:
         """Point this facade at new data; the old value (and retrievers over it) stay valid."""
         if data is self._data:

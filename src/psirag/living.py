@@ -164,77 +164,94 @@ def _free_id(wanted: str, doc: Document, taken: set[str]) -> str:
 # ------------------------------------------------------------------ carrying per-node data
 
 
-def _carry(
-    data: IndexData,
-    update: TreeUpdate,
-    chunks: Sequence[Chunk],
-    leaf_vectors: np.ndarray,
-) -> tuple[list[str], np.ndarray]:
-    """The abstracts and node vectors of the new tree, every node's taken over from its old
-    node (``node_map``); new nodes get placeholders, to be refreshed."""
-    tree = update.tree
-    n_old, n_new = data.tree.n_leaves, tree.n_leaves
-    abstracts = [""] * (tree.n_nodes - n_new)
-    vectors = np.zeros((tree.n_nodes, data.dim), dtype=np.float32)
-    vectors[:n_new] = leaf_vectors
-    old_inner = np.arange(n_old, data.tree.n_nodes)
-    target = update.node_map[old_inner]
-    keep = target >= n_new
-    old_abs = data.abstracts
-    for u, v in zip(old_inner[keep].tolist(), target[keep].tolist(), strict=True):
-        abstracts[v - n_new] = old_abs[u - n_old]
-    vectors[target[keep]] = np.asarray(data.node_vectors[old_inner[keep]])
-    return abstracts, vectors
+@dataclass
+class _State:
+    """An index's per-node data while an update changes the tree: stale entries are marked
+    ``dirty`` (ids of this tree) and recomputed once at the end."""
 
+    tree: Tree
+    chunks: list[Chunk]
+    leaf_vectors: np.ndarray
+    abstracts: list[str]
+    vectors: np.ndarray
+    dirty: np.ndarray
 
-def _refresh(
-    data: IndexData,
-    update: TreeUpdate,
-    chunks: list[Chunk],
-    leaf_vectors: np.ndarray,
-    embedder: Embedder | None,
-    llm: Any,
-    summary: UpdateSummary,
-    progress: bool,
-) -> tuple[list[str], np.ndarray, Any]:
-    """Carry every clean node over; recompute abstracts and routing vectors of the dirty
-    ones (plus their siblings for keyword abstracts); rebuild BM25."""
-    config = data.config
-    tree = update.tree
-    n = tree.n_leaves
-    abstracts, vectors = _carry(data, update, chunks, leaf_vectors)
-    # Only the dirty nodes: a clean node's keyword abstract also reads corpus-wide counts (idf)
-    # and its parent's, which any update shifts a little; recomputing the siblings of every
-    # dirty node as well tripled the refreshed nodes on 2Wiki (BENCHMARKS.md) for that drift.
-    refresh = np.asarray(update.dirty, dtype=np.int64)
-    leaf_texts = [c.text for c in chunks]
-    t0 = time.perf_counter()
-    if refresh.size:
-        written = write_abstracts(
-            tree,
-            leaf_texts,
-            config,
-            nodes=refresh.tolist(),
-            current=abstracts,
-            llm=llm,
-            progress=progress,
+    @classmethod
+    def of(cls, data: IndexData) -> _State:
+        n = data.tree.n_leaves
+        return cls(
+            data.tree,
+            list(data.chunks),
+            np.asarray(data.node_vectors[:n], dtype=np.float32),
+            list(data.abstracts),
+            np.array(data.node_vectors, dtype=np.float32),
+            np.empty(0, dtype=np.int64),
         )
-        for u, text in zip(refresh.tolist(), written.texts, strict=True):
-            abstracts[u - n] = text
-        summary.llm_calls += int(written.llm.get("calls", 0) or 0)
-        summary.llm_cached += int(written.llm.get("cached", 0) or 0)
-    summary.seconds["abstracts"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    if refresh.size:
-        vectors[refresh] = routing_vectors(
-            tree, leaf_vectors, abstracts, config, embedder, nodes=refresh.tolist()
-        )
-    summary.seconds["routing"] = time.perf_counter() - t0
-    summary.nodes_refreshed = int(refresh.size)
-    t0 = time.perf_counter()
-    sparse = sparse_index(leaf_texts, config)
-    summary.seconds["bm25"] = time.perf_counter() - t0
-    return abstracts, vectors, sparse
+
+    def apply(self, update: TreeUpdate, chunks: list[Chunk], leaf_vectors: np.ndarray) -> None:
+        """Move to ``update.tree``: every node's abstract and vector taken over from its old
+        node (``node_map``); new and changed nodes, and the old dirty ones, marked dirty."""
+        tree = update.tree
+        n_old, n_new = self.tree.n_leaves, tree.n_leaves
+        abstracts = [""] * (tree.n_nodes - n_new)
+        vectors = np.zeros((tree.n_nodes, self.vectors.shape[1]), dtype=np.float32)
+        vectors[:n_new] = leaf_vectors
+        old_inner = np.arange(n_old, self.tree.n_nodes)
+        target = update.node_map[old_inner]
+        keep = target >= n_new
+        for u, v in zip(old_inner[keep].tolist(), target[keep].tolist(), strict=True):
+            abstracts[v - n_new] = self.abstracts[u - n_old]
+        vectors[target[keep]] = self.vectors[old_inner[keep]]
+        carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
+        carried = carried[carried >= n_new]
+        self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaf_vectors
+        self.abstracts, self.vectors = abstracts, vectors
+        self.dirty = np.union1d(update.dirty, carried).astype(np.int64)
+
+    def refresh(
+        self,
+        config: Any,
+        embedder: Embedder | None,
+        llm: Any,
+        summary: UpdateSummary,
+        progress: bool,
+    ) -> Any:
+        """Recompute the abstracts and routing vectors of the dirty nodes (parents after
+        children), each exactly as a full recompute over this tree; rebuild BM25."""
+        tree = self.tree
+        n = tree.n_leaves
+        # Only the dirty nodes: a clean node's keyword abstract also reads corpus-wide counts
+        # (idf) and its parent's, which any update shifts a little; refreshing the siblings of
+        # every dirty node too tripled the refreshed nodes on 2Wiki for that drift.
+        refresh = self.dirty
+        leaf_texts = [c.text for c in self.chunks]
+        t0 = time.perf_counter()
+        if refresh.size:
+            written = write_abstracts(
+                tree,
+                leaf_texts,
+                config,
+                nodes=refresh.tolist(),
+                current=self.abstracts,
+                llm=llm,
+                progress=progress,
+            )
+            for u, text in zip(refresh.tolist(), written.texts, strict=True):
+                self.abstracts[u - n] = text
+            summary.llm_calls += int(written.llm.get("calls", 0) or 0)
+            summary.llm_cached += int(written.llm.get("cached", 0) or 0)
+        summary.seconds["abstracts"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if refresh.size:
+            self.vectors[refresh] = routing_vectors(
+                tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=refresh.tolist()
+            )
+        summary.seconds["routing"] = time.perf_counter() - t0
+        summary.nodes_refreshed = int(refresh.size)
+        t0 = time.perf_counter()
+        sparse = sparse_index(leaf_texts, config)
+        summary.seconds["bm25"] = time.perf_counter() - t0
+        return sparse
 
 
 def _lineage(data: IndexData, added: int, removed: int) -> dict[str, int]:
@@ -329,121 +346,10 @@ def add_documents(
     data: IndexData,
     corpus: Corpus,
     embedder: Embedder,
-    *,
-    texts: bool = False,
-    llm: Any = None,
-    progress: bool = False,
-    on_bad_file: str = "fail",
-    rule: InsertRule = "auto",
-    report: Any = None,
+    **options: Any,
 ) -> tuple[IndexData, UpdateSummary]:
     """``data`` with the documents of ``corpus`` added (see the module docstring)."""
-    if embedder.id != data.embedder_id:
-        raise EmbedderMismatchError(
-            f"this index was built with embedder {data.embedder_id!r}, the documents to add "
-            f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
-            f"tree. Add with the index's own embedder ({data.config.embedder!r}) or rebuild."
-        )
-    summary = UpdateSummary()
-    t0 = time.perf_counter()
-    documents = load_corpus(corpus, texts=texts, on_bad_file=on_bad_file, report=report)
-    documents, summary = _admit(data, documents, summary)
-    if not documents:
-        summary.seconds["chunking"] = time.perf_counter() - t0
-        return data, summary
-    config = data.config
-    new_chunks = chunk_documents(documents, config, progress=progress)
-    known_ids = {c.id for c in data.chunks}
-    clash = [c.id for c in new_chunks if c.id in known_ids]
-    if clash:  # cannot happen with unique document ids; a guard for hand-made Documents
-        raise InputError(f"chunk id {clash[0]} is already in the index; give the document a new id")
-    summary.seconds["chunking"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    embedded = embed_chunks(new_chunks, embedder, progress=progress)
-    summary.seconds["embedding"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    n_old = data.tree.n_leaves
-    old_leaf_vectors = np.asarray(data.node_vectors[:n_old])
-    if config.tree_per_document:
-        doc_of = [c.source.document for c in new_chunks]
-        groups = [
-            n_old + np.flatnonzero(np.array(doc_of, dtype=object) == d)
-            for d in dict.fromkeys(doc_of)
-        ]
-        update = _append_trees(data.tree, embedded.vectors, groups, config)
-    else:
-        update = insert_leaves(
-            data.tree,
-            old_leaf_vectors,
-            embedded.vectors,
-            max_children=config.max_children,
-            rule=rule,
-            mode=resolve_tree_mode(config.tree_mode, len(new_chunks)),  # type: ignore[arg-type]
-            neighbors=config.tree_neighbors,
-        )
-    summary.seconds["tree"] = time.perf_counter() - t0
-    summary.tree = dict(update.counts)
-    # insert_leaves keeps old leaf ids and appends the new ones in input order
-    chunks = list(data.chunks) + list(new_chunks)
-    leaf_vectors = np.concatenate([old_leaf_vectors, embedded.vectors]).astype(np.float32)
-    abstracts, vectors, sparse = _refresh(
-        data, update, chunks, leaf_vectors, embedder, llm, summary, progress
-    )
-    sources = {**data.sources, **document_sources(documents)}
-    summary.added = [d.id for d in documents]
-    summary.chunks_added = len(new_chunks)
-    stats = replace(
-        data.stats,
-        documents=len(data.documents) + len(documents),
-        truncated=data.stats.truncated + embedded.truncated,
-    )
-    new = IndexData(
-        config=config,
-        chunks=tuple(chunks),
-        tree=update.tree,
-        node_vectors=vectors,
-        abstracts=tuple(abstracts),
-        sparse=sparse,
-        embedder_id=data.embedder_id,
-        stats=stats,
-        sources=sources,
-        lineage=_lineage(data, len(new_chunks), 0),
-    )
-    return new, summary
-
-
-def _admit(
-    data: IndexData, documents: list[Document], summary: UpdateSummary
-) -> tuple[list[Document], UpdateSummary]:
-    """Skip documents already indexed, refuse a changed file given to ``add``, rename new
-    documents whose id another document holds."""
-    config = data.config
-    existing = document_digests(data.chunks)
-    taken = set(existing) | {d.id for d in documents}
-    out: list[Document] = []
-    kept: set[str] = set()
-    for doc in documents:
-        if doc.id in existing:
-            mine = document_digests(chunk_documents([doc], config)).get(doc.id)
-            if mine == existing[doc.id]:
-                summary.skipped.append(doc.id)
-                continue
-            known = data.sources.get(doc.id, {})
-            if doc.path is not None and known.get("path") == doc.path:
-                raise InputError(
-                    f"{doc.path}: document {doc.id!r} is already indexed with other content "
-                    "(the file changed since); re-index it with `psirag sync`, or remove it "
-                    "first (`psirag remove DIR --doc ID`)"
-                )
-        if doc.id in existing or doc.id in kept:
-            new_id = _free_id(doc.id, doc, taken)
-            summary.renamed[doc.id] = new_id
-            doc = replace(doc, id=new_id)
-        taken.add(doc.id)
-        kept.add(doc.id)
-        out.append(doc)
-    return out, summary
+    return update_documents(data, [], corpus, embedder, **options)
 
 
 def remove_documents(
@@ -457,9 +363,34 @@ def remove_documents(
     """``data`` without the documents ``doc_ids`` (every one must be in the index)."""
     if isinstance(doc_ids, str):
         doc_ids = [doc_ids]
-    wanted = list(dict.fromkeys(str(d) for d in doc_ids))
-    if not wanted:
+    if not list(doc_ids):
         raise InputError("no document id given to remove; name at least one (--doc ID)")
+    return update_documents(data, doc_ids, None, embedder, llm=llm, progress=progress)
+
+
+def update_documents(
+    data: IndexData,
+    remove: Sequence[str],
+    corpus: Corpus | None,
+    embedder: Embedder | None,
+    *,
+    texts: bool = False,
+    llm: Any = None,
+    progress: bool = False,
+    on_bad_file: str = "fail",
+    rule: InsertRule = "auto",
+    report: Any = None,
+) -> tuple[IndexData, UpdateSummary]:
+    """Remove the documents ``remove``, then add those of ``corpus`` (a re-indexed file is
+    both), changing the tree twice but refreshing the dirty nodes and BM25 once."""
+    config = data.config
+    if corpus is not None and embedder is not None and embedder.id != data.embedder_id:
+        raise EmbedderMismatchError(
+            f"this index was built with embedder {data.embedder_id!r}, the documents to add "
+            f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
+            f"tree. Add with the index's own embedder ({config.embedder!r}) or rebuild."
+        )
+    wanted = list(dict.fromkeys(str(d) for d in remove))
     known = set(data.documents)
     missing = [d for d in wanted if d not in known]
     if missing:
@@ -468,45 +399,140 @@ def remove_documents(
             f"unknown document id(s) {missing[:10]}: this index holds {len(known):,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
         )
-    if len(wanted) >= len(known):
+    if wanted and len(wanted) >= len(known):
         raise InputError(
             f"removing all {len(known):,} documents would leave an empty index; nothing was "
             "removed (build a new index instead)"
         )
     summary = UpdateSummary()
-    t0 = time.perf_counter()
-    gone = np.isin(data.leaf_documents, np.array(wanted, dtype=object))
-    leaf_ids = np.flatnonzero(gone)
-    n_old = data.tree.n_leaves
-    old_leaf_vectors = np.asarray(data.node_vectors[:n_old])
-    update = remove_leaves(
-        data.tree, leaf_ids, old_leaf_vectors, max_children=data.config.max_children
-    )
-    summary.seconds["tree"] = time.perf_counter() - t0
-    summary.tree = dict(update.counts)
-    keep = np.flatnonzero(~gone)
-    chunks = [data.chunks[i] for i in keep.tolist()]
-    leaf_vectors = old_leaf_vectors[keep]
-    abstracts, vectors, sparse = _refresh(
-        data, update, chunks, leaf_vectors, embedder, llm, summary, progress
-    )
-    summary.removed = wanted
-    summary.chunks_removed = int(leaf_ids.size)
-    gone_set = set(wanted)
-    stats = replace(data.stats, documents=len(known) - len(wanted))
+    documents: list[Document] = []
+    sources = dict(data.sources)
+    if corpus is not None:
+        t0 = time.perf_counter()
+        documents = load_corpus(corpus, texts=texts, on_bad_file=on_bad_file, report=report)
+        summary.seconds["chunking"] = time.perf_counter() - t0
+    state = _State.of(data)
+    if wanted:
+        t0 = time.perf_counter()
+        gone = np.isin(data.leaf_documents, np.array(wanted, dtype=object))
+        leaf_ids = np.flatnonzero(gone)
+        update = remove_leaves(
+            state.tree, leaf_ids, state.leaf_vectors, max_children=config.max_children
+        )
+        keep = np.flatnonzero(~gone)
+        state.apply(update, [state.chunks[i] for i in keep.tolist()], state.leaf_vectors[keep])
+        summary.seconds["tree"] = time.perf_counter() - t0
+        summary.tree = dict(update.counts)
+        summary.removed = wanted
+        summary.chunks_removed = int(leaf_ids.size)
+        for d in wanted:
+            sources.pop(d, None)
+    new_chunks: list[Chunk] = []
+    truncated = 0
+    if documents:
+        t0 = time.perf_counter()
+        documents = _admit(state.chunks, sources, config, documents, summary)
+        new_chunks = chunk_documents(documents, config, progress=progress) if documents else []
+        summary.seconds["chunking"] = summary.seconds.get("chunking", 0.0) + (
+            time.perf_counter() - t0
+        )
+    if new_chunks:
+        if embedder is None:
+            raise InputError("adding documents needs an embedder")
+        known_ids = {c.id for c in state.chunks}
+        clash = [c.id for c in new_chunks if c.id in known_ids]
+        if clash:  # cannot happen with unique document ids; a guard for hand-made Documents
+            raise InputError(
+                f"chunk id {clash[0]} is already in the index; give the document a new id"
+            )
+        t0 = time.perf_counter()
+        embedded = embed_chunks(new_chunks, embedder, progress=progress)
+        truncated = embedded.truncated
+        summary.seconds["embedding"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        n_old = state.tree.n_leaves
+        if config.tree_per_document:
+            doc_of = np.array([c.source.document for c in new_chunks], dtype=object)
+            groups = [n_old + np.flatnonzero(doc_of == d) for d in dict.fromkeys(doc_of.tolist())]
+            update = _append_trees(state.tree, embedded.vectors, groups, config)
+        else:
+            update = insert_leaves(
+                state.tree,
+                state.leaf_vectors,
+                embedded.vectors,
+                max_children=config.max_children,
+                rule=rule,
+                mode=resolve_tree_mode(config.tree_mode, len(new_chunks)),  # type: ignore[arg-type]
+                neighbors=config.tree_neighbors,
+            )
+        # insert_leaves keeps the old leaf ids and appends the new ones in input order
+        state.apply(
+            update,
+            state.chunks + new_chunks,
+            np.concatenate([state.leaf_vectors, embedded.vectors]).astype(np.float32),
+        )
+        summary.seconds["tree"] = summary.seconds.get("tree", 0.0) + time.perf_counter() - t0
+        for k, v in update.counts.items():
+            summary.tree[k] = summary.tree.get(k, 0) + v
+        sources.update(document_sources(documents))
+        summary.added = [d.id for d in documents]
+        summary.chunks_added = len(new_chunks)
+    if not wanted and not new_chunks:
+        return data, summary
+    sparse = state.refresh(config, embedder, llm, summary, progress)
+    n_docs = len(known) - len(wanted) + len(documents)
+    stats = replace(data.stats, documents=n_docs, truncated=data.stats.truncated + truncated)
     new = IndexData(
-        config=data.config,
-        chunks=tuple(chunks),
-        tree=update.tree,
-        node_vectors=vectors,
-        abstracts=tuple(abstracts),
+        config=config,
+        chunks=tuple(state.chunks),
+        tree=state.tree,
+        node_vectors=state.vectors,
+        abstracts=tuple(state.abstracts),
         sparse=sparse,
         embedder_id=data.embedder_id,
         stats=stats,
-        sources={k: v for k, v in data.sources.items() if k not in gone_set},
-        lineage=_lineage(data, 0, int(leaf_ids.size)),
+        sources=sources,
+        lineage=_lineage(data, len(new_chunks), summary.chunks_removed),
     )
     return new, summary
+
+
+def _admit(
+    chunks: Sequence[Chunk],
+    sources: dict[str, dict[str, Any]],
+    config: Any,
+    documents: list[Document],
+    summary: UpdateSummary,
+) -> list[Document]:
+    """Skip documents already indexed, refuse a changed file given to ``add``, rename new
+    documents whose id another document holds."""
+    existing = document_digests(chunks)
+    taken = set(existing) | {d.id for d in documents}
+    out: list[Document] = []
+    kept: set[str] = set()
+    for doc in documents:
+        if doc.id in existing:
+            mine = document_digests(chunk_documents([doc], config)).get(doc.id)
+            if mine == existing[doc.id]:
+                summary.skipped.append(doc.id)
+                if doc.path is not None and doc.id not in sources:
+                    sources[doc.id] = {"path": doc.path, "sha256": doc.sha256}
+                continue
+            known = sources.get(doc.id, {})
+            if doc.path is not None and known.get("path") == doc.path:
+                raise InputError(
+                    f"{doc.path}: document {doc.id!r} is already indexed with other content "
+                    "(the file changed since); re-index it with `psirag sync`, or remove it "
+                    "first (`psirag remove DIR --doc ID`)"
+                )
+        if doc.id in existing or doc.id in kept:
+            new_id = _free_id(doc.id, doc, taken)
+            summary.renamed[doc.id] = new_id
+            doc = replace(doc, id=new_id)
+        taken.add(doc.id)
+        kept.add(doc.id)
+        out.append(doc)
+    return out
 
 
 # ------------------------------------------------------------------ full rebuilds
