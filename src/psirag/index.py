@@ -8,13 +8,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from psirag import __version__
 from psirag.config import IndexConfig, SearchConfig
 from psirag.embed import Embedder, finalize_vectors, load_embedder
+from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex
@@ -24,6 +25,9 @@ from psirag.storage import IndexReader, IndexWriter
 from psirag.tree import Tree, build_forest, build_tree
 from psirag.tree.build import resolve_tree_mode
 from psirag.types import Chunk, Passage, Source, source_from_dict
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
 
@@ -134,7 +138,7 @@ class Index:
         report: Reporter | None = None,
         on_bad_file: str = "fail",
         texts: bool = False,
-        llm: Any = None,
+        llm: LLMClient | None = None,
     ) -> Index:
         """Chunk, embed, build the tree, write abstracts and BM25.
 
@@ -243,7 +247,7 @@ class Index:
         texts: list[str],
         config: IndexConfig,
         progress: bool,
-        llm: Any,
+        llm: LLMClient | None,
         stats: BuildStats,
     ) -> list[str]:
         n_abstract = tree.n_nodes - tree.n_leaves
@@ -408,7 +412,10 @@ class Index:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = load_embedder(self.config.embedder, batch_size=self.config.batch_size)
+            # An endpoint named by the manifest needs the user's confirmation (embed/endpoints.py).
+            self._embedder = load_index_embedder(
+                self.config.embedder, batch_size=self.config.batch_size
+            )
             self._check_embedder(self._embedder)
         return self._embedder
 

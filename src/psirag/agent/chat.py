@@ -9,11 +9,10 @@ question or the instructions) and records how many it cut.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from psirag.llm.base import ChatResult, GenerationParams, Message, token_counter
+from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message, token_counter
+from psirag.llm.client import as_client
 from psirag.prompts import format_documents
 from psirag.types import Passage
 
@@ -104,27 +103,15 @@ def fit_messages(
     return best, low
 
 
-def accepts_stage(chat: Callable[..., Any]) -> bool:
-    """``LLMClient.chat`` takes a ``stage`` label for its accounting; a bare ChatModel does not."""
-    try:
-        parameters = inspect.signature(chat).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "stage" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
 def call_model(
-    llm: Any, messages: list[Message], params: GenerationParams, stage: str
+    llm: ChatModel, messages: list[Message], params: GenerationParams, stage: str
 ) -> ChatResult:
-    """One chat call, labelled with ``stage`` where the model (an ``LLMClient``) counts stages."""
-    if accepts_stage(llm.chat):
-        return llm.chat(messages, params, stage=stage)
-    return llm.chat(messages, params)
+    """One chat call, through an ``LLMClient`` (a bare ChatModel is wrapped), labelled ``stage``."""
+    return as_client(llm).chat(messages, params, stage=stage)
 
 
 __all__ = [
     "REPEAT_PENALTY",
-    "accepts_stage",
     "call_model",
     "clip",
     "context_tokens_of",

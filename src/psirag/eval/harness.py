@@ -71,6 +71,8 @@ from psirag.eval.settings import (
     MethodMode,
     resolve_embedder,
 )
+from psirag.llm.base import ChatModel
+from psirag.llm.client import LLMClient, as_client
 from psirag.types import Passage
 
 SCHEMA = "psirag.eval/1"
@@ -379,7 +381,7 @@ class _Runner:
         dataset: EvalDataset,
         settings: EvalSettings,
         vectors: QueryVectors,
-        llm: Any,
+        llm: LLMClient | None,
     ) -> None:
         self.dataset = dataset
         self.settings = settings
@@ -553,7 +555,7 @@ def run_eval(
     settings: EvalSettings | None = None,
     *,
     embedder: Embedder | None = None,
-    llm: Any = None,
+    llm: ChatModel | None = None,
     say: Say | None = None,
     progress: bool = False,
 ) -> EvalReport:
@@ -590,7 +592,7 @@ def run_eval(
         _warn_summarize_index(settings, data, say)
 
     embedder_obj = embedder or resolve_embedder(
-        settings.embedder, settings.resolved_index_config().batch_size
+        settings.embedder, settings.resolved_index_config().batch_size, settings.http
     )
     embedding_cached = False
     if settings.embedding_cache is not None:
@@ -707,20 +709,21 @@ def _warn_summarize_index(settings: EvalSettings, data: EvalDataset, say: Say) -
         )
 
 
-def _llm_client(settings: EvalSettings, llm: Any) -> tuple[Any, bool]:
+def _llm_client(settings: EvalSettings, llm: ChatModel | None) -> tuple[LLMClient | None, bool]:
     """The LLMClient every answer goes through (cached in the cache folder); owned: close it."""
     if llm is not None:
-        return llm, False
+        return as_client(llm), False
     if settings.llm is None:
         return None, False
-    from psirag.llm import LLMClient, load_chat_model
+    from psirag.llm import load_chat_model
 
     cache_dir = Path(settings.cache_dir).expanduser()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    return LLMClient(load_chat_model(settings.llm), cache_path=cache_dir / LLM_CACHE_FILE), True
+    model = load_chat_model(settings.llm, http=settings.http)
+    return LLMClient(model, cache_path=cache_dir / LLM_CACHE_FILE), True
 
 
-def _model_id(client: Any) -> str | None:
+def _model_id(client: ChatModel | None) -> str | None:
     """The model id of an LLMClient (its wrapped model) or of a bare ChatModel."""
     if client is None:
         return None
