@@ -35,7 +35,9 @@ class Reply:
     """One scripted answer. ``content`` becomes a chat completion; ``body`` (dict, str or bytes)
     is sent verbatim instead when given. ``delay`` seconds pass before anything is sent; with
     ``trickle`` the body goes out one byte every ``trickle`` seconds; ``pad_bytes`` sends a body
-    of that many bytes (streamed, never held in memory); ``drop`` closes the connection at once."""
+    of that many bytes (streamed, never held in memory; with ``omit_length`` no Content-Length is
+    sent, so the client can only find the size by reading); ``drop`` closes the connection at
+    once."""
 
     content: str | None = None
     status: int = 200
@@ -45,6 +47,7 @@ class Reply:
     finish_reason: str = "stop"
     trickle: float = 0.0
     pad_bytes: int = 0
+    omit_length: bool = False
     drop: bool = False
 
 
@@ -190,17 +193,24 @@ class FakeOpenAIServer:
                 total = max(reply.pad_bytes, len(head) + len(tail))
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(total))
+                if reply.omit_length:
+                    self.close_connection = True  # the end of the body is the end of the stream
+                    self.send_header("Connection", "close")
+                else:
+                    self.send_header("Content-Length", str(total))
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(head)
                 left = total - len(head) - len(tail)
                 block = b"x" * 65536
-                while left > 0 and not server._closing.is_set():
-                    self.wfile.write(block[: min(left, len(block))])
-                    left -= min(left, len(block))
-                self.wfile.write(tail)
+                try:
+                    while left > 0 and not server._closing.is_set():
+                        self.wfile.write(block[: min(left, len(block))])
+                        left -= min(left, len(block))
+                    self.wfile.write(tail)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading at its size cap
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
