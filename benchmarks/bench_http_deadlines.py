@@ -74,7 +74,7 @@ def main() -> None:
             def case(name: str) -> None:
                 server = servers[name]
                 index = Path(tmp) / f"index-{name}"
-                spec = server.spec("m")
+                spec = server.model_spec("m")
                 build = [*psirag, "index", str(corpus), "--out", str(index), "-q"]
                 subprocess.run([*build, "--embedder", spec], env=env, check=True, timeout=120)
                 ask = [*psirag, "ask", str(index), "Which volcano destroyed Pompeii?", "-q"]

@@ -230,7 +230,7 @@ class AbstractLLM(ChatServer):
 
     @property
     def spec(self) -> str:
-        return f"openai:http://127.0.0.1:{self.httpd.server_address[1]}/v1#m"
+        return f"openai:{self.base_url}#m"
 
     @staticmethod
     def is_abstract(body: dict[str, Any]) -> bool:

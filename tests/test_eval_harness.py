@@ -310,7 +310,7 @@ class ScriptedLLM(ChatServer):
 
     @property
     def spec(self) -> str:
-        return f"openai:http://127.0.0.1:{self.httpd.server_address[1]}/v1#m"
+        return f"openai:{self.base_url}#m"
 
     @staticmethod
     def reply(messages: list[dict[str, str]]) -> str:

@@ -39,13 +39,21 @@ def built(tmp_path: Path, embed_server: FakeOpenAIServer) -> Path:
     for name, texts in TOPICS.items():
         (corpus / f"{name}.txt").write_text(" ".join(texts), encoding="utf-8")
     out = tmp_path / "index"
-    argv = ["index", str(corpus), "--out", str(out), "-q", "--embedder", embed_server.spec("m")]
+    argv = [
+        "index",
+        str(corpus),
+        "--out",
+        str(out),
+        "-q",
+        "--embedder",
+        embed_server.model_spec("m"),
+    ]
     assert main(argv) == 0
     return out
 
 
 def ask(index: Path, llm: FakeOpenAIServer, embedder: str, *extra: str) -> int:
-    argv = ["ask", str(index), QUESTION, "-q", "--llm", llm.spec("m"), "--embedder", embedder]
+    argv = ["ask", str(index), QUESTION, "-q", "--llm", llm.model_spec("m"), "--embedder", embedder]
     return main([*argv, *extra])
 
 
@@ -58,7 +66,7 @@ def test_ask_with_timeout_fails_clearly_in_bounded_time(built, embed_server, cap
     with FakeOpenAIServer(responder=lambda body: reply) as llm:
         capsys.readouterr()
         start = time.monotonic()
-        code = ask(built, llm, embed_server.spec("m"), "--timeout", "2", "--retries", "1")
+        code = ask(built, llm, embed_server.model_spec("m"), "--timeout", "2", "--retries", "1")
         elapsed = time.monotonic() - start
     err = capsys.readouterr().err
     assert code == 2
@@ -72,7 +80,9 @@ def test_ask_retries_a_busy_server_and_answers(built, embed_server, capsys, capl
     with FakeOpenAIServer(responder=lambda body: "Answer: Vesuvius") as llm:
         llm.script(Reply(status=503, body="warming up", headers={"Retry-After": "0.1"}))
         capsys.readouterr()
-        assert ask(built, llm, embed_server.spec("m"), "--timeout", "10", "--retries", "1") == 0
+        assert (
+            ask(built, llm, embed_server.model_spec("m"), "--timeout", "10", "--retries", "1") == 0
+        )
         assert llm.calls == 2
     assert capsys.readouterr().out.strip() == "Vesuvius"
     assert "HTTP 503; waiting 0.1 s before attempt 2 of 2" in caplog.text  # said, on stderr
@@ -85,7 +95,7 @@ def test_index_embedding_call_has_the_deadline(tmp_path, capsys):
     with FakeOpenAIServer(embed=lambda texts: Reply(delay=60)) as srv:
         start = time.monotonic()
         argv = ["index", str(corpus), "--out", str(tmp_path / "i"), "-q"]
-        code = main([*argv, "--embedder", srv.spec("m"), "--timeout", "1", "--retries", "0"])
+        code = main([*argv, "--embedder", srv.model_spec("m"), "--timeout", "1", "--retries", "0"])
         elapsed = time.monotonic() - start
     assert code == 2 and elapsed < 5
     assert "embedding server at" in capsys.readouterr().err
@@ -164,7 +174,7 @@ def test_manifest_endpoint_gets_no_query_and_no_key(
 
 def ask_without_confirming(index: Path, capsys: pytest.CaptureFixture[str]) -> int:
     with FakeOpenAIServer(responder=lambda body: "Answer: x") as llm:
-        code = main(["ask", str(index), QUESTION, "-q", "--llm", llm.spec("m")])
+        code = main(["ask", str(index), QUESTION, "-q", "--llm", llm.model_spec("m")])
         assert llm.requests == []  # refused before the LLM was asked anything
     assert "names the embedding endpoint" in capsys.readouterr().err
     return code
@@ -177,7 +187,14 @@ def test_confirmed_embedder_is_used_instead_of_the_manifest(
     plant_endpoint(built, attacker.base_url)
     before = embed_server.calls
     capsys.readouterr()
-    argv = ["search", str(built), "Pompeii volcano", "--json", "--embedder", embed_server.spec("m")]
+    argv = [
+        "search",
+        str(built),
+        "Pompeii volcano",
+        "--json",
+        "--embedder",
+        embed_server.model_spec("m"),
+    ]
     assert main(argv) == 0
     hits = json.loads(capsys.readouterr().out)["passages"]
     assert hits and "Vesuvius" in hits[0]["text"]
@@ -187,7 +204,7 @@ def test_confirmed_embedder_is_used_instead_of_the_manifest(
 
 def test_confirmed_embedder_must_serve_the_index_model(built, embed_server, capsys):
     capsys.readouterr()
-    assert main(["search", str(built), "q", "--embedder", embed_server.spec("other")]) == 2
+    assert main(["search", str(built), "q", "--embedder", embed_server.model_spec("other")]) == 2
     assert "built with embedder 'openai:m'" in capsys.readouterr().err
 
 

@@ -267,7 +267,7 @@ class FakeOpenAIServer:
         with self._lock:
             return len(self.requests)
 
-    def spec(self, model: str = "m") -> str:
+    def model_spec(self, model: str = "m") -> str:
         """The ``openai:<url>#<model>`` spec of this server (for --llm and --embedder)."""
         return f"openai:{self.base_url}#{model}"
 
