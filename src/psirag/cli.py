@@ -281,10 +281,10 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         if summary["truncated_chunks"]:
             print(f"  truncated chunks: {summary['truncated_chunks']:,}", file=out)
         if index.stats.llm:
-            llm = index.stats.llm
+            paid = index.stats.llm
             print(
-                f"  LLM abstracts:     {llm['calls']:,} calls paid, {llm['cached']:,} from the "
-                f"cache, {llm['cut_nodes']:,} inputs cut evenly to fit {llm['context_tokens']} "
+                f"  LLM abstracts:     {paid['calls']:,} calls paid, {paid['cached']:,} from the "
+                f"cache, {paid['cut_nodes']:,} inputs cut evenly to fit {paid['context_tokens']} "
                 "tokens",
                 file=out,
             )

@@ -60,7 +60,7 @@ def request_tokens(messages: Sequence[Message], count: Callable[[str], int]) -> 
     return sum(count(m.get("content", "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
-def context_tokens_of(llm: object) -> int | None:
+def context_tokens_of(llm: ChatModel) -> int | None:
     """The context window of a model or of a client wrapping one; ``None`` when unknown."""
     for candidate in (llm, getattr(llm, "model", None)):
         value = getattr(candidate, "context_tokens", None)
@@ -72,7 +72,7 @@ def context_tokens_of(llm: object) -> int | None:
 def fit_messages(
     build: Callable[[int | None], list[Message]],
     longest: int,
-    llm: object,
+    llm: ChatModel,
     reply_tokens: int,
 ) -> tuple[list[Message], int | None]:
     """Build the request with the largest passage-length limit that fits the context window.

@@ -458,6 +458,12 @@ class _Runner:
             "queries": [q.question],
         }
 
+    def _model(self) -> LLMClient:
+        """The run's LLM client; modes that answer are only planned with one (checked early)."""
+        if self.llm is None:
+            raise InputError("this method answers with an LLM: pass --llm SPEC")
+        return self.llm
+
     def _summarize(self, retrieval: Retrieval, q: EvalQuestion) -> dict[str, Any]:
         """One retrieval inside the question's document, one summary over what it visited."""
         if retrieval.visit is None:  # run_eval checks first; kept for direct callers
@@ -468,7 +474,7 @@ class _Runner:
         nodes = list(retrieval.visit(q.question, vector, self.question_docs(q)))
         query_ms = (time.perf_counter() - start) * 1000
         summarizer = Summarizer(
-            self.llm,
+            self._model(),
             lambda query: nodes,
             top_k=s.summary_top_k,
             max_tokens=s.summary_max_tokens,
@@ -516,7 +522,7 @@ class _Runner:
         loop: RetrieveAndAnswer | IRCoT
         if mode == "ircot":
             loop = IRCoT(
-                self.llm,
+                self._model(),
                 retrieve,
                 max_retrievals=self.settings.max_retrievals,
                 max_tokens=self.settings.max_tokens,
@@ -524,7 +530,7 @@ class _Runner:
             )
         else:
             loop = RetrieveAndAnswer(
-                self.llm,
+                self._model(),
                 retrieve,
                 max_retrievals=self.settings.max_retrievals if mode == "agent" else 0,
                 max_tokens=self.settings.max_tokens,

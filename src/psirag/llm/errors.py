@@ -39,8 +39,8 @@ class LLMHTTPError(LLMError):
         self.status = status
         self.retry_after = retry_after
 
-    @property  # type: ignore[override]
-    def retryable(self) -> bool:
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
         return self.status == 429 or self.status >= 500
 
 
