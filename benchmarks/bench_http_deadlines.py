@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument("--extra", default="--timeout 2 --retries 1", help="flags given to ask")
     parser.add_argument("--cap", type=float, default=600.0, help="kill ask after this many s")
     parser.add_argument("--trickle", type=float, default=10.0, help="seconds between bytes")
-    parser.add_argument("--cases", default="sleep,trickle")
+    parser.add_argument(
+        "--cases", default="answer,sleep,trickle", help="answer: a prompt server (start-up cost)"
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args()
     src = os.environ.get("PSIRAG_SRC", str(Path(__file__).resolve().parents[1] / "src"))
@@ -58,6 +60,7 @@ def main() -> None:
     env.pop("OPENAI_API_KEY", None)
     cases = args.cases.split(",")
     modes = {
+        "answer": lambda body: Reply(content="Answer: Vesuvius"),
         "sleep": lambda body: Reply(content="Answer: late", delay=3600),
         "trickle": lambda body: Reply(content="Answer: " + "x" * 200, trickle=args.trickle),
     }
@@ -76,7 +79,13 @@ def main() -> None:
                 index = Path(tmp) / f"index-{name}"
                 spec = server.model_spec("m")
                 build = [*psirag, "index", str(corpus), "--out", str(index), "-q"]
-                subprocess.run([*build, "--embedder", spec], env=env, check=True, timeout=120)
+                subprocess.run(
+                    [*build, "--embedder", spec],
+                    env=env,
+                    check=True,
+                    timeout=120,
+                    capture_output=True,
+                )
                 ask = [*psirag, "ask", str(index), "Which volcano destroyed Pompeii?", "-q"]
                 ask += ["--llm", spec, *shlex.split(args.extra)]
                 if "--timeout" in args.extra:  # the new CLI: the index's endpoint is confirmed

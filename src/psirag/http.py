@@ -261,6 +261,8 @@ class HttpClient:
                     f"capped at {policy.max_wait:g} s"
                 )
         if wait >= left:
+            if exc.kind == "timeout":
+                return None  # the deadline itself ran out: the message already says so
             asked = f" (it asked to wait {exc.retry_after:g} s)" if exc.retry_after else ""
             exc.args = (
                 f"{exc.args[0]}; not retried{asked}: only {max(left, 0):.1f} s were left of the "
