@@ -55,7 +55,8 @@ def main() -> None:
     )
     parser.add_argument("--json", metavar="PATH", help="also write the results here")
     args = parser.parse_args()
-    src = os.environ.get("PSIRAG_SRC", str(Path(__file__).resolve().parents[1] / "src"))
+    older = os.environ.get("PSIRAG_SRC")
+    src = older or str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": src}
     env.pop("OPENAI_API_KEY", None)
     cases = args.cases.split(",")
@@ -107,7 +108,9 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.close()
-    report = {"extra": args.extra, "src": src, "results": results}
+    # The code under test by name, not by this machine's path.
+    label = "PSIRAG_SRC (an older checkout)" if older else "this checkout"
+    report = {"extra": args.extra, "src": label, "results": results}
     print(json.dumps(report, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
