@@ -5,8 +5,12 @@ and the plain-http warning. Each of these failed (or hung) with the two urllib c
 from __future__ import annotations
 
 import logging
+import shutil
+import ssl
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +19,7 @@ from psirag.http import HTTPCallError, HttpClient, HttpPolicy, is_loopback, warn
 from psirag.llm import (
     GenerationParams,
     LLMClient,
+    LLMConnectionError,
     LLMHTTPError,
     LLMResponseError,
     LLMTimeoutError,
@@ -169,3 +174,42 @@ def test_policy_rejects_nonsense(bad):
 def test_is_loopback_by_name_only():
     assert all(is_loopback(h) for h in ("localhost", "127.0.0.1", "127.8.9.1", "::1", "[::1]"))
     assert not any(is_loopback(h) for h in ("example.com", "10.0.0.1", "127.0.0.1.nip.io", ""))
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A self-signed certificate for 127.0.0.1 (openssl from the system; skipped without it)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    folder = tmp_path_factory.mktemp("tls")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(folder / "key.pem"), "-out", str(folder / "cert.pem")],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return folder
+
+
+@pytest.fixture
+def https_server(certificate: Path) -> Iterator[FakeOpenAIServer]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
+    with FakeOpenAIServer(responder=lambda body: "Answer: over TLS", tls=context) as srv:
+        yield srv
+
+
+def test_https_verifies_the_certificate_and_does_not_retry_a_bad_one(https_server):
+    model = OpenAIChat(https_server.base_url, "m", http=HttpPolicy(timeout=10, backoff=0.01))
+    start = time.monotonic()
+    with pytest.raises(LLMConnectionError, match=r"TLS with the LLM server at https://.*certif"):
+        model.chat(MESSAGES, PARAMS)
+    assert https_server.calls == 0 and time.monotonic() - start < 2  # no retries
+
+
+def test_https_with_a_trusted_certificate_works(https_server, certificate, monkeypatch):
+    monkeypatch.setenv("SSL_CERT_FILE", str(certificate / "cert.pem"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-tls")
+    model = OpenAIChat(https_server.base_url, "m", http=HttpPolicy(timeout=10))
+    assert model.chat(MESSAGES, PARAMS).text == "Answer: over TLS"
+    assert https_server.requests[0].headers["Authorization"] == "Bearer sk-tls"

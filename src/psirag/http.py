@@ -84,7 +84,7 @@ class HttpPolicy:
             raise InputError(f"max_body_bytes must be positive, got {self.max_body_bytes}")
 
 
-ErrorKind = Literal["timeout", "refused", "connection", "status", "too_large"]
+ErrorKind = Literal["timeout", "refused", "connection", "tls", "status", "too_large"]
 
 
 class HTTPCallError(PsiragError):
@@ -220,6 +220,7 @@ class HttpClient:
         self._port = parts.port or (443 if self._https else 80)
         self._target = urllib.parse.urlunsplit(("", "", parts.path or "/", parts.query, ""))
         self._proxy = None if is_loopback(self._host) else _proxy_for(parts.scheme, self._host)
+        self._tls: ssl.SSLContext | None = None
 
     def __repr__(self) -> str:
         return f"HttpClient({self.url!r}, what={self.what!r}, policy={self.policy!r})"
@@ -371,14 +372,13 @@ class HttpClient:
         self, timeout: float, headers: dict[str, str]
     ) -> tuple[http.client.HTTPConnection, str]:
         proxy = self._proxy
+        if self._https and self._tls is None:
+            self._tls = ssl.create_default_context()  # loads the CA store once per client
         if proxy is None:
             if self._https:
                 return (
                     http.client.HTTPSConnection(
-                        self._host,
-                        self._port,
-                        timeout=timeout,
-                        context=ssl.create_default_context(),
+                        self._host, self._port, timeout=timeout, context=self._tls
                     ),
                     self._target,
                 )
@@ -386,7 +386,7 @@ class HttpClient:
         proxy_host, proxy_port, auth = proxy
         if self._https:
             conn = http.client.HTTPSConnection(
-                proxy_host, proxy_port, timeout=timeout, context=ssl.create_default_context()
+                proxy_host, proxy_port, timeout=timeout, context=self._tls
             )
             conn.set_tunnel(self._host, self._port, headers=auth)
             return conn, self._target
@@ -412,6 +412,13 @@ class HttpClient:
         )
 
     def _connection_error(self, exc: BaseException, key: str) -> HTTPCallError:
+        if isinstance(exc, ssl.SSLError):  # not transient: retrying cannot fix a certificate
+            detail = scrub(getattr(exc, "verify_message", None) or str(exc), key)
+            return HTTPCallError(
+                f"TLS with the {self.what} at {self.url} failed: {detail}; check the URL and "
+                "the server's certificate",
+                "tls",
+            )
         if isinstance(exc, ConnectionRefusedError):
             return HTTPCallError(
                 f"could not connect to the {self.what} at {self.url}: connection refused; "

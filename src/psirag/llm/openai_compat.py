@@ -168,8 +168,9 @@ def _llm_error(exc: HTTPCallError) -> LLMError:
     message = str(exc)
     if exc.kind == "timeout":
         error = LLMTimeoutError(message)
-    elif exc.kind in ("refused", "connection"):
+    elif exc.kind in ("refused", "connection", "tls"):
         error = LLMConnectionError(message)
+        error.retryable = exc.retryable  # a certificate problem is not transient
     elif exc.kind == "status" and exc.status is not None:
         error = LLMHTTPError(message, status=exc.status, retry_after=exc.retry_after)
     else:

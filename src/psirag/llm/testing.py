@@ -11,8 +11,9 @@ many seconds), ``status`` with ``headers`` (a 429 with ``Retry-After``), ``pad_b
 body), ``drop`` (close the connection without an answer); :func:`echo_prompt` answers with the
 prompt itself.
 
-Every request is recorded in ``requests``: each entry is the parsed JSON body (a dict, so
-``server.requests[0]["messages"]`` works) with ``.path`` and ``.headers`` attributes.
+With ``tls`` (a server-side ``ssl.SSLContext``) it serves HTTPS. Every request is recorded in
+``requests``: each entry is the parsed JSON body (a dict, so ``server.requests[0]["messages"]``
+works) with ``.path`` and ``.headers`` attributes.
 
     with FakeOpenAIServer(responder=lambda body: "Answer: Delhi") as server:
         model = OpenAIChat(server.base_url, "fake")
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import ssl
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -120,6 +122,7 @@ class FakeOpenAIServer:
         usage: tuple[int, int] = (10, 5),
         *,
         embed: EmbedFn | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.responder: Responder = responder or _default_responder
         self.embed: EmbedFn = embed or _default_embed
@@ -219,8 +222,10 @@ class FakeOpenAIServer:
                 return
 
         self._httpd = Server(("127.0.0.1", 0), Handler)
+        if tls is not None:  # HTTPS, with the caller's certificate
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self.port = int(self._httpd.server_address[1])
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.base_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
