@@ -25,7 +25,7 @@ from psirag.llm import (
     LLMTimeoutError,
     OpenAIChat,
 )
-from psirag.llm.testing import FakeOpenAIServer, Reply
+from psirag.llm.testing import FakeOpenAIServer, Reply, echo_prompt
 
 MESSAGES = [{"role": "user", "content": "Which volcano destroyed Pompeii?"}]
 PARAMS = GenerationParams(max_tokens=16)
@@ -57,6 +57,22 @@ def test_trickling_server_is_cut_off_at_the_deadline(server):
     with pytest.raises(LLMTimeoutError, match=r"within 1\.5 s"):
         chat(server, timeout=1.5, retries=0).chat(MESSAGES, PARAMS)
     assert time.monotonic() - start < 3
+
+
+def test_trickled_headers_are_cut_off_too(server):
+    """Header lines are read by http.client itself, where no per-chunk check can reach: the
+    watchdog closes the socket at the deadline."""
+    server.script(Reply(content="Answer: late", trickle=0.2, trickle_head=True))
+    start = time.monotonic()
+    with pytest.raises(LLMTimeoutError, match=r"within 1\.5 s"):
+        chat(server, timeout=1.5, retries=2).chat(MESSAGES, PARAMS)
+    assert time.monotonic() - start < 3 and server.calls == 1
+
+
+def test_echo_responder_repeats_the_prompt():
+    with FakeOpenAIServer(responder=echo_prompt) as srv:
+        text = OpenAIChat(srv.base_url, "m").chat(MESSAGES, PARAMS).text
+    assert text == MESSAGES[0]["content"]
 
 
 def test_retry_after_is_capped_and_the_wait_is_said(server, caplog):

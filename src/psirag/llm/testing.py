@@ -48,6 +48,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     finish_reason: str = "stop"
     trickle: float = 0.0
+    trickle_head: bool = False
+    """With ``trickle``: the status line and headers trickle too (not only the body)."""
     pad_bytes: int = 0
     omit_length: bool = False
     drop: bool = False
@@ -174,6 +176,14 @@ class FakeOpenAIServer:
                         self._send_padding(reply)
                         return
                     data = server._payload(reply)
+                    if reply.trickle and reply.trickle_head:
+                        head = (
+                            f"HTTP/1.1 {reply.status} Scripted\r\n"
+                            "Content-Type: application/json\r\n"
+                            f"Content-Length: {len(data)}\r\n\r\n"
+                        ).encode()
+                        self._trickle(head + data, reply.trickle)
+                        return
                     self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
@@ -181,15 +191,18 @@ class FakeOpenAIServer:
                         self.send_header(name, value)
                     self.end_headers()
                     if reply.trickle:
-                        for i in range(len(data)):
-                            self.wfile.write(data[i : i + 1])
-                            self.wfile.flush()
-                            if server._closing.wait(reply.trickle):
-                                return
+                        self._trickle(data, reply.trickle)
                     else:
                         self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a deadline test); nothing to do
+
+            def _trickle(self, data: bytes, seconds: float) -> None:
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    if server._closing.wait(seconds):
+                        return
 
             def _send_padding(self, reply: Reply) -> None:
                 head, tail = b'{"pad": "', b'"}'
