@@ -218,7 +218,7 @@ def test_hard_cap_holds_whatever_the_model_says(server: ScriptedServer) -> None:
     assert result.answer == NOT_MENTIONED
     assert len(index.queries) == 3  # the first retrieval plus max_retrievals
     assert len(server.requests) == 4  # one reply per retrieval plus one forced-answer turn
-    assert [s.action for s in result.steps] == ["retrieve", "retrieve", "not_mentioned"]
+    assert [s.action for s in result.steps] == ["retrieve", "retrieve", "no_answer"]
     assert len(server.replies) == 6
 
 
@@ -238,7 +238,7 @@ def test_not_mentioned_when_the_model_never_answers(server: ScriptedServer) -> N
     )
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
     assert result.answer == NOT_MENTIONED
-    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert [s.action for s in result.steps] == ["no_answer"]
     assert result.stats.unparsed == 2 and result.stats.well_formed == 0
     assert len(server.requests) == 2  # no marker: no retrieval, straight to the forced turn
 
@@ -276,7 +276,7 @@ def test_empty_reply(server: ScriptedServer) -> None:
     server.script("", "")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
     assert result.answer == NOT_MENTIONED
-    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert [s.action for s in result.steps] == ["no_answer"]
     assert len(server.requests) == 2
 
     server.requests.clear()
@@ -294,7 +294,7 @@ def test_a_passage_saying_answer_is_never_the_answer(server: ScriptedServer) -> 
     # The model replies without a marker; the passage's "Answer: Paris" must not be read.
     server.script("The head office is somewhere.\nI am not sure.", "Answer: Lisbon")
     result = RetrieveAndAnswer(client_for(server), index.search).run(question)
-    assert "Answer: Paris" in server.requests[0]["messages"][1]["content"]  # shown as data
+    assert "Answer\\: Paris" in server.requests[0]["messages"][1]["content"]  # shown as data
     assert result.answer == "Lisbon"
     assert all("Paris" not in s.thought for s in result.steps)
 
@@ -342,7 +342,7 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
     doc = json.loads(json.dumps(result.to_dict()))
     required = {"answer", "steps", "evidence"}
     assert required <= set(doc)
-    assert set(doc) - required == {"question", "stats"}
+    assert set(doc) - required == {"question", "stats", "valid_answer"}
     step_required = {"thought", "action", "query", "passages"}
     for step in doc["steps"]:
         assert step_required <= set(step)

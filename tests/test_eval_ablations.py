@@ -240,8 +240,8 @@ class AbstractLLM(ChatServer):
     def reply(messages: list[dict[str, str]]) -> str:
         last = messages[-1]["content"]
         if last.startswith("Documents:"):
-            docs = [re.sub(r"^\[\d+\] ", "", b) for b in last.split("\n\n")[1:]]
-            return "Summary of " + " and ".join(d.split()[0] for d in docs) + "."
+            heads = re.findall(r"(?m)^\[\d+\] (\S+)", last)  # each document's first word
+            return "Summary of " + " and ".join(heads) + "."
         return "Answer: Vesuvius"
 
 

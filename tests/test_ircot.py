@@ -282,7 +282,7 @@ def test_not_mentioned_on_garbage(server: Server) -> None:
     assert index.queries == [QUESTION]
     assert len(server.requests) == 4
     assert server.requests[0]["stop"] == ["\n"] and "stop" not in server.requests[1]
-    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert [s.action for s in result.steps] == ["no_answer"]
     stats = result.stats
     assert stats.empty_sentences == 1 and stats.sentence_retries == 1  # type: ignore[attr-defined]
     assert (stats.well_formed, stats.unparsed, stats.forced_turns) == (0, 2, 1)

@@ -31,7 +31,10 @@ def words(text: str) -> int:
 def docs_of(body: dict) -> list[str]:
     """The documents of the last user message, as the prompt numbered them."""
     content = body["messages"][-1]["content"]
-    return [re.sub(r"^\[\d+\] ", "", block) for block in content.split("\n\n")[1:]]
+    opening, body_text = content.split("\n", 2)[1:]  # "Documents:", the fence line, the rest
+    assert opening.startswith("\u27e6DOCUMENTS ")
+    body_text = body_text.rsplit("\n", 1)[0]  # the closing fence line
+    return [re.sub(r"^\[\d+\] ", "", block) for block in body_text.split("\n\n")]
 
 
 def is_keywords(body: dict) -> bool:

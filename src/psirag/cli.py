@@ -15,11 +15,12 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from psirag import __version__
+from psirag.argtypes import nonnegative_int, positive_int, text
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import PsiragError
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
     )
-    p.add_argument("--chunk-tokens", type=int, default=IndexConfig.chunk_tokens)
+    p.add_argument("--chunk-tokens", type=positive_int, default=IndexConfig.chunk_tokens)
     p.add_argument(
         "--split",
         action="store_true",
@@ -126,14 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLite response cache (default ~/.cache/psirag/llm-cache.sqlite); "
         "a killed build resumes from it",
     )
-    p.add_argument("--context-tokens", type=int, default=IndexConfig.context_tokens)
+    p.add_argument("--context-tokens", type=positive_int, default=IndexConfig.context_tokens)
     p.add_argument(
         "--routing",
         choices=["leaf_mean", "abstract", "blend"],
         default="leaf_mean",
         help="routing embedding of inner nodes (see SPEC 1.6)",
     )
-    p.add_argument("--batch-size", type=int, default=IndexConfig.batch_size)
+    p.add_argument("--batch-size", type=positive_int, default=IndexConfig.batch_size)
     p.add_argument(
         "--skip-bad-files",
         action="store_true",
@@ -146,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="hybrid tree + BM25 search of an index")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("query")
+    p.add_argument("query", type=text)
     _search_arguments(p)
     add_index_embedder_option(p)
     add_http_options(p)
@@ -155,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="describe an index, or one node of its tree")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("--node", type=int, metavar="ID", help="show this node")
+    p.add_argument("--node", type=nonnegative_int, metavar="ID", help="show this node")
     p.add_argument("--json", action="store_true", help=f"print JSON ({INSPECT_SCHEMA})")
     p.set_defaults(func=run_inspect)
 
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
+    register: Callable[[Any], None] | None
     try:
         from psirag.agent.cli import register
     except ImportError:  # pragma: no cover - the agent layer ships with the package
@@ -182,16 +184,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-k", type=int, default=SearchConfig.k, help="passages to return (default 5)")
+    p.add_argument(
+        "-k", type=positive_int, default=SearchConfig.k, help="passages to return (default 5)"
+    )
     p.add_argument(
         "--beam",
-        type=int,
+        type=positive_int,
         default=SearchConfig.beam,
         help=f"nodes kept per tree layer (default {SearchConfig.beam})",
     )
     p.add_argument(
         "--candidates",
-        type=int,
+        type=positive_int,
         default=SearchConfig.candidates,
         help="passages each retriever brings to fusion (default 10)",
     )

@@ -84,6 +84,12 @@ class IndexConfig:
             raise InputError(f"routing_blend must lie in [0, 1], got {self.routing_blend}")
         if self.max_keywords < 1:
             raise InputError(f"max_keywords must be positive, got {self.max_keywords}")
+        if self.batch_size < 1:
+            raise InputError(f"batch_size must be positive, got {self.batch_size}")
+        if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
+            raise InputError(
+                f"bm25_k1 must be 0 or more and bm25_b in [0, 1], got {self.bm25_k1}, {self.bm25_b}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

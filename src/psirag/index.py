@@ -18,7 +18,7 @@ from psirag.embed import Embedder, finalize_vectors, load_embedder
 from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
-from psirag.retrieval.bm25 import SparseIndex
+from psirag.retrieval.bm25 import SparseIndex, check_indexable
 from psirag.retrieval.fusion import rrf_fuse
 from psirag.retrieval.tree_search import TreeSearcher
 from psirag.storage import IndexReader, IndexWriter
@@ -166,6 +166,7 @@ class Index:
                 split_records=config.split_records,
             )
         stats.documents = len(documents)
+        check_indexable([c.text for c in chunks])  # before the embedder loads, not after
         stats.seconds["chunking"] = time.perf_counter() - t0
         say(f"{len(documents):,} documents -> {len(chunks):,} chunks")
 

@@ -13,8 +13,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from psirag.agent.loop import NAMES_CHECKS, RetrieveAndAnswer, Step
+from psirag.agent.loop import MAX_ANSWER_CHARS, NAMES_CHECKS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
+from psirag.argtypes import nonnegative_int, positive_int, text
 from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import InputError
 from psirag.http import add_http_options, http_policy_from
@@ -43,18 +44,30 @@ def register(subparsers: Any) -> None:
         "on stderr as they happen; the answer goes to stdout.",
     )
     ask.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
-    ask.add_argument("question", help="the question to answer")
+    ask.add_argument("question", type=text, help="the question to answer")
     _llm_arguments(ask)
     ask.add_argument(
         "--max-retrievals",
-        type=int,
+        type=nonnegative_int,
         default=1,
         metavar="N",
         help="retrievals allowed after the first one (default 1, the paper's 2Wiki/HotpotQA "
         "setting; MuSiQue: 3)",
     )
     ask.add_argument(
-        "--max-tokens", type=int, default=256, metavar="N", help="cap on each reply (default 256)"
+        "--max-tokens",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="cap on each reply (default 256)",
+    )
+    ask.add_argument(
+        "--max-answer-chars",
+        type=positive_int,
+        default=MAX_ANSWER_CHARS,
+        metavar="N",
+        help=f"longest answer accepted (default {MAX_ANSWER_CHARS} characters); a longer one "
+        "counts as no answer",
     )
     ask.add_argument(
         "--no-answer-check",
@@ -87,19 +100,22 @@ def register(subparsers: Any) -> None:
     summ.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
     summ.add_argument("--doc", metavar="ID", help="document to summarize (one tree per document)")
     summ.add_argument(
-        "--query", default=DEFAULT_QUERY, help=f"summative request (default: {DEFAULT_QUERY!r})"
+        "--query",
+        type=text,
+        default=DEFAULT_QUERY,
+        help=f"summative request (default: {DEFAULT_QUERY!r})",
     )
     _llm_arguments(summ)
     summ.add_argument(
         "--top-k",
-        type=int,
+        type=positive_int,
         default=20,
         metavar="K",
         help="nodes given to the LLM (default 20, QMSum; WCEP: 15)",
     )
     summ.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=200,
         metavar="N",
         help="cap on the summary (default 200, QMSum; WCEP: 150)",
@@ -183,8 +199,8 @@ class _StepPrinter:
                 print(f"    (asked again: {why})", file=self.out)
             if step.action == "retrieve":
                 print("    → retrieve again", file=self.out)
-            elif step.action == "not_mentioned":
-                print("    → no answer (out of attempts)", file=self.out)
+            elif step.action == "no_answer":
+                print("    → no valid answer (the model gave none it could use)", file=self.out)
             else:
                 forced = " (forced)" if step.action == "forced_answer" else ""
                 print(f"    → answer{forced}", file=self.out)
@@ -215,6 +231,7 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             index.search,
             max_retrievals=args.max_retrievals,
             max_tokens=args.max_tokens,
+            max_answer_chars=args.max_answer_chars,
             check_answers=args.answer_check,
             names_check=args.names_check,
         )

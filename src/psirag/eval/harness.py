@@ -100,7 +100,9 @@ class QueryVectors:
         self._lock = threading.Lock()
         start = time.perf_counter()
         unique = list(dict.fromkeys(texts))
-        vectors = finalize_vectors(embedder.embed(unique), unique) if unique else []
+        vectors: np.ndarray | list[np.ndarray] = (
+            finalize_vectors(embedder.embed(unique), unique) if unique else []
+        )
         self._store: dict[str, np.ndarray] = dict(zip(unique, vectors, strict=True))
         self.seconds = time.perf_counter() - start
         self.extra = 0
@@ -588,6 +590,7 @@ def run_eval(
     if not data.questions:
         raise InputError(f"{data.folder}: no questions to evaluate")
     if not settings.methods:
+        defaults: tuple[str, ...]
         if not has_llm:
             defaults = RETRIEVAL_METHODS
         else:

@@ -147,7 +147,7 @@ class IndexCache:
         parts: dict[str, Any],
         *,
         build: Callable[[], T],
-        save: Callable[[T, Path], None],
+        save: Callable[[T, Path], object],
         load: Callable[[Path], T],
         stages: Callable[[T], dict[str, float]] | None = None,
         say: Say | None = None,
@@ -229,7 +229,7 @@ class EvalContext:
         config: dict[str, Any],
         *,
         build: Callable[[], T],
-        save: Callable[[T, Path], None],
+        save: Callable[[T, Path], object],
         load: Callable[[Path], T],
         stages: Callable[[T], dict[str, float]] | None = None,
     ) -> tuple[T, IndexInfo]:

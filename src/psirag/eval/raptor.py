@@ -102,10 +102,10 @@ RAPTOR_FORMAT = "raptor-tree"
 
 def require_eval_deps(*, umap: bool = True) -> tuple[Any, Any]:
     """Import umap (unless ``umap=False``) and sklearn.mixture, or say which extra has them."""
-    umap_mod = None
+    umap_mod: Any = None
     if umap:
         try:
-            import umap as umap_mod
+            import umap as umap_mod  # type: ignore[no-redef]
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
                 f"the RAPTOR baseline needs umap-learn, which is not installed: {_INSTALL_HINT}"

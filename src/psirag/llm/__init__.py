@@ -60,10 +60,10 @@ def load_chat_model(spec: str, *, http: HttpPolicy | None = None, **options: Any
     if spec.startswith("llamacpp:"):
         from psirag.llm.llamacpp import LlamaCppChat
 
-        path = spec[len("llamacpp:") :]
-        if not path:
+        gguf = spec[len("llamacpp:") :]
+        if not gguf:
             raise InputError(f"LLM spec {spec!r} lacks the model path; {_SPEC_HELP}")
-        return LlamaCppChat(path, **options)
+        return LlamaCppChat(gguf, **options)
     if spec == "local":
         from psirag.llm.llamacpp import LlamaCppChat
         from psirag.llm.local_model import default_local_model_path

@@ -98,11 +98,6 @@ def bag_of_words(text: str, dim: int = EMBED_DIM) -> list[float]:
     return vec
 
 
-def echo_prompt(body: dict[str, Any]) -> str:
-    """A responder that answers with every message of the request, as a model repeating it."""
-    return "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
-
-
 Responder = Callable[[dict[str, Any]], "str | Reply | int | None"]
 EmbedFn = Callable[[Sequence[str]], "list[list[float]] | Reply"]
 
@@ -113,6 +108,16 @@ def _default_responder(body: dict[str, Any]) -> str:
 
 def _default_embed(texts: Sequence[str]) -> list[list[float]]:
     return [bag_of_words(t) for t in texts]
+
+
+def echo_prompt(body: dict[str, Any], *, whole: bool = False) -> str:
+    """Echo mode (a responder): reply with the request's last user message verbatim, or with every
+    message's text when ``whole``. It plays a model that repeats its prompt, documents and all, so
+    tests can check that nothing a document says becomes the agent's answer."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if not whole:
+        messages = [m for m in messages if m.get("role") == "user"][-1:]
+    return "\n\n".join(str(m.get("content") or "") for m in messages)
 
 
 class FakeOpenAIServer:
