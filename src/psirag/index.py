@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,6 +23,9 @@ from psirag.retrieval.retriever import NodeHit, Retriever
 from psirag.storage import IndexReader, IndexWriter
 from psirag.tree import Tree
 from psirag.types import Chunk, Passage, Source, source_from_dict
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
 
@@ -123,7 +126,7 @@ class Index:
         report: Reporter | None = None,
         on_bad_file: str = "fail",
         texts: bool = False,
-        llm: Any = None,
+        llm: LLMClient | None = None,
     ) -> Index:
         """Chunk, embed, build the tree, write abstracts and BM25 (:mod:`psirag.pipeline`).
 

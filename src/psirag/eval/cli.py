@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from psirag.agent.loop import NAMES_CHECKS
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.errors import InputError
+from psirag.http import add_http_options, http_policy_from
 
 LLM_ENV = "PSIRAG_LLM"
 
@@ -168,6 +169,7 @@ def register(subparsers: Any) -> None:
         "no answer call per question and method",
     )
     p.add_argument("--rebuild", action="store_true", help="rebuild indexes even if cached")
+    add_http_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run_eval_command)
 
@@ -288,6 +290,7 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
         index_config=config,
         subcorpus=args.subcorpus,
         retrieval_only=args.retrieval_only,
+        http=http_policy_from(args),
     )
 
     def say(message: str) -> None:

@@ -72,6 +72,8 @@ from psirag.eval.settings import (
     MethodMode,
     resolve_embedder,
 )
+from psirag.llm.base import ChatModel
+from psirag.llm.client import LLMClient
 from psirag.types import Passage
 
 SCHEMA = "psirag.eval/1"
@@ -381,7 +383,7 @@ class _Runner:
         dataset: EvalDataset,
         settings: EvalSettings,
         vectors: QueryVectors,
-        llm: Any,
+        llm: LLMClient | None,
     ) -> None:
         self.dataset = dataset
         self.settings = settings
@@ -458,6 +460,12 @@ class _Runner:
             "queries": [q.question],
         }
 
+    def _model(self) -> LLMClient:
+        """The run's LLM client; modes that answer are only planned with one (checked early)."""
+        if self.llm is None:
+            raise InputError("this method answers with an LLM: pass --llm SPEC")
+        return self.llm
+
     def _summarize(self, retrieval: Retrieval, q: EvalQuestion) -> dict[str, Any]:
         """One retrieval inside the question's document, one summary over what it visited."""
         if retrieval.visit is None:  # run_eval checks first; kept for direct callers
@@ -468,7 +476,7 @@ class _Runner:
         nodes = list(retrieval.visit(q.question, vector, self.question_docs(q)))
         query_ms = (time.perf_counter() - start) * 1000
         summarizer = Summarizer(
-            self.llm,
+            self._model(),
             lambda query: nodes,
             top_k=s.summary_top_k,
             max_tokens=s.summary_max_tokens,
@@ -516,7 +524,7 @@ class _Runner:
         loop: RetrieveAndAnswer | IRCoT
         if mode == "ircot":
             loop = IRCoT(
-                self.llm,
+                self._model(),
                 retrieve,
                 max_retrievals=self.settings.max_retrievals,
                 max_tokens=self.settings.max_tokens,
@@ -524,7 +532,7 @@ class _Runner:
             )
         else:
             loop = RetrieveAndAnswer(
-                self.llm,
+                self._model(),
                 retrieve,
                 max_retrievals=self.settings.max_retrievals if mode == "agent" else 0,
                 max_tokens=self.settings.max_tokens,
@@ -555,7 +563,7 @@ def run_eval(
     settings: EvalSettings | None = None,
     *,
     embedder: Embedder | None = None,
-    llm: Any = None,
+    llm: ChatModel | None = None,
     say: Say | None = None,
     progress: bool = False,
 ) -> EvalReport:
@@ -593,7 +601,7 @@ def run_eval(
         _warn_summarize_index(settings, data, say)
 
     embedder_obj = embedder or resolve_embedder(
-        settings.embedder, settings.resolved_index_config().batch_size
+        settings.embedder, settings.resolved_index_config().batch_size, settings.http
     )
     embedding_cached = False
     if settings.embedding_cache is not None:
@@ -710,7 +718,7 @@ def _warn_summarize_index(settings: EvalSettings, data: EvalDataset, say: Say) -
         )
 
 
-def _model_id(client: Any) -> str | None:
+def _model_id(client: ChatModel | None) -> str | None:
     """The model id of an LLMClient (its wrapped model) or of a bare ChatModel."""
     if client is None:
         return None

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from psirag.config import SearchConfig
-from psirag.embed import Embedder, finalize_vectors, load_embedder
+from psirag.embed import Embedder, finalize_vectors
+from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
 from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
@@ -152,7 +153,8 @@ class Retriever:
         shared = self._shared
         if shared.embedder is None:
             config = self.data.config
-            embedder = load_embedder(config.embedder, batch_size=config.batch_size)
+            # An endpoint named by the manifest needs the user's confirmation (embed/endpoints.py).
+            embedder = load_index_embedder(config.embedder, batch_size=config.batch_size)
             self._check_embedder(embedder)
             shared.embedder = embedder
         return shared.embedder
