@@ -682,3 +682,29 @@ def test_subprocess_cli_lock_message(tmp_path: Path, index_a: Index) -> None:
     assert proc.returncode == 2, proc.stderr
     assert f"locked by another writer (pid {os.getpid()})" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_user_file_named_lock_is_not_ours(tmp_path: Path, index_a: Index) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "lock").write_text("combination: 12-34-56\n")
+    with pytest.raises(IndexTargetError, match="not a psirag index"):
+        index_a.save(folder)
+    assert (folder / "lock").read_text() == "combination: 12-34-56\n"
+
+
+def test_leftovers_of_format1_saves_are_cleaned(tmp_path: Path, index_a: Index) -> None:
+    """A format-1 save killed long ago left ``.NAME.partial-*`` beside the index."""
+    folder = tmp_path / "idx"
+    write_format1(index_a, folder)
+    old = tmp_path / ".idx.partial-1234abcd"
+    recent = tmp_path / ".idx.partial-feedbeef"
+    for p in (old, recent):
+        p.mkdir()
+        (p / "node_vectors.npy").write_bytes(b"half")
+    stale = time.time() - 2 * storage_mod.STALE_LEGACY_SECONDS
+    os.utime(old, (stale, stale))
+    index_a.save(folder)
+    assert not old.exists(), "a killed format-1 save's folder stayed"
+    assert recent.exists(), "a folder that may belong to a running save was removed"
+    assert corpus_of(Index.load(folder)) == "alphatag"

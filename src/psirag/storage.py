@@ -150,6 +150,16 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _looks_like_our_lock(path: Path) -> bool:
+    """Our lock file is empty or holds a pid and a newline."""
+    try:
+        if not path.is_file() or path.stat().st_size > 24:
+            return False
+        return re.fullmatch(rb"\d*\n?", path.read_bytes()) is not None
+    except OSError:
+        return False
+
+
 class _Vanished(IndexFormatError):
     """A file of the generation being read disappeared (it was replaced while we read)."""
 
@@ -243,6 +253,8 @@ class IndexStore:
         ours = {LOCK, GENERATIONS}
         if not all(e in ours or _POINTER_TMP_RE.match(e) for e in entries):
             return "foreign"
+        if LOCK in entries and not _looks_like_our_lock(p / LOCK):
+            return "foreign"  # a file of the user's that happens to be called "lock"
         gens = p / GENERATIONS
         if gens.exists():
             if not gens.is_dir():
@@ -526,8 +538,13 @@ class IndexReader:
                 raise IndexFormatError(
                     f"{root} has no generation {generation} (it has {store.generations()})"
                 ) from None
-            raise _Vanished(f"{root}: generation {number} was removed while opening it") from None
-        fcntl.flock(self._fd, fcntl.LOCK_SH)
+            if not (self.folder / MANIFEST).is_file():
+                raise _Vanished(
+                    f"{root}: generation {number} was removed while opening it"
+                ) from None
+            # a copy that dropped the lock file: read it unprotected from collection
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
         gpath = self.folder / MANIFEST
         try:
             raw = gpath.read_bytes()
