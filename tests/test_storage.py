@@ -502,7 +502,7 @@ def test_sigkill_after_random_delays(tmp_path: Path, index_a: Index, index_b: In
     index_b.save(folder)
     one_save = time.perf_counter() - t0
     rng = random.Random(11)
-    rounds, published, killed = 40, 0, 0
+    rounds, published, killed = 30, 0, 0
     for i in range(rounds):
         before = corpus_of(Index.load(folder))
         target = index_b if before == "alphatag" else index_a
@@ -511,7 +511,7 @@ def test_sigkill_after_random_delays(tmp_path: Path, index_a: Index, index_b: In
             target.save(folder)
 
         pid = fork(child)
-        time.sleep(rng.uniform(0, 1.3 * one_save))
+        time.sleep(rng.uniform(0, 2.0 * one_save))
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         status = os.waitpid(pid, 0)[1]
