@@ -142,7 +142,11 @@ def _inside(folder: Path, name: str) -> Path:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise IndexFormatError(f"{path} is corrupted ({exc}); rebuild the index") from exc
     if not isinstance(data, dict):
@@ -170,7 +174,13 @@ class WriterLock:
 
     def __init__(self, folder: Path, *, wait: float = 0.0) -> None:
         self.path = folder / LOCK
-        self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise IndexTargetError(
+                f"cannot open the writer lock {self.path} ({exc.strerror or exc}); "
+                "you need write access to the index folder to change it"
+            ) from None
         deadline = time.monotonic() + max(0.0, wait)
         while True:
             try:
@@ -528,6 +538,8 @@ class IndexReader:
         if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**6:
             raise IndexFormatError(f"{mpath} names no valid generation; rebuild the index")
         if generation is not None:
+            if not isinstance(generation, int) or not 0 < generation < 10**6:
+                raise IndexFormatError(f"{root}: no generation {generation!r}")
             number = generation
         self.generation = number
         self.folder = root / GENERATIONS / _generation_name(number)
@@ -543,6 +555,8 @@ class IndexReader:
                     f"{root}: generation {number} was removed while opening it"
                 ) from None
             # a copy that dropped the lock file: read it unprotected from collection
+        except OSError:
+            self._fd = None  # unreadable lock file: read without holding off collection
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_SH)
         gpath = self.folder / MANIFEST
@@ -640,6 +654,8 @@ class IndexReader:
                     yield row
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
+        except OSError as exc:
+            raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
         except UnicodeDecodeError as exc:
             raise IndexFormatError(f"{path} is not UTF-8 text; the index is corrupted") from exc
 
