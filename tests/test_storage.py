@@ -708,3 +708,22 @@ def test_leftovers_of_format1_saves_are_cleaned(tmp_path: Path, index_a: Index) 
     assert not old.exists(), "a killed format-1 save's folder stayed"
     assert recent.exists(), "a folder that may belong to a running save was removed"
     assert corpus_of(Index.load(folder)) == "alphatag"
+
+
+def test_a_format1_read_retries_when_a_save_migrates_it(
+    tmp_path: Path, index_a: Index, index_b: Index
+) -> None:
+    """A reader half-way through a flat folder whose files a migrating save removes starts
+    again from the new pointer (once) instead of failing."""
+    folder = tmp_path / "old"
+    write_format1(index_a, folder)
+    seen: list[bool] = []
+
+    def read(reader: storage_mod.IndexReader) -> int:
+        seen.append(reader.legacy)
+        if len(seen) == 1:
+            index_b.save(folder)  # the flat files go now
+        return len(list(reader.iter_jsonl("chunks.jsonl")))
+
+    assert IndexStore(folder).read(read) == len(CORPUS_B)
+    assert seen == [True, False]
