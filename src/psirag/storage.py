@@ -128,11 +128,22 @@ def check_file_name(name: object, where: Path | str) -> str:
     return name
 
 
+def _resolve(path: Path) -> Path:
+    """``path.resolve()``, or its absolute form where links loop (resolve raises then)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(path))
+
+
 def _inside(folder: Path, name: str) -> Path:
     """``folder/name`` after checking that no symlink takes it outside ``folder``."""
     path = folder / name
-    root = folder.resolve()
-    real = path.resolve()
+    root = _resolve(folder)
+    try:
+        real = path.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise IndexFormatError(f"{folder}: {name} is a broken or looping link ({exc})") from None
     if real != root and root not in real.parents:
         raise IndexFormatError(
             f"{folder}: {name} is a link to {real}, outside the index folder; refusing to read it"
@@ -319,8 +330,8 @@ class IndexStore:
                 f"{FORMAT_VERSION}); upgrade psirag or choose another folder (--out)"
             )
         if state not in ("index", "legacy"):
-            real = where.resolve()
-            cwd = Path.cwd().resolve()
+            real = _resolve(where)
+            cwd = _resolve(Path.cwd())
             if real == cwd or real in cwd.parents:
                 raise IndexTargetError(
                     f"{where} is the current folder or one above it; give the index a folder "
@@ -402,8 +413,8 @@ class IndexStore:
                 with contextlib.suppress(OSError):
                     os.unlink(self.folder / entry)
                 removed.append(entry)
-        parent = self.folder.resolve().parent
-        prefix = f".{self.folder.resolve().name}."
+        parent = _resolve(self.folder).parent
+        prefix = f".{_resolve(self.folder).name}."
         with contextlib.suppress(OSError):
             for entry in os.listdir(parent):
                 if entry.startswith(prefix + "partial-") or entry.startswith(prefix + "old-"):
@@ -903,9 +914,9 @@ def check_target(out: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     """Everything ``psirag index --out`` must refuse before a build starts: the checks of
     :meth:`IndexStore.check_writable`, an output folder holding one of the inputs, and an
     index another writer holds right now."""
-    real = Path(out).resolve()
+    real = _resolve(Path(out))
     for item in inputs:
-        src = Path(item).resolve()
+        src = _resolve(Path(item))
         if src == real or real in src.parents:
             raise IndexTargetError(
                 f"--out {out} contains the input {item}; writing the index there would put it "
