@@ -472,6 +472,12 @@ def test_sigkill_at_every_point_of_a_save(
         now = corpus_of(Index.load(folder, verify="full"))
         assert (now != expected_before) == published, point
         outcomes.append((point, "new" if published else "old"))
+        current = IndexStore(folder).current() or 0
+        left = [e for e in generation_entries(folder) if not e.isdigit() or int(e) > current]
+        if point.startswith("file:") or point == "staged":
+            assert left and left[0].startswith(".partial-"), (point, left)
+        elif point in ("renamed", "before-pointer"):
+            assert left == [f"{current + 1:06d}"], (point, left)  # renamed, never published
         index_a.save(folder)  # the next writer cleans up what the killed one left
         assert_clean(folder)
         assert len(IndexStore(folder).generations()) <= 2
