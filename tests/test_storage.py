@@ -237,13 +237,13 @@ def test_demo_rebuild_keeps_the_llm_cache(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import psirag.cli as cli
-    import psirag.index as index_module
+    import psirag.pipeline as pipeline
 
     topics = {name: " ".join(texts * 2) for name, texts in TOPICS.items()}
     monkeypatch.setattr(cli, "demo_corpus", lambda: (list(topics.values()), list(topics)))
     monkeypatch.setattr(cli, "DEMO_QUERIES", ("Which volcano destroyed Pompeii?",))
     monkeypatch.setattr(cli, "_demo_agent", lambda index, folder, out: None)
-    monkeypatch.setattr(index_module, "load_embedder", lambda spec, **kw: HashEmbedder())
+    monkeypatch.setattr(pipeline, "load_embedder", lambda spec, **kw: HashEmbedder())
     folder = tmp_path / "demo"
     build(list(topics.values())).save(folder)
     (folder / "llm-cache.sqlite").write_bytes(b"answers that cost money")
