@@ -41,6 +41,12 @@ class Bench:
 BENCHES: tuple[Bench, ...] = (
     Bench("tree", ("bench_tree.py",), ("tree.json",), "~1 min"),
     Bench(
+        "storage",
+        ("bench_storage.py",),
+        ("storage.json", "section_storage.md"),
+        "~1 min with the embedding cache",
+    ),
+    Bench(
         "index_e2e",
         ("bench_index_e2e.py",),
         ("index_e2e_2wikimultihopqa.json",),
