@@ -194,6 +194,8 @@ class _Work:
 
     def ancestor(self, u: int, layer: int) -> int:
         while self.layer[u] < layer:
+            if self.parent[u] < 0:
+                raise AssertionError(f"no ancestor of node {u} at layer {layer}")
             u = self.parent[u]
         return u
 
@@ -287,7 +289,6 @@ class _Work:
                 shift(target, sums[c])
                 p = drop(u)
                 self.bump("rehomed")
-                touched.add(target)
                 if p >= 0:
                     touched.add(p)
         for r in sorted({tree_of[u] for u in range(len(self.parent)) if self.alive[u]}):
