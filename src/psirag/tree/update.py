@@ -349,22 +349,28 @@ class _Work:
 
 
 def _dirty(old: Tree, new: Tree, node_map: np.ndarray) -> np.ndarray:
-    """New abstract nodes whose subtree differs from their old node's (or that are new)."""
+    """New abstract nodes whose subtree differs from their old node's (or that are new).
+
+    Bottom-up, one layer at a time: a node is clean when it has an old node, as many children
+    as that old node, and every child is clean with that old node as its old parent (the map is
+    one-to-one, so the children are then the very same)."""
     pre = np.full(new.n_nodes, -1, dtype=np.int64)
     kept = node_map >= 0
     pre[node_map[kept]] = np.flatnonzero(kept)
     clean = np.zeros(new.n_nodes, dtype=bool)
     clean[: new.n_leaves] = pre[: new.n_leaves] >= 0
-    for u in range(new.n_leaves, new.n_nodes):  # ids read bottom-up: children come first
-        o = pre[u]
-        if o < 0:
-            continue
-        kids = new.children(u)
-        if not clean[kids].all():
-            continue
-        old_kids = old.children(int(o))
-        clean[u] = old_kids.size == kids.size and np.array_equal(
-            np.sort(pre[kids]), np.sort(old_kids)
+    has_parent = np.flatnonzero(new.parent >= 0)
+    p_new = new.parent[has_parent]
+    old_parent_of = np.where(pre[has_parent] >= 0, old.parent[np.maximum(pre[has_parent], 0)], -2)
+    same_parent = (pre[p_new] >= 0) & (old_parent_of == pre[p_new])
+    old_fan = old.fan_out
+    for lv in range(1, new.depth + 1):
+        ok = clean[has_parent] & same_parent
+        bad = np.bincount(p_new[~ok], minlength=new.n_nodes)
+        nodes = np.flatnonzero(new.layer == lv)
+        o = pre[nodes]
+        clean[nodes] = (
+            (o >= 0) & (bad[nodes] == 0) & (new.fan_out[nodes] == old_fan[np.maximum(o, 0)])
         )
     return np.flatnonzero(~clean[new.n_leaves :]) + new.n_leaves
 
