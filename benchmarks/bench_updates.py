@@ -134,7 +134,9 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=None, help="first N questions only")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--churn-bases", type=float, nargs="+", default=[0.95, 0.8, 0.7, 0.6, 0.5])
+    ap.add_argument(
+        "--churn-bases", type=float, nargs="+", default=[0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.3]
+    )
     args = ap.parse_args()
 
     corpus, queries, golds = two_wiki_queries(args.limit)
@@ -168,14 +170,20 @@ def main() -> None:
         base = build_tree(vectors[base_ids], max_children=MAX_CHILDREN)
 
         def record(
-            name: str, rule: str, tree: Tree, pid: np.ndarray, counts: dict, secs: float
+            name: str,
+            rule: str,
+            tree: Tree,
+            pid: np.ndarray,
+            counts: dict,
+            secs: float,
+            added: np.ndarray = rest,
         ) -> None:
             row: dict[str, Any] = {"scenario": name, "rule": rule, "seconds": round(secs, 3)}
             row.update(score(tree, pid))
             row["counts"] = counts
             row["drift"] = tree_drift(in_passage_order(tree, pid), full, vectors)
             is_new = np.zeros(tree.n_leaves, dtype=bool)
-            is_new[np.isin(pid, rest)] = True
+            is_new[np.isin(pid, added)] = True
             row["bias"] = new_leaf_bias(tree, is_new)
             rows.append(row)
             print(
@@ -195,6 +203,21 @@ def main() -> None:
             base, vectors, base_ids, [rest[i : i + 1] for i in range(tenth)], "auto"
         )
         record("add 10% one chunk at a time", "single", tree, pid, counts, secs)
+
+        # new topics: the leaves of random layer-2 nodes of the full build (about 10%), the
+        # case App. G warns about (new content unlike the indexed one)
+        topics: list[int] = []
+        for node in rng.permutation(np.flatnonzero(full.layer == 2)).tolist():
+            if len(topics) >= tenth:
+                break
+            topics.extend(full.leaves_under(node).tolist())
+        topic_ids = np.asarray(topics, dtype=np.int64)
+        t_base_ids = np.setdiff1d(all_ids, topic_ids)
+        t_base = build_tree(vectors[t_base_ids], max_children=MAX_CHILDREN)
+        t_name = f"add {topic_ids.size / n:.0%} as whole topics, one batch"
+        for rule in ("auto", "batch", "single"):
+            tree, pid, counts, secs = grow(t_base, vectors, t_base_ids, [topic_ids], rule)  # type: ignore[arg-type]
+            record(t_name, rule, tree, pid, counts, secs, topic_ids)
 
         # remove a random 10% of the full tree, then add it back
         t0 = time.perf_counter()
