@@ -90,6 +90,12 @@ BENCHES: tuple[Bench, ...] = (
         ("knn.json",),
         "~45 min: six 2Wiki indexes, synthetic trees up to 100,000 leaves",
     ),
+    Bench(
+        "updates",
+        ("bench_updates.py",),
+        ("updates.json",),
+        "~10 min: tree inserts/removals on 2Wiki from the embedding cache",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"
