@@ -27,7 +27,7 @@ HISTORY_TURNS = 6
 
 REWRITE_TOKENS = 96
 _QUESTION = re.compile(
-    r"^[\s*_#>`-]*(?:standalone\s+|rewritten\s+)?question[*_`]*\s*:\s*(.+)$", re.I
+    r"^[\s*_#>`-]*(?:standalone\s+|rewritten\s+)?question[*_`]*\s*:[\s*_`]*(.+)$", re.I
 )
 
 
