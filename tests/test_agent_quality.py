@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import HashEmbedder
 from test_agent import (
     QUESTION,
     SUB_QUESTION,
@@ -18,6 +22,9 @@ from test_agent import (
     ids,
     parse,
 )
+from test_hops import length_model
+from test_ircot import CORPUS, Q_OFFICE, QUESTIONS
+from test_ircot import Server as IRCoTServer
 
 from psirag.agent import RetrieveAndAnswer
 from psirag.agent import cli as agent_cli
@@ -25,7 +32,10 @@ from psirag.agent.citations import Labels, split_citations
 from psirag.agent.conversation import read_rewrite
 from psirag.agent.ircot import IRCoT
 from psirag.agent.repeats import REPEAT_OVERLAP, repeats
+from psirag.cli import main
+from psirag.eval.harness import questions_path
 from psirag.eval.metrics import citation_precision
+from psirag.eval.settings import EMBEDDER_HOOKS
 
 # --- repeated sub-questions ----------------------------------------------------------------------
 
@@ -234,3 +244,65 @@ def test_cli_chat_plain_output(server: ScriptedServer, fake_index: FakeTreeIndex
     args = parse(["chat", "idx", "--llm", server.spec, "-q", "--max-retrievals", "0"])
     assert args.func(args, stdout=out, stdin=io.StringIO("Who owns the Blue Harbour Hotel?\n")) == 0
     assert out.getvalue().splitlines()[:2] == ["the Calder Group", "Sources:"]
+
+
+# --- psirag eval: repeats, citation precision, auto budget -------------------------------------
+
+SUB_OFFICE = "Where is the head office of the Calder Group?"
+
+
+def eval_model(body: dict[str, Any]) -> str:
+    """Repeats the question once, then asks for the owner's office; cites gold and non-gold."""
+    user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+    every = "\n".join(m["content"] for m in body["messages"] if m["role"] == "user")
+    labels = {t: int(n) for n, t in re.findall(r"^\[(\d+)\] (.+)$", every, re.M)}
+    if "Question: Which volcano" in every:
+        cited = f"[{labels['Vesuvius']}][{labels['Mount Etna']}]"
+        return f"Thought: It says so.\nAnswer: Vesuvius {cited}"
+    users = [m for m in body["messages"] if m["role"] == "user"]
+    if len(users) == 1:
+        return f"Thought: I need more.\nRetrieve: {Q_OFFICE}"  # the question again: a repeat
+    if user.startswith("You already searched for"):
+        return f"Thought: ask about the owner.\nRetrieve: {SUB_OFFICE}"
+    if "Its head office is in Lisbon" in user:
+        cited = f"[{labels['Calder Group']}][99]"
+        return f"Thought: Calder owns the hotel; its office is in Lisbon.\nAnswer: Lisbon {cited}"
+    return "Answer: Not mentioned"
+
+
+def test_eval_counts_repeats_citations_and_auto_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psirag.hops as hops
+
+    monkeypatch.setitem(EMBEDDER_HOOKS, "test:hash", HashEmbedder)
+    monkeypatch.delenv("PSIRAG_LLM", raising=False)
+    embedder = HashEmbedder()
+    monkeypatch.setattr(hops, "load_hop_model", lambda: length_model(embedder.id, embedder.dim))
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(CORPUS)]
+    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
+    (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    model = IRCoTServer()
+    model.respond = eval_model
+    out = tmp_path / "qa.json"
+    argv = ["eval", str(folder), "--methods", "hybrid+agent", "--llm", model.spec]
+    argv += ["--embedder", "test:hash", "--cache-dir", str(tmp_path / "cache")]
+    argv += ["--output", str(out), "--bootstrap", "0", "-q", "--max-retrievals", "auto"]
+    try:
+        assert main(argv) == 0
+    finally:
+        model.close()
+    table = capsys.readouterr().out
+    assert "repeats" in table and "cite P" in table
+    summary = json.loads(out.read_text())["methods"]["hybrid+agent"]
+    assert summary["repeated_queries"] == 1
+    assert summary["cited"] == 3 and summary["dropped_citations"] == 1
+    # q0 cites Vesuvius (gold) and Etna (not): 0.5; q1 cites the Calder Group (gold): 1.0.
+    assert summary["citation_precision"] == 75.0 and summary["answers_citing"] == 2
+    rows = {r["id"]: r for r in map(json.loads, questions_path(out).open())}
+    assert rows["q0"]["predicted_hops"] == 1 and rows["q0"]["max_retrievals"] == 1
+    assert rows["q1"]["predicted_hops"] == 4 and rows["q1"]["max_retrievals"] == 3
+    assert rows["q1"]["queries"] == [Q_OFFICE, SUB_OFFICE]  # the repeat spent no retrieval
+    assert rows["q1"]["citation_precision"] == 1.0
