@@ -164,6 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             "n": int(sel.sum()),
             "accuracy": float((pred[sel] == y_test[sel]).mean()),
         }
+    by_stratum = {}
+    for key in sorted({f"{r['source']}/{r['hops']}" for r in rows}):
+        sel = np.asarray([f"{rows[i]['source']}/{rows[i]['hops']}" == key for i in test_idx])
+        by_stratum[key] = round(float((pred[sel] == y_test[sel]).mean()), 4)
     # The budget the agent gets: exact when the predicted budget equals the true one.
     budget = np.maximum(1, np.asarray(HOPS)[pred] - 1)
     budget_true = np.maximum(1, np.asarray(HOPS)[y_test] - 1)
@@ -205,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "test_balanced_accuracy": round(float(np.mean(list(per_class.values()))), 4),
         "per_class_recall": {k: round(v, 4) for k, v in per_class.items()},
         "by_source": by_source,
+        "by_stratum": by_stratum,
         "budget_accuracy": round(float((budget == budget_true).mean()), 4),
         "confusion": confusion(y_test, pred),
         "shipped_agreement": agree,

@@ -306,3 +306,13 @@ def test_eval_counts_repeats_citations_and_auto_budget(
     assert rows["q1"]["predicted_hops"] == 4 and rows["q1"]["max_retrievals"] == 3
     assert rows["q1"]["queries"] == [Q_OFFICE, SUB_OFFICE]  # the repeat spent no retrieval
     assert rows["q1"]["citation_precision"] == 1.0
+
+
+def test_cli_ask_shows_a_refused_repeat(
+    server: ScriptedServer, fake_index: FakeTreeIndex, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server.script(f"Retrieve: {QUESTION}", f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
+    args = parse(["ask", "idx", QUESTION, "--llm", server.spec])
+    assert args.func(args, stdout=io.StringIO()) == 0
+    assert fake_index.queries == [QUESTION, SUB_QUESTION]
+    assert "(not searched again: Which city hosts" in capsys.readouterr().err

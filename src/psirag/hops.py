@@ -108,7 +108,7 @@ class HopModel:
         logits = x @ self.weights + self.bias
         logits -= logits.max(axis=1, keepdims=True)
         p = np.exp(logits)
-        return p / p.sum(axis=1, keepdims=True)  # type: ignore[no-any-return]
+        return p / p.sum(axis=1, keepdims=True)
 
     def predict(self, vectors: np.ndarray, questions: Sequence[str]) -> list[int]:
         if not len(questions):

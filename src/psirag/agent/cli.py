@@ -214,6 +214,8 @@ class _StepPrinter:
             print(f"    thought: {_one_line(step.thought, 300)}", file=self.out)
         if not step.well_formed:
             print("    (reply not in the expected format)", file=self.out)
+        for repeated in step.repeated:
+            print(f"    (not searched again: {_one_line(repeated)})", file=self.out)
         if step.follow_up == "names_lookup":
             names = ", ".join(step.follow_up_names)
             print(f"    → look up {names} (no document was about it yet)", file=self.out)

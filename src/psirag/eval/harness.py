@@ -537,6 +537,11 @@ class _Runner:
                 "abstract_nodes": sum(1 for n in evidence if n.layer > 0),
                 "clipped_nodes": clipped,
             },
+            # The fields of the agent's rows, so that every LLM row has one shape.
+            "max_retrievals": 0,
+            "predicted_hops": None,
+            "citations": [],
+            "citation_precision": None,
         }
 
     def _answer(self, retrieval: Retrieval, q: EvalQuestion, mode: MethodMode) -> dict[str, Any]:
@@ -586,7 +591,7 @@ class _Runner:
             "actions": [s.action for s in result.steps],
             "llm_calls": result.stats.llm_calls,
             "agent_stats": result.stats.to_dict(),
-            "max_retrievals": budget if mode != "answer" else 0,
+            "max_retrievals": budget if mode in ("agent", "ircot") else 0,
             "predicted_hops": self.hops.get(q.id),
             "citations": [c.to_dict() for c in result.citations],
             "citation_precision": citation_precision(
