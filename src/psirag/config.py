@@ -113,6 +113,8 @@ class SearchConfig:
     for why the default is wider)."""
     use_tree: bool = True
     use_bm25: bool = True
+    use_dense: bool = False
+    """Also an exact flat cosine list over the leaf embeddings (the eval's ``dense``/``hybrid``)."""
     fusion: FusionMode = "rrf"
     rrf_k: int = 60
     reranker: str | None = None
@@ -122,8 +124,8 @@ class SearchConfig:
         for name in ("k", "candidates", "beam", "rrf_k"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
-        if not (self.use_tree or self.use_bm25):
-            raise InputError("at least one of use_tree and use_bm25 must be on")
+        if not (self.use_tree or self.use_bm25 or self.use_dense):
+            raise InputError("at least one of use_tree, use_bm25 and use_dense must be on")
         if self.fusion not in ("rrf", "rerank"):
             raise InputError(f"fusion must be 'rrf' or 'rerank', got {self.fusion!r}")
         if self.fusion == "rerank" and not self.reranker:

@@ -12,13 +12,19 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from psirag.agent.loop import MAX_ANSWER_CHARS, NAMES_CHECKS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
 from psirag.argtypes import positive_int, text
+from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import InputError
 from psirag.hops import AUTO, parse_max_retrievals
+from psirag.http import add_http_options, http_policy_from
+
+if TYPE_CHECKING:
+    from psirag.index import Index
+    from psirag.llm import LLMClient
 
 LLM_ENV = "PSIRAG_LLM"
 """Environment variable read when ``--llm`` is not given."""
@@ -161,22 +167,28 @@ def _llm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache", metavar="PATH", default=None, help="SQLite file caching LLM replies (off)"
     )
+    add_index_embedder_option(parser)
+    add_http_options(parser)
 
 
-def _load_index(path: str) -> Any:
-    """The index layer, imported only when a command runs (it loads numpy, models, ...)."""
+def _load_index(args: argparse.Namespace) -> Index:
+    """The index layer, imported only when a command runs (it loads numpy, models, ...); the
+    query embedder is the one the user confirmed (``--embedder``) under ``--timeout``."""
+    from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
 
-    return Index.load(path)
+    index = Index.load(args.index)
+    confirm_index_embedder(index, args.embedder, http_policy_from(args))
+    return index
 
 
-def _client(args: argparse.Namespace) -> Any:
+def _client(args: argparse.Namespace) -> LLMClient:
     from psirag.llm import LLMClient, load_chat_model
 
     spec = args.llm or os.environ.get(LLM_ENV)
     if not spec:
         raise InputError(f"no LLM given: pass --llm SPEC or set ${LLM_ENV}; {_LLM_HELP}")
-    return LLMClient(load_chat_model(spec), cache_path=args.cache)
+    return LLMClient(load_chat_model(spec, http=http_policy_from(args)), cache_path=args.cache)
 
 
 def _one_line(text: str, limit: int = _SNIPPET) -> str:
@@ -292,7 +304,7 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
     if args.max_retrievals != AUTO and args.max_retrievals < 0:
         raise InputError("--max-retrievals must be 0 or more")
-    index = _load_index(args.index)
+    index = _load_index(args)
     printer = _StepPrinter(sys.stderr, args.trace)
     with _client(args) as llm:
         agent = _agent_factory(args, index, llm)(args.question)
@@ -327,7 +339,7 @@ def run_chat(
 
     stdout = stdout or sys.stdout
     stdin = stdin or sys.stdin
-    index = _load_index(args.index)
+    index = _load_index(args)
     printer = _StepPrinter(sys.stderr, args.trace)
     interactive = stdin.isatty() and not args.json
     with _client(args) as llm:
@@ -376,7 +388,7 @@ def run_hops(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 
 def run_summarize(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
-    index = _load_index(args.index)
+    index = _load_index(args)
 
     def visit(query: str) -> Any:
         # Algorithm 2's k and beam are the summary's top-k (paper C.2), as in `psirag eval`.

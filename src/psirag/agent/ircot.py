@@ -52,7 +52,7 @@ from psirag.agent.loop import (
 from psirag.agent.parsing import strip_fenced, strip_thinking
 from psirag.agent.repeats import repeats
 from psirag.errors import InputError
-from psirag.llm.base import ChatResult, GenerationParams
+from psirag.llm.base import ChatModel, ChatResult, GenerationParams
 from psirag.prompts import IRCOT_ANSWER_PHRASE, NOT_MENTIONED, ircot_prompt
 from psirag.types import Passage
 
@@ -160,7 +160,7 @@ class IRCoT:
 
     def __init__(
         self,
-        llm: Any,
+        llm: ChatModel,
         retrieve: Retriever,
         *,
         max_retrievals: int = 1,

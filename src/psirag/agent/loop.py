@@ -299,7 +299,7 @@ class RetrieveAndAnswer:
 
     def __init__(
         self,
-        llm: ChatModel | Any,
+        llm: ChatModel,
         retrieve: Retriever,
         *,
         max_retrievals: int = 1,

@@ -13,6 +13,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
 from psirag.errors import InputError
+from psirag.retrieval.ranking import top_k
 
 # bm25s sets its own logger to DEBUG on import, so every build printed "Building index from IDs
 # objects" through any handler the application installs, even with -q.
@@ -91,9 +92,7 @@ class SparseIndex:
         if allowed_leaves is not None:
             keep &= allowed_leaves
         cand = np.flatnonzero(keep)
-        if cand.size > k:
-            cand = cand[np.argpartition(-s[cand], k - 1)[:k]]
-        cand = cand[np.lexsort((cand, -s[cand]))]
+        cand = cand[top_k(s[cand], k, cand)]
         return cand, s[cand]
 
     def save(self, folder: Path) -> None:
