@@ -771,6 +771,87 @@ def section_living(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def section_hops(r: dict[str, Any]) -> str:
+    """The query-hop discriminator's held-out accuracy (scripts/train_hops.py)."""
+    hops = ("1", "2", "3", "4")
+    sizes = r["sizes"]
+
+    def count(side: str, hop: str) -> int:
+        return sum(n for key, n in sizes[side].items() if key.endswith("/" + hop))
+
+    split = table(
+        ["set (source/hops)", "train", "test"],
+        [[key, sizes["train"][key], sizes["test"].get(key, 0)] for key in sorted(sizes["train"])],
+    )
+    confusion = table(
+        ["true \\ predicted", *hops, "recall"],
+        [
+            [
+                f"{h} hop{'s' if h != '1' else ''} ({count('test', h)})",
+                *row,
+                f"{100 * r['per_class_recall'][h]:.1f}",
+            ]
+            for h, row in zip(hops, r["confusion"], strict=True)
+        ],
+    )
+    by_source = ", ".join(
+        f"{name} {100 * v['accuracy']:.1f} (n={v['n']})" for name, v in r["by_source"].items()
+    )
+    strata = r.get("by_stratum", {})
+    by_stratum = ", ".join(f"{key} {100 * v:.1f}" for key, v in strata.items())
+    text = "\n".join(
+        [
+            "## Query-hop discriminator (paper App. E.2)",
+            "",
+            reflow(
+                "`python scripts/train_hops.py --cache PATH.npz` trains a softmax regression over "
+                f"the MiniLM question embedding plus 8 word-count features ({r['embedder']}; L2 "
+                f"{r['l2']:g}, chosen by balanced accuracy on a validation slice of train) on "
+                "`hops/` (PopQA 1 hop, MuSiQue 2-4 hops), 2Wiki (2 hops; `bridge_comparison`, "
+                "4 supporting passages, as 4) and HotpotQA-dev200 (2 hops). Distinct questions "
+                f"are split {100 * (1 - r['test_share']):.0f}/{100 * r['test_share']:.0f} "
+                f"inside each (source, hops) stratum with seed {r['seed']}; every source is on "
+                "both sides, no question on both. The weights ship as "
+                "`src/psirag/data/hops-minilm.json`; `psirag hops QUESTION...` prints the "
+                "prediction."
+            ),
+            "",
+            split,
+            "",
+            reflow(
+                f"Held-out accuracy **{100 * r['test_accuracy']:.1f}%** (balanced "
+                f"{100 * r['test_balanced_accuracy']:.1f}%; by source: {by_source}). "
+                "`--max-retrievals auto` gives h hops h-1 retrievals after the first, at least "
+                f"1; that budget is right for {100 * r['budget_accuracy']:.1f}% of the test "
+                "questions. Confusion matrix on the test split (rows: true hops):"
+            ),
+            "",
+            confusion,
+            "",
+            reflow(
+                f"Accuracy by stratum: {by_stratum}. Most 4-hop test questions are 2Wiki's "
+                "`bridge_comparison` ones, whose template wording is easy to spot; MuSiQue's "
+                "3- and 4-hop questions are few and the hardest."
+            )
+            if strata
+            else "",
+            "",
+            reflow(
+                "QA with `auto` against fixed budgets (1 and 3) needs a local LLM run and is "
+                "**not yet measured**. The command, per dataset and budget: `psirag eval "
+                "../shared/data/2wikimultihopqa --limit 100 --methods psi+agent,hybrid+agent "
+                "--llm $PSIRAG_LLM --embedding-cache CACHE.npz --max-retrievals auto` (then "
+                "`--max-retrievals 1` and `3`; the same for `hotpotqa-dev200`); the table's "
+                "`repeats`, `cite P` and `no ans` columns come with it."
+            ),
+            "",
+        ]
+    )
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
+
+
 def section_updates(r: dict[str, Any]) -> str:
     """Tree updates against a full build, from updates.json (bench_updates.py)."""
     full = r["rows"][0]
@@ -802,7 +883,7 @@ def section_updates(r: dict[str, Any]) -> str:
                 row["scenario"],
                 row.get("rule", "-"),
                 paths(row.get("counts")),
-                f"{row['seconds']:.2f}",
+                f"{row['seconds']:.2f}" if row is not full else "see cost",
                 pair(row["tree_alone"]),
                 delta(row["tree_alone"], full["tree_alone"]),
                 pair(row["psi"]),
@@ -844,6 +925,16 @@ def section_updates(r: dict[str, Any]) -> str:
             ", ".join(parts) + "."
         )
 
+    by_name = {(row["scenario"], row.get("rule")): row for row in updated}
+    one_call = by_name.get(("add 10% as one batch", "single"))
+    per_chunk = by_name.get(("add 10% one chunk at a time", "single"))
+    calls_note = (
+        f"- One call per chunk ({per_chunk['seconds']:.1f} s for the 10%) against one call for "
+        f"all of them ({one_call['seconds']:.2f} s, the same tree): each call copies the leaf "
+        "vectors and the tree arrays, O(n), so a stream of new chunks is best added in batches."
+        if one_call and per_chunk
+        else ""
+    )
     back_gap = max(
         abs(row[m]["recall@5"] - full[m]["recall@5"]) for row in back for m in ("psi", "tree_alone")
     )
@@ -856,7 +947,8 @@ passages, RRF. A random 90% of the passages (seed {r["seed"]}) is built with `bu
 the other 10% is inserted with `insert_leaves` (SPEC 4, App. G) under each insert rule; the
 removal rows take the same 10% out of the full tree with `remove_leaves` and put it back
 (the row with 10% removed holds 90% of the passages, so its Δ is not a like-for-like gap).
-Seconds are the update calls alone; Δ is Recall@5 against the full build; "kept pairs" is the
+Seconds are the update calls alone (wall, one run on the shared machine; the cost table below
+compares CPU seconds side by side); Δ is Recall@5 against the full build; "kept pairs" is the
 share of leaf pairs that the full build puts under one layer-1 node and the updated tree keeps
 together; "max new" the most inserted leaves under one layer-1 node (App. G's bias worry).
 
@@ -883,6 +975,7 @@ together; "max new" the most inserted leaves under one layer-1 node (App. G's bi
 {verdict("batch")}
 - Removing 10% and adding it back: within {back_gap:.2f} points of the full build
   (goal 0.5: {"met" if back_gap <= 0.5 else "MISSED"}).
+{calls_note}
 
 Drift against churn (the rebuild rule): a tree built on a share of the passages and grown to all
 of them in 1% batches (rule auto). "Added" is the inserted share of the built tree's leaves;
@@ -1004,6 +1097,8 @@ def main() -> None:
         parts.append(reflow(section_living(living)))
     if latency:
         parts.append(reflow(section_latency(latency)))
+    if hops := load("hops.json"):
+        parts.append(section_hops(hops))
     for name in sorted(RESULTS.glob("section_*.md")):
         parts.append(name.read_text())
     parts.append(reflow(section_machine(info)))

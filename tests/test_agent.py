@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 
 from psirag.agent import (
     NOT_MENTIONED,
@@ -34,9 +33,14 @@ from psirag.agent import (
     select_nodes,
 )
 from psirag.agent import cli as agent_cli
+from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.base import estimate_tokens
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 from psirag.types import Passage, Source
+
+NO_RETRY = HttpPolicy(retries=0)
+"""A scripted server that runs out of replies answers 500: fail at once, not after retries."""
 
 # --- the scripted server -------------------------------------------------------------------------
 
@@ -69,7 +73,7 @@ def server() -> Iterator[ScriptedServer]:
 
 
 def client_for(server: ScriptedServer, **chat_options: Any) -> LLMClient:
-    return LLMClient(OpenAIChat(server.base_url, "scripted", **chat_options), None, retries=0)
+    return LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY, **chat_options), None)
 
 
 # --- the stand-in index --------------------------------------------------------------------------
@@ -338,7 +342,7 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
     doc = json.loads(json.dumps(result.to_dict()))
     required = {"answer", "steps", "evidence"}
     assert required <= set(doc)
-    assert set(doc) - required == {"question", "stats", "valid_answer"}
+    assert set(doc) - required == {"question", "stats", "valid_answer", "citations"}
     step_required = {"thought", "action", "query", "passages"}
     for step in doc["steps"]:
         assert step_required <= set(step)
@@ -351,6 +355,8 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
             "follow_up",
             "follow_up_names",
             "follow_up_raw",
+            "repeated",
+            "repeat_raw",
         }
         for p in step["passages"]:
             assert set(p) == {"id", "text", "score", "source"}
@@ -381,9 +387,9 @@ def test_long_passages_are_clipped_to_fit_the_context(server: ScriptedServer) ->
 def test_cached_episode_sends_nothing_again(server: ScriptedServer, tmp_path: Path) -> None:
     server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
     cache = tmp_path / "llm.sqlite"
-    with LLMClient(OpenAIChat(server.base_url, "scripted"), cache, retries=0) as llm:
+    with LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY), cache) as llm:
         first = RetrieveAndAnswer(llm, FakeIndex().search).run(QUESTION)
-    with LLMClient(OpenAIChat(server.base_url, "scripted"), cache, retries=0) as llm:
+    with LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY), cache) as llm:
         second = RetrieveAndAnswer(llm, FakeIndex().search).run(QUESTION)
         assert llm.usage["agent"]["cached"] == 2
     assert len(server.requests) == 2

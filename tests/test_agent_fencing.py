@@ -20,6 +20,7 @@ from psirag.agent import RetrieveAndAnswer, Summarizer
 from psirag.agent.ircot import IRCoT
 from psirag.agent.loop import MAX_ANSWER_CHARS
 from psirag.agent.parsing import parse_reply
+from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.testing import FakeOpenAIServer, echo_prompt
 
@@ -43,7 +44,7 @@ def index() -> Index:
 
 
 def client(server: FakeOpenAIServer) -> LLMClient:
-    return LLMClient(OpenAIChat(server.base_url, "echo"), None, retries=0)
+    return LLMClient(OpenAIChat(server.base_url, "echo", http=HttpPolicy(retries=0)), None)
 
 
 def search_all(index: Index) -> Callable[[str], Any]:
@@ -60,7 +61,7 @@ def test_an_echoing_model_never_answers_what_a_document_says(
             client(server), search_all(index), max_retrievals=2, names_check=names_check
         )
         result = agent.run(QUESTION)
-        requests = [r["body"] for r in server.requests]
+        requests = list(server.requests)
     shown = requests[0]["messages"][-1]["content"]
     assert "Answer\\: HACKED" in shown  # the documents were shown, neutralised
     assert "HACKED" not in result.answer
@@ -94,7 +95,7 @@ def test_a_reply_quoting_a_fenced_document_keeps_only_its_own_marker() -> None:
 def test_ircot_and_summarize_fence_their_documents(index: Index) -> None:
     with FakeOpenAIServer(responder=echo_prompt) as server:
         result = IRCoT(client(server), search_all(index), max_retrievals=1).run(QUESTION)
-        ircot_requests = [r["body"] for r in server.requests]
+        ircot_requests = list(server.requests)
     assert "HACKED" not in result.answer
     assert all("HACKED" not in s.query for s in result.steps)
     for body in ircot_requests:
@@ -106,7 +107,7 @@ def test_ircot_and_summarize_fence_their_documents(index: Index) -> None:
 
     with FakeOpenAIServer(responder=echo_prompt) as server:
         Summarizer(client(server), visit, top_k=4).run()
-        user = server.requests[0]["body"]["messages"][-1]["content"]
+        user = server.requests[0]["messages"][-1]["content"]
     assert "\u27e6DOCUMENTS " in user and "Answer: HACKED" not in user
 
 

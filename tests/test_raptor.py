@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chat_server import ChatServer
 from conftest import TOPICS, HashEmbedder
+
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 pytest.importorskip("sklearn")
 

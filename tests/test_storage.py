@@ -237,15 +237,13 @@ def test_demo_rebuild_keeps_the_llm_cache(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import psirag.cli as cli
-    import psirag.pipeline as pipeline_module
-    import psirag.retrieval.retriever as retriever_module
+    import psirag.pipeline as pipeline
 
     topics = {name: " ".join(texts * 2) for name, texts in TOPICS.items()}
     monkeypatch.setattr(cli, "demo_corpus", lambda: (list(topics.values()), list(topics)))
     monkeypatch.setattr(cli, "DEMO_QUERIES", ("Which volcano destroyed Pompeii?",))
     monkeypatch.setattr(cli, "_demo_agent", lambda index, folder, out: None)
-    for module in (pipeline_module, retriever_module):  # the build's and the queries' loader
-        monkeypatch.setattr(module, "load_embedder", lambda spec, **kw: HashEmbedder())
+    monkeypatch.setattr(pipeline, "load_embedder", lambda spec, **kw: HashEmbedder())
     folder = tmp_path / "demo"
     build(list(topics.values())).save(folder)
     (folder / "llm-cache.sqlite").write_bytes(b"answers that cost money")
@@ -476,6 +474,12 @@ def test_sigkill_at_every_point_of_a_save(
         now = corpus_of(Index.load(folder, verify="full"))
         assert (now != expected_before) == published, point
         outcomes.append((point, "new" if published else "old"))
+        current = IndexStore(folder).current() or 0
+        left = [e for e in generation_entries(folder) if not e.isdigit() or int(e) > current]
+        if point.startswith("file:") or point == "staged":
+            assert left and left[0].startswith(".partial-"), (point, left)
+        elif point in ("renamed", "before-pointer"):
+            assert left == [f"{current + 1:06d}"], (point, left)  # renamed, never published
         index_a.save(folder)  # the next writer cleans up what the killed one left
         assert_clean(folder)
         assert len(IndexStore(folder).generations()) <= 2

@@ -73,7 +73,8 @@ def test_random_update_sequences_keep_invariants(seed: int) -> None:
     dim = int(rng.integers(6, 17))
     centers = rng.normal(size=(int(rng.integers(2, 7)), dim)) * 3
     noise = float(rng.choice([0.3, 1.0, 2.0]))
-    max_children = int(rng.choice([2, 3, 4, 6, 40]))
+    caps: list[int | None] = [2, 3, 4, 6, 40, None]
+    max_children = caps[int(rng.integers(0, len(caps)))]
     vectors = clustered(rng, centers, int(rng.integers(1, 60)), noise)
     tree = build_tree(vectors, max_children=max_children)
     for _ in range(int(rng.integers(1, 21))):
@@ -285,3 +286,17 @@ def test_rebuild_rule() -> None:
     assert not rule.due(1000, 100, 50) and rule.due(1000, 150, 50)
     with pytest.raises(InputError, match="max_churn"):
         RebuildRule(max_churn=0)
+
+
+def test_dirty_with_siblings_adds_the_abstract_siblings_of_dirty_nodes() -> None:
+    rng = np.random.default_rng(7)
+    e = unit(rng.normal(size=(200, 8)))
+    tree = build_tree(e, max_children=6)
+    update = insert_leaves(tree, e, unit(e[:1] + 0.01), max_children=6)
+    t, wide = update.tree, set(update.dirty_with_siblings.tolist())
+    assert set(update.dirty.tolist()) < wide
+    for u in update.dirty.tolist():
+        p = int(t.parent[u])
+        if p >= 0:
+            assert set(t.children(p).tolist()) <= wide
+    assert all(t.layer[u] > 0 for u in wide)

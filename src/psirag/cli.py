@@ -17,14 +17,19 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from psirag._version import __version__
 from psirag.argtypes import nonnegative_int, positive_int, text
 from psirag.cli_common import max_children as _max_children
 from psirag.cli_common import tree_mode_arguments as _tree_mode_arguments
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
+from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import PsiragError
+from psirag.http import HttpPolicy, add_http_options, http_policy_from
+
+if TYPE_CHECKING:
+    from psirag.llm import LLMClient
 
 SEARCH_SCHEMA = "psirag.search/1"
 INSPECT_SCHEMA = "psirag.inspect/1"
@@ -102,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip unreadable or malformed files with a warning instead of failing",
     )
+    add_http_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_index)
@@ -110,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("index", metavar="DIR")
     p.add_argument("query", type=text)
     _search_arguments(p)
+    add_index_embedder_option(p)
+    add_http_options(p)
     p.add_argument("--json", action="store_true", help=f"print JSON ({SEARCH_SCHEMA})")
     p.set_defaults(func=run_search)
 
@@ -192,6 +200,7 @@ def search_config_from(args: argparse.Namespace) -> SearchConfig:
 
 # ---------------------------------------------------------------------------- index
 def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.embed import load_embedder
     from psirag.index import Index
     from psirag.storage import check_target
 
@@ -213,11 +222,14 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     )
     progress = not args.quiet
     started = time.perf_counter()
-    llm = _abstract_llm(config, args.llm_cache)
+    http = http_policy_from(args)
+    embedder = load_embedder(config.embedder, batch_size=config.batch_size, http=http)
+    llm = _abstract_llm(config, args.llm_cache, http)
     try:
         index = Index.build(
             args.paths,
             config,
+            embedder=embedder,
             progress=progress,
             report=_eprint if progress else _warn_only,
             on_bad_file="skip" if args.skip_bad_files else "fail",
@@ -250,10 +262,10 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         if summary["truncated_chunks"]:
             print(f"  truncated chunks: {summary['truncated_chunks']:,}", file=out)
         if index.stats.llm:
-            llm = index.stats.llm
+            paid = index.stats.llm
             print(
-                f"  LLM abstracts:     {llm['calls']:,} calls paid, {llm['cached']:,} from the "
-                f"cache, {llm['cut_nodes']:,} inputs cut evenly to fit {llm['context_tokens']} "
+                f"  LLM abstracts:     {paid['calls']:,} calls paid, {paid['cached']:,} from the "
+                f"cache, {paid['cut_nodes']:,} inputs cut evenly to fit {paid['context_tokens']} "
                 "tokens",
                 file=out,
             )
@@ -262,7 +274,7 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     return 0
 
 
-def _abstract_llm(config: IndexConfig, cache: str | None) -> Any:
+def _abstract_llm(config: IndexConfig, cache: str | None, http: HttpPolicy) -> LLMClient | None:
     """The LLM client for LLM abstracts, with a persistent cache so a killed build resumes."""
     if not config.abstracts.startswith("llm-"):
         return None
@@ -273,7 +285,7 @@ def _abstract_llm(config: IndexConfig, cache: str | None) -> Any:
         raise InputError(f"--abstracts {config.abstracts} needs --llm SPEC")
     path = Path(cache) if cache else Path.home() / ".cache" / "psirag" / "llm-cache.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
-    return LLMClient(load_chat_model(config.llm), cache_path=path)
+    return LLMClient(load_chat_model(config.llm, http=http), cache_path=path)
 
 
 def _warn_only(message: str) -> None:
@@ -287,11 +299,13 @@ def _layers(sizes: Sequence[int]) -> str:
 
 # ---------------------------------------------------------------------------- search
 def run_search(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
 
     out = stdout or sys.stdout
     config = search_config_from(args)
     index = Index.load(args.index)
+    confirm_index_embedder(index, args.embedder, http_policy_from(args))
     passages = index.search(args.query, config=config, docs=args.doc)
     if args.json:
         payload = {

@@ -25,10 +25,11 @@ from psirag.tree import Tree
 from psirag.tree.update import InsertRule
 from psirag.types import Chunk, Passage, Source, source_from_dict
 
-log = logging.getLogger("psirag")
-
 if TYPE_CHECKING:
     from psirag.living import UpdateSummary
+    from psirag.llm.client import LLMClient
+
+log = logging.getLogger("psirag")
 
 
 def _link_unchanged(writer: IndexWriter) -> None:
@@ -149,7 +150,7 @@ class Index:
         report: Reporter | None = None,
         on_bad_file: str = "fail",
         texts: bool = False,
-        llm: Any = None,
+        llm: LLMClient | None = None,
     ) -> Index:
         """Chunk, embed, build the tree, write abstracts and BM25 (:mod:`psirag.pipeline`).
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from psirag.retrieval.bm25 import SparseIndex, check_indexable
 from psirag.tree import Tree, build_forest, build_tree
 from psirag.tree.build import resolve_tree_mode
 from psirag.types import Chunk
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
 
 Reporter = Callable[[str], None]
 Corpus = Sequence[str | Path] | Sequence[Document] | str | Path
@@ -189,7 +192,7 @@ def write_abstracts(
     *,
     nodes: Sequence[int] | None = None,
     current: Sequence[str] | None = None,
-    llm: Any = None,
+    llm: LLMClient | None = None,
     progress: bool = False,
 ) -> Abstracts:
     """The abstract text of every inner node (``nodes=None``) or of the inner ``nodes`` given,
@@ -289,7 +292,7 @@ def build_index_data(
     report: Reporter | None = None,
     on_bad_file: str = "fail",
     texts: bool = False,
-    llm: Any = None,
+    llm: LLMClient | None = None,
 ) -> tuple[IndexData, Embedder]:
     """Every stage over the whole corpus, each timed; returns the data and the embedder used
     (loaded from ``config.embedder`` when none is given)."""

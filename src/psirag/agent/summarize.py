@@ -127,7 +127,7 @@ class Summarizer:
 
     def __init__(
         self,
-        llm: ChatModel | Any,
+        llm: ChatModel,
         visit: Callable[[str], Sequence[VisitedNode]],
         *,
         top_k: int = 20,

@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -66,6 +66,9 @@ from psirag.retrieval.fusion import Reranker
 from psirag.retrieval.retriever import Retriever
 from psirag.storage import FORMAT_VERSION
 from psirag.types import Passage
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
 
@@ -213,7 +216,7 @@ class EvalContext:
     say: Say = field(default=lambda message: None)
     progress: bool = False
     embedding_cached: bool = False
-    llm: Any = None
+    llm: LLMClient | None = None
     """The run's LLM client (answers and LLM abstracts share it and its cache); None: none."""
     _psi: tuple[Index, IndexInfo] | None = None
     _reranker: Reranker | None = None
@@ -251,7 +254,7 @@ class EvalContext:
         )
 
     @contextmanager
-    def abstract_llm(self, config: IndexConfig) -> Iterator[Any]:
+    def abstract_llm(self, config: IndexConfig) -> Iterator[LLMClient | None]:
         """The LLM that writes LLM abstracts (None for LLM-free ones): the run's ``--llm``,
         through the harness's client and response cache, so a killed build resumes and the
         abstract calls and the answers share one cache file."""

@@ -62,7 +62,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -83,6 +83,9 @@ from psirag.retrieval.tree_search import LayeredSearch
 from psirag.storage import IndexReader, IndexWriter
 from psirag.tree.model import Tree
 from psirag.types import Passage, Source
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
 
 __all__ = [
     "EVAL_BUILD",
@@ -490,7 +493,7 @@ class RaptorTree:
         leaf_texts: Sequence[str] | None,
         kind: str = "keywords",
         *,
-        llm: Any = None,
+        llm: LLMClient | None = None,
         max_phrases: int = 20,
         context_tokens: int = 4096,
         progress: bool = False,

@@ -16,6 +16,7 @@ from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.embed import Embedder, load_embedder
 from psirag.errors import InputError
 from psirag.eval.data import EvalDataset, subcorpus
+from psirag.http import HttpPolicy
 
 RETRIEVAL_METHODS = ("psi", "psi-tree", "bm25", "dense", "hybrid")
 """Default methods without an LLM: single retrieval, scored by Recall@k."""
@@ -49,12 +50,14 @@ def default_cache_dir() -> Path:
     return Path("~/.cache/psirag/eval").expanduser()
 
 
-def resolve_embedder(spec: str, batch_size: int | None = None) -> Embedder:
+def resolve_embedder(
+    spec: str, batch_size: int | None = None, http: HttpPolicy | None = None
+) -> Embedder:
     """The embedder a spec names: a registered hook first, else the normal loader."""
     hook = EMBEDDER_HOOKS.get(spec.strip())
     if hook is not None:
         return hook()
-    return load_embedder(spec, batch_size=batch_size)
+    return load_embedder(spec, batch_size=batch_size, http=http)
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,9 @@ class EvalSettings:
     beam: int = SearchConfig.beam
     reranker: str | None = None
     """Local cross-encoder folder: ``psi`` and ``hybrid`` rerank the union instead of RRF."""
-    max_retrievals: int = 1
-    """Agent retrievals after the first one (paper, 2Wiki/HotpotQA: 1)."""
+    max_retrievals: int | str = 1
+    """Agent retrievals after the first one (paper, 2Wiki/HotpotQA: 1); ``"auto"``: per question,
+    from the hop discriminator (``psirag.hops.max_retrievals_for``)."""
     answer_check: bool = True
     """``+agent``: ask again about an answer found in no document while a retrieval is left
     (``RetrieveAndAnswer.check_answers``); False is the paper's loop."""
@@ -108,6 +112,9 @@ class EvalSettings:
     retrieval_only: bool = False
     """Score by Recall@k without answering, even with an LLM (which then only writes LLM
     abstracts): an abstract ablation need not pay for an answer per question and method."""
+    http: HttpPolicy = field(default_factory=HttpPolicy)
+    """Deadline and retries of every LLM and embedding server call (``--timeout``,
+    ``--retries``)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -121,7 +128,12 @@ class EvalSettings:
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.max_retrievals < 0:
+        if isinstance(self.max_retrievals, str):
+            if self.max_retrievals != "auto":
+                raise InputError(
+                    f"max_retrievals must be a count or 'auto', got {self.max_retrievals!r}"
+                )
+        elif self.max_retrievals < 0:
             raise InputError(f"max_retrievals must be 0 or more, got {self.max_retrievals}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"limit must be positive, got {self.limit}")

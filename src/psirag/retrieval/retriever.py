@@ -16,8 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from psirag.argtypes import first_surrogate
 from psirag.config import SearchConfig
-from psirag.embed import Embedder, finalize_vectors, load_embedder
+from psirag.embed import Embedder, finalize_vectors
+from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
 from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
@@ -152,7 +154,8 @@ class Retriever:
         shared = self._shared
         if shared.embedder is None:
             config = self.data.config
-            embedder = load_embedder(config.embedder, batch_size=config.batch_size)
+            # An endpoint named by the manifest needs the user's confirmation (embed/endpoints.py).
+            embedder = load_index_embedder(config.embedder, batch_size=config.batch_size)
             self._check_embedder(embedder)
             shared.embedder = embedder
         return shared.embedder
@@ -174,6 +177,12 @@ class Retriever:
     def embed_query(self, query: str) -> np.ndarray:
         if not isinstance(query, str) or not query.strip():
             raise InputError("the query is empty; give a question or some keywords")
+        position = first_surrogate(query)
+        if position is not None:
+            raise InputError(
+                f"the query holds a lone surrogate at character {position} (bytes that were not "
+                "UTF-8); pass the query as UTF-8 text"
+            )
         return finalize_vectors(self.embedder.embed([query]), [query])[0]
 
     def _check_vector(self, vector: np.ndarray) -> np.ndarray:

@@ -67,7 +67,7 @@ _BLOCK = 2048
 class TreeUpdate:
     """The result of an update.
 
-    ``node_map[old] `` is the new id of old node ``old`` (-1 where it was removed), so every
+    ``node_map[old]`` is the new id of old node ``old`` (-1 where it was removed), so every
     per-node array of the old tree (abstracts, routing vectors) can be carried over. ``dirty``
     lists, sorted, the new tree's abstract nodes whose subtree changed (a new node, a changed
     leaf set or a changed set of children, and every ancestor of such a node): their abstracts
