@@ -243,7 +243,7 @@ def sync_bench(args: argparse.Namespace, result: dict[str, Any]) -> None:
         for i, t in enumerate(spare):
             (folder / f"p{(i * 97) % args.sync_files:05d}.txt").write_text(t, encoding="utf-8")
         original = cl.load_embedder_for
-        cl.load_embedder_for = lambda spec, batch_size=None: emb  # type: ignore[assignment]
+        cl.load_embedder_for = lambda spec, batch_size=None, http=None: emb  # type: ignore[assignment]
         try:
             out = io.StringIO()
             t0 = time.perf_counter()

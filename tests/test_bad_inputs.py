@@ -496,7 +496,7 @@ def _living(
         (target / "manifest.json").write_text(json.dumps(pointer), encoding="utf-8")
 
 
-def _test_embedder(spec: str, batch_size: int | None = None) -> object:
+def _test_embedder(spec: str, batch_size: int | None = None, http: object = None) -> object:
     """What ``psirag add`` loads in these cases: ``test:hash`` is the index's HashEmbedder,
     ``test:hash32`` another one."""
     if spec == "test:hash":

@@ -31,7 +31,7 @@ sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]
 from conftest import HashEmbedder
 import psirag.cli_living as cl
 import psirag.storage as storage
-cl.load_embedder_for = lambda spec, batch_size=None: HashEmbedder()
+cl.load_embedder_for = lambda spec, batch_size=None, http=None: HashEmbedder()
 kill_at = os.environ.get("PSIRAG_TEST_KILL_AT")
 hold_at = os.environ.get("PSIRAG_TEST_HOLD_AT")
 def hook(point):

@@ -18,15 +18,16 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
+from psirag.http import add_http_options, http_policy_from
 
 UPDATE_SCHEMA = "psirag.update-summary/1"
 
 
-def load_embedder_for(spec: str, batch_size: int | None = None) -> Any:
+def load_embedder_for(spec: str, batch_size: int | None = None, http: Any = None) -> Any:
     """The embedder a spec names (a seam for tests, which use a hashing embedder)."""
     from psirag.embed import load_embedder
 
-    return load_embedder(spec, batch_size=batch_size)
+    return load_embedder(spec, batch_size=batch_size, http=http)
 
 
 def _eprint(*parts: object) -> None:
@@ -64,6 +65,7 @@ def register(sub: Any) -> None:
         )
         p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
         p.add_argument("--json", action="store_true", help=f"print JSON ({UPDATE_SCHEMA})")
+        add_http_options(p)
 
     p = sub.add_parser("add", help="add files or folders of documents to an index")
     p.add_argument("index", metavar="DIR")
@@ -117,16 +119,17 @@ def _open_for_update(folder: str) -> tuple[Any, Any]:
     try:
         generation = writer.base.generation if writer.base is not None else None
         index = Index.load(folder, generation=generation)
-        index._from_legacy = state == "legacy"
+        index._from_legacy = state == "legacy"  # type: ignore[attr-defined]
     except BaseException:
         writer.abort()
         raise
     return writer, index
 
 
-def _embedder(index: Any, spec: str | None) -> Any:
+def _embedder(index: Any, spec: str | None, args: argparse.Namespace | None = None) -> Any:
     config = index.config
-    embedder = load_embedder_for(spec or config.embedder, config.batch_size)
+    http = http_policy_from(args) if args is not None else None
+    embedder = load_embedder_for(spec or config.embedder, config.batch_size, http)
     if embedder.id != index.embedder_id:
         raise EmbedderMismatchError(
             f"{spec or config.embedder!r} embeds as {embedder.id!r} but this index was built "
@@ -145,7 +148,9 @@ def _llm(index: Any, args: argparse.Namespace) -> Any:
     config = index.config
     if not config.abstracts.startswith("llm-"):
         return None
-    return _abstract_llm(replace(config, llm=args.llm or config.llm), args.llm_cache)
+    return _abstract_llm(
+        replace(config, llm=args.llm or config.llm), args.llm_cache, http_policy_from(args)
+    )
 
 
 def _finish(
@@ -257,7 +262,7 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     writer, index = _open_for_update(args.index)
     llm = None
     try:
-        embedder = _embedder(index, args.embedder)
+        embedder = _embedder(index, args.embedder, args)
         llm = _llm(index, args)
         summary = index.add(
             args.paths,
@@ -283,7 +288,7 @@ def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int
     llm = None
     try:
         if index.config.routing != "leaf_mean":
-            _embedder(index, None)
+            _embedder(index, None, args)
         llm = _llm(index, args)
         summary = index.remove(args.doc, llm=llm, progress=not args.quiet)
     except BaseException:
@@ -351,7 +356,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
                 raise InputError(
                     f"{', '.join(args.paths)} hold no supported files; an index cannot be empty"
                 )
-            embedder = _embedder(index, args.embedder)
+            embedder = _embedder(index, args.embedder, args)
             llm = _llm(index, args)
             data, summary = rebuild_from_files(
                 index.data, sorted(files), embedder, llm=llm, progress=not args.quiet
@@ -360,7 +365,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             return _finish(args, writer, index, summary, llm, started, out, plan)
         if to_remove or new or changed:
             if new or changed or index.config.routing != "leaf_mean":
-                _embedder(index, args.embedder)
+                _embedder(index, args.embedder, args)
             llm = _llm(index, args)
             summary = index.update(
                 to_remove,

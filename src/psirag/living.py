@@ -94,12 +94,12 @@ class UpdateSummary:
             llm_cached=self.llm_cached + other.llm_cached,
             full_rebuild=self.full_rebuild or other.full_rebuild,
         )
-        for src in (self.tree, other.tree):
-            for k, v in src.items():
-                out.tree[k] = out.tree.get(k, 0) + v
-        for src in (self.seconds, other.seconds):
-            for k, v in src.items():
-                out.seconds[k] = out.seconds.get(k, 0.0) + v
+        for counts in (self.tree, other.tree):
+            for k, n in counts.items():
+                out.tree[k] = out.tree.get(k, 0) + n
+        for seconds in (self.seconds, other.seconds):
+            for k, t in seconds.items():
+                out.seconds[k] = out.seconds.get(k, 0.0) + t
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -462,7 +462,7 @@ def update_documents(
                 embedded.vectors,
                 max_children=config.max_children,
                 rule=rule,
-                mode=resolve_tree_mode(config.tree_mode, len(new_chunks)),  # type: ignore[arg-type]
+                mode=resolve_tree_mode(config.tree_mode, len(new_chunks)),
                 neighbors=config.tree_neighbors,
             )
         # insert_leaves keeps the old leaf ids and appends the new ones in input order
