@@ -141,6 +141,15 @@ def api(server: ServerProcess, method: str, path: str, body: Any = None) -> Any:
     return data
 
 
+def click_arc(page: Any, node: int) -> None:
+    """A real mouse click in the middle of a node's arc (an arc's bounding box may be mostly
+    somewhere else)."""
+    point = page.evaluate("id => window.psirag.chart.pointOf(id)", node)
+    assert point is not None, f"node {node} is not drawn"
+    box = page.locator("#sunburst").bounding_box()
+    page.mouse.click(box["x"] + point["x"], box["y"] + point["y"])
+
+
 def drawn_ids(page: Any, selector: str) -> set[int]:
     return {
         int(x) for x in page.eval_on_selector_all(selector, "els => els.map(e => e.dataset.id)")
@@ -152,7 +161,7 @@ def test_page_loads_offline_without_console_errors(page: Page, server: ServerPro
     assert p.title() == "psirag"
     info = api(server, "GET", "/index")
     summary = p.inner_text("#index-summary")
-    assert f"{info['counts']['chunks']} chunks" in summary
+    assert f"{info.get('counts', info)['chunks']} chunks" in summary
     assert p.locator("#sunburst path").count() > 0
     assert page.errors == []
     assert page.failed == []
@@ -197,7 +206,7 @@ def test_click_shows_abstract_children_and_breadcrumb(page: Page, server: Server
     root = tree["root"]
     first_ring = [n for n in tree["nodes"] if n["parent"] == root and n["has_children"]]
     target = max(first_ring, key=lambda n: n["leaves"])
-    p.click(f"#arc-{target['id']}")
+    click_arc(p, target["id"])
     p.wait_for_selector("#node-abstract")
     truth = api(server, "GET", f"/nodes/{target['id']}")
     p.wait_for_function(
@@ -296,14 +305,15 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     p.fill("#ask-query", "Where is the head office of the company that owns the Calder Hotel?")
     p.fill("#ask-retrievals", "1")
     p.click("#ask-submit")
-    # the second step shows while the model still thinks about it: the steps stream
-    p.wait_for_selector("#ask-steps .step:nth-child(2) .sub-question", timeout=20_000)
+    # the first step shows while the model still thinks about the second: the steps stream
+    p.wait_for_selector("#ask-steps .step:not(.waiting)", timeout=20_000)
     assert p.locator("#ask-answer").is_hidden()
-    assert p.inner_text("#ask-steps .step:nth-child(2) .sub-question") == SUB_QUESTION
+    assert p.locator("#ask-steps .step:not(.waiting)").count() == 1
     p.wait_for_selector("#answer-text", timeout=30_000)
     assert p.inner_text("#answer-text").strip().startswith("Lisbon")
     steps = p.locator("#ask-steps .step:not(.waiting)")
     assert steps.count() == 2
+    assert steps.nth(1).locator(".sub-question").inner_text() == SUB_QUESTION
     assert "Calder Group" in steps.nth(0).inner_text()  # the model's reasoning is shown
     first_step_passages = steps.nth(0).locator(".passage")
     assert first_step_passages.count() > 0
@@ -377,13 +387,20 @@ def test_drop_zone_uploads_dropped_files(page: Page, server: ServerProcess) -> N
     )
     with p.expect_request(lambda r: r.url.endswith("/documents") and r.method == "POST") as req:
         p.dispatch_event("#drop-zone", "drop", {"dataTransfer": handle})
-    body = req.value.post_data_buffer.decode(errors="replace")
-    assert 'filename="glaciers.txt"' in body and "Dropped text about glaciers." in body
+    assert req.value.headers["content-type"].startswith("multipart/form-data")
+    raw = req.value.post_data_buffer  # Chromium may keep a dropped file's bytes to itself
+    if raw is not None:
+        assert b'filename="glaciers.txt"' in raw and b"Dropped text about glaciers." in raw
     response = req.value.response()
-    if response.status == 202:  # a living index: wait, then take the document out again
-        p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
-        status, _ = server.request("DELETE", "/documents/glaciers.txt", key=KEY)
-        assert status == 202
+    if response.status == 501:
+        p.wait_for_selector("#docs-error:not([hidden])")
+        assert response.json()["error"]["message"] in p.inner_text("#docs-error")
+        return
+    assert response.status == 202, response.text()
+    # a living index: wait, then take the document out again
+    p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
+    status, _ = server.request("DELETE", "/documents/glaciers.txt", key=KEY)
+    assert status == 202
 
 
 @pytest.mark.parametrize("viewport", [(1366, 768), (390, 844)], ids=["laptop", "phone"])

@@ -59,21 +59,24 @@ async function errorOf(response) {
   return new ApiError(response.status, type, message);
 }
 
-/** fetch with the key; a 401 asks for a key once (shared by concurrent calls) and retries. */
-async function send(path, init = {}, retried = false) {
+/** fetch with the key; a 401 asks for a key (one prompt shared by concurrent calls) and
+ * retries, until the server takes the key. */
+async function send(path, init = {}) {
   let response;
   try {
     response = await fetch(new URL(path, BASE), { ...init, headers: headers(init.headers) });
   } catch (err) {
     throw new ApiError(0, "NetworkError", `the server did not answer (${err.message})`);
   }
-  if (response.status === 401 && keyPrompt && !retried) {
-    const previous = storedKey();
-    pendingKey = pendingKey || keyPrompt(previous ? "That key was refused." : "").finally(() => {
-      pendingKey = null;
-    });
+  if (response.status === 401 && keyPrompt) {
+    const sent = storedKey();
+    if (!pendingKey) {
+      pendingKey = keyPrompt(sent ? "That key was refused." : "").finally(() => {
+        pendingKey = null;
+      });
+    }
     await pendingKey;
-    return send(path, init, true);
+    return send(path, init);
   }
   if (!response.ok) throw await errorOf(response);
   return response;

@@ -374,7 +374,7 @@ $("#ask-form").addEventListener("submit", async (e) => {
         if (event === "step") {
           count += 1;
           steps.insertBefore(renderStep(data, count), waiting);
-          waiting.textContent = "the model is reading…";
+          waiting.textContent = "retrieving and reading…";
         } else if (event === "answer") {
           if (!count) (data.steps || []).forEach((s, i) => steps.insertBefore(renderStep(s, i + 1), waiting));
           renderAnswer(data);
@@ -582,7 +582,7 @@ $("#doc-file").addEventListener("change", (e) => {
 async function loadIndexSummary() {
   const info = await api.getJSON("index");
   state.index = info;
-  const c = info.counts || {};
+  const c = info.counts || info; // psirag inspect's summary: counts at the top level
   const parts = [];
   if (c.documents !== undefined) parts.push(`${c.documents.toLocaleString()} documents`);
   if (c.chunks !== undefined) parts.push(`${c.chunks.toLocaleString()} chunks`);

@@ -459,6 +459,20 @@ export class Sunburst {
     });
   }
 
+  /** The middle of a drawn arc, in the SVG's own pixels (null when it is not drawn). */
+  pointOf(id) {
+    const node = this.model.get(id);
+    if (!node || !this.elements.has(id)) return null;
+    const g = this.geometry();
+    const span = this.view.x1 - this.view.x0;
+    const a0 = Math.max(0, (node.x0 - this.view.x0) / span) * TAU;
+    const a1 = Math.min(1, (node.x1 - this.view.x0) / span) * TAU;
+    const s = node.depth - this.view.depth;
+    const r = (this.radiusAt(s, g) + this.radiusAt(s + 1, g)) / 2;
+    const mid = (a0 + a1) / 2;
+    return { x: g.cx + r * Math.sin(mid), y: g.cy - r * Math.cos(mid) };
+  }
+
   setHighlight(onPath, hits) {
     this.onPath = new Set(onPath);
     this.hits = new Set(hits);
