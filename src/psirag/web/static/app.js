@@ -290,7 +290,7 @@ async function openNode(id) {
             { type: "button", class: "linkish", onclick: () => revealNode(c.id, [...(data.path || [id]), c.id]) },
             c.label || `node ${c.id}`,
           ),
-          el("span", { class: "muted", text: ` ${c.leaves ?? 1} leaves · layer ${c.layer}` }),
+          el("span", { class: "muted", text: `${c.leaves ?? 1} leaves · layer ${c.layer}` }),
         ),
       );
     }
@@ -467,32 +467,50 @@ function renderAnswer(result) {
 }
 
 // ------------------------------------------------------------------ documents
+let allDocuments = [];
+const DOCS_SHOWN = 200;
+
 async function loadDocuments() {
-  const body = $("#docs-table tbody");
   showError($("#docs-error"), null);
   try {
     const res = await api.getJSON("documents");
-    body.textContent = "";
-    const docs = res.documents || [];
-    const chunks = docs.reduce((s, d) => s + (d.chunks || 0), 0);
-    $("#docs-summary").textContent = `${docs.length.toLocaleString()} documents, ${chunks.toLocaleString()} chunks.`;
-    const shown = docs.slice(0, 500);
+    allDocuments = res.documents || [];
+    renderDocuments();
+  } catch (err) {
+    showError($("#docs-error"), err);
+  }
+}
+
+function renderDocuments() {
+  const body = $("#docs-table tbody");
+  body.textContent = "";
+  const needle = $("#docs-filter").value.trim().toLowerCase();
+  const docs = needle
+    ? allDocuments.filter((d) => `${d.title || ""}\n${d.id}`.toLowerCase().includes(needle))
+    : allDocuments;
+  {
+    const chunks = allDocuments.reduce((s, d) => s + (d.chunks || 0), 0);
+    $("#docs-summary").textContent =
+      `${allDocuments.length.toLocaleString()} documents, ${chunks.toLocaleString()} chunks.` +
+      (needle ? ` ${docs.length.toLocaleString()} match.` : "");
+    const shown = docs.slice(0, DOCS_SHOWN);
     for (const d of shown) {
       body.append(
         el(
           "tr",
           { "data-doc": d.id },
-          el("td", {}, el("span", { class: "doc", text: d.title || d.id }), d.title && d.title !== d.id ? el("span", { class: "muted", text: ` ${d.id}` }) : null),
+          el("td", {}, el("span", { class: "doc", text: d.title || d.id }), d.title && d.title !== d.id ? el("span", { class: "muted", title: "document id", text: ` · id ${d.id}` }) : null),
           el("td", { class: "num", text: String(d.chunks ?? "") }),
           el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `Remove ${d.title || d.id}`, onclick: () => removeDocument(d) }, "Remove")),
         ),
       );
     }
-    if (docs.length > shown.length) $("#docs-summary").textContent += ` The first ${shown.length} are listed.`;
-  } catch (err) {
-    showError($("#docs-error"), err);
+    if (docs.length > shown.length) {
+      $("#docs-summary").textContent += ` The first ${shown.length} are listed; filter to find others.`;
+    }
   }
 }
+$("#docs-filter").addEventListener("input", () => renderDocuments());
 
 async function uploadFiles(files) {
   showError($("#docs-error"), null);
@@ -593,7 +611,7 @@ async function loadIndexSummary() {
 
 async function startTree() {
   const t0 = performance.now();
-  await loadTree(null, RINGS + 1);
+  await loadTree(null, RINGS); // the levels the first view draws; deeper ones load on zoom
   const model = state.model;
   if (state.chart) {
     state.chart.model = model;
@@ -612,12 +630,16 @@ async function startTree() {
       $("#announcer").textContent = text;
     },
     onFocusChange: (id) => renderBreadcrumb(id),
+    // ?render=svg animates the SVG itself (for the side-by-side benchmark)
+    renderer: new URLSearchParams(location.search).get("render") === "svg" ? "svg" : "canvas",
   });
   state.chart.setColourBy($("#colour-by").value);
   state.chart.redraw();
   renderBreadcrumb(model.rootId);
   await new Promise((r) => requestAnimationFrame(() => r()));
-  performance.measure("psirag:first-render", { start: t0, end: performance.now() });
+  const t1 = performance.now();
+  performance.measure("psirag:first-render", { start: t0, end: t1 });
+  state.firstRender = { treeStart: t0, painted: t1, arcs: state.chart.elements.size };
   document.body.dataset.treeReady = "true";
 }
 
@@ -625,6 +647,7 @@ async function boot() {
   try {
     await loadIndexSummary();
     await startTree();
+    if (state.model.rootId !== FOREST) await openNode(state.model.rootId);
   } catch (err) {
     $("#index-summary").textContent = "";
     const box = el("div", { class: "error", role: "alert" });

@@ -146,6 +146,11 @@ function hashHue(text) {
   return ((h >>> 0) % 360 + 360) % 360;
 }
 
+function describe(node) {
+  const kind = node.has_children ? `${node.leaves.toLocaleString()} leaves` : "leaf";
+  return `${node.label || `node ${node.id}`} (${kind}, layer ${node.layer})`;
+}
+
 function arcPath(cx, cy, a0, a1, r0, r1) {
   if (a1 - a0 >= TAU - 1e-6) {
     // a full ring: two half arcs each way, with the hole cut out
@@ -173,7 +178,8 @@ function arcPath(cx, cy, a0, a1, r0, r1) {
  * must load the missing levels under `id` (a Promise); `announce(text)` speaks keyboard moves.
  */
 export class Sunburst {
-  constructor(svg, model, { onOpen, onNeed, announce, onFocusChange }) {
+  constructor(svg, model, { onOpen, onNeed, announce, onFocusChange, renderer = "canvas" }) {
+    this.renderer = renderer; // how zoom transitions are drawn: "canvas" or "svg"
     this.svg = svg;
     this.model = model;
     this.onOpen = onOpen;
@@ -190,6 +196,7 @@ export class Sunburst {
     this.elements = new Map(); // id -> <path>
     this.animation = null;
     this.frameTimes = []; // ms between frames of the last transition (read by benchmarks)
+    this.workTimes = []; // ms of script work per frame of the last transition
 
     svg.innerHTML = "";
     this.gArcs = document.createElementNS(SVG, "g");
@@ -207,17 +214,40 @@ export class Sunburst {
 
     svg.addEventListener("click", (e) => this.click(e));
     svg.addEventListener("keydown", (e) => this.key(e));
+    // the focus ring shows while the keyboard is in use (Tab included), not after clicks
+    document.addEventListener("keydown", () => svg.classList.add("kbd"), true);
+    document.addEventListener("pointerdown", () => svg.classList.remove("kbd"), true);
     svg.addEventListener("focus", () => {
       if (this.cursor === null) this.cursor = this.focus;
       this.paintCursor();
     });
-    new ResizeObserver(() => this.redraw()).observe(svg);
+    new ResizeObserver((entries) => {
+      const box = entries[entries.length - 1].contentRect;
+      if (this.size && box.width === this.size.width && box.height === this.size.height) return;
+      this.size = { width: box.width, height: box.height };
+      this.redraw();
+    }).observe(svg);
+    // a tooltip: one element for every arc
+    this.tip = document.createElement("div");
+    this.tip.className = "tip";
+    this.tip.setAttribute("aria-hidden", "true");
+    this.tip.hidden = true;
+    svg.parentElement.append(this.tip);
+    svg.addEventListener("pointermove", (e) => this.hover(e));
+    svg.addEventListener("pointerleave", () => {
+      this.tip.hidden = true;
+    });
   }
 
+  /** Sizes for drawing; the SVG's box is read once per resize (reading it after DOM changes
+   * forces a layout). */
   geometry() {
-    const rect = this.svg.getBoundingClientRect();
-    const w = Math.max(rect.width, 10);
-    const h = Math.max(rect.height, 10);
+    if (!this.size) {
+      const rect = this.svg.getBoundingClientRect();
+      this.size = { width: rect.width, height: rect.height };
+    }
+    const w = Math.max(this.size.width, 10);
+    const h = Math.max(this.size.height, 10);
     const radius = Math.min(w, h) / 2 - 4;
     const r0 = radius * 0.2;
     return { cx: w / 2, cy: h / 2, radius, r0, ring: (radius - r0) / RINGS, w, h };
@@ -254,14 +284,21 @@ export class Sunburst {
     while (stack.length) {
       const node = stack.pop();
       if (!node) continue;
-      if (node.id !== top) {
-        const wide =
-          this.hits.has(node.id) ||
-          views.some((v) => ((node.x1 - node.x0) / (v.x1 - v.x0)) * TAU >= MIN_ANGLE);
-        if (!wide) continue;
-        out.push(node);
+      let include = false;
+      let descend = node.id === top;
+      for (const v of views) {
+        const inside = Math.min(node.x1, v.x1) - Math.max(node.x0, v.x0);
+        if (inside <= 0 || node.depth > v.depth + RINGS) continue;
+        if (node.depth <= v.depth) {
+          descend = true; // on the way down to the view's centre
+        } else if (this.hits.has(node.id) || (inside / (v.x1 - v.x0)) * TAU >= MIN_ANGLE) {
+          include = descend = true;
+        } else if (this.onPath.has(node.id)) {
+          descend = true; // a narrow arc above a search hit
+        }
       }
-      if (node.depth >= depthLimit || !node.children) continue;
+      if (include && node.id !== top) out.push(node);
+      if (!descend || node.depth >= depthLimit || !node.children) continue;
       for (const c of node.children) stack.push(this.model.get(c));
     }
     return out;
@@ -288,14 +325,18 @@ export class Sunburst {
         el.id = `arc-${node.id}`;
         el.dataset.id = String(node.id);
         el.setAttribute("role", "treeitem");
-        const title = document.createElementNS(SVG, "title");
-        el.append(title);
+        // an attribute, not a <title> child: a child element per arc made each relayout
+        // several times slower (measured in benchmarks/bench_web.py's tour)
+        el.setAttribute("aria-label", describe(node));
+        el.setAttribute("aria-level", String(node.depth + 1));
         this.gArcs.append(el);
         this.elements.set(node.id, el);
       }
-      el.firstChild.textContent = `${node.label || `node ${node.id}`} (${node.leaves} leaves, layer ${node.layer})`;
-      el.setAttribute("aria-level", String(node.depth + 1));
-      el.style.fill = this.colour(node);
+      const fill = this.colour(node);
+      if (el.dataset.fill !== fill) {
+        el.style.fill = fill;
+        el.dataset.fill = fill;
+      }
       this.classify(el, node.id);
     }
   }
@@ -309,29 +350,62 @@ export class Sunburst {
   }
 
   /** Place every element for the view (x0, x1, depth); returns the drawn count. */
-  place(view, g) {
+  /** [a0, a1, r0, r1] of a node's arc in a view, or null when it is not drawn there. */
+  arcGeom(node, view, g) {
     const span = view.x1 - view.x0;
+    const s = node.depth - view.depth;
+    if (s <= 0 || s > RINGS) return null;
+    let a0 = Math.max(0, Math.min(1, (node.x0 - view.x0) / span)) * TAU;
+    let a1 = Math.max(0, Math.min(1, (node.x1 - view.x0) / span)) * TAU;
+    if (this.hits.has(node.id) && a1 - a0 < HIT_ANGLE && a1 > 0 && a0 < TAU) {
+      // a hit leaf is drawn at least HIT_ANGLE wide, so that it can be seen and clicked
+      const mid = (a0 + a1) / 2;
+      a0 = Math.max(0, mid - HIT_ANGLE / 2);
+      a1 = Math.min(TAU, mid + HIT_ANGLE / 2);
+    }
+    const r0 = this.radiusAt(s, g);
+    const r1 = this.radiusAt(s + 1, g);
+    if (a1 - a0 < 1e-4 || r1 - r0 < 0.5) return null;
+    return [a0, a1, r0, r1];
+  }
+
+  /** Place every SVG element for the view (x0, x1, depth). */
+  place(view, g) {
     for (const [id, el] of this.elements) {
-      const node = this.model.get(id);
-      const s = node.depth - view.depth;
-      let a0 = Math.max(0, Math.min(1, (node.x0 - view.x0) / span)) * TAU;
-      let a1 = Math.max(0, Math.min(1, (node.x1 - view.x0) / span)) * TAU;
-      if (this.hits.has(id) && a1 - a0 < HIT_ANGLE && a1 > 0 && a0 < TAU) {
-        // a hit leaf is drawn at least HIT_ANGLE wide, so that it can be seen and clicked
-        const mid = (a0 + a1) / 2;
-        a0 = Math.max(0, mid - HIT_ANGLE / 2);
-        a1 = Math.min(TAU, mid + HIT_ANGLE / 2);
-      }
-      const r0 = this.radiusAt(s, g);
-      const r1 = this.radiusAt(s + 1, g);
-      if (a1 - a0 < 1e-4 || r1 - r0 < 0.5 || s <= 0 || s > RINGS) {
+      const arc = this.arcGeom(this.model.get(id), view, g);
+      if (arc === null) {
         el.setAttribute("d", "");
         el.setAttribute("visibility", "hidden");
       } else {
-        el.setAttribute("d", arcPath(g.cx, g.cy, a0, a1, r0, r1));
+        el.setAttribute("d", arcPath(g.cx, g.cy, arc[0], arc[1], arc[2], arc[3]));
         el.removeAttribute("visibility");
       }
     }
+  }
+
+  /** One animation frame on the canvas: `items` are [node, fill, alpha] triples. */
+  paint(ctx, items, view, g) {
+    ctx.clearRect(0, 0, g.w, g.h);
+    ctx.lineWidth = 0.6;
+    ctx.strokeStyle = "#fbfbfa";
+    for (const [node, fill, alpha] of items) {
+      const arc = this.arcGeom(node, view, g);
+      if (arc === null) continue;
+      const [a0, a1, r0, r1] = arc;
+      ctx.beginPath();
+      ctx.arc(g.cx, g.cy, r1, a0 - Math.PI / 2, a1 - Math.PI / 2);
+      ctx.arc(g.cx, g.cy, r0, a1 - Math.PI / 2, a0 - Math.PI / 2, true);
+      ctx.closePath();
+      ctx.globalAlpha = alpha;
+      ctx.fillStyle = fill;
+      ctx.fill();
+      ctx.stroke();
+    }
+    ctx.globalAlpha = 1;
+    ctx.beginPath();
+    ctx.arc(g.cx, g.cy, Math.max(0, g.r0 - 1), 0, TAU);
+    ctx.fillStyle = "#fff";
+    ctx.fill();
   }
 
   drawCentre(g) {
@@ -373,7 +447,7 @@ export class Sunburst {
       if ((a1 - a0) * rMid < 12 || g.ring < 30) continue;
       const chars = Math.floor((g.ring - 6) / 6.2);
       let text = node.label || "";
-      if (!text || chars < 3) continue;
+      if (!text || chars < 6) continue; // a label cut to a few letters says nothing
       if (text.length > chars) text = `${text.slice(0, chars - 1)}…`;
       const x = g.cx + rMid * Math.sin(mid);
       const y = g.cy - rMid * Math.cos(mid);
@@ -420,6 +494,11 @@ export class Sunburst {
     await this.animate(from, id);
   }
 
+  /**
+   * The zoom transition. With the canvas renderer (the default) the frames are painted on a
+   * canvas laid over the SVG, and the SVG is rebuilt once at the end; the "svg" renderer moves
+   * every SVG arc on every frame (kept for benchmarks/bench_web.py's side-by-side run).
+   */
   animate(from, to) {
     if (this.animation) cancelAnimationFrame(this.animation.raf);
     const g = this.geometry();
@@ -427,10 +506,28 @@ export class Sunburst {
     const end = this.viewOf(to);
     const top = this.model.get(from).depth <= this.model.get(to).depth ? from : to;
     const limit = Math.max(start.depth, end.depth) + RINGS;
-    this.sync(this.collect(top, limit, [start, end]));
+    const nodes = this.collect(top, limit, [start, end]);
+    this.animatedArcs = nodes.length;
+    let ctx = null;
+    let items = null;
+    if (this.renderer === "canvas") {
+      ctx = this.canvasFor(g);
+      const dim = this.onPath.size > 0;
+      items = nodes.map((n) => [
+        n,
+        this.hits.has(n.id) ? "#e8590c" : this.colour(n),
+        dim && !this.onPath.has(n.id) ? 0.28 : 1,
+      ]);
+      this.paint(ctx, items, start, g);
+      this.canvas.hidden = false;
+      this.gArcs.setAttribute("visibility", "hidden");
+    } else {
+      this.sync(nodes);
+    }
     this.gLabels.textContent = "";
     this.drawCentre(g);
     this.frameTimes = [];
+    this.workTimes = [];
     return new Promise((resolve) => {
       const t0 = performance.now();
       let last = t0;
@@ -444,19 +541,48 @@ export class Sunburst {
           x1: start.x1 + (end.x1 - start.x1) * e,
           depth: start.depth + (end.depth - start.depth) * e,
         };
+        const w0 = performance.now();
         this.view = view;
-        this.place(view, g);
+        if (ctx) this.paint(ctx, items, view, g);
+        else this.place(view, g);
         if (t < 1) {
+          this.workTimes.push(performance.now() - w0);
           this.animation = { raf: requestAnimationFrame(step) };
         } else {
           this.animation = null;
           this.frameTimes.shift(); // the first entry measures the wait before the first frame
-          this.redraw();
+          this.redraw(); // the final frame rebuilds the SVG arcs and their labels
+          if (ctx) {
+            this.gArcs.removeAttribute("visibility");
+            this.canvas.hidden = true;
+          }
+          this.workTimes.push(performance.now() - w0);
           resolve();
         }
       };
       this.animation = { raf: requestAnimationFrame(step) };
     });
+  }
+
+  canvasFor(g) {
+    if (!this.canvas) {
+      this.canvas = document.createElement("canvas");
+      this.canvas.className = "zoom-canvas";
+      this.canvas.setAttribute("aria-hidden", "true");
+      this.svg.after(this.canvas);
+    }
+    const dpr = window.devicePixelRatio || 1;
+    const width = Math.round(g.w * dpr);
+    const height = Math.round(g.h * dpr);
+    if (this.canvas.width !== width || this.canvas.height !== height) {
+      this.canvas.width = width;
+      this.canvas.height = height;
+      this.canvas.style.width = `${g.w}px`;
+      this.canvas.style.height = `${g.h}px`;
+    }
+    const ctx = this.canvas.getContext("2d");
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    return ctx;
   }
 
   /** The middle of a drawn arc, in the SVG's own pixels (null when it is not drawn). */
@@ -505,6 +631,20 @@ export class Sunburst {
       el.classList.add("cursor");
       this.svg.setAttribute("aria-activedescendant", el.id);
     }
+  }
+
+  hover(event) {
+    const target = event.target.closest("[data-id]");
+    const node = target && target.dataset.id !== "" ? this.model.get(Number(target.dataset.id)) : null;
+    if (!node) {
+      this.tip.hidden = true;
+      return;
+    }
+    const box = this.svg.parentElement.getBoundingClientRect();
+    this.tip.textContent = describe(node);
+    this.tip.hidden = false;
+    const x = Math.min(event.clientX - box.left + 12, box.width - this.tip.offsetWidth - 4);
+    this.tip.style.transform = `translate(${Math.max(0, x)}px, ${event.clientY - box.top + 14}px)`;
   }
 
   click(event) {
