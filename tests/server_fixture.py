@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from conftest import HashEmbedder  # noqa: E402
+from conftest import HashEmbedder
 
-from psirag.cli import build_parser  # noqa: E402
-from psirag.errors import PsiragError  # noqa: E402
-from psirag.server.cli import run_mcp, run_serve  # noqa: E402
+from psirag.cli import build_parser
+from psirag.errors import PsiragError
+from psirag.server.cli import run_mcp, run_serve
 
 
 def main(argv: list[str]) -> int:

@@ -24,8 +24,12 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 LLM_SECRET = "sk-test-NEVER-SHOW-7f3a9c"
 """The LLM's API key given to the server process: it must appear in no response and no log."""
 
-RETRIEVE_REPLY = "Thought: Etna is a volcano; I need to know where it is.\nRetrieve: Mount Etna Sicily"
-ANSWER_REPLY = "Thought: The documents say Mount Etna is on the east coast of Sicily.\nAnswer: Sicily"
+RETRIEVE_REPLY = (
+    "Thought: Etna is a volcano; I need to know where it is.\nRetrieve: Mount Etna Sicily"
+)
+ANSWER_REPLY = (
+    "Thought: The documents say Mount Etna is on the east coast of Sicily.\nAnswer: Sicily"
+)
 SUMMARY_REPLY = "Volcanoes such as Etna and Vesuvius erupt lava and ash."
 
 
@@ -82,7 +86,8 @@ class ServerProcess:
         raise RuntimeError(f"server not ready after {timeout}s: {self.log()}")
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def stop(self) -> None:

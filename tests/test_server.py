@@ -19,8 +19,10 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-import httpx  # noqa: E402
-from server_procs import (  # noqa: E402
+import itertools
+
+import httpx
+from server_procs import (
     ANSWER_REPLY,
     LAUNCHER,
     LLM_SECRET,
@@ -32,9 +34,9 @@ from server_procs import (  # noqa: E402
     sse_events,
 )
 
-from psirag.config import SearchConfig  # noqa: E402
-from psirag.index import Index  # noqa: E402
-from psirag.llm.testing import FakeOpenAIServer  # noqa: E402
+from psirag.config import SearchConfig
+from psirag.index import Index
+from psirag.llm.testing import FakeOpenAIServer
 
 API_KEY = "psirag-test-key-0123456789"
 QUESTION = "Where is Mount Etna?"
@@ -135,14 +137,12 @@ def test_search_is_the_in_process_search(server: ServerProcess, built: tuple[Pat
         assert hit["passage"] == passage.id and hit["node"] == passage.leaf
         path = hit["path"]
         assert path[-1] == passage.leaf and parent[path[0]] == -1
-        assert all(parent[b] == a for a, b in zip(path, path[1:], strict=False))
+        assert all(parent[b] == a for a, b in itertools.pairwise(path))
 
     only = call(
         "POST", f"{server.url}/search", json={"query": "bread", "k": 5, "docs": ["football"]}
     ).json()
-    assert only["passages"] and {p["source"]["document"] for p in only["passages"]} == {
-        "football"
-    }
+    assert only["passages"] and {p["source"]["document"] for p in only["passages"]} == {"football"}
     bm25 = call(
         "POST", f"{server.url}/search", json={"query": "Arsenal", "tree": False, "k": 2}
     ).json()
@@ -151,7 +151,9 @@ def test_search_is_the_in_process_search(server: ServerProcess, built: tuple[Pat
 
 def test_search_bad_input(server: ServerProcess) -> None:
     url = f"{server.url}/search"
-    assert "nowhere" in assert_error(call("POST", url, json={"query": "x", "docs": ["nowhere"]}), 400)
+    assert "nowhere" in assert_error(
+        call("POST", url, json={"query": "x", "docs": ["nowhere"]}), 400
+    )
     assert "empty" in assert_error(call("POST", url, json={"query": "   "}), 400)
     message = assert_error(call("POST", url, json={"query": "x", "k": 0}), 422, "ValidationError")
     assert "k" in message
@@ -227,7 +229,10 @@ def test_ask_json(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLL
     assert body["steps"][1]["query"] == "Mount Etna Sicily"
     assert body["steps"][1]["raw"] == ANSWER_REPLY
     assert body["evidence"] and len(body["citations"]) <= 3
-    assert body["citations"][0]["n"] == 1 and body["citations"][0]["passage"] == body["evidence"][0]["id"]
+    assert (
+        body["citations"][0]["n"] == 1
+        and body["citations"][0]["passage"] == body["evidence"][0]["id"]
+    )
     requests = fake.requests[before:]
     assert len(requests) == 2
     # The real agent sent the retrieved passages to the model, with the LLM's own key.
@@ -363,7 +368,9 @@ def test_openai_client(server: ServerProcess, llm: tuple[FakeOpenAIServer, Scrip
     ]
     before = fake.calls
     streamed = client.chat.completions.create(
-        model="psirag", messages=conversation, stream=True  # type: ignore[arg-type]
+        model="psirag",
+        messages=conversation,
+        stream=True,  # type: ignore[arg-type]
     )
     chunks = list(streamed)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -373,7 +380,10 @@ def test_openai_client(server: ServerProcess, llm: tuple[FakeOpenAIServer, Scrip
     assert joined == plain.choices[0].message.content  # the same reply, in chunks
     assert joined.startswith("Sicily [") and "Sources:" in joined
     first_request = json.dumps(fake.requests[before]["body"])
-    assert "Earlier in this conversation" in first_request and "Vesuvius are volcanoes" in first_request
+    assert (
+        "Earlier in this conversation" in first_request
+        and "Vesuvius are volcanoes" in first_request
+    )
     assert "be brief" not in first_request  # the agent keeps its own system prompt
 
     with pytest.raises(openai.BadRequestError):
@@ -479,8 +489,14 @@ def test_mcp_over_stdio(
 def test_api_key(guarded: ServerProcess) -> None:
     url = guarded.url
     assert call("GET", f"{url}/health").status_code == 200  # the one open endpoint
-    for method, path in [("GET", "/index"), ("POST", "/search"), ("GET", "/documents"),
-                         ("GET", "/v1/models"), ("GET", "/tree"), ("GET", "/nodes/0")]:
+    for method, path in [
+        ("GET", "/index"),
+        ("POST", "/search"),
+        ("GET", "/documents"),
+        ("GET", "/v1/models"),
+        ("GET", "/tree"),
+        ("GET", "/nodes/0"),
+    ]:
         response = call(method, f"{url}{path}", json={"query": "x"} if method == "POST" else None)
         assert "API key" in assert_error(response, 401, "Unauthorized")
         assert response.headers["www-authenticate"] == "Bearer"
@@ -506,7 +522,9 @@ def test_limits(guarded: ServerProcess) -> None:
         yield b'"}'
 
     chunked = call(
-        "POST", f"{url}/search", content=chunks(),
+        "POST",
+        f"{url}/search",
+        content=chunks(),
         headers={**auth, "content-type": "application/json"},
     )
     assert_error(chunked, 413, "PayloadTooLargeError")
@@ -534,8 +552,11 @@ def test_cors(server: ServerProcess, guarded: ServerProcess) -> None:
     preflight = call(
         "OPTIONS",
         f"{guarded.url}/search",
-        headers={**origin, "Access-Control-Request-Method": "POST",
-                 "Access-Control-Request-Headers": "authorization,content-type"},
+        headers={
+            **origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
     )
     assert preflight.status_code == 200
     assert preflight.headers["access-control-allow-origin"] == "http://page.example"
@@ -551,9 +572,7 @@ def test_refuses_an_exposed_address_without_a_key(built: tuple[Path, Index]) -> 
     assert "Traceback" not in done.stderr
 
 
-def test_llm_key_never_shown(
-    server: ServerProcess, guarded: ServerProcess, logs: Path
-) -> None:
+def test_llm_key_never_shown(server: ServerProcess, guarded: ServerProcess, logs: Path) -> None:
     """Runs last in this module: every response seen and every log line written."""
     texts = [server.log(), guarded.log(), *RESPONSES]
     texts += [p.read_text(encoding="utf-8") for p in logs.glob("*.log")]
