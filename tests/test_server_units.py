@@ -114,6 +114,7 @@ def test_gated_llm_caps_concurrency() -> None:
     class Slow:
         id = "slow"
         context_tokens = 4096
+
         def __init__(self) -> None:
             self.usage: dict[str, dict[str, float]] = {}
             self.now = 0
@@ -220,3 +221,39 @@ def test_serve_help_needs_no_server_extra() -> None:
     args = build_parser().parse_args(["serve", "DIR", "--cors-origin", "a", "--cors-origin", "b"])
     assert isinstance(args, argparse.Namespace) and args.cors_origin == ["a", "b"]
     assert args.request_timeout == ServerSettings.request_timeout
+
+
+def test_unexpected_errors_are_json_without_a_traceback(tmp_path: Path) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+    from server_procs import build_index
+
+    from psirag.server.app import create_app
+
+    index = build_index(tmp_path / "index")
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("secret internals /home/x/file.py")
+
+    index.search = broken  # type: ignore[method-assign]
+    app = create_app(tmp_path / "index", index=index, mcp=False)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        response = client.post("/search", json={"query": "lava"})
+        assert response.status_code == 500
+        body = response.json()
+        assert body["error"]["type"] == "InternalError"
+        assert "secret internals" not in response.text and "Traceback" not in response.text
+        # A chat turn without text (a tool call) is accepted; the last user turn is answered.
+        no_llm = client.post(
+            "/v1/chat/completions",
+            json={
+                "model": "psirag",
+                "max_tokens": 100000,
+                "messages": [
+                    {"role": "assistant", "content": None},
+                    {"role": "user", "content": "lava?"},
+                ],
+            },
+        )
+        assert no_llm.status_code == 503  # got past the checks to the missing LLM
+        assert no_llm.json()["error"]["type"] == "LLMNotConfiguredError"
