@@ -87,6 +87,14 @@ class Server:
 
         return psutil.Process(self.proc.pid).memory_info().rss / 2**20
 
+    def cpu_s(self) -> float:
+        """CPU seconds the server process has used (all its threads): unlike wall time, this
+        barely depends on what else runs on the machine."""
+        import psutil
+
+        times = psutil.Process(self.proc.pid).cpu_times()
+        return float(times.user + times.system)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -221,7 +229,11 @@ def main() -> None:
         rss_peak = rss_loaded
         for clients in LEVELS:
             total = max(clients, int(REQUESTS[clients] * scale))
+            cpu0 = server.cpu_s()
             level = load_level(server.port, queries, clients, total)
+            level["server_cpu_ms_per_request"] = round(
+                1000 * (server.cpu_s() - cpu0) / max(1, level["requests"]), 2
+            )
             rss_peak = max(rss_peak, server.rss_mib())
             levels.append(level)
             lat = level["latency_ms"]

@@ -578,3 +578,38 @@ def test_llm_key_never_shown(server: ServerProcess, guarded: ServerProcess, logs
     texts += [p.read_text(encoding="utf-8") for p in logs.glob("*.log")]
     assert len(RESPONSES) > 30 and "POST /ask" in server.log()  # the logs are the real ones
     assert all(LLM_SECRET not in text for text in texts)
+
+
+@pytest.mark.slow
+def test_real_cli_with_the_default_embedder(tmp_path: Path) -> None:
+    """``python -m psirag.cli serve`` itself, on an index built with MiniLM (loads the model)."""
+    from conftest import TOPICS
+
+    from psirag.ingest import documents_from_strings
+
+    texts = [" ".join(t) for t in TOPICS.values()]
+    docs = documents_from_strings(texts, titles=list(TOPICS), ids=list(TOPICS))
+    index = Index.build(docs)
+    index.save(tmp_path / "index")
+    port = __import__("server_procs").free_port()
+    log = open(tmp_path / "cli.log", "wb")  # noqa: SIM115
+    command = [sys.executable, "-m", "psirag.cli", "serve", str(tmp_path / "index")]
+    proc = subprocess.Popen(
+        [*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=child_env()
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        body = httpx.post(f"{url}/search", json={"query": "volcano lava", "k": 3}, timeout=60)
+        expected = index.search("volcano lava", k=3)
+        assert [p["id"] for p in body.json()["passages"]] == [p.id for p in expected]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
