@@ -79,6 +79,12 @@ BENCHES: tuple[Bench, ...] = (
         "~5 min: five 2Wiki indexes from the embedding cache",
     ),
     Bench(
+        "server",
+        ("bench_server.py",),
+        ("server.json",),
+        "~5 min on a quiet machine (builds a 2Wiki index under bench-out/ first without --index)",
+    ),
+    Bench(
         "knn",
         ("bench_knn.py",),
         ("knn.json",),

@@ -328,12 +328,15 @@ class ServerState:
             )
         return self.llm
 
-    def check_query(self, query: str, what: str = "query") -> str:
-        if len(query) > self.settings.max_query_chars:
+    def check_length(self, text: str, what: str = "query") -> None:
+        if len(text) > self.settings.max_query_chars:
             raise PayloadTooLargeError(
-                f"the {what} has {len(query):,} characters, over the limit of "
+                f"the {what} has {len(text):,} characters, over the limit of "
                 f"{self.settings.max_query_chars:,} (psirag serve --max-query-chars)"
             )
+
+    def check_query(self, query: str, what: str = "query") -> str:
+        self.check_length(query, what)
         if not query.strip():
             raise InputError(f"the {what} is empty; give a question or some keywords")
         return query
@@ -366,7 +369,7 @@ def prepare_index(index: Any) -> Any:
     return index
 
 
-def search_config(body: SearchRequest | AskRequest, settings: ServerSettings) -> SearchConfig:
+def search_config(body: SearchRequest | AskRequest) -> SearchConfig:
     extra: dict[str, Any] = {}
     if isinstance(body, SearchRequest):
         extra = {
@@ -383,7 +386,7 @@ def search_config(body: SearchRequest | AskRequest, settings: ServerSettings) ->
 
 def agent_for(state: ServerState, index: Any, body: AskRequest) -> RetrieveAndAnswer:
     llm = state.need_llm()
-    config = search_config(body, state.settings)
+    config = search_config(body)
     docs = body.docs
 
     def retrieve(query: str) -> Any:
@@ -605,7 +608,7 @@ def create_app(
         path (``hits``)."""
         query = state.check_query(body.query)
         state.check_k(body.k)
-        config = search_config(body, settings)
+        config = search_config(body)
         index = state.holder.get().index
         passages = await state.blocking(lambda: index.search(query, config=config, docs=body.docs))
         return views.search_payload(index, query, body.k, passages)

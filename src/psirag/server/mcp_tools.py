@@ -52,7 +52,7 @@ def build_mcp_server(state: Any) -> Any:
             state.check_query(query)
             state.check_k(k)
             index = state.holder.get().index
-            passages = index.search(query, config=search_config(body, state.settings), docs=docs)
+            passages = index.search(query, config=search_config(body), docs=docs)
             return views.search_payload(index, query, k, passages)
 
         return await run(go)

@@ -29,6 +29,8 @@ CONTEXT_TURNS = 4
 CONTEXT_CHARS = 300
 """Characters kept of each earlier turn."""
 KEEPALIVE_S = 15.0
+MAX_REPLY_TOKENS = 4096
+"""A client's max_tokens above this is lowered to it (each agent reply is short)."""
 
 
 class ChatMessage(BaseModel):
@@ -47,7 +49,8 @@ class ChatRequest(BaseModel):
     model: str = "psirag"
     messages: list[ChatMessage]
     stream: bool = False
-    max_tokens: int | None = Field(None, ge=1, le=8192)
+    max_tokens: int | None = Field(None, ge=1, description="cap on each agent reply")
+    max_completion_tokens: int | None = Field(None, ge=1, description="the same, newer name")
     stream_options: dict[str, Any] | None = None
     max_retrievals: int = Field(1, ge=0, le=10, description="psirag extension (extra_body)")
     k: int = Field(SearchConfig.k, ge=1, le=100, description="psirag extension (extra_body)")
@@ -137,14 +140,14 @@ def install_openai_routes(app: FastAPI, state: Any) -> None:
         """OpenAI chat completions; ``stream: true`` answers with ``chat.completion.chunk``
         events and ``data: [DONE]``."""
         for m in body.messages:
-            state.check_query(message_text(m) or " ", f"{m.role} message")
+            state.check_length(message_text(m), f"{m.role} message")
         question = question_from(body.messages)
         ask = AskRequest(
             query=question,
             max_retrievals=body.max_retrievals,
             k=body.k,
             docs=body.docs,
-            max_tokens=body.max_tokens or 256,
+            max_tokens=min(body.max_completion_tokens or body.max_tokens or 256, MAX_REPLY_TOKENS),
         )
         index = state.holder.get().index
         agent = agent_for(state, index, ask)
