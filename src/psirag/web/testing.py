@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -75,8 +76,10 @@ class ServerProcess:
             "--host", "127.0.0.1", "--port", str(self.port), *extra,
         ]  # fmt: skip
         full_env = {**os.environ, **(env or {})}
-        self.log_path = Path(index_dir).parent / f"serve-{self.port}.log"
-        self._log = self.log_path.open("wb")
+        # the log goes to a temporary file (never next to the index, which may be shared)
+        fd, name = tempfile.mkstemp(prefix=f"psirag-serve-{self.port}-", suffix=".log")
+        self.log_path = Path(name)
+        self._log = os.fdopen(fd, "wb")
         self.proc = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, env=full_env
         )
@@ -94,10 +97,9 @@ class ServerProcess:
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:
+                log = self.log()
                 self.close()
-                raise RuntimeError(
-                    f"psirag serve did not answer in {startup_s:.0f} s:\n{self.log()}"
-                )
+                raise RuntimeError(f"psirag serve did not answer in {startup_s:.0f} s:\n{log}")
             time.sleep(0.2)
 
     def log(self) -> str:
@@ -134,6 +136,8 @@ class ServerProcess:
                 self.proc.wait(timeout=10)
         if not self._log.closed:
             self._log.close()
+        if self.proc.returncode in (0, -15):  # stopped by us: the log is not needed
+            self.log_path.unlink(missing_ok=True)
 
     def __enter__(self) -> ServerProcess:
         return self
