@@ -225,8 +225,8 @@ def section_latency(r: dict[str, Any]) -> str:
         f"- **psi**: `Index.search_vector` with the default `SearchConfig` (tree beam "
         f"**{cfg['beam']}** and BM25, top {cfg['candidates']} each, RRF into the top "
         f"{cfg['k']} passages);",
-        "- **dense flat**: exact cosine over every leaf (`psirag.eval.methods.DenseFlat`), top "
-        f"{cfg['k']};",
+        "- **dense flat**: exact cosine over every leaf "
+        f"(`psirag.retrieval.retriever.DenseFlat`), top {cfg['k']};",
         f"- **tree**: the same call with `use_bm25=False` (beam {cfg['beam']});",
         "- **bm25**: the same call with `use_tree=False`.",
         "",

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chat_server import ChatServer
 from conftest import HashEmbedder
 
 from psirag.cli import main
@@ -27,6 +26,7 @@ from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.metrics import recall_at_k
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.index import Index
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 CORPUS = [
     ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
@@ -310,7 +310,7 @@ class ScriptedLLM(ChatServer):
 
     @property
     def spec(self) -> str:
-        return f"openai:http://127.0.0.1:{self.httpd.server_address[1]}/v1#m"
+        return f"openai:{self.base_url}#m"
 
     @staticmethod
     def reply(messages: list[dict[str, str]]) -> str:

@@ -310,10 +310,9 @@ def test_tree_search_follows_algorithm_2() -> None:
 def test_summarize_over_a_real_forest() -> None:
     """Summarization mode (SPEC 2.5) on a tree-per-document index: one retrieval, abstracts and
     leaves of that document only, in document order, to a loopback chat server."""
-    from chat_server import ChatServer
-
     from psirag.agent import Summarizer
     from psirag.llm import LLMClient, OpenAIChat
+    from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
     long_docs = [" ".join(texts * 4) for texts in TOPICS.values()]
     index = Index.build(

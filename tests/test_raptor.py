@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chat_server import ChatServer
 from conftest import TOPICS, HashEmbedder
+
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 pytest.importorskip("sklearn")
 
@@ -311,7 +312,7 @@ def test_llm_abstracts_are_written_from_soft_children(tmp_path: Path) -> None:
     assert t.depth >= 1
 
     def reply(body: dict[str, Any]) -> str:
-        docs = body["messages"][-1]["content"].split("\n\n")[1:]
+        docs = re.findall(r"(?m)^\[\d+\] ", body["messages"][-1]["content"])
         return f"Summary of {len(docs)} documents."
 
     server = ChatServer(reply)

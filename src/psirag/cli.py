@@ -15,13 +15,21 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from psirag import __version__
+from psirag._version import __version__
+from psirag.argtypes import nonnegative_int, positive_int, text
+from psirag.cli_common import max_children as _max_children
+from psirag.cli_common import tree_mode_arguments as _tree_mode_arguments
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
+from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import PsiragError
+from psirag.http import HttpPolicy, add_http_options, http_policy_from
+
+if TYPE_CHECKING:
+    from psirag.llm import LLMClient
 
 SEARCH_SCHEMA = "psirag.search/1"
 INSPECT_SCHEMA = "psirag.inspect/1"
@@ -30,41 +38,6 @@ INDEX_SCHEMA = "psirag.index-summary/1"
 
 def _eprint(*parts: object) -> None:
     print(*parts, file=sys.stderr, flush=True)
-
-
-def _max_children(value: str) -> int | None:
-    if value.lower() in ("none", "0", "off"):
-        return None
-    number = int(value)
-    if number < 2:
-        raise argparse.ArgumentTypeError("--max-children must be at least 2, or 'none'")
-    return number
-
-
-def _tree_neighbors(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("--tree-neighbors must be at least 1")
-    return number
-
-
-def _tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
-    p.add_argument(
-        "--tree-mode",
-        choices=["auto", "exact", "knn"],
-        default=IndexConfig.tree_mode,
-        help="exact: the paper's walk over all chunk pairs (an n x n matrix in memory); knn: "
-        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory, "
-        "for large corpora; auto (default): exact when the matrix fits in half the free memory",
-    )
-    p.add_argument(
-        "--tree-neighbors",
-        type=_tree_neighbors,
-        default=IndexConfig.tree_neighbors,
-        metavar="K",
-        help=f"neighbours per chunk in the knn tree mode (default {IndexConfig.tree_neighbors})",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
     )
-    p.add_argument("--chunk-tokens", type=int, default=IndexConfig.chunk_tokens)
+    p.add_argument("--chunk-tokens", type=positive_int, default=IndexConfig.chunk_tokens)
     p.add_argument(
         "--split",
         action="store_true",
@@ -121,33 +94,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLite response cache (default ~/.cache/psirag/llm-cache.sqlite); "
         "a killed build resumes from it",
     )
-    p.add_argument("--context-tokens", type=int, default=IndexConfig.context_tokens)
+    p.add_argument("--context-tokens", type=positive_int, default=IndexConfig.context_tokens)
     p.add_argument(
         "--routing",
         choices=["leaf_mean", "abstract", "blend"],
         default="leaf_mean",
         help="routing embedding of inner nodes (see SPEC 1.6)",
     )
-    p.add_argument("--batch-size", type=int, default=IndexConfig.batch_size)
+    p.add_argument("--batch-size", type=positive_int, default=IndexConfig.batch_size)
     p.add_argument(
         "--skip-bad-files",
         action="store_true",
         help="skip unreadable or malformed files with a warning instead of failing",
     )
+    add_http_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_index)
 
     p = sub.add_parser("search", help="hybrid tree + BM25 search of an index")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("query")
+    p.add_argument("query", type=text)
     _search_arguments(p)
+    add_index_embedder_option(p)
+    add_http_options(p)
     p.add_argument("--json", action="store_true", help=f"print JSON ({SEARCH_SCHEMA})")
     p.set_defaults(func=run_search)
 
     p = sub.add_parser("inspect", help="describe an index, or one node of its tree")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("--node", type=int, metavar="ID", help="show this node")
+    p.add_argument("--node", type=nonnegative_int, metavar="ID", help="show this node")
     p.add_argument("--json", action="store_true", help=f"print JSON ({INSPECT_SCHEMA})")
     p.set_defaults(func=run_inspect)
 
@@ -161,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
+    register: Callable[[Any], None] | None
     try:
         from psirag.agent.cli import register
     except ImportError:  # pragma: no cover - the agent layer ships with the package
@@ -177,16 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-k", type=int, default=SearchConfig.k, help="passages to return (default 5)")
+    p.add_argument(
+        "-k", type=positive_int, default=SearchConfig.k, help="passages to return (default 5)"
+    )
     p.add_argument(
         "--beam",
-        type=int,
+        type=positive_int,
         default=SearchConfig.beam,
         help=f"nodes kept per tree layer (default {SearchConfig.beam})",
     )
     p.add_argument(
         "--candidates",
-        type=int,
+        type=positive_int,
         default=SearchConfig.candidates,
         help="passages each retriever brings to fusion (default 10)",
     )
@@ -216,6 +195,7 @@ def search_config_from(args: argparse.Namespace) -> SearchConfig:
 
 # ---------------------------------------------------------------------------- index
 def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.embed import load_embedder
     from psirag.index import Index
 
     out = stdout or sys.stdout
@@ -235,11 +215,14 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     )
     progress = not args.quiet
     started = time.perf_counter()
-    llm = _abstract_llm(config, args.llm_cache)
+    http = http_policy_from(args)
+    embedder = load_embedder(config.embedder, batch_size=config.batch_size, http=http)
+    llm = _abstract_llm(config, args.llm_cache, http)
     try:
         index = Index.build(
             args.paths,
             config,
+            embedder=embedder,
             progress=progress,
             report=_eprint if progress else _warn_only,
             on_bad_file="skip" if args.skip_bad_files else "fail",
@@ -272,10 +255,10 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         if summary["truncated_chunks"]:
             print(f"  truncated chunks: {summary['truncated_chunks']:,}", file=out)
         if index.stats.llm:
-            llm = index.stats.llm
+            paid = index.stats.llm
             print(
-                f"  LLM abstracts:     {llm['calls']:,} calls paid, {llm['cached']:,} from the "
-                f"cache, {llm['cut_nodes']:,} inputs cut evenly to fit {llm['context_tokens']} "
+                f"  LLM abstracts:     {paid['calls']:,} calls paid, {paid['cached']:,} from the "
+                f"cache, {paid['cut_nodes']:,} inputs cut evenly to fit {paid['context_tokens']} "
                 "tokens",
                 file=out,
             )
@@ -284,7 +267,7 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     return 0
 
 
-def _abstract_llm(config: IndexConfig, cache: str | None) -> Any:
+def _abstract_llm(config: IndexConfig, cache: str | None, http: HttpPolicy) -> LLMClient | None:
     """The LLM client for LLM abstracts, with a persistent cache so a killed build resumes."""
     if not config.abstracts.startswith("llm-"):
         return None
@@ -295,7 +278,7 @@ def _abstract_llm(config: IndexConfig, cache: str | None) -> Any:
         raise InputError(f"--abstracts {config.abstracts} needs --llm SPEC")
     path = Path(cache) if cache else Path.home() / ".cache" / "psirag" / "llm-cache.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
-    return LLMClient(load_chat_model(config.llm), cache_path=path)
+    return LLMClient(load_chat_model(config.llm, http=http), cache_path=path)
 
 
 def _warn_only(message: str) -> None:
@@ -309,11 +292,13 @@ def _layers(sizes: Sequence[int]) -> str:
 
 # ---------------------------------------------------------------------------- search
 def run_search(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
 
     out = stdout or sys.stdout
     config = search_config_from(args)
     index = Index.load(args.index)
+    confirm_index_embedder(index, args.embedder, http_policy_from(args))
     passages = index.search(args.query, config=config, docs=args.doc)
     if args.json:
         payload = {

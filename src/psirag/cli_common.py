@@ -1,0 +1,47 @@
+"""Argument types and groups that ``psirag`` and ``psirag eval`` share, in a module of their own
+so that the eval CLI does not import the main one (which imports it: a cycle)."""
+
+from __future__ import annotations
+
+import argparse
+
+from psirag.config import IndexConfig
+
+
+def max_children(value: str) -> int | None:
+    """``--max-children``: a cap of at least 2, or none."""
+    if value.lower() in ("none", "0", "off"):
+        return None
+    number = int(value)
+    if number < 2:
+        raise argparse.ArgumentTypeError("--max-children must be at least 2, or 'none'")
+    return number
+
+
+def tree_neighbors(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("--tree-neighbors must be at least 1")
+    return number
+
+
+def tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
+    p.add_argument(
+        "--tree-mode",
+        choices=["auto", "exact", "knn"],
+        default=IndexConfig.tree_mode,
+        help="exact: the paper's walk over all chunk pairs (an n x n matrix in memory); knn: "
+        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory, "
+        "for large corpora; auto (default): exact when the matrix fits in half the free memory",
+    )
+    p.add_argument(
+        "--tree-neighbors",
+        type=tree_neighbors,
+        default=IndexConfig.tree_neighbors,
+        metavar="K",
+        help=f"neighbours per chunk in the knn tree mode (default {IndexConfig.tree_neighbors})",
+    )
+
+
+__all__ = ["max_children", "tree_mode_arguments", "tree_neighbors"]
