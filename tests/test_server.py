@@ -507,6 +507,8 @@ def test_api_key(guarded: ServerProcess) -> None:
         "chunks"
     ]
     assert call("GET", f"{url}/documents", headers={"X-API-Key": API_KEY}).status_code == 200
+    schema = call("GET", f"{url}/openapi.json").json()  # static: no key; it declares the key
+    assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
 
 
 def test_limits(guarded: ServerProcess) -> None:

@@ -318,7 +318,6 @@ class ServerState:
     llm: GatedLLM | None
     jobs: JobRunner
     started: float = field(default_factory=time.time)
-    on_close: list[Callable[[], None]] = field(default_factory=list)
 
     def need_llm(self) -> GatedLLM:
         if self.llm is None:
@@ -353,7 +352,7 @@ class ServerState:
                 return await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
         except TimeoutError as exc:
             raise RequestTimeoutError(
-                f"the request took longer than {timeout:g} s (psirag serve --timeout)"
+                f"the request took longer than {timeout:g} s (psirag serve --request-timeout)"
             ) from exc
 
 
@@ -731,6 +730,9 @@ def create_app(
             raise NotFoundError(f"no job {job_id!r} (jobs are forgotten when the server stops)")
         return job.to_dict()
 
+    if settings.api_key is not None:
+        _declare_bearer_auth(app)
+
     from psirag.server.openai_api import install_openai_routes
 
     install_openai_routes(app, state)
@@ -744,6 +746,23 @@ def create_app(
         for route in mcp_app.routes:
             app.router.routes.append(route)
     return app
+
+
+def _declare_bearer_auth(app: FastAPI) -> None:
+    """Say in the OpenAPI schema that requests need the key, so /docs offers "Authorize"."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "apiKey": {"type": "http", "scheme": "bearer"}
+            }
+            schema["security"] = [{"apiKey": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 async def _document_from_request(request: Request) -> tuple[str, str | None, str | None]:
