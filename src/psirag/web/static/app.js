@@ -276,7 +276,10 @@ async function openNode(id) {
   box.append(el("p", { class: "muted", text: facts.join(" · ") }));
   box.append(el("h3", { text: isLeaf ? "Text" : "Abstract" }));
   box.append(el("p", { id: "node-abstract", class: "abstract", text: data.abstract || "(empty)" }));
-  if (isLeaf && data.source) box.append(passageItem({ ...data, text: "", score: undefined }, { reveal: false }));
+  if (isLeaf && data.source) {
+    const where = passageItem({ ...data, text: "", score: undefined }, { reveal: false });
+    box.append(el("ul", { class: "passages", "aria-label": "Provenance" }, where));
+  }
   if (data.children && data.children.length) {
     box.append(el("h3", { text: `Children (${data.children.length})` }));
     const list = el("ul", { class: "children" });
