@@ -236,8 +236,8 @@ def test_ask_json(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLL
     requests = fake.requests[before:]
     assert len(requests) == 2
     # The real agent sent the retrieved passages to the model, with the LLM's own key.
-    assert "Mount Etna is an active volcano" in json.dumps(requests[1]["body"])
-    assert requests[0]["headers"].get("Authorization") == f"Bearer {LLM_SECRET}"
+    assert "Mount Etna is an active volcano" in json.dumps(requests[1])
+    assert requests[0].headers.get("Authorization") == f"Bearer {LLM_SECRET}"
 
 
 def test_ask_streams_steps_as_they_happen(
@@ -379,7 +379,7 @@ def test_openai_client(server: ServerProcess, llm: tuple[FakeOpenAIServer, Scrip
     plain = client.chat.completions.create(model="psirag", messages=conversation)  # type: ignore[arg-type]
     assert joined == plain.choices[0].message.content  # the same reply, in chunks
     assert joined.startswith("Sicily [") and "Sources:" in joined
-    first_request = json.dumps(fake.requests[before]["body"])
+    first_request = json.dumps(fake.requests[before])
     assert (
         "Earlier in this conversation" in first_request
         and "Vesuvius are volcanoes" in first_request

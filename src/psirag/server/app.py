@@ -139,7 +139,8 @@ def install_error_handlers(app: FastAPI) -> None:
             message = f"no route {request.method} {request.url.path}; see /docs or /openapi.json"
         elif exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}"
-        return error_response(exc.status_code, kind, message, headers=exc.headers)
+        headers = dict(exc.headers) if exc.headers else None
+        return error_response(exc.status_code, kind, message, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -276,21 +277,25 @@ class _Body(BaseModel):
 
 class SearchRequest(_Body):
     query: str = Field(description="the question or keywords")
-    k: int = Field(SearchConfig.k, ge=1, description="passages to return")
-    beam: int = Field(SearchConfig.beam, ge=1, description="nodes kept per tree layer")
-    candidates: int = Field(SearchConfig.candidates, ge=1, description="passages per retriever")
-    docs: list[str] | None = Field(None, description="search only these document ids")
-    bm25: bool = Field(True, description="false: tree only")
-    tree: bool = Field(True, description="false: BM25 only")
+    k: int = Field(default=SearchConfig.k, ge=1, description="passages to return")
+    beam: int = Field(default=SearchConfig.beam, ge=1, description="nodes kept per tree layer")
+    candidates: int = Field(
+        default=SearchConfig.candidates, ge=1, description="passages per retriever"
+    )
+    docs: list[str] | None = Field(default=None, description="search only these document ids")
+    bm25: bool = Field(default=True, description="false: tree only")
+    tree: bool = Field(default=True, description="false: BM25 only")
 
 
 class AskRequest(_Body):
     query: str = Field(description="the question")
-    max_retrievals: int = Field(1, ge=0, le=10, description="retrievals after the first one")
-    k: int = Field(SearchConfig.k, ge=1, description="passages per retrieval")
-    beam: int = Field(SearchConfig.beam, ge=1)
+    max_retrievals: int = Field(
+        default=1, ge=0, le=10, description="retrievals after the first one"
+    )
+    k: int = Field(default=SearchConfig.k, ge=1, description="passages per retrieval")
+    beam: int = Field(default=SearchConfig.beam, ge=1)
     docs: list[str] | None = None
-    max_tokens: int = Field(256, ge=1, le=8192, description="cap on each reply")
+    max_tokens: int = Field(default=256, ge=1, le=8192, description="cap on each reply")
     answer_check: bool = True
     names_check: Literal["lookup", "ask", "off"] = "lookup"
 
@@ -298,8 +303,8 @@ class AskRequest(_Body):
 class SummarizeRequest(_Body):
     query: str = DEFAULT_QUERY
     docs: list[str] | None = None
-    top_k: int = Field(20, ge=1, le=500, description="nodes given to the LLM")
-    max_tokens: int = Field(200, ge=1, le=8192)
+    top_k: int = Field(default=20, ge=1, le=500, description="nodes given to the LLM")
+    max_tokens: int = Field(default=200, ge=1, le=8192)
 
 
 class AddDocumentRequest(_Body):

@@ -9,7 +9,6 @@ import os
 import sys
 from typing import Any
 
-from psirag.errors import InputError
 from psirag.server.settings import API_KEY_ENV, ServerSettings
 
 LLM_ENV = "PSIRAG_LLM"
@@ -31,6 +30,11 @@ def _positive_int(value: str) -> int:
 
 
 def _llm_arguments(p: argparse.ArgumentParser) -> None:
+    """--llm, --cache, --embedder and the shared --timeout/--retries, plus the server's cap on
+    LLM calls in flight."""
+    from psirag.embed.endpoints import add_index_embedder_option
+    from psirag.http import add_http_options
+
     p.add_argument(
         "--llm",
         metavar="SPEC",
@@ -38,21 +42,8 @@ def _llm_arguments(p: argparse.ArgumentParser) -> None:
         f"(default ${LLM_ENV}; without one only search and browsing work)",
     )
     p.add_argument("--cache", metavar="PATH", help="SQLite file caching LLM replies (off)")
-    p.add_argument(
-        "--timeout",
-        type=_positive_float,
-        default=ServerSettings.llm_timeout,
-        metavar="S",
-        help=f"seconds one LLM call may take (default {ServerSettings.llm_timeout:g})",
-    )
-    p.add_argument(
-        "--retries",
-        type=int,
-        default=ServerSettings.llm_retries,
-        metavar="N",
-        help=f"retries of an LLM call after a timeout, 429 or 5xx "
-        f"(default {ServerSettings.llm_retries})",
-    )
+    add_index_embedder_option(p)
+    add_http_options(p)
     p.add_argument(
         "--llm-concurrency",
         type=_positive_int,
@@ -134,19 +125,27 @@ def _llm_client(args: argparse.Namespace) -> Any:
     spec = args.llm or os.environ.get(LLM_ENV)
     if not spec:
         return None
-    if args.retries < 0:
-        raise InputError("--retries must be 0 or more")
+    from psirag.http import http_policy_from
     from psirag.llm import LLMClient, load_chat_model
 
-    options: dict[str, Any] = {}
-    if spec.strip().startswith("openai:"):
-        options["timeout"] = args.timeout
     return LLMClient(
-        load_chat_model(spec, **options),
+        load_chat_model(spec, http=http_policy_from(args)),
         cache_path=args.cache,
-        retries=args.retries,
         max_concurrency=args.llm_concurrency,
     )
+
+
+def _load_index(args: argparse.Namespace, embedder: Any) -> Any:
+    """The index, with the query embedder the user confirmed (``--embedder``) unless one is
+    given here."""
+    from psirag.embed.endpoints import confirm_index_embedder
+    from psirag.http import http_policy_from
+    from psirag.index import Index
+
+    index = Index.load(args.index, embedder=embedder)
+    if embedder is None:
+        confirm_index_embedder(index, args.embedder, http_policy_from(args))
+    return index
 
 
 def settings_from(args: argparse.Namespace) -> ServerSettings:
@@ -160,8 +159,6 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         request_timeout=args.request_timeout,
         max_body_bytes=args.max_body_bytes,
         max_query_chars=args.max_query_chars,
-        llm_timeout=args.timeout,
-        llm_retries=args.retries,
         llm_concurrency=args.llm_concurrency,
     )
     settings.check()
@@ -180,8 +177,9 @@ def run_serve(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from psirag.server.app import create_app
 
     logging.getLogger("psirag").setLevel(args.log_level.upper())
+    index = _load_index(args, embedder)
     llm = _llm_client(args)
-    app = create_app(args.index, settings=settings, llm=llm, embedder=embedder, mcp=not args.no_mcp)
+    app = create_app(args.index, settings=settings, llm=llm, index=index, mcp=not args.no_mcp)
     where = f"http://{settings.host}:{settings.port}"
     auth = "an API key" if settings.api_key else "no API key (loopback only)"
     print(
@@ -205,16 +203,13 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from psirag.server import require_server_extra
 
     require_server_extra("fastapi", "mcp")
-    from psirag.index import Index
     from psirag.server.app import ServerState, prepare_index
     from psirag.server.jobs import JobRunner
     from psirag.server.mcp_tools import build_mcp_server
     from psirag.server.state import GatedLLM, IndexHolder
 
-    settings = ServerSettings(
-        llm_timeout=args.timeout, llm_retries=args.retries, llm_concurrency=args.llm_concurrency
-    )
-    index = prepare_index(Index.load(args.index, embedder=embedder))
+    settings = ServerSettings(llm_concurrency=args.llm_concurrency)
+    index = prepare_index(_load_index(args, embedder))
     llm = _llm_client(args)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
     from pathlib import Path

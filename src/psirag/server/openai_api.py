@@ -49,12 +49,16 @@ class ChatRequest(BaseModel):
     model: str = "psirag"
     messages: list[ChatMessage]
     stream: bool = False
-    max_tokens: int | None = Field(None, ge=1, description="cap on each agent reply")
-    max_completion_tokens: int | None = Field(None, ge=1, description="the same, newer name")
+    max_tokens: int | None = Field(default=None, ge=1, description="cap on each agent reply")
+    max_completion_tokens: int | None = Field(
+        default=None, ge=1, description="the same, newer name"
+    )
     stream_options: dict[str, Any] | None = None
-    max_retrievals: int = Field(1, ge=0, le=10, description="psirag extension (extra_body)")
-    k: int = Field(SearchConfig.k, ge=1, le=100, description="psirag extension (extra_body)")
-    docs: list[str] | None = Field(None, description="psirag extension (extra_body)")
+    max_retrievals: int = Field(default=1, ge=0, le=10, description="psirag extension (extra_body)")
+    k: int = Field(
+        default=SearchConfig.k, ge=1, le=100, description="psirag extension (extra_body)"
+    )
+    docs: list[str] | None = Field(default=None, description="psirag extension (extra_body)")
 
 
 def message_text(message: ChatMessage) -> str:
@@ -217,7 +221,7 @@ def install_openai_routes(app: FastAPI, state: Any) -> None:
                 yield chunk({"content": "\n\n" + sources})
             yield chunk({}, "stop", citations=cites)
             if include_usage:
-                payload = {
+                payload: dict[str, Any] = {
                     "id": completion_id,
                     "object": "chat.completion.chunk",
                     "created": created,

@@ -39,8 +39,6 @@ class ServerSettings:
     """Longest accepted query or chat message (characters); longer: 413."""
     max_url_bytes: int = 8192
     max_k: int = 100
-    llm_timeout: float = 120.0
-    llm_retries: int = 3
     llm_concurrency: int = 4
     model_name: str = "psirag"
     """The model id ``/v1/models`` lists."""
