@@ -302,6 +302,65 @@ CASES: list[Case] = [
         files={"folder/notes.txt": WORDS},
     ),
     Case(
+        "out-foreign-folder",
+        "--out a project folder whose manifest.json is not an index's (it is left as it was)",
+        ("index", "a.txt", "--out", "w", "-q"),
+        2,
+        "IndexTargetError",
+        "w is a folder that is not a psirag index",
+        files={"a.txt": WORDS, "w/manifest.json": '{"name":"pwa"}', "w/src/app.js": "code\n"},
+    ),
+    Case(
+        "out-file",
+        "--out an existing file",
+        ("index", "a.txt", "--out", "notes.txt", "-q"),
+        2,
+        "IndexTargetError",
+        "notes.txt exists and is not a folder",
+        files={"a.txt": WORDS, "notes.txt": "keep me\n"},
+    ),
+    Case(
+        "out-dot",
+        "--out . (the folder holding the inputs)",
+        ("index", "a.txt", "--out", ".", "-q"),
+        2,
+        "IndexTargetError",
+        "contains the input a.txt",
+        files={"a.txt": WORDS},
+    ),
+    Case(
+        "manifest-no-files",
+        'an index whose manifest says "files": {}',
+        ("inspect", "index"),
+        2,
+        "IndexFormatError",
+        "lists no files",
+        index=True,
+        setup=lambda folder: _flat_manifest(folder / "index", {}),
+    ),
+    Case(
+        "manifest-outside",
+        "an index whose manifest names a file outside it (../../etc/hostname)",
+        ("inspect", "index"),
+        2,
+        "IndexFormatError",
+        "points outside the index folder",
+        index=True,
+        setup=lambda folder: _flat_manifest(
+            folder / "index", {"../../etc/hostname": {"bytes": 1, "sha256": "0" * 64}}
+        ),
+    ),
+    Case(
+        "missing-chunks",
+        "an index whose chunks.jsonl is missing",
+        ("inspect", "index"),
+        2,
+        "IndexFormatError",
+        "chunks.jsonl is missing",
+        index=True,
+        setup=lambda folder: next((folder / "index").rglob("chunks.jsonl")).unlink(),
+    ),
+    Case(
         "node-out-of-range",
         "inspect --node past the last node",
         ("inspect", "index", "--node", "100000"),
@@ -311,6 +370,15 @@ CASES: list[Case] = [
         index=True,
     ),
 ]
+
+
+def _flat_manifest(index: Path, files: dict[str, dict[str, object]]) -> None:
+    """Turn ``index`` into a format-1 (flat) folder whose manifest lists ``files``."""
+    manifest = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+    manifest.update(format_version=1, files=files)
+    shutil.rmtree(index)
+    index.mkdir()
+    (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
 
 
 # --- running the cases ----------------------------------------------------------------------------

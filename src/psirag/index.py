@@ -20,7 +20,7 @@ from psirag.ingest import Document
 from psirag.pipeline import Reporter, build_index_data
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
-from psirag.storage import IndexReader, IndexWriter
+from psirag.storage import IndexReader, IndexWriter, Verify, read_index
 from psirag.tree import Tree
 from psirag.types import Chunk, Passage, Source, source_from_dict
 
@@ -149,7 +149,9 @@ class Index:
 
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
-        """Write the index to ``folder`` atomically (an interrupted save leaves no index)."""
+        """Write the index to ``folder`` as a new generation, published by one atomic rename:
+        readers see the old index or the new one, and an interrupted save changes nothing.
+        Refuses a folder that is not a psirag index, and a second writer (IndexLockedError)."""
         writer = IndexWriter(Path(folder))
         try:
             writer.save_array("node_vectors.npy", self.node_vectors)
@@ -198,10 +200,29 @@ class Index:
 
     @classmethod
     def load(
-        cls, folder: str | Path, *, embedder: Embedder | None = None, verify: bool = True
+        cls,
+        folder: str | Path,
+        *,
+        embedder: Embedder | None = None,
+        verify: Verify | bool = "size",
+        generation: int | None = None,
     ) -> Index:
-        """Open a saved index. Arrays are memory-mapped; the embedder loads on first query."""
-        reader = IndexReader(Path(folder), verify=verify)
+        """Open a saved index: everything from the one generation its pointer names (or
+        ``generation``), so a save running meanwhile is never half seen. Arrays are
+        memory-mapped; the embedder loads on first query. ``verify="size"`` (default) checks
+        file sizes and the manifest's hash, ``"full"`` the sha256 of every file."""
+        return read_index(
+            Path(folder),
+            lambda reader: cls._from_reader(reader, folder, embedder),
+            verify=verify,
+            generation=generation,
+        )
+
+    @classmethod
+    def _from_reader(
+        cls, reader: IndexReader, folder: str | Path, embedder: Embedder | None
+    ) -> Index:
+        """The body of :meth:`load`: build the object from one open generation."""
         m = reader.manifest
         try:
             config = IndexConfig.from_dict(m["config"])
@@ -221,6 +242,8 @@ class Index:
             ]
             abstracts = [row["text"] for row in reader.iter_jsonl("abstracts.jsonl")]
         except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, IndexFormatError):
+                raise
             raise IndexFormatError(f"{folder}: a chunk or abstract record lacks {exc}") from exc
         if (
             node_vectors.ndim != 2
@@ -230,9 +253,17 @@ class Index:
         ):
             raise IndexFormatError(f"{folder}: arrays and records disagree in size; rebuild it")
         try:
-            sparse = SparseIndex.load(Path(folder) / "bm25")
+            sparse = SparseIndex.load(reader.path("bm25"))
         except (OSError, ValueError, KeyError) as exc:
+            if isinstance(exc, IndexFormatError):
+                raise
             raise IndexFormatError(f"{folder}: cannot read the BM25 index ({exc})") from exc
+        bm25_docs = sparse.retriever.scores.get("num_docs")
+        if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
+            raise IndexFormatError(
+                f"{folder}: the BM25 index holds {bm25_docs} documents but the index has "
+                f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
+            )
         index = cls(
             config=config,
             chunks=chunks,
