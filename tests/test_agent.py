@@ -359,7 +359,7 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
             "repeat_raw",
         }
         for p in step["passages"]:
-            assert set(p) == {"id", "text", "score", "source"}
+            assert set(p) == {"id", "text", "score", "source", "also"}
     assert [p["id"] for p in doc["evidence"]] == ids(result.evidence)
     assert doc["answer"] == "Lisbon"
     assert [(s["thought"], s["action"], s["query"]) for s in doc["steps"]] == [
