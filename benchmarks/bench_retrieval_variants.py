@@ -162,6 +162,19 @@ def per_question(
     return {"recall@2": r2, "recall@5": r5}
 
 
+def same_as_dense(retriever: Retriever, vectors: np.ndarray, beams: tuple[int, ...]) -> dict:
+    """Share (%) of questions whose tree top-10 holds the same leaves as the exact dense top-10
+    (duplicates of a text count as that text), per beam: how close the tree is to flat."""
+    first = np.asarray(retriever.data.sparse.first_copy)
+    same = dict.fromkeys(beams, 0)
+    for v in vectors:
+        dense = set(retriever.dense.ranked(v, 10)[0].tolist())
+        for beam in beams:
+            tree = set(first[retriever.searcher.search(v, k=10, beam=beam).leaves].tolist())
+            same[beam] += tree == dense
+    return {str(b): round(100 * c / len(vectors), 1) for b, c in same.items()}
+
+
 def latency(
     retriever: Retriever, questions: list[dict], vectors: np.ndarray
 ) -> dict[str, dict[str, float]]:
@@ -192,6 +205,7 @@ def main() -> None:
     given = dict(item.split("=", 1) for item in args.index)
     sets: dict[str, dict[str, Any]] = {}
     lat: dict[str, Any] = {}
+    overlap: dict[str, Any] = {}
     for name in DATASETS:
         corpus, questions = dataset(name)
         index = load_index(name, given)
@@ -204,6 +218,7 @@ def main() -> None:
             }
             for q in questions
         ]
+        overlap[name] = same_as_dense(retriever, vectors, (40, 160, 320))
         scores = {
             row: per_question(retriever, run, questions, vectors, golds) for row, _, run in VARIANTS
         }
@@ -222,6 +237,7 @@ def main() -> None:
         "variants": [{"name": n, "what": w} for n, w, _ in VARIANTS],
         "sets": sets,
         "search_ms_2wiki": lat,
+        "tree_top10_equals_dense_top10_pct": overlap,
         "tuned_on": "2wikimultihopqa questions 500-999",
         "machine": machine_info(),
     }
@@ -291,7 +307,46 @@ def section(r: dict[str, Any]) -> str:
     ]
     for name, st in ms.items():
         lines.append(f"| {name} | {st['p50']:.2f} | {st['p95']:.2f} |")
+    lines += ["", reading(r)]
     return "\n".join(lines) + "\n"
+
+
+def reading(r: dict[str, Any]) -> str:
+    """What the table says, with its numbers (prose around them is fixed)."""
+    sets = r["sets"]
+    rec = {lb: {v: x["recall@5"] for v, x in s["recall"].items()} for lb, s in sets.items()}
+    hot = "HotpotQA-dev200 (held out)"
+    held = "2wiki 0-499 (held out)"
+    tune = rec["2wiki 500-999 (tuned on)"]
+    ci = sets[hot]["vs_hybrid"]["psi default - hybrid"]
+    ms = r["search_ms_2wiki"]
+    same = r["tree_top10_equals_dense_top10_pct"]
+    w, h = same["2wikimultihopqa"], same["hotpotqa-dev200"]
+    return (
+        "**Reading.** The only change that helped on the tuning half is a wider beam, and it "
+        "helps by making the tree a flat dense search: its top-10 is the exact dense top-10 for "
+        f"{w['160']:.0f}% of 2Wiki questions and {h['160']:.0f}% of HotpotQA's at beam 160 "
+        f"({w['40']:.0f}% and {h['40']:.0f}% at beam 40, {w['320']:.0f}% and {h['320']:.0f}% at "
+        "320), so tree + BM25 becomes hybrid (tree alone "
+        f"{rec[held]['tree (beam 40)']:.2f} -> {rec[held]['tree (beam 160)']:.2f} on the held-out "
+        f"half, dense flat {rec[held]['dense flat']:.2f}). Beams 160 and 320 tie on the tuning "
+        "half, so the default takes the cheaper 160 (choosing 320 after seeing HotpotQA would be "
+        "tuning on held-out data). Every other signal either did nothing (RRF constant, merging "
+        "identical texts: no Recall change, it only frees a slot for the user) or hurt "
+        "(three-way RRF counts the same dense signal twice; 20 candidates per list). Passing "
+        "parent scores down to leaves moved the tuning half by "
+        f"{tune['psi passdown 0.6'] - tune['psi beam 160']:+.2f} "
+        "points, within noise, and loses on HotpotQA, so it is not in the default. Result: the "
+        "default equals hybrid on 2Wiki (held-out half and all 1,000) and is "
+        f"{ci['diff']:+.2f} points [{ci['low']:+.2f}, {ci['high']:+.2f}] from it on "
+        "HotpotQA-dev200: the goal (psi at or above hybrid on both) is met on 2Wiki and missed "
+        "on HotpotQA by a margin whose interval reaches 0. The tree does not beat flat dense "
+        "retrieval on either set; what it buys is a search that scores a fraction of the "
+        f"leaves: p50 {ms['psi default']['p50']:.2f} ms for the default against "
+        f"{ms['hybrid']['p50']:.2f} ms for hybrid here ({ms['psi paper']['p50']:.2f} ms for "
+        "the paper profile), and the tree's abstracts for "
+        "summarization (`visit`)."
+    )
 
 
 if __name__ == "__main__":
