@@ -687,6 +687,96 @@ mean number of nodes one tree search compares with the query.
 """
 
 
+def section_living(r: dict[str, Any]) -> str:
+    """Index.add / remove against a full rebuild, from living.json (bench_living.py)."""
+    cost = r.get("cost", {})
+    lines = [
+        "## The living index (psirag add / remove / sync)",
+        "",
+        f"`python benchmarks/bench_living.py`: full psirag indexes (keyword abstracts, BM25) over "
+        f"2Wiki's {r.get('n_passages', 0):,} passages with the cached MiniLM vectors, so the "
+        "seconds below exclude embedding, which is measured on its own with the real model. "
+        "A full build over 100% and adds of 1% and 10% to a build over the other passages, "
+        "interleaved in one run, best of the repeats.",
+        "",
+    ]
+    if cost:
+        stages = sorted({k for row in cost.values() for k in row.get("stages", {})})
+        lines.append("| | seconds | vs full build | " + " | ".join(stages) + " |")
+        lines.append("|---|---:|---:|" + "---:|" * len(stages))
+        for name, row in cost.items():
+            st = row.get("stages", {})
+            cells = " | ".join(f"{st[k]:.2f}" if k in st else "" for k in stages)
+            lines.append(
+                f"| {name} | {row['seconds']:.2f} | {100 * row['vs_full_build']:.1f}% | {cells} |"
+            )
+        lines.append("")
+        one = cost.get("add 1%", {}).get("vs_full_build")
+        if one is not None:
+            verdict = "met" if one <= 0.05 else "missed"
+            lines.append(
+                f"Goal (a 1% add costs at most 5% of a rebuild): {verdict}, "
+                f"{100 * one:.1f}%. Saving the update as a new generation took "
+                f"{r.get('save_generation_seconds', 0):.2f} s more, loading it "
+                f"{r.get('load_seconds', 0):.2f} s."
+            )
+            lines.append("")
+    emb = r.get("embedding")
+    if emb:
+        new = emb["new_text_seconds"]
+        lines.append(
+            f"Embedding the new text with MiniLM (not in the seconds above): 1% {new['1%']:.1f} s, "
+            f"10% {new['10%']:.1f} s, after {emb['model_load_seconds']:.1f} s to load the model."
+        )
+        lines.append("")
+    rec = r.get("recall")
+    if rec:
+        ref = rec["full build"]
+        lines.append(
+            f"Recall on {r.get('n_questions', 0):,} questions (Recall@2 / Recall@5, "
+            "difference in Recall@5 from the full build):"
+        )
+        lines.append("")
+        lines.append("| index | psi | tree alone |")
+        lines.append("|---|---:|---:|")
+        for name, m in rec.items():
+            cells = []
+            for kind in ("psi", "tree_alone"):
+                x = m[kind]
+                d = x["recall@5"] - ref[kind]["recall@5"]
+                cells.append(f"{x['recall@2']:.2f} / {x['recall@5']:.2f} ({d:+.2f})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append(
+            "The row with 10% removed lacks those passages, gold ones included: its drop is the "
+            "smaller corpus's, not the tree's. Routing is leaf-mean, so search does not read the "
+            "keyword abstracts and these rows do not depend on which nodes an update refreshes."
+        )
+        lines.append("")
+    llm = r.get("llm")
+    if llm:
+        lines.append(
+            f"LLM calls (llm-summary, {llm['corpus_passages']} passages, a scripted loopback "
+            "server that counts calls and does not judge the abstracts): a full build "
+            f"{llm['full_build_calls']} calls; adding {llm['add_passages']} passages (1%) "
+            f"{llm['add_calls']} calls for {llm['add_nodes_refreshed']} refreshed nodes "
+            f"({100 * llm['add_vs_full_build']:.1f}% of a build); the same add again "
+            f"{llm['repeat_add_calls']} calls ({llm['repeat_add_cached']} answered by the cache)."
+        )
+        lines.append("")
+    sync = r.get("sync")
+    if sync:
+        lines.append(
+            f"`psirag sync` over a folder of {sync['files']:,} text files of which "
+            f"{sync['changed']} changed: {sync['sync_seconds']:.1f} s "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in sync['sync_stages'].items())}); a sync "
+            f"with nothing changed {sync['unchanged_sync_seconds']:.1f} s; the first build of "
+            f"the folder {sync['build_seconds']:.1f} s."
+        )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def section_server(r: dict[str, Any]) -> str:
     """Search over HTTP under load, and the server's overhead, from server.json
     (bench_server.py)."""
@@ -765,6 +855,245 @@ def section_server(r: dict[str, Any]) -> str:
     )
 
 
+def section_hops(r: dict[str, Any]) -> str:
+    """The query-hop discriminator's held-out accuracy (scripts/train_hops.py)."""
+    hops = ("1", "2", "3", "4")
+    sizes = r["sizes"]
+
+    def count(side: str, hop: str) -> int:
+        return sum(n for key, n in sizes[side].items() if key.endswith("/" + hop))
+
+    split = table(
+        ["set (source/hops)", "train", "test"],
+        [[key, sizes["train"][key], sizes["test"].get(key, 0)] for key in sorted(sizes["train"])],
+    )
+    confusion = table(
+        ["true \\ predicted", *hops, "recall"],
+        [
+            [
+                f"{h} hop{'s' if h != '1' else ''} ({count('test', h)})",
+                *row,
+                f"{100 * r['per_class_recall'][h]:.1f}",
+            ]
+            for h, row in zip(hops, r["confusion"], strict=True)
+        ],
+    )
+    by_source = ", ".join(
+        f"{name} {100 * v['accuracy']:.1f} (n={v['n']})" for name, v in r["by_source"].items()
+    )
+    strata = r.get("by_stratum", {})
+    by_stratum = ", ".join(f"{key} {100 * v:.1f}" for key, v in strata.items())
+    text = "\n".join(
+        [
+            "## Query-hop discriminator (paper App. E.2)",
+            "",
+            reflow(
+                "`python scripts/train_hops.py --cache PATH.npz` trains a softmax regression over "
+                f"the MiniLM question embedding plus 8 word-count features ({r['embedder']}; L2 "
+                f"{r['l2']:g}, chosen by balanced accuracy on a validation slice of train) on "
+                "`hops/` (PopQA 1 hop, MuSiQue 2-4 hops), 2Wiki (2 hops; `bridge_comparison`, "
+                "4 supporting passages, as 4) and HotpotQA-dev200 (2 hops). Distinct questions "
+                f"are split {100 * (1 - r['test_share']):.0f}/{100 * r['test_share']:.0f} "
+                f"inside each (source, hops) stratum with seed {r['seed']}; every source is on "
+                "both sides, no question on both. The weights ship as "
+                "`src/psirag/data/hops-minilm.json`; `psirag hops QUESTION...` prints the "
+                "prediction."
+            ),
+            "",
+            split,
+            "",
+            reflow(
+                f"Held-out accuracy **{100 * r['test_accuracy']:.1f}%** (balanced "
+                f"{100 * r['test_balanced_accuracy']:.1f}%; by source: {by_source}). "
+                "`--max-retrievals auto` gives h hops h-1 retrievals after the first, at least "
+                f"1; that budget is right for {100 * r['budget_accuracy']:.1f}% of the test "
+                "questions. Confusion matrix on the test split (rows: true hops):"
+            ),
+            "",
+            confusion,
+            "",
+            reflow(
+                f"Accuracy by stratum: {by_stratum}. Most 4-hop test questions are 2Wiki's "
+                "`bridge_comparison` ones, whose template wording is easy to spot; MuSiQue's "
+                "3- and 4-hop questions are few and the hardest."
+            )
+            if strata
+            else "",
+            "",
+            reflow(
+                "QA with `auto` against fixed budgets (1 and 3) needs a local LLM run and is "
+                "**not yet measured**. The command, per dataset and budget: `psirag eval "
+                "../shared/data/2wikimultihopqa --limit 100 --methods psi+agent,hybrid+agent "
+                "--llm $PSIRAG_LLM --embedding-cache CACHE.npz --max-retrievals auto` (then "
+                "`--max-retrievals 1` and `3`; the same for `hotpotqa-dev200`); the table's "
+                "`repeats`, `cite P` and `no ans` columns come with it."
+            ),
+            "",
+        ]
+    )
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    return text
+
+
+def section_updates(r: dict[str, Any]) -> str:
+    """Tree updates against a full build, from updates.json (bench_updates.py)."""
+    full = r["rows"][0]
+
+    def pair(m: dict[str, float]) -> str:
+        return f"{m['recall@2']:.2f} / {m['recall@5']:.2f}"
+
+    def delta(m: dict[str, float], ref: dict[str, float]) -> str:
+        return f"{m['recall@5'] - ref['recall@5']:+.2f}"
+
+    def paths(counts: dict[str, int] | None) -> str:
+        if not counts:
+            return "-"
+        if "removed" in counts:
+            return f"{counts['removed']} removed, {counts.get('rehomed', 0)} re-homed"
+        out = []
+        if counts.get("single"):
+            out.append(f"{counts['single']} single")
+        if counts.get("batch"):
+            k = counts["subtrees"]
+            out.append(f"{counts['batch']} in {k} subtree{'s' if k > 1 else ''}")
+        return ", ".join(out)
+
+    rows = []
+    for row in r["rows"]:
+        drift = row.get("drift", {})
+        rows.append(
+            [
+                row["scenario"],
+                row.get("rule", "-"),
+                paths(row.get("counts")),
+                f"{row['seconds']:.2f}" if row is not full else "see cost",
+                pair(row["tree_alone"]),
+                delta(row["tree_alone"], full["tree_alone"]),
+                pair(row["psi"]),
+                delta(row["psi"], full["psi"]),
+                f"{drift['kept_pairs_layer1']:.3f}" if drift else "-",
+                str(row["bias"]["max_new_under_one_parent"]) if "bias" in row else "-",
+            ]
+        )
+    updated = [row for row in r["rows"][1:] if "drift" in row]
+    back = [row for row in updated if row["scenario"].startswith("full, 10% removed")]
+    churn = [
+        [
+            f"{row['base_share']:.0%}",
+            f"{row['added_share']:.0%}",
+            str(row["batches"]),
+            pair(row["tree_alone"]),
+            delta(row["tree_alone"], full["tree_alone"]),
+            pair(row["psi"]),
+            delta(row["psi"], full["psi"]),
+            f"{row['kept_pairs_layer1']:.3f}",
+            f"{row['placement_ratio']:.4f}",
+            str(row["shape"]["layers"]),
+        ]
+        for row in r["churn"]
+    ]
+    cost = [
+        [name, f"{c['seconds']:.3f}", f"{c['cpu_seconds']:.3f}", f"{100 * c['vs_full_build']:.1f}%"]
+        for name, c in r["cost"].items()
+    ]
+
+    def verdict(rule: str) -> str:
+        mine = [row for row in updated if row["rule"] == rule]
+        parts = []
+        for m, label in (("psi", "psi"), ("tree_alone", "tree alone")):
+            d = max(abs(row[m]["recall@5"] - full[m]["recall@5"]) for row in mine)
+            met = "goal 0.5 met" if d <= 0.5 else "target 1 met" if d <= 1 else "target 1 MISSED"
+            parts.append(f"{label} {d:.2f} ({met})")
+        return f"- Rule {rule}: largest Recall@5 gap to the full build over its rows, " + (
+            ", ".join(parts) + "."
+        )
+
+    by_name = {(row["scenario"], row.get("rule")): row for row in updated}
+    one_call = by_name.get(("add 10% as one batch", "single"))
+    per_chunk = by_name.get(("add 10% one chunk at a time", "single"))
+    calls_note = (
+        f"- One call per chunk ({per_chunk['seconds']:.1f} s for the 10%) against one call for "
+        f"all of them ({one_call['seconds']:.2f} s, the same tree): each call copies the leaf "
+        "vectors and the tree arrays, O(n), so a stream of new chunks is best added in batches."
+        if one_call and per_chunk
+        else ""
+    )
+    back_gap = max(
+        abs(row[m]["recall@5"] - full[m]["recall@5"]) for row in back for m in ("psi", "tree_alone")
+    )
+    return f"""## Updating the tree (insert, remove) on 2Wiki (no LLM)
+
+`python benchmarks/bench_updates.py`, at the tree level: {r["n_passages"]:,} passages (cached
+MiniLM vectors), `max_children` {r["max_children"]}, routing vectors = normalised leaf means,
+the default search (beam 40), {r["n_questions"]:,} questions; psi = tree + BM25 over all
+passages, RRF. A random 90% of the passages (seed {r["seed"]}) is built with `build_tree`, then
+the other 10% is inserted with `insert_leaves` (SPEC 4, App. G) under each insert rule; the
+removal rows take the same 10% out of the full tree with `remove_leaves` and put it back
+(the row with 10% removed holds 90% of the passages, so its Δ is not a like-for-like gap).
+Seconds are the update calls alone (wall, one run on the shared machine; the cost table below
+compares CPU seconds side by side); Δ is Recall@5 against the full build; "kept pairs" is the
+share of leaf pairs that the full build puts under one layer-1 node and the updated tree keeps
+together; "max new" the most inserted leaves under one layer-1 node (App. G's bias worry).
+
+{
+        table(
+            [
+                "tree",
+                "rule",
+                "paths taken",
+                "seconds",
+                "tree alone R@2 / R@5",
+                "Δ",
+                "psi R@2 / R@5",
+                "Δ",
+                "kept pairs",
+                "max new",
+            ],
+            rows,
+        )
+    }
+
+{verdict("auto")} (The default.)
+{verdict("single")}
+{verdict("batch")}
+- Removing 10% and adding it back: within {back_gap:.2f} points of the full build
+  (goal 0.5: {"met" if back_gap <= 0.5 else "MISSED"}).
+{calls_note}
+
+Drift against churn (the rebuild rule): a tree built on a share of the passages and grown to all
+of them in 1% batches (rule auto). "Added" is the inserted share of the built tree's leaves;
+"placement" the Dasgupta cost over its random-placement expectation, relative to the full build
+(1 = as good, below 1 worse).
+
+{
+        table(
+            [
+                "built on",
+                "added",
+                "batches",
+                "tree alone R@2 / R@5",
+                "Δ",
+                "psi R@2 / R@5",
+                "Δ",
+                "kept pairs",
+                "placement",
+                "layers",
+            ],
+            churn,
+        )
+    }
+
+Cost, side by side in one run (one BLAS thread, best of {
+        len(next(iter(r["cost"].values()))["all"])
+    }):
+`build_tree` over all passages against inserting 1% / 10% into the 90% tree and removing 10%
+from the full one (rule auto; tree only, no embedding, abstracts or BM25).
+
+{table(["operation", "seconds", "CPU seconds", "of a full build (CPU)"], cost)}
+"""
+
+
 def section_machine(info: dict[str, Any] | None) -> str:
     """Machine facts (from a results file, else this machine) and the regenerate commands."""
     m = info or machine_info()
@@ -811,6 +1140,8 @@ def main() -> None:
     scale = load("scale.json")
     knn = load("knn.json")
     max_children = load("max_children.json")
+    updates = load("updates.json")
+    living = load("living.json")
     info = next(
         (r["machine"] for r in (latency, beam, scale) if r and isinstance(r["machine"], dict)),
         None,
@@ -844,11 +1175,17 @@ def main() -> None:
         parts.append(reflow(section_beam(beam)))
     if max_children:
         parts.append(reflow(section_max_children(max_children)))
+    if updates:
+        parts.append(reflow(section_updates(updates)))
+    if living:
+        parts.append(reflow(section_living(living)))
     if latency:
         parts.append(reflow(section_latency(latency)))
     server = load("server.json")
     if server:
         parts.append(reflow(section_server(server)))
+    if hops := load("hops.json"):
+        parts.append(section_hops(hops))
     for name in sorted(RESULTS.glob("section_*.md")):
         parts.append(name.read_text())
     parts.append(reflow(section_machine(info)))

@@ -41,6 +41,12 @@ class Bench:
 BENCHES: tuple[Bench, ...] = (
     Bench("tree", ("bench_tree.py",), ("tree.json",), "~1 min"),
     Bench(
+        "storage",
+        ("bench_storage.py",),
+        ("storage.json", "section_storage.md"),
+        "~1 min with the embedding cache",
+    ),
+    Bench(
         "index_e2e",
         ("bench_index_e2e.py",),
         ("index_e2e_2wikimultihopqa.json",),
@@ -90,6 +96,18 @@ BENCHES: tuple[Bench, ...] = (
         ("knn.json",),
         "~45 min: six 2Wiki indexes, synthetic trees up to 100,000 leaves",
     ),
+    Bench(
+        "updates",
+        ("bench_updates.py",),
+        ("updates.json",),
+        "~10 min: tree inserts/removals on 2Wiki from the embedding cache",
+    ),
+    Bench(
+        "living",
+        ("bench_living.py",),
+        ("living.json",),
+        "~15 min: 2Wiki adds/removes vs rebuilds, LLM calls (loopback), a 2,000-file sync",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"
@@ -122,9 +140,15 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
         "psi+summarize,dense+summarize --llm local ..., then benchmarks/llm_tables.py",
         LLM_COST,
     ),
+    (
+        "web",
+        "section_web.md",
+        "python benchmarks/bench_web.py --index DIR (a 2Wiki index; needs chromium)",
+        "~3 min: ten page loads in headless Chromium; rerun by hand only",
+    ),
 )
-"""(name, cached section, command, cost) of the local-LLM measurements; each section holds its exact
-commands."""
+"""(name, cached section, command, cost) of the measurements run by hand (local LLM, browser);
+each section holds its exact commands."""
 
 REPORT_COMMAND = "python benchmarks/report.py"
 RUN_ALL_COMMAND = "nice -n 19 python benchmarks/run_all.py"

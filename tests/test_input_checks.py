@@ -75,3 +75,18 @@ def test_argument_types() -> None:
     assert text("plain é") == "plain é" and first_surrogate("ok") is None
     with pytest.raises(argparse.ArgumentTypeError, match="byte 0xff at character 2"):
         text("ab\udcff")
+
+
+def test_python_api_refuses_a_query_with_a_lone_surrogate() -> None:
+    """Index.search (not only the CLI) names the bad character instead of a tokenizer TypeError."""
+    from conftest import HashEmbedder
+
+    from psirag import Index
+
+    index = Index.build(
+        ["Volcanoes erupt lava and ash.", "Football clubs play league matches."],
+        texts=True,
+        embedder=HashEmbedder(),
+    )
+    with pytest.raises(InputError, match="lone surrogate at character 4"):
+        index.search("lava\udcff flows")

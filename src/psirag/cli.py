@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="describe an index, or one node of its tree")
     p.add_argument("index", metavar="DIR")
     p.add_argument("--node", type=nonnegative_int, metavar="ID", help="show this node")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the sha256 of every file (default: sizes and the manifest's hash only)",
+    )
     p.add_argument("--json", action="store_true", help=f"print JSON ({INSPECT_SCHEMA})")
     p.set_defaults(func=run_inspect)
 
@@ -137,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
+    from psirag.cli_living import register as register_living
+
+    register_living(sub)
     register: Callable[[Any], None] | None
     try:
         from psirag.agent.cli import register
@@ -197,8 +205,10 @@ def search_config_from(args: argparse.Namespace) -> SearchConfig:
 def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     from psirag.embed import load_embedder
     from psirag.index import Index
+    from psirag.storage import check_target
 
     out = stdout or sys.stdout
+    check_target(args.out, args.paths)  # before the build: never hours of work, then a refusal
     config = IndexConfig(
         embedder=args.embedder,
         chunk_tokens=args.chunk_tokens,
@@ -333,7 +343,7 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
     from psirag.index import Index
 
     out = stdout or sys.stdout
-    index = Index.load(args.index)
+    index = Index.load(args.index, verify="full" if getattr(args, "verify", False) else "size")
     tree = index.tree
     if args.node is not None:
         payload = _describe_node(index, args.node)
@@ -362,7 +372,7 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
                 file=out,
             )
         return 0
-    payload = inspect_summary(index, args.index)
+    payload = inspect_summary(index, args.index, verify=getattr(args, "verify", False))
     if args.json:
         print(
             json.dumps({"schema": INSPECT_SCHEMA, "index": payload}, indent=2, ensure_ascii=False),
@@ -370,6 +380,14 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
         )
         return 0
     print(f"index {args.index}", file=out)
+    storage = payload["storage"]
+    gen = storage.get("generation")
+    print(
+        f"  storage:         format {storage.get('format_version')}"
+        + (f", generation {gen} (on disk: {storage['generations']})" if gen else "")
+        + f"; files checked by {storage['verified']}",
+        file=out,
+    )
     print(
         f"  embedder:        {payload['embedder']['id']} (dim {payload['embedder']['dim']})",
         file=out,
@@ -386,18 +404,32 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
         print(f"    {label:>7} children: {count:6,} {bar}", file=out)
     if tree.roots.size == 1:
         print(f"  root {tree.root}: {index.node_text(tree.root)[:200]}", file=out)
+    drift = payload["drift"]
+    print(
+        f"  drift:           {drift['updates']:,} updates since the last full build "
+        f"(+{drift['leaves_added']:,} / -{drift['leaves_removed']:,} leaves of "
+        f"{drift['built_leaves']:,}, churn {drift['churn']:.0%}); rebuild due: "
+        + ("yes (psirag add/sync ... --rebuild)" if drift["rebuild_due"] else "no"),
+        file=out,
+    )
     print("  (psirag inspect DIR --node ID shows one node)", file=out)
     return 0
 
 
-def inspect_summary(index: Any, folder: str | Path) -> dict[str, Any]:
+def inspect_summary(index: Any, folder: str | Path, *, verify: bool = False) -> dict[str, Any]:
     """What ``psirag inspect --json`` prints under "index" (also served by ``GET /index``)."""
+    from psirag.storage import IndexStore
+
     tree = index.tree
     fan = tree.fan_out[tree.n_leaves :]
     hist = dict(sorted(Counter(_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0]))
     manifest = index.describe()
+    storage = IndexStore(folder).describe()
+    storage["verified"] = "sha256" if verify else "sizes"
     return {
         "index": str(folder),
+        "storage": storage,
+        "drift": index.drift() if callable(getattr(index, "drift", None)) else None,
         "embedder": manifest["embedder"],
         "config": manifest["config"],
         **manifest["counts"],
@@ -467,11 +499,13 @@ def demo_corpus() -> tuple[list[str], list[str]]:
 def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     from psirag.index import Index
     from psirag.ingest import documents_from_strings
-    from psirag.storage import MANIFEST
+    from psirag.storage import MANIFEST, IndexStore
 
     out = stdout or sys.stdout
     folder = Path(args.out) if args.out else Path.home() / ".cache" / "psirag" / "demo-index"
+    demo_llm_cache(folder)  # out of the index folder before a rebuild writes there
     if args.rebuild or not (folder / MANIFEST).is_file():
+        IndexStore(folder).check_writable()
         texts, names = demo_corpus()
         print(
             f"psirag demo: indexing the Python language reference ({len(texts)} topics "
@@ -519,6 +553,16 @@ def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     return 0
 
 
+def demo_llm_cache(folder: Path) -> Path:
+    """The demo's LLM response cache, beside its index folder (not in it: the index folder
+    belongs to the index). One left inside by an older psirag is moved out."""
+    cache = folder.with_name(folder.name + "-llm-cache.sqlite")
+    old = folder / "llm-cache.sqlite"
+    if old.is_file() and not cache.exists():
+        os.replace(old, cache)
+    return cache
+
+
 def _demo_agent(index: Any, folder: Path, out: TextIO) -> Any:
     """The R&A agent on the local model when psirag[local] and the model are installed."""
     try:
@@ -534,7 +578,7 @@ def _demo_agent(index: Any, folder: Path, out: TextIO) -> Any:
         print(f"(llama-cpp-python is installed but the local model is not: {exc})", file=out)
         return None
     print(f"answering with the local model {model.id} (max 1 extra retrieval)", file=out)
-    client = LLMClient(model, cache_path=folder / "llm-cache.sqlite")
+    client = LLMClient(model, cache_path=demo_llm_cache(folder))
     return RetrieveAndAnswer(client, index.search, max_retrievals=1)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from psirag.argtypes import first_surrogate
 from psirag.config import SearchConfig
 from psirag.embed import Embedder, finalize_vectors
 from psirag.embed.endpoints import load_index_embedder
@@ -176,6 +177,12 @@ class Retriever:
     def embed_query(self, query: str) -> np.ndarray:
         if not isinstance(query, str) or not query.strip():
             raise InputError("the query is empty; give a question or some keywords")
+        position = first_surrogate(query)
+        if position is not None:
+            raise InputError(
+                f"the query holds a lone surrogate at character {position} (bytes that were not "
+                "UTF-8); pass the query as UTF-8 text"
+            )
         return finalize_vectors(self.embedder.embed([query]), [query])[0]
 
     def _check_vector(self, vector: np.ndarray) -> np.ndarray:
