@@ -64,3 +64,32 @@ def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
         assert httpx.delete(f"{url}/documents/football", timeout=30).status_code == 404
     finally:
         proc.stop()
+
+
+def test_a_server_write_keeps_a_write_made_beside_it(tmp_path: Path) -> None:
+    """A write made outside the server (the CLI, another process) after it started is on disk
+    only; the server's next write must build on it, not on the generation it serves."""
+    folder = tmp_path / "index"
+    build_index(folder)
+    proc = ServerProcess(folder, tmp_path / "serve.log", ["--retries", "0"])
+    try:
+        proc.wait_ready()
+        beside = Index.load(folder, embedder=HashEmbedder())
+        before = set(beside.documents)
+        beside.add(["Dunes of red sand drift across the dry desert plateau."], texts=True)
+        beside.save(folder)
+        direct = set(beside.documents) - before
+        assert len(direct) == 1
+        text = "Glaciers of blue ice carve deep fjords along the cold northern coast."
+        added = httpx.post(
+            f"{proc.url}/documents", json={"text": text, "id": "glaciers"}, timeout=30
+        )
+        assert _job(proc.url, added)["status"] == "done"
+        on_disk = set(Index.load(folder, embedder=HashEmbedder()).documents)
+        assert direct <= on_disk and "glaciers" in on_disk and before <= on_disk
+        served = {
+            d["id"] for d in httpx.get(f"{proc.url}/documents", timeout=30).json()["documents"]
+        }
+        assert served == on_disk
+    finally:
+        proc.stop()

@@ -805,13 +805,25 @@ def _apply_write(state: ServerState, kind: str, payload: Any, job: Any) -> dict[
     generation they took, and the new one is published only once it is saved.
     """
     from psirag.index import Index
+    from psirag.storage import IndexWriter
 
-    current = state.holder.get().index
-    updated = Index.from_data(current.data, embedder=current.embedder)
+    served = state.holder.get().index
     job.progress(0, 1)
-    summary = updated.add(payload) if kind == "add" else updated.remove(payload)
-    if summary.changed:
-        updated.save(state.holder.folder)
+    # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
+    # from the command line since the last server write must not be overwritten.
+    writer = IndexWriter(state.holder.folder)
+    try:
+        base = writer.base.generation if writer.base is not None else None
+        on_disk = Index.load(state.holder.folder, generation=base, embedder=served.embedder)
+        updated = Index.from_data(on_disk.data, embedder=served.embedder)
+        summary = updated.add(payload) if kind == "add" else updated.remove(payload)
+        if summary.changed:
+            updated.save(state.holder.folder, writer=writer)
+        else:
+            writer.abort()
+    except BaseException:
+        writer.abort()
+        raise
     prepare_index(updated)
     generation = state.holder.publish(updated)
     job.progress(1, 1)
