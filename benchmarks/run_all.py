@@ -65,6 +65,12 @@ BENCHES: tuple[Bench, ...] = (
         "~3 min with the embedding cache; ~5 more to embed abstracts not yet in it",
     ),
     Bench(
+        "retrieval_variants",
+        ("bench_retrieval_variants.py",),
+        ("retrieval_variants.json", "section_retrieval_variants.md"),
+        "~4 min with saved indexes and cached question vectors (--index, --vectors)",
+    ),
+    Bench(
         "skew",
         ("bench_skew.py",),
         ("skew.json", "section_skew.md"),

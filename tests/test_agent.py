@@ -33,6 +33,7 @@ from psirag.agent import (
     select_nodes,
 )
 from psirag.agent import cli as agent_cli
+from psirag.config import PROFILES
 from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.base import estimate_tokens
@@ -112,13 +113,15 @@ class FakeIndex:
         self.k = k
         self.docs = docs or DOCS
         self.queries: list[str] = []
+        self.configs: list[object] = []
 
     def passage(self, doc_id: str, score: float) -> Passage:
         title, text = self.docs[doc_id]
         return Passage(doc_id, text, score, Source(doc_id, title, 0, 0, len(text)))
 
-    def search(self, query: str) -> list[Passage]:
+    def search(self, query: str, k: int | None = None, *, config: object = None) -> list[Passage]:
         self.queries.append(query)
+        self.configs.append(config)
         q = words(query)
         scored = sorted(
             ((len(q & words(t + " " + x)), i) for i, (t, x) in self.docs.items()),
@@ -359,7 +362,7 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
             "repeat_raw",
         }
         for p in step["passages"]:
-            assert set(p) == {"id", "text", "score", "source"}
+            assert set(p) == {"id", "text", "score", "source", "also"}
     assert [p["id"] for p in doc["evidence"]] == ids(result.evidence)
     assert doc["answer"] == "Lisbon"
     assert [(s["thought"], s["action"], s["query"]) for s in doc["steps"]] == [
@@ -502,6 +505,16 @@ def test_cli_ask_json_and_streamed_steps(
     assert "thought: need the owner's office." in err
     assert "Blue Harbour Hotel" in err  # --trace lists passages
     assert err.index("[2] search") > err.index("thought: need")  # streamed in order
+    assert fake_index.configs == [PROFILES["default"]] * 2  # no --profile: the default's
+
+
+def test_cli_ask_profile_paper_reaches_every_search(
+    server: ScriptedServer, fake_index: FakeTreeIndex
+) -> None:
+    server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
+    args = parse(["ask", "idx", QUESTION, "--llm", server.spec, "--profile", "paper", "-q"])
+    assert args.func(args, stdout=io.StringIO()) == 0
+    assert fake_index.configs == [PROFILES["paper"]] * 2
 
 
 def test_cli_ask_plain_answer_and_max_retrievals(

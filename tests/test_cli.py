@@ -68,8 +68,11 @@ def test_search_json_schema(built: tuple[Path, Path], capsys) -> None:
     assert result["schema"] == "psirag.search/1" and result["k"] == 3
     assert len(result["passages"]) == 3
     for p in result["passages"]:
-        assert set(p) == {"id", "text", "score", "source"}
+        # psirag.search/1 grew one field, "also" (other sources of the same text); the rest stays
+        assert set(p) == {"id", "text", "score", "source", "also"}
         assert set(p["source"]) == {"document", "title", "chunk", "span"}
+        for other in p["also"]:  # the same text elsewhere: a full source, not this one
+            assert set(other) == set(p["source"]) and other != p["source"]
     assert result["passages"][0]["source"]["document"] == "volcanoes.txt"
     scores = [p["score"] for p in result["passages"]]
     assert scores == sorted(scores, reverse=True)

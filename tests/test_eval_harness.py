@@ -19,7 +19,7 @@ import pytest
 from conftest import HashEmbedder
 
 from psirag.cli import main
-from psirag.config import IndexConfig
+from psirag.config import PROFILES, IndexConfig
 from psirag.eval import methods as eval_methods
 from psirag.eval.data import load_dataset
 from psirag.eval.harness import questions_path, run_eval
@@ -196,6 +196,30 @@ def test_retrieval_only_eval_from_the_cli(
 
     # Paired bootstrap of each method against the first.
     assert set(results["comparisons"]) == {f"{m} - psi" for m in list(results["methods"])[1:]}
+
+
+def test_profile_chooses_psi_search_and_psi_paper_always_runs_the_paper_one(
+    dataset_dir: Path, tmp_path: Path, hash_spec: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = load_dataset(dataset_dir)
+    embedder = HashEmbedder()
+    index = Index.build(data.documents, IndexConfig(embedder=hash_spec), embedder=embedder)
+    base = ["eval", str(dataset_dir), "--embedder", hash_spec, "--cache-dir", str(tmp_path / "c")]
+    for profile in ("default", "paper"):
+        out = tmp_path / profile / "results.json"
+        argv = [*base, "--methods", "psi,psi-paper", "--profile", profile, "--output", str(out)]
+        assert main([*argv, "-q", "--bootstrap", "0"]) == 0
+        capsys.readouterr()
+        results = json.loads(out.read_text())
+        assert results["settings"]["profile"] == profile
+        assert results["settings"]["beam"] == PROFILES[profile].beam
+        rows = read_jsonl(out.parent / "results.questions.jsonl")
+        for method, config in (("psi", PROFILES[profile]), ("psi-paper", PROFILES["paper"])):
+            got = {
+                r["id"]: [p["id"] for p in r["retrieved"]] for r in rows if r["method"] == method
+            }
+            for q in QUESTIONS:
+                assert got[q["id"]] == [p.id for p in index.search(q["question"], config=config)]
 
 
 def test_second_run_with_the_same_inputs_builds_no_index(

@@ -17,7 +17,7 @@ from psirag.retrieval.tree_search import TreeSearcher
 from psirag.storage import IndexWriter
 from psirag.tree import Tree, build_tree
 
-PASSAGE_KEYS = {"id", "text", "score", "source"}
+PASSAGE_KEYS = {"id", "text", "score", "source", "also"}
 SOURCE_KEYS = {"document", "title", "chunk", "span"}
 
 

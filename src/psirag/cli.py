@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 from psirag._version import __version__
 from psirag.argtypes import nonnegative_int, positive_int, text
 from psirag.cli_common import max_children as _max_children
+from psirag.cli_common import profile_argument, profile_from
 from psirag.cli_common import tree_mode_arguments as _tree_mode_arguments
-from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
+from psirag.config import DEFAULT_EMBEDDER, PROFILES, IndexConfig, SearchConfig
 from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import PsiragError
 from psirag.http import HttpPolicy, add_http_options, http_policy_from
@@ -165,17 +166,19 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-k", type=positive_int, default=SearchConfig.k, help="passages to return (default 5)"
     )
+    profile_argument(p)
     p.add_argument(
         "--beam",
         type=positive_int,
-        default=SearchConfig.beam,
-        help=f"nodes kept per tree layer (default {SearchConfig.beam})",
+        default=None,
+        help="nodes kept per tree layer (default: the profile's, "
+        f"{PROFILES['default'].beam} or {PROFILES['paper'].beam})",
     )
     p.add_argument(
         "--candidates",
         type=positive_int,
-        default=SearchConfig.candidates,
-        help="passages each retriever brings to fusion (default 10)",
+        default=None,
+        help="passages each retriever brings to fusion (default: the profile's, 10)",
     )
     p.add_argument(
         "--doc", action="append", metavar="ID", help="search only this document (repeatable)"
@@ -190,14 +193,15 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def search_config_from(args: argparse.Namespace) -> SearchConfig:
-    return SearchConfig(
+    base = profile_from(args)
+    return base.with_(
         k=args.k,
-        beam=args.beam,
-        candidates=args.candidates,
-        use_tree=not args.no_tree,
-        use_bm25=not args.no_bm25,
-        fusion="rerank" if args.reranker else "rrf",
-        reranker=args.reranker,
+        beam=base.beam if args.beam is None else args.beam,
+        candidates=base.candidates if args.candidates is None else args.candidates,
+        use_tree=base.use_tree and not args.no_tree,
+        use_bm25=base.use_bm25 and not args.no_bm25,
+        fusion="rerank" if args.reranker else base.fusion,
+        reranker=args.reranker or base.reranker,
     )
 
 

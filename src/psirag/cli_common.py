@@ -4,8 +4,24 @@ so that the eval CLI does not import the main one (which imports it: a cycle).""
 from __future__ import annotations
 
 import argparse
+from typing import get_args
 
-from psirag.config import IndexConfig
+from psirag.config import IndexConfig, ProfileName, SearchConfig, profile_config
+
+
+def profile_argument(p: argparse.ArgumentParser) -> None:
+    """``--profile NAME``: the search preset (config.PROFILES) that other search flags refine."""
+    p.add_argument(
+        "--profile",
+        choices=get_args(ProfileName),
+        default="default",
+        help="search preset: default (tree + BM25, wide beam, identical texts merged) or paper "
+        "(the paper's tree + BM25, beam 40)",
+    )
+
+
+def profile_from(args: argparse.Namespace) -> SearchConfig:
+    return profile_config(getattr(args, "profile", "default"))
 
 
 def max_children(value: str) -> int | None:

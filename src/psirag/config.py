@@ -19,6 +19,8 @@ DEFAULT_EMBEDDER = "minilm"
 RoutingMode = Literal["leaf_mean", "abstract", "blend"]
 AbstractMode = Literal["keywords", "llm-summary", "llm-keywords", "none"]
 FusionMode = Literal["rrf", "rerank"]
+ProfileName = Literal["default", "paper"]
+"""Named search presets (:data:`PROFILES`); the CLI's ``--profile`` choices."""
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,9 @@ class SearchConfig:
     """Passages returned (paper: final top-5)."""
     candidates: int = 10
     """Passages each retriever (tree, BM25) contributes before fusion (paper: top-10)."""
-    beam: int = 40
-    """Nodes kept per inner layer during top-down tree search (Algorithm 2 uses k; see BENCHMARKS.md
-    for why the default is wider)."""
+    beam: int = 160
+    """Nodes kept per inner layer during top-down tree search (Algorithm 2 uses k; the paper
+    profile keeps 40; BENCHMARKS.md, "Retrieval variants", says why the default is wider)."""
     use_tree: bool = True
     use_bm25: bool = True
     use_dense: bool = False
@@ -119,6 +121,9 @@ class SearchConfig:
     rrf_k: int = 60
     reranker: str | None = None
     """Local path of a cross-encoder model; used when ``fusion == 'rerank'``."""
+    merge_duplicates: bool = True
+    """Leaves with identical text (the same passage in two documents) count as one candidate
+    and come back as one passage naming every source (``Passage.also``)."""
 
     def __post_init__(self) -> None:
         for name in ("k", "candidates", "beam", "rrf_k"):
@@ -133,3 +138,20 @@ class SearchConfig:
 
     def with_(self, **changes: Any) -> SearchConfig:
         return replace(self, **changes)
+
+
+PROFILES: dict[str, SearchConfig] = {
+    "default": SearchConfig(),
+    "paper": SearchConfig(beam=40, use_dense=False, merge_duplicates=False),
+}
+"""Search presets by name. ``paper`` is the paper's retrieval (tree + BM25, RRF, top-10 each,
+beam 40, duplicates kept: this project's tree + BM25 as it was before the retrieval
+ablation); ``default`` is what search, ask and eval use unless told otherwise: a wider beam and
+identical texts merged (BENCHMARKS.md, "Retrieval variants", says why)."""
+
+
+def profile_config(name: str) -> SearchConfig:
+    """The preset called ``name``; an unknown name fails with the known ones."""
+    if name not in PROFILES:
+        raise InputError(f"unknown search profile {name!r}; choose one of {sorted(PROFILES)}")
+    return PROFILES[name]

@@ -49,6 +49,9 @@ class Passage:
     source: Source
     leaf: int = field(default=-1, compare=False)
     """Position of the leaf in the index (not stable across rebuilds; use `id` for that)."""
+    also: tuple[Source, ...] = ()
+    """Other places the same text occurs (another document repeating it), when the search
+    merged identical texts into this one result."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class Passage:
             "text": self.text,
             "score": float(self.score),
             "source": self.source.to_dict(),
+            "also": [s.to_dict() for s in self.also],
         }
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from psirag.agent.loop import MAX_ANSWER_CHARS, NAMES_CHECKS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
 from psirag.argtypes import positive_int, text
+from psirag.cli_common import profile_argument, profile_from
 from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import InputError
 from psirag.hops import AUTO, parse_max_retrievals
@@ -160,6 +161,7 @@ def _agent_arguments(parser: argparse.ArgumentParser) -> None:
         "about, while a retrieval is left: retrieve them and answer again (lookup, default), "
         "ask the model whether it needs them (ask), or take the answer (off)",
     )
+    profile_argument(ask)
 
 
 def _llm_arguments(parser: argparse.ArgumentParser) -> None:
@@ -263,6 +265,11 @@ def _agent_factory(args: argparse.Namespace, index: Any, llm: Any) -> Any:
     """``question -> RetrieveAndAnswer`` with the command's settings; with
     ``--max-retrievals auto`` the budget comes from the question's predicted hops."""
     predictor = None
+    config = profile_from(args)
+
+    def search(query: str, k: int | None = None) -> Any:
+        return index.search(query, k, config=config)
+
     if args.max_retrievals == AUTO:
         from psirag.hops import HopPredictor
 
@@ -274,7 +281,7 @@ def _agent_factory(args: argparse.Namespace, index: Any, llm: Any) -> Any:
         )
         return RetrieveAndAnswer(
             llm,
-            index.search,
+            search,
             max_retrievals=budget,
             max_tokens=args.max_tokens,
             max_answer_chars=args.max_answer_chars,

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from psirag.agent.loop import NAMES_CHECKS
-from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
+from psirag.cli_common import profile_argument
+from psirag.config import DEFAULT_EMBEDDER, PROFILES, IndexConfig, SearchConfig
 from psirag.errors import InputError
 from psirag.hops import parse_max_retrievals
 from psirag.http import add_http_options, http_policy_from
@@ -99,10 +100,12 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--beam",
         type=int,
-        default=SearchConfig.beam,
+        default=None,
         metavar="N",
-        help=f"tree search beam (default {SearchConfig.beam})",
+        help=f"tree search beam (default: the profile's, {SearchConfig.beam} or "
+        f"{PROFILES['paper'].beam} for --profile paper)",
     )
+    profile_argument(p)
     p.add_argument(
         "--reranker",
         metavar="PATH",
@@ -278,6 +281,7 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
         cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir(),
         embedder=args.embedder,
         beam=args.beam,
+        profile=args.profile,
         reranker=args.reranker,
         max_retrievals=args.max_retrievals,
         answer_check=args.answer_check,

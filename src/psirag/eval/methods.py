@@ -55,7 +55,7 @@ import numpy as np
 
 from psirag._version import __version__
 from psirag.agent.summarize import VisitedNode
-from psirag.config import IndexConfig
+from psirag.config import PROFILES, IndexConfig
 from psirag.embed import Embedder
 from psirag.errors import InputError, PsiragError
 from psirag.eval.clients import llm_client
@@ -415,10 +415,17 @@ def _retrieval(
     return Retrieval(search, info, stages, visit)
 
 
-def _psi_factory(use_tree: bool, use_bm25: bool) -> Factory:
+def _psi_factory(use_tree: bool, use_bm25: bool, *, paper: bool = False) -> Factory:
     def make(ctx: EvalContext) -> Retrieval:
         s = ctx.settings
         changes: dict[str, Any] = {"use_tree": use_tree, "use_bm25": use_bm25}
+        if paper:  # the paper profile whatever --profile says (--beam still applies)
+            base = PROFILES["paper"]
+            changes.update(
+                beam=base.beam if s.beam is None else s.beam,
+                use_dense=base.use_dense,
+                merge_duplicates=base.merge_duplicates,
+            )
         if use_tree and use_bm25 and s.reranker:
             changes.update(fusion="rerank", reranker=s.reranker)
         retriever, info = ctx.retriever(**changes)
@@ -457,6 +464,9 @@ def _hybrid(ctx: EvalContext) -> Retrieval:
 
 
 register_method("psi", _psi_factory(True, True), "tree search + BM25, RRF (Ψ-RAG retrieval)")
+register_method(
+    "psi-paper", _psi_factory(True, True, paper=True), "psi with the paper profile (beam 40)"
+)
 register_method("psi-tree", _psi_factory(True, False), "tree search alone")
 register_method("bm25", _psi_factory(False, True), "BM25 alone")
 register_method("dense", _dense, "exact flat cosine over the leaf embeddings")

@@ -822,7 +822,7 @@ def _raptor_factory(collapsed: bool) -> Factory:
         s = ctx.settings
 
         def traverse(query: str, vector: np.ndarray) -> list[Passage]:
-            hits = tree.traverse(vector, k=s.k, beam=s.beam)
+            hits = tree.traverse(vector, k=s.k, beam=s.search_config().beam)
             top = zip(hits.leaves.tolist(), hits.scores.tolist(), strict=True)
             return [index.passage(i, score) for i, score in top]
 

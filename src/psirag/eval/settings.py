@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from psirag.agent.loop import NAMES_CHECKS, NamesCheck
-from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
+from psirag.config import DEFAULT_EMBEDDER, IndexConfig, ProfileName, SearchConfig, profile_config
 from psirag.embed import Embedder, load_embedder
 from psirag.errors import InputError
 from psirag.eval.data import EvalDataset, subcorpus
@@ -78,7 +78,11 @@ class EvalSettings:
     """Final passages per retrieval (paper: 5)."""
     candidates: int = SearchConfig.candidates
     """Passages each retriever brings to fusion (paper: 10)."""
-    beam: int = SearchConfig.beam
+    beam: int | None = None
+    """Tree search beam; None: the profile's."""
+    profile: ProfileName = "default"
+    """Search preset ``psi`` runs with (``paper``: the paper's tree + BM25); ``psi-paper``
+    always runs the paper's."""
     reranker: str | None = None
     """Local cross-encoder folder: ``psi`` and ``hybrid`` rerank the union instead of RRF."""
     max_retrievals: int | str = 1
@@ -120,7 +124,6 @@ class EvalSettings:
         for name in (
             "k",
             "candidates",
-            "beam",
             "max_tokens",
             "workers",
             "summary_top_k",
@@ -128,6 +131,9 @@ class EvalSettings:
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.beam is not None and self.beam < 1:
+            raise InputError(f"beam must be positive, got {self.beam}")
+        profile_config(self.profile)  # an unknown profile fails here, with the known ones
         if isinstance(self.max_retrievals, str):
             if self.max_retrievals != "auto":
                 raise InputError(
@@ -188,7 +194,10 @@ class EvalSettings:
         }
 
     def search_config(self, **changes: object) -> SearchConfig:
-        config = SearchConfig(k=self.k, candidates=self.candidates, beam=self.beam)
+        base = profile_config(self.profile)
+        config = base.with_(
+            k=self.k, candidates=self.candidates, beam=base.beam if self.beam is None else self.beam
+        )
         return config.with_(**changes)
 
 

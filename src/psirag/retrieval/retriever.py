@@ -92,6 +92,16 @@ class _Shared:
     def dense(self) -> DenseFlat:
         return DenseFlat.of(self.data)
 
+    @cached_property
+    def copies(self) -> dict[int, np.ndarray]:
+        """Every leaf whose text another leaf repeats -> all leaves with that text, in order."""
+        first = np.asarray(self.data.sparse.first_copy)
+        repeated = np.flatnonzero(first != np.arange(first.size))
+        groups: dict[int, list[int]] = {}
+        for leaf in repeated.tolist():
+            groups.setdefault(int(first[leaf]), [int(first[leaf])]).append(leaf)
+        return {leaf: np.asarray(g) for g in groups.values() for leaf in g}
+
     def reranker(self, path: str) -> Reranker:
         if path not in self.rerankers:
             from psirag.retrieval.rerank import CrossEncoderReranker
@@ -241,7 +251,33 @@ class Retriever:
             lists.append(self.dense.ranked(vector, config.candidates, leaves))
         if config.use_bm25:
             lists.append(self.data.sparse.search(query, k=config.candidates, allowed_leaves=leaves))
+        if config.merge_duplicates and self._shared.copies:
+            lists = [self._merge_copies(ids, scores, leaves) for ids, scores in lists]
         return lists
+
+    def _canonical(self, leaf: int, allowed: np.ndarray | None) -> int:
+        """The first leaf (among ``allowed`` ones) with ``leaf``'s text."""
+        group = self._shared.copies.get(leaf)
+        if group is None:
+            return leaf
+        if allowed is not None:
+            group = group[allowed[group]]
+        return int(group[0])
+
+    def _merge_copies(
+        self, ids: np.ndarray, scores: np.ndarray, allowed: np.ndarray | None
+    ) -> Ranked:
+        """One entry per distinct text (its first allowed leaf), at its best rank."""
+        seen: set[int] = set()
+        keep_ids: list[int] = []
+        keep_pos: list[int] = []
+        for pos, leaf in enumerate(ids.tolist()):
+            c = self._canonical(int(leaf), allowed)
+            if c not in seen:
+                seen.add(c)
+                keep_ids.append(c)
+                keep_pos.append(pos)
+        return np.asarray(keep_ids, dtype=np.int64), np.asarray(scores)[keep_pos]
 
     def ranked(
         self,
@@ -286,8 +322,13 @@ class Retriever:
         docs: Sequence[str] | None = None,
     ) -> list[Passage]:
         """:meth:`search` with the query already embedded (the timed part of a search)."""
+        config = config or self.config
         pairs = self.ranked(vector, query, config=config, docs=docs)
-        return [self.passage(i, s) for i, s in pairs]
+        if not config.merge_duplicates:
+            return [self.passage(i, s) for i, s in pairs]
+        where = self.doc_filter(docs)
+        allowed = None if where is None else where.leaves
+        return [self.passage(i, s, merged=True, allowed=allowed) for i, s in pairs]
 
     # ------------------------------------------------------------------ visit
     def visit(
@@ -321,9 +362,21 @@ class Retriever:
         return out
 
     # ------------------------------------------------------------------ results
-    def passage(self, leaf: int, score: float) -> Passage:
-        c = self.data.chunks[leaf]
-        return Passage(id=c.id, text=c.text, score=score, source=c.source, leaf=leaf)
+    def passage(
+        self, leaf: int, score: float, *, merged: bool = False, allowed: np.ndarray | None = None
+    ) -> Passage:
+        """Leaf ``leaf`` as a result; ``merged`` also names the other leaves (inside the
+        ``allowed`` mask, when given) that hold the same text (``Passage.also``)."""
+        chunks = self.data.chunks
+        c = chunks[leaf]
+        also: tuple[Source, ...] = ()
+        group = self._shared.copies.get(leaf) if merged else None
+        if group is not None:
+            others = [int(u) for u in group.tolist() if u != leaf]
+            if allowed is not None:
+                others = [u for u in others if allowed[u]]
+            also = tuple(chunks[u].source for u in others)
+        return Passage(id=c.id, text=c.text, score=score, source=c.source, leaf=leaf, also=also)
 
     def node_hit(self, node: int, score: float) -> NodeHit:
         data = self.data
