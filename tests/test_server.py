@@ -34,7 +34,7 @@ from server_procs import (
     sse_events,
 )
 
-from psirag.config import SearchConfig
+from psirag.config import SearchConfig, profile_config
 from psirag.index import Index
 from psirag.llm.testing import FakeOpenAIServer
 
@@ -143,6 +143,11 @@ def test_search_is_the_in_process_search(server: ServerProcess, built: tuple[Pat
         "POST", f"{server.url}/search", json={"query": "bread", "k": 5, "docs": ["football"]}
     ).json()
     assert only["passages"] and {p["source"]["document"] for p in only["passages"]} == {"football"}
+    paper = call(
+        "POST", f"{server.url}/search", json={"query": "lava ash", "k": 4, "profile": "paper"}
+    ).json()
+    expected_paper = index.search("lava ash", config=profile_config("paper").with_(k=4))
+    assert paper["passages"] == [p.to_dict() for p in expected_paper]
     bm25 = call(
         "POST", f"{server.url}/search", json={"query": "Arsenal", "tree": False, "k": 2}
     ).json()

@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from psirag import __version__
 from psirag.agent.loop import RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer, node_to_dict
-from psirag.config import SearchConfig
+from psirag.config import ProfileName, SearchConfig, profile_config
 from psirag.errors import (
     EmbedderMismatchError,
     IndexFormatError,
@@ -277,10 +277,9 @@ class _Body(BaseModel):
 class SearchRequest(_Body):
     query: str = Field(description="the question or keywords")
     k: int = Field(default=SearchConfig.k, ge=1, description="passages to return")
-    beam: int = Field(default=SearchConfig.beam, ge=1, description="nodes kept per tree layer")
-    candidates: int = Field(
-        default=SearchConfig.candidates, ge=1, description="passages per retriever"
-    )
+    beam: int | None = Field(default=None, ge=1, description="nodes kept per tree layer")
+    candidates: int | None = Field(default=None, ge=1, description="passages per retriever")
+    profile: ProfileName = Field(default="default", description="search preset (--profile)")
     docs: list[str] | None = Field(default=None, description="search only these document ids")
     bm25: bool = Field(default=True, description="false: tree only")
     tree: bool = Field(default=True, description="false: BM25 only")
@@ -292,7 +291,8 @@ class AskRequest(_Body):
         default=1, ge=0, le=10, description="retrievals after the first one"
     )
     k: int = Field(default=SearchConfig.k, ge=1, description="passages per retrieval")
-    beam: int = Field(default=SearchConfig.beam, ge=1)
+    beam: int | None = Field(default=None, ge=1)
+    profile: ProfileName = Field(default="default", description="search preset (--profile)")
     docs: list[str] | None = None
     max_tokens: int = Field(default=256, ge=1, le=8192, description="cap on each reply")
     answer_check: bool = True
@@ -373,18 +373,22 @@ def prepare_index(index: Any) -> Any:
 
 
 def search_config(body: SearchRequest | AskRequest) -> SearchConfig:
-    extra: dict[str, Any] = {}
+    """The search a request asks for: its profile (as ``--profile`` on the CLI), then its
+    fields."""
+    base = profile_config(body.profile)
+    beam = base.beam if body.beam is None else body.beam
     if isinstance(body, SearchRequest):
-        extra = {
-            "candidates": max(body.candidates, body.k),
-            "use_tree": body.tree,
-            "use_bm25": body.bm25,
-        }
         if not (body.tree or body.bm25):
             raise InputError("tree and bm25 cannot both be false: nothing would search")
-    else:
-        extra = {"candidates": max(SearchConfig.candidates, body.k)}
-    return SearchConfig(k=body.k, beam=body.beam, **extra)
+        candidates = base.candidates if body.candidates is None else body.candidates
+        return base.with_(
+            k=body.k,
+            beam=beam,
+            candidates=max(candidates, body.k),
+            use_tree=base.use_tree and body.tree,
+            use_bm25=base.use_bm25 and body.bm25,
+        )
+    return base.with_(k=body.k, beam=beam, candidates=max(base.candidates, body.k))
 
 
 def agent_for(state: ServerState, index: Any, body: AskRequest) -> RetrieveAndAnswer:
