@@ -22,6 +22,7 @@ from typing import Any, TextIO
 from psirag import __version__
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.errors import PsiragError
+from psirag.tree.build import TREE_MODES
 
 SEARCH_SCHEMA = "psirag.search/1"
 INSPECT_SCHEMA = "psirag.inspect/1"
@@ -52,11 +53,14 @@ def _tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
     """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
     p.add_argument(
         "--tree-mode",
-        choices=["auto", "exact", "knn"],
+        choices=TREE_MODES,
         default=IndexConfig.tree_mode,
         help="exact: the paper's walk over all chunk pairs (an n x n matrix in memory); knn: "
-        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory, "
-        "for large corpora; auto (default): exact when the matrix fits in half the free memory",
+        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory; "
+        "ann: the same from an HNSW graph, no O(n²) step (pip install 'psirag[ann]'); "
+        "bucketed: one tree per k-means bucket, merged on top (paper App. E.1); auto (default): "
+        "exact up to 30k chunks when the matrix fits in half the free memory, else knn up to "
+        "30k, else bucketed",
     )
     p.add_argument(
         "--tree-neighbors",

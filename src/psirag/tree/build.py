@@ -8,7 +8,10 @@ matrix finds the same edges in O(n^2) time and O(n) extra memory. Replaying Algo
 n - 1 edges, in walk order, gives the same tree as the full walk without sorting n^2/2 pairs.
 
 Corpora whose matrix does not fit use ``mode="knn"`` (SPEC 4, :mod:`psirag.tree.approx`): the
-same replay on an approximate spanning tree from nearest-neighbour pairs, in O(n·k) memory.
+same replay on an approximate spanning tree from nearest-neighbour pairs, in O(n·k) memory;
+``mode="ann"`` (:mod:`psirag.tree.ann`) finds those pairs through an HNSW graph instead, with no
+O(n²) step; ``mode="bucketed"`` (:mod:`psirag.tree.bucket`) builds one tree per k-means bucket
+and merges them on top (paper App. E.1).
 """
 
 from __future__ import annotations
@@ -16,18 +19,28 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 from psirag.errors import InputError, ResourceError
 from psirag.tree.approx import spanning_edges_knn
+from psirag.tree.bucket import DEFAULT_BUCKET_SIZE, build_bucketed
 from psirag.tree.model import Tree
 
-TreeMode = Literal["exact", "knn", "auto"]
-"""How the spanning edges are found: the exact n x n walk, k nearest neighbours (SPEC 4), or
-exact whenever its matrix fits in half the free memory and kNN otherwise."""
-TREE_MODES: tuple[str, ...] = ("exact", "knn", "auto")
+TreeMode = Literal["auto", "exact", "knn", "ann", "bucketed"]
+"""How the spanning edges are found: the exact n x n walk, k nearest neighbours found exactly
+(knn) or through an HNSW graph (ann, the ``psirag[ann]`` extra), one tree per k-means bucket
+merged on top (bucketed), or chosen by size and free memory (auto, :func:`resolve_tree_mode`)."""
+TREE_MODES: tuple[str, ...] = get_args(TreeMode)
+ResolvedTreeMode = Literal["exact", "knn", "ann", "bucketed"]
+
+AUTO_EXACT_MAX = 30_000
+"""Auto uses the exact walk up to this many chunks when its matrix fits (O(n²) time: about
+20 s at 30k here, BENCHMARKS.md "Scale"); beyond, the cost of exactness outgrows its gain."""
+AUTO_KNN_MAX = AUTO_EXACT_MAX
+"""Auto falls back to knn (the closest approximation) below this size when the matrix does not
+fit; above it, bucketed (no optional dependency, linear time) is chosen."""
 
 _SYMMETRISE_BLOCK = 1024
 
@@ -76,18 +89,28 @@ def check_tree_mode(
     """
     mode_name, neighbors_name = names
     if mode not in TREE_MODES:
-        raise InputError(f"{mode_name} must be exact, knn or auto, got {mode!r}")
+        raise InputError(f"{mode_name} must be one of {_MODES_TEXT}, got {mode!r}")
     if isinstance(neighbors, bool) or not isinstance(neighbors, (int, np.integer)) or neighbors < 1:
         raise InputError(f"{neighbors_name} must be a positive integer, got {neighbors!r}")
 
 
-def resolve_tree_mode(mode: str, n: int) -> Literal["exact", "knn"]:
-    """The mode a build over ``n`` leaves runs in: ``auto`` is exact when the matrix fits."""
+_MODES_TEXT = ", ".join(TREE_MODES)
+
+
+def resolve_tree_mode(mode: str, n: int) -> ResolvedTreeMode:
+    """The mode a build over ``n`` leaves runs in.
+
+    ``auto``: exact up to :data:`AUTO_EXACT_MAX` chunks when the n x n matrix fits in half the
+    free memory; knn up to that size when it does not; bucketed beyond (linear time, O(n·d)
+    memory, no optional dependency; measured in BENCHMARKS.md "Scale").
+    """
     if mode not in TREE_MODES:
-        raise InputError(f"tree mode must be exact, knn or auto, got {mode!r}")
+        raise InputError(f"tree mode must be one of {_MODES_TEXT}, got {mode!r}")
     if mode == "auto":
-        return "exact" if exact_fits(n) else "knn"
-    return "knn" if mode == "knn" else "exact"
+        if n <= AUTO_EXACT_MAX:
+            return "exact" if exact_fits(n) else "knn"
+        return "bucketed"
+    return mode  # type: ignore[return-value]
 
 
 def validate_embeddings(embeddings: np.ndarray) -> np.ndarray:
@@ -376,6 +399,8 @@ def build_tree(
     progress: Progress | None = None,
     mode: TreeMode = "exact",
     neighbors: int = 32,
+    bucket_size: int = DEFAULT_BUCKET_SIZE,
+    workers: int | None = None,
 ) -> Tree:
     """Build the abstract tree over unit-normalised chunk embeddings (one leaf per row).
 
@@ -384,7 +409,11 @@ def build_tree(
     :class:`ResourceError` when that would not fit in memory. ``mode="knn"`` walks only each
     leaf's ``neighbors`` most similar leaves plus the best joins between the resulting
     components (SPEC 4, :mod:`psirag.tree.approx`): O(n·k) memory, the exact tree when
-    ``neighbors >= n - 1``. ``mode="auto"`` is exact when the matrix fits, else knn.
+    ``neighbors >= n - 1``. ``mode="ann"`` takes the same path with neighbours from an HNSW
+    graph (:mod:`psirag.tree.ann`); ``mode="bucketed"`` builds one tree per k-means bucket of at
+    most ``bucket_size`` leaves on ``workers`` processes and merges them
+    (:mod:`psirag.tree.bucket`). ``mode="auto"`` picks one by size and memory
+    (:func:`resolve_tree_mode`).
     Either way the tree is then rebalanced per SPEC 1.5 unless ``max_children`` is None.
     ``similarity`` may pass a precomputed symmetric ``E @ E.T`` for the exact walk (it is read,
     not modified). ``progress(done, total)`` is called while the spanning edges are found.
@@ -392,11 +421,26 @@ def build_tree(
     check_tree_mode(mode, neighbors)
     e = validate_embeddings(embeddings)
     n = e.shape[0]
-    if similarity is not None and mode == "knn":
-        raise InputError("a precomputed similarity matrix is for the exact mode, not knn")
+    if similarity is not None and mode not in ("exact", "auto"):
+        raise InputError(f"a precomputed similarity matrix is for the exact mode, not {mode}")
     if n == 1:
         return Tree(parent=np.array([-1], dtype=np.int64), layer=np.array([0], dtype=np.int32))
-    if similarity is None and resolve_tree_mode(mode, n) == "knn":
+    resolved = "exact" if similarity is not None else resolve_tree_mode(mode, n)
+    if resolved == "bucketed":
+        parent, layer = build_bucketed(
+            e,
+            bucket_size=bucket_size,
+            neighbors=neighbors,
+            max_children=max_children,
+            workers=workers,
+        )
+        tree = _renumber(parent, layer, n)
+        return rebalance(tree, e, max_children) if max_children is not None else tree
+    if resolved == "ann":
+        from psirag.tree.ann import spanning_edges_ann
+
+        edge_a, edge_b, _ = spanning_edges_ann(e, neighbors, progress)
+    elif resolved == "knn":
         edge_a, edge_b, _ = spanning_edges_knn(e, neighbors, progress)
     else:
         if similarity is None:
