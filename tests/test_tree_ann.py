@@ -4,15 +4,18 @@ as independent jobs, and the choice of ``auto``."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from importlib.util import find_spec
+from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TOPICS, HashEmbedder
 from test_tree import check_invariants, clustered_unit, random_unit, unit
 
-from psirag import IndexConfig
+from psirag import Index, IndexConfig
 from psirag.cli import build_parser
 from psirag.errors import InputError
 from psirag.tree import ann, build_tree, similarity_matrix, spanning_edges
@@ -250,3 +253,26 @@ def test_config_and_cli_accept_the_new_modes() -> None:
         assert args.tree_mode == mode
     with pytest.raises(SystemExit):
         build_parser().parse_args(["index", "docs", "--out", "x", "--tree-mode", "hnsw"])
+
+
+@pytest.mark.parametrize("size", [1, True, "big"])
+def test_config_rejects_bad_bucket_sizes(size: object) -> None:
+    with pytest.raises(InputError, match="tree_bucket_size"):
+        IndexConfig(tree_bucket_size=size)  # type: ignore[arg-type]
+
+
+def test_index_records_the_mode_used_and_the_bucket_size(
+    tmp_path: Path, topic_texts: list[str]
+) -> None:
+    config = IndexConfig(tree_mode="bucketed", tree_bucket_size=4, max_children=3)
+    index = Index.build(topic_texts, config, embedder=HashEmbedder(), texts=True)
+    assert index.stats.tree_mode == "bucketed"
+    check_invariants(index.tree, len(topic_texts), 3)
+    hits = index.search("volcano lava ash eruption", k=3)
+    assert {h.source.document for h in hits} <= {str(i) for i in range(len(TOPICS["volcanoes"]))}
+    index.save(tmp_path / "ix")
+    manifest = json.loads((tmp_path / "ix" / "manifest.json").read_text())
+    assert manifest["tree_mode_used"] == "bucketed"
+    assert manifest["config"]["tree_bucket_size"] == 4
+    loaded = Index.load(tmp_path / "ix", embedder=HashEmbedder())
+    assert loaded.config == config

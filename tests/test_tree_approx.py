@@ -246,10 +246,12 @@ def test_cache_keys_of_default_configs_stay_as_before() -> None:
     ]
     config = IndexConfig()
     key = abstract_key(config)
-    old = {k: v for k, v in config.to_dict().items() if k not in ("tree_mode", "tree_neighbors")}
+    later = ("tree_mode", "tree_neighbors", "tree_bucket_size")
+    old = {k: v for k, v in config.to_dict().items() if k not in later}
     assert key == old and list(key) == before
     assert abstract_key(IndexConfig(tree_mode="knn"))["tree_mode"] == "knn"
     assert abstract_key(IndexConfig(tree_neighbors=8))["tree_neighbors"] == 8
+    assert abstract_key(IndexConfig(tree_bucket_size=64))["tree_bucket_size"] == 64
     assert abstract_key(IndexConfig(tree_mode="exact")) != key
 
 

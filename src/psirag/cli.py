@@ -49,6 +49,13 @@ def _tree_neighbors(value: str) -> int:
     return number
 
 
+def _bucket_size(value: str) -> int:
+    number = int(value)
+    if number < 2:
+        raise argparse.ArgumentTypeError("--tree-bucket-size must be at least 2")
+    return number
+
+
 def _tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
     p.add_argument(
@@ -67,7 +74,16 @@ def _tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -
         type=_tree_neighbors,
         default=IndexConfig.tree_neighbors,
         metavar="K",
-        help=f"neighbours per chunk in the knn tree mode (default {IndexConfig.tree_neighbors})",
+        help="neighbours per chunk in the knn and ann tree modes "
+        f"(default {IndexConfig.tree_neighbors})",
+    )
+    p.add_argument(
+        "--tree-bucket-size",
+        type=_bucket_size,
+        default=IndexConfig.tree_bucket_size,
+        metavar="N",
+        help="most chunks per bucket in the bucketed tree mode "
+        f"(default {IndexConfig.tree_bucket_size})",
     )
 
 
@@ -228,6 +244,7 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         max_children=args.max_children,
         tree_mode=args.tree_mode,
         tree_neighbors=args.tree_neighbors,
+        tree_bucket_size=args.tree_bucket_size,
         abstracts=args.abstracts,
         routing=args.routing,
         batch_size=args.batch_size,

@@ -196,6 +196,7 @@ class Index:
                     progress=bar,
                     mode=config.tree_mode,
                     neighbors=config.tree_neighbors,
+                    bucket_size=config.tree_bucket_size,
                 )
             else:
                 mode = resolve_tree_mode(config.tree_mode, len(chunks))
@@ -211,6 +212,7 @@ class Index:
                     progress=bar,
                     mode=mode,
                     neighbors=config.tree_neighbors,
+                    bucket_size=config.tree_bucket_size,
                 )
         stats.seconds["tree"] = time.perf_counter() - t0
 

@@ -464,6 +464,7 @@ def build_forest(
     progress: Progress | None = None,
     mode: TreeMode = "exact",
     neighbors: int = 32,
+    bucket_size: int = DEFAULT_BUCKET_SIZE,
 ) -> Tree:
     """One tree per group of leaves (the single-document setting), as one forest.
 
@@ -485,7 +486,13 @@ def build_forest(
         if progress is not None:
             progress(done, values.size)
         members = np.flatnonzero(groups == value)
-        sub = build_tree(e[members], max_children=max_children, mode=mode, neighbors=neighbors)
+        sub = build_tree(
+            e[members],
+            max_children=max_children,
+            mode=mode,
+            neighbors=neighbors,
+            bucket_size=bucket_size,
+        )
         m = members.size
         # sub ids: 0..m-1 are its leaves (global ids `members`), m.. its abstract nodes
         to_global = np.concatenate([members, next_id + np.arange(sub.n_nodes - m)])
