@@ -276,3 +276,17 @@ def test_index_records_the_mode_used_and_the_bucket_size(
     assert manifest["config"]["tree_bucket_size"] == 4
     loaded = Index.load(tmp_path / "ix", embedder=HashEmbedder())
     assert loaded.config == config
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("max_children", [2, 3, 5])
+def test_lean_rebalance_equals_rebalance(seed: int, max_children: int) -> None:
+    """The rebalance without a dense sum table makes the very same splits."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(30, 300))
+    e = clustered_unit(rng, n, 8, 5) if seed % 2 else random_unit(rng, n, 8)
+    raw = build_tree(e, max_children=None)
+    reference = build_module.rebalance(raw, e, max_children)
+    lean = bucket_module.rebalance_lean(raw.parent, raw.layer.astype(np.int64), e, max_children)
+    assert np.array_equal(lean.parent, reference.parent)
+    assert np.array_equal(lean.layer, reference.layer)

@@ -268,6 +268,12 @@ def component_joins(
     return a[walk], b[walk], s[walk]
 
 
+def _default_threads() -> int:
+    from psirag.tree.bucket import default_workers
+
+    return default_workers()
+
+
 def spanning_edges_ann(
     embeddings: np.ndarray,
     k: int,
@@ -279,7 +285,8 @@ def spanning_edges_ann(
 
     Same contract as :func:`psirag.tree.approx.spanning_edges_knn`: ``(a, b, s)`` with ``a < b``,
     n - 1 edges sorted by ``(-s, a, b)``. Raises :class:`InputError` naming the ``ann`` extra
-    when hnswlib is missing.
+    when hnswlib is missing. ``threads`` run the queries (0: every core this process may use);
+    the graph is built on one thread either way, so the edges do not depend on it.
     """
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
@@ -288,7 +295,7 @@ def spanning_edges_ann(
     if n < 2:
         empty = np.empty(0, dtype=np.int64)
         return empty, empty.copy(), np.empty(0, dtype=np.float32)
-    index = HnswIndex(e, threads=threads)
+    index = HnswIndex(e, threads=threads if threads > 0 else _default_threads())
     cand_a, cand_b, cand_s = ann_candidates(index, k, progress)
     uf = _UnionFind(n)
     kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []

@@ -20,8 +20,9 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -30,6 +31,7 @@ from typing import Literal
 import numpy as np
 
 from psirag.errors import InputError
+from psirag.tree.model import Tree
 
 BucketTreeMode = Literal["exact", "knn", "ann"]
 
@@ -164,7 +166,11 @@ BucketRunner = Callable[[Sequence[BucketJob]], list[tuple[np.ndarray, np.ndarray
 def build_bucket_trees(
     jobs: Sequence[BucketJob], workers: int | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Every bucket's tree, in job order, on up to ``workers`` local processes (1: inline)."""
+    """Every bucket's tree, in job order, on up to ``workers`` local processes (1: inline).
+
+    At most two jobs per worker are in flight, so the vectors sent to the pool stay bounded.
+    A pool that breaks (a worker killed) is retried inline for the buckets not yet built.
+    """
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise InputError(f"bucket workers must be at least 1, got {workers}")
@@ -172,15 +178,24 @@ def build_bucket_trees(
     if workers <= 1:
         return [build_bucket(job) for job in jobs]
     ctx = get_context("forkserver" if os.name == "posix" else "spawn")
+    results: list[tuple[np.ndarray, np.ndarray]] = []
     try:
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_limit_blas_threads) as pool:
-            return list(pool.map(build_bucket, jobs, chunksize=1))
+            pending: deque[Future[tuple[np.ndarray, np.ndarray]]] = deque()
+            for job in jobs:
+                pending.append(pool.submit(build_bucket, job))
+                if len(pending) >= 2 * workers:
+                    results.append(pending.popleft().result())
+            while pending:
+                results.append(pending.popleft().result())
     except BrokenProcessPool as exc:  # a worker died (killed, or no importable __main__)
         warnings.warn(
-            f"bucket worker processes failed ({exc}); building the buckets in this process",
+            f"bucket worker processes failed ({exc}); building the remaining buckets in this "
+            "process",
             stacklevel=2,
         )
-        return [build_bucket(job) for job in jobs]
+        results.extend(build_bucket(job) for job in jobs[len(results) :])
+    return results
 
 
 def _bucket_spanning_edges(centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -268,9 +283,115 @@ def merge_bucket_trees(
     return np.asarray(parent, dtype=np.int64), np.asarray(layer, dtype=np.int64)
 
 
+def rebalance_lean(
+    parent: np.ndarray, layer: np.ndarray, embeddings: np.ndarray, max_children: int
+) -> Tree:
+    """:func:`psirag.tree.build.rebalance` on ``(parent, layer)`` without its (nodes x d) table.
+
+    The same splits in the same order with the same float64 sums (each node's sum adds its
+    children in id order, as there), but a node's sum is computed only when a split needs it,
+    so memory is O(nodes) plus the sums of overfull nodes' children: at a million leaves the
+    dense table alone would be 3 GiB. Trees built per bucket are already balanced, so only the
+    few nodes the merge touched are split.
+    """
+    from psirag.tree.build import _balanced_groups, _renumber
+
+    if max_children < 2:
+        raise ValueError("max_children must be at least 2")
+    n = int((layer == 0).sum())
+    parent_l = parent.tolist()
+    layer_l = layer.tolist()
+    children: list[list[int]] = [[] for _ in parent_l]
+    for node, p in enumerate(parent_l):
+        if p >= 0:
+            children[p].append(node)
+    sums: dict[int, np.ndarray] = {}
+
+    def total(node: int) -> np.ndarray:
+        if node < n:
+            return embeddings[node].astype(np.float64)
+        got = sums.get(node)
+        if got is None:
+            got = np.zeros(embeddings.shape[1], dtype=np.float64)
+            for kid in children[node]:
+                got += total(kid)
+            sums[node] = got
+        return got
+
+    by_level: dict[int, list[int]] = {}
+    for node, lay in enumerate(layer_l):
+        by_level.setdefault(lay, []).append(node)
+    level = 1
+    while by_level.get(level):
+        for node in list(by_level[level]):
+            kids = children[node]
+            if len(kids) <= max_children:
+                continue
+            groups_n = math.ceil(len(kids) / max_children)
+            base, extra = divmod(len(kids), groups_n)
+            sizes = [base + (1 if g < extra else 0) for g in range(groups_n)]
+            vecs = np.stack([total(k) for k in kids])
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-12
+            groups = _balanced_groups(vecs, sizes)
+            holder = parent_l[node]
+            if holder < 0:  # split root: a new root keeps the tree single-rooted
+                holder = len(parent_l)
+                parent_l.append(-1)
+                layer_l.append(level + 1)
+                children.append([node])
+                by_level.setdefault(level + 1, []).append(holder)
+                sums[holder] = total(node).copy()
+                parent_l[node] = holder
+            kid_arr = np.asarray(kids)
+            children[node] = kid_arr[groups[0]].tolist()
+            sums[node] = np.sum([total(k) for k in children[node]], axis=0)
+            for group in groups[1:]:
+                sib = len(parent_l)
+                parent_l.append(holder)
+                layer_l.append(level)
+                members = kid_arr[group].tolist()
+                children.append(members)
+                children[holder].append(sib)
+                for k in members:
+                    parent_l[k] = sib
+                sums[sib] = np.sum([total(k) for k in members], axis=0)
+        level += 1
+    return _renumber(np.asarray(parent_l, dtype=np.int64), np.asarray(layer_l, dtype=np.int64), n)
+
+
 def bucket_inner_mode(size: int, neighbors: int) -> BucketTreeMode:
     """Exact inside a bucket whose matrix is small; knn beyond (a bucket bound above 16k)."""
     return "exact" if size <= 16_384 else "knn"
+
+
+class _LazyJobs(Sequence[BucketJob]):
+    """The bucket jobs, each bucket's vectors copied only when its job is taken (bounded memory
+    while a pool works through them)."""
+
+    def __init__(
+        self,
+        e: np.ndarray,
+        buckets: Sequence[np.ndarray],
+        inner_mode: BucketTreeMode | None,
+        neighbors: int,
+        max_children: int | None,
+    ) -> None:
+        self._e, self._buckets = e, buckets
+        self._inner, self._neighbors, self._max_children = inner_mode, neighbors, max_children
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        rows = self._buckets[i]
+        return BucketJob(
+            vectors=self._e[rows],
+            mode=self._inner or bucket_inner_mode(rows.size, self._neighbors),
+            neighbors=self._neighbors,
+            max_children=self._max_children,
+        )
 
 
 def build_bucketed(
@@ -290,15 +411,7 @@ def build_bucketed(
     """
     e = np.ascontiguousarray(embeddings, dtype=np.float32)
     buckets = split_buckets(e, bucket_size)
-    jobs = [
-        BucketJob(
-            vectors=e[rows],
-            mode=inner_mode or bucket_inner_mode(rows.size, neighbors),
-            neighbors=neighbors,
-            max_children=max_children,
-        )
-        for rows in buckets
-    ]
+    jobs = _LazyJobs(e, buckets, inner_mode, neighbors, max_children)
     if workers is None and e.shape[0] < _POOL_MIN_ROWS:
         workers = 1  # starting processes costs more than these buckets
     trees = runner(jobs) if runner is not None else build_bucket_trees(jobs, workers)

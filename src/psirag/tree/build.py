@@ -25,7 +25,7 @@ import numpy as np
 
 from psirag.errors import InputError, ResourceError
 from psirag.tree.approx import spanning_edges_knn
-from psirag.tree.bucket import DEFAULT_BUCKET_SIZE, build_bucketed
+from psirag.tree.bucket import DEFAULT_BUCKET_SIZE, build_bucketed, rebalance_lean
 from psirag.tree.model import Tree
 
 TreeMode = Literal["auto", "exact", "knn", "ann", "bucketed"]
@@ -435,11 +435,13 @@ def build_tree(
             workers=workers,
         )
         tree = _renumber(parent, layer, n)
-        return rebalance(tree, e, max_children) if max_children is not None else tree
+        if max_children is None:
+            return tree
+        return rebalance_lean(tree.parent, tree.layer.astype(np.int64), e, max_children)
     if resolved == "ann":
         from psirag.tree.ann import spanning_edges_ann
 
-        edge_a, edge_b, _ = spanning_edges_ann(e, neighbors, progress)
+        edge_a, edge_b, _ = spanning_edges_ann(e, neighbors, progress, threads=workers or 0)
     elif resolved == "knn":
         edge_a, edge_b, _ = spanning_edges_knn(e, neighbors, progress)
     else:
@@ -451,7 +453,9 @@ def build_tree(
         del similarity
     parent, layer = merge_walk(n, edge_a, edge_b)
     tree = _renumber(parent, layer, n)
-    if max_children is not None:
+    if max_children is not None and resolved == "ann":  # the same splits without a (nodes x d)
+        tree = rebalance_lean(tree.parent, tree.layer.astype(np.int64), e, max_children)
+    elif max_children is not None:
         tree = rebalance(tree, e, max_children)
     return tree
 
