@@ -16,14 +16,15 @@ only:
   rows for ``size + extra`` neighbours, so that some answers must lie outside it;
 - a larger one sends a fixed sample of its rows to a second, small HNSW index that holds a
   sample of every component, finds its best sampled cross pair into each of the three best
-  other components there, and refines each: the component's rows most similar to the outside
-  row (one O(size·d) product) against that row's ANN neighbourhood outside the component.
+  other components there, and refines each by two ANN queries around the boundary (the best
+  pair within the outside row's neighbourhood, then the best inside row's outside neighbours).
 
-Every query is for at most ``FULL_QUERY_ROWS + extra`` neighbours and the sample index holds at
-most ``FULL_QUERY_ROWS`` rows per component, so no step is O(n²) in time or memory. The joins are
-approximate (a component's best cross pair may be missed), like the candidates; the result is
-always a spanning tree. The graph is built on one thread, so the same vectors give the same
-edges; queries run on ``threads`` threads (queries do not change the graph).
+Every query is for at most ``max(FULL_QUERY_ROWS + extra, 128)`` neighbours and the sample index
+holds at most ``FULL_QUERY_ROWS`` rows per component, so no step is O(n²) in time or memory
+(a round is O(n·log n) queries at most, and there are at most log2(components) rounds).
+The joins are approximate (a component's best cross pair may be missed), like the
+candidates; the result is always a spanning tree. The graph is built on one thread, so the
+same vectors give the same edges; queries run on ``threads`` threads (they leave it as is).
 """
 
 from __future__ import annotations
@@ -46,13 +47,13 @@ HNSW_M = 16
 """Graph degree (hnswlib's M). 16 reached recall@32 0.94 at 100k clustered rows."""
 HNSW_EF_CONSTRUCTION = 100
 """Candidate list while building; higher is slower and closer to exact."""
-FULL_QUERY_ROWS = 256
+FULL_QUERY_ROWS = 64
 """Components up to this size query with all their rows; larger ones send this many samples."""
+_REFINE_NEAR = 128
+"""ANN neighbours of a join's endpoint tried when refining a large component's join."""
 _REFINE_TARGETS = 3
 """Other components a large component's sampled joins are refined towards (the sample may
 rank close targets wrongly)."""
-_REFINE_INSIDE = 64
-"""Rows of a large component tried against the outside neighbourhood when refining a join."""
 _QUERY_BATCH = 20_000
 """Rows per query call, so that result arrays stay bounded (rows x neighbours int64)."""
 
@@ -196,35 +197,45 @@ def _sample_rows(members: np.ndarray, size: int) -> np.ndarray:
 
 def _refine(
     index: HnswIndex,
-    members: np.ndarray,
     labels: np.ndarray,
     comp: int,
     best: tuple[int, int, float],
-    extra: int,
 ) -> tuple[int, int, float]:
-    """Improve a sampled cross pair near where it was found, in O(component·d) time.
+    """Improve a sampled cross pair near where it was found, by two ANN queries.
 
-    The component's rows most similar to the outside row (one exact product over the component)
-    against the outside row's ANN neighbourhood outside the component: the best of those pairs.
+    The outside row's neighbourhood holds rows of both sides near the boundary: the best pair
+    between its inside and outside rows; then the best inside row's own outside neighbours.
     """
     e = index.vectors
     a, b, _ = best
-    outside = b if labels[b] != comp else a
-    near = index.query(e[[outside]], 4 * FULL_QUERY_ROWS + extra)[0]
+    inside_row, outside = (a, b) if labels[a] == comp else (b, a)
+    near = index.query(e[[outside]], _REFINE_NEAR)[0]
     near = near[near >= 0]
-    near = np.union1d(near[labels[near] != comp], [outside])
-    sims = e[members] @ e[outside]
-    take = min(_REFINE_INSIDE, members.size)
-    inside = members[np.argpartition(-sims, take - 1)[:take]]
-    block = e[inside] @ e[near].T
-    rows = np.repeat(inside, near.size)
-    cols = np.tile(near, inside.size)
-    top = np.flatnonzero(block.ravel() >= block.max())
-    pa, pb = np.minimum(rows[top], cols[top]), np.maximum(rows[top], cols[top])
-    ps = pair_similarity(e, pa, pb)
-    first = _walk_order(pa, pb, ps)[0]
-    cand = (int(pa[first]), int(pb[first]), float(ps[first]))
-    return cand if (-cand[2], cand[0], cand[1]) < (-best[2], best[0], best[1]) else best
+    same = labels[near] == comp
+    inside = np.union1d(near[same], [inside_row])
+    outer = np.union1d(near[~same], [outside])
+    cand = _best_pair(e, inside, outer)
+    near = index.query(e[[cand[0] if labels[cand[0]] == comp else cand[1]]], _REFINE_NEAR)[0]
+    near = near[near >= 0]
+    outer = near[labels[near] != comp]
+    if outer.size:
+        row = cand[0] if labels[cand[0]] == comp else cand[1]
+        cand = min(cand, _best_pair(e, np.array([row]), outer), key=_walk_key)
+    return min(cand, best, key=_walk_key)
+
+
+def _walk_key(pair: tuple[int, int, float]) -> tuple[float, int, int]:
+    return (-pair[2], pair[0], pair[1])
+
+
+def _best_pair(e: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[int, int, float]:
+    """The first pair in walk order among ``rows x cols`` (exact float32 similarities)."""
+    r = np.repeat(rows, cols.size)
+    c = np.tile(cols, rows.size)
+    a, b = np.minimum(r, c), np.maximum(r, c)
+    s = pair_similarity(e, a, b)
+    first = _walk_order(a, b, s)[0]
+    return int(a[first]), int(b[first]), float(s[first])
 
 
 def component_joins(
@@ -255,7 +266,7 @@ def component_joins(
             got = sample_index.query(e[sample], sample.size + extra)
             got = np.where(got >= 0, sample_rows[np.maximum(got, 0)], -1)
             sampled = _best_outside(e, sample, got, labels, comp, targets=_REFINE_TARGETS)
-            best = _first([_refine(index, members, labels, comp, p, extra) for p in sampled])
+            best = _first([_refine(index, labels, comp, p) for p in sampled])
         if best is None:  # the ANN answers missed every other component: any cross pair does
             other = int(np.flatnonzero(labels != comp)[0])
             a, b = min(int(members[0]), other), max(int(members[0]), other)
