@@ -177,7 +177,7 @@ def build_bucket_trees(
     workers = min(workers, len(jobs))
     if workers <= 1:
         return [build_bucket(job) for job in jobs]
-    ctx = get_context("forkserver" if os.name == "posix" else "spawn")
+    ctx = get_context("spawn")  # fresh interpreters: no inherited threads or locks
     results: list[tuple[np.ndarray, np.ndarray]] = []
     try:
         with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_limit_blas_threads) as pool:
