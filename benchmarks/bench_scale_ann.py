@@ -98,8 +98,10 @@ def two_wiki(bucket_sizes: list[int]) -> dict[str, Any]:
     from psirag.tree.bucket import split_buckets
 
     corpus, queries, golds = two_wiki_queries()
-    embedder = CachedVectors()
-    qvecs = embedder.embed(queries)
+    embedder = CachedVectors()  # passages; the cache holds no questions: embed those here
+    from psirag.embed import load_embedder
+
+    qvecs = load_embedder("minilm-torch").embed(queries)
     fused, tree_only = SearchConfig(), SearchConfig(use_bm25=False)
     settings: list[tuple[str, dict[str, Any]]] = [("exact", {})]
     settings += [("ann", {"tree_neighbors": k}) for k in (8, 32)]
@@ -140,9 +142,7 @@ def two_wiki(bucket_sizes: list[int]) -> dict[str, Any]:
             print(row, flush=True)
     base = rows[0]
     for row in rows[1:]:
-        row["psi_recall@5_minus_exact"] = round(
-            row["psi"]["recall@5"] - base["psi"]["recall@5"], 2
-        )
+        row["psi_recall@5_minus_exact"] = round(row["psi"]["recall@5"] - base["psi"]["recall@5"], 2)
         row["tree_alone_recall@5_minus_exact"] = round(
             row["tree_alone"]["recall@5"] - base["tree_alone"]["recall@5"], 2
         )
@@ -176,13 +176,21 @@ def main() -> None:
                 row["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 synthetic[(mode, n)] = row
                 print(row, flush=True)
+    # other runs of this script may have written meanwhile: merge with the file as it is now
+    now = json.loads(path.read_text()) if path.exists() else {}
+    for r in now.get("synthetic", []):
+        synthetic.setdefault((r["mode"], r["n"]), r)
     rows = sorted(synthetic.values(), key=lambda r: (r["n"], r["mode"]))
     knn = {r["n"]: r for r in rows if r["mode"] == "knn" and "seconds" in r}
     for r in rows:
         if r["mode"] != "knn" and "seconds" in r and r["n"] in knn:
             r["knn_seconds_ratio"] = round(knn[r["n"]]["seconds"] / r["seconds"], 1)
     result["synthetic"] = rows
-    result["2wiki"] = old.get("2wiki") if args.no_2wiki else two_wiki(args.bucket_sizes)
+    wiki = None if args.no_2wiki else two_wiki(args.bucket_sizes)
+    if wiki is None:
+        now = json.loads(path.read_text()) if path.exists() else {}
+        wiki = now.get("2wiki")
+    result["2wiki"] = wiki
     print(f"wrote {write_result('scale_ann.json', result)}")
 
 

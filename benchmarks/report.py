@@ -768,6 +768,9 @@ def main() -> None:
         parts.append(reflow(section_max_children(max_children)))
     if latency:
         parts.append(reflow(section_latency(latency)))
+    from report_scale_ann import write_section
+
+    write_section()  # results/section_scale_ann.md, from the scale/ann/onnx results
     for name in sorted(RESULTS.glob("section_*.md")):
         parts.append(name.read_text())
     parts.append(reflow(section_machine(info)))
