@@ -132,7 +132,7 @@ def _embed(r: dict[str, Any]) -> str:
             x["backend"],
             x["batch_size"],
             x["chunks_per_second"],
-            x["speedup_vs_torch"],
+            f"{x['speedup_vs_torch']} ({x.get('speedup_vs_torch_median_slice', '?')})",
             f"{x['cosine_vs_torch_min']:.6f}",
             f"{x['cosine_vs_torch_mean']:.6f}",
             f"{x['max_abs_diff_vs_torch']:.1e}",
@@ -154,9 +154,11 @@ def _embed(r: dict[str, Any]) -> str:
         quality = f"\nRecall@5 on all 2Wiki questions (exact tree), int8 against torch:\n\n{q}\n"
     return f"""### Embedding speed: torch against ONNX Runtime
 
-`python benchmarks/bench_embed_onnx.py`: {r["sample"]}, {r["threads"]} threads each,
-{r["rounds"]} rounds in alternating order, best round per backend; cosine and max abs
-difference against the torch vectors.
+`python benchmarks/bench_embed_onnx.py`: {r["sample"]}, {r["threads"]} threads each, cut
+into slices of {r.get("slice", "?")} texts that every backend embeds in turn (rotating order),
+{r["rounds"]} rounds. "× torch": total torch seconds over the backend's (in brackets: the
+median of the per-slice ratios); chunks/s from the best round. Cosine and max abs difference
+against the torch vectors.
 
 {_table(["backend", "batch", "chunks/s", "× torch", "cos min", "cos mean", "max abs", "id"], rows)}
 {quality}"""

@@ -35,7 +35,36 @@ def test_missing_onnxruntime_names_the_extra(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     with pytest.raises(InputError, match=r"pip install 'psirag\[onnx\]'"):
         load_embedder("minilm-onnx")
-    assert embed_base.default_minilm_backend() == "torch"  # plain minilm falls back to torch
+    assert embed_base.default_minilm_backend() == "torch"  # plain minilm still runs
+
+
+def test_minilm_specs_pick_their_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each MiniLM spec reaches its backend class with its own precision and spec string."""
+    made: list[tuple[str, dict[str, Any]]] = []
+
+    class Fake:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            made.append((type(self).__name__, kwargs))
+
+    class OnnxFake(Fake):
+        pass
+
+    class TorchFake(Fake):
+        pass
+
+    monkeypatch.setattr(onnx_module, "OnnxEmbedder", OnnxFake)
+    import psirag.embed.sentence_transformers as st_module
+
+    monkeypatch.setattr(st_module, "SentenceTransformerEmbedder", TorchFake)
+    for spec in ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8"):
+        load_embedder(spec)
+    kinds = [(name, kw.get("precision"), kw["spec"]) for name, kw in made]
+    assert kinds == [
+        ("TorchFake", None, "minilm"),
+        ("TorchFake", None, "minilm-torch"),
+        ("OnnxFake", "fp32", "minilm-onnx"),
+        ("OnnxFake", "int8", "minilm-onnx-int8"),
+    ]
 
 
 def test_cache_folder_follows_the_environment(

@@ -178,18 +178,13 @@ MINILM_SPECS = ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8")
 
 
 def default_minilm_backend(device: str = "cpu") -> str:
-    """What plain ``minilm`` runs on: ONNX Runtime on CPU when it is installed, else torch.
+    """What plain ``minilm`` runs on: torch, the default install's path.
 
-    Both give the same vectors (to ~1e-7) and the same embedder id, so the choice is speed
-    only (BENCHMARKS.md "Embedding speed"); on a GPU device torch is used.
+    ``minilm-onnx`` gives the same vectors (to ~2e-7) and the same embedder id, faster on CPU
+    but short of the 2x that would justify a default dependency and a first-run export into the
+    user's cache (BENCHMARKS.md "Embedding speed"). This function is the one switch.
     """
-    if device != "cpu":
-        return "torch"
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return "torch"
-    return "onnx"
+    return "torch"
 
 
 def load_embedder(spec: str, *, batch_size: int | None = None, device: str = "cpu") -> Embedder:
