@@ -118,7 +118,9 @@ def split_buckets(vectors: np.ndarray, bucket_size: int, *, seed: int = 0) -> li
             done.append(rows)
             continue
         parts = min(SPLIT_FANOUT, math.ceil(rows.size / bucket_size))
-        labels = spherical_kmeans(vectors[rows], parts, seed=part_seed)
+        part = vectors if rows.size == n else vectors[rows]  # no copy of the whole corpus
+        labels = spherical_kmeans(part, parts, seed=part_seed)
+        del part
         pieces = [rows[labels == g] for g in range(parts)]
         pieces = [p for p in pieces if p.size]
         if len(pieces) < 2:  # nothing separated: cut in id order
