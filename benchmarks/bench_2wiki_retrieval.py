@@ -27,6 +27,7 @@ from _common import (
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.retrieval.fusion import rrf_fuse
+from psirag.retrieval.ranking import top_k
 
 
 def main() -> None:
@@ -65,9 +66,7 @@ def main() -> None:
         return [p.text for p in passages]
 
     def dense_ids(vec, k=10) -> list[int]:
-        s = leaf_vecs @ vec
-        top = np.argpartition(-s, k)[:k]
-        return top[np.lexsort((top, -s[top]))].tolist()
+        return top_k(leaf_vecs @ vec, k).tolist()
 
     rows: dict[str, dict] = {}
     rows["bm25"] = evaluate(
@@ -100,7 +99,7 @@ def main() -> None:
     tree_lat = []
     for vec in qvecs:
         t = time.perf_counter()
-        index._searcher.search(vec, k=10, beam=default.beam)
+        index.retriever.searcher.search(vec, k=10, beam=default.beam)
         tree_lat.append((time.perf_counter() - t) * 1000)
     dense_lat = []
     for vec in qvecs:

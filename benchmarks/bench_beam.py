@@ -31,7 +31,6 @@ from _common import (
 
 from psirag import SearchConfig
 from psirag.eval.harness import single_thread_blas
-from psirag.eval.methods import DenseFlat
 from psirag.retrieval.fusion import rrf_fuse
 
 Run = Callable[[str, np.ndarray], list[int]]
@@ -69,7 +68,7 @@ def tree_cost(
                 for j in order[r:] + order[:r]:
                     for i in range(lo, min(lo + block, n)):
                         t = time.thread_time_ns()
-                        hits = index._searcher.search(
+                        hits = index.retriever.searcher.search(
                             vectors[i], k=10, beam=beams[j], collect_visited=True
                         )
                         ms[j][i] = min(ms[j][i], (time.thread_time_ns() - t) / 1e6)
@@ -140,7 +139,7 @@ def main() -> None:
     queries = [q["question"] for q in questions]
     golds = [{passage_text(corpus[i]) for i in q["supporting_passage_ids"]} for q in questions]
     vectors = embedder.embed(queries)
-    dense = DenseFlat(index)
+    dense = index.retriever.dense
     default = SearchConfig()
 
     def ev(run: Run) -> dict[str, float]:

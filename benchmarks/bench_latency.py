@@ -24,7 +24,7 @@ alike; a second pass interleaves the methods on every query (colder caches). Eac
 - psi: ``Index.search_vector`` with the default ``SearchConfig`` (tree beam 40 + BM25 top 10
   each, RRF, top 5 passages);
 - tree: the same call with ``use_bm25=False``; bm25: with ``use_tree=False``;
-- dense flat: ``psirag.eval.methods.DenseFlat`` exact cosine over every leaf, top 5 passages.
+- dense flat: ``psirag.retrieval.retriever.DenseFlat`` exact cosine over every leaf, top 5 passages.
 
 Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000] [--tree knn|forest]
        [--skip-synthetic]
@@ -55,8 +55,8 @@ from _common import (
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.eval.harness import single_thread_blas
-from psirag.eval.methods import DenseFlat
 from psirag.retrieval.bm25 import SparseIndex
+from psirag.retrieval.retriever import DenseFlat
 from psirag.tree import build_forest, build_tree
 from psirag.types import Chunk, Source
 
@@ -143,7 +143,7 @@ def tree_vs_exact(
     shares, scored = [], []
     for vec in vectors:
         exact = set(dense.ranked(vec, k)[0].tolist())
-        hits = index._searcher.search(vec, k=k, beam=beam, collect_visited=True)
+        hits = index.retriever.searcher.search(vec, k=k, beam=beam, collect_visited=True)
         shares.append(len(exact & set(hits.leaves.tolist())) / len(exact))
         scored.append(hits.visited.size)
     return {
@@ -184,7 +184,7 @@ def run_2wiki(limit: int | None, config: SearchConfig, rounds: int) -> dict[str,
     t0 = time.perf_counter()
     index, embedder = two_wiki_index(corpus)
     build_s = time.perf_counter() - t0
-    dense = DenseFlat(index)
+    dense = index.retriever.dense
     queries = [q["question"] for q in questions]
     vectors = embedder.embed(queries)
     timing, got = measure(method_calls(index, dense, config), vectors, queries, rounds)
@@ -331,7 +331,7 @@ def run_synthetic(
         words = texts[i].split()
         own = [w for w in words if w in labels_of][:4]
         queries.append(" ".join(own + list(rng.choice(words, 2))))
-    dense = DenseFlat(index)
+    dense = index.retriever.dense
     timing, got = measure(method_calls(index, dense, config), vectors, queries, rounds)
     found = {
         name: round(100 * float(np.mean([s in g for s, g in zip(src, got[name], strict=True)])), 2)

@@ -33,7 +33,7 @@ from psirag.eval.harness import single_thread_blas
 def nodes_scored(index: Any, vectors: np.ndarray, beam: int) -> float:
     """Mean number of nodes one tree search scores (its work per query)."""
     visited = [
-        index._searcher.search(vec, k=10, beam=beam, collect_visited=True).visited.size
+        index.retriever.searcher.search(vec, k=10, beam=beam, collect_visited=True).visited.size
         for vec in vectors
     ]
     return round(float(np.mean(visited)), 1)

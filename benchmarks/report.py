@@ -225,8 +225,8 @@ def section_latency(r: dict[str, Any]) -> str:
         f"- **psi**: `Index.search_vector` with the default `SearchConfig` (tree beam "
         f"**{cfg['beam']}** and BM25, top {cfg['candidates']} each, RRF into the top "
         f"{cfg['k']} passages);",
-        "- **dense flat**: exact cosine over every leaf (`psirag.eval.methods.DenseFlat`), top "
-        f"{cfg['k']};",
+        "- **dense flat**: exact cosine over every leaf "
+        f"(`psirag.retrieval.retriever.DenseFlat`), top {cfg['k']};",
         f"- **tree**: the same call with `use_bm25=False` (beam {cfg['beam']});",
         "- **bm25**: the same call with `use_tree=False`.",
         "",
@@ -687,6 +687,164 @@ mean number of nodes one tree search compares with the query.
 """
 
 
+def section_updates(r: dict[str, Any]) -> str:
+    """Tree updates against a full build, from updates.json (bench_updates.py)."""
+    full = r["rows"][0]
+
+    def pair(m: dict[str, float]) -> str:
+        return f"{m['recall@2']:.2f} / {m['recall@5']:.2f}"
+
+    def delta(m: dict[str, float], ref: dict[str, float]) -> str:
+        return f"{m['recall@5'] - ref['recall@5']:+.2f}"
+
+    def paths(counts: dict[str, int] | None) -> str:
+        if not counts:
+            return "-"
+        if "removed" in counts:
+            return f"{counts['removed']} removed, {counts.get('rehomed', 0)} re-homed"
+        out = []
+        if counts.get("single"):
+            out.append(f"{counts['single']} single")
+        if counts.get("batch"):
+            k = counts["subtrees"]
+            out.append(f"{counts['batch']} in {k} subtree{'s' if k > 1 else ''}")
+        return ", ".join(out)
+
+    rows = []
+    for row in r["rows"]:
+        drift = row.get("drift", {})
+        rows.append(
+            [
+                row["scenario"],
+                row.get("rule", "-"),
+                paths(row.get("counts")),
+                f"{row['seconds']:.2f}" if row is not full else "see cost",
+                pair(row["tree_alone"]),
+                delta(row["tree_alone"], full["tree_alone"]),
+                pair(row["psi"]),
+                delta(row["psi"], full["psi"]),
+                f"{drift['kept_pairs_layer1']:.3f}" if drift else "-",
+                str(row["bias"]["max_new_under_one_parent"]) if "bias" in row else "-",
+            ]
+        )
+    updated = [row for row in r["rows"][1:] if "drift" in row]
+    back = [row for row in updated if row["scenario"].startswith("full, 10% removed")]
+    churn = [
+        [
+            f"{row['base_share']:.0%}",
+            f"{row['added_share']:.0%}",
+            str(row["batches"]),
+            pair(row["tree_alone"]),
+            delta(row["tree_alone"], full["tree_alone"]),
+            pair(row["psi"]),
+            delta(row["psi"], full["psi"]),
+            f"{row['kept_pairs_layer1']:.3f}",
+            f"{row['placement_ratio']:.4f}",
+            str(row["shape"]["layers"]),
+        ]
+        for row in r["churn"]
+    ]
+    cost = [
+        [name, f"{c['seconds']:.3f}", f"{c['cpu_seconds']:.3f}", f"{100 * c['vs_full_build']:.1f}%"]
+        for name, c in r["cost"].items()
+    ]
+
+    def verdict(rule: str) -> str:
+        mine = [row for row in updated if row["rule"] == rule]
+        parts = []
+        for m, label in (("psi", "psi"), ("tree_alone", "tree alone")):
+            d = max(abs(row[m]["recall@5"] - full[m]["recall@5"]) for row in mine)
+            met = "goal 0.5 met" if d <= 0.5 else "target 1 met" if d <= 1 else "target 1 MISSED"
+            parts.append(f"{label} {d:.2f} ({met})")
+        return f"- Rule {rule}: largest Recall@5 gap to the full build over its rows, " + (
+            ", ".join(parts) + "."
+        )
+
+    by_name = {(row["scenario"], row.get("rule")): row for row in updated}
+    one_call = by_name.get(("add 10% as one batch", "single"))
+    per_chunk = by_name.get(("add 10% one chunk at a time", "single"))
+    calls_note = (
+        f"- One call per chunk ({per_chunk['seconds']:.1f} s for the 10%) against one call for "
+        f"all of them ({one_call['seconds']:.2f} s, the same tree): each call copies the leaf "
+        "vectors and the tree arrays, O(n), so a stream of new chunks is best added in batches."
+        if one_call and per_chunk
+        else ""
+    )
+    back_gap = max(
+        abs(row[m]["recall@5"] - full[m]["recall@5"]) for row in back for m in ("psi", "tree_alone")
+    )
+    return f"""## Updating the tree (insert, remove) on 2Wiki (no LLM)
+
+`python benchmarks/bench_updates.py`, at the tree level: {r["n_passages"]:,} passages (cached
+MiniLM vectors), `max_children` {r["max_children"]}, routing vectors = normalised leaf means,
+the default search (beam 40), {r["n_questions"]:,} questions; psi = tree + BM25 over all
+passages, RRF. A random 90% of the passages (seed {r["seed"]}) is built with `build_tree`, then
+the other 10% is inserted with `insert_leaves` (SPEC 4, App. G) under each insert rule; the
+removal rows take the same 10% out of the full tree with `remove_leaves` and put it back
+(the row with 10% removed holds 90% of the passages, so its Δ is not a like-for-like gap).
+Seconds are the update calls alone (wall, one run on the shared machine; the cost table below
+compares CPU seconds side by side); Δ is Recall@5 against the full build; "kept pairs" is the
+share of leaf pairs that the full build puts under one layer-1 node and the updated tree keeps
+together; "max new" the most inserted leaves under one layer-1 node (App. G's bias worry).
+
+{
+        table(
+            [
+                "tree",
+                "rule",
+                "paths taken",
+                "seconds",
+                "tree alone R@2 / R@5",
+                "Δ",
+                "psi R@2 / R@5",
+                "Δ",
+                "kept pairs",
+                "max new",
+            ],
+            rows,
+        )
+    }
+
+{verdict("auto")} (The default.)
+{verdict("single")}
+{verdict("batch")}
+- Removing 10% and adding it back: within {back_gap:.2f} points of the full build
+  (goal 0.5: {"met" if back_gap <= 0.5 else "MISSED"}).
+{calls_note}
+
+Drift against churn (the rebuild rule): a tree built on a share of the passages and grown to all
+of them in 1% batches (rule auto). "Added" is the inserted share of the built tree's leaves;
+"placement" the Dasgupta cost over its random-placement expectation, relative to the full build
+(1 = as good, below 1 worse).
+
+{
+        table(
+            [
+                "built on",
+                "added",
+                "batches",
+                "tree alone R@2 / R@5",
+                "Δ",
+                "psi R@2 / R@5",
+                "Δ",
+                "kept pairs",
+                "placement",
+                "layers",
+            ],
+            churn,
+        )
+    }
+
+Cost, side by side in one run (one BLAS thread, best of {
+        len(next(iter(r["cost"].values()))["all"])
+    }):
+`build_tree` over all passages against inserting 1% / 10% into the 90% tree and removing 10%
+from the full one (rule auto; tree only, no embedding, abstracts or BM25).
+
+{table(["operation", "seconds", "CPU seconds", "of a full build (CPU)"], cost)}
+"""
+
+
 def section_machine(info: dict[str, Any] | None) -> str:
     """Machine facts (from a results file, else this machine) and the regenerate commands."""
     m = info or machine_info()
@@ -733,6 +891,7 @@ def main() -> None:
     scale = load("scale.json")
     knn = load("knn.json")
     max_children = load("max_children.json")
+    updates = load("updates.json")
     info = next(
         (r["machine"] for r in (latency, beam, scale) if r and isinstance(r["machine"], dict)),
         None,
@@ -766,6 +925,8 @@ def main() -> None:
         parts.append(reflow(section_beam(beam)))
     if max_children:
         parts.append(reflow(section_max_children(max_children)))
+    if updates:
+        parts.append(reflow(section_updates(updates)))
     if latency:
         parts.append(reflow(section_latency(latency)))
     from report_scale_ann import write_section

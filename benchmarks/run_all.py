@@ -41,6 +41,12 @@ class Bench:
 BENCHES: tuple[Bench, ...] = (
     Bench("tree", ("bench_tree.py",), ("tree.json",), "~1 min"),
     Bench(
+        "storage",
+        ("bench_storage.py",),
+        ("storage.json", "section_storage.md"),
+        "~1 min with the embedding cache",
+    ),
+    Bench(
         "index_e2e",
         ("bench_index_e2e.py",),
         ("index_e2e_2wikimultihopqa.json",),
@@ -83,6 +89,12 @@ BENCHES: tuple[Bench, ...] = (
         ("bench_knn.py",),
         ("knn.json",),
         "~45 min: six 2Wiki indexes, synthetic trees up to 100,000 leaves",
+    ),
+    Bench(
+        "updates",
+        ("bench_updates.py",),
+        ("updates.json",),
+        "~10 min: tree inserts/removals on 2Wiki from the embedding cache",
     ),
     Bench("ann_libs", ("bench_ann_libs.py",), ("ann_libs.json",), "~8 min: three HNSW builds"),
     Bench(

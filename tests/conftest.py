@@ -84,3 +84,11 @@ def corpus_dir(tmp_path: Path) -> Path:
         "# Notes\n\nVolcanoes and football rarely meet. Bread is baked daily.\n", encoding="utf-8"
     )
     return folder
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-bad-inputs",
+        action="store_true",
+        help="rewrite docs/bad-inputs.md from the outcomes of tests/test_bad_inputs.py",
+    )

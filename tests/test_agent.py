@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 
 from psirag.agent import (
     NOT_MENTIONED,
@@ -34,9 +33,14 @@ from psirag.agent import (
     select_nodes,
 )
 from psirag.agent import cli as agent_cli
+from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.base import estimate_tokens
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 from psirag.types import Passage, Source
+
+NO_RETRY = HttpPolicy(retries=0)
+"""A scripted server that runs out of replies answers 500: fail at once, not after retries."""
 
 # --- the scripted server -------------------------------------------------------------------------
 
@@ -69,7 +73,7 @@ def server() -> Iterator[ScriptedServer]:
 
 
 def client_for(server: ScriptedServer, **chat_options: Any) -> LLMClient:
-    return LLMClient(OpenAIChat(server.base_url, "scripted", **chat_options), None, retries=0)
+    return LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY, **chat_options), None)
 
 
 # --- the stand-in index --------------------------------------------------------------------------
@@ -214,7 +218,7 @@ def test_hard_cap_holds_whatever_the_model_says(server: ScriptedServer) -> None:
     assert result.answer == NOT_MENTIONED
     assert len(index.queries) == 3  # the first retrieval plus max_retrievals
     assert len(server.requests) == 4  # one reply per retrieval plus one forced-answer turn
-    assert [s.action for s in result.steps] == ["retrieve", "retrieve", "not_mentioned"]
+    assert [s.action for s in result.steps] == ["retrieve", "retrieve", "no_answer"]
     assert len(server.replies) == 6
 
 
@@ -234,7 +238,7 @@ def test_not_mentioned_when_the_model_never_answers(server: ScriptedServer) -> N
     )
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
     assert result.answer == NOT_MENTIONED
-    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert [s.action for s in result.steps] == ["no_answer"]
     assert result.stats.unparsed == 2 and result.stats.well_formed == 0
     assert len(server.requests) == 2  # no marker: no retrieval, straight to the forced turn
 
@@ -272,7 +276,7 @@ def test_empty_reply(server: ScriptedServer) -> None:
     server.script("", "")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
     assert result.answer == NOT_MENTIONED
-    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert [s.action for s in result.steps] == ["no_answer"]
     assert len(server.requests) == 2
 
     server.requests.clear()
@@ -290,7 +294,7 @@ def test_a_passage_saying_answer_is_never_the_answer(server: ScriptedServer) -> 
     # The model replies without a marker; the passage's "Answer: Paris" must not be read.
     server.script("The head office is somewhere.\nI am not sure.", "Answer: Lisbon")
     result = RetrieveAndAnswer(client_for(server), index.search).run(question)
-    assert "Answer: Paris" in server.requests[0]["messages"][1]["content"]  # shown as data
+    assert "Answer\\: Paris" in server.requests[0]["messages"][1]["content"]  # shown as data
     assert result.answer == "Lisbon"
     assert all("Paris" not in s.thought for s in result.steps)
 
@@ -338,7 +342,7 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
     doc = json.loads(json.dumps(result.to_dict()))
     required = {"answer", "steps", "evidence"}
     assert required <= set(doc)
-    assert set(doc) - required == {"question", "stats"}
+    assert set(doc) - required == {"question", "stats", "valid_answer"}
     step_required = {"thought", "action", "query", "passages"}
     for step in doc["steps"]:
         assert step_required <= set(step)
@@ -381,9 +385,9 @@ def test_long_passages_are_clipped_to_fit_the_context(server: ScriptedServer) ->
 def test_cached_episode_sends_nothing_again(server: ScriptedServer, tmp_path: Path) -> None:
     server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
     cache = tmp_path / "llm.sqlite"
-    with LLMClient(OpenAIChat(server.base_url, "scripted"), cache, retries=0) as llm:
+    with LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY), cache) as llm:
         first = RetrieveAndAnswer(llm, FakeIndex().search).run(QUESTION)
-    with LLMClient(OpenAIChat(server.base_url, "scripted"), cache, retries=0) as llm:
+    with LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY), cache) as llm:
         second = RetrieveAndAnswer(llm, FakeIndex().search).run(QUESTION)
         assert llm.usage["agent"]["cached"] == 2
     assert len(server.requests) == 2

@@ -147,10 +147,9 @@ def test_demo_builds_then_reuses(tmp_path: Path, capsys, monkeypatch: pytest.Mon
     assert "For answers written by an LLM" in second
 
     # with an LLM (a scripted server standing in for the local model) the demo answers
-    from chat_server import ChatServer
-
     from psirag.agent import RetrieveAndAnswer
     from psirag.llm import LLMClient, OpenAIChat
+    from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
     server = ChatServer(lambda body: "Thought: The passages name it.\nAnswer: Vesuvius")
     try:
@@ -177,7 +176,7 @@ def test_real_demo_corpus_is_the_language_reference() -> None:
 def test_llm_abstract_build_resumes_after_a_crash(tmp_path: Path, capsys) -> None:
     """`psirag index --abstracts llm-keywords`: a build that dies halfway is resumed by running
     it again, and the second run pays only for the abstracts the first did not finish."""
-    from chat_server import ChatServer
+    from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()

@@ -3,12 +3,10 @@ OpenAI-compatible client against a real HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
-import hashlib
-import http.server
 import json
 import socket
-import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,8 @@ from psirag.embed import finalize_vectors, load_embedder, model_fingerprint
 from psirag.embed.base import model_name_from_path
 from psirag.embed.openai_compat import OpenAIEmbedder
 from psirag.errors import EmbeddingError, InputError
+from psirag.http import HttpPolicy
+from psirag.llm.testing import EMBED_DIM, FakeOpenAIServer, Reply, bag_of_words
 
 # -- MiniLM (real model) ----------------------------------------------------------------------
 
@@ -147,80 +147,24 @@ def test_finalize_rejects_wrong_shape() -> None:
 
 # -- OpenAI-compatible endpoint ---------------------------------------------------------------
 
-DIM = 32
-
-
-def bag_of_words(text: str) -> list[float]:
-    """Deterministic hashed bag of words, plus a constant so no vector is zero."""
-    vec = [0.0] * DIM
-    vec[-1] = 0.5
-    for word in text.lower().split():
-        h = hashlib.sha256(word.encode()).digest()
-        vec[h[0] % (DIM - 1)] += 1.0 if h[1] % 2 else -1.0
-    return vec
-
-
-class FakeServer(http.server.ThreadingHTTPServer):
-    script: list[Any]
-    requests: list[tuple[dict[str, str], Any]]
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    server: FakeServer
-
-    def log_message(self, format: str, *args: Any) -> None:  # silence test output
-        pass
-
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self) -> None:
-        length = int(self.headers["Content-Length"])
-        payload = json.loads(self.rfile.read(length))
-        self.server.requests.append((dict(self.headers), payload))
-        if self.path != "/v1/embeddings":
-            self._send(404, b'{"error": "not found"}')
-            return
-        action = self.server.script.pop(0) if self.server.script else "ok"
-        if isinstance(action, int):
-            self._send(action, b'{"error": "busy"}', {"Retry-After": "0"})
-        elif isinstance(action, bytes):
-            self._send(200, action)
-        else:
-            rows = [bag_of_words(t) for t in payload["input"]]
-            if action == "nan":
-                rows[-1][0] = float("nan")
-            # Answer out of order: clients must follow "index", not position.
-            data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)]
-            body = {"object": "list", "model": payload["model"], "data": data[::-1]}
-            self._send(200, json.dumps(body).encode())
+DIM = EMBED_DIM
+FAST = HttpPolicy(timeout=10, backoff=0.01)
 
 
 @pytest.fixture
-def server() -> Iterator[FakeServer]:
-    srv = FakeServer(("127.0.0.1", 0), Handler)
-    srv.script, srv.requests = [], []
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as srv:
+        yield srv
 
 
-def _client(srv: FakeServer, **kw: Any) -> OpenAIEmbedder:
-    port = srv.server_address[1]
-    kw.setdefault("backoff", 0.01)
-    return OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "test-model", **kw)
+def _client(srv: FakeOpenAIServer, **kw: Any) -> OpenAIEmbedder:
+    kw.setdefault("http", FAST)
+    return OpenAIEmbedder(srv.base_url, "test-model", **kw)
 
 
-def test_openai_success(server: FakeServer) -> None:
-    emb = _client(server, batch_size=2, api_key="sk-secret")
+def test_openai_success(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PSIRAG_TEST_EMBED_KEY", "sk-secret")
+    emb = _client(server, batch_size=2, api_key_env="PSIRAG_TEST_EMBED_KEY")
     texts = ["alpha beta", "gamma", "alpha beta", "delta epsilon zeta", ""]
     vecs = emb.embed(texts, progress=True)
     assert vecs.shape == (5, DIM) and vecs.dtype == np.float32
@@ -228,45 +172,91 @@ def test_openai_success(server: FakeServer) -> None:
     expected /= np.linalg.norm(expected, axis=1, keepdims=True)
     np.testing.assert_allclose(vecs, expected, atol=1e-6)
     assert len(server.requests) == 3 and emb.dim == DIM and len(server.requests) == 3
-    headers, payload = server.requests[0]
-    assert payload == {"model": "test-model", "input": ["alpha beta", "gamma"]}
-    assert headers["Authorization"] == "Bearer sk-secret"
-    assert server.requests[2][1]["input"] == [" "]
+    first = server.requests[0]
+    assert dict(first) == {"model": "test-model", "input": ["alpha beta", "gamma"]}
+    assert first.headers["Authorization"] == "Bearer sk-secret"
+    assert server.requests[2]["input"] == [" "]
     assert emb.id == "openai:test-model"
     assert all("sk-secret" not in s for s in (emb.id, emb.spec, repr(emb)))
     assert emb.count_truncated(texts) == 0 and emb.max_tokens is None
 
 
-def test_openai_dim_probes_lazily(server: FakeServer) -> None:
+def test_openai_key_is_not_kept_on_the_object(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key is read per request: nothing reachable from the embedder holds it, and a key
+    changed (or removed) in the environment takes effect at once."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-kept-nowhere-77")
+    emb = _client(server)
+    emb.embed(["one"])
+    assert server.requests[-1].headers["Authorization"] == "Bearer sk-kept-nowhere-77"
+    seen: set[int] = set()
+
+    def walk(obj: object, depth: int = 0) -> None:
+        if id(obj) in seen or depth > 4:
+            return
+        seen.add(id(obj))
+        assert "sk-kept-nowhere-77" not in repr(obj)
+        for value in getattr(obj, "__dict__", {}).values():
+            walk(value, depth + 1)
+
+    walk(emb)
+    monkeypatch.delenv("OPENAI_API_KEY")
+    emb.embed(["two"])
+    assert "Authorization" not in server.requests[-1].headers
+
+
+def test_openai_key_is_scrubbed_from_errors(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that echoes the key back (in an error body or a non-JSON page) never gets it
+    into the error message."""
+    secret = "sk-echoed-back-9911"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    server.script(Reply(status=401, body={"error": {"message": f"key {secret} is revoked"}}))
+    with pytest.raises(
+        EmbeddingError, match=r"HTTP 401 \(check the API key in \$OPENAI_API_KEY"
+    ) as info:
+        _client(server).embed(["one"])
+    assert secret not in str(info.value) and "***" in str(info.value)
+    server.script(Reply(body=f"<html>Authorization: Bearer {secret}</html>"))
+    with pytest.raises(EmbeddingError, match="did not return JSON") as info:
+        _client(server).embed(["one"])
+    assert secret not in str(info.value)
+
+
+def test_openai_dim_probes_lazily(server: FakeOpenAIServer) -> None:
     emb = _client(server)
     assert server.requests == []
     assert emb.dim == DIM and len(server.requests) == 1
 
 
-def test_openai_via_spec_and_env_key(server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_via_spec_and_env_key(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
-    port = server.server_address[1]
-    emb = load_embedder(f"openai:http://127.0.0.1:{port}/v1/#test-model")
+    emb = load_embedder(f"openai:{server.base_url}/#test-model", http=FAST)
     assert emb.embed(["hello"]).shape == (1, DIM)
-    assert server.requests[0][0]["Authorization"] == "Bearer sk-env"
+    assert server.requests[0].headers["Authorization"] == "Bearer sk-env"
     assert "sk-env" not in emb.spec
+    assert isinstance(emb, OpenAIEmbedder) and emb.policy is FAST
 
 
-def test_openai_retries_429_then_succeeds(server: FakeServer) -> None:
-    server.script = [429, 503]
+def test_openai_retries_429_then_succeeds(server: FakeOpenAIServer) -> None:
+    server.script(Reply(status=429, headers={"Retry-After": "0"}), Reply(status=503))
     assert _client(server).embed(["one", "two"]).shape == (2, DIM)
     assert len(server.requests) == 3
 
 
-def test_openai_gives_up_after_retries(server: FakeServer) -> None:
-    server.script = [503] * 10
-    with pytest.raises(EmbeddingError, match=r"after 3 tries \(HTTP 503"):
-        _client(server, retries=2).embed(["one"])
+def test_openai_gives_up_after_retries(server: FakeOpenAIServer) -> None:
+    server.script(*[Reply(status=503, body="busy")] * 10)
+    with pytest.raises(EmbeddingError, match=r"HTTP 503: busy \(gave up after 3 attempts\)"):
+        _client(server, http=HttpPolicy(retries=2, backoff=0.01)).embed(["one"])
     assert len(server.requests) == 3
 
 
-def test_openai_client_error_is_not_retried(server: FakeServer) -> None:
-    server.script = [400]
+def test_openai_client_error_is_not_retried(server: FakeOpenAIServer) -> None:
+    server.script(Reply(status=400, body="busy"))
     with pytest.raises(EmbeddingError, match=r"HTTP 400: .*busy"):
         _client(server).embed(["one"])
     assert len(server.requests) == 1
@@ -282,14 +272,19 @@ def test_openai_client_error_is_not_retried(server: FakeServer) -> None:
         (b'{"data": [{"index": 0, "embedding": ["a"]}]}', "non-numbers"),
     ],
 )
-def test_openai_malformed_responses(server: FakeServer, body: bytes, match: str) -> None:
-    server.script = [body]
+def test_openai_malformed_responses(server: FakeOpenAIServer, body: bytes, match: str) -> None:
+    server.script(Reply(body=body))
     with pytest.raises(EmbeddingError, match=match):
         _client(server).embed(["one"])
 
 
-def test_openai_nan_vector_names_text(server: FakeServer) -> None:
-    server.script = ["nan"]
+def test_openai_nan_vector_names_text(server: FakeOpenAIServer) -> None:
+    def with_nan(texts: Sequence[str]) -> list[list[float]]:
+        rows = [bag_of_words(t) for t in texts]
+        rows[-1][0] = float("nan")
+        return rows
+
+    server.embed = with_nan
     with pytest.raises(EmbeddingError, match=r"text 1 \('bad one'\).*NaN"):
         _client(server).embed(["good", "bad one"])
 
@@ -298,6 +293,18 @@ def test_openai_connection_refused_names_url() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    emb = OpenAIEmbedder(f"http://127.0.0.1:{port}/v1", "m", retries=1, backoff=0.01)
-    with pytest.raises(EmbeddingError, match=rf"http://127\.0\.0\.1:{port}/v1/embeddings"):
+    emb = OpenAIEmbedder(
+        f"http://127.0.0.1:{port}/v1", "m", http=HttpPolicy(retries=1, backoff=0.01)
+    )
+    with pytest.raises(EmbeddingError, match=rf"http://127\.0\.0\.1:{port}/v1/embeddings") as info:
         emb.embed(["x"])
+    assert "gave up after 2 attempts" in str(info.value)
+
+
+def test_openai_embedding_call_has_an_overall_deadline(server: FakeOpenAIServer) -> None:
+    """A trickling embedding server is cut off at the deadline, as a chat server is."""
+    server.script(Reply(body=b'{"data": []}' * 50, trickle=0.2))
+    start = time.monotonic()
+    with pytest.raises(EmbeddingError, match="did not answer within 1 s"):
+        _client(server, http=HttpPolicy(timeout=1, retries=2)).embed(["one"])
+    assert time.monotonic() - start < 3

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 from conftest import HashEmbedder
 
 from psirag.cli import main
@@ -24,6 +23,7 @@ from psirag.eval.data import EvalDataset, EvalQuestion, load_dataset, subcorpus
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.index import Index
 from psirag.ingest import Document
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 CORPUS = [
     ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
@@ -230,7 +230,7 @@ class AbstractLLM(ChatServer):
 
     @property
     def spec(self) -> str:
-        return f"openai:http://127.0.0.1:{self.httpd.server_address[1]}/v1#m"
+        return f"openai:{self.base_url}#m"
 
     @staticmethod
     def is_abstract(body: dict[str, Any]) -> bool:
@@ -240,8 +240,8 @@ class AbstractLLM(ChatServer):
     def reply(messages: list[dict[str, str]]) -> str:
         last = messages[-1]["content"]
         if last.startswith("Documents:"):
-            docs = [re.sub(r"^\[\d+\] ", "", b) for b in last.split("\n\n")[1:]]
-            return "Summary of " + " and ".join(d.split()[0] for d in docs) + "."
+            heads = re.findall(r"(?m)^\[\d+\] (\S+)", last)  # each document's first word
+            return "Summary of " + " and ".join(heads) + "."
         return "Answer: Vesuvius"
 
 

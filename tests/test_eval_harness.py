@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chat_server import ChatServer
 from conftest import HashEmbedder
 
 from psirag.cli import main
@@ -27,6 +26,7 @@ from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.metrics import recall_at_k
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.index import Index
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 CORPUS = [
     ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
@@ -239,7 +239,7 @@ def test_a_broken_cache_entry_is_rebuilt(dataset_dir: Path, tmp_path: Path) -> N
     settings = EvalSettings(cache_dir=tmp_path / "cache", methods=("bm25",), bootstrap=0)
     first = run_eval(dataset_dir, settings, embedder=HashEmbedder())
     entry = Path(first.to_dict()["indexes"]["psirag"]["path"])
-    (entry / "index" / "parent.npy").write_bytes(b"garbage")
+    next((entry / "index").rglob("parent.npy")).write_bytes(b"garbage")
     again = run_eval(dataset_dir, settings, embedder=HashEmbedder())
     assert again.index_builds == ["psirag"]
     assert [r["retrieved"] for r in again.rows()] == [r["retrieved"] for r in first.rows()]
@@ -310,7 +310,7 @@ class ScriptedLLM(ChatServer):
 
     @property
     def spec(self) -> str:
-        return f"openai:http://127.0.0.1:{self.httpd.server_address[1]}/v1#m"
+        return f"openai:{self.base_url}#m"
 
     @staticmethod
     def reply(messages: list[dict[str, str]]) -> str:

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from chat_server import ChatServer
 from conftest import HashEmbedder
 
 from psirag.cli import main
@@ -28,8 +27,13 @@ from psirag.eval import methods as eval_methods
 from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.metrics import rouge_l_max
 from psirag.eval.settings import EMBEDDER_HOOKS, SUMMARY_METHODS, EvalSettings
+from psirag.http import HttpPolicy
 from psirag.index import Index
 from psirag.llm import LLMClient, OpenAIChat
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
+
+NO_RETRY = HttpPolicy(retries=0)
+"""A scripted server that runs out of replies answers 500: fail at once, not after retries."""
 
 QUESTION = "Summarize the whole meeting."
 TEMPLATES = (
@@ -298,7 +302,7 @@ def test_defaults_stage_and_settings_on_a_summary_set(
 ) -> None:
     """No methods + an LLM + reference summaries: psi+summarize and dense+summarize, counted
     under their own usage label; the index flags are recorded and key the index cache."""
-    llm = LLMClient(OpenAIChat(model.base_url, "tag"), None, retries=0)
+    llm = LLMClient(OpenAIChat(model.base_url, "tag", http=NO_RETRY), None)
     said: list[str] = []
     settings = EvalSettings(
         cache_dir=tmp_path / "c",
@@ -378,7 +382,7 @@ def summarize_with(
         index_config=IndexConfig(split_records=True, tree_per_document=True),
         summary_top_k=top_k,
     )
-    llm = LLMClient(OpenAIChat(model.base_url, "tag"), None, retries=0)
+    llm = LLMClient(OpenAIChat(model.base_url, "tag", http=NO_RETRY), None)
     return run_eval(dataset_dir, settings, llm=llm, say=said.append), said
 
 
@@ -448,7 +452,7 @@ def test_a_retriever_without_visit_fails_before_any_request(
         return eval_methods.Retrieval(plain.search, plain.index, plain.stages)
 
     monkeypatch.setitem(eval_methods.METHODS, "novisit", eval_methods.MethodSpec("novisit", make))
-    llm = LLMClient(OpenAIChat(model.base_url, "tag"), None, retries=0)
+    llm = LLMClient(OpenAIChat(model.base_url, "tag", http=NO_RETRY), None)
     settings = EvalSettings(
         methods=("psi+summarize", "novisit+summarize"),
         cache_dir=tmp_path / "c",

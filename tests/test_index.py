@@ -46,7 +46,7 @@ def test_build_search_round_trip(tmp_path: Path, topic_texts: list[str]) -> None
 
     index.save(tmp_path / "idx")
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 1
+    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 2
     assert manifest["counts"]["chunks"] == len(topic_texts)
     assert manifest["embedder"]["id"] == "test:hash-64"
     assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())
@@ -217,15 +217,16 @@ def test_interrupted_save_keeps_previous_index(
 def test_corrupted_and_foreign_folders(tmp_path: Path, topic_texts: list[str]) -> None:
     target = tmp_path / "idx"
     build(topic_texts).save(target)
-    vec = target / "node_vectors.npy"
+    generation = target / "generations" / "000001"
+    vec = generation / "node_vectors.npy"
     original = vec.read_bytes()
     data = bytearray(original)
     data[-3] ^= 0xFF
     vec.write_bytes(bytes(data))
     with pytest.raises(IndexFormatError, match="checksum"):
-        Index.load(target)
+        Index.load(target, verify="full")
     vec.write_bytes(original)
-    (target / "parent.npy").write_bytes(b"short")
+    (generation / "parent.npy").write_bytes(b"short")
     with pytest.raises(IndexFormatError, match="bytes"):
         Index.load(target)
     foreign = tmp_path / "foreign"
@@ -310,10 +311,9 @@ def test_tree_search_follows_algorithm_2() -> None:
 def test_summarize_over_a_real_forest() -> None:
     """Summarization mode (SPEC 2.5) on a tree-per-document index: one retrieval, abstracts and
     leaves of that document only, in document order, to a loopback chat server."""
-    from chat_server import ChatServer
-
     from psirag.agent import Summarizer
     from psirag.llm import LLMClient, OpenAIChat
+    from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
     long_docs = [" ".join(texts * 4) for texts in TOPICS.values()]
     index = Index.build(

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chat_server import ChatServer
 from conftest import HashEmbedder
 
 from psirag.agent import NOT_MENTIONED, merge_evidence
@@ -26,9 +25,14 @@ from psirag.errors import InputError
 from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.methods import check_method
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
+from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
+from psirag.llm.testing import FakeOpenAIServer as ChatServer
 from psirag.prompts import agent_system_prompt, ircot_system_prompt
 from psirag.types import Passage, Source
+
+NO_RETRY = HttpPolicy(retries=0)
+"""A scripted server that runs out of replies answers 500: fail at once, not after retries."""
 
 # --- the scripted server and the stand-in index ---------------------------------------------------
 
@@ -69,7 +73,7 @@ def server() -> Iterator[Server]:
 
 
 def client_for(server: Server) -> LLMClient:
-    return LLMClient(OpenAIChat(server.base_url, "scripted"), None, retries=0)
+    return LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY), None)
 
 
 DOCS = {
@@ -278,7 +282,7 @@ def test_not_mentioned_on_garbage(server: Server) -> None:
     assert index.queries == [QUESTION]
     assert len(server.requests) == 4
     assert server.requests[0]["stop"] == ["\n"] and "stop" not in server.requests[1]
-    assert [s.action for s in result.steps] == ["not_mentioned"]
+    assert [s.action for s in result.steps] == ["no_answer"]
     stats = result.stats
     assert stats.empty_sentences == 1 and stats.sentence_retries == 1  # type: ignore[attr-defined]
     assert (stats.well_formed, stats.unparsed, stats.forced_turns) == (0, 2, 1)

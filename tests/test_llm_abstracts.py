@@ -18,6 +18,7 @@ from psirag.abstracts.llm import (
     llm_abstracts,
 )
 from psirag.errors import InputError
+from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, LLMHTTPError, OpenAIChat
 from psirag.llm.testing import FakeOpenAIServer, Reply
 from psirag.tree.model import Tree
@@ -30,7 +31,10 @@ def words(text: str) -> int:
 def docs_of(body: dict) -> list[str]:
     """The documents of the last user message, as the prompt numbered them."""
     content = body["messages"][-1]["content"]
-    return [re.sub(r"^\[\d+\] ", "", block) for block in content.split("\n\n")[1:]]
+    opening, body_text = content.split("\n", 2)[1:]  # "Documents:", the fence line, the rest
+    assert opening.startswith("\u27e6DOCUMENTS ")
+    body_text = body_text.rsplit("\n", 1)[0]  # the closing fence line
+    return [re.sub(r"^\[\d+\] ", "", block) for block in body_text.split("\n\n")]
 
 
 def is_keywords(body: dict) -> bool:
@@ -66,12 +70,12 @@ def test_end_to_end_bottom_up(tmp_path, kind):
         assert srv.calls == 7
         params = SUMMARY_PARAMS if kind == "summary" else KEYWORD_PARAMS
         for request in srv.requests:
-            assert request["body"]["max_tokens"] == params.max_tokens
-            assert request["body"]["repeat_penalty"] == params.repeat_penalty
-            assert request["body"]["temperature"] == 0.0
+            assert request["max_tokens"] == params.max_tokens
+            assert request["repeat_penalty"] == params.repeat_penalty
+            assert request["temperature"] == 0.0
         # Layer 1 saw leaf texts, layer 2 saw layer-1 abstracts, the root layer-2 abstracts.
         # Requests within a layer run concurrently, so compare each layer as a set.
-        sent = [docs_of(r["body"]) for r in srv.requests]
+        sent = [docs_of(r) for r in srv.requests]
         assert sorted(sent[:4]) == [texts[i : i + 2] for i in (0, 2, 4, 6)]
         assert sorted(sent[4:6]) == sorted([abstracts[8:10], abstracts[10:12]])
         assert sent[6] == abstracts[12:14]
@@ -100,11 +104,9 @@ def test_resume_after_crash_pays_only_unfinished(tmp_path):
     with FakeOpenAIServer(responder=crashing) as srv:
         healthy = False
         client = LLMClient(
-            OpenAIChat(srv.base_url, "m"),
+            OpenAIChat(srv.base_url, "m", http=HttpPolicy(retries=1, backoff=0)),
             tmp_path / "c.sqlite",
             max_concurrency=1,
-            retries=1,
-            backoff=0,
         )
         with pytest.raises(LLMHTTPError):
             llm_abstracts(tree, texts, client, kind="summary", count_tokens=words)
@@ -140,7 +142,7 @@ def test_overlong_input_is_cut_evenly_and_recorded(tmp_path):
             context_tokens=2048,
             count_tokens=words,
         )
-        sent = docs_of(srv.requests[0]["body"])
+        sent = docs_of(srv.requests[0])
     assert stats["cut_nodes"] == 1
     cut = stats["cuts"][0]
     assert cut["node"] == 3 and cut["children"] == 3 and cut["children_cut"] == 2

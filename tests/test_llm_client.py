@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from psirag.http import HttpPolicy
 from psirag.llm import (
     ChatModel,
     GenerationParams,
@@ -39,55 +40,47 @@ def server():
         yield s
 
 
-def make_client(server, tmp_path: Path | None, **kw) -> tuple[LLMClient, list[float]]:
-    sleeps: list[float] = []
+FAST = HttpPolicy(timeout=10, backoff=0.01)
+"""Retries without the default's seconds of backoff."""
+
+
+def make_client(server, tmp_path: Path | None, **kw) -> LLMClient:
     cache = tmp_path / "cache.sqlite" if tmp_path is not None else None
-    kw.setdefault("backoff", 0.5)
-    client = LLMClient(
-        OpenAIChat(server.base_url, "m", timeout=5), cache, sleep=sleeps.append, **kw
-    )
-    return client, sleeps
+    return LLMClient(OpenAIChat(server.base_url, "m", http=kw.pop("http", FAST)), cache, **kw)
 
 
-def test_429_then_success_is_retried(server, tmp_path):
+def test_429_then_success_is_retried_and_counted(server, tmp_path):
     server.script(Reply(status=429, body={"error": {"message": "busy"}}), "fine")
-    client, sleeps = make_client(server, tmp_path)
+    client = make_client(server, tmp_path)
     assert client.chat(msgs(), PARAMS).text == "fine"
-    assert server.calls == 2 and sleeps == [0.5]
+    assert server.calls == 2
     usage = client.usage["agent"]
     assert usage["calls"] == 1 and usage["retries"] == 1 and usage["failed"] == 0
 
 
-def test_retry_after_header_is_respected(server, tmp_path):
-    server.script(Reply(status=429, body="busy", headers={"Retry-After": "7"}), "fine")
-    client, sleeps = make_client(server, tmp_path)
-    client.chat(msgs(), PARAMS)
-    assert sleeps == [7.0]
-
-
-def test_500_retried_then_raised_with_backoff(server, tmp_path):
+def test_500_retried_then_raised(server, tmp_path):
     server.script(*[Reply(status=500, body="down")] * 4)
-    client, sleeps = make_client(server, tmp_path, retries=3)
+    client = make_client(server, tmp_path, http=HttpPolicy(retries=3, backoff=0.01))
     with pytest.raises(LLMHTTPError, match="gave up after 4 attempts") as info:
         client.chat(msgs(), PARAMS, stage="abstracts")
-    assert info.value.status == 500
-    assert server.calls == 4 and sleeps == [0.5, 1.0, 2.0]
-    assert client.usage["abstracts"]["failed"] == 1
-    assert client.usage["abstracts"]["calls"] == 0
+    assert info.value.status == 500 and info.value.retries == 3
+    assert server.calls == 4
+    usage = client.usage["abstracts"]
+    assert usage["failed"] == 1 and usage["calls"] == 0 and usage["retries"] == 3
     assert len(client.cache) == 0
 
 
 def test_400_is_not_retried(server, tmp_path):
     server.script(Reply(status=400, body={"error": {"message": "bad request"}}))
-    client, sleeps = make_client(server, tmp_path)
+    client = make_client(server, tmp_path)
     with pytest.raises(LLMHTTPError, match="bad request"):
         client.chat(msgs(), PARAMS)
-    assert server.calls == 1 and sleeps == []
+    assert server.calls == 1
 
 
 def test_malformed_json_is_not_retried_nor_cached(server, tmp_path):
     server.script(Reply(body="not json"))
-    client, _ = make_client(server, tmp_path)
+    client = make_client(server, tmp_path)
     with pytest.raises(LLMResponseError):
         client.chat(msgs(), PARAMS)
     assert server.calls == 1 and len(client.cache) == 0
@@ -99,17 +92,15 @@ def test_connection_refused_is_retried(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    sleeps: list[float] = []
-    client = LLMClient(
-        OpenAIChat(f"http://127.0.0.1:{port}/v1", "m"), None, retries=2, sleep=sleeps.append
-    )
+    policy = HttpPolicy(retries=2, backoff=0.01)
+    client = LLMClient(OpenAIChat(f"http://127.0.0.1:{port}/v1", "m", http=policy), None)
     with pytest.raises(LLMConnectionError, match="gave up after 3 attempts"):
         client.chat(msgs(), PARAMS)
-    assert sleeps == [1.0, 2.0]
+    assert client.usage["agent"]["retries"] == 2
 
 
 def test_cache_hit_skips_the_server(server, tmp_path):
-    client, _ = make_client(server, tmp_path)
+    client = make_client(server, tmp_path)
     first = client.chat(msgs("q"), PARAMS)
     second = client.chat(msgs("q"), PARAMS)
     assert server.calls == 1
@@ -123,13 +114,13 @@ def test_cache_hit_skips_the_server(server, tmp_path):
     assert server.calls == 3
     # A fresh client (a re-run) over the same file pays nothing.
     client.close()
-    again, _ = make_client(server, tmp_path)
+    again = make_client(server, tmp_path)
     assert again.chat(msgs("q"), PARAMS).cached and server.calls == 3
 
 
 def test_empty_answer_is_returned_but_not_cached(server, tmp_path):
     server.script(Reply(content="   "), "now a real answer")
-    client, _ = make_client(server, tmp_path)
+    client = make_client(server, tmp_path)
     assert client.chat(msgs(), PARAMS).text.strip() == ""
     assert len(client.cache) == 0
     assert client.chat(msgs(), PARAMS).text == "now a real answer"
@@ -138,7 +129,7 @@ def test_empty_answer_is_returned_but_not_cached(server, tmp_path):
 
 def test_failed_call_is_not_cached(server, tmp_path):
     server.script(Reply(status=503, body="overloaded"))
-    client, _ = make_client(server, tmp_path, retries=0)
+    client = make_client(server, tmp_path, http=HttpPolicy(retries=0))
     with pytest.raises(LLMHTTPError):
         client.chat(msgs(), PARAMS)
     assert len(client.cache) == 0
@@ -149,9 +140,9 @@ def test_failed_call_is_not_cached(server, tmp_path):
 def test_api_key_never_reaches_the_cache_file(server, tmp_path, monkeypatch):
     secret = "sk-VERY-SECRET-4242"
     monkeypatch.setenv("OPENAI_API_KEY", secret)
-    client, _ = make_client(server, tmp_path)
+    client = make_client(server, tmp_path)
     client.chat_many([msgs(f"q{i}") for i in range(5)], PARAMS)
-    assert server.requests[0]["headers"]["Authorization"] == f"Bearer {secret}"
+    assert server.requests[0].headers["Authorization"] == f"Bearer {secret}"
     assert secret not in repr(client)
     client.close()
     files = list(tmp_path.iterdir())
@@ -231,7 +222,8 @@ def test_chat_many_failure_keeps_finished_work(tmp_path):
 
 
 class _Flaky:
-    """A ChatModel without HTTP, to check the client works with any backend."""
+    """A ChatModel without HTTP, to check the client works with any backend (and leaves retries
+    to it: the client itself never repeats a call)."""
 
     id = "fake:flaky"
     context_tokens = 100
@@ -248,8 +240,11 @@ class _Flaky:
 
 def test_client_works_with_any_chat_model():
     model = _Flaky()
-    client = LLMClient(model, None, backoff=0, sleep=lambda s: None)
+    client = LLMClient(model, None)
+    with pytest.raises(LLMConnectionError):
+        client.chat(msgs(), PARAMS)
     assert client.chat(msgs(), PARAMS).text == "ok" and model.n == 2
+    assert client.usage["agent"]["failed"] == 1 and client.usage["agent"]["calls"] == 1
     assert client.count_tokens("abcdef") == 2  # estimate: 3 bytes a token
     assert isinstance(client, ChatModel) and client.id == "fake:flaky"
     assert client.context_tokens == 100

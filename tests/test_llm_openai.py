@@ -7,6 +7,7 @@ import socket
 import pytest
 
 from psirag.errors import InputError, PsiragError
+from psirag.http import HttpPolicy
 from psirag.llm import (
     GenerationParams,
     LLMConnectionError,
@@ -18,6 +19,8 @@ from psirag.llm import (
     load_chat_model,
 )
 from psirag.llm.testing import FakeOpenAIServer, Reply
+
+NO_RETRY = HttpPolicy(timeout=10, retries=0)
 
 MESSAGES = [{"role": "user", "content": "Who founded the Oberoi Group?"}]
 
@@ -37,13 +40,13 @@ def test_success_sends_params_and_reads_usage(server, monkeypatch):
     assert (result.prompt_tokens, result.completion_tokens) == (10, 5)
     assert result.finish_reason == "stop" and not result.cached
     request = server.requests[0]
-    assert request["path"] == "/v1/chat/completions"
-    body = request["body"]
+    assert request.path == "/v1/chat/completions"
+    body = request
     assert body["model"] == "qwen" and body["messages"] == MESSAGES
     assert body["temperature"] == 0.0 and body["max_tokens"] == 50
     assert body["stop"] == ["\n\n"] and body["repeat_penalty"] == 1.3
     assert "frequency_penalty" not in body
-    assert request["headers"]["Authorization"] == "Bearer sk-secret-value"
+    assert request.headers["Authorization"] == "Bearer sk-secret-value"
     assert model.id == f"openai:{server.base_url}#qwen"
     assert "sk-secret" not in repr(model) and "sk-secret" not in model.id
     assert "sk-secret" not in str(vars(model))
@@ -54,16 +57,16 @@ def test_no_key_no_header_and_optional_penalties(server, monkeypatch):
     model = OpenAIChat(server.base_url, "m", frequency_penalty=0.5, send_repeat_penalty=False)
     model.chat(MESSAGES, GenerationParams(repeat_penalty=1.3))
     request = server.requests[0]
-    assert "Authorization" not in request["headers"]
-    assert request["body"]["frequency_penalty"] == 0.5
-    assert "repeat_penalty" not in request["body"] and "stop" not in request["body"]
+    assert "Authorization" not in request.headers
+    assert request["frequency_penalty"] == 0.5
+    assert "repeat_penalty" not in request and "stop" not in request
 
 
 def test_connection_refused_names_url():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    model = OpenAIChat(f"http://127.0.0.1:{port}/v1", "m", timeout=5)
+    model = OpenAIChat(f"http://127.0.0.1:{port}/v1", "m", http=NO_RETRY)
     with pytest.raises(LLMConnectionError) as info:
         model.chat(MESSAGES, GenerationParams())
     message = str(info.value)
@@ -92,7 +95,7 @@ def test_timeout(server):
 def test_http_errors_carry_server_message(server, status, body, expected, retryable):
     server.script(Reply(status=status, body=body))
     with pytest.raises(LLMHTTPError) as info:
-        OpenAIChat(server.base_url, "m").chat(MESSAGES, GenerationParams())
+        OpenAIChat(server.base_url, "m", http=NO_RETRY).chat(MESSAGES, GenerationParams())
     assert info.value.status == status
     assert f"HTTP {status}" in str(info.value) and expected in str(info.value)
     assert info.value.retryable is retryable

@@ -12,11 +12,12 @@ Typical use::
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from psirag._version import __version__
 from psirag.config import IndexConfig, SearchConfig
 from psirag.errors import PsiragError
 from psirag.index import Index, NodeHit
+from psirag.index_data import IndexData
+from psirag.retrieval.retriever import Retriever
 from psirag.tree import Tree, build_tree
 from psirag.types import Chunk, Passage, Source
 
@@ -24,9 +25,11 @@ __all__ = [
     "Chunk",
     "Index",
     "IndexConfig",
+    "IndexData",
     "NodeHit",
     "Passage",
     "PsiragError",
+    "Retriever",
     "SearchConfig",
     "Source",
     "Tree",

@@ -15,14 +15,21 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from psirag import __version__
+from psirag._version import __version__
+from psirag.argtypes import nonnegative_int, positive_int, text
+from psirag.cli_common import max_children as _max_children
+from psirag.cli_common import tree_mode_arguments as _tree_mode_arguments
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
+from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import PsiragError
-from psirag.tree.build import TREE_MODES
+from psirag.http import HttpPolicy, add_http_options, http_policy_from
+
+if TYPE_CHECKING:
+    from psirag.llm import LLMClient
 
 SEARCH_SCHEMA = "psirag.search/1"
 INSPECT_SCHEMA = "psirag.inspect/1"
@@ -31,60 +38,6 @@ INDEX_SCHEMA = "psirag.index-summary/1"
 
 def _eprint(*parts: object) -> None:
     print(*parts, file=sys.stderr, flush=True)
-
-
-def _max_children(value: str) -> int | None:
-    if value.lower() in ("none", "0", "off"):
-        return None
-    number = int(value)
-    if number < 2:
-        raise argparse.ArgumentTypeError("--max-children must be at least 2, or 'none'")
-    return number
-
-
-def _tree_neighbors(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("--tree-neighbors must be at least 1")
-    return number
-
-
-def _bucket_size(value: str) -> int:
-    number = int(value)
-    if number < 2:
-        raise argparse.ArgumentTypeError("--tree-bucket-size must be at least 2")
-    return number
-
-
-def _tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
-    p.add_argument(
-        "--tree-mode",
-        choices=TREE_MODES,
-        default=IndexConfig.tree_mode,
-        help="exact: the paper's walk over all chunk pairs (an n x n matrix in memory); knn: "
-        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory; "
-        "ann: the same from an HNSW graph, no O(n²) step (pip install 'psirag[ann]'); "
-        "bucketed: one tree per k-means bucket, merged on top (paper App. E.1); auto (default): "
-        "exact up to 30k chunks when the matrix fits in half the free memory, else knn up to "
-        "30k, else bucketed",
-    )
-    p.add_argument(
-        "--tree-neighbors",
-        type=_tree_neighbors,
-        default=IndexConfig.tree_neighbors,
-        metavar="K",
-        help="neighbours per chunk in the knn and ann tree modes "
-        f"(default {IndexConfig.tree_neighbors})",
-    )
-    p.add_argument(
-        "--tree-bucket-size",
-        type=_bucket_size,
-        default=IndexConfig.tree_bucket_size,
-        metavar="N",
-        help="most chunks per bucket in the bucketed tree mode "
-        f"(default {IndexConfig.tree_bucket_size})",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
     )
-    p.add_argument("--chunk-tokens", type=int, default=IndexConfig.chunk_tokens)
+    p.add_argument("--chunk-tokens", type=positive_int, default=IndexConfig.chunk_tokens)
     p.add_argument(
         "--split",
         action="store_true",
@@ -141,33 +94,41 @@ def build_parser() -> argparse.ArgumentParser:
         help="SQLite response cache (default ~/.cache/psirag/llm-cache.sqlite); "
         "a killed build resumes from it",
     )
-    p.add_argument("--context-tokens", type=int, default=IndexConfig.context_tokens)
+    p.add_argument("--context-tokens", type=positive_int, default=IndexConfig.context_tokens)
     p.add_argument(
         "--routing",
         choices=["leaf_mean", "abstract", "blend"],
         default="leaf_mean",
         help="routing embedding of inner nodes (see SPEC 1.6)",
     )
-    p.add_argument("--batch-size", type=int, default=IndexConfig.batch_size)
+    p.add_argument("--batch-size", type=positive_int, default=IndexConfig.batch_size)
     p.add_argument(
         "--skip-bad-files",
         action="store_true",
         help="skip unreadable or malformed files with a warning instead of failing",
     )
+    add_http_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=run_index)
 
     p = sub.add_parser("search", help="hybrid tree + BM25 search of an index")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("query")
+    p.add_argument("query", type=text)
     _search_arguments(p)
+    add_index_embedder_option(p)
+    add_http_options(p)
     p.add_argument("--json", action="store_true", help=f"print JSON ({SEARCH_SCHEMA})")
     p.set_defaults(func=run_search)
 
     p = sub.add_parser("inspect", help="describe an index, or one node of its tree")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("--node", type=int, metavar="ID", help="show this node")
+    p.add_argument("--node", type=nonnegative_int, metavar="ID", help="show this node")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="check the sha256 of every file (default: sizes and the manifest's hash only)",
+    )
     p.add_argument("--json", action="store_true", help=f"print JSON ({INSPECT_SCHEMA})")
     p.set_defaults(func=run_inspect)
 
@@ -181,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
+    register: Callable[[Any], None] | None
     try:
         from psirag.agent.cli import register
     except ImportError:  # pragma: no cover - the agent layer ships with the package
@@ -194,16 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-k", type=int, default=SearchConfig.k, help="passages to return (default 5)")
+    p.add_argument(
+        "-k", type=positive_int, default=SearchConfig.k, help="passages to return (default 5)"
+    )
     p.add_argument(
         "--beam",
-        type=int,
+        type=positive_int,
         default=SearchConfig.beam,
         help=f"nodes kept per tree layer (default {SearchConfig.beam})",
     )
     p.add_argument(
         "--candidates",
-        type=int,
+        type=positive_int,
         default=SearchConfig.candidates,
         help="passages each retriever brings to fusion (default 10)",
     )
@@ -233,9 +197,12 @@ def search_config_from(args: argparse.Namespace) -> SearchConfig:
 
 # ---------------------------------------------------------------------------- index
 def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.embed import load_embedder
     from psirag.index import Index
+    from psirag.storage import check_target
 
     out = stdout or sys.stdout
+    check_target(args.out, args.paths)  # before the build: never hours of work, then a refusal
     config = IndexConfig(
         embedder=args.embedder,
         chunk_tokens=args.chunk_tokens,
@@ -253,11 +220,14 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     )
     progress = not args.quiet
     started = time.perf_counter()
-    llm = _abstract_llm(config, args.llm_cache)
+    http = http_policy_from(args)
+    embedder = load_embedder(config.embedder, batch_size=config.batch_size, http=http)
+    llm = _abstract_llm(config, args.llm_cache, http)
     try:
         index = Index.build(
             args.paths,
             config,
+            embedder=embedder,
             progress=progress,
             report=_eprint if progress else _warn_only,
             on_bad_file="skip" if args.skip_bad_files else "fail",
@@ -290,10 +260,10 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         if summary["truncated_chunks"]:
             print(f"  truncated chunks: {summary['truncated_chunks']:,}", file=out)
         if index.stats.llm:
-            llm = index.stats.llm
+            paid = index.stats.llm
             print(
-                f"  LLM abstracts:     {llm['calls']:,} calls paid, {llm['cached']:,} from the "
-                f"cache, {llm['cut_nodes']:,} inputs cut evenly to fit {llm['context_tokens']} "
+                f"  LLM abstracts:     {paid['calls']:,} calls paid, {paid['cached']:,} from the "
+                f"cache, {paid['cut_nodes']:,} inputs cut evenly to fit {paid['context_tokens']} "
                 "tokens",
                 file=out,
             )
@@ -302,7 +272,7 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     return 0
 
 
-def _abstract_llm(config: IndexConfig, cache: str | None) -> Any:
+def _abstract_llm(config: IndexConfig, cache: str | None, http: HttpPolicy) -> LLMClient | None:
     """The LLM client for LLM abstracts, with a persistent cache so a killed build resumes."""
     if not config.abstracts.startswith("llm-"):
         return None
@@ -313,7 +283,7 @@ def _abstract_llm(config: IndexConfig, cache: str | None) -> Any:
         raise InputError(f"--abstracts {config.abstracts} needs --llm SPEC")
     path = Path(cache) if cache else Path.home() / ".cache" / "psirag" / "llm-cache.sqlite"
     path.parent.mkdir(parents=True, exist_ok=True)
-    return LLMClient(load_chat_model(config.llm), cache_path=path)
+    return LLMClient(load_chat_model(config.llm, http=http), cache_path=path)
 
 
 def _warn_only(message: str) -> None:
@@ -327,11 +297,13 @@ def _layers(sizes: Sequence[int]) -> str:
 
 # ---------------------------------------------------------------------------- search
 def run_search(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
 
     out = stdout or sys.stdout
     config = search_config_from(args)
     index = Index.load(args.index)
+    confirm_index_embedder(index, args.embedder, http_policy_from(args))
     passages = index.search(args.query, config=config, docs=args.doc)
     if args.json:
         payload = {
@@ -366,7 +338,7 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
     from psirag.index import Index
 
     out = stdout or sys.stdout
-    index = Index.load(args.index)
+    index = Index.load(args.index, verify="full" if getattr(args, "verify", False) else "size")
     tree = index.tree
     if args.node is not None:
         payload = _describe_node(index, args.node)
@@ -398,8 +370,13 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
     fan = tree.fan_out[tree.n_leaves :]
     hist = dict(sorted(Counter(_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0]))
     manifest = index.describe()
+    from psirag.storage import IndexStore
+
+    storage = IndexStore(args.index).describe()
+    storage["verified"] = "sha256" if getattr(args, "verify", False) else "sizes"
     payload = {
         "index": str(args.index),
+        "storage": storage,
         "embedder": manifest["embedder"],
         "config": manifest["config"],
         **manifest["counts"],
@@ -418,6 +395,13 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
         )
         return 0
     print(f"index {args.index}", file=out)
+    gen = storage.get("generation")
+    print(
+        f"  storage:         format {storage.get('format_version')}"
+        + (f", generation {gen} (on disk: {storage['generations']})" if gen else "")
+        + f"; files checked by {storage['verified']}",
+        file=out,
+    )
     print(
         f"  embedder:        {payload['embedder']['id']} (dim {payload['embedder']['dim']})",
         file=out,
@@ -494,11 +478,13 @@ def demo_corpus() -> tuple[list[str], list[str]]:
 def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     from psirag.index import Index
     from psirag.ingest import documents_from_strings
-    from psirag.storage import MANIFEST
+    from psirag.storage import MANIFEST, IndexStore
 
     out = stdout or sys.stdout
     folder = Path(args.out) if args.out else Path.home() / ".cache" / "psirag" / "demo-index"
+    demo_llm_cache(folder)  # out of the index folder before a rebuild writes there
     if args.rebuild or not (folder / MANIFEST).is_file():
+        IndexStore(folder).check_writable()
         texts, names = demo_corpus()
         print(
             f"psirag demo: indexing the Python language reference ({len(texts)} topics "
@@ -546,6 +532,16 @@ def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     return 0
 
 
+def demo_llm_cache(folder: Path) -> Path:
+    """The demo's LLM response cache, beside its index folder (not in it: the index folder
+    belongs to the index). One left inside by an older psirag is moved out."""
+    cache = folder.with_name(folder.name + "-llm-cache.sqlite")
+    old = folder / "llm-cache.sqlite"
+    if old.is_file() and not cache.exists():
+        os.replace(old, cache)
+    return cache
+
+
 def _demo_agent(index: Any, folder: Path, out: TextIO) -> Any:
     """The R&A agent on the local model when psirag[local] and the model are installed."""
     try:
@@ -561,7 +557,7 @@ def _demo_agent(index: Any, folder: Path, out: TextIO) -> Any:
         print(f"(llama-cpp-python is installed but the local model is not: {exc})", file=out)
         return None
     print(f"answering with the local model {model.id} (max 1 extra retrieval)", file=out)
-    client = LLMClient(model, cache_path=folder / "llm-cache.sqlite")
+    client = LLMClient(model, cache_path=demo_llm_cache(folder))
     return RetrieveAndAnswer(client, index.search, max_retrievals=1)
 
 

@@ -93,6 +93,12 @@ class IndexConfig:
             raise InputError(f"routing_blend must lie in [0, 1], got {self.routing_blend}")
         if self.max_keywords < 1:
             raise InputError(f"max_keywords must be positive, got {self.max_keywords}")
+        if self.batch_size < 1:
+            raise InputError(f"batch_size must be positive, got {self.batch_size}")
+        if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
+            raise InputError(
+                f"bm25_k1 must be 0 or more and bm25_b in [0, 1], got {self.bm25_k1}, {self.bm25_b}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +122,8 @@ class SearchConfig:
     for why the default is wider)."""
     use_tree: bool = True
     use_bm25: bool = True
+    use_dense: bool = False
+    """Also an exact flat cosine list over the leaf embeddings (the eval's ``dense``/``hybrid``)."""
     fusion: FusionMode = "rrf"
     rrf_k: int = 60
     reranker: str | None = None
@@ -125,8 +133,8 @@ class SearchConfig:
         for name in ("k", "candidates", "beam", "rrf_k"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
-        if not (self.use_tree or self.use_bm25):
-            raise InputError("at least one of use_tree and use_bm25 must be on")
+        if not (self.use_tree or self.use_bm25 or self.use_dense):
+            raise InputError("at least one of use_tree, use_bm25 and use_dense must be on")
         if self.fusion not in ("rrf", "rerank"):
             raise InputError(f"fusion must be 'rrf' or 'rerank', got {self.fusion!r}")
         if self.fusion == "rerank" and not self.reranker:

@@ -25,3 +25,12 @@ class EmbedderMismatchError(PsiragError):
 
 class ResourceError(PsiragError):
     """The work would need more memory than the machine can give."""
+
+
+class IndexTargetError(IndexFormatError, InputError):
+    """The folder given for an index (``--out``) cannot take one: a file, a folder that is not
+    a psirag index, the current folder, or a place that is not writable."""
+
+
+class IndexLockedError(PsiragError):
+    """Another process is writing the index; only one writer at a time."""

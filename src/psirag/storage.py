@@ -1,30 +1,81 @@
-"""A saved index is a self-describing folder: manifest.json, .npy arrays and JSON lines.
+"""A saved index is a folder of immutable generations behind one atomic pointer.
 
-Writes go to a hidden sibling folder that becomes the index by rename only once every file and
-the manifest (written last) are on disk, so an interrupted save never leaves a folder that loads
-as an index. No pickle anywhere: arrays are plain .npy (``allow_pickle=False``), text is JSON.
+Layout (format version 2)::
+
+    DIR/
+      manifest.json        the pointer: names the current generation and carries a copy of its
+                           manifest (plus that manifest's sha256); replaced by one os.replace
+      lock                 the writer lock (flock); holds the pid of the writer that has it
+      generations/
+        000006/            the previous generation, kept for readers still using it
+        000007/            manifest.json (every file with its size and sha256) and the data
+          .readers         readers hold a shared flock on it while they load
+
+Why: a save writes a whole new generation in a staging folder (``generations/.partial-*``),
+fsyncs it, renames it to its number and only then switches the pointer, so a reader sees either
+the old generation or the new one, never a mix, and a save killed at any point leaves the last
+published generation intact. One writer at a time (an exclusive flock on ``lock``); a second
+gets :class:`IndexLockedError`. Unchanged files can be hard-linked from the base generation
+(:meth:`IndexWriter.keep`) instead of being rewritten. Old generations and the leftovers of a
+killed save are removed by the next writer (:meth:`IndexStore.gc`), never one that a reader is
+loading. Folders in format version 1 (everything flat in ``DIR``) are read as they are; the next
+save writes the new layout and removes the old flat files.
+
+No pickle anywhere: arrays are plain .npy (``allow_pickle=False``), text is JSON.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
+import tempfile
+import time
 import uuid
-from collections.abc import Iterable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from psirag.errors import IndexFormatError
+from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 
 FORMAT_NAME = "psirag-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+LEGACY_VERSION = 1
+READABLE_VERSIONS = (LEGACY_VERSION, FORMAT_VERSION)
 MANIFEST = "manifest.json"
+GENERATIONS = "generations"
+LOCK = "lock"
+READERS = ".readers"
+DEFAULT_KEEP = 2
+"""Generations kept by garbage collection: the current one and the one before it."""
+STALE_LEGACY_SECONDS = 900.0
+"""A format-1 staging folder (``.DIR.partial-*`` beside DIR) this old is a killed save's."""
+
+Verify = Literal["none", "size", "full"]
+T = TypeVar("T")
+
+_GEN_RE = re.compile(r"^\d{6}$")
+_TEMP_RE = re.compile(r"^\.(partial|trash)-")
+_POINTER_TMP_RE = re.compile(r"^\.manifest\.json\.tmp-")
+
+_hook: Callable[[str], None] | None = None
+"""Test hook called at named points of a save (``file:NAME``, ``staged``, ``renamed``,
+``before-pointer``, ``after-pointer``, ``after-gc``), so tests can kill the process there."""
 
 
+def _checkpoint(point: str) -> None:
+    if _hook is not None:
+        _hook(point)
+
+
+# ---------------------------------------------------------------------------- small helpers
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -51,132 +102,826 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class IndexWriter:
-    """Collects the files of an index in a staging folder, then publishes them atomically."""
+def _write_json(path: Path, payload: dict[str, Any]) -> bytes:
+    data = (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    return data
 
-    def __init__(self, target: Path) -> None:
-        self.target = Path(target)
-        if self.target.exists() and not self.target.is_dir():
-            raise IndexFormatError(
-                f"{self.target} exists and is not a folder; choose another --out"
+
+def _generation_name(number: int) -> str:
+    return f"{number:06d}"
+
+
+def check_file_name(name: object, where: Path | str) -> str:
+    """A manifest file name must be a plain relative path that stays inside the folder."""
+    if not isinstance(name, str) or not name or "\\" in name or "\x00" in name:
+        raise IndexFormatError(f"{where}: manifest lists a bad file name {name!r}; rebuild it")
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or any(part in ("", ".", "..") for part in name.split("/")):
+        raise IndexFormatError(
+            f"{where}: manifest file name {name!r} points outside the index folder; an index "
+            "may only name files inside itself (this one is corrupted or crafted)"
+        )
+    return name
+
+
+def _resolve(path: Path) -> Path:
+    """``path.resolve()``, or its absolute form where links loop (resolve raises then)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(path))
+
+
+def _inside(folder: Path, name: str) -> Path:
+    """``folder/name`` after checking that no symlink takes it outside ``folder``."""
+    path = folder / name
+    root = _resolve(folder)
+    try:
+        real = path.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise IndexFormatError(f"{folder}: {name} is a broken or looping link ({exc})") from None
+    if real != root and root not in real.parents:
+        raise IndexFormatError(
+            f"{folder}: {name} is a link to {real}, outside the index folder; refusing to read it"
+        )
+    return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise IndexFormatError(f"{path} is corrupted ({exc}); rebuild the index") from exc
+    if not isinstance(data, dict):
+        raise IndexFormatError(f"{path} does not describe a psirag index; rebuild the index")
+    return data
+
+
+def _looks_like_our_lock(path: Path) -> bool:
+    """Our lock file is empty or holds a pid and a newline."""
+    try:
+        if not path.is_file() or path.stat().st_size > 24:
+            return False
+        return re.fullmatch(rb"\d*\n?", path.read_bytes()) is not None
+    except OSError:
+        return False
+
+
+class _Vanished(IndexFormatError):
+    """A file of the generation being read disappeared (it was replaced while we read)."""
+
+
+# ---------------------------------------------------------------------------- the lock
+class WriterLock:
+    """The one-writer lock: an exclusive flock on ``DIR/lock``, released on close or exit."""
+
+    def __init__(self, folder: Path, *, wait: float = 0.0) -> None:
+        self.path = folder / LOCK
+        try:
+            self.fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise IndexTargetError(
+                f"cannot open the writer lock {self.path} ({exc.strerror or exc}); "
+                "you need write access to the index folder to change it"
+            ) from None
+        deadline = time.monotonic() + max(0.0, wait)
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    self.close()
+                    raise
+                if time.monotonic() >= deadline:
+                    pid = self._holder()
+                    self.close()
+                    who = f"pid {pid}" if pid else "pid unknown"
+                    raise IndexLockedError(
+                        f"index {folder} is locked by another writer ({who}); wait for it to "
+                        "finish and try again (the lock goes away when that process exits)"
+                    ) from None
+                time.sleep(0.05)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def _holder(self) -> int | None:
+        try:
+            text = self.path.read_text(encoding="utf-8").strip()
+            return int(text) if text else None
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+    def __enter__(self) -> WriterLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---------------------------------------------------------------------------- the store
+class IndexStore:
+    """One index folder: its state, its lock, its generations, readers and writers."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+
+    @property
+    def generations_dir(self) -> Path:
+        return self.folder / GENERATIONS
+
+    # -------------------------------------------------------------- what is there
+    def state(self) -> str:
+        """``missing``, ``file``, ``empty``, ``index`` (format 2), ``legacy`` (format 1),
+        ``newer`` (a later format), ``pending`` (a first save that never finished) or
+        ``foreign`` (anything else: never written over)."""
+        p = self.folder
+        if not p.exists():
+            return "file" if p.is_symlink() else "missing"
+        if not p.is_dir():
+            return "file"
+        entries = set(os.listdir(p))
+        if not entries:
+            return "empty"
+        if MANIFEST in entries:
+            try:
+                manifest = _read_json(p / MANIFEST)
+            except (IndexFormatError, OSError):
+                return "foreign"
+            if manifest.get("format") != FORMAT_NAME:
+                return "foreign"
+            version = manifest.get("format_version")
+            if version == FORMAT_VERSION:
+                return "index"
+            if version == LEGACY_VERSION:
+                return "legacy"
+            return "newer"
+        ours = {LOCK, GENERATIONS}
+        if not all(e in ours or _POINTER_TMP_RE.match(e) for e in entries):
+            return "foreign"
+        if LOCK in entries and not _looks_like_our_lock(p / LOCK):
+            return "foreign"  # a file of the user's that happens to be called "lock"
+        gens = p / GENERATIONS
+        if gens.exists():
+            if not gens.is_dir():
+                return "foreign"
+            if not all(_GEN_RE.match(e) or _TEMP_RE.match(e) for e in os.listdir(gens)):
+                return "foreign"
+        return "pending"
+
+    def current(self) -> int | None:
+        """The published generation the pointer names (None: format 1 or no index)."""
+        if self.state() != "index":
+            return None
+        return self._pointer()[0]
+
+    def generations(self) -> list[int]:
+        """Every generation folder on disk, oldest first (published or not)."""
+        if not self.generations_dir.is_dir():
+            return []
+        return sorted(int(e) for e in os.listdir(self.generations_dir) if _GEN_RE.match(e))
+
+    def _pointer(self) -> tuple[int, dict[str, Any]]:
+        mpath = self.folder / MANIFEST
+        pointer = _read_json(mpath)
+        number = pointer.get("generation")
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**6:
+            raise IndexFormatError(f"{mpath} names no valid generation; rebuild the index")
+        return number, pointer
+
+    # -------------------------------------------------------------- can we write here
+    def check_writable(self) -> None:
+        """Refuse, before any work, a target that is a file, a folder that is not a psirag
+        index, the current folder or one above it, or a place this process cannot write."""
+        state = self.state()
+        where = self.folder
+        if state == "file":
+            raise IndexTargetError(
+                f"{where} exists and is not a folder; choose another folder for the index (--out)"
             )
+        if state == "foreign":
+            why = (
+                f"its {MANIFEST} does not describe a psirag index"
+                if (where / MANIFEST).exists()
+                else "it holds files that are not an index's"
+            )
+            raise IndexTargetError(
+                f"{where} is a folder that is not a psirag index ({why}); refusing to write "
+                "over it. Choose an empty or new folder for the index (--out)."
+            )
+        if state == "newer":
+            raise IndexTargetError(
+                f"{where} holds an index in a newer format than this psirag writes (format "
+                f"{FORMAT_VERSION}); upgrade psirag or choose another folder (--out)"
+            )
+        if state not in ("index", "legacy"):
+            real = _resolve(where)
+            cwd = _resolve(Path.cwd())
+            if real == cwd or real in cwd.parents:
+                raise IndexTargetError(
+                    f"{where} is the current folder or one above it; give the index a folder "
+                    "of its own, e.g. --out ./my-index"
+                )
+        probe_at = where
+        while not probe_at.exists():
+            if probe_at.parent == probe_at:
+                break
+            probe_at = probe_at.parent
+        if not probe_at.is_dir():
+            raise IndexTargetError(
+                f"cannot create {where}: {probe_at} is a file, not a folder; choose another --out"
+            )
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".psirag-write-test-", dir=probe_at))
+        except OSError as exc:
+            raise IndexTargetError(
+                f"cannot write the index to {where}: {probe_at} is not writable "
+                f"({exc.strerror or exc}); choose a folder you can write to (--out)"
+            ) from None
+
+    def probe_lock(self) -> None:
+        """Fail now with :class:`IndexLockedError` if another writer holds the index."""
+        if (self.folder / LOCK).is_file():
+            WriterLock(self.folder).close()
+
+    def lock(self, *, wait: float = 0.0) -> WriterLock:
+        """Take the writer lock (creating the folder); ``wait`` seconds before giving up."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return WriterLock(self.folder, wait=wait)
+
+    # -------------------------------------------------------------- reading
+    def open(self, generation: int | None = None, *, verify: Verify | bool = "size") -> IndexReader:
+        """A reader of one generation (the current one by default); close it when done."""
+        return IndexReader(self.folder, generation=generation, verify=verify)
+
+    def read(
+        self,
+        fn: Callable[[IndexReader], T],
+        *,
+        generation: int | None = None,
+        verify: Verify | bool = "size",
+    ) -> T:
+        """``fn(reader)`` on one generation, held against garbage collection while it runs;
+        tried once more from the new pointer if a file vanished under it (a format-1 folder
+        being replaced)."""
+        for attempt in (0, 1):
+            try:
+                with self.open(generation, verify=verify) as reader:
+                    return fn(reader)
+            except _Vanished:
+                if attempt or generation is not None:
+                    raise
+        raise AssertionError("unreachable")
+
+    # -------------------------------------------------------------- writing
+    def begin(
+        self, *, base: int | Literal["current"] | None = "current", wait: float = 0.0
+    ) -> IndexWriter:
+        """A writer of the next generation (takes the lock; see :class:`IndexWriter`)."""
+        return IndexWriter(self, base=base, wait=wait)
+
+    def cleanup(self) -> list[str]:
+        """Remove what killed saves left (staging and trash folders, pointer temp files,
+        generations never published). Call with the writer lock held."""
+        removed: list[str] = []
+        current = self.current()
+        gens = self.generations_dir
+        if gens.is_dir():
+            for entry in sorted(os.listdir(gens)):
+                path = gens / entry
+                orphan = _GEN_RE.match(entry) and (current is None or int(entry) > current)
+                if _TEMP_RE.match(entry) or orphan:
+                    shutil.rmtree(path, ignore_errors=True)
+                    removed.append(f"{GENERATIONS}/{entry}")
+        for entry in os.listdir(self.folder):
+            if _POINTER_TMP_RE.match(entry):
+                with contextlib.suppress(OSError):
+                    os.unlink(self.folder / entry)
+                removed.append(entry)
+        parent = _resolve(self.folder).parent
+        prefix = f".{_resolve(self.folder).name}."
+        with contextlib.suppress(OSError):
+            for entry in os.listdir(parent):
+                if entry.startswith(prefix + "partial-") or entry.startswith(prefix + "old-"):
+                    path = parent / entry
+                    try:
+                        age = time.time() - path.stat().st_mtime
+                    except OSError:
+                        continue
+                    if age > STALE_LEGACY_SECONDS:  # a format-1 save's leftover
+                        shutil.rmtree(path, ignore_errors=True)
+                        removed.append(str(path))
+        return removed
+
+    def gc(self, keep: int = DEFAULT_KEEP) -> list[int]:
+        """Remove published generations older than the newest ``keep`` (at least the current
+        one stays), skipping any a reader is loading. Call with the writer lock held."""
+        current = self.current()
+        if current is None:
+            return []
+        published = [g for g in self.generations() if g <= current]
+        survivors = set(published[-max(1, keep) :]) | {current}
+        removed: list[int] = []
+        for g in published:
+            if g in survivors:
+                continue
+            folder = self.generations_dir / _generation_name(g)
+            try:
+                fd = os.open(folder / READERS, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = None
+            except OSError:
+                continue
+            try:
+                if fd is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError:
+                        continue  # a reader is loading it: try again at the next save
+                trash = (
+                    self.generations_dir / f".trash-{_generation_name(g)}-{uuid.uuid4().hex[:8]}"
+                )
+                os.rename(folder, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+                removed.append(g)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        return removed
+
+    def describe(self) -> dict[str, Any]:
+        """Layout facts for ``psirag inspect``: format, current generation, what is on disk."""
+        state = self.state()
+        info: dict[str, Any] = {"layout": state}
+        if state == "index":
+            info.update(
+                format_version=FORMAT_VERSION,
+                generation=self.current(),
+                generations=self.generations(),
+            )
+        elif state == "legacy":
+            info.update(format_version=LEGACY_VERSION, generation=None, generations=[])
+        return info
+
+
+# ---------------------------------------------------------------------------- reader
+class IndexReader:
+    """One generation of a saved index (or a format-1 folder), checked and held open.
+
+    ``verify``: ``"size"`` (default: every listed file exists with its recorded size, and the
+    generation's manifest matches the hash the pointer stores), ``"full"`` (also the sha256 of
+    every file) or ``"none"``. While open, a shared lock keeps garbage collection off the
+    generation; memory-mapped arrays stay valid after it is removed (POSIX).
+    """
+
+    def __init__(
+        self,
+        folder: str | Path,
+        *,
+        generation: int | None = None,
+        verify: Verify | bool = "size",
+    ) -> None:
+        self.root = Path(folder)
+        self.verify: Verify = ("full" if verify else "size") if isinstance(verify, bool) else verify
+        if self.verify not in ("none", "size", "full"):
+            raise ValueError(f"verify must be 'none', 'size' or 'full', not {verify!r}")
+        self._fd: int | None = None
+        self.generation: int | None = None
+        self.legacy = False
+        store = IndexStore(self.root)
+        for attempt in range(3):
+            try:
+                self._open(store, generation)
+                self._check_files()
+                break
+            except _Vanished:
+                self.close()
+                if attempt == 2 or generation is not None:
+                    raise
+
+    def _open(self, store: IndexStore, generation: int | None) -> None:
+        root = self.root
+        if not root.is_dir():
+            raise IndexFormatError(f"{root}: no such index folder (build one with `psirag index`)")
+        mpath = root / MANIFEST
+        if not mpath.is_file():
+            if store.state() == "pending":
+                raise IndexFormatError(
+                    f"{root} holds no finished index: its first save was interrupted. "
+                    "Build it again with `psirag index PATH --out DIR`."
+                )
+            raise IndexFormatError(
+                f"{root} is not a psirag index: it has no {MANIFEST}. "
+                "Build one with `psirag index PATH --out DIR`."
+            )
+        pointer = _read_json(mpath)
+        if pointer.get("format") != FORMAT_NAME:
+            raise IndexFormatError(f"{mpath} does not describe a psirag index; rebuild the index")
+        version = pointer.get("format_version")
+        if version not in READABLE_VERSIONS:
+            raise IndexFormatError(
+                f"{root} uses index format {version}, this psirag reads formats "
+                f"{', '.join(map(str, READABLE_VERSIONS))}; rebuild the index with this version"
+            )
+        if version == LEGACY_VERSION:
+            if generation is not None:
+                raise IndexFormatError(f"{root} is in format 1 and has no generations")
+            self.legacy = True
+            self.folder = root
+            self.manifest: dict[str, Any] = pointer
+            return
+        number = pointer.get("generation")
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 < number < 10**6:
+            raise IndexFormatError(f"{mpath} names no valid generation; rebuild the index")
+        if generation is not None:
+            if not isinstance(generation, int) or not 0 < generation < 10**6:
+                raise IndexFormatError(f"{root}: no generation {generation!r}")
+            number = generation
+        self.generation = number
+        self.folder = root / GENERATIONS / _generation_name(number)
+        try:
+            self._fd = os.open(self.folder / READERS, os.O_RDONLY)
+        except FileNotFoundError:
+            if generation is not None and not self.folder.is_dir():
+                raise IndexFormatError(
+                    f"{root} has no generation {generation} (it has {store.generations()})"
+                ) from None
+            if not (self.folder / MANIFEST).is_file():
+                raise _Vanished(
+                    f"{root}: generation {number} was removed while opening it"
+                ) from None
+            # a copy that dropped the lock file: read it unprotected from collection
+        except OSError:
+            self._fd = None  # unreadable lock file: read without holding off collection
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_SH)
+        gpath = self.folder / MANIFEST
+        try:
+            raw = gpath.read_bytes()
+        except FileNotFoundError:
+            raise _Vanished(f"{root}: generation {number} was removed while opening it") from None
+        # the pointer may have moved on since we read it: what we hold must be what it named
+        if generation is None and hashlib.sha256(raw).hexdigest() != pointer.get("manifest_sha256"):
+            again = _read_json(mpath)
+            if again.get("generation") != number:
+                raise _Vanished(f"{root}: the index changed while opening it")
+            raise IndexFormatError(
+                f"{gpath} does not match the hash in {mpath}; the index is corrupted, rebuild it"
+            )
+        try:
+            manifest = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise IndexFormatError(f"{gpath} is corrupted ({exc}); rebuild the index") from exc
         if (
-            self.target.is_dir()
-            and any(self.target.iterdir())
-            and not (self.target / MANIFEST).is_file()
+            not isinstance(manifest, dict)
+            or manifest.get("format") != FORMAT_NAME
+            or manifest.get("generation") != number
         ):
-            raise IndexFormatError(
-                f"{self.target} is a non-empty folder that is not a psirag index; "
-                "refusing to replace it. Choose an empty or new folder for --out."
-            )
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        self.staging = self.target.parent / f".{self.target.name}.partial-{uuid.uuid4().hex[:8]}"
-        self.staging.mkdir()
+            raise IndexFormatError(f"{gpath} does not describe generation {number}; rebuild it")
+        self.manifest = manifest
+
+    def _check_files(self) -> None:
+        files = self.manifest.get("files")
+        where = self.folder / MANIFEST
+        if not isinstance(files, dict) or not files:
+            raise IndexFormatError(f"{where} lists no files; the index is incomplete, rebuild it")
+        for name, meta in files.items():
+            check_file_name(name, where)
+            if not isinstance(meta, dict):
+                raise IndexFormatError(f"{where}: entry for {name} is not an object; rebuild it")
+            p = _inside(self.folder, name)
+            if self.verify == "none":
+                continue
+            try:
+                size = p.stat().st_size if p.is_file() else None
+            except OSError:
+                size = None
+            if size is None:
+                if self.legacy and IndexStore(self.root).state() != "legacy":
+                    raise _Vanished(f"{self.root} was rewritten while opening it")
+                raise IndexFormatError(f"{self.folder}: {name} is missing; rebuild the index")
+            if size != meta.get("bytes"):
+                raise IndexFormatError(
+                    f"{self.folder}: {name} has {size} bytes, the manifest says "
+                    f"{meta.get('bytes')}; the index is corrupted, rebuild it"
+                )
+            if self.verify == "full" and sha256_file(p) != meta.get("sha256"):
+                raise IndexFormatError(
+                    f"{self.folder}: {name} does not match its checksum; the index is corrupted, "
+                    "rebuild it"
+                )
+
+    # -------------------------------------------------------------- files
+    @property
+    def files(self) -> dict[str, dict[str, Any]]:
+        return dict(self.manifest["files"])
 
     def path(self, name: str) -> Path:
+        """The path of a listed file, or of a folder holding listed files (such as ``bm25``)."""
+        check_file_name(name, self.folder / MANIFEST)
+        files = self.manifest["files"]
+        if name not in files and not any(f.startswith(name + "/") for f in files):
+            raise IndexFormatError(
+                f"{self.folder}: the manifest does not list {name}; the index is incomplete, "
+                "rebuild it"
+            )
+        return _inside(self.folder, name)
+
+    def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
+        path = self.path(name)
+        try:
+            return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except FileNotFoundError as exc:
+            raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
+        except (ValueError, OSError) as exc:
+            raise IndexFormatError(f"{self.folder}: cannot read {name} ({exc}); rebuild") from exc
+
+    def iter_jsonl(self, name: str) -> Iterator[dict[str, Any]]:
+        path = self.path(name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                for number, line in enumerate(fh, start=1):
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise IndexFormatError(
+                            f"{path}: line {number} is not valid JSON; the index is corrupted"
+                        ) from exc
+                    yield row
+        except FileNotFoundError as exc:
+            raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
+        except OSError as exc:
+            raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
+        except UnicodeDecodeError as exc:
+            raise IndexFormatError(f"{path} is not UTF-8 text; the index is corrupted") from exc
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> IndexReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def read_index(
+    folder: str | Path,
+    fn: Callable[[IndexReader], T],
+    *,
+    generation: int | None = None,
+    verify: Verify | bool = "size",
+) -> T:
+    """:meth:`IndexStore.read` for a folder: ``fn`` reads one whole generation."""
+    return IndexStore(folder).read(fn, generation=generation, verify=verify)
+
+
+# ---------------------------------------------------------------------------- writer
+class IndexWriter:
+    """Writes the next generation of an index and publishes it with one rename.
+
+    ``IndexWriter(DIR)`` checks the target, takes the writer lock and opens a staging folder.
+    Write each file once (:meth:`save_array`, :meth:`save_jsonl`, or your own under
+    :meth:`path`), or :meth:`keep` it from the base generation (a hard link: no rewrite), then
+    :meth:`commit`. :meth:`abort` (or leaving a ``with`` block by an exception) drops the
+    staging folder and leaves the published index as it was.
+    """
+
+    def __init__(
+        self,
+        target: str | Path | IndexStore,
+        *,
+        base: int | Literal["current"] | None = "current",
+        wait: float = 0.0,
+        keep_generations: int = DEFAULT_KEEP,
+    ) -> None:
+        self.store = target if isinstance(target, IndexStore) else IndexStore(target)
+        self.target = self.store.folder
+        self.keep_generations = keep_generations
+        self.store.check_writable()
+        created = not self.target.exists()
+        self._lock: WriterLock | None = self.store.lock(wait=wait)
+        self._created = created
+        self._done = False
+        self._published = False
+        self.base: IndexReader | None = None
+        self._legacy_files: list[str] = []
+        self._kept: dict[str, dict[str, Any]] = {}
+        try:
+            self.store.check_writable()  # again, now that we hold the lock
+            self.store.cleanup()
+            state = self.store.state()
+            if state == "legacy":
+                legacy = _read_json(self.target / MANIFEST).get("files")
+                if isinstance(legacy, dict):
+                    self._legacy_files = [n for n in legacy if isinstance(n, str)]
+            if base is not None and state in ("index", "legacy"):
+                self.base = IndexReader(
+                    self.target, generation=None if base == "current" else base, verify="none"
+                )
+            current = self.store.current() or 0
+            self.generation = max([current, *self.store.generations()]) + 1
+            self.store.generations_dir.mkdir(exist_ok=True)
+            self.staging = self.store.generations_dir / (
+                f".partial-{_generation_name(self.generation)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            )
+            self.staging.mkdir()
+        except BaseException:
+            self._release()
+            raise
+
+    # -------------------------------------------------------------- files
+    def path(self, name: str) -> Path:
+        """Where to write ``name`` (a file, or a folder to fill) inside the staging folder."""
+        check_file_name(name, self.staging)
         p = self.staging / name
+        if p.exists() or p.is_symlink():
+            raise ValueError(f"{name} is already in this generation; write each file once")
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
     def save_array(self, name: str, array: np.ndarray) -> None:
-        np.save(self.path(name), np.ascontiguousarray(array), allow_pickle=False)
+        with open(self.path(name), "wb") as fh:
+            np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
+        _checkpoint(f"file:{name}")
 
     def save_jsonl(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
         with open(self.path(name), "w", encoding="utf-8") as fh:
             for row in rows:
                 fh.write(json.dumps(row, ensure_ascii=False))
                 fh.write("\n")
+        _checkpoint(f"file:{name}")
 
-    def commit(self, manifest: dict[str, Any]) -> None:
-        """Checksum every file, write the manifest last, fsync, and swap the folder in."""
-        files: dict[str, dict[str, Any]] = {}
-        for p in sorted(self.staging.rglob("*")):
-            if p.is_file():
-                _fsync_file(p)
+    def keep(self, name: str) -> list[str]:
+        """Carry ``name`` (a file, or every file under a folder such as ``bm25``) over from
+        the base generation unchanged: hard-linked where the filesystem allows, else copied.
+        Returns the file names kept."""
+        if self.base is None:
+            raise ValueError("this writer has no base generation to keep files from")
+        check_file_name(name, self.staging)
+        files = self.base.manifest["files"]
+        names = [f for f in files if f == name or f.startswith(name + "/")]
+        if not names:
+            raise IndexFormatError(f"{self.base.folder}: the base generation has no {name}")
+        for f in names:
+            src = _inside(self.base.folder, f)
+            dst = self.path(f)
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+            self._kept[f] = dict(files[f])
+        _checkpoint(f"file:{name}")
+        return names
+
+    # -------------------------------------------------------------- publish
+    def commit(self, manifest: dict[str, Any]) -> int:
+        """Checksum and fsync the new files, write the generation's manifest, rename the
+        generation into place and switch the pointer (one os.replace). Returns its number."""
+        if self._done:
+            raise ValueError("this writer has already committed or aborted")
+        try:
+            files: dict[str, dict[str, Any]] = {}
+            for p in sorted(self.staging.rglob("*")):
+                if p.is_dir():
+                    continue
                 rel = p.relative_to(self.staging).as_posix()
+                if rel in self._kept and p.stat().st_size == self._kept[rel].get("bytes"):
+                    files[rel] = self._kept[rel]
+                    continue
+                _fsync_file(p)
                 files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-        manifest = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **manifest}
-        manifest["files"] = files
-        tmp = self.staging / (MANIFEST + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(manifest, fh, indent=2, ensure_ascii=False)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.staging / MANIFEST)
-        _fsync_dir(self.staging)
-        old = None
-        if self.target.exists():
-            old = self.target.parent / f".{self.target.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(self.target, old)
-        os.replace(self.staging, self.target)
-        _fsync_dir(self.target.parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            for d in sorted({p for p in self.staging.rglob("*") if p.is_dir()}, reverse=True):
+                _fsync_dir(d)
+            body = {k: v for k, v in manifest.items() if k not in ("files", "manifest_sha256")}
+            full = {
+                "format": FORMAT_NAME,
+                "format_version": FORMAT_VERSION,
+                **body,
+                "generation": self.generation,
+                "files": files,
+            }
+            full["format"], full["format_version"] = FORMAT_NAME, FORMAT_VERSION
+            raw = _write_json(self.staging / MANIFEST, full)
+            (self.staging / READERS).touch()
+            _fsync_dir(self.staging)
+            _checkpoint("staged")
+            final = self.store.generations_dir / _generation_name(self.generation)
+            os.rename(self.staging, final)
+            self.staging = final  # an abort from here on removes it, unless it was published
+            _fsync_dir(self.store.generations_dir)
+            _checkpoint("renamed")
+            pointer = {**full, "manifest_sha256": hashlib.sha256(raw).hexdigest()}
+            tmp = self.target / f".manifest.json.tmp-{uuid.uuid4().hex[:8]}"
+            _write_json(tmp, pointer)
+            _checkpoint("before-pointer")
+            os.replace(tmp, self.target / MANIFEST)
+            self._published = True
+            _fsync_dir(self.target)
+            _checkpoint("after-pointer")
+        except BaseException:
+            self.abort()
+            raise
+        self._done = True
+        try:
+            if self.base is not None:
+                self.base.close()
+            with contextlib.suppress(OSError):  # the new generation is published already
+                self._remove_legacy_files()
+                self.store.gc(self.keep_generations)
+            _checkpoint("after-gc")
+        finally:
+            self._release()
+        return self.generation
+
+    def _remove_legacy_files(self) -> None:
+        """After a format-1 folder's first new generation: its flat files are unreferenced."""
+        dirs: set[Path] = set()
+        for name in self._legacy_files:
+            if name == MANIFEST or name.split("/")[0] in (GENERATIONS, LOCK):
+                continue
+            try:
+                check_file_name(name, self.target)
+                path = _inside(self.target, name)
+            except IndexFormatError:
+                continue
+            with contextlib.suppress(OSError):
+                path.unlink()
+            parent = path.parent
+            while parent != self.target and self.target in parent.parents:
+                dirs.add(parent)
+                parent = parent.parent
+        for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                d.rmdir()  # only if empty: nothing a user put there goes
+        self._legacy_files = []
 
     def abort(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        """Drop the staging folder; a folder this writer created for nothing goes too."""
+        if self._done:
+            return
+        self._done = True
+        if not self._published:
+            shutil.rmtree(self.staging, ignore_errors=True)
+        if self.base is not None:
+            self.base.close()
+        if self._created and self.store.state() == "pending":
+            gens = self.store.generations_dir
+            with contextlib.suppress(OSError):
+                if gens.is_dir() and not os.listdir(gens):
+                    gens.rmdir()
+            with contextlib.suppress(OSError):
+                if set(os.listdir(self.target)) <= {LOCK}:
+                    (self.target / LOCK).unlink(missing_ok=True)
+                    self.target.rmdir()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> IndexWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if not self._done:
+            self.abort()
 
 
-class IndexReader:
-    """Opens a saved index folder, checking it is one and that its files are intact."""
-
-    def __init__(self, folder: Path, *, verify: bool = True) -> None:
-        self.folder = Path(folder)
-        if not self.folder.is_dir():
-            raise IndexFormatError(
-                f"{self.folder}: no such index folder (build one with `psirag index`)"
+def check_target(out: str | Path, inputs: Sequence[str | Path] = ()) -> None:
+    """Everything ``psirag index --out`` must refuse before a build starts: the checks of
+    :meth:`IndexStore.check_writable`, an output folder holding one of the inputs, and an
+    index another writer holds right now."""
+    real = _resolve(Path(out))
+    for item in inputs:
+        src = _resolve(Path(item))
+        if src == real or real in src.parents:
+            raise IndexTargetError(
+                f"--out {out} contains the input {item}; writing the index there would put it "
+                "among the documents. Choose a folder outside the inputs."
             )
-        mpath = self.folder / MANIFEST
-        if not mpath.is_file():
-            raise IndexFormatError(
-                f"{self.folder} is not a psirag index: it has no {MANIFEST}. "
-                "Build one with `psirag index PATH --out DIR`."
-            )
-        try:
-            manifest = json.loads(mpath.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise IndexFormatError(f"{mpath} is corrupted ({exc}); rebuild the index") from exc
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-            raise IndexFormatError(f"{mpath} does not describe a psirag index; rebuild the index")
-        version = manifest.get("format_version")
-        if version != FORMAT_VERSION:
-            raise IndexFormatError(
-                f"{self.folder} uses index format {version}, this psirag reads format "
-                f"{FORMAT_VERSION}; rebuild the index with this version"
-            )
-        self.manifest: dict[str, Any] = manifest
-        files = manifest.get("files")
-        if not isinstance(files, dict):
-            raise IndexFormatError(f"{mpath} lists no files; rebuild the index")
-        for name, meta in files.items():
-            p = self.folder / name
-            if not p.is_file():
-                raise IndexFormatError(f"{self.folder}: {name} is missing; rebuild the index")
-            if p.stat().st_size != meta.get("bytes"):
-                raise IndexFormatError(
-                    f"{self.folder}: {name} has {p.stat().st_size} bytes, the manifest says "
-                    f"{meta.get('bytes')}; the index is corrupted, rebuild it"
-                )
-            if verify and sha256_file(p) != meta.get("sha256"):
-                raise IndexFormatError(
-                    f"{self.folder}: {name} does not match its checksum; the index is corrupted, "
-                    "rebuild it"
-                )
-
-    def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
-        try:
-            return np.load(self.folder / name, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise IndexFormatError(f"{self.folder}: cannot read {name} ({exc}); rebuild") from exc
-
-    def iter_jsonl(self, name: str) -> Iterator[dict[str, Any]]:
-        path = self.folder / name
-        with open(path, encoding="utf-8") as fh:
-            for number, line in enumerate(fh, start=1):
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise IndexFormatError(
-                        f"{path}: line {number} is not valid JSON; the index is corrupted"
-                    ) from exc
+    store = IndexStore(out)
+    store.check_writable()
+    store.probe_lock()

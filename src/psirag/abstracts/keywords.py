@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 import Stemmer
 
+from psirag.retrieval.ranking import top_k
 from psirag.tree.model import Tree
 
 __all__ = ["STOPWORDS", "format_abstract", "keyword_abstracts"]
@@ -131,8 +132,11 @@ def keyword_abstracts(
     *,
     max_phrases: int = 20,
     progress: bool = False,
+    nodes: Sequence[int] | None = None,
 ) -> list[list[str]]:
-    """Key phrases of every abstract node, in node id order (nodes ``n_leaves .. n_nodes - 1``).
+    """Key phrases of every abstract node, in node id order (nodes ``n_leaves .. n_nodes - 1``),
+    or of the abstract ``nodes`` given, in their order (what an index update refreshes: a node's
+    phrases are the same whichever other nodes are computed with it).
 
     Each list holds at most ``max_phrases`` distinct phrases: broad themes first, specific
     entities after; at least half of them multi-word when the node has enough multi-word
@@ -143,15 +147,29 @@ def keyword_abstracts(
     n_leaves = tree.n_leaves
     if len(leaf_texts) != n_leaves:
         raise ValueError(f"{len(leaf_texts)} leaf texts for a tree with {n_leaves} leaves")
-    n_abstract = tree.n_nodes - n_leaves
-    if n_abstract <= 0:
+    if nodes is None:
+        targets = np.arange(n_leaves, tree.n_nodes, dtype=np.int64)
+        rows = targets
+    else:
+        targets = np.asarray(nodes, dtype=np.int64).reshape(-1)
+        if targets.size and (targets.min() < n_leaves or targets.max() >= tree.n_nodes):
+            raise ValueError(f"nodes must be abstract nodes, {n_leaves} .. {tree.n_nodes - 1}")
+        # a node's scores read its own leaf counts and its parent's
+        parents = tree.parent[targets]
+        rows = np.unique(np.concatenate([targets, parents[parents >= 0]]))
+    if targets.size == 0:
         return []
     phrases = _extract_phrases(leaf_texts)
     if phrases.leaf_phrase.shape[1] == 0:
-        return [[] for _ in range(n_abstract)]
+        return [[] for _ in range(targets.size)]
 
     leaf_phrase = phrases.leaf_phrase
-    membership = tree.leaf_membership[n_leaves:].astype(np.int32)
+    row_of = np.full(tree.n_nodes, -1, dtype=np.int64)
+    row_of[rows] = np.arange(rows.size)
+    if nodes is None:
+        membership = tree.leaf_membership[n_leaves:].astype(np.int32)
+    else:
+        membership = tree.leaf_membership[rows].astype(np.int32)
     node_df = (membership @ leaf_phrase).tocsr()
     node_df.sort_indices()
     global_df = np.asarray(leaf_phrase.sum(axis=0)).ravel().astype(np.float64)
@@ -159,14 +177,14 @@ def keyword_abstracts(
     is_multi = phrases.n_words > 1
     leaf_counts = tree.leaf_counts
 
-    nodes: Iterable[int] = range(n_abstract)
+    todo: Iterable[int] = targets.tolist()
     if progress:
         from tqdm import tqdm
 
-        nodes = tqdm(nodes, desc="keyword abstracts", unit="node")
+        todo = tqdm(todo, desc="keyword abstracts", unit="node")
     out: list[list[str]] = []
-    for a in nodes:
-        u = n_leaves + a
+    for u in todo:
+        a = int(row_of[u])
         lo, hi = node_df.indptr[a], node_df.indptr[a + 1]
         cols = node_df.indices[lo:hi]
         df_u = node_df.data[lo:hi].astype(np.float64)
@@ -176,7 +194,7 @@ def keyword_abstracts(
             continue
         p = int(tree.parent[u])
         if p >= 0:
-            pa = p - n_leaves
+            pa = int(row_of[p])
             plo, phi = node_df.indptr[pa], node_df.indptr[pa + 1]
             pos = np.searchsorted(node_df.indices[plo:phi], cols)
             df_p = node_df.data[plo:phi][pos].astype(np.float64)
@@ -251,13 +269,7 @@ def _node_phrases(
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
     """Positions of the k best positive scores, best first; ties by position (deterministic)."""
     positive = np.flatnonzero(scores > 0)
-    if positive.size > k:
-        part = np.argpartition(-scores[positive], k - 1)[:k]
-        # keep every candidate tied with the k-th, so the cut does not depend on partition order
-        kth = scores[positive[part]].min()
-        positive = positive[scores[positive] >= kth]
-    order = np.lexsort((positive, -scores[positive]))
-    return positive[order][: max(k, 0)]
+    return positive[top_k(scores[positive], k, positive)]
 
 
 class _Picker:

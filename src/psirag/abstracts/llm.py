@@ -197,8 +197,13 @@ def llm_abstracts(
     progress: bool = False,
     max_keywords: int = MAX_KEYWORDS,
     summary_words: int = SUMMARY_MAX_WORDS,
+    nodes: Sequence[int] | None = None,
+    current: Sequence[str] | None = None,
 ) -> tuple[list[str], dict[str, Any]]:
-    """Write an abstract for every abstract node of ``tree``, bottom-up.
+    """Write an abstract for every abstract node of ``tree``, bottom-up; or, for an index
+    update, for the abstract ``nodes`` given only (parents after children, whatever their order
+    here), reading the other children's abstracts from ``current`` (one per node id, as this
+    returns), whose entries the result keeps for every node not rewritten.
 
     Returns ``(abstracts, stats)``: ``abstracts[node]`` for every node id (``""`` for leaves,
     whose text is ``leaf_texts``), and stats with counts of paid and cached calls, the cuts made
@@ -211,6 +216,13 @@ def llm_abstracts(
         raise InputError(f"kind must be 'summary' or 'keywords', got {kind!r}")
     if len(leaf_texts) != tree.n_leaves:
         raise InputError(f"{len(leaf_texts)} leaf texts for a tree of {tree.n_leaves} leaves")
+    if current is not None and len(current) != tree.n_nodes:
+        raise InputError(f"{len(current)} current abstracts for a tree of {tree.n_nodes} nodes")
+    todo = np.flatnonzero(tree.layer > 0) if nodes is None else np.asarray(nodes, dtype=np.int64)
+    if todo.size and (
+        todo.min() < 0 or todo.max() >= tree.n_nodes or (tree.layer[todo] == 0).any()
+    ):
+        raise InputError("nodes must be abstract nodes of the tree (layer 1 and above)")
     count = count_tokens or client.count_tokens
     params = SUMMARY_PARAMS if kind == "summary" else KEYWORD_PARAMS
 
@@ -227,14 +239,16 @@ def llm_abstracts(
 
     start = time.perf_counter()
     layers = tree.layer
-    abstracts = [""] * tree.n_nodes
+    abstracts = list(current) if current is not None else [""] * tree.n_nodes
+    wanted = np.zeros(tree.n_nodes, dtype=bool)
+    wanted[todo] = True
     stats: dict[str, Any] = {
         "kind": kind,
         "prompt_version": PROMPT_VERSION,
         "model": client.model.id,
         "context_tokens": context_tokens,
         "input_budget_tokens": budget,
-        "nodes": int(np.count_nonzero(layers > 0)),
+        "nodes": int(np.count_nonzero(wanted)),
         "calls": 0,
         "cached": 0,
         "prompt_tokens": 0,
@@ -247,9 +261,8 @@ def llm_abstracts(
         "seconds": 0.0,
     }
     for layer in range(1, tree.depth + 1):
-        nodes = [int(u) for u in np.flatnonzero(layers == layer)]
         jobs: list[tuple[int, list[str], list[dict[str, str]]]] = []
-        for node in nodes:
+        for node in np.flatnonzero((layers == layer) & wanted).tolist():
             kids = [int(c) for c in tree.children(node)]
             if len(kids) == 1 and layers[kids[0]] > 0:
                 abstracts[node] = abstracts[kids[0]]

@@ -9,11 +9,10 @@ question or the instructions) and records how many it cut.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from psirag.llm.base import ChatResult, GenerationParams, Message, token_counter
+from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message, token_counter
+from psirag.llm.client import as_client
 from psirag.prompts import format_documents
 from psirag.types import Passage
 
@@ -61,7 +60,7 @@ def request_tokens(messages: Sequence[Message], count: Callable[[str], int]) -> 
     return sum(count(m.get("content", "")) + MESSAGE_OVERHEAD_TOKENS for m in messages)
 
 
-def context_tokens_of(llm: object) -> int | None:
+def context_tokens_of(llm: ChatModel) -> int | None:
     """The context window of a model or of a client wrapping one; ``None`` when unknown."""
     for candidate in (llm, getattr(llm, "model", None)):
         value = getattr(candidate, "context_tokens", None)
@@ -73,7 +72,7 @@ def context_tokens_of(llm: object) -> int | None:
 def fit_messages(
     build: Callable[[int | None], list[Message]],
     longest: int,
-    llm: object,
+    llm: ChatModel,
     reply_tokens: int,
 ) -> tuple[list[Message], int | None]:
     """Build the request with the largest passage-length limit that fits the context window.
@@ -104,27 +103,15 @@ def fit_messages(
     return best, low
 
 
-def accepts_stage(chat: Callable[..., Any]) -> bool:
-    """``LLMClient.chat`` takes a ``stage`` label for its accounting; a bare ChatModel does not."""
-    try:
-        parameters = inspect.signature(chat).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == "stage" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
 def call_model(
-    llm: Any, messages: list[Message], params: GenerationParams, stage: str
+    llm: ChatModel, messages: list[Message], params: GenerationParams, stage: str
 ) -> ChatResult:
-    """One chat call, labelled with ``stage`` where the model (an ``LLMClient``) counts stages."""
-    if accepts_stage(llm.chat):
-        return llm.chat(messages, params, stage=stage)
-    return llm.chat(messages, params)
+    """One chat call, through an ``LLMClient`` (a bare ChatModel is wrapped), labelled ``stage``."""
+    return as_client(llm).chat(messages, params, stage=stage)
 
 
 __all__ = [
     "REPEAT_PENALTY",
-    "accepts_stage",
     "call_model",
     "clip",
     "context_tokens_of",

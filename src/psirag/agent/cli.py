@@ -11,11 +11,18 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from psirag.agent.loop import NAMES_CHECKS, RetrieveAndAnswer, Step
+from psirag.agent.loop import MAX_ANSWER_CHARS, NAMES_CHECKS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
+from psirag.argtypes import nonnegative_int, positive_int, text
+from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import InputError
+from psirag.http import add_http_options, http_policy_from
+
+if TYPE_CHECKING:
+    from psirag.index import Index
+    from psirag.llm import LLMClient
 
 LLM_ENV = "PSIRAG_LLM"
 """Environment variable read when ``--llm`` is not given."""
@@ -37,18 +44,30 @@ def register(subparsers: Any) -> None:
         "on stderr as they happen; the answer goes to stdout.",
     )
     ask.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
-    ask.add_argument("question", help="the question to answer")
+    ask.add_argument("question", type=text, help="the question to answer")
     _llm_arguments(ask)
     ask.add_argument(
         "--max-retrievals",
-        type=int,
+        type=nonnegative_int,
         default=1,
         metavar="N",
         help="retrievals allowed after the first one (default 1, the paper's 2Wiki/HotpotQA "
         "setting; MuSiQue: 3)",
     )
     ask.add_argument(
-        "--max-tokens", type=int, default=256, metavar="N", help="cap on each reply (default 256)"
+        "--max-tokens",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="cap on each reply (default 256)",
+    )
+    ask.add_argument(
+        "--max-answer-chars",
+        type=positive_int,
+        default=MAX_ANSWER_CHARS,
+        metavar="N",
+        help=f"longest answer accepted (default {MAX_ANSWER_CHARS} characters); a longer one "
+        "counts as no answer",
     )
     ask.add_argument(
         "--no-answer-check",
@@ -81,19 +100,22 @@ def register(subparsers: Any) -> None:
     summ.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
     summ.add_argument("--doc", metavar="ID", help="document to summarize (one tree per document)")
     summ.add_argument(
-        "--query", default=DEFAULT_QUERY, help=f"summative request (default: {DEFAULT_QUERY!r})"
+        "--query",
+        type=text,
+        default=DEFAULT_QUERY,
+        help=f"summative request (default: {DEFAULT_QUERY!r})",
     )
     _llm_arguments(summ)
     summ.add_argument(
         "--top-k",
-        type=int,
+        type=positive_int,
         default=20,
         metavar="K",
         help="nodes given to the LLM (default 20, QMSum; WCEP: 15)",
     )
     summ.add_argument(
         "--max-tokens",
-        type=int,
+        type=positive_int,
         default=200,
         metavar="N",
         help="cap on the summary (default 200, QMSum; WCEP: 150)",
@@ -107,22 +129,28 @@ def _llm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cache", metavar="PATH", default=None, help="SQLite file caching LLM replies (off)"
     )
+    add_index_embedder_option(parser)
+    add_http_options(parser)
 
 
-def _load_index(path: str) -> Any:
-    """The index layer, imported only when a command runs (it loads numpy, models, ...)."""
+def _load_index(args: argparse.Namespace) -> Index:
+    """The index layer, imported only when a command runs (it loads numpy, models, ...); the
+    query embedder is the one the user confirmed (``--embedder``) under ``--timeout``."""
+    from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
 
-    return Index.load(path)
+    index = Index.load(args.index)
+    confirm_index_embedder(index, args.embedder, http_policy_from(args))
+    return index
 
 
-def _client(args: argparse.Namespace) -> Any:
+def _client(args: argparse.Namespace) -> LLMClient:
     from psirag.llm import LLMClient, load_chat_model
 
     spec = args.llm or os.environ.get(LLM_ENV)
     if not spec:
         raise InputError(f"no LLM given: pass --llm SPEC or set ${LLM_ENV}; {_LLM_HELP}")
-    return LLMClient(load_chat_model(spec), cache_path=args.cache)
+    return LLMClient(load_chat_model(spec, http=http_policy_from(args)), cache_path=args.cache)
 
 
 def _one_line(text: str, limit: int = _SNIPPET) -> str:
@@ -171,8 +199,8 @@ class _StepPrinter:
                 print(f"    (asked again: {why})", file=self.out)
             if step.action == "retrieve":
                 print("    → retrieve again", file=self.out)
-            elif step.action == "not_mentioned":
-                print("    → no answer (out of attempts)", file=self.out)
+            elif step.action == "no_answer":
+                print("    → no valid answer (the model gave none it could use)", file=self.out)
             else:
                 forced = " (forced)" if step.action == "forced_answer" else ""
                 print(f"    → answer{forced}", file=self.out)
@@ -195,7 +223,7 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
     if args.max_retrievals < 0:
         raise InputError("--max-retrievals must be 0 or more")
-    index = _load_index(args.index)
+    index = _load_index(args)
     printer = _StepPrinter(sys.stderr, args.trace)
     with _client(args) as llm:
         agent = RetrieveAndAnswer(
@@ -203,6 +231,7 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             index.search,
             max_retrievals=args.max_retrievals,
             max_tokens=args.max_tokens,
+            max_answer_chars=args.max_answer_chars,
             check_answers=args.answer_check,
             names_check=args.names_check,
         )
@@ -224,7 +253,7 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 
 def run_summarize(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     stdout = stdout or sys.stdout
-    index = _load_index(args.index)
+    index = _load_index(args)
 
     def visit(query: str) -> Any:
         # Algorithm 2's k and beam are the summary's top-k (paper C.2), as in `psirag eval`.

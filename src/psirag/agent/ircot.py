@@ -44,9 +44,9 @@ from psirag.agent.loop import (
     Step,
     merge_evidence,
 )
-from psirag.agent.parsing import strip_thinking
+from psirag.agent.parsing import strip_fenced, strip_thinking
 from psirag.errors import InputError
-from psirag.llm.base import ChatResult, GenerationParams
+from psirag.llm.base import ChatModel, ChatResult, GenerationParams
 from psirag.prompts import IRCOT_ANSWER_PHRASE, NOT_MENTIONED, ircot_prompt
 from psirag.types import Passage
 
@@ -92,8 +92,9 @@ def first_sentence(line: str) -> str:
 def read_sentence(reply: str) -> tuple[str, str]:
     """``(sentence, line)`` from a reasoning reply: its first non-empty line with any leading
     label or list mark removed, and that line's first sentence (the next query). Hidden
-    ``<think>`` reasoning is dropped first. Both are empty when the reply holds no text."""
-    text = strip_thinking(reply).replace("\r", "\n")
+    ``<think>`` reasoning and repeated (fenced) documents are dropped first, so a document's
+    line never becomes the query. Both are empty when the reply holds no text."""
+    text = strip_fenced(strip_thinking(reply)).replace("\r", "\n")
     line = next((x for x in text.split("\n") if x.strip()), "")
     line = _unquote(_LEAD.sub("", line, count=1).strip().strip(_EMPHASIS))
     return first_sentence(line), line
@@ -153,7 +154,7 @@ class IRCoT:
 
     def __init__(
         self,
-        llm: Any,
+        llm: ChatModel,
         retrieve: Retriever,
         *,
         max_retrievals: int = 1,
@@ -165,9 +166,9 @@ class IRCoT:
         stage: str = "ircot",
     ) -> None:
         if max_retrievals < 0:
-            raise ValueError(f"max_retrievals must be 0 or more, got {max_retrievals}")
+            raise InputError(f"max_retrievals must be 0 or more, got {max_retrievals}")
         if sentence_tokens < 1:
-            raise ValueError(f"sentence_tokens must be positive, got {sentence_tokens}")
+            raise InputError(f"sentence_tokens must be positive, got {sentence_tokens}")
         self.llm = llm
         self.retrieve = retrieve
         self.max_retrievals = max_retrievals
@@ -287,6 +288,8 @@ class IRCoT:
         stats.rescued += got.rescued
         stats.unparsed += got.unparsed
         stats.forced_turns += got.forced_turns
+        stats.overlong_answers += got.overlong_answers
+        stats.no_answer += got.no_answer
         stats.clipped_passages = max(stats.clipped_passages, got.clipped_passages)
         stats.prompt_tokens += got.prompt_tokens
         stats.completion_tokens += got.completion_tokens

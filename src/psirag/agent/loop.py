@@ -6,7 +6,13 @@ and its passages are added to the conversation. Every turn says how many retriev
 none left the turn demands an answer. The loop is bounded by construction (at most
 ``max_retrievals + 1`` retrievals and ``max_retrievals + 2`` model calls), whatever the model says:
 a model that still asks to retrieve, or whose reply has no marker, gets one follow-up turn that asks
-for the answer alone, and if that fails too the episode answers ``Not mentioned``.
+for the answer alone, and if that fails too the episode ends with no valid answer (step action
+``no_answer``, counted in ``AgentStats.no_answer``; the answer given is ``Not mentioned``).
+
+An answer is bounded: one longer than ``max_answer_chars`` (:data:`MAX_ANSWER_CHARS` by default)
+is no answer but a runaway reply, and counts as a reply without a usable marker (issue 11, item 4).
+Passages reach the model fenced and neutralised (see ``psirag.prompts.fence``) and the parser
+takes no marker from inside a fence, so a document cannot supply the answer.
 
 Three checks keep a small model from ending early while a retrieval is left. After a
 ``Not mentioned`` it is asked for a sub-question (prompts v4); after an answer that no document
@@ -53,10 +59,14 @@ from psirag.prompts import (
 )
 from psirag.types import Passage
 
+MAX_ANSWER_CHARS = 300
+"""Longest answer accepted, in characters. The prompt asks for a name, a date, a number or a short
+phrase; a longer "answer" is a model (or a server) that ran away, not an answer to show."""
+
 RRF_K = 60
 """Rank-fusion constant of the evidence merge, the same as the retrieval fusion (SPEC 2.3)."""
 
-StepAction = Literal["answer", "retrieve", "forced_answer", "not_mentioned"]
+StepAction = Literal["answer", "retrieve", "forced_answer", "no_answer"]
 FollowUp = Literal["nudge", "answer_check", "names_check", "names_lookup"]
 NamesCheck = Literal["lookup", "ask", "off"]
 NAMES_CHECKS: tuple[NamesCheck, ...] = ("lookup", "ask", "off")
@@ -70,7 +80,8 @@ class Step:
 
     ``query`` is what was retrieved (the user question at the first step); ``action`` is what the
     episode did after the reply: ask for another retrieval, take the answer, take an answer
-    extracted by the forced-answer follow-up, or give up with ``Not mentioned``.
+    extracted by the forced-answer follow-up, or end with no valid answer (``no_answer``: even the
+    forced-answer turn gave no usable answer; the episode's answer is then ``Not mentioned``).
     """
 
     query: str
@@ -78,7 +89,7 @@ class Step:
     remaining: int
     """Retrievals the model was told remain at this step (0: it was told to answer)."""
     thought: str = ""
-    action: StepAction = "not_mentioned"
+    action: StepAction = "no_answer"
     raw: str = ""
     well_formed: bool = False
     rescued: bool = False
@@ -132,6 +143,10 @@ class AgentStats:
     retrievals remained (looked up, or asked about, by ``names_check``)."""
     clipped_passages: int = 0
     """Passages shown shortened in some request so that it fit the context window."""
+    overlong_answers: int = 0
+    """Answers refused for being longer than ``max_answer_chars`` (read as no usable marker)."""
+    no_answer: int = 0
+    """Episodes that ended with no valid answer: the forced-answer turn gave none either."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -163,9 +178,15 @@ class AgentResult:
     question: str = ""
     stats: AgentStats = field(default_factory=AgentStats)
 
+    @property
+    def valid_answer(self) -> bool:
+        """False when the episode ended with no valid answer (its answer is ``Not mentioned``)."""
+        return not self.steps or self.steps[-1].action != "no_answer"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "answer": self.answer,
+            "valid_answer": self.valid_answer,
             "steps": [s.to_dict() for s in self.steps],
             "evidence": [p.to_dict() for p in self.evidence],
             "question": self.question,
@@ -187,7 +208,7 @@ def merge_evidence(
     passages carry the merged score.
     """
     if mode not in ("rank_fusion", "best_score"):
-        raise ValueError(f"evidence merge must be rank_fusion or best_score, got {mode!r}")
+        raise InputError(f"evidence merge must be rank_fusion or best_score, got {mode!r}")
     merged: dict[str, list[Any]] = {}  # id -> [score, first step, rank there, passage]
     for step_no, passages in enumerate(step_lists):
         seen: set[str] = set()
@@ -236,12 +257,13 @@ class RetrieveAndAnswer:
     that no retrieved document is about: ``lookup`` retrieves them (using a retrieval) and asks
     for the answer again, ``ask`` asks the model whether it needs them, ``off`` takes the answer.
     ``check_answers=False, names_check="off"`` is the paper's loop plus the ``Not mentioned``
-    follow-up. Each episode step gets at most one check.
+    follow-up. Each episode step gets at most one check. ``max_answer_chars`` bounds an answer
+    (longer ones are refused, see the module docstring).
     """
 
     def __init__(
         self,
-        llm: ChatModel | Any,
+        llm: ChatModel,
         retrieve: Retriever,
         *,
         max_retrievals: int = 1,
@@ -252,16 +274,20 @@ class RetrieveAndAnswer:
         evidence_merge: EvidenceMerge = "rank_fusion",
         check_answers: bool = True,
         names_check: NamesCheck = "lookup",
+        max_answer_chars: int = MAX_ANSWER_CHARS,
         stage: str = "agent",
     ) -> None:
         if max_retrievals < 0:
-            raise ValueError(f"max_retrievals must be 0 or more, got {max_retrievals}")
+            raise InputError(f"max_retrievals must be 0 or more, got {max_retrievals}")
         if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+            raise InputError(f"max_tokens must be positive, got {max_tokens}")
         if thought_words < 1:
-            raise ValueError(f"thought_words must be positive, got {thought_words}")
+            raise InputError(f"thought_words must be positive, got {thought_words}")
+        if max_answer_chars < 1:
+            raise InputError(f"max_answer_chars must be positive, got {max_answer_chars}")
+        self.max_answer_chars = max_answer_chars
         if evidence_merge not in ("rank_fusion", "best_score"):
-            raise ValueError(
+            raise InputError(
                 f"evidence_merge must be rank_fusion or best_score: {evidence_merge!r}"
             )
         self.llm = llm
@@ -271,7 +297,7 @@ class RetrieveAndAnswer:
         self.evidence_merge: EvidenceMerge = evidence_merge
         self.check_answers = check_answers
         if names_check not in NAMES_CHECKS:
-            raise ValueError(f"names_check must be one of {NAMES_CHECKS}, got {names_check!r}")
+            raise InputError(f"names_check must be one of {NAMES_CHECKS}, got {names_check!r}")
         self.names_check: NamesCheck = names_check
         self.params = GenerationParams(
             max_tokens=max_tokens, temperature=temperature, repeat_penalty=repeat_penalty
@@ -363,8 +389,7 @@ class RetrieveAndAnswer:
                 on_retrieval(step)
 
             reply = self._call(question, turns, stats)
-            parsed = parse_reply(reply.text)
-            stats.count(parsed)
+            parsed = self._parse(reply.text, stats)
             step.raw = reply.text
             step.thought = parsed.thought
             step.well_formed = parsed.well_formed
@@ -389,7 +414,8 @@ class RetrieveAndAnswer:
                     step.action = "forced_answer"
                     answer = forced[0]
                 else:
-                    step.action = "not_mentioned"
+                    step.action = "no_answer"
+                    stats.no_answer += 1
             if on_step is not None:
                 on_step(step)
             if step.action != "retrieve":
@@ -446,8 +472,7 @@ class RetrieveAndAnswer:
         step.follow_up = cast(FollowUp, turn.role)  # a nudge or a check: the follow-up kinds
         step.follow_up_names = list(turn.names)
         step.follow_up_raw = reply.text
-        parsed = parse_reply(reply.text)
-        stats.count(parsed)
+        parsed = self._parse(reply.text, stats)
         if parsed.action == "retrieve" and parsed.argument:
             return parsed
         if parsed.action == "answer" and parsed.argument and not is_not_mentioned(parsed.argument):
@@ -462,16 +487,30 @@ class RetrieveAndAnswer:
         stats.forced_turns += 1
         reply = self._call(question, turns, stats)
         turns.append(_Turn("assistant", text=reply.text.strip()))
-        parsed = parse_reply(reply.text)
-        stats.count(parsed)
+        refused = stats.overlong_answers
+        parsed = self._parse(reply.text, stats)
         if parsed.action == "answer":
             return parsed.argument, reply.text
-        if parsed.action is None:
-            return bare_answer(reply.text), reply.text
+        if parsed.action is None and stats.overlong_answers == refused:
+            bare = bare_answer(reply.text)
+            if bare is not None and len(bare) > self.max_answer_chars:
+                stats.overlong_answers += 1
+                bare = None
+            return bare, reply.text
         return None, reply.text
+
+    def _parse(self, reply: str, stats: AgentStats) -> ParsedReply:
+        """Parse and count a reply; an answer over ``max_answer_chars`` is read as no marker."""
+        parsed = parse_reply(reply)
+        if parsed.action == "answer" and len(parsed.argument) > self.max_answer_chars:
+            stats.overlong_answers += 1
+            parsed = replace(parsed, action=None, argument="", well_formed=False, rescued=False)
+        stats.count(parsed)
+        return parsed
 
 
 __all__ = [
+    "MAX_ANSWER_CHARS",
     "NAMES_CHECKS",
     "NOT_MENTIONED",
     "AgentResult",

@@ -5,8 +5,11 @@ how it read each reply: ``well_formed`` (a marker at the start of a line, the fo
 for), ``rescued`` (a marker found only inside a line) or neither (no usable marker: the loop then
 forces an answer). The counts of the three are reported separately so format drift stays visible.
 
-Only the model's own reply is parsed here. Retrieved passages never pass through this module, so a
-document that contains ``Answer: X`` cannot become the agent's answer.
+Only the model's own markers count. Prompts fence documents (``prompts.fence``) and escape the
+marker colons inside them (``Answer\\: X``), so a model that repeats a document, or the whole
+prompt, repeats no marker this parser takes: fenced blocks are cut out of the reply before it is
+read, an escaped colon matches no pattern, and the instructions' own placeholders
+(``"Answer: <answer>"``) are not answers (issue 11, item 4).
 """
 
 from __future__ import annotations
@@ -28,6 +31,16 @@ _THOUGHT_PREFIX = re.compile(rf"^{_DECOR}thought{_DECOR}:[*_`]*\s*", re.IGNORECA
 # Reasoning models wrap hidden reasoning in <think> tags; a cut-off block has no closing tag.
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.IGNORECASE | re.DOTALL)
 _EDGE_DECOR = "*_`\"' \t"
+# A fenced block of documents that the model repeated (prompts.FENCE_OPEN ... FENCE_CLOSE), up to
+# its own closing line or, when the reply was cut off inside it, to the end.
+_FENCED = re.compile(
+    "\u27e6DOCUMENTS[ \t]+(?P<id>[^\u27e7\n]*)\u27e7"
+    ".*?(?:\u27e6END DOCUMENTS[ \t]+(?P=id)\u27e7|\\Z)",
+    re.DOTALL,
+)
+# The instructions' templates, "<answer>", "<sub-question>": copied from the prompt, not an answer.
+_PLACEHOLDER = re.compile(r"^<[^<>]*>$")
+_OPEN_QUOTES = {'"': '"', "\u201c": "\u201d", "'": "'"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +65,15 @@ def strip_thinking(text: str) -> str:
     return _THINK.sub("", text or "")
 
 
+def strip_fenced(text: str) -> str:
+    """Remove fenced document blocks a model repeated: nothing in them is the model's own."""
+    return _FENCED.sub("", text)
+
+
+def _usable(argument: str) -> bool:
+    return bool(argument) and not _PLACEHOLDER.match(argument)
+
+
 def _clean_argument(text: str) -> str:
     """Strip emphasis and quotes around an answer or query, keep its inner punctuation."""
     return text.strip().strip(_EDGE_DECOR).strip()
@@ -71,7 +93,7 @@ def parse_reply(reply: str) -> ParsedReply:
     A marker line with nothing after it takes its argument from the next non-empty line, unless
     that line is itself a marker. A marker with no argument at all is not usable.
     """
-    text = strip_thinking(reply).replace("\r\n", "\n").replace("\r", "\n")
+    text = strip_fenced(strip_thinking(reply)).replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
 
     for i in range(len(lines) - 1, -1, -1):
@@ -83,19 +105,39 @@ def parse_reply(reply: str) -> ParsedReply:
             following = next((line for line in lines[i + 1 :] if line.strip()), "")
             if following and not _LINE_MARKER.match(following):
                 argument = _clean_argument(following)
-        if argument:
+        if _usable(argument):
             thought = _clean_thought("\n".join(lines[:i]))
             return ParsedReply(thought, _action(match["word"]), argument, True, False)
 
-    inline = [m for m in _INLINE_MARKER.finditer(text) if _clean_argument(m["rest"])]
+    inline = [(m, _inline_argument(text, m)) for m in _inline_markers(text)]
+    inline = [(m, argument) for m, argument in inline if _usable(argument)]
     if inline:
-        last = inline[-1]
+        last, argument = inline[-1]
         thought = _clean_thought(text[: last.start()])
-        return ParsedReply(
-            thought, _action(last["word"]), _clean_argument(last["rest"]), False, True
-        )
+        return ParsedReply(thought, _action(last["word"]), argument, False, True)
 
     return ParsedReply(_clean_thought(text), None, "", False, False)
+
+
+def _inline_markers(text: str) -> list[re.Match[str]]:
+    """Every inline marker, including those inside another's argument (a line may hold two)."""
+    found: list[re.Match[str]] = []
+    position = 0
+    while (match := _INLINE_MARKER.search(text, position)) is not None:
+        found.append(match)
+        position = match.start() + 1
+    return found
+
+
+def _inline_argument(text: str, match: re.Match[str]) -> str:
+    """The argument of an inline marker; a quoted marker (``say "Answer: X" now``) ends at its
+    closing quote."""
+    rest = match["rest"]
+    before = text[match.start() - 1] if match.start() else ""
+    closing = _OPEN_QUOTES.get(before)
+    if closing and closing in rest:
+        rest = rest[: rest.index(closing)]
+    return _clean_argument(rest)
 
 
 def bare_answer(reply: str) -> str | None:
@@ -104,16 +146,18 @@ def bare_answer(reply: str) -> str | None:
     This is the last rescue of the forced-answer turn, where the model was asked for the answer
     alone; anything longer than a line is reasoning, not an answer, and gives ``None``.
     """
-    text = _clean_thought(strip_thinking(reply))
+    text = _clean_thought(strip_fenced(strip_thinking(reply)))
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) != 1:
         return None
     answer = _clean_argument(lines[0])
-    return answer if answer and len(answer.split()) <= _BARE_ANSWER_MAX_WORDS else None
+    if not _usable(answer) or len(answer.split()) > _BARE_ANSWER_MAX_WORDS:
+        return None
+    return answer
 
 
 _BARE_ANSWER_MAX_WORDS = 20
 """Longer single lines are sentences of reasoning, not the word or phrase the prompt asks for."""
 
 
-__all__ = ["Action", "ParsedReply", "bare_answer", "parse_reply", "strip_thinking"]
+__all__ = ["Action", "ParsedReply", "bare_answer", "parse_reply", "strip_fenced", "strip_thinking"]

@@ -37,11 +37,17 @@ class VisitedNode(Protocol):
     (what ``Index.visit`` returns) is one.
     """
 
-    node: int
-    layer: int
-    score: float
-    text: str
-    order: int
+    # Read-only members, so that frozen dataclasses (``NodeHit``, :class:`Node`) conform.
+    @property
+    def node(self) -> int: ...
+    @property
+    def layer(self) -> int: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def order(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +127,7 @@ class Summarizer:
 
     def __init__(
         self,
-        llm: ChatModel | Any,
+        llm: ChatModel,
         visit: Callable[[str], Sequence[VisitedNode]],
         *,
         top_k: int = 20,
@@ -132,15 +138,15 @@ class Summarizer:
         stage: str = "summarize",
     ) -> None:
         if top_k < 1:
-            raise ValueError(f"top_k must be positive, got {top_k}")
+            raise InputError(f"top_k must be positive, got {top_k}")
         if max_tokens < 1:
-            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+            raise InputError(f"max_tokens must be positive, got {max_tokens}")
         self.llm = llm
         self.visit = visit
         self.top_k = top_k
         self.max_words = max_words if max_words is not None else int(max_tokens * WORDS_PER_TOKEN)
         if self.max_words < 1:
-            raise ValueError(f"max_words must be positive, got {self.max_words}")
+            raise InputError(f"max_words must be positive, got {self.max_words}")
         self.params = GenerationParams(
             max_tokens=max_tokens, temperature=temperature, repeat_penalty=repeat_penalty
         )

@@ -14,11 +14,14 @@ import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from psirag.errors import EmbeddingError, InputError
+
+if TYPE_CHECKING:
+    from psirag.http import HttpPolicy
 
 ACCEPTED_SPECS = (
     "accepted embedder specs: 'minilm' (all-MiniLM-L6-v2 from the installed package "
@@ -187,8 +190,16 @@ def default_minilm_backend(device: str = "cpu") -> str:
     return "torch"
 
 
-def load_embedder(spec: str, *, batch_size: int | None = None, device: str = "cpu") -> Embedder:
-    """Build the embedder a spec names, touching no network except an explicit openai: URL."""
+def load_embedder(
+    spec: str,
+    *,
+    batch_size: int | None = None,
+    device: str = "cpu",
+    http: HttpPolicy | None = None,
+) -> Embedder:
+    """Build the embedder a spec names, touching no network except an explicit openai: URL
+    (called under ``http``, default :class:`psirag.http.HttpPolicy`). A spec read from an index
+    goes through :func:`psirag.embed.endpoints.load_index_embedder` instead."""
     spec = spec.strip()
     if spec in MINILM_SPECS:
         backend = default_minilm_backend(device) if spec == "minilm" else spec[len("minilm-") :]
@@ -231,5 +242,5 @@ def load_embedder(spec: str, *, batch_size: int | None = None, device: str = "cp
         url, model = _parse_openai(spec)
         from psirag.embed.openai_compat import OpenAIEmbedder
 
-        return OpenAIEmbedder(url, model, batch_size=batch_size or 64, spec=spec)
+        return OpenAIEmbedder(url, model, batch_size=batch_size or 64, spec=spec, http=http)
     raise InputError(f"unknown embedder {spec!r}; " + ACCEPTED_SPECS)

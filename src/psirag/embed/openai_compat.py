@@ -1,19 +1,16 @@
 """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint, with the standard library only.
 
-Works with llama.cpp's server, vLLM, text-embeddings-inference and OpenAI itself. The API key comes
-from the caller or ``OPENAI_API_KEY`` and goes only into the Authorization header: never into
-messages, ``repr``, ``spec`` or ``id``.
+Works with llama.cpp's server, vLLM, text-embeddings-inference and OpenAI itself. Requests go
+through :class:`psirag.http.HttpClient` (one deadline, retry rule and size cap for chat and
+embeddings). The API key is read from ``$OPENAI_API_KEY`` (or ``api_key_env``) on every request
+and goes only into the Authorization header: never onto the object, into messages, ``repr``,
+``spec`` or ``id``.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,14 +18,13 @@ import numpy as np
 
 from psirag.embed.base import finalize_vectors
 from psirag.errors import EmbeddingError
+from psirag.http import HTTPCallError, HttpClient, HttpPolicy, scrub
 
-_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 _PROBE = "dimension probe"
-_LOOPBACK = {"localhost", "127.0.0.1", "::1"}
 
 
 class OpenAIEmbedder:
-    """Client for ``POST {base_url}/embeddings``; retries transient failures with backoff."""
+    """Client for ``POST {base_url}/embeddings``; ``http`` sets its deadline, retries, size cap."""
 
     max_tokens: int | None = None
     """The server truncates (or rejects) long inputs on its own terms; we cannot count them."""
@@ -37,12 +33,10 @@ class OpenAIEmbedder:
         self,
         base_url: str,
         model: str,
-        api_key: str | None = None,
         batch_size: int = 64,
-        timeout: float = 60,
         *,
-        retries: int = 4,
-        backoff: float = 1.0,
+        http: HttpPolicy | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
         spec: str | None = None,
     ) -> None:
         if batch_size < 1:
@@ -51,22 +45,22 @@ class OpenAIEmbedder:
         self.url = f"{self.base_url}/embeddings"
         self.model = model
         self.batch_size = batch_size
-        self.timeout = timeout
-        self.retries = max(0, retries)
-        self.backoff = backoff
+        self.api_key_env = api_key_env
         self.spec = spec if spec is not None else f"openai:{self.base_url}#{model}"
         # Identity is the served model, not the host: the same model behind another URL is equal.
         self.id = f"openai:{model}"
         self.last_truncated = 0
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._dim: int | None = None
-        host = urllib.parse.urlsplit(self.url).hostname or ""
-        # A proxy set for the internet must not capture a server on this machine.
-        handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
-        self._opener = urllib.request.build_opener(*handlers)
+        self._http = HttpClient(
+            self.url, what="embedding server", policy=http, api_key_env=api_key_env or None
+        )
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder(url={self.url!r}, model={self.model!r})"
+
+    @property
+    def policy(self) -> HttpPolicy:
+        return self._http.policy
 
     @property
     def dim(self) -> int:
@@ -115,13 +109,17 @@ class OpenAIEmbedder:
         """One embeddings request; returns raw (unnormalised) rows in input order."""
         # Many servers reject empty strings; a single space embeds "nothing" just as well.
         payload = {"model": self.model, "input": [t if t.strip() else " " for t in batch]}
-        body = self._post(json.dumps(payload).encode("utf-8"))
+        try:
+            body = self._http.post_json(payload).body
+        except HTTPCallError as exc:
+            raise EmbeddingError(str(exc)) from None
         try:
             data = json.loads(body)
         except ValueError as exc:
+            snippet = scrub(body[:120].decode("utf-8", "replace"), self._key())
             raise EmbeddingError(
-                f"{self.url} did not return JSON ({exc}); body starts {body[:120]!r}"
-            ) from exc
+                f"{self.url} did not return JSON ({exc}); body starts {snippet!r}"
+            ) from None
         vectors = self._parse(data, len(batch))
         if self._dim is None:
             self._dim = int(vectors.shape[1])
@@ -130,6 +128,9 @@ class OpenAIEmbedder:
                 f"{self.url} returned vectors of length {vectors.shape[1]}, earlier {self._dim}"
             )
         return vectors
+
+    def _key(self) -> str:
+        return os.environ.get(self.api_key_env, "") if self.api_key_env else ""
 
     def _parse(self, data: Any, n: int) -> np.ndarray:
         if not isinstance(data, dict) or not isinstance(data.get("data"), list):
@@ -162,52 +163,5 @@ class OpenAIEmbedder:
                 f"{self.url} response 'data[*].embedding' holds non-numbers: {exc}"
             ) from exc
 
-    def _post(self, body: bytes) -> bytes:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        last = ""
-        retry_after: float | None = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self._delay(attempt, retry_after))
-            retry_after = None
-            req = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
-            try:
-                with self._opener.open(req, timeout=self.timeout) as resp:
-                    return resp.read()
-            except urllib.error.HTTPError as exc:
-                detail = _read_error(exc)
-                if exc.code not in _RETRY_STATUS:
-                    raise EmbeddingError(f"{self.url} answered HTTP {exc.code}: {detail}") from None
-                last = f"HTTP {exc.code}: {detail}"
-                retry_after = _retry_after(exc)
-            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-                reason = getattr(exc, "reason", exc)
-                last = f"{type(reason).__name__}: {reason}"
-        raise EmbeddingError(
-            f"cannot get embeddings from {self.url} after {self.retries + 1} tries ({last}); "
-            "is the server running and the URL right?"
-        )
 
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        delay = self.backoff * 2 ** (attempt - 1)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, 30.0))
-        return delay
-
-
-def _read_error(exc: urllib.error.HTTPError) -> str:
-    try:
-        text = exc.read(300).decode("utf-8", "replace").strip()
-    except Exception:
-        text = ""
-    return text or str(exc.reason)
-
-
-def _retry_after(exc: urllib.error.HTTPError) -> float | None:
-    value = exc.headers.get("Retry-After") if exc.headers else None
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
+__all__ = ["OpenAIEmbedder"]

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from psirag.agent.loop import NAMES_CHECKS
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.errors import InputError
+from psirag.http import add_http_options, http_policy_from
 
 LLM_ENV = "PSIRAG_LLM"
 
@@ -168,6 +169,7 @@ def register(subparsers: Any) -> None:
         "no answer call per question and method",
     )
     p.add_argument("--rebuild", action="store_true", help="rebuild indexes even if cached")
+    add_http_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run_eval_command)
 
@@ -175,7 +177,7 @@ def register(subparsers: Any) -> None:
 def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     """The index ablations of the paper: abstract type, routing, fan-out, and a sub-corpus to run
     the costly (LLM-abstract) ones on. Each variant gets its own cached index."""
-    from psirag.cli import _max_children, _tree_mode_arguments
+    from psirag.cli_common import max_children, tree_mode_arguments
 
     g = p.add_argument_group("ablations (each variant is indexed and cached apart)")
     g.add_argument(
@@ -195,13 +197,13 @@ def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--max-children",
-        type=_max_children,
+        type=max_children,
         default=IndexConfig.max_children,
         metavar="N",
         help=f"most children per node, psi and raptor (default {IndexConfig.max_children}; "
         "'none': no cap)",
     )
-    _tree_mode_arguments(g)
+    tree_mode_arguments(g)
     g.add_argument(
         "--context-tokens",
         type=int,
@@ -289,6 +291,7 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
         index_config=config,
         subcorpus=args.subcorpus,
         retrieval_only=args.retrieval_only,
+        http=http_policy_from(args),
     )
 
     def say(message: str) -> None:

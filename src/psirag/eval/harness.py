@@ -43,6 +43,7 @@ from psirag.agent.loop import is_not_mentioned
 from psirag.agent.summarize import Summarizer, VisitedNode
 from psirag.embed import Embedder, finalize_vectors
 from psirag.errors import InputError
+from psirag.eval.clients import llm_client
 from psirag.eval.data import EvalDataset, EvalQuestion, load_dataset
 from psirag.eval.embedcache import CachingEmbedder
 from psirag.eval.methods import (
@@ -71,10 +72,11 @@ from psirag.eval.settings import (
     MethodMode,
     resolve_embedder,
 )
+from psirag.llm.base import ChatModel
+from psirag.llm.client import LLMClient
 from psirag.types import Passage
 
 SCHEMA = "psirag.eval/1"
-LLM_CACHE_FILE = "llm-cache.sqlite"
 STAGES: dict[MethodMode, str] = {
     "none": "eval-answer",
     "agent": "eval-agent",
@@ -98,7 +100,9 @@ class QueryVectors:
         self._lock = threading.Lock()
         start = time.perf_counter()
         unique = list(dict.fromkeys(texts))
-        vectors = finalize_vectors(embedder.embed(unique), unique) if unique else []
+        vectors: np.ndarray | list[np.ndarray] = (
+            finalize_vectors(embedder.embed(unique), unique) if unique else []
+        )
         self._store: dict[str, np.ndarray] = dict(zip(unique, vectors, strict=True))
         self.seconds = time.perf_counter() - start
         self.extra = 0
@@ -379,7 +383,7 @@ class _Runner:
         dataset: EvalDataset,
         settings: EvalSettings,
         vectors: QueryVectors,
-        llm: Any,
+        llm: LLMClient | None,
     ) -> None:
         self.dataset = dataset
         self.settings = settings
@@ -456,6 +460,12 @@ class _Runner:
             "queries": [q.question],
         }
 
+    def _model(self) -> LLMClient:
+        """The run's LLM client; modes that answer are only planned with one (checked early)."""
+        if self.llm is None:
+            raise InputError("this method answers with an LLM: pass --llm SPEC")
+        return self.llm
+
     def _summarize(self, retrieval: Retrieval, q: EvalQuestion) -> dict[str, Any]:
         """One retrieval inside the question's document, one summary over what it visited."""
         if retrieval.visit is None:  # run_eval checks first; kept for direct callers
@@ -466,7 +476,7 @@ class _Runner:
         nodes = list(retrieval.visit(q.question, vector, self.question_docs(q)))
         query_ms = (time.perf_counter() - start) * 1000
         summarizer = Summarizer(
-            self.llm,
+            self._model(),
             lambda query: nodes,
             top_k=s.summary_top_k,
             max_tokens=s.summary_max_tokens,
@@ -514,7 +524,7 @@ class _Runner:
         loop: RetrieveAndAnswer | IRCoT
         if mode == "ircot":
             loop = IRCoT(
-                self.llm,
+                self._model(),
                 retrieve,
                 max_retrievals=self.settings.max_retrievals,
                 max_tokens=self.settings.max_tokens,
@@ -522,7 +532,7 @@ class _Runner:
             )
         else:
             loop = RetrieveAndAnswer(
-                self.llm,
+                self._model(),
                 retrieve,
                 max_retrievals=self.settings.max_retrievals if mode == "agent" else 0,
                 max_tokens=self.settings.max_tokens,
@@ -553,7 +563,7 @@ def run_eval(
     settings: EvalSettings | None = None,
     *,
     embedder: Embedder | None = None,
-    llm: Any = None,
+    llm: ChatModel | None = None,
     say: Say | None = None,
     progress: bool = False,
 ) -> EvalReport:
@@ -580,6 +590,7 @@ def run_eval(
     if not data.questions:
         raise InputError(f"{data.folder}: no questions to evaluate")
     if not settings.methods:
+        defaults: tuple[str, ...]
         if not has_llm:
             defaults = RETRIEVAL_METHODS
         else:
@@ -590,7 +601,7 @@ def run_eval(
         _warn_summarize_index(settings, data, say)
 
     embedder_obj = embedder or resolve_embedder(
-        settings.embedder, settings.resolved_index_config().batch_size
+        settings.embedder, settings.resolved_index_config().batch_size, settings.http
     )
     embedding_cached = False
     if settings.embedding_cache is not None:
@@ -610,7 +621,7 @@ def run_eval(
     say(f"embedding {len(data.questions)} questions")
     vectors = QueryVectors(embedder_obj, [q.question for q in data.questions])
 
-    client, owned = _llm_client(settings, llm)
+    client, owned = llm_client(settings, llm)
     ctx.llm = client  # LLM abstracts share the answers' client and response cache
     answerer = None if settings.retrieval_only else client
     results: list[MethodResult] = []
@@ -707,20 +718,7 @@ def _warn_summarize_index(settings: EvalSettings, data: EvalDataset, say: Say) -
         )
 
 
-def _llm_client(settings: EvalSettings, llm: Any) -> tuple[Any, bool]:
-    """The LLMClient every answer goes through (cached in the cache folder); owned: close it."""
-    if llm is not None:
-        return llm, False
-    if settings.llm is None:
-        return None, False
-    from psirag.llm import LLMClient, load_chat_model
-
-    cache_dir = Path(settings.cache_dir).expanduser()
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    return LLMClient(load_chat_model(settings.llm), cache_path=cache_dir / LLM_CACHE_FILE), True
-
-
-def _model_id(client: Any) -> str | None:
+def _model_id(client: ChatModel | None) -> str | None:
     """The model id of an LLMClient (its wrapped model) or of a bare ChatModel."""
     if client is None:
         return None

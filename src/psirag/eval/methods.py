@@ -49,21 +49,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from psirag import __version__
+from psirag._version import __version__
 from psirag.agent.summarize import VisitedNode
 from psirag.config import IndexConfig
 from psirag.embed import Embedder
 from psirag.errors import InputError, PsiragError
+from psirag.eval.clients import llm_client
 from psirag.eval.data import EvalDataset
 from psirag.eval.settings import MODE_SUFFIXES, EvalSettings, MethodMode
 from psirag.index import Index
-from psirag.retrieval.fusion import rrf_fuse
+from psirag.retrieval.fusion import Reranker
+from psirag.retrieval.retriever import Retriever
 from psirag.storage import FORMAT_VERSION
 from psirag.types import Passage
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
 
@@ -144,7 +149,7 @@ class IndexCache:
         parts: dict[str, Any],
         *,
         build: Callable[[], T],
-        save: Callable[[T, Path], None],
+        save: Callable[[T, Path], object],
         load: Callable[[Path], T],
         stages: Callable[[T], dict[str, float]] | None = None,
         say: Say | None = None,
@@ -211,10 +216,10 @@ class EvalContext:
     say: Say = field(default=lambda message: None)
     progress: bool = False
     embedding_cached: bool = False
-    llm: Any = None
+    llm: LLMClient | None = None
     """The run's LLM client (answers and LLM abstracts share it and its cache); None: none."""
     _psi: tuple[Index, IndexInfo] | None = None
-    _reranker: Any = None
+    _reranker: Reranker | None = None
 
     @cached_property
     def corpus_hash(self) -> str:
@@ -226,7 +231,7 @@ class EvalContext:
         config: dict[str, Any],
         *,
         build: Callable[[], T],
-        save: Callable[[T, Path], None],
+        save: Callable[[T, Path], object],
         load: Callable[[Path], T],
         stages: Callable[[T], dict[str, float]] | None = None,
     ) -> tuple[T, IndexInfo]:
@@ -249,7 +254,7 @@ class EvalContext:
         )
 
     @contextmanager
-    def abstract_llm(self, config: IndexConfig) -> Iterator[Any]:
+    def abstract_llm(self, config: IndexConfig) -> Iterator[LLMClient | None]:
         """The LLM that writes LLM abstracts (None for LLM-free ones): the run's ``--llm``,
         through the harness's client and response cache, so a killed build resumes and the
         abstract calls and the answers share one cache file."""
@@ -259,9 +264,7 @@ class EvalContext:
         if self.llm is not None:
             yield self.llm
             return
-        from psirag.eval.harness import _llm_client
-
-        client, owned = _llm_client(self.settings, None)
+        client, owned = llm_client(self.settings, None)
         if client is None:
             raise InputError(f"abstracts {config.abstracts} need an LLM: pass --llm SPEC")
         try:
@@ -299,13 +302,21 @@ class EvalContext:
             )
         return self._psi
 
-    def reranker(self) -> Any:
-        """The ``--reranker`` cross-encoder, loaded once."""
+    def reranker(self) -> Reranker:
+        """The ``--reranker`` cross-encoder, loaded once (psi and hybrid share it)."""
         if self._reranker is None:
             from psirag.retrieval.rerank import CrossEncoderReranker
 
             self._reranker = CrossEncoderReranker(str(self.settings.reranker))
         return self._reranker
+
+    def retriever(self, **changes: Any) -> tuple[Retriever, IndexInfo]:
+        """A retriever over the psi index with the run's search settings and ``changes``; with
+        ``fusion='rerank'``, it ranks by the run's shared reranker."""
+        index, info = self.psi_index()
+        config = self.settings.search_config(**changes)
+        reranker = self.reranker() if config.fusion == "rerank" else None
+        return index.retriever.with_config(config, reranker=reranker), info
 
 
 @dataclass
@@ -376,72 +387,45 @@ def register_method(name: str, factory: Factory, description: str = "") -> None:
 # --- built-in retrievers --------------------------------------------------------------------------
 
 
-class DenseFlat:
-    """Exact cosine over every leaf embedding, one leaf per distinct text (as BM25 does)."""
-
-    def __init__(self, index: Index) -> None:
-        n = index.tree.n_leaves
-        self.index = index
-        self.vectors = np.ascontiguousarray(np.asarray(index.node_vectors[:n]), dtype=np.float32)
-        seen: dict[str, int] = {}
-        first = [seen.setdefault(c.text, i) == i for i, c in enumerate(index.chunks)]
-        self.first = np.asarray(first, dtype=bool)
-
-    def ranked(
-        self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k leaves by cosine, best first (ties by leaf id), with their scores; ``allowed``
-        (a boolean mask over leaves) keeps the ranking inside some documents."""
-        scores = self.vectors @ np.asarray(vector, dtype=np.float32).ravel()
-        keep = self.first if allowed is None else self.first & allowed
-        scores = np.where(keep, scores, -np.inf)
-        k = min(k, int(keep.sum()))
-        if k <= 0:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
-        top = np.argpartition(-scores, k - 1)[:k] if k < scores.size else np.arange(scores.size)
-        top = top[np.lexsort((top, -scores[top]))][:k]
-        return top, scores[top]
-
-
-def doc_leaves(index: Index, docs: Sequence[str] | None) -> np.ndarray | None:
-    """Boolean mask of the leaves of ``docs`` (None: no restriction); unknown ids fail clearly."""
-    return index._allowed(docs)[0]
-
-
-def _leaf_nodes(index: Index, leaves: Sequence[int], scores: Sequence[float]) -> list[VisitedNode]:
-    return [index.node_hit(int(i), float(s)) for i, s in zip(leaves, scores, strict=True)]
-
-
-def tree_visit(index: Index, top_k: int) -> VisitFn:
-    """Every node Algorithm 2 scores inside the documents (``Index.visit``), with k and beam set
-    to the summary's top-k: the paper's "top-20 for QMSum" is Algorithm 2's k (C.2)."""
+def leaf_visit(retriever: Retriever, top_k: int) -> VisitFn:
+    """Summarization mode for a retriever without abstracts: its own top ``top_k`` of the
+    documents' leaves, one plain retrieval (RRF, never the reranker, which reranks for QA)."""
+    config = retriever.config.with_(k=top_k, candidates=top_k, fusion="rrf", reranker=None)
+    ranker = retriever.with_config(config)
 
     def visit(query: str, vector: np.ndarray, docs: Sequence[str] | None) -> list[VisitedNode]:
-        return list(index.visit_vector(vector, docs=docs, beam=top_k, k=top_k))
+        pairs = ranker.ranked(vector, query, docs=docs)
+        return [ranker.node_hit(int(i), float(s)) for i, s in pairs]
 
     return visit
 
 
+def tree_visit(retriever: Retriever, top_k: int) -> VisitFn:
+    """Every node Algorithm 2 scores inside the documents (``Index.visit``), with k and beam set
+    to the summary's top-k: the paper's "top-20 for QMSum" is Algorithm 2's k (C.2)."""
+
+    def visit(query: str, vector: np.ndarray, docs: Sequence[str] | None) -> list[VisitedNode]:
+        return list(retriever.visit_vector(vector, docs=docs, beam=top_k, k=top_k))
+
+    return visit
+
+
+def _retrieval(
+    retriever: Retriever, info: IndexInfo, stages: list[str], visit: VisitFn
+) -> Retrieval:
+    def search(query: str, vector: np.ndarray) -> list[Passage]:
+        return retriever.search_vector(vector, query)
+
+    return Retrieval(search, info, stages, visit)
+
+
 def _psi_factory(use_tree: bool, use_bm25: bool) -> Factory:
     def make(ctx: EvalContext) -> Retrieval:
-        index, info = ctx.psi_index()
         s = ctx.settings
         changes: dict[str, Any] = {"use_tree": use_tree, "use_bm25": use_bm25}
         if use_tree and use_bm25 and s.reranker:
             changes.update(fusion="rerank", reranker=s.reranker)
-        config = s.search_config(**changes)
-
-        def search(query: str, vector: np.ndarray) -> list[Passage]:
-            return index.search_vector(vector, query, config=config)
-
-        def bm25_visit(
-            query: str, vector: np.ndarray, docs: Sequence[str] | None
-        ) -> list[VisitedNode]:
-            leaves, scores = index.sparse.search(
-                query, k=s.summary_top_k, allowed_leaves=doc_leaves(index, docs)
-            )
-            return _leaf_nodes(index, leaves.tolist(), scores.tolist())
-
+        retriever, info = ctx.retriever(**changes)
         stages = ["chunking"]
         if use_tree:
             stages += ["embedding", "tree", "abstracts", "routing"]
@@ -449,58 +433,31 @@ def _psi_factory(use_tree: bool, use_bm25: bool) -> Factory:
             stages.append("bm25")
         # Summarization is one tree retrieval without the sparse index (SPEC 2.5): psi and
         # psi-tree visit the same nodes there.
-        visit = tree_visit(index, s.summary_top_k) if use_tree else bm25_visit
-        return Retrieval(search, info, stages, visit)
+        top_k = s.summary_top_k
+        visit = tree_visit(retriever, top_k) if use_tree else leaf_visit(retriever, top_k)
+        return _retrieval(retriever, info, stages, visit)
 
     return make
 
 
 def _dense(ctx: EvalContext) -> Retrieval:
-    index, info = ctx.psi_index()
-    dense = DenseFlat(index)
-    k = ctx.settings.k
-    top_k = ctx.settings.summary_top_k
-
-    def search(query: str, vector: np.ndarray) -> list[Passage]:
-        leaves, scores = dense.ranked(vector, k)
-        return [index.passage(int(i), float(s)) for i, s in zip(leaves, scores, strict=True)]
-
-    def visit(query: str, vector: np.ndarray, docs: Sequence[str] | None) -> list[VisitedNode]:
-        leaves, scores = dense.ranked(vector, top_k, doc_leaves(index, docs))
-        return _leaf_nodes(index, leaves.tolist(), scores.tolist())
-
-    return Retrieval(search, info, ["chunking", "embedding"], visit)
+    # one list, cut to k: as deep as k even when k exceeds the fused methods' candidates
+    s = ctx.settings
+    retriever, info = ctx.retriever(
+        use_tree=False, use_bm25=False, use_dense=True, candidates=max(s.k, s.candidates)
+    )
+    visit = leaf_visit(retriever, s.summary_top_k)
+    return _retrieval(retriever, info, ["chunking", "embedding"], visit)
 
 
 def _hybrid(ctx: EvalContext) -> Retrieval:
-    index, info = ctx.psi_index()
-    dense = DenseFlat(index)
     s = ctx.settings
-    reranker = ctx.reranker() if s.reranker else None
-
-    def visit(query: str, vector: np.ndarray, docs: Sequence[str] | None) -> list[VisitedNode]:
-        """RRF of the two rankings inside the documents (the reranker, if any, reranks for QA
-        only: summarization mode asks for one plain retrieval)."""
-        allowed = doc_leaves(index, docs)
-        dense_ids = dense.ranked(vector, s.summary_top_k, allowed)[0].tolist()
-        bm25_ids = index.sparse.search(query, k=s.summary_top_k, allowed_leaves=allowed)[0]
-        fused = rrf_fuse([dense_ids, bm25_ids.tolist()], k=s.summary_top_k)
-        return _leaf_nodes(index, [i for i, _ in fused], [score for _, score in fused])
-
-    def search(query: str, vector: np.ndarray) -> list[Passage]:
-        dense_ids = dense.ranked(vector, s.candidates)[0].tolist()
-        bm25_ids = index.sparse.search(query, k=s.candidates)[0].tolist()
-        if reranker is None:
-            fused = rrf_fuse([dense_ids, bm25_ids], k=s.k)
-            return [index.passage(i, score) for i, score in fused]
-        union = list(dict.fromkeys(int(i) for i in [*dense_ids, *bm25_ids]))
-        if not union:
-            return []
-        scores = reranker.score(query, [index.chunks[i].text for i in union])
-        order = sorted(range(len(union)), key=lambda j: (-float(scores[j]), union[j]))
-        return [index.passage(union[j], float(scores[j])) for j in order[: s.k]]
-
-    return Retrieval(search, info, ["chunking", "embedding", "bm25"], visit)
+    changes: dict[str, Any] = {"use_tree": False, "use_bm25": True, "use_dense": True}
+    if s.reranker:
+        changes.update(fusion="rerank", reranker=s.reranker)
+    retriever, info = ctx.retriever(**changes)
+    visit = leaf_visit(retriever, s.summary_top_k)
+    return _retrieval(retriever, info, ["chunking", "embedding", "bm25"], visit)
 
 
 register_method("psi", _psi_factory(True, True), "tree search + BM25, RRF (Ψ-RAG retrieval)")
@@ -560,7 +517,6 @@ __all__ = [
     "METHODS",
     "PLUGINS",
     "PLUGIN_ERRORS",
-    "DenseFlat",
     "EvalContext",
     "Factory",
     "IndexCache",
@@ -571,7 +527,7 @@ __all__ = [
     "VisitFn",
     "abstract_key",
     "check_method",
-    "doc_leaves",
+    "leaf_visit",
     "load_plugins",
     "register_method",
     "tree_visit",

@@ -62,7 +62,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -77,10 +77,15 @@ from psirag.eval.methods import (
     register_method,
 )
 from psirag.index import Index
-from psirag.retrieval.tree_search import LayeredSearch, top_positions
+from psirag.pipeline import routing_vectors
+from psirag.retrieval.ranking import top_k
+from psirag.retrieval.tree_search import LayeredSearch
 from psirag.storage import IndexReader, IndexWriter
 from psirag.tree.model import Tree
 from psirag.types import Passage, Source
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
 
 __all__ = [
     "EVAL_BUILD",
@@ -99,10 +104,10 @@ RAPTOR_FORMAT = "raptor-tree"
 
 def require_eval_deps(*, umap: bool = True) -> tuple[Any, Any]:
     """Import umap (unless ``umap=False``) and sklearn.mixture, or say which extra has them."""
-    umap_mod = None
+    umap_mod: Any = None
     if umap:
         try:
-            import umap as umap_mod
+            import umap as umap_mod  # type: ignore[no-redef]
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ImportError(
                 f"the RAPTOR baseline needs umap-learn, which is not installed: {_INSTALL_HINT}"
@@ -488,7 +493,7 @@ class RaptorTree:
         leaf_texts: Sequence[str] | None,
         kind: str = "keywords",
         *,
-        llm: Any = None,
+        llm: LLMClient | None = None,
         max_phrases: int = 20,
         context_tokens: int = 4096,
         progress: bool = False,
@@ -662,7 +667,7 @@ class RaptorTree:
         q = np.asarray(query_vec, dtype=np.float32).ravel()
         scores = self.vectors @ q
         ids = np.arange(self.n_nodes)
-        top = top_positions(scores, ids, k)
+        top = top_k(scores, k, ids)
         nodes, node_scores = ids[top], scores[top]
         is_leaf = self.layer[nodes] == 0
         return RaptorHits(
@@ -746,9 +751,10 @@ def eval_tree(ctx: EvalContext) -> tuple[Index, RaptorTree, IndexInfo]:
             umap_module, _ = require_eval_deps(umap=reducer is None)
         except ImportError as exc:
             raise InputError(str(exc)) from exc
-        n = index.tree.n_leaves
-        leaves = np.asarray(index.node_vectors[:n], dtype=np.float32)
-        texts = [c.text for c in index.chunks]
+        data = index.data
+        n = data.n_leaves
+        leaves = np.asarray(data.node_vectors[:n], dtype=np.float32)
+        texts = [c.text for c in data.chunks]
         warmup = 0.0
         if reducer is None:
             ctx.say("warming UMAP up (its one-off JIT compilation is not build time)")
@@ -771,8 +777,13 @@ def eval_tree(ctx: EvalContext) -> tuple[Index, RaptorTree, IndexInfo]:
         t0 = time.perf_counter()
         if config.routing != "leaf_mean" and tree.n_nodes > n:
             tree.set_routing(
-                Index._routing_vectors(
-                    tree.soft_tree(), leaves, tree.abstracts, config, ctx.embedder, ctx.progress
+                routing_vectors(
+                    tree.soft_tree(),
+                    leaves,
+                    tree.abstracts,
+                    config,
+                    ctx.embedder,
+                    progress=ctx.progress,
                 )
             )
         seconds = tree.stats["seconds"]

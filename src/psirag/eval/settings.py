@@ -16,6 +16,7 @@ from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.embed import Embedder, load_embedder
 from psirag.errors import InputError
 from psirag.eval.data import EvalDataset, subcorpus
+from psirag.http import HttpPolicy
 
 RETRIEVAL_METHODS = ("psi", "psi-tree", "bm25", "dense", "hybrid")
 """Default methods without an LLM: single retrieval, scored by Recall@k."""
@@ -49,12 +50,14 @@ def default_cache_dir() -> Path:
     return Path("~/.cache/psirag/eval").expanduser()
 
 
-def resolve_embedder(spec: str, batch_size: int | None = None) -> Embedder:
+def resolve_embedder(
+    spec: str, batch_size: int | None = None, http: HttpPolicy | None = None
+) -> Embedder:
     """The embedder a spec names: a registered hook first, else the normal loader."""
     hook = EMBEDDER_HOOKS.get(spec.strip())
     if hook is not None:
         return hook()
-    return load_embedder(spec, batch_size=batch_size)
+    return load_embedder(spec, batch_size=batch_size, http=http)
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,9 @@ class EvalSettings:
     retrieval_only: bool = False
     """Score by Recall@k without answering, even with an LLM (which then only writes LLM
     abstracts): an abstract ablation need not pay for an answer per question and method."""
+    http: HttpPolicy = field(default_factory=HttpPolicy)
+    """Deadline and retries of every LLM and embedding server call (``--timeout``,
+    ``--retries``)."""
 
     def __post_init__(self) -> None:
         for name in (

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 
+from psirag.errors import InputError
+
 TokenCounter = Callable[[str], int]
 
 WORD_PIECE_CHARS = 10
@@ -152,7 +154,7 @@ def chunk_spans(
     :func:`count_tokens` (and over-estimates it where a word was cut).
     """
     if max_tokens < 1:
-        raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        raise InputError(f"max_tokens must be positive, got {max_tokens}")
     probe = max_tokens * _PROBE_CHARS_PER_TOKEN
     pieces: list[tuple[int, int, int]] = []
     for start, end in sentence_spans(text):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from psirag.argtypes import first_surrogate
 from psirag.errors import InputError
 from psirag.ingest.chunking import chunk_spans
 from psirag.types import Chunk, Source
@@ -50,12 +51,31 @@ class _BadFile(Exception):
     """A problem confined to one file: fatal in ``fail`` mode, a warning in ``skip`` mode."""
 
 
+@dataclass(frozen=True, slots=True)
+class _BadLine:
+    """A JSONL line that is not JSON: only that line is skipped in ``skip`` mode."""
+
+    message: str
+
+
+def _surrogate_problem(value: str, field: str) -> str | None:
+    """Why a JSON string cannot be indexed, if it holds a lone surrogate (``"\\ud800"``): such
+    a string is not Unicode text, and tokenizers reject it."""
+    position = first_surrogate(value)
+    if position is None:
+        return None
+    return (
+        f"{field!r} holds a lone surrogate (U+{ord(value[position]):04X} at character "
+        f"{position}), which is not valid Unicode text; fix the escape sequence"
+    )
+
+
 class _Reader:
     """Loads files one by one, applying the bad-file policy and collecting warnings."""
 
     def __init__(self, on_bad_file: OnBadFile, warn: Warn) -> None:
         if on_bad_file not in ("fail", "skip"):
-            raise ValueError(f"on_bad_file must be 'fail' or 'skip', got {on_bad_file!r}")
+            raise InputError(f"on_bad_file must be 'fail' or 'skip', got {on_bad_file!r}")
         self.skip = on_bad_file == "skip"
         self.warn = warn
         self.documents: list[Document] = []
@@ -82,12 +102,12 @@ class _Reader:
 
     def read_file(self, path: Path, doc_id: str) -> None:
         """Load one supported file under the id prefix ``doc_id``."""
-        resolved = path.resolve()
-        if resolved in self.seen_files:
-            self.warn(f"{path}: given more than once; read once")
-            return
-        self.seen_files.add(resolved)
         try:
+            resolved = _resolve(path)
+            if resolved in self.seen_files:
+                self.warn(f"{path}: given more than once; read once")
+                return
+            self.seen_files.add(resolved)
             text = _read_utf8(path)
             suffix = path.suffix.lower()
             if suffix in TEXT_SUFFIXES:
@@ -106,6 +126,9 @@ class _Reader:
         """Turn parsed JSON values into record documents; ``where`` says 'record 3' or 'line 4'."""
         empty: list[str] = []
         for where, position, record in records:
+            if isinstance(record, _BadLine):
+                self.bad(record.message)
+                continue
             if not isinstance(record, dict):
                 self.bad(
                     f"{path}, {where}: expected an object with 'text' and optional 'title', "
@@ -120,6 +143,10 @@ class _Reader:
             if not isinstance(body, str) or not isinstance(title, (str, type(None))):
                 self.bad(f"{path}, {where}: 'text' and 'title' must be strings; fix the record")
                 continue
+            problem = _surrogate_problem(body, "text") or _surrogate_problem(title or "", "title")
+            if problem:
+                self.bad(f"{path}, {where}: {problem}")
+                continue
             if not body.strip():
                 empty.append(where)
                 continue
@@ -133,6 +160,17 @@ class _Reader:
                 f"{path}: skipped {len(empty)} record(s) with empty text "
                 f"({', '.join(empty[:5])}{more})"
             )
+
+
+def _resolve(path: Path) -> Path:
+    """The file a path names, following links; a link loop is a bad file, not a crash."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError before Python 3.13, OSError since
+        raise _BadFile(
+            f"{path}: a symbolic link loop (the link points back to itself through other "
+            "links); fix or remove the link"
+        ) from exc
 
 
 def _read_utf8(path: Path) -> str:
@@ -168,17 +206,19 @@ def _json_records(path: Path, text: str) -> list[tuple[str, int, Any]]:
 
 
 def _jsonl_records(path: Path, text: str) -> list[tuple[str, int, Any]]:
+    """One value per non-empty line; a malformed line becomes a :class:`_BadLine`, so that
+    ``--skip-bad-files`` skips that line alone and names it."""
     records: list[tuple[str, int, Any]] = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value: Any = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise _BadFile(
+            value = _BadLine(
                 f"{path}: malformed JSON on line {number}, column {exc.colno}: {exc.msg}; "
                 "fix the line"
-            ) from exc
+            )
         records.append((f"line {number}", len(records), value))
     return records
 
@@ -219,6 +259,11 @@ def load_documents(
     for given in paths:
         path = Path(given)
         if not path.exists():
+            if path.is_symlink():
+                raise InputError(
+                    f"{path}: a symbolic link to nothing (its target is missing, or the link "
+                    "loops back to itself); fix or remove the link"
+                )
             raise InputError(f"{path}: no such file or folder; check the path")
         if path.is_dir():
             usable, other = _walk(path)
@@ -265,6 +310,9 @@ def documents_from_strings(
     for i, text in enumerate(texts):
         if not isinstance(text, str):
             raise InputError(f"texts[{i}] is {type(text).__name__}, not a string")
+        problem = _surrogate_problem(text, f"texts[{i}]")
+        if problem:
+            raise InputError(problem)
     doc_ids = [str(i) for i in ids] if ids is not None else [str(i) for i in range(len(texts))]
     if len(set(doc_ids)) != len(doc_ids):
         dup = next(i for i in doc_ids if doc_ids.count(i) > 1)
@@ -295,7 +343,7 @@ def make_chunks(
     repeats within a document gets ``-2``, ``-3``... appended to its id, in order.
     """
     if chunk_tokens < 1:
-        raise ValueError(f"chunk_tokens must be positive, got {chunk_tokens}")
+        raise InputError(f"chunk_tokens must be positive, got {chunk_tokens}")
     chunks: list[Chunk] = []
     seen: dict[str, int] = {}
     for doc in documents:

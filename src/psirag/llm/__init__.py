@@ -12,7 +12,7 @@ Model specs (CLI flags, configs, manifests):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psirag.errors import InputError
 from psirag.llm.base import (
@@ -24,7 +24,7 @@ from psirag.llm.base import (
     estimate_tokens,
     token_counter,
 )
-from psirag.llm.client import LLMClient, ResponseCache, cache_key
+from psirag.llm.client import LLMClient, ResponseCache, as_client, cache_key
 from psirag.llm.errors import (
     LLMBackendMissingError,
     LLMConnectionError,
@@ -35,15 +35,19 @@ from psirag.llm.errors import (
 )
 from psirag.llm.openai_compat import OpenAIChat
 
+if TYPE_CHECKING:
+    from psirag.http import HttpPolicy
+
 _SPEC_HELP = (
     "use openai:<base_url>#<model> (e.g. openai:http://127.0.0.1:8080/v1#qwen), "
     "llamacpp:<path.gguf>, local or smollm2"
 )
 
 
-def load_chat_model(spec: str, **options: Any) -> ChatModel:
-    """Build the chat model a spec names. ``options`` go to the backend's constructor
-    (``timeout``, ``context_tokens`` for OpenAI; ``n_ctx``, ``n_threads`` for llama.cpp)."""
+def load_chat_model(spec: str, *, http: HttpPolicy | None = None, **options: Any) -> ChatModel:
+    """Build the chat model a spec names. ``http`` is the deadline/retry policy of HTTP backends
+    (in-process ones ignore it); ``options`` go to the backend's constructor (``timeout``,
+    ``context_tokens`` for OpenAI; ``n_ctx``, ``n_threads`` for llama.cpp)."""
     spec = spec.strip()
     if spec.startswith("openai:"):
         rest = spec[len("openai:") :]
@@ -52,14 +56,14 @@ def load_chat_model(spec: str, **options: Any) -> ChatModel:
             raise InputError(f"LLM spec {spec!r} lacks the #<model> part; {_SPEC_HELP}")
         if not base_url.startswith(("http://", "https://")):
             raise InputError(f"LLM spec {spec!r}: the base URL must start with http(s)://")
-        return OpenAIChat(base_url, model, **options)
+        return OpenAIChat(base_url, model, http=http, **options)
     if spec.startswith("llamacpp:"):
         from psirag.llm.llamacpp import LlamaCppChat
 
-        path = spec[len("llamacpp:") :]
-        if not path:
+        gguf = spec[len("llamacpp:") :]
+        if not gguf:
             raise InputError(f"LLM spec {spec!r} lacks the model path; {_SPEC_HELP}")
-        return LlamaCppChat(path, **options)
+        return LlamaCppChat(gguf, **options)
     if spec == "local":
         from psirag.llm.llamacpp import LlamaCppChat
         from psirag.llm.local_model import default_local_model_path
@@ -97,6 +101,7 @@ __all__ = [
     "OpenAIChat",
     "ResponseCache",
     "TokenCounter",
+    "as_client",
     "cache_key",
     "estimate_tokens",
     "load_chat_model",

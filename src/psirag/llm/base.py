@@ -35,10 +35,18 @@ class ChatResult:
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """A chat LLM. ``id`` names the model (and endpoint) for caches and manifests, never a key."""
+    """A chat LLM. ``id`` names the model (and endpoint) for caches and manifests, never a key.
 
-    id: str
-    context_tokens: int
+    The one protocol every backend and :class:`psirag.llm.LLMClient` implement. Callers that
+    label calls by stage go through the client (``psirag.llm.as_client``), never by inspecting
+    the model.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def context_tokens(self) -> int: ...
 
     def chat(self, messages: list[Message], params: GenerationParams) -> ChatResult: ...
 

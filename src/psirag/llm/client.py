@@ -1,9 +1,11 @@
-"""The one gate every LLM call passes through: cache, retries, bounded concurrency, accounting.
+"""The one gate every LLM call passes through: cache, bounded concurrency, accounting.
 
 Why one gate: an index build makes thousands of calls. With every call keyed into a persistent
 SQLite cache, a crashed or interrupted build resumes for free (only unfinished calls are paid
 again), and the per-stage counters say exactly what a run cost. Failed and empty answers are
-never cached, so a bad moment of the server is not remembered as an answer.
+never cached, so a bad moment of the server is not remembered as an answer. Deadlines and retries
+belong to the backend's HTTP policy (:mod:`psirag.http`), so one rule holds for chat and
+embeddings alike; the client counts the retries a backend reports.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,12 +23,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message, token_counter
-from psirag.llm.errors import LLMError, LLMHTTPError
+from psirag.llm.errors import LLMError
 
 CACHE_FORMAT = 1
 """Bumped when the key recipe or the table changes, so old entries are never misread."""
-
-MAX_BACKOFF_S = 60.0
 
 
 def cache_key(model_id: str, messages: Sequence[Message], params: GenerationParams) -> str:
@@ -118,34 +118,23 @@ class _StageUsage:
 
 
 class LLMClient:
-    """Wraps a :class:`ChatModel` with a response cache, retries and per-stage usage counters.
+    """Wraps a :class:`ChatModel` with a response cache and per-stage usage counters.
 
-    ``retries`` is the number of extra attempts after a transient failure (timeout, refused or
-    dropped connection, HTTP 429 or 5xx), waiting ``backoff * 2**attempt`` seconds (or the
-    server's Retry-After, up to a minute) between them. Other errors are raised at once.
-    ``cache_path=None`` turns the cache off.
+    ``chat(messages, params, stage)`` is the one way the agents, summaries and abstracts call a
+    model; a bare ChatModel is wrapped with :func:`as_client`. Retries happen in the backend (an
+    HTTP model retries under its :class:`psirag.http.HttpPolicy` and reports how many in
+    ``ChatResult.extra["retries"]`` or ``LLMError.retries``). ``cache_path=None`` turns the cache
+    off.
     """
 
     def __init__(
-        self,
-        model: ChatModel,
-        cache_path: str | Path | None,
-        max_concurrency: int = 4,
-        retries: int = 3,
-        backoff: float = 1.0,
-        *,
-        sleep: Callable[[float], None] = time.sleep,
+        self, model: ChatModel, cache_path: str | Path | None, max_concurrency: int = 4
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
-        if retries < 0:
-            raise ValueError(f"retries must be >= 0, got {retries}")
         self.model = model
         self.cache = ResponseCache(cache_path) if cache_path is not None else None
         self.max_concurrency = int(max_concurrency)
-        self.retries = int(retries)
-        self.backoff = float(backoff)
-        self._sleep = sleep
         self._usage: dict[str, _StageUsage] = {}
         self._usage_lock = threading.Lock()
 
@@ -200,42 +189,26 @@ class LLMClient:
                 return hit
         start = time.perf_counter()
         try:
-            result, retries = self._call(messages, params)
+            result = self.model.chat(messages, params)
         except LLMError as exc:
             with self._usage_lock:
                 u = self._stage(stage)
                 u.failed += 1
-                u.retries += getattr(exc, "retries", 0)
+                u.retries += exc.retries
                 u.seconds += time.perf_counter() - start
             raise
         elapsed = time.perf_counter() - start
+        retries = result.extra.get("retries", 0)
         with self._usage_lock:
             u = self._stage(stage)
             u.calls += 1
-            u.retries += retries
+            u.retries += retries if isinstance(retries, int) else 0
             u.prompt_tokens += result.prompt_tokens
             u.completion_tokens += result.completion_tokens
             u.seconds += elapsed
         if self.cache is not None and result.text.strip():
             self.cache.put(key, self.model.id, result)
         return result
-
-    def _call(self, messages: list[Message], params: GenerationParams) -> tuple[ChatResult, int]:
-        attempt = 0
-        while True:
-            try:
-                return self.model.chat(messages, params), attempt
-            except LLMError as exc:
-                if not exc.retryable or attempt >= self.retries:
-                    exc.retries = attempt  # type: ignore[attr-defined]
-                    if attempt:
-                        exc.args = (f"{exc.args[0]} (gave up after {attempt + 1} attempts)",)
-                    raise
-                delay = self.backoff * 2**attempt
-                if isinstance(exc, LLMHTTPError) and exc.retry_after is not None:
-                    delay = max(delay, exc.retry_after)
-                self._sleep(min(delay, MAX_BACKOFF_S))
-                attempt += 1
 
     def chat_many(
         self,
@@ -299,4 +272,10 @@ class LLMClient:
         return [r for r in results if r is not None]
 
 
-__all__ = ["CACHE_FORMAT", "LLMClient", "ResponseCache", "cache_key"]
+def as_client(llm: ChatModel) -> LLMClient:
+    """The model itself when it is an :class:`LLMClient`, else a cache-less client around it, so
+    every caller has one way to call: ``chat(messages, params, stage)``."""
+    return llm if isinstance(llm, LLMClient) else LLMClient(llm, cache_path=None)
+
+
+__all__ = ["CACHE_FORMAT", "LLMClient", "ResponseCache", "as_client", "cache_key"]

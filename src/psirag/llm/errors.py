@@ -1,8 +1,9 @@
-"""LLM failures, split by what the caller can do about them (retry, fix the URL, fix the server).
+"""LLM failures, split by what the caller can do about them (wait, fix the URL, fix the server).
 
-``retryable`` is what :class:`psirag.llm.client.LLMClient` reads to decide whether to try again:
-transient trouble (timeouts, refused or dropped connections, 429, 5xx) is retried, a request the
-server rejected for good (other 4xx) or an answer it cannot parse is not.
+``retryable`` says whether the trouble was transient (timeouts, refused or dropped connections,
+429, 5xx) rather than a request the server rejected for good (other 4xx) or an answer it cannot
+parse. HTTP backends have already spent their retries (:mod:`psirag.http`) when they raise one;
+``retries`` says how many.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ class LLMError(PsiragError):
     """An LLM call failed. Messages name the endpoint and never contain an API key."""
 
     retryable: bool = False
+    retries: int = 0
+    """Retries spent before this error was raised."""
 
 
 class LLMConnectionError(LLMError):
@@ -36,8 +39,8 @@ class LLMHTTPError(LLMError):
         self.status = status
         self.retry_after = retry_after
 
-    @property  # type: ignore[override]
-    def retryable(self) -> bool:
+    @property
+    def retryable(self) -> bool:  # type: ignore[override]
         return self.status == 429 or self.status >= 500
 
 

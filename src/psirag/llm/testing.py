@@ -1,8 +1,19 @@
-"""A scriptable OpenAI-compatible server on 127.0.0.1, for tests of anything that calls an LLM.
+"""The one scriptable OpenAI-compatible server on 127.0.0.1, for tests of anything that calls an
+LLM or an embedding endpoint.
 
 A real HTTP server in a thread (not a mock), so tests exercise the real client code: sockets,
-timeouts, status codes, JSON parsing. Replies come from a queue of scripted :class:`Reply` objects
-first, then from a ``responder`` function of the request body. Every request is recorded.
+deadlines, status codes, JSON parsing. It serves ``POST /v1/chat/completions`` and
+``POST /v1/embeddings``. Replies come from a queue of scripted :class:`Reply` objects first, then
+from ``responder(body)`` (chat) or ``embed(texts)`` (embeddings). A responder returns the
+assistant text, a :class:`Reply`, an HTTP error status (``int``) or ``None`` (a 500). Failure
+modes a :class:`Reply` can script: ``delay`` (a sleeping server), ``trickle`` (one byte every so
+many seconds), ``status`` with ``headers`` (a 429 with ``Retry-After``), ``pad_bytes`` (a huge
+body), ``drop`` (close the connection without an answer); :func:`echo_prompt` answers with the
+prompt itself.
+
+With ``tls`` (a server-side ``ssl.SSLContext``) it serves HTTPS. Every request is recorded in
+``requests``: each entry is the parsed JSON body (a dict, so ``server.requests[0]["messages"]``
+works) with ``.path`` and ``.headers`` attributes.
 
     with FakeOpenAIServer(responder=lambda body: "Answer: Delhi") as server:
         model = OpenAIChat(server.base_url, "fake")
@@ -10,11 +21,12 @@ first, then from a ``responder`` function of the request body. Every request is 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import ssl
 import threading
-import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,7 +35,11 @@ from typing import Any
 @dataclass
 class Reply:
     """One scripted answer. ``content`` becomes a chat completion; ``body`` (dict, str or bytes)
-    is sent verbatim instead when given. ``delay`` seconds pass before anything is sent."""
+    is sent verbatim instead when given. ``delay`` seconds pass before anything is sent; with
+    ``trickle`` the body goes out one byte every ``trickle`` seconds; ``pad_bytes`` sends a body
+    of that many bytes (streamed, never held in memory; with ``omit_length`` no Content-Length is
+    sent, so the client can only find the size by reading); ``drop`` closes the connection at
+    once."""
 
     content: str | None = None
     status: int = 200
@@ -31,6 +47,19 @@ class Reply:
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
     finish_reason: str = "stop"
+    trickle: float = 0.0
+    trickle_head: bool = False
+    """With ``trickle``: the status line and headers trickle too (not only the body)."""
+    pad_bytes: int = 0
+    omit_length: bool = False
+    drop: bool = False
+
+
+class Recorded(dict[str, Any]):
+    """A request's JSON body, with the ``path`` and ``headers`` it came with."""
+
+    path: str
+    headers: dict[str, str]
 
 
 def completion(
@@ -56,22 +85,59 @@ def completion(
     }
 
 
-Responder = Callable[[dict[str, Any]], "str | Reply"]
+EMBED_DIM = 32
+
+
+def bag_of_words(text: str, dim: int = EMBED_DIM) -> list[float]:
+    """A deterministic hashed bag of words plus a constant (never a zero vector)."""
+    vec = [0.0] * dim
+    vec[-1] = 0.5
+    for word in text.lower().split():
+        h = hashlib.sha256(word.encode()).digest()
+        vec[h[0] % (dim - 1)] += 1.0 if h[1] % 2 else -1.0
+    return vec
+
+
+Responder = Callable[[dict[str, Any]], "str | Reply | int | None"]
+EmbedFn = Callable[[Sequence[str]], "list[list[float]] | Reply"]
 
 
 def _default_responder(body: dict[str, Any]) -> str:
     return "ok"
 
 
-class FakeOpenAIServer:
-    """Serves ``POST /v1/chat/completions`` on a free loopback port until closed."""
+def _default_embed(texts: Sequence[str]) -> list[list[float]]:
+    return [bag_of_words(t) for t in texts]
 
-    def __init__(self, responder: Responder | None = None) -> None:
+
+def echo_prompt(body: dict[str, Any], *, whole: bool = False) -> str:
+    """Echo mode (a responder): reply with the request's last user message verbatim, or with every
+    message's text when ``whole``. It plays a model that repeats its prompt, documents and all, so
+    tests can check that nothing a document says becomes the agent's answer."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if not whole:
+        messages = [m for m in messages if m.get("role") == "user"][-1:]
+    return "\n\n".join(str(m.get("content") or "") for m in messages)
+
+
+class FakeOpenAIServer:
+    """Serves chat completions and embeddings on a free loopback port until closed."""
+
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        usage: tuple[int, int] = (10, 5),
+        *,
+        embed: EmbedFn | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.responder: Responder = responder or _default_responder
-        self.requests: list[dict[str, Any]] = []
-        """Each request: {"path", "body" (parsed JSON or None), "headers" (dict)}."""
+        self.embed: EmbedFn = embed or _default_embed
+        self.usage = usage
+        self.requests: list[Recorded] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -87,41 +153,85 @@ class FakeOpenAIServer:
                     body = json.loads(raw)
                 except ValueError:
                     body = None
+                record = Recorded(body if isinstance(body, dict) else {})
+                record.path = self.path
+                record.headers = dict(self.headers)
                 with server._lock:
-                    server.requests.append(
-                        {"path": self.path, "body": body, "headers": dict(self.headers)}
-                    )
+                    server.requests.append(record)
                     scripted = server._script.popleft() if server._script else None
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, b'{"error": {"message": "unknown path"}}', {})
-                    return
-                reply = scripted if scripted is not None else server.responder(body or {})
-                if isinstance(reply, str):
-                    reply = Reply(content=reply)
-                if reply.delay:
-                    time.sleep(reply.delay)
-                if reply.body is not None:
-                    payload = reply.body
-                    if isinstance(payload, dict):
-                        payload = json.dumps(payload)
-                    data = payload.encode() if isinstance(payload, str) else payload
+                path = self.path.rstrip("/")
+                if path.endswith("/chat/completions"):
+                    kind = "chat"
+                elif path.endswith("/embeddings"):
+                    kind = "embeddings"
                 else:
-                    data = json.dumps(
-                        completion(reply.content or "", finish=reply.finish_reason)
-                    ).encode()
-                self._send(reply.status, data, reply.headers)
+                    self._send(Reply(status=404, body={"error": {"message": "unknown path"}}))
+                    return
+                reply = scripted if scripted is not None else server._answer(kind, record)
+                self._send(reply)
 
-            def _send(self, status: int, data: bytes, headers: dict[str, str]) -> None:
+            def _send(self, reply: Reply) -> None:
+                if reply.drop:
+                    self.close_connection = True
+                    return
+                if reply.delay and server._closing.wait(reply.delay):
+                    return
                 try:
-                    self.send_response(status)
+                    if reply.pad_bytes:
+                        self._send_padding(reply)
+                        return
+                    data = server._payload(reply)
+                    if reply.trickle and reply.trickle_head:
+                        head = (
+                            f"HTTP/1.1 {reply.status} Scripted\r\n"
+                            "Content-Type: application/json\r\n"
+                            f"Content-Length: {len(data)}\r\n\r\n"
+                        ).encode()
+                        self._trickle(head + data, reply.trickle)
+                        return
+                    self.send_response(reply.status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
-                    for name, value in headers.items():
+                    for name, value in reply.headers.items():
                         self.send_header(name, value)
                     self.end_headers()
-                    self.wfile.write(data)
+                    if reply.trickle:
+                        self._trickle(data, reply.trickle)
+                    else:
+                        self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test); nothing to do
+                    pass  # the client gave up (a deadline test); nothing to do
+
+            def _trickle(self, data: bytes, seconds: float) -> None:
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    if server._closing.wait(seconds):
+                        return
+
+            def _send_padding(self, reply: Reply) -> None:
+                head, tail = b'{"pad": "', b'"}'
+                total = max(reply.pad_bytes, len(head) + len(tail))
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                if reply.omit_length:
+                    self.close_connection = True  # the end of the body is the end of the stream
+                    self.send_header("Connection", "close")
+                else:
+                    self.send_header("Content-Length", str(total))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(head)
+                left = total - len(head) - len(tail)
+                block = b"x" * 65536
+                try:
+                    while left > 0 and not server._closing.is_set():
+                        self.wfile.write(block[: min(left, len(block))])
+                        left -= min(left, len(block))
+                    self.wfile.write(tail)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading at its size cap
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -130,15 +240,48 @@ class FakeOpenAIServer:
                 return
 
         self._httpd = Server(("127.0.0.1", 0), Handler)
+        if tls is not None:  # HTTPS, with the caller's certificate
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
         self.port = int(self._httpd.server_address[1])
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.base_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}/v1"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
         self._thread.start()
 
+    def _answer(self, kind: str, record: Recorded) -> Reply:
+        if kind == "embeddings":
+            texts = record.get("input", [])
+            texts = [texts] if isinstance(texts, str) else list(texts)
+            rows = self.embed(texts)
+            if isinstance(rows, Reply):
+                return rows
+            # Answer out of order: clients must follow "index", not position.
+            data = [{"object": "embedding", "index": i, "embedding": r} for i, r in enumerate(rows)]
+            model = record.get("model", "fake")
+            return Reply(body={"object": "list", "model": model, "data": data[::-1]})
+        answer = self.responder(record)
+        if answer is None:
+            return Reply(status=500, body={"error": {"message": "scripted failure"}})
+        if isinstance(answer, int):
+            return Reply(status=answer, body={"error": {"message": "scripted failure"}})
+        if isinstance(answer, str):
+            return Reply(content=answer)
+        return answer
+
+    def _payload(self, reply: Reply) -> bytes:
+        if reply.body is not None:
+            payload = reply.body
+            if isinstance(payload, dict):
+                payload = json.dumps(payload)
+            return payload.encode() if isinstance(payload, str) else payload
+        prompt, done = self.usage
+        return json.dumps(
+            completion(reply.content or "", prompt, done, finish=reply.finish_reason)
+        ).encode()
+
     def script(self, *replies: Reply | str) -> None:
-        """Queue replies, used in order before the responder."""
+        """Queue replies, used in order (on either endpoint) before the responders."""
         with self._lock:
             self._script.extend(Reply(content=r) if isinstance(r, str) else r for r in replies)
 
@@ -147,7 +290,13 @@ class FakeOpenAIServer:
         with self._lock:
             return len(self.requests)
 
+    def model_spec(self, model: str = "m") -> str:
+        """The ``openai:<url>#<model>`` spec of this server (for --llm and --embedder)."""
+        return f"openai:{self.base_url}#{model}"
+
     def close(self) -> None:
+        """Stop serving; sleeping and trickling handlers wake up and end."""
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
@@ -159,4 +308,12 @@ class FakeOpenAIServer:
         self.close()
 
 
-__all__ = ["FakeOpenAIServer", "Reply", "completion"]
+__all__ = [
+    "EMBED_DIM",
+    "FakeOpenAIServer",
+    "Recorded",
+    "Reply",
+    "bag_of_words",
+    "completion",
+    "echo_prompt",
+]

@@ -1,7 +1,20 @@
-"""Retrievers: top-down tree search, BM25, fusion, and the optional cross-encoder reranker."""
+"""Retrievers: top-down tree search, BM25, dense flat, fusion, the optional cross-encoder
+reranker, and the Retriever that composes them over one IndexData."""
 
 from psirag.retrieval.bm25 import SparseIndex
-from psirag.retrieval.fusion import rrf_fuse
+from psirag.retrieval.fusion import rerank_union, rrf_fuse
+from psirag.retrieval.ranking import top_k
+from psirag.retrieval.retriever import DenseFlat, NodeHit, Retriever
 from psirag.retrieval.tree_search import TreeHits, TreeSearcher
 
-__all__ = ["SparseIndex", "TreeHits", "TreeSearcher", "rrf_fuse"]
+__all__ = [
+    "DenseFlat",
+    "NodeHit",
+    "Retriever",
+    "SparseIndex",
+    "TreeHits",
+    "TreeSearcher",
+    "rerank_union",
+    "rrf_fuse",
+    "top_k",
+]

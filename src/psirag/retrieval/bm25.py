@@ -3,14 +3,48 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import bm25s
 import numpy as np
 import Stemmer
+from bm25s.stopwords import STOPWORDS_EN
+
+from psirag.errors import InputError
+from psirag.retrieval.ranking import top_k
+
+# bm25s sets its own logger to DEBUG on import, so every build printed "Building index from IDs
+# objects" through any handler the application installs, even with -q.
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 _STEMMER = Stemmer.Stemmer("english")
+_TOKEN = re.compile(r"(?u)\b\w\w+\b")
+"""bm25s's default token pattern: two or more word characters."""
+_STOPWORDS = frozenset(STOPWORDS_EN)
+
+
+def has_indexable_word(texts: Iterable[str]) -> bool:
+    """Whether any text holds a word BM25 would index (two or more word characters, not an
+    English stopword), read the way bm25s tokenizes. Stops at the first such word, so a real
+    corpus costs a few regex matches."""
+    for text in texts:
+        for match in _TOKEN.finditer(text.lower()):
+            if match.group() not in _STOPWORDS:
+                return True
+    return False
+
+
+def check_indexable(texts: Sequence[str]) -> None:
+    """Refuse a corpus that gives BM25 an empty vocabulary (bm25s would fail inside with
+    ``max() arg is an empty sequence``): all stopwords, single letters, NUL bytes or emoji."""
+    if not has_indexable_word(texts):
+        raise InputError(
+            f"nothing to index: the {len(texts):,} chunk(s) hold no word that search can use "
+            "(only stopwords, single characters, symbols, emoji or NUL bytes); "
+            "index documents with real words"
+        )
 
 
 def _tokenize(texts: Sequence[str]) -> list[list[str]]:
@@ -31,6 +65,7 @@ class SparseIndex:
     def build(
         cls, texts: Sequence[str], *, k1: float = 1.5, b: float = 0.75, progress: bool = False
     ) -> SparseIndex:
+        check_indexable(texts)
         retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
         tokens = bm25s.tokenize(
             list(texts), stopwords="en", stemmer=_STEMMER, show_progress=progress
@@ -57,9 +92,7 @@ class SparseIndex:
         if allowed_leaves is not None:
             keep &= allowed_leaves
         cand = np.flatnonzero(keep)
-        if cand.size > k:
-            cand = cand[np.argpartition(-s[cand], k - 1)[:k]]
-        cand = cand[np.lexsort((cand, -s[cand]))]
+        cand = cand[top_k(s[cand], k, cand)]
         return cand, s[cand]
 
     def save(self, folder: Path) -> None:
@@ -69,7 +102,6 @@ class SparseIndex:
 
     @classmethod
     def load(cls, folder: Path, *, mmap: bool = True) -> SparseIndex:
-        logging.getLogger("bm25s").setLevel(logging.WARNING)
         retriever = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
         first = np.load(folder / "first_copy.npy", allow_pickle=False)
         return cls(retriever, first)

@@ -1,10 +1,19 @@
-"""Reciprocal rank fusion with SPEC 2.3's deterministic tie-break."""
+"""Fusing candidate lists: reciprocal rank fusion with SPEC 2.3's deterministic tie-break, or a
+reranker scoring their union."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import numpy as np
+
+
+class Reranker(Protocol):
+    """Scores (query, text) pairs jointly; :class:`psirag.retrieval.rerank.CrossEncoderReranker`
+    is one."""
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray: ...
 
 
 def rrf_fuse(
@@ -28,3 +37,24 @@ def rrf_fuse(
     big = np.iinfo(np.int64).max
     order = sorted(score, key=lambda i: (-score[i], best_rank[i], first_rank.get(i, big), i))
     return [(i, score[i]) for i in order[:k]]
+
+
+def rerank_union(
+    query: str,
+    ranked_lists: Sequence[Sequence[int]],
+    text_of: Callable[[int], str],
+    reranker: Reranker,
+    *,
+    k: int,
+) -> list[tuple[int, float]]:
+    """The top ``k`` of the lists' union (first appearance order) by the reranker's score, ties
+    by id: what ``fusion='rerank'`` returns in place of RRF."""
+    union = list(dict.fromkeys(int(i) for ids in ranked_lists for i in ids))
+    if not union:
+        return []
+    scores = reranker.score(query, [text_of(i) for i in union])
+    order = sorted(range(len(union)), key=lambda j: (-float(scores[j]), union[j]))
+    return [(union[j], float(scores[j])) for j in order[:k]]
+
+
+__all__ = ["Reranker", "rerank_union", "rrf_fuse"]

@@ -8,19 +8,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from psirag.retrieval.ranking import top_k
 from psirag.tree.model import Tree
 
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
 _EMPTY_SCORES = np.empty(0, dtype=np.float32)
-
-
-def top_positions(scores: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:
-    """Positions of the best ``width`` scores, best first; ties by node id (deterministic)."""
-    if scores.size > width:
-        top = np.argpartition(-scores, width - 1)[:width]
-    else:
-        top = np.arange(scores.size)
-    return top[np.lexsort((ids[top], -scores[top]))]
 
 
 @dataclass(frozen=True)
@@ -110,7 +102,7 @@ class LayeredSearch:
             if collect_visited:
                 visited.append(cands)
                 visited_scores.append(scores)
-            top = top_positions(scores, cands, k if lv == 0 else beam)
+            top = top_k(scores, k if lv == 0 else beam, cands)
             if lv == 0:
                 return TreeHits(
                     leaves=cands[top],

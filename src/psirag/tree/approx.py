@@ -74,7 +74,8 @@ def _top_k_columns(sims: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     for row in extra.tolist():  # rare: columns tied at the threshold beyond the k places
         tied = np.flatnonzero(sims[row] == threshold[row])
         keep[row, tied[k - (np.count_nonzero(keep[row]) - tied.size) :]] = False
-    return np.nonzero(keep)
+    rows, columns = np.nonzero(keep)
+    return rows, columns
 
 
 def knn_candidates(

@@ -314,6 +314,18 @@ def _balanced_groups(
     return [np.flatnonzero(assign == k) for k in range(g)]
 
 
+def subtree_sums(tree: Tree, embeddings: np.ndarray) -> np.ndarray:
+    """Float64 sum of the leaf embeddings below every node (row ``u`` for node ``u``)."""
+    n = tree.n_leaves
+    sums = np.zeros((tree.n_nodes, embeddings.shape[1]), dtype=np.float64)
+    sums[:n] = embeddings
+    for node in tree.nodes_bottom_up().tolist():
+        p = tree.parent[node]
+        if p >= 0:
+            sums[p] += sums[node]
+    return sums
+
+
 def rebalance(tree: Tree, embeddings: np.ndarray, max_children: int) -> Tree:
     """Split every node with more than ``max_children`` children, bottom-up, root included.
 
@@ -324,14 +336,21 @@ def rebalance(tree: Tree, embeddings: np.ndarray, max_children: int) -> Tree:
     """
     if max_children < 2:
         raise ValueError("max_children must be at least 2")
-    parent = tree.parent.tolist()
-    layer = tree.layer.tolist()
-    n = tree.n_leaves
-    sums = np.zeros((tree.n_nodes, embeddings.shape[1]), dtype=np.float64)
-    sums[:n] = embeddings
-    for node in tree.nodes_bottom_up().tolist():
-        if parent[node] >= 0:
-            sums[parent[node]] += sums[node]
+    parent, layer = split_overfull(
+        tree.parent.tolist(), tree.layer.tolist(), subtree_sums(tree, embeddings), max_children
+    )
+    parent_a = np.asarray(parent, dtype=np.int64)
+    return _renumber(parent_a, np.asarray(layer, dtype=np.int64), tree.n_leaves)
+
+
+def split_overfull(
+    parent: list[int], layer: list[int], sums: np.ndarray, max_children: int
+) -> tuple[list[int], list[int]]:
+    """The splitting of :func:`rebalance` on plain lists, so tree updates can reuse it.
+
+    ``sums[u]`` is the sum of the leaf embeddings below node ``u``. The lists are changed in
+    place: existing nodes keep their ids, new siblings and roots are appended. Returns them.
+    """
     sum_rows: list[np.ndarray] = list(sums)
     children: list[list[int]] = [[] for _ in parent]
     for node in range(len(parent)):
@@ -376,14 +395,24 @@ def rebalance(tree: Tree, embeddings: np.ndarray, max_children: int) -> Tree:
                     parent[k] = sib
                 sum_rows.append(np.sum([sum_rows[k] for k in members], axis=0))
         level += 1
-    return _renumber(np.asarray(parent, dtype=np.int64), np.asarray(layer, dtype=np.int64), n)
+    return parent, layer
+
+
+def renumber_order(layer: np.ndarray, n_leaves: int) -> np.ndarray:
+    """Current ids in their new order: leaves first as they are, then abstract nodes by
+    (layer, current id), so ids read bottom-up and roots come last."""
+    return np.concatenate(
+        [np.arange(n_leaves), n_leaves + np.argsort(layer[n_leaves:], kind="stable")]
+    )
 
 
 def _renumber(parent: np.ndarray, layer: np.ndarray, n_leaves: int) -> Tree:
     """Order abstract nodes by (layer, creation order) so ids read bottom-up, roots last."""
-    order = np.concatenate(
-        [np.arange(n_leaves), n_leaves + np.argsort(layer[n_leaves:], kind="stable")]
-    )
+    return reorder(parent, layer, renumber_order(layer, n_leaves))
+
+
+def reorder(parent: np.ndarray, layer: np.ndarray, order: np.ndarray) -> Tree:
+    """The tree whose node ``k`` is current node ``order[k]`` (``order`` keeps every node)."""
     new_id = np.empty_like(order)
     new_id[order] = np.arange(order.size)
     old_parent = parent[order]

@@ -1,0 +1,115 @@
+"""A saved index is data, never instructions: which embedding endpoints an index may send to.
+
+An index records the embedder it was built with (``manifest.json`` field ``embedder.spec``). For a
+local model that is harmless, but an ``openai:<url>#<model>`` spec is a network address: loading
+it blindly would let whoever wrote the manifest receive every query, and ``$OPENAI_API_KEY`` with
+it. So an endpoint named by an index is used only when the user confirmed it:
+
+- ``--embedder SPEC`` (or ``Index.embedder = load_embedder(SPEC)``) names the endpoint to use; it
+  must serve the index's model (the embedder ids must match), whatever URL the manifest holds;
+- or the endpoint's ``host:port`` (or just ``host``, any port) is listed in the environment
+  variable ``PSIRAG_ALLOW_ENDPOINTS`` (comma-separated), e.g.
+  ``PSIRAG_ALLOW_ENDPOINTS=127.0.0.1:8080,embed.internal``.
+
+Loopback is not trusted by default: on a shared machine another user can listen there too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import urllib.parse
+from typing import TYPE_CHECKING
+
+from psirag.embed.base import Embedder, load_embedder
+from psirag.errors import InputError
+
+if TYPE_CHECKING:
+    from psirag.http import HttpPolicy
+    from psirag.index import Index
+
+ALLOW_ENV = "PSIRAG_ALLOW_ENDPOINTS"
+
+
+def endpoint_of(spec: str) -> str | None:
+    """``host:port`` of a spec that names a network endpoint; None for local models."""
+    spec = spec.strip()
+    if not spec.startswith("openai:"):
+        return None
+    url = spec[len("openai:") :].partition("#")[0].strip()
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = 0
+    host = (parts.hostname or "").lower()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def allowed_endpoints() -> frozenset[str]:
+    """The entries of ``$PSIRAG_ALLOW_ENDPOINTS``, lower-cased."""
+    raw = os.environ.get(ALLOW_ENV, "")
+    return frozenset(e.strip().lower() for e in raw.split(",") if e.strip())
+
+
+def endpoint_allowed(endpoint: str) -> bool:
+    """True when ``$PSIRAG_ALLOW_ENDPOINTS`` lists this ``host:port`` or its host."""
+    allowed = allowed_endpoints()
+    host = endpoint.rpartition(":")[0]
+    return endpoint in allowed or host in allowed or host.strip("[]") in allowed
+
+
+def load_index_embedder(
+    spec: str, *, batch_size: int | None = None, http: HttpPolicy | None = None
+) -> Embedder:
+    """The embedder an index's manifest names, unless it is an endpoint nobody confirmed."""
+    endpoint = endpoint_of(spec)
+    if endpoint is not None and not endpoint_allowed(endpoint):
+        url = spec.strip()[len("openai:") :].partition("#")[0]
+        model = spec.partition("#")[2] or "MODEL"
+        raise InputError(
+            f"this index's manifest.json (embedder.spec) names the embedding endpoint {url}; "
+            "an index is data, so psirag sends your queries (and $OPENAI_API_KEY) only to an "
+            "endpoint you confirm: pass --embedder openai:<a URL you trust>#"
+            f"{model} (it must serve the index's model), or allow this one with "
+            f"{ALLOW_ENV}={endpoint}"
+        )
+    return load_embedder(spec, batch_size=batch_size, http=http)
+
+
+def confirm_index_embedder(index: Index, spec: str | None, http: HttpPolicy | None = None) -> None:
+    """Give a loaded index the embedder the user chose (``--embedder``), or its own one under the
+    user's HTTP policy when its endpoint is allowed; otherwise the index keeps loading its own
+    embedder lazily (a local model, or an error for an unconfirmed endpoint).
+    The index's setter checks that the chosen embedder serves the index's model.
+    """
+    batch_size = index.config.batch_size
+    if spec:
+        index.embedder = load_embedder(spec, batch_size=batch_size, http=http)
+        return
+    own = index.config.embedder
+    endpoint = endpoint_of(own)
+    if http is not None and endpoint is not None and endpoint_allowed(endpoint):
+        index.embedder = load_embedder(own, batch_size=batch_size, http=http)
+
+
+def add_index_embedder_option(parser: argparse.ArgumentParser) -> None:
+    """``--embedder SPEC`` for commands that query a saved index (search, ask, summarize, serve)."""
+    parser.add_argument(
+        "--embedder",
+        metavar="SPEC",
+        default=None,
+        help="query embedder (default: the index's own); an index built on an openai:<url> "
+        f"endpoint needs this (or ${ALLOW_ENV}) to confirm where queries go",
+    )
+
+
+__all__ = [
+    "ALLOW_ENV",
+    "add_index_embedder_option",
+    "allowed_endpoints",
+    "confirm_index_embedder",
+    "endpoint_allowed",
+    "endpoint_of",
+    "load_index_embedder",
+]

@@ -1,0 +1,105 @@
+"""What an index is, as one immutable value: the build pipeline makes it, storage saves and loads
+it, retrievers read it, and an update makes a new one instead of changing it in place (so a
+reader holding the old value keeps a consistent view)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from psirag.config import IndexConfig
+from psirag.tree.model import Tree
+from psirag.types import Chunk
+
+if TYPE_CHECKING:  # a runtime import would cycle through psirag.retrieval
+    from psirag.retrieval.bm25 import SparseIndex
+
+
+@dataclass(frozen=True)
+class BuildStats:
+    """What building an index cost, as the manifest reports it."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    truncated: int = 0
+    documents: int = 0
+    llm: dict[str, Any] = field(default_factory=dict)
+    """Counts from LLM abstraction: calls paid and cached, tokens, inputs cut to fit."""
+    tree_mode: str | None = None
+    """The tree mode the build ran in (``exact`` or ``knn``; ``exact+knn`` for a forest whose
+    trees differ under ``auto``); None for an index saved before it was recorded."""
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view (a memory map stays one), leaving the caller's array writable."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+@dataclass(frozen=True, eq=False)
+class IndexData:
+    """Chunks (the leaves), the tree over them, one routing vector per node, the abstracts of
+    the inner nodes, the BM25 index, the embedder's id and the build's stats.
+
+    Node ``u < tree.n_leaves`` is leaf ``chunks[u]``; inner node ``u`` has the abstract
+    ``abstracts[u - tree.n_leaves]``. Derived views (the document list, the document of each
+    leaf) are computed once, on first use.
+    """
+
+    config: IndexConfig
+    chunks: tuple[Chunk, ...]
+    tree: Tree
+    node_vectors: np.ndarray
+    abstracts: tuple[str, ...]
+    sparse: SparseIndex
+    embedder_id: str
+    stats: BuildStats = field(default_factory=BuildStats)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "chunks", tuple(self.chunks))
+        object.__setattr__(self, "abstracts", tuple(self.abstracts))
+        object.__setattr__(self, "node_vectors", _read_only(self.node_vectors))
+        tree = self.tree
+        if (
+            self.node_vectors.ndim != 2
+            or self.node_vectors.shape[0] != tree.n_nodes
+            or len(self.chunks) != tree.n_leaves
+            or len(self.abstracts) != tree.n_nodes - tree.n_leaves
+        ):
+            raise ValueError(
+                f"index data disagree in size: {len(self.chunks)} chunks, "
+                f"{len(self.abstracts)} abstracts, node vectors {self.node_vectors.shape}, "
+                f"a tree of {tree.n_leaves} leaves and {tree.n_nodes} nodes"
+            )
+
+    @property
+    def n_leaves(self) -> int:
+        return self.tree.n_leaves
+
+    @property
+    def dim(self) -> int:
+        return int(self.node_vectors.shape[1])
+
+    @cached_property
+    def documents(self) -> tuple[str, ...]:
+        """Document ids in corpus order (the first chunk of each)."""
+        return tuple(dict.fromkeys(c.source.document for c in self.chunks))
+
+    @cached_property
+    def leaf_documents(self) -> np.ndarray:
+        """The document id of every leaf (an object array, for masks by ``np.isin``)."""
+        return np.array([c.source.document for c in self.chunks], dtype=object)
+
+    def node_text(self, node: int) -> str:
+        n = self.tree.n_leaves
+        return self.chunks[node].text if node < n else self.abstracts[node - n]
+
+    def replace(self, **changes: Any) -> IndexData:
+        """A new value with some fields changed (derived views are recomputed)."""
+        return replace(self, **changes)
+
+
+__all__ = ["BuildStats", "IndexData"]

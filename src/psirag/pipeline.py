@@ -1,0 +1,373 @@
+"""The build pipeline as stage functions: chunk, embed, tree, abstracts, routing, sparse.
+
+A full build (:func:`build_index_data`) runs every stage over the whole corpus. An update runs
+the same stages on less: :func:`embed_chunks` on the new chunks only, and
+:func:`write_abstracts` and :func:`routing_vectors` with ``nodes=`` on the inner nodes whose
+leaves changed (their ancestors), so a refreshed node gets exactly what a full build would give
+it over the same tree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from psirag.config import IndexConfig
+from psirag.embed import Embedder, finalize_vectors, load_embedder
+from psirag.errors import InputError
+from psirag.index_data import BuildStats, IndexData
+from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
+from psirag.retrieval.bm25 import SparseIndex, check_indexable
+from psirag.tree import Tree, build_forest, build_tree
+from psirag.tree.build import resolve_tree_mode
+from psirag.types import Chunk
+
+if TYPE_CHECKING:
+    from psirag.llm.client import LLMClient
+
+Reporter = Callable[[str], None]
+Corpus = Sequence[str | Path] | Sequence[Document] | str | Path
+
+
+class _Bar:
+    """A tqdm bar when ``enabled``, usable as a ``progress(done, total)`` callback; else inert."""
+
+    def __init__(
+        self, enabled: bool, desc: str, total: int | None = None, unit: str = "step"
+    ) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit=unit)
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.update(done - self.bar.n)
+
+    def wrap(self, items: Sequence[Any]) -> Iterator[Any]:
+        for item in items:
+            yield item
+            if self.bar is not None:
+                self.bar.update(1)
+
+
+def _normalise_rows(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return (x / np.where(norms == 0, 1, norms)).astype(np.float32)
+
+
+def _quiet(message: str) -> None:
+    """The default reporter: says nothing."""
+
+
+# ------------------------------------------------------------------ stages
+
+
+def load_corpus(
+    corpus: Corpus,
+    *,
+    texts: bool = False,
+    on_bad_file: str = "fail",
+    report: Reporter | None = None,
+) -> list[Document]:
+    """Paths (files or folders), :class:`Document` objects, or with ``texts=True`` strings (one
+    document each), as documents."""
+    say = report or _quiet
+    if texts:
+        return documents_from_strings(list(corpus))  # type: ignore[arg-type]
+    if isinstance(corpus, (str, Path)):
+        return load_documents([corpus], on_bad_file=on_bad_file, warn=say)  # type: ignore[arg-type]
+    if corpus and all(isinstance(d, Document) for d in corpus):
+        return list(corpus)  # type: ignore[arg-type]
+    return load_documents(list(corpus), on_bad_file=on_bad_file, warn=say)  # type: ignore[arg-type]
+
+
+def chunk_documents(
+    documents: Sequence[Document], config: IndexConfig, *, progress: bool = False
+) -> list[Chunk]:
+    """Documents cut into ~``config.chunk_tokens``-token leaves, never inside a sentence."""
+    with _Bar(progress, "chunking", total=len(documents), unit="doc") as bar:
+        return make_chunks(
+            bar.wrap(documents),
+            chunk_tokens=config.chunk_tokens,
+            split_records=config.split_records,
+        )
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vectors: np.ndarray
+    """One unit float32 row per chunk."""
+    truncated: int = 0
+    """Chunks longer than the embedder reads (cut by the model)."""
+
+
+def embed_chunks(
+    chunks: Sequence[Chunk], embedder: Embedder, *, progress: bool = False
+) -> Embedded:
+    """The leaf embeddings of ``chunks`` (all of a corpus, or just the ones an update adds)."""
+    texts = [c.text for c in chunks]
+    vectors = finalize_vectors(
+        embedder.embed(texts, progress=progress, desc="embedding chunks"), texts
+    )
+    return Embedded(vectors, int(getattr(embedder, "last_truncated", 0) or 0))
+
+
+@dataclass(frozen=True)
+class BuiltTree:
+    tree: Tree
+    mode: str | None
+    """The tree mode used (``exact``/``knn``; ``exact+knn`` for a mixed forest)."""
+
+
+def build_chunk_tree(
+    vectors: np.ndarray,
+    chunks: Sequence[Chunk],
+    config: IndexConfig,
+    *,
+    progress: bool = False,
+    report: Reporter | None = None,
+) -> BuiltTree:
+    """The abstract tree over the leaf embeddings (one per document with
+    ``config.tree_per_document``)."""
+    say = report or _quiet
+    n_docs = len({c.source.document for c in chunks})
+    tree_steps = n_docs if config.tree_per_document else max(len(chunks) - 1, 0)
+    with _Bar(progress, "abstract tree", total=tree_steps) as bar:
+        if config.tree_per_document:
+            doc_codes = np.unique([c.source.document for c in chunks], return_inverse=True)[1]
+            sizes = np.unique(np.bincount(doc_codes)).tolist() if chunks else []
+            modes = {resolve_tree_mode(config.tree_mode, size) for size in sizes}
+            tree = build_forest(
+                vectors,
+                doc_codes,
+                max_children=config.max_children,
+                progress=bar,
+                mode=config.tree_mode,
+                neighbors=config.tree_neighbors,
+                bucket_size=config.tree_bucket_size,
+            )
+            return BuiltTree(tree, "+".join(sorted(modes)) or None)
+        mode = resolve_tree_mode(config.tree_mode, len(chunks))
+        if mode == "knn":
+            say(
+                f"tree mode knn: {config.tree_neighbors} neighbours per chunk "
+                f"over {len(chunks):,} chunks"
+            )
+        tree = build_tree(
+            vectors,
+            max_children=config.max_children,
+            progress=bar,
+            mode=mode,
+            neighbors=config.tree_neighbors,
+            bucket_size=config.tree_bucket_size,
+        )
+        return BuiltTree(tree, mode)
+
+
+@dataclass(frozen=True)
+class Abstracts:
+    texts: list[str]
+    """One abstract per node asked for: every inner node in id order, or ``nodes`` in order."""
+    llm: dict[str, Any] = field(default_factory=dict)
+    """LLM abstraction counts (calls paid and cached, tokens, cuts); empty without an LLM."""
+
+
+def write_abstracts(
+    tree: Tree,
+    leaf_texts: Sequence[str],
+    config: IndexConfig,
+    *,
+    nodes: Sequence[int] | None = None,
+    current: Sequence[str] | None = None,
+    llm: LLMClient | None = None,
+    progress: bool = False,
+) -> Abstracts:
+    """The abstract text of every inner node (``nodes=None``) or of the inner ``nodes`` given,
+    as ``config.abstracts`` asks. LLM abstracts read a child outside ``nodes`` from ``current``
+    (one per inner node of ``tree``, as :attr:`IndexData.abstracts`)."""
+    n = tree.n_leaves
+    count = tree.n_nodes - n if nodes is None else len(nodes)
+    if config.abstracts == "none" or count == 0:
+        return Abstracts([""] * count)
+    if config.abstracts == "keywords":
+        from psirag.abstracts.keywords import format_abstract, keyword_abstracts
+
+        phrases = keyword_abstracts(
+            leaf_texts, tree, max_phrases=config.max_keywords, progress=progress, nodes=nodes
+        )
+        return Abstracts([format_abstract(p) for p in phrases])
+    from psirag.abstracts.llm import llm_abstracts
+
+    if llm is None:
+        raise InputError(
+            f"abstracts={config.abstracts!r} needs an LLM: pass llm= (an LLMClient) or, "
+            "on the command line, --llm SPEC"
+        )
+    if nodes is not None and current is None:
+        raise InputError("rewriting some LLM abstracts needs the current ones (current=)")
+    written, llm_stats = llm_abstracts(
+        tree,
+        leaf_texts,
+        llm,
+        kind="summary" if config.abstracts == "llm-summary" else "keywords",
+        context_tokens=config.context_tokens,
+        progress=progress,
+        max_keywords=config.max_keywords,
+        nodes=nodes,
+        current=None if current is None else [""] * n + list(current),
+    )
+    stats = {k: v for k, v in llm_stats.items() if k not in ("cuts",)}
+    stats["cut_nodes_detail"] = llm_stats.get("cuts", [])[:50]
+    texts = written[n:] if nodes is None else [written[int(u)] for u in nodes]
+    return Abstracts(texts, stats)
+
+
+def routing_vectors(
+    tree: Tree,
+    leaf_vectors: np.ndarray,
+    abstracts: Sequence[str],
+    config: IndexConfig,
+    embedder: Embedder | None,
+    *,
+    nodes: Sequence[int] | None = None,
+    progress: bool = False,
+) -> np.ndarray:
+    """Leaves keep their embeddings; inner nodes get the routing vector SPEC 1.6 asks
+    (``config.routing``). ``nodes=None``: every node's vector (leaves first, the index's
+    ``node_vectors``); else one row per inner node in ``nodes``. ``abstracts`` holds one text per
+    inner node of ``tree`` (read only for abstract-text routing)."""
+    n = tree.n_leaves
+    targets = None if nodes is None else np.asarray(nodes, dtype=np.int64).reshape(-1)
+    membership = tree.leaf_membership[n:] if targets is None else tree.leaf_membership[targets]
+    mean = _normalise_rows(np.asarray(membership @ leaf_vectors))
+    texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
+    if config.routing == "leaf_mean" or not texts:
+        routing = mean
+    else:
+        if embedder is None:
+            raise InputError(f"routing={config.routing!r} embeds the abstracts: pass an embedder")
+        text_vecs = embedder.embed(
+            [a or " " for a in texts], progress=progress, desc="embedding abstracts"
+        )
+        if config.routing == "abstract":
+            routing = text_vecs
+        else:
+            w = config.routing_blend
+            routing = _normalise_rows((1 - w) * mean + w * text_vecs)
+    if targets is not None:
+        return np.asarray(routing, dtype=np.float32).reshape(targets.size, leaf_vectors.shape[1])
+    return np.concatenate([leaf_vectors, routing]).astype(np.float32)
+
+
+def sparse_index(
+    leaf_texts: Sequence[str], config: IndexConfig, *, progress: bool = False
+) -> SparseIndex:
+    """BM25 over the leaf texts (SPEC 1.7). bm25s cannot add documents in place, so an update
+    rebuilds it: seconds for a corpus of tens of thousands of leaves."""
+    return SparseIndex.build(leaf_texts, k1=config.bm25_k1, b=config.bm25_b, progress=progress)
+
+
+# ------------------------------------------------------------------ the full build
+
+
+def build_index_data(
+    corpus: Corpus,
+    config: IndexConfig | None = None,
+    *,
+    embedder: Embedder | None = None,
+    progress: bool = False,
+    report: Reporter | None = None,
+    on_bad_file: str = "fail",
+    texts: bool = False,
+    llm: LLMClient | None = None,
+) -> tuple[IndexData, Embedder]:
+    """Every stage over the whole corpus, each timed; returns the data and the embedder used
+    (loaded from ``config.embedder`` when none is given)."""
+    config = config or IndexConfig()
+    say = report or _quiet
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    documents = load_corpus(corpus, texts=texts, on_bad_file=on_bad_file, report=say)
+    chunks = chunk_documents(documents, config, progress=progress)
+    check_indexable([c.text for c in chunks])  # before the embedder loads, not after
+    seconds["chunking"] = time.perf_counter() - t0
+    say(f"{len(documents):,} documents -> {len(chunks):,} chunks")
+
+    if embedder is None:
+        embedder = load_embedder(config.embedder, batch_size=config.batch_size)
+    t0 = time.perf_counter()
+    embedded = embed_chunks(chunks, embedder, progress=progress)
+    seconds["embedding"] = time.perf_counter() - t0
+    if embedded.truncated:
+        say(
+            f"warning: {embedded.truncated:,} of {len(chunks):,} chunks are longer than the "
+            f"embedder's {embedder.max_tokens} tokens and were truncated by the model"
+        )
+
+    t0 = time.perf_counter()
+    built = build_chunk_tree(embedded.vectors, chunks, config, progress=progress, report=say)
+    seconds["tree"] = time.perf_counter() - t0
+
+    leaf_texts = [c.text for c in chunks]
+    t0 = time.perf_counter()
+    abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
+    seconds["abstracts"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    node_vectors = routing_vectors(
+        built.tree, embedded.vectors, abstracts.texts, config, embedder, progress=progress
+    )
+    seconds["routing"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    sparse = sparse_index(leaf_texts, config, progress=progress)
+    seconds["bm25"] = time.perf_counter() - t0
+    stats = BuildStats(
+        seconds=seconds,
+        truncated=embedded.truncated,
+        documents=len(documents),
+        llm=abstracts.llm,
+        tree_mode=built.mode,
+    )
+    data = IndexData(
+        config=config,
+        chunks=tuple(chunks),
+        tree=built.tree,
+        node_vectors=node_vectors,
+        abstracts=tuple(abstracts.texts),
+        sparse=sparse,
+        embedder_id=embedder.id,
+        stats=stats,
+    )
+    return data, embedder
+
+
+__all__ = [
+    "Abstracts",
+    "BuiltTree",
+    "Embedded",
+    "Reporter",
+    "build_chunk_tree",
+    "build_index_data",
+    "chunk_documents",
+    "embed_chunks",
+    "load_corpus",
+    "routing_vectors",
+    "sparse_index",
+    "write_abstracts",
+]

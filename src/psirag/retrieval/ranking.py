@@ -1,0 +1,27 @@
+"""The one top-k helper every ranked list uses (tree layers, BM25, dense, keyword phrases)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def top_k(scores: np.ndarray, k: int, ids: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the ``k`` best ``scores``, best first; ties by ``ids`` (default: position).
+
+    Exact at the cut too: every score tied with the k-th joins the candidates before the sort,
+    so which of several equal scores is kept never depends on the partition's internal order.
+    """
+    scores = np.asarray(scores)
+    n = int(scores.size)
+    if k <= 0 or n == 0:
+        return np.empty(0, dtype=np.int64)
+    if n > k:
+        kth = scores[np.argpartition(-scores, k - 1)[:k]].min()
+        cand = np.flatnonzero(scores >= kth)
+    else:
+        cand = np.arange(n)
+    key = cand if ids is None else np.asarray(ids)[cand]
+    return cand[np.lexsort((key, -scores[cand]))][:k].astype(np.int64, copy=False)
+
+
+__all__ = ["top_k"]

@@ -1,0 +1,542 @@
+"""Every bad input we tried, through the real ``psirag`` CLI, and the table in docs/bad-inputs.md.
+
+``CASES`` is the single source: each case makes its files, runs ``psirag.cli.main(argv)`` in its
+own folder, and states the exit code, the error class and a fragment of the message it expects.
+``test_case`` checks each one (and that no traceback is printed); ``test_table_is_current``
+renders docs/bad-inputs.md from the outcomes actually observed and fails when the file differs,
+so the table cannot drift from the code. Rewrite it with::
+
+    python -m pytest tests/test_bad_inputs.py --update-bad-inputs
+
+To add a case, append a :class:`Case` to ``CASES``: ``files`` to write, ``links`` to make,
+``index=True`` for a small valid index in ``index/`` (built with the test HashEmbedder, so
+commands that embed a query cannot use it), ``setup`` to spoil things further.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import TOPICS, HashEmbedder
+
+import psirag.cli
+from psirag.cli import main
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-inputs.md"
+USAGE = "usage (argparse)"
+"""The error column of a value refused while the command line is parsed."""
+NONE = "none"
+"""The error column of a command that ran (a warning may still be printed)."""
+
+WORDS = "Mount Etna is an active volcano on the east coast of Sicily."
+OK_RECORD = json.dumps({"title": "Etna", "text": WORDS})
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: what it is, how to make it, what the CLI must answer."""
+
+    name: str
+    bad_input: str
+    """The table's first column: the input, in words."""
+    argv: tuple[str, ...]
+    exit_code: int
+    error: str
+    """The class of the error the CLI reported (``InputError``, ...), ``USAGE`` or ``NONE``."""
+    message: str
+    """A fragment the stderr must contain."""
+    files: Mapping[str, str | bytes] = field(default_factory=dict)
+    links: Mapping[str, str] = field(default_factory=dict)
+    """Symbolic links to make: name -> target."""
+    index: bool = False
+    setup: Callable[[Path], None] | None = None
+
+
+CASES: list[Case] = [
+    # --- the corpus ----------------------------------------------------------------------------
+    Case(
+        "stopwords",
+        "a corpus of stopwords only",
+        ("index", "stop.txt", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "no word that search can use",
+        files={"stop.txt": "The and of it is a an to, and the of.\n"},
+    ),
+    Case(
+        "single-letters",
+        "a corpus of single letters",
+        ("index", "letters.txt", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "no word that search can use",
+        files={"letters.txt": "a b c d e f x y z\n"},
+    ),
+    Case(
+        "nul-bytes",
+        "a corpus of NUL bytes",
+        ("index", "nul.txt", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "no word that search can use",
+        files={"nul.txt": b"\x00" * 64},
+    ),
+    Case(
+        "emoji",
+        "a corpus of emoji",
+        ("index", "emoji.txt", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "no word that search can use",
+        files={"emoji.txt": "\U0001f30b\U0001f525 \U0001f35e \u2728\n"},
+    ),
+    Case(
+        "symlink-loop",
+        "a symbolic link loop between two files",
+        ("index", "corpus", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "corpus/a.txt: a symbolic link loop",
+        links={"corpus/a.txt": "b.txt", "corpus/b.txt": "a.txt"},
+    ),
+    Case(
+        "symlink-loop-skip",
+        "a symbolic link loop, with --skip-bad-files",
+        ("index", "corpus", "--out", "out", "-q", "--skip-bad-files"),
+        2,
+        "InputError",
+        "the corpus is empty: corpus holds no text to index (2 bad file(s)",
+        links={"corpus/a.txt": "b.txt", "corpus/b.txt": "a.txt"},
+    ),
+    Case(
+        "symlink-loop-given",
+        "a symbolic link loop named on the command line",
+        ("index", "a.txt", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "a.txt: a symbolic link to nothing",
+        links={"a.txt": "b.txt", "b.txt": "a.txt"},
+    ),
+    Case(
+        "json-surrogate",
+        "a lone surrogate (\\ud800) in JSON text",
+        ("index", "records.json", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "records.json, record 0 (counting from 0): 'text' holds a lone surrogate (U+D800",
+        files={"records.json": '[{"title": "x", "text": "bad \\ud800 text"}]'},
+    ),
+    Case(
+        "jsonl-surrogate-title",
+        "a lone surrogate in a JSONL title",
+        ("index", "records.jsonl", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "records.jsonl, line 1: 'title' holds a lone surrogate (U+DC00",
+        files={"records.jsonl": '{"title": "\\udc00", "text": "volcano text"}\n'},
+    ),
+    Case(
+        "jsonl-broken-line",
+        "a JSONL file with one broken line",
+        ("index", "records.jsonl", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "records.jsonl: malformed JSON on line 2, column 11",
+        files={"records.jsonl": f'{OK_RECORD}\n{{"title": "broken\n{OK_RECORD}\n'},
+    ),
+    Case(
+        "jsonl-broken-line-skip",
+        "a JSONL file with one broken line, with --skip-bad-files (the other lines are indexed)",
+        ("index", "records.jsonl", "--out", "out", "-q", "--skip-bad-files", "--json"),
+        0,
+        NONE,
+        "records.jsonl: malformed JSON on line 2, column 11: Unterminated string starting at; "
+        "fix the line; skipped",
+        files={"records.jsonl": f'{OK_RECORD}\n{{"title": "broken\n{OK_RECORD}\n'},
+    ),
+    Case(
+        "not-utf8",
+        "a text file that is not UTF-8",
+        ("index", "latin1.txt", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "latin1.txt: not UTF-8 text (invalid byte at offset 3)",
+        files={"latin1.txt": "caf\u00e9 \u00e9t\u00e9".encode("latin-1")},
+    ),
+    Case(
+        "missing-path",
+        "a corpus path that does not exist",
+        ("index", "nowhere", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "nowhere: no such file or folder",
+    ),
+    Case(
+        "unsupported-file",
+        "a file of an unsupported type",
+        ("index", "slides.pdf", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "slides.pdf: unsupported file type '.pdf'",
+        files={"slides.pdf": b"%PDF-1.4"},
+    ),
+    # --- numbers on the command line -------------------------------------------------------------
+    Case(
+        "batch-size",
+        "index --batch-size -1",
+        ("index", "a.txt", "--out", "out", "--batch-size", "-1"),
+        2,
+        USAGE,
+        "argument --batch-size: must be a positive whole number, got -1",
+        files={"a.txt": WORDS},
+    ),
+    Case(
+        "chunk-tokens",
+        "index --chunk-tokens 4",
+        ("index", "a.txt", "--out", "out", "-q", "--chunk-tokens", "4"),
+        2,
+        "InputError",
+        "chunk_tokens must be at least 8, got 4",
+        files={"a.txt": WORDS},
+    ),
+    Case(
+        "ask-max-tokens",
+        "ask --max-tokens 0",
+        ("ask", "index", "q?", "--max-tokens", "0"),
+        2,
+        USAGE,
+        "argument --max-tokens: must be a positive whole number, got 0",
+    ),
+    Case(
+        "ask-max-retrievals",
+        "ask --max-retrievals -1",
+        ("ask", "index", "q?", "--max-retrievals", "-1"),
+        2,
+        USAGE,
+        "argument --max-retrievals: must be 0 or more, got -1",
+    ),
+    Case(
+        "ask-max-answer-chars",
+        "ask --max-answer-chars 0",
+        ("ask", "index", "q?", "--max-answer-chars", "0"),
+        2,
+        USAGE,
+        "argument --max-answer-chars: must be a positive whole number, got 0",
+    ),
+    Case(
+        "summarize-top-k",
+        "summarize --top-k 0",
+        ("summarize", "index", "--top-k", "0"),
+        2,
+        USAGE,
+        "argument --top-k: must be a positive whole number, got 0",
+    ),
+    Case(
+        "search-k",
+        "search -k 0",
+        ("search", "index", "volcano", "-k", "0"),
+        2,
+        USAGE,
+        "argument -k: must be a positive whole number, got 0",
+    ),
+    Case(
+        "search-k-word",
+        "search -k ten",
+        ("search", "index", "volcano", "-k", "ten"),
+        2,
+        USAGE,
+        "argument -k: expected a whole number, got 'ten'",
+    ),
+    Case(
+        "inspect-node-negative",
+        "inspect --node -1",
+        ("inspect", "index", "--node", "-1"),
+        2,
+        USAGE,
+        "argument --node: must be 0 or more, got -1",
+    ),
+    # --- text on the command line ----------------------------------------------------------------
+    Case(
+        "query-byte",
+        "a search query holding the raw byte 0xff (not UTF-8)",
+        ("search", "index", "volcano \udcff lava"),
+        2,
+        USAGE,
+        "argument query: holds a byte 0xff at character 8 that is not UTF-8 text",
+    ),
+    Case(
+        "question-byte",
+        "an ask question holding the raw byte 0xfe",
+        ("ask", "index", "\udcfewhere?"),
+        2,
+        USAGE,
+        "argument question: holds a byte 0xfe at character 0 that is not UTF-8 text",
+    ),
+    Case(
+        "empty-question",
+        "an empty question",
+        ("ask", "index", "   ", "--llm", "openai:http://127.0.0.1:9/v1#m"),
+        2,
+        "InputError",
+        "the question is empty",
+        index=True,
+    ),
+    # --- indexes ---------------------------------------------------------------------------------
+    Case(
+        "not-an-index",
+        "search a folder that is not an index",
+        ("search", "folder", "volcano"),
+        2,
+        "IndexFormatError",
+        "folder is not a psirag index: it has no manifest.json",
+        files={"folder/notes.txt": WORDS},
+    ),
+    Case(
+        "out-foreign-folder",
+        "--out a project folder whose manifest.json is not an index's (it is left as it was)",
+        ("index", "a.txt", "--out", "w", "-q"),
+        2,
+        "IndexTargetError",
+        "w is a folder that is not a psirag index",
+        files={"a.txt": WORDS, "w/manifest.json": '{"name":"pwa"}', "w/src/app.js": "code\n"},
+    ),
+    Case(
+        "out-file",
+        "--out an existing file",
+        ("index", "a.txt", "--out", "notes.txt", "-q"),
+        2,
+        "IndexTargetError",
+        "notes.txt exists and is not a folder",
+        files={"a.txt": WORDS, "notes.txt": "keep me\n"},
+    ),
+    Case(
+        "out-dot",
+        "--out . (the folder holding the inputs)",
+        ("index", "a.txt", "--out", ".", "-q"),
+        2,
+        "IndexTargetError",
+        "contains the input a.txt",
+        files={"a.txt": WORDS},
+    ),
+    Case(
+        "manifest-no-files",
+        'an index whose manifest says "files": {}',
+        ("inspect", "index"),
+        2,
+        "IndexFormatError",
+        "lists no files",
+        index=True,
+        setup=lambda folder: _flat_manifest(folder / "index", {}),
+    ),
+    Case(
+        "manifest-outside",
+        "an index whose manifest names a file outside it (../../etc/hostname)",
+        ("inspect", "index"),
+        2,
+        "IndexFormatError",
+        "points outside the index folder",
+        index=True,
+        setup=lambda folder: _flat_manifest(
+            folder / "index", {"../../etc/hostname": {"bytes": 1, "sha256": "0" * 64}}
+        ),
+    ),
+    Case(
+        "missing-chunks",
+        "an index whose chunks.jsonl is missing",
+        ("inspect", "index"),
+        2,
+        "IndexFormatError",
+        "chunks.jsonl is missing",
+        index=True,
+        setup=lambda folder: next((folder / "index").rglob("chunks.jsonl")).unlink(),
+    ),
+    Case(
+        "node-out-of-range",
+        "inspect --node past the last node",
+        ("inspect", "index", "--node", "100000"),
+        2,
+        "InputError",
+        "node 100000 does not exist",
+        index=True,
+    ),
+]
+
+
+def _flat_manifest(index: Path, files: dict[str, dict[str, object]]) -> None:
+    """Turn ``index`` into a format-1 (flat) folder whose manifest lists ``files``."""
+    manifest = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+    manifest.update(format_version=1, files=files)
+    shutil.rmtree(index)
+    index.mkdir()
+    (index / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+
+
+# --- running the cases ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    exit_code: int
+    error: str
+    stderr: str
+    stdout: str = ""
+
+    @property
+    def message(self) -> str:
+        """The line the table shows: the last line of stderr."""
+        lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
+        return lines[-1] if lines else ""
+
+
+@pytest.fixture(scope="session")
+def valid_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from psirag import Index
+
+    folder = tmp_path_factory.mktemp("valid") / "index"
+    texts = [" ".join(lines) for lines in TOPICS.values()]
+    Index.build(texts, texts=True, embedder=HashEmbedder()).save(folder)
+    return folder
+
+
+def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outcome:
+    """Make the case's files in ``folder`` and run the CLI there, capturing what it prints and
+    the class of the error it reported."""
+    for name, content in case.files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+    for name, target in case.links.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, folder / name)
+    if case.index:
+        shutil.copytree(valid_index(), folder / "index")
+    if case.setup is not None:
+        case.setup(folder)
+
+    reported: list[str] = []
+    original = psirag.cli._eprint
+
+    def spy(*parts: object) -> None:
+        # main() prints a psirag error from inside its except block, where the error is current.
+        error = sys.exc_info()[0]
+        if error is not None:
+            reported.append(error.__name__)
+        original(*parts)
+
+    err, out = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.chdir(folder):
+        patch.setattr(psirag.cli, "_eprint", spy)
+        patch.delenv("PSIRAG_LLM", raising=False)
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main(list(case.argv))
+                error = reported[-1] if reported else NONE
+            except SystemExit as exc:  # argparse refused a value
+                code = exc.code if isinstance(exc.code, int) else 2
+                error = USAGE
+    return Outcome(
+        code,
+        error,
+        err.getvalue().replace(str(folder), "."),
+        out.getvalue().replace(str(folder), "."),
+    )
+
+
+@pytest.fixture(scope="module")
+def outcomes(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[dict[str, Outcome]]:
+    """Every case run once; the per-case tests and the table read the same outcomes."""
+    names = [case.name for case in CASES]
+    assert len(set(names)) == len(names), "case names must be unique"
+    done: dict[str, Outcome] = {}
+
+    def index() -> Path:
+        return request.getfixturevalue("valid_index")
+
+    for case in CASES:
+        done[case.name] = run_case(case, tmp_path_factory.mktemp(case.name), index)
+    yield done
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_case(case: Case, outcomes: dict[str, Outcome]) -> None:
+    got = outcomes[case.name]
+    assert "Traceback" not in got.stderr, got.stderr
+    assert (got.exit_code, got.error) == (case.exit_code, case.error), got.stderr
+    assert case.message in got.stderr, got.stderr
+    if case.error not in (USAGE, NONE):
+        assert got.message.startswith("psirag: error: "), got.stderr  # one clean line
+
+
+def test_jsonl_skip_keeps_the_other_lines(outcomes: dict[str, Outcome]) -> None:
+    """The broken line alone is skipped: both good lines are indexed."""
+    got = outcomes["jsonl-broken-line-skip"]
+    assert got.exit_code == 0
+    assert "skipped" in got.message and "line 2" in got.message
+    assert json.loads(got.stdout)["documents"] == 2
+
+
+# --- the table ------------------------------------------------------------------------------------
+
+
+def _show(argument: str) -> str:
+    """An argument as a shell would take it, with a non-UTF-8 byte written as ``\\xff``."""
+    return shlex.quote(
+        argument.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    )
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_table(outcomes: Mapping[str, Outcome]) -> str:
+    lines = [
+        "# Bad inputs and what they get",
+        "",
+        "Generated by `tests/test_bad_inputs.py` from the outcomes the tests observe; do not edit.",
+        "Regenerate with `python -m pytest tests/test_bad_inputs.py --update-bad-inputs`.",
+        "",
+        "Each command runs in a folder holding the bad input (and, where the command needs one, a",
+        "valid index in `index/`). Exit status 2 is a refused input; the message is the last line",
+        "the command printed on stderr. No case prints a traceback.",
+        "",
+        "| bad input | command | exit | error | message |",
+        "|---|---|---|---|---|",
+    ]
+    for case in CASES:
+        got = outcomes[case.name]
+        command = "psirag " + " ".join(_show(a) for a in case.argv)
+        lines.append(
+            f"| {_cell(case.bad_input)} | `{_cell(command)}` | {got.exit_code} | {got.error} "
+            f"| {_cell(got.message)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def test_table_is_current(outcomes: dict[str, Outcome], request: pytest.FixtureRequest) -> None:
+    table = render_table(outcomes)
+    if request.config.getoption("--update-bad-inputs"):
+        DOC.parent.mkdir(parents=True, exist_ok=True)
+        temporary = DOC.with_name(DOC.name + ".tmp")
+        temporary.write_text(table, encoding="utf-8")
+        temporary.replace(DOC)
+    current = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
+    assert current == table, (
+        "docs/bad-inputs.md is out of date: run "
+        "`python -m pytest tests/test_bad_inputs.py --update-bad-inputs`"
+    )

@@ -1,0 +1,302 @@
+"""Tree updates (SPEC 4): random add/remove sequences keep every invariant of ``build_tree``,
+the id map and dirty set say exactly what changed, and the edge cases fail clearly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_tree import check_invariants as independent_check
+from test_tree import unit
+
+from psirag.errors import IndexFormatError, InputError
+from psirag.tree import (
+    RebuildRule,
+    Tree,
+    TreeUpdate,
+    build_forest,
+    build_tree,
+    check_invariants,
+    insert_leaves,
+    remove_leaves,
+    tree_drift,
+)
+
+
+def clustered(rng: np.random.Generator, centers: np.ndarray, n: int, noise: float) -> np.ndarray:
+    labels = rng.integers(0, centers.shape[0], n)
+    return unit(centers[labels] + noise * rng.normal(size=(n, centers.shape[1])))
+
+
+def leaf_set(tree: Tree, node: int) -> frozenset[int]:
+    return frozenset(tree.leaves_under(node).tolist())
+
+
+def check_update(
+    old: Tree, update: TreeUpdate, removed: np.ndarray, added: int, max_children: int | None
+) -> None:
+    """Both invariant checkers, then what the id map and the dirty set promise."""
+    new = update.tree
+    n_kept = old.n_leaves - removed.size
+    check_invariants(new, max_children)
+    independent_check(new, n_kept + added, max_children)
+    # old leaves keep their relative order as ids 0 .. n_kept-1, new leaves follow
+    keep = np.setdiff1d(np.arange(old.n_leaves), removed)
+    assert np.array_equal(update.node_map[keep], np.arange(n_kept))
+    assert (update.node_map[removed] == -1).all()
+    assert np.array_equal(update.new_leaves, np.arange(n_kept, n_kept + added))
+    # the map is one-to-one and keeps layers
+    mapped = update.node_map[update.node_map >= 0]
+    assert np.unique(mapped).size == mapped.size
+    kept_old = np.flatnonzero(update.node_map >= 0)
+    assert np.array_equal(old.layer[kept_old], new.layer[update.node_map[kept_old]])
+    # a node outside the dirty set has the very same subtree (leaf set and children) as before
+    pre = np.full(new.n_nodes, -1)
+    pre[mapped] = kept_old
+    dirty = set(update.dirty.tolist())
+    assert all(new.layer[u] > 0 for u in dirty)
+    for u in range(new.n_leaves, new.n_nodes):
+        if u in dirty:
+            continue
+        o = int(pre[u])
+        assert o >= 0, f"new node {u} is not marked dirty"
+        assert frozenset(pre[new.leaves_under(u)].tolist()) == leaf_set(old, o)
+        assert sorted(pre[new.children(u)].tolist()) == sorted(old.children(o).tolist())
+    # dirty is closed upwards: an ancestor of a changed node changed
+    for u in dirty:
+        p = int(new.parent[u])
+        assert p < 0 or p in dirty
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_random_update_sequences_keep_invariants(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    dim = int(rng.integers(6, 17))
+    centers = rng.normal(size=(int(rng.integers(2, 7)), dim)) * 3
+    noise = float(rng.choice([0.3, 1.0, 2.0]))
+    caps: list[int | None] = [2, 3, 4, 6, 40, None]
+    max_children = caps[int(rng.integers(0, len(caps)))]
+    vectors = clustered(rng, centers, int(rng.integers(1, 60)), noise)
+    tree = build_tree(vectors, max_children=max_children)
+    for _ in range(int(rng.integers(1, 21))):
+        step = rng.choice(["single", "batch", "remove"])
+        n = tree.n_leaves
+        if step == "remove" and n > 1:
+            removed = np.sort(rng.choice(n, int(rng.integers(1, n)), replace=False))
+            update = remove_leaves(tree, removed, vectors, max_children=max_children)
+            check_update(tree, update, removed, 0, max_children)
+            vectors = np.delete(vectors, removed, axis=0)
+        else:
+            m = 1 if step == "single" else int(rng.integers(2, 30))
+            pool = centers if rng.random() < 0.7 else rng.normal(size=(2, dim)) * 3
+            new = clustered(rng, pool, m, noise)
+            rule = str(rng.choice(["auto", "single", "batch"]))
+            update = insert_leaves(tree, vectors, new, max_children=max_children, rule=rule)
+            check_update(tree, update, np.empty(0, dtype=np.int64), m, max_children)
+            vectors = np.vstack([vectors, new])
+        tree = update.tree
+
+
+def test_check_invariants_catches_broken_trees() -> None:
+    good = build_tree(unit(np.random.default_rng(0).normal(size=(30, 5))), max_children=4)
+    check_invariants(good, 4)
+    with pytest.raises(IndexFormatError, match="max_children=3"):
+        check_invariants(good, 3)
+    n = good.n_leaves
+    # a leaf hung two layers up: leaves at unequal depths
+    top = int(good.root)
+    parent = good.parent.copy()
+    parent[0] = top
+    with pytest.raises(IndexFormatError, match="one layer above"):
+        check_invariants(Tree(parent=parent, layer=good.layer.copy()), None)
+    # a second root
+    parent = good.parent.copy()
+    parent[int(np.flatnonzero(good.layer == good.depth - 1)[0])] = -1
+    with pytest.raises(IndexFormatError, match="2 roots"):
+        check_invariants(Tree(parent=parent, layer=good.layer.copy()), None)
+    check_invariants(Tree(parent=parent, layer=good.layer.copy()), None, forest=True)
+    # an abstract node with no child
+    empty = Tree(parent=np.append(good.parent, top), layer=np.append(good.layer, good.depth - 1))
+    order = np.argsort(empty.layer, kind="stable")  # keep ids ordered by layer
+    new_id = np.empty_like(order)
+    new_id[order] = np.arange(order.size)
+    p = empty.parent[order]
+    empty = Tree(parent=np.where(p >= 0, new_id[np.maximum(p, 0)], -1), layer=empty.layer[order])
+    with pytest.raises(IndexFormatError, match="without children"):
+        check_invariants(empty, None)
+    # leaves not first
+    with pytest.raises(IndexFormatError, match=r"0 \.\. n_leaves-1"):
+        check_invariants(Tree(parent=good.parent[::-1].copy(), layer=good.layer[::-1].copy()))
+    assert n == 30
+
+
+def test_single_chunk_goes_under_its_most_similar_leafs_parent() -> None:
+    rng = np.random.default_rng(1)
+    e = unit(rng.normal(size=(120, 16)))
+    tree = build_tree(e, max_children=40)
+    target = 17
+    new = unit(e[target : target + 1] + 0.01 * rng.normal(size=(1, 16)))
+    update = insert_leaves(tree, e, new, max_children=40)
+    leaf = int(update.new_leaves[0])
+    old_parent = int(tree.parent[target])
+    if tree.fan_out[old_parent] < 40:
+        assert update.tree.parent[leaf] == update.node_map[old_parent]
+        ancestors = []
+        x = int(update.tree.parent[leaf])
+        while x >= 0:
+            ancestors.append(x)
+            x = int(update.tree.parent[x])
+        assert sorted(ancestors) == update.dirty.tolist()  # only the path to the root changed
+    assert update.counts == {"single": 1}
+
+
+def test_batch_as_tall_as_the_main_tree_gets_a_new_root() -> None:
+    e = unit(np.array([[1.0, 0.1, 0.0], [1.0, -0.1, 0.0]]))
+    tree = build_tree(e)
+    new = unit(np.array([[0.0, 0.1, 1.0], [0.0, -0.1, 1.0]]))
+    update = insert_leaves(tree, e, new, rule="batch")
+    t = update.tree
+    assert t.depth == 2 and t.layer_sizes() == [4, 2, 1]
+    assert sorted(leaf_set(t, int(c)) for c in t.children(t.root)) == sorted(
+        [frozenset({0, 1}), frozenset({2, 3})]
+    )
+    assert update.counts == {"batch": 2, "subtrees": 1}
+
+
+def test_auto_rule_builds_a_subtree_for_a_new_topic_and_single_inserts_the_rest() -> None:
+    rng = np.random.default_rng(2)
+    old_centers = rng.normal(size=(4, 32)) * 3
+    e = clustered(rng, old_centers, 200, 0.5)
+    tree = build_tree(e, max_children=10)
+    near = unit(e[:5] + 0.05 * rng.normal(size=(5, 32)))  # next to indexed leaves
+    topic = unit(rng.normal(size=(1, 32)) * 3 + 0.3 * rng.normal(size=(12, 32)))  # a new topic
+    update = insert_leaves(tree, e, np.vstack([near, topic]), max_children=10)
+    assert update.counts["single"] == 5
+    assert update.counts["batch"] == 12 and update.counts["subtrees"] == 1
+    # the new topic sits in subtrees of its own: its lowest abstract nodes hold only new leaves
+    t = update.tree
+    topic_leaves = update.new_leaves[5:]
+    for leaf in topic_leaves.tolist():
+        assert set(t.leaves_under(int(t.parent[leaf])).tolist()) <= set(topic_leaves.tolist())
+    check_update(tree, update, np.empty(0, dtype=np.int64), 17, 10)
+    single = insert_leaves(tree, e, np.vstack([near, topic]), max_children=10, rule="single")
+    assert single.counts["single"] == 17
+
+
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("rule", ["auto", "single", "batch"])
+@pytest.mark.parametrize("m", [1, 2, 7])
+def test_insert_into_tiny_trees(n: int, rule: str, m: int) -> None:
+    rng = np.random.default_rng(n * 10 + m)
+    e = unit(rng.normal(size=(n, 4)))
+    tree = build_tree(e, max_children=2)
+    new = unit(rng.normal(size=(m, 4)))
+    update = insert_leaves(tree, e, new, max_children=2, rule=rule)  # type: ignore[arg-type]
+    check_update(tree, update, np.empty(0, dtype=np.int64), m, 2)
+
+
+@pytest.mark.parametrize("max_children", [2, 3, 40])
+def test_remove_all_but_one_or_two(max_children: int) -> None:
+    rng = np.random.default_rng(max_children)
+    e = unit(rng.normal(size=(50, 6)))
+    tree = build_tree(e, max_children=max_children)
+    one = remove_leaves(tree, np.arange(1, 50), e, max_children=max_children)
+    assert one.tree.parent.tolist() == [-1] and one.tree.layer.tolist() == [0]
+    assert one.dirty.size == 0 and one.node_map[0] == 0
+    two = remove_leaves(tree, np.arange(2, 50), e, max_children=max_children)
+    check_update(tree, two, np.arange(2, 50), 0, max_children)
+    assert two.tree.layer_sizes() == [2, 1]
+    # and the survivors can grow again
+    grown = insert_leaves(two.tree, e[:2], e[10:20], max_children=max_children)
+    check_update(two.tree, grown, np.empty(0, dtype=np.int64), 10, max_children)
+
+
+def test_remove_bad_ids_fail_clearly_and_change_nothing() -> None:
+    e = unit(np.random.default_rng(3).normal(size=(10, 4)))
+    tree = build_tree(e)
+    before = tree.parent.copy()
+    with pytest.raises(InputError, match="empty tree"):
+        remove_leaves(tree, np.arange(10), e)
+    with pytest.raises(InputError, match=r"unknown leaf ids \[10\]"):
+        remove_leaves(tree, [3, 10], e)
+    with pytest.raises(InputError, match="unknown leaf ids"):
+        remove_leaves(tree, [-1], e)
+    with pytest.raises(InputError, match="more than once"):
+        remove_leaves(tree, [2, 2], e)
+    with pytest.raises(InputError, match="integers"):
+        remove_leaves(tree, np.array([1.5]), e)
+    with pytest.raises(InputError, match="9 rows"):
+        remove_leaves(tree, [1], e[:9])
+    assert np.array_equal(tree.parent, before)
+    nothing = remove_leaves(tree, [], e)
+    assert np.array_equal(nothing.tree.parent, tree.parent) and nothing.dirty.size == 0
+
+
+def test_insert_bad_input_fails_clearly() -> None:
+    rng = np.random.default_rng(4)
+    e = unit(rng.normal(size=(10, 4)))
+    tree = build_tree(e)
+    with pytest.raises(InputError, match="3 dimensions"):
+        insert_leaves(tree, e, unit(rng.normal(size=(2, 3))))
+    with pytest.raises(InputError, match="NaN"):
+        insert_leaves(tree, e, np.array([[np.nan, 1, 0, 0]]))
+    with pytest.raises(InputError, match="insert rule"):
+        insert_leaves(tree, e, e[:1], rule="often")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="max_children"):
+        insert_leaves(tree, e, e[:1], max_children=1)
+    forest = build_forest(e, np.array([0] * 5 + [1] * 5))
+    with pytest.raises(InputError, match="forest of 2 trees"):
+        insert_leaves(forest, e, e[:1])
+
+
+def test_remove_from_a_forest_keeps_each_tree_valid() -> None:
+    rng = np.random.default_rng(5)
+    e = unit(rng.normal(size=(60, 6)))
+    groups = np.repeat(np.arange(3), 20)
+    forest = build_forest(e, groups, max_children=3)
+    gone = np.concatenate([np.arange(0, 20), np.arange(20, 40, 2)])  # tree 0 entirely
+    update = remove_leaves(forest, gone, e, max_children=3)
+    t = update.tree
+    check_invariants(t, 3, forest=True)
+    assert t.roots.size == 2 and t.n_leaves == 30
+    # no leaf changed trees: the survivors of a tree share one root
+    top = np.arange(t.n_leaves)
+    while (t.parent[top] >= 0).any():
+        top = np.where(t.parent[top] >= 0, t.parent[top], top)
+    left = np.setdiff1d(np.arange(60), gone)
+    for g in (1, 2):
+        assert np.unique(top[groups[left] == g]).size == 1
+
+
+def test_drift_is_zero_against_itself_and_grows_with_scrambling() -> None:
+    rng = np.random.default_rng(6)
+    e = clustered(rng, rng.normal(size=(5, 16)) * 3, 300, 0.7)
+    fresh = build_tree(e, max_children=10)
+    same = tree_drift(fresh, fresh, e)
+    assert same["kept_pairs_layer1"] == 1.0 and same["placement_ratio"] == 1.0
+    scrambled = Tree(
+        parent=np.concatenate([rng.permutation(fresh.parent[:300]), fresh.parent[300:]]),
+        layer=fresh.layer.copy(),
+    )
+    far = tree_drift(scrambled, fresh, e)
+    assert far["kept_pairs_layer1"] < 0.5 and far["placement_ratio"] < 0.99
+
+
+def test_rebuild_rule() -> None:
+    rule = RebuildRule(max_churn=0.2)
+    assert not rule.due(1000, 100, 50) and rule.due(1000, 150, 50)
+    with pytest.raises(InputError, match="max_churn"):
+        RebuildRule(max_churn=0)
+
+
+def test_dirty_with_siblings_adds_the_abstract_siblings_of_dirty_nodes() -> None:
+    rng = np.random.default_rng(7)
+    e = unit(rng.normal(size=(200, 8)))
+    tree = build_tree(e, max_children=6)
+    update = insert_leaves(tree, e, unit(e[:1] + 0.01), max_children=6)
+    t, wide = update.tree, set(update.dirty_with_siblings.tolist())
+    assert set(update.dirty.tolist()) < wide
+    for u in update.dirty.tolist():
+        p = int(t.parent[u])
+        if p >= 0:
+            assert set(t.children(p).tolist()) <= wide
+    assert all(t.layer[u] > 0 for u in wide)
