@@ -54,7 +54,20 @@ mode builds the graph on one thread so that the same vectors give the same tree.
 """
 
 
+def _knn_reference(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """Today's knn build at 100k: from this run if measured, else from knn.json."""
+    for x in r["synthetic"]:
+        if x["mode"] == "knn" and x["n"] == 100_000 and "seconds" in x:
+            return x, "measured in this run"
+    knn = _load("knn.json")
+    for x in (knn or {}).get("synthetic", []):
+        if x["mode"] == "knn" and x["n"] == 100_000:
+            return x, "from knn.json (bench_knn.py, an earlier run on this machine)"
+    return None, ""
+
+
 def _synthetic(r: dict[str, Any]) -> str:
+    knn, knn_source = _knn_reference(r)
     rows = []
     for x in r["synthetic"]:
         if "seconds" not in x:
@@ -71,14 +84,23 @@ def _synthetic(r: dict[str, Any]) -> str:
                 x["seconds"],
                 x["cpu_seconds"],
                 round(x["peak_rss_mib"] / 1024, 2),
-                x.get("knn_seconds_ratio", ""),
+                round(knn["cpu_seconds"] / x["cpu_seconds"], 1)
+                if knn and x["n"] == 100_000
+                else "",
                 len(x["layers"]),
                 x["measured_at"][11:16],
             ]
         )
-    header = ["mode", "leaves", "wall s", "CPU s", "peak RSS GiB", "knn wall / this", "layers"]
+    header = ["mode", "leaves", "wall s", "CPU s", "peak RSS GiB", "knn CPU / this", "layers"]
     header.append("UTC")
     load = r["machine"].get("loadavg_at_end", "?")
+    knn_line = ""
+    if knn:
+        knn_line = (
+            f"\nToday's knn mode at 100,000 leaves ({knn_source}): {knn['seconds']} s wall, "
+            f"{knn['cpu_seconds']} CPU s, {knn.get('peak_extra_mib', '?')} MiB above the "
+            'vectors; "knn CPU / this" divides its CPU seconds by each mode\'s.\n'
+        )
     return f"""### Build time and memory at scale
 
 `python benchmarks/bench_scale_ann.py --sizes ...`: `build_tree` (max_children 40, k 32,
@@ -89,7 +111,7 @@ process's high-water mark (vectors included). The machine ran ~8 other engineers
 several-fold and CPU seconds are the steadier figure.
 
 {_table(header, rows)}
-"""
+{knn_line}"""
 
 
 def _wiki(r: dict[str, Any]) -> str:
