@@ -85,6 +85,12 @@ BENCHES: tuple[Bench, ...] = (
         "~5 min: five 2Wiki indexes from the embedding cache",
     ),
     Bench(
+        "server",
+        ("bench_server.py",),
+        ("server.json",),
+        "~5 min on a quiet machine (builds a 2Wiki index under bench-out/ first without --index)",
+    ),
+    Bench(
         "knn",
         ("bench_knn.py",),
         ("knn.json",),
@@ -141,9 +147,15 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
         "psi+summarize,dense+summarize --llm local ..., then benchmarks/llm_tables.py",
         LLM_COST,
     ),
+    (
+        "web",
+        "section_web.md",
+        "python benchmarks/bench_web.py --index DIR (a 2Wiki index; needs chromium)",
+        "~3 min: ten page loads in headless Chromium; rerun by hand only",
+    ),
 )
-"""(name, cached section, command, cost) of the local-LLM measurements; each section holds its exact
-commands."""
+"""(name, cached section, command, cost) of the measurements run by hand (local LLM, browser);
+each section holds its exact commands."""
 
 REPORT_COMMAND = "python benchmarks/report.py"
 RUN_ALL_COMMAND = "nice -n 19 python benchmarks/run_all.py"

@@ -342,7 +342,7 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
     doc = json.loads(json.dumps(result.to_dict()))
     required = {"answer", "steps", "evidence"}
     assert required <= set(doc)
-    assert set(doc) - required == {"question", "stats", "valid_answer"}
+    assert set(doc) - required == {"question", "stats", "valid_answer", "citations"}
     step_required = {"thought", "action", "query", "passages"}
     for step in doc["steps"]:
         assert step_required <= set(step)
@@ -355,6 +355,8 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
             "follow_up",
             "follow_up_names",
             "follow_up_raw",
+            "repeated",
+            "repeat_raw",
         }
         for p in step["passages"]:
             assert set(p) == {"id", "text", "score", "source"}

@@ -4,6 +4,7 @@ endpoint its manifest names unless the user confirms it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterator
@@ -137,13 +138,23 @@ def test_eval_settings_carry_the_policy_to_the_llm(tmp_path):
 
 
 def plant_endpoint(index: Path, url: str) -> None:
-    """What an attacker sharing an index would do: point its embedder at their own host."""
-    path = index / "manifest.json"
-    manifest = json.loads(path.read_text(encoding="utf-8"))
+    """What an attacker sharing an index would do: point its embedder at their own host, in the
+    current generation's manifest and in the pointer, with the pointer's hash made to match."""
     spec = f"openai:{url}#m"  # same model name, so the embedder id still matches
-    manifest["embedder"]["spec"] = spec
-    manifest["config"]["embedder"] = spec
-    path.write_text(json.dumps(manifest), encoding="utf-8")
+
+    def planted(manifest: dict) -> dict:
+        manifest["embedder"]["spec"] = spec
+        manifest["config"]["embedder"] = spec
+        return manifest
+
+    pointer_path = index / "manifest.json"
+    pointer = json.loads(pointer_path.read_text(encoding="utf-8"))
+    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
+    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
+    generation.write_bytes(raw)
+    pointer = planted(pointer)
+    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
+    pointer_path.write_text(json.dumps(pointer), encoding="utf-8")
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ def all_prompt_text() -> str:
 
 
 def test_version_is_a_string():
-    assert prompts.PROMPT_VERSION == "8"
+    assert prompts.PROMPT_VERSION == "9"
 
 
 def test_names_prompts_name_every_name_and_the_retrievals_left():
@@ -108,8 +108,11 @@ def test_agent_example_is_consistent():
     turns = prompts.agent_example_messages(1)
     assert [m["role"] for m in turns] == ["user", "assistant", "user", "assistant"]
     assert turns[1]["content"].splitlines()[-1].startswith("Retrieve: ")
-    assert turns[3]["content"].splitlines()[-1] == "Answer: 1887"
+    assert turns[3]["content"].splitlines()[-1] == "Answer: 1887 [2][4]"
     assert "Retrievals left: 0" in turns[2]["content"]
+    # The cited labels are the ones the example's documents carry: a label keeps its passage.
+    assert "[2] Tower Bridge" in turns[0]["content"] and "[2] Tower Bridge" in turns[2]["content"]
+    assert "[4] Horace Jones" in turns[2]["content"]
 
 
 def test_summarize_docs():

@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     from psirag.eval.cli import register as register_eval
 
     register_eval(sub)
+    from psirag.server.cli import register as register_server
+
+    register_server(sub)
     return parser
 
 
@@ -367,27 +370,7 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
                 file=out,
             )
         return 0
-    fan = tree.fan_out[tree.n_leaves :]
-    hist = dict(sorted(Counter(_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0]))
-    manifest = index.describe()
-    from psirag.storage import IndexStore
-
-    storage = IndexStore(args.index).describe()
-    storage["verified"] = "sha256" if getattr(args, "verify", False) else "sizes"
-    payload = {
-        "index": str(args.index),
-        "storage": storage,
-        "embedder": manifest["embedder"],
-        "config": manifest["config"],
-        **manifest["counts"],
-        "roots": tree.roots.tolist()[:20],
-        "fan_out": {
-            "min": int(fan.min()) if fan.size else 0,
-            "max": int(fan.max()) if fan.size else 0,
-            "mean": round(float(fan.mean()), 2) if fan.size else 0.0,
-            "histogram": {f"{lo}-{hi}": n for (lo, hi), n in hist.items()},
-        },
-    }
+    payload = inspect_summary(index, args.index, verify=getattr(args, "verify", False))
     if args.json:
         print(
             json.dumps({"schema": INSPECT_SCHEMA, "index": payload}, indent=2, ensure_ascii=False),
@@ -395,6 +378,7 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
         )
         return 0
     print(f"index {args.index}", file=out)
+    storage = payload["storage"]
     gen = storage.get("generation")
     print(
         f"  storage:         format {storage.get('format_version')}"
@@ -420,6 +404,32 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
         print(f"  root {tree.root}: {index.node_text(tree.root)[:200]}", file=out)
     print("  (psirag inspect DIR --node ID shows one node)", file=out)
     return 0
+
+
+def inspect_summary(index: Any, folder: str | Path, *, verify: bool = False) -> dict[str, Any]:
+    """What ``psirag inspect --json`` prints under "index" (also served by ``GET /index``)."""
+    from psirag.storage import IndexStore
+
+    tree = index.tree
+    fan = tree.fan_out[tree.n_leaves :]
+    hist = dict(sorted(Counter(_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0]))
+    manifest = index.describe()
+    storage = IndexStore(folder).describe()
+    storage["verified"] = "sha256" if verify else "sizes"
+    return {
+        "index": str(folder),
+        "storage": storage,
+        "embedder": manifest["embedder"],
+        "config": manifest["config"],
+        **manifest["counts"],
+        "roots": tree.roots.tolist()[:20],
+        "fan_out": {
+            "min": int(fan.min()) if fan.size else 0,
+            "max": int(fan.max()) if fan.size else 0,
+            "mean": round(float(fan.mean()), 2) if fan.size else 0.0,
+            "histogram": {f"{lo}-{hi}": n for (lo, hi), n in hist.items()},
+        },
+    }
 
 
 def _bucket(f: int) -> tuple[int, int]:

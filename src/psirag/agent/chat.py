@@ -50,9 +50,12 @@ def clip(text: str, limit: int | None) -> str:
     return cut.rstrip() + _ELLIPSIS
 
 
-def render_passages(passages: Sequence[Passage], limit: int | None = None) -> str:
-    """Passages numbered in rank order, each clipped to ``limit`` characters."""
-    return format_documents([clip(passage_body(p), limit) for p in passages])
+def render_passages(
+    passages: Sequence[Passage], limit: int | None = None, labels: Sequence[int] | None = None
+) -> str:
+    """Passages numbered in rank order (or by ``labels``, the agent's citation labels), each
+    clipped to ``limit`` characters."""
+    return format_documents([clip(passage_body(p), limit) for p in passages], labels)
 
 
 def request_tokens(messages: Sequence[Message], count: Callable[[str], int]) -> int:

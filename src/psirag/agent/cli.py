@@ -1,6 +1,7 @@
-"""``psirag ask`` and ``psirag summarize``: the agent and summarization mode from the shell.
+"""``psirag ask``, ``chat``, ``hops`` and ``summarize``: the agent, the multi-turn chat, the
+query-hop discriminator and summarization mode from the shell.
 
-``register(subparsers)`` adds both commands to the main CLI; each sets ``func`` (``args.func(args)``
+``register(subparsers)`` adds the commands to the main CLI; each sets ``func`` (``args.func(args)``
 runs it and returns the exit status). Steps stream to stderr as they happen, so stdout holds only
 the answer (or, with ``--json``, the result document) and can be piped.
 """
@@ -15,9 +16,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from psirag.agent.loop import MAX_ANSWER_CHARS, NAMES_CHECKS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
-from psirag.argtypes import nonnegative_int, positive_int, text
+from psirag.argtypes import positive_int, text
 from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import InputError
+from psirag.hops import AUTO, parse_max_retrievals
 from psirag.http import add_http_options, http_policy_from
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ _SNIPPET = 100
 
 
 def register(subparsers: Any) -> None:
-    """Add ``ask`` and ``summarize`` to the main CLI's subparsers."""
+    """Add ``ask``, ``chat``, ``hops`` and ``summarize`` to the main CLI's subparsers."""
     ask = subparsers.add_parser(
         "ask",
         help="answer a question with the retrieve-and-answer agent",
@@ -45,51 +47,42 @@ def register(subparsers: Any) -> None:
     )
     ask.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
     ask.add_argument("question", type=text, help="the question to answer")
-    _llm_arguments(ask)
-    ask.add_argument(
-        "--max-retrievals",
-        type=nonnegative_int,
-        default=1,
-        metavar="N",
-        help="retrievals allowed after the first one (default 1, the paper's 2Wiki/HotpotQA "
-        "setting; MuSiQue: 3)",
-    )
-    ask.add_argument(
-        "--max-tokens",
-        type=positive_int,
-        default=256,
-        metavar="N",
-        help="cap on each reply (default 256)",
-    )
-    ask.add_argument(
-        "--max-answer-chars",
-        type=positive_int,
-        default=MAX_ANSWER_CHARS,
-        metavar="N",
-        help=f"longest answer accepted (default {MAX_ANSWER_CHARS} characters); a longer one "
-        "counts as no answer",
-    )
-    ask.add_argument(
-        "--no-answer-check",
-        dest="answer_check",
-        action="store_false",
-        help="take an answer found in no document as it is (the paper's loop); by default the "
-        "model is asked once to look it up while a retrieval is left",
-    )
-    ask.add_argument(
-        "--names-check",
-        choices=NAMES_CHECKS,
-        default="lookup",
-        help="an answer whose reasoning names people or works that no retrieved document is "
-        "about, while a retrieval is left: retrieve them and answer again (lookup, default), "
-        "ask the model whether it needs them (ask), or take the answer (off)",
-    )
+    _agent_arguments(ask)
     ask.add_argument("--json", action="store_true", help="print the full result as JSON")
     ask.add_argument(
         "--trace", action="store_true", help="also show passages and raw replies on stderr"
     )
     ask.add_argument("-q", "--quiet", action="store_true", help="show no steps on stderr")
     ask.set_defaults(func=run_ask)
+
+    chat = subparsers.add_parser(
+        "chat",
+        help="a multi-turn conversation with the agent over an index",
+        description="Read questions from stdin, one a line (an empty line is skipped, 'exit' "
+        "ends). A follow-up question is first rewritten by the LLM into one that stands alone, "
+        "using the earlier turns, then the agent answers it. Answers and their citations go to "
+        "stdout; with --json, one JSON object a line.",
+    )
+    chat.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
+    _agent_arguments(chat)
+    chat.add_argument("--json", action="store_true", help="one JSON object a turn on stdout")
+    chat.add_argument(
+        "--trace", action="store_true", help="also show passages and raw replies on stderr"
+    )
+    chat.add_argument("-q", "--quiet", action="store_true", help="show no steps on stderr")
+    chat.set_defaults(func=run_chat)
+
+    hops = subparsers.add_parser(
+        "hops",
+        help="predict how many hops (1-4) each question needs",
+        description="The query-hop discriminator (paper App. E.2) shipped with psirag: a "
+        "softmax regression over the MiniLM question embedding and a few word counts. "
+        "--max-retrievals auto gives a question of h hops h-1 retrievals after the first, "
+        "at least 1.",
+    )
+    hops.add_argument("questions", nargs="+", type=text, metavar="QUESTION")
+    hops.add_argument("--json", action="store_true", help="a JSON list of {question, hops}")
+    hops.set_defaults(func=run_hops)
 
     summ = subparsers.add_parser(
         "summarize",
@@ -122,6 +115,51 @@ def register(subparsers: Any) -> None:
     )
     summ.add_argument("--json", action="store_true", help="print the result as JSON")
     summ.set_defaults(func=run_summarize)
+
+
+def _agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """The LLM and agent options ``ask`` and ``chat`` share."""
+    ask = parser
+    _llm_arguments(ask)
+    ask.add_argument(
+        "--max-retrievals",
+        type=parse_max_retrievals,
+        default=1,
+        metavar="N|auto",
+        help="retrievals allowed after the first one (default 1, the paper's 2Wiki/HotpotQA "
+        "setting; MuSiQue: 3); auto: from the question's predicted hop count h (psirag hops), "
+        "h-1 and at least 1",
+    )
+    ask.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=256,
+        metavar="N",
+        help="cap on each reply (default 256)",
+    )
+    ask.add_argument(
+        "--max-answer-chars",
+        type=positive_int,
+        default=MAX_ANSWER_CHARS,
+        metavar="N",
+        help=f"longest answer accepted (default {MAX_ANSWER_CHARS} characters); a longer one "
+        "counts as no answer",
+    )
+    ask.add_argument(
+        "--no-answer-check",
+        dest="answer_check",
+        action="store_false",
+        help="take an answer found in no document as it is (the paper's loop); by default the "
+        "model is asked once to look it up while a retrieval is left",
+    )
+    ask.add_argument(
+        "--names-check",
+        choices=NAMES_CHECKS,
+        default="lookup",
+        help="an answer whose reasoning names people or works that no retrieved document is "
+        "about, while a retrieval is left: retrieve them and answer again (lookup, default), "
+        "ask the model whether it needs them (ask), or take the answer (off)",
+    )
 
 
 def _llm_arguments(parser: argparse.ArgumentParser) -> None:
@@ -188,6 +226,8 @@ class _StepPrinter:
             print(f"    thought: {_one_line(step.thought, 300)}", file=self.out)
         if not step.well_formed:
             print("    (reply not in the expected format)", file=self.out)
+        for repeated in step.repeated:
+            print(f"    (not searched again: {_one_line(repeated)})", file=self.out)
         if step.follow_up == "names_lookup":
             names = ", ".join(step.follow_up_names)
             print(f"    → look up {names} (no document was about it yet)", file=self.out)
@@ -219,22 +259,57 @@ class _StepPrinter:
         self.out.flush()
 
 
-def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
-    stdout = stdout or sys.stdout
-    if args.max_retrievals < 0:
-        raise InputError("--max-retrievals must be 0 or more")
-    index = _load_index(args)
-    printer = _StepPrinter(sys.stderr, args.trace)
-    with _client(args) as llm:
-        agent = RetrieveAndAnswer(
+def _agent_factory(args: argparse.Namespace, index: Any, llm: Any) -> Any:
+    """``question -> RetrieveAndAnswer`` with the command's settings; with
+    ``--max-retrievals auto`` the budget comes from the question's predicted hops."""
+    predictor = None
+    if args.max_retrievals == AUTO:
+        from psirag.hops import HopPredictor
+
+        predictor = HopPredictor()
+
+    def make(question: str) -> RetrieveAndAnswer:
+        budget = (
+            predictor.max_retrievals(question) if predictor is not None else args.max_retrievals
+        )
+        return RetrieveAndAnswer(
             llm,
             index.search,
-            max_retrievals=args.max_retrievals,
+            max_retrievals=budget,
             max_tokens=args.max_tokens,
             max_answer_chars=args.max_answer_chars,
             check_answers=args.answer_check,
             names_check=args.names_check,
         )
+
+    return make
+
+
+def print_citations(citations: Any, out: TextIO) -> None:
+    """Each cited passage with where it comes from: label, document, chunk, span, passage id."""
+    if not citations:
+        return
+    print("Sources:", file=out)
+    for c in citations:
+        src = c.passage.source
+        title = f" ({src.title})" if src.title and src.title != src.document else ""
+        print(
+            f"  [{c.label}] {src.document}{title}, chunk {src.chunk}, chars {src.start}-{src.end}"
+            f"  id {c.passage.id}",
+            file=out,
+        )
+
+
+def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    stdout = stdout or sys.stdout
+    if args.max_retrievals != AUTO and args.max_retrievals < 0:
+        raise InputError("--max-retrievals must be 0 or more")
+    index = _load_index(args)
+    printer = _StepPrinter(sys.stderr, args.trace)
+    with _client(args) as llm:
+        agent = _agent_factory(args, index, llm)(args.question)
+        if args.max_retrievals == AUTO and not args.quiet:
+            print(f"(auto: {agent.max_retrievals} retrievals after the first)", file=sys.stderr)
         result = agent.run(
             args.question,
             on_step=None if args.quiet else printer.replied,
@@ -244,10 +319,70 @@ def run_ask(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     if args.json:
         document = result.to_dict()
         document["llm_usage"] = usage
+        document["max_retrievals"] = agent.max_retrievals
         json.dump(document, stdout, ensure_ascii=False, indent=2)
         stdout.write("\n")
     else:
         print(result.answer, file=stdout)
+        print_citations(result.citations, stdout)
+    return 0
+
+
+_CHAT_EXIT = frozenset({"exit", "quit", ":q", "/exit", "/quit"})
+
+
+def run_chat(
+    args: argparse.Namespace, *, stdout: TextIO | None = None, stdin: TextIO | None = None
+) -> int:
+    """One turn per stdin line; works piped (a prompt is shown only on a terminal)."""
+    from psirag.agent.conversation import Conversation
+
+    stdout = stdout or sys.stdout
+    stdin = stdin or sys.stdin
+    index = _load_index(args)
+    printer = _StepPrinter(sys.stderr, args.trace)
+    interactive = stdin.isatty() and not args.json
+    with _client(args) as llm:
+        chat = Conversation(llm, _agent_factory(args, index, llm))
+        while True:
+            if interactive:
+                print("you> ", end="", file=sys.stderr, flush=True)
+            line = stdin.readline()
+            if not line:
+                break
+            asked = line.strip()
+            if not asked:
+                continue
+            if asked.lower() in _CHAT_EXIT:
+                break
+            turn = chat.ask(
+                asked,
+                on_step=None if args.quiet else printer.replied,
+                on_retrieval=None if args.quiet else printer.retrieved,
+            )
+            if turn.rewritten and not args.quiet:
+                print(f"(read as: {turn.question})", file=sys.stderr)
+            if args.json:
+                stdout.write(json.dumps(turn.to_dict(), ensure_ascii=False) + "\n")
+            else:
+                print(turn.result.answer, file=stdout)
+                print_citations(turn.result.citations, stdout)
+            stdout.flush()
+    return 0
+
+
+def run_hops(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.hops import HopPredictor
+
+    stdout = stdout or sys.stdout
+    predicted = HopPredictor().predict(args.questions)
+    if args.json:
+        rows = [{"question": q, "hops": h} for q, h in zip(args.questions, predicted, strict=True)]
+        json.dump(rows, stdout, ensure_ascii=False, indent=2)
+        stdout.write("\n")
+    else:
+        for q, h in zip(args.questions, predicted, strict=True):
+            print(f"{h}\t{q}", file=stdout)
     return 0
 
 
@@ -275,4 +410,12 @@ def run_summarize(args: argparse.Namespace, *, stdout: TextIO | None = None) -> 
     return 0
 
 
-__all__ = ["LLM_ENV", "register", "run_ask", "run_summarize"]
+__all__ = [
+    "LLM_ENV",
+    "print_citations",
+    "register",
+    "run_ask",
+    "run_chat",
+    "run_hops",
+    "run_summarize",
+]

@@ -19,6 +19,10 @@ Built to compare with the R&A agent (:mod:`psirag.agent.loop`) at equal cost and
   Recall@k is read the same way;
 - the result is an :class:`AgentResult` (one :class:`Step` per retrieval), so the eval harness
   records the same row for both.
+
+A sentence that repeats an earlier query of the chain (the question included; the agent's test,
+``psirag.agent.repeats``) is not searched: it would bring the same passages. The chain stops
+there (``stop="repeat"``, counted in ``repeated_queries``) and the reader answers.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from psirag.agent.chat import (
 from psirag.agent.loop import (
     AgentResult,
     AgentStats,
+    Citation,
     EvidenceMerge,
     RetrieveAndAnswer,
     Retriever,
@@ -45,6 +50,7 @@ from psirag.agent.loop import (
     merge_evidence,
 )
 from psirag.agent.parsing import strip_fenced, strip_thinking
+from psirag.agent.repeats import repeats
 from psirag.errors import InputError
 from psirag.llm.base import ChatModel, ChatResult, GenerationParams
 from psirag.prompts import IRCOT_ANSWER_PHRASE, NOT_MENTIONED, ircot_prompt
@@ -53,7 +59,7 @@ from psirag.types import Passage
 SENTENCE_TOKENS = 64
 """Cap on one reasoning sentence: a sentence, never a paragraph, whatever the model does."""
 
-StopReason = Literal["answer", "cap", "empty"]
+StopReason = Literal["answer", "cap", "empty", "repeat"]
 
 _ANSWER_IS = re.compile(r"\b" + r"\s+".join(IRCOT_ANSWER_PHRASE.split()) + r"\b", re.IGNORECASE)
 # The agent's marker, from a model that falls back on that format: a stated answer all the same.
@@ -264,22 +270,39 @@ class IRCoT:
             if says_answer(line):
                 stop = "answer"
                 break
+            if repeats(sentence, [question, *(s.query for s in steps)]) is not None:
+                stats.repeated_queries += 1
+                step.repeated.append(sentence)
+                stop = "repeat"
+                break
             step.action = "retrieve"
             if on_step is not None:
                 on_step(step)
             query = sentence
 
         evidence = merge_evidence([s.passages for s in steps], self.evidence_merge)
-        reader, answer = self._read(question, evidence, stats)
+        reader, answer, citations = self._read(question, evidence, stats)
         last = steps[-1]
         last.action = reader.action
         if on_step is not None:
             on_step(last)
-        return IRCoTResult(answer, steps, evidence, question, stats, chain, stop, reader)
+        return IRCoTResult(
+            answer,
+            steps,
+            evidence,
+            question,
+            stats,
+            citations=citations,
+            chain=chain,
+            stop=stop,
+            reader=reader,
+        )
 
-    def _read(self, question: str, evidence: list[Passage], stats: IRCoTStats) -> tuple[Step, str]:
+    def _read(
+        self, question: str, evidence: list[Passage], stats: IRCoTStats
+    ) -> tuple[Step, str, list[Citation]]:
         """The agent with no retrievals left, over the collected passages in evidence order:
-        its one step and its answer (``Not mentioned`` included)."""
+        its one step, its answer (``Not mentioned`` included) and the answer's citations."""
         reader = RetrieveAndAnswer(self.llm, lambda _query: evidence, **self._reader_args)
         result = reader.run(question)
         got = result.stats
@@ -290,10 +313,12 @@ class IRCoT:
         stats.forced_turns += got.forced_turns
         stats.overlong_answers += got.overlong_answers
         stats.no_answer += got.no_answer
+        stats.cited += got.cited
+        stats.dropped_citations += got.dropped_citations
         stats.clipped_passages = max(stats.clipped_passages, got.clipped_passages)
         stats.prompt_tokens += got.prompt_tokens
         stats.completion_tokens += got.completion_tokens
-        return result.steps[0], result.answer.strip() or NOT_MENTIONED
+        return result.steps[0], result.answer.strip() or NOT_MENTIONED, result.citations
 
 
 __all__ = [

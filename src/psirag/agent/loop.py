@@ -23,6 +23,21 @@ question, read from a side remark), the agent by default looks those names up it
 model answer again with their documents in view (``names_check="lookup"``, prompts v7; "ask"
 asks the model instead, which a 1.5B model mostly declined). A step gets at most one check.
 
+No retrieval is wasted on a repeat (issue 16, item 3): a sub-question that repeats an earlier
+search of the episode, the user's question included (``psirag.agent.repeats``: equal normalised
+text or content-word overlap of at least ``REPEAT_OVERLAP``), is not retrieved. The model is
+asked once for a different sub-question or the answer (prompts v9); if it repeats again (or
+gives no usable reply) the episode goes to the forced-answer turn, which spends no retrieval.
+Each refused query counts in ``AgentStats.repeated_queries``. A names lookup whose query
+repeats an earlier search is skipped (the answer stands). So a step makes at most four model
+calls (the reply, one check, one repeat follow-up, the forced answer) and the episode at most
+``max_retrievals + 1`` retrievals.
+
+Answers cite (issue 16, item 5): every passage shown gets an episode-wide label ``[n]``
+(``psirag.agent.citations``), the model ends its answer with the labels that support it, and the
+labels are taken off the answer and checked: one that names no passage shown is dropped and
+counted (``AgentStats.dropped_citations``); the rest are ``AgentResult.citations``.
+
 Retrieval is a plain callable so the agent does not depend on how the index works.
 """
 
@@ -39,12 +54,14 @@ from psirag.agent.chat import (
     passage_body,
     render_passages,
 )
+from psirag.agent.citations import Citation, Labels, split_citations
 from psirag.agent.grounding import (
     answer_in_documents,
     is_not_mentioned,
     names_without_documents,
 )
 from psirag.agent.parsing import ParsedReply, bare_answer, parse_reply
+from psirag.agent.repeats import repeats
 from psirag.errors import InputError
 from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message
 from psirag.prompts import (
@@ -54,6 +71,7 @@ from psirag.prompts import (
     agent_lookup_note,
     agent_names_check_turn,
     agent_nudge_turn,
+    agent_repeat_turn,
     agent_system_prompt,
     agent_user_turn,
 )
@@ -105,6 +123,11 @@ class Step:
     """The names a ``names_check`` or ``names_lookup`` was about."""
     follow_up_raw: str | None = None
     """Reply to that follow-up turn."""
+    repeated: list[str] = field(default_factory=list)
+    """Sub-questions the model asked at this step that repeated an earlier search (not
+    retrieved; see the module docstring)."""
+    repeat_raw: str | None = None
+    """Reply to the follow-up turn sent after the first repeat."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +143,8 @@ class Step:
             "follow_up": self.follow_up,
             "follow_up_names": list(self.follow_up_names),
             "follow_up_raw": self.follow_up_raw,
+            "repeated": list(self.repeated),
+            "repeat_raw": self.repeat_raw,
         }
 
 
@@ -147,6 +172,12 @@ class AgentStats:
     """Answers refused for being longer than ``max_answer_chars`` (read as no usable marker)."""
     no_answer: int = 0
     """Episodes that ended with no valid answer: the forced-answer turn gave none either."""
+    repeated_queries: int = 0
+    """Sub-questions refused for repeating an earlier search of the episode (not retrieved)."""
+    cited: int = 0
+    """Verified citations of the final answer."""
+    dropped_citations: int = 0
+    """Labels the answer cited that named no passage shown in the episode (dropped)."""
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
@@ -177,6 +208,8 @@ class AgentResult:
     evidence: list[Passage]
     question: str = ""
     stats: AgentStats = field(default_factory=AgentStats)
+    citations: list[Citation] = field(default_factory=list)
+    """The passages the answer cites, verified to be ones the model was shown."""
 
     @property
     def valid_answer(self) -> bool:
@@ -191,6 +224,7 @@ class AgentResult:
             "evidence": [p.to_dict() for p in self.evidence],
             "question": self.question,
             "stats": self.stats.to_dict(),
+            "citations": [c.to_dict() for c in self.citations],
         }
 
 
@@ -232,12 +266,14 @@ def merge_evidence(
 class _Turn:
     """A conversation entry kept unrendered, so it can be re-rendered with shorter passages."""
 
-    role: Literal["user", "assistant", "force", "nudge", "answer_check", "names_check"]
+    role: Literal["user", "assistant", "force", "nudge", "answer_check", "names_check", "repeat"]
     """``user`` brings retrieved passages (after a names lookup, ``names`` says whose)."""
     passages: list[Passage] = field(default_factory=list)
     remaining: int = 0
     text: str = ""
     names: list[str] = field(default_factory=list)
+    labels: list[int] | None = None
+    """Citation labels of ``passages`` (episode-wide)."""
 
 
 def lookup_query(names: Sequence[str]) -> str:
@@ -320,6 +356,10 @@ class RetrieveAndAnswer:
                 content = agent_names_check_turn(turn.names, turn.remaining)
                 messages.append({"role": "user", "content": content})
                 continue
+            if turn.role == "repeat":
+                content = agent_repeat_turn(turn.text, turn.remaining)
+                messages.append({"role": "user", "content": content})
+                continue
             if turn.role == "answer_check":
                 content = agent_check_turn(turn.text, turn.remaining)
                 messages.append({"role": "user", "content": content})
@@ -327,7 +367,7 @@ class RetrieveAndAnswer:
             # A forced follow-up brings no new documents; it only demands the answer.
             forced = turn.role == "force" or turn.remaining == 0
             content = agent_user_turn(
-                question, render_passages(turn.passages, limit), turn.remaining, forced
+                question, render_passages(turn.passages, limit, turn.labels), turn.remaining, forced
             )
             if turn.names:
                 content = f"{agent_lookup_note(turn.names)}\n\n{content}"
@@ -374,6 +414,8 @@ class RetrieveAndAnswer:
         steps: list[Step] = []
         turns: list[_Turn] = []
         answer = NOT_MENTIONED
+        cited: tuple[int, ...] = ()
+        labels = Labels()
         query = question
         looked_up: list[str] = []  # the names this step's query looks up, if it does
 
@@ -383,7 +425,15 @@ class RetrieveAndAnswer:
             stats.retrievals += 1
             step = Step(query=query, passages=passages, remaining=remaining)
             steps.append(step)
-            turns.append(_Turn("user", passages=passages, remaining=remaining, names=looked_up))
+            turns.append(
+                _Turn(
+                    "user",
+                    passages=passages,
+                    remaining=remaining,
+                    names=looked_up,
+                    labels=labels.assign(passages),
+                )
+            )
             looked_up = []
             if on_retrieval is not None:
                 on_retrieval(step)
@@ -400,9 +450,11 @@ class RetrieveAndAnswer:
                 followed, looked_up = self._check(question, turns, steps, parsed, stats)
                 if followed is not None:
                     parsed = followed
+            if parsed.action == "retrieve" and remaining > 0:
+                parsed = self._avoid_repeat(question, turns, steps, parsed, stats)
             if parsed.action == "answer":
                 step.action = "answer"
-                answer = parsed.argument
+                answer, cited = parsed.argument, parsed.citations
             elif parsed.action == "retrieve" and remaining > 0:
                 step.action = "retrieve"
                 query = parsed.argument
@@ -412,7 +464,7 @@ class RetrieveAndAnswer:
                 step.forced_raw = forced[1]
                 if forced[0] is not None:
                     step.action = "forced_answer"
-                    answer = forced[0]
+                    answer, cited = forced[0], forced[2]
                 else:
                     step.action = "no_answer"
                     stats.no_answer += 1
@@ -421,8 +473,44 @@ class RetrieveAndAnswer:
             if step.action != "retrieve":
                 break
 
+        citations: list[Citation] = []
+        if not is_not_mentioned(answer):
+            citations, dropped = labels.resolve(cited)
+            stats.cited += len(citations)
+            stats.dropped_citations += dropped
         evidence = merge_evidence([s.passages for s in steps], self.evidence_merge)
-        return AgentResult(answer, steps, evidence, question, stats)
+        return AgentResult(answer, steps, evidence, question, stats, citations)
+
+    def _avoid_repeat(
+        self,
+        question: str,
+        turns: list[_Turn],
+        steps: list[Step],
+        parsed: ParsedReply,
+        stats: AgentStats,
+    ) -> ParsedReply:
+        """A sub-question that repeats an earlier search is not retrieved: the model is asked
+        once for another one or the answer; a second repeat (or no usable reply) goes to the
+        forced answer (returned as a reply without a marker). See the module docstring."""
+        searched = [question, *(s.query for s in steps)]
+        if repeats(parsed.argument, searched) is None:
+            return parsed
+        step = steps[-1]
+        stats.repeated_queries += 1
+        step.repeated.append(parsed.argument)
+        turns.append(_Turn("repeat", remaining=step.remaining, text=parsed.argument))
+        reply = self._call(question, turns, stats)
+        turns.append(_Turn("assistant", text=reply.text.strip()))
+        step.repeat_raw = reply.text
+        again = self._parse(reply.text, stats)
+        if again.action == "answer" and again.argument:
+            return again
+        if again.action == "retrieve" and again.argument:
+            if repeats(again.argument, searched) is None:
+                return again
+            stats.repeated_queries += 1
+            step.repeated.append(again.argument)
+        return replace(again, action=None, argument="")
 
     def _check(
         self,
@@ -452,6 +540,10 @@ class RetrieveAndAnswer:
         if not names:
             return None, []
         # The reasoning leans on someone or something no document is about.
+        if self.names_check == "lookup" and repeats(
+            lookup_query(names), [question, *(s.query for s in steps)]
+        ):
+            return None, []  # those names were searched already: the answer stands
         stats.names_checks += 1
         if self.names_check == "ask":
             ask = _Turn("names_check", remaining=step.remaining, names=names)
@@ -481,7 +573,7 @@ class RetrieveAndAnswer:
 
     def _force_answer(
         self, question: str, turns: list[_Turn], stats: AgentStats
-    ) -> tuple[str | None, str]:
+    ) -> tuple[str | None, str, tuple[int, ...]]:
         """One follow-up turn asking only for the answer; its reply is never a retrieval."""
         turns.append(_Turn("force"))
         stats.forced_turns += 1
@@ -490,18 +582,30 @@ class RetrieveAndAnswer:
         refused = stats.overlong_answers
         parsed = self._parse(reply.text, stats)
         if parsed.action == "answer":
-            return parsed.argument, reply.text
+            return parsed.argument, reply.text, parsed.citations
         if parsed.action is None and stats.overlong_answers == refused:
             bare = bare_answer(reply.text)
+            labels: list[int] = []
+            if bare is not None:
+                bare, labels = split_citations(bare)
+                bare = bare or None
             if bare is not None and len(bare) > self.max_answer_chars:
                 stats.overlong_answers += 1
                 bare = None
-            return bare, reply.text
-        return None, reply.text
+            return bare, reply.text, tuple(labels)
+        return None, reply.text, ()
 
     def _parse(self, reply: str, stats: AgentStats) -> ParsedReply:
-        """Parse and count a reply; an answer over ``max_answer_chars`` is read as no marker."""
+        """Parse and count a reply; the citation labels are taken off an answer, and an answer
+        over ``max_answer_chars`` is read as no marker."""
         parsed = parse_reply(reply)
+        if parsed.action == "answer":
+            text, labels = split_citations(parsed.argument)
+            if labels:
+                parsed = replace(parsed, argument=text, citations=tuple(labels))
+            if labels and (not text or (text.startswith("<") and text.endswith(">"))):
+                # Labels alone, or the template "<answer> [n]": no answer.
+                parsed = replace(parsed, action=None, argument="", well_formed=False, rescued=False)
         if parsed.action == "answer" and len(parsed.argument) > self.max_answer_chars:
             stats.overlong_answers += 1
             parsed = replace(parsed, action=None, argument="", well_formed=False, rescued=False)
@@ -515,6 +619,7 @@ __all__ = [
     "NOT_MENTIONED",
     "AgentResult",
     "AgentStats",
+    "Citation",
     "EvidenceMerge",
     "FollowUp",
     "NamesCheck",

@@ -52,6 +52,8 @@ class ParsedReply:
     argument: str
     well_formed: bool
     rescued: bool
+    citations: tuple[int, ...] = ()
+    """Labels the answer cited (``Answer: 1887 [2][4]``), taken off ``argument`` by the agent."""
 
     @property
     def kind(self) -> Literal["well_formed", "rescued", "unparsed"]:

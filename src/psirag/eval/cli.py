@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from psirag.agent.loop import NAMES_CHECKS
 from psirag.config import DEFAULT_EMBEDDER, IndexConfig, SearchConfig
 from psirag.errors import InputError
+from psirag.hops import parse_max_retrievals
 from psirag.http import add_http_options, http_policy_from
 
 LLM_ENV = "PSIRAG_LLM"
@@ -110,11 +111,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-retrievals",
-        type=int,
+        type=parse_max_retrievals,
         default=1,
-        metavar="N",
+        metavar="N|auto",
         help="retrievals after the first for NAME+agent and NAME+ircot "
-        "(default 1, the paper's 2Wiki setting)",
+        "(default 1, the paper's 2Wiki setting); auto: per question from the hop "
+        "discriminator (h hops: h-1, at least 1)",
     )
     p.add_argument(
         "--no-answer-check",

@@ -56,6 +56,7 @@ from psirag.eval.methods import (
     load_plugins,
 )
 from psirag.eval.metrics import (
+    citation_precision,
     exact_match,
     exact_match_max,
     f1,
@@ -72,6 +73,7 @@ from psirag.eval.settings import (
     MethodMode,
     resolve_embedder,
 )
+from psirag.hops import max_retrievals_for
 from psirag.llm.base import ChatModel
 from psirag.llm.client import LLMClient
 from psirag.types import Passage
@@ -151,6 +153,15 @@ class MethodResult:
                 float(np.mean([len(r["queries"]) for r in self.rows])), 3
             )
             out.update(_reply_counts(self.rows))
+            precision = [
+                r["citation_precision"]
+                for r in self.rows
+                if r.get("citation_precision") is not None
+            ]
+            out["citation_precision"] = (
+                round(100 * float(np.mean(precision)), 3) if precision else None
+            )
+            out["answers_citing"] = len(precision)
         return out
 
     def scores(self, name: str) -> list[float] | None:
@@ -161,7 +172,18 @@ class MethodResult:
         return [float(v) for v in values]
 
 
-_PASSED_COUNTS = ("forced_turns", "nudged_turns", "checked_turns", "names_checks", "llm_calls")
+_PASSED_COUNTS = (
+    "forced_turns",
+    "nudged_turns",
+    "checked_turns",
+    "names_checks",
+    "repeated_queries",
+    "no_answer",
+    "overlong_answers",
+    "cited",
+    "dropped_citations",
+    "llm_calls",
+)
 """Agent counters summed over the questions and reported under their own names."""
 
 
@@ -266,6 +288,9 @@ def _percentiles(values: Sequence[float]) -> tuple[float | None, float | None]:
     return round(float(p50), 3), round(float(p95), 3)
 
 
+_COUNT_COLUMNS = frozenset({"repeated_queries", "no_answer"})
+
+
 def format_table(results: dict[str, Any]) -> str:
     """The summary of a results.json as an aligned text table (percentages, '-' for n/a)."""
     columns = [
@@ -277,6 +302,9 @@ def format_table(results: dict[str, Any]) -> str:
         ("EM*", "em_alias"),
         ("F1*", "f1_alias"),
         ("RL", "rouge_l"),
+        ("cite P", "citation_precision"),
+        ("repeats", "repeated_queries"),
+        ("no ans", "no_answer"),
         ("index s", "index_seconds"),
         ("p50 ms", "query_ms_p50"),
         ("p95 ms", "query_ms_p95"),
@@ -297,6 +325,8 @@ def format_table(results: dict[str, Any]) -> str:
                 row.append("-")
             elif key == "index_seconds":
                 row.append(f"{value:.1f}")
+            elif key in _COUNT_COLUMNS:
+                row.append(str(int(value)))
             else:
                 row.append(f"{value:.2f}")
         body.append(row)
@@ -311,6 +341,12 @@ def format_table(results: dict[str, Any]) -> str:
     title = f"{results['dataset']}: {results['n_questions']} questions"
     rule = "-" * len(line(header))
     notes = "EM*/F1*: best over answer aliases; index s: build seconds of the stages a method uses"
+    if any(summary.get("repeated_queries") is not None for _, summary in methods):
+        notes += (
+            "\ncite P: share of cited passages that are gold (answers citing nothing left out); "
+            "repeats: sub-questions refused for repeating an earlier search; no ans: episodes "
+            "with no valid answer"
+        )
     return "\n".join([title, line(header), rule, *(line(r) for r in body), notes])
 
 
@@ -389,6 +425,8 @@ class _Runner:
         self.settings = settings
         self.vectors = vectors
         self.llm = llm
+        self.hops: dict[str, int] = {}
+        """Predicted hop counts by question id, when ``max_retrievals`` is ``auto``."""
         self._docs_of: dict[str, list[str]] = {}
         for doc, text in dataset.passage_of.items():
             self._docs_of.setdefault(text, []).append(doc)
@@ -507,6 +545,11 @@ class _Runner:
                 "abstract_nodes": sum(1 for n in evidence if n.layer > 0),
                 "clipped_nodes": clipped,
             },
+            # The fields of the agent's rows, so that every LLM row has one shape.
+            "max_retrievals": 0,
+            "predicted_hops": None,
+            "citations": [],
+            "citation_precision": None,
         }
 
     def _answer(self, retrieval: Retrieval, q: EvalQuestion, mode: MethodMode) -> dict[str, Any]:
@@ -521,12 +564,13 @@ class _Runner:
             timings.append((time.perf_counter() - start) * 1000)
             return passages
 
+        budget = self.budget(q)
         loop: RetrieveAndAnswer | IRCoT
         if mode == "ircot":
             loop = IRCoT(
                 self._model(),
                 retrieve,
-                max_retrievals=self.settings.max_retrievals,
+                max_retrievals=budget,
                 max_tokens=self.settings.max_tokens,
                 stage=STAGES[mode],
             )
@@ -534,7 +578,7 @@ class _Runner:
             loop = RetrieveAndAnswer(
                 self._model(),
                 retrieve,
-                max_retrievals=self.settings.max_retrievals if mode == "agent" else 0,
+                max_retrievals=budget if mode == "agent" else 0,
                 max_tokens=self.settings.max_tokens,
                 check_answers=self.settings.answer_check,
                 names_check=self.settings.names_check,
@@ -555,7 +599,25 @@ class _Runner:
             "actions": [s.action for s in result.steps],
             "llm_calls": result.stats.llm_calls,
             "agent_stats": result.stats.to_dict(),
+            "max_retrievals": budget if mode in ("agent", "ircot") else 0,
+            "predicted_hops": self.hops.get(q.id),
+            "citations": [c.to_dict() for c in result.citations],
+            "citation_precision": citation_precision(
+                [
+                    self.dataset.record_of(c.passage.source.document, c.passage.text)
+                    for c in result.citations
+                ],
+                q.gold_passages,
+            )
+            if q.gold_passages
+            else None,
         }
+
+    def budget(self, q: EvalQuestion) -> int:
+        """Retrievals after the first for ``q``: the setting, or the hop discriminator's."""
+        if self.settings.max_retrievals == "auto":
+            return max_retrievals_for(self.hops[q.id])
+        return int(self.settings.max_retrievals)
 
 
 def run_eval(
@@ -637,6 +699,8 @@ def run_eval(
                     "+summarize works with psi, psi-tree, dense, bm25 and hybrid"
                 )
         runner = _Runner(data, settings, vectors, answerer)
+        if settings.max_retrievals == "auto" and answerer is not None:
+            runner.hops = _predict_hops(data.questions, vectors, embedder_obj, say)
         for name, base, mode in plan:
             retrieval = retrievers[base]
             say(f"running {name} on {len(data.questions)} questions")
@@ -675,6 +739,24 @@ def run_eval(
         index_builds=list(cache.builds),
         bootstrap=settings.bootstrap,
     )
+
+
+def _predict_hops(
+    questions: Sequence[EvalQuestion], vectors: QueryVectors, embedder: Embedder, say: Say
+) -> dict[str, int]:
+    """Hop counts of the questions (``--max-retrievals auto``): the run's question vectors when
+    the run embeds with the model's embedder, else that embedder loaded for the purpose."""
+    from psirag.hops import HopPredictor, load_hop_model
+
+    model = load_hop_model()
+    texts = [q.question for q in questions]
+    if embedder.id == model.embedder:
+        predicted = model.predict(np.stack([vectors(t) for t in texts]), texts)
+    else:
+        predicted = HopPredictor(model=model).predict(texts)
+    counts = {h: predicted.count(h) for h in sorted(set(predicted))}
+    say(f"hop discriminator: {counts} (hops: questions)")
+    return {q.id: h for q, h in zip(questions, predicted, strict=True)}
 
 
 def _check_plan(settings: EvalSettings, has_llm: bool) -> list[tuple[str, str, MethodMode]]:

@@ -49,6 +49,15 @@ def recall_at_k(retrieved_texts: Sequence[str], gold_texts: Iterable[str], k: in
     return len(gold.intersection(retrieved_texts[:k])) / len(gold)
 
 
+def citation_precision(cited_texts: Sequence[str], gold_texts: Iterable[str]) -> float | None:
+    """Share of the distinct cited passages that are gold (issue 16, item 5); None when the
+    answer cites nothing (precision is then undefined, and such answers are counted apart)."""
+    cited = set(cited_texts)
+    if not cited:
+        return None
+    return len(cited.intersection(gold_texts)) / len(cited)
+
+
 # --- short answers (SQuAD) ------------------------------------------------------------------------
 
 

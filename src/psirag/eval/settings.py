@@ -81,8 +81,9 @@ class EvalSettings:
     beam: int = SearchConfig.beam
     reranker: str | None = None
     """Local cross-encoder folder: ``psi`` and ``hybrid`` rerank the union instead of RRF."""
-    max_retrievals: int = 1
-    """Agent retrievals after the first one (paper, 2Wiki/HotpotQA: 1)."""
+    max_retrievals: int | str = 1
+    """Agent retrievals after the first one (paper, 2Wiki/HotpotQA: 1); ``"auto"``: per question,
+    from the hop discriminator (``psirag.hops.max_retrievals_for``)."""
     answer_check: bool = True
     """``+agent``: ask again about an answer found in no document while a retrieval is left
     (``RetrieveAndAnswer.check_answers``); False is the paper's loop."""
@@ -127,7 +128,12 @@ class EvalSettings:
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.max_retrievals < 0:
+        if isinstance(self.max_retrievals, str):
+            if self.max_retrievals != "auto":
+                raise InputError(
+                    f"max_retrievals must be a count or 'auto', got {self.max_retrievals!r}"
+                )
+        elif self.max_retrievals < 0:
             raise InputError(f"max_retrievals must be 0 or more, got {self.max_retrievals}")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"limit must be positive, got {self.limit}")

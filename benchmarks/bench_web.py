@@ -1,0 +1,243 @@
+"""The web page on the 2Wiki tree (7,578 nodes), measured by the browser itself.
+
+Starts ``psirag serve INDEX`` on 127.0.0.1 and opens the page in headless Chromium (Debian's
+``chromium`` through Playwright) ``--loads`` times, each in a fresh browser context (no HTTP
+cache). Every number comes from the page's own clock (``performance.now``, the
+``requestAnimationFrame`` timestamps, Resource Timing):
+
+- first render: from navigation start to the first animation frame after the sunburst is drawn
+  (the index summary, ``GET /tree`` of the top five levels, layout, SVG arcs); also the part
+  from the tree request on, and the ``/tree`` response alone;
+- zooming: a fixed tour of animated zooms (root -> widest child -> its widest child -> root ->
+  a second-ring node -> root), 550 ms each. Per frame: the interval between
+  ``requestAnimationFrame`` timestamps (what a person sees: 16.7 ms is 60 fps) and the script
+  time of the frame (arc geometry; the last frame also draws the labels).
+
+Usage: python benchmarks/bench_web.py --index DIR [--loads 5]
+       (DIR: a 2Wiki index, e.g. ``psirag index <data>/2wikimultihopqa/corpus.json --out DIR``)
+Writes benchmarks/results/web.json and benchmarks/results/section_web.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import RESULTS, machine_info, write_result
+
+from psirag.web.testing import ServerProcess, chromium_path, launch_chromium
+
+VIEWPORT = (1366, 768)
+TOUR_JS = """
+async () => {
+  const s = window.psirag, chart = s.chart, model = s.model;
+  const widest = (id) => model.children(id).reduce((a, b) => (b.leaves > a.leaves ? b : a)).id;
+  const root = model.rootId;
+  const a = widest(root), b = widest(a);
+  const ring2 = model.children(model.children(root)[0].id)[0].id;
+  const out = [];
+  const tour = [["root->child", a], ["child->grandchild", b], ["grandchild->root", root],
+                ["root->ring-2 node", ring2], ["ring-2 node->root", root]];
+  for (const [name, id] of tour) {
+    await chart.zoomTo(id);
+    out.push({name, frames: chart.frameTimes.slice(), work: chart.workTimes.slice(),
+              arcs_during: chart.animatedArcs, arcs_after: chart.elements.size});
+  }
+  return out;
+}
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    return round(float(np.percentile(np.asarray(values), q)), 2)
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": pct(values, 50),
+        "p95": pct(values, 95),
+        "max": round(max(values), 2),
+        "mean": round(statistics.fmean(values), 2),
+    }
+
+
+def one_load(browser: Any, url: str) -> dict[str, Any]:
+    context = browser.new_context(viewport={"width": VIEWPORT[0], "height": VIEWPORT[1]})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto(url)
+    page.wait_for_selector("body[data-tree-ready=true]", timeout=120_000)
+    first = page.evaluate(
+        """() => {
+          const f = window.psirag.firstRender;
+          const tree = performance.getEntriesByType('resource')
+            .filter(e => e.name.includes('/tree?')).map(e => ({
+              ms: e.duration, bytes: e.encodedBodySize || e.transferSize}))[0];
+          return {navigation_to_render_ms: f.painted, tree_to_render_ms: f.painted - f.treeStart,
+                  tree_response_ms: tree ? tree.ms : null, tree_bytes: tree ? tree.bytes : null,
+                  arcs: f.arcs, nodes_loaded: window.psirag.model.nodes.size};
+        }"""
+    )
+    tour = page.evaluate(TOUR_JS)
+    context.close()
+    if errors:
+        raise SystemExit(f"console errors on the page: {errors}")
+    return {"first_render": first, "tour": tour}
+
+
+RENDERERS = ("canvas", "svg")
+
+
+def zoom_summary(loads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Frame intervals and script times over every zoom of ``loads``, in all and per zoom."""
+    frames = [f for run in loads for z in run["tour"] for f in z["frames"]]
+    work = [w for run in loads for z in run["tour"] for w in z["work"]]
+    per_zoom: dict[str, dict[str, Any]] = {}
+    for run in loads:
+        for z in run["tour"]:
+            entry = per_zoom.setdefault(z["name"], {"frames": [], "work": [], "arcs": 0})
+            entry["frames"] += z["frames"]
+            entry["work"] += z["work"]
+            entry["arcs"] = max(entry["arcs"], z["arcs_during"])
+    return {
+        "frame_interval_ms": stats(frames),
+        "frame_script_ms": stats(work),
+        "frames_over_33ms": sum(f > 33.4 for f in frames),
+        "per_zoom": {
+            name: {
+                "arcs": e["arcs"],
+                "frames": len(e["frames"]),
+                "frame_interval_ms": stats(e["frames"]) if e["frames"] else None,
+                "script_ms": stats(e["work"]),
+            }
+            for name, e in per_zoom.items()
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--index", required=True, help="a saved 2Wiki index folder")
+    parser.add_argument("--loads", type=int, default=5, help="page loads per renderer (default 5)")
+    args = parser.parse_args()
+    if chromium_path() is None:
+        raise SystemExit("no Chromium: apt-get install -y chromium (or set PSIRAG_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    manifest = json.loads((Path(args.index) / "manifest.json").read_text(encoding="utf-8"))
+    loadavg_start = [round(x, 2) for x in os.getloadavg()]
+    runs: dict[str, list[dict[str, Any]]] = {r: [] for r in RENDERERS}
+    with ServerProcess(args.index) as server, sync_playwright() as p:
+        browser = launch_chromium(p)
+        one_load(browser, server.url + "/")  # warm-up: the server's first calls, disk caches
+        for _ in range(args.loads):  # the renderers alternate, so machine load hits both alike
+            for renderer in RENDERERS:
+                runs[renderer].append(one_load(browser, f"{server.url}/?render={renderer}"))
+        version = browser.version
+        browser.close()
+
+    firsts = [run["first_render"] for r in RENDERERS for run in runs[r]]
+    result = {
+        "index": {
+            "nodes": manifest.get("counts", {}).get("nodes"),
+            "chunks": manifest.get("counts", {}).get("chunks"),
+        },
+        "browser": f"Chromium {version} (headless, software rendering)",
+        "viewport": list(VIEWPORT),
+        "loads": args.loads * len(RENDERERS),
+        "first_render_ms": {
+            key: stats([float(f[key]) for f in firsts])
+            for key in ("navigation_to_render_ms", "tree_to_render_ms", "tree_response_ms")
+        },
+        "tree_response_bytes": firsts[0]["tree_bytes"],
+        "nodes_loaded_at_first_render": firsts[0]["nodes_loaded"],
+        "arcs_at_first_render": firsts[0]["arcs"],
+        "zoom": {r: zoom_summary(runs[r]) for r in RENDERERS},
+        "machine": machine_info(),
+        "loadavg_at_start": loadavg_start,
+        "runs": runs,
+    }
+    path = write_result("web.json", result)
+    from report import reflow  # the line width of BENCHMARKS.md
+
+    (RESULTS / "section_web.md").write_text(reflow(section(result)), encoding="utf-8")
+    print(f"wrote {path}")
+    print(section(result))
+
+
+def section(r: dict[str, Any]) -> str:
+    f = r["first_render_ms"]
+    nav, tree, resp = (
+        f["navigation_to_render_ms"],
+        f["tree_to_render_ms"],
+        f["tree_response_ms"],
+    )
+    canvas, svg = r["zoom"]["canvas"], r["zoom"]["svg"]
+
+    def cell(z: dict[str, Any], key: str, q: str) -> str:
+        return str(z[key][q]) if z.get(key) else "-"
+
+    rows = []
+    for name in canvas["per_zoom"]:
+        c, v = canvas["per_zoom"][name], svg["per_zoom"][name]
+        rows.append(
+            f"| {name} | {c['arcs']:,} | {c['frames']} / {v['frames']} | "
+            f"{cell(c, 'frame_interval_ms', 'p50')} / {cell(v, 'frame_interval_ms', 'p50')} | "
+            f"{c['script_ms']['p50']} / {v['script_ms']['p50']} |"
+        )
+    ci, vi = canvas["frame_interval_ms"], svg["frame_interval_ms"]
+    ratio = round(vi["p50"] / ci["p50"], 1) if ci["p50"] else None
+    return "\n".join(
+        [
+            "## Web page on the 2Wiki tree (headless Chromium)",
+            "",
+            f"`python benchmarks/bench_web.py --index DIR` serves the 2Wiki index "
+            f"({r['index']['nodes']:,} nodes) with `psirag serve` and opens the page "
+            f"{r['loads']} times in {r['browser']} at {r['viewport'][0]}x{r['viewport'][1]}, "
+            "each load in a fresh context after one warm-up load. The times are the page's own "
+            "(`performance.now`, `requestAnimationFrame` timestamps, Resource Timing).",
+            "",
+            "| first render | p50 ms | p95 ms | max ms |",
+            "|---|---|---|---|",
+            f"| navigation start to the first frame with the tree drawn | {nav['p50']} | "
+            f"{nav['p95']} | {nav['max']} |",
+            f"| of which: `GET /tree` request to that frame | {tree['p50']} | {tree['p95']} | "
+            f"{tree['max']} |",
+            f"| of which: the `/tree` response ({r['tree_response_bytes'] or 0:,} bytes, "
+            f"{r['nodes_loaded_at_first_render']:,} nodes) | {resp['p50']} | {resp['p95']} | "
+            f"{resp['max']} |",
+            "",
+            f"The first render draws {r['arcs_at_first_render']:,} arcs (arcs narrower than "
+            "0.004 rad wait until zoomed into). Zooming: a tour of five animated zooms (550 ms "
+            "each) per load, the page's default canvas renderer (frames painted on a canvas, "
+            "the SVG rebuilt once at the end) against the `?render=svg` renderer (every SVG "
+            "arc moved on every frame), loads alternating between the two in one run. "
+            f"Frame interval p50: canvas {ci['p50']} ms (p95 {ci['p95']}, "
+            f"{canvas['frames_over_33ms']} of {ci['n']} frames over 33 ms), svg {vi['p50']} ms "
+            f"(p95 {vi['p95']}, {svg['frames_over_33ms']} of {vi['n']} over 33 ms): "
+            f"{ratio}x. Script time per frame p50: canvas {canvas['frame_script_ms']['p50']} "
+            f"ms, svg {svg['frame_script_ms']['p50']} ms (the last frame of a zoom rebuilds "
+            "the SVG and its labels in both).",
+            "",
+            "| zoom | arcs animated | frames canvas / svg | interval p50 ms canvas / svg | "
+            "script p50 ms canvas / svg |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Load average at the start: {r['loadavg_at_start']}, on 2 cores shared with other "
+            "jobs: the absolute times are pessimistic for a laptop; the ratio comes from the "
+            "same run.",
+            "",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""The MCP server: the index's tools for an AI assistant, over stdio (``psirag mcp DIR``) or
+streamable HTTP (``/mcp`` on ``psirag serve``). Both share the HTTP API's state and answer with
+the same JSON shapes.
+
+Tools: ``search`` (hybrid retrieval), ``ask`` (the retrieve-and-answer agent; needs an LLM),
+``inspect_node`` (a node of the abstract tree, the root by default) and ``list_documents``.
+A failure the user can fix comes back as a tool error with psirag's own message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psirag import __version__
+from psirag.errors import PsiragError
+from psirag.server import views
+
+INSTRUCTIONS = (
+    "Tools over one psirag (Ψ-RAG) index: a corpus chunked into passages under an abstract "
+    "tree. Use search for passages with their sources, ask for an answer written by the "
+    "retrieve-and-answer agent with numbered citations, inspect_node to walk the tree from the "
+    "root (node ids come from search hits or earlier inspect_node calls), list_documents for "
+    "the document ids search and ask can be restricted to."
+)
+
+
+def build_mcp_server(state: Any) -> Any:
+    """An ``MCPServer`` whose tools run on ``state`` (a :class:`psirag.server.app.ServerState`)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from psirag.server.app import AskRequest, SearchRequest, agent_for, search_config
+
+    server: Any = MCPServer(
+        "psirag", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
+    )
+
+    async def run(fn: Any) -> Any:
+        try:
+            return await state.blocking(fn)
+        except PsiragError as exc:
+            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+    @server.tool()
+    async def search(query: str, k: int = 5, docs: list[str] | None = None) -> dict[str, Any]:
+        """Hybrid search (abstract tree + BM25, fused by RRF). Returns passages with text,
+        score and source (document, title, chunk, character span), and each passage's path
+        in the tree."""
+        body = SearchRequest(query=query, k=k, docs=docs)
+
+        def go() -> dict[str, Any]:
+            state.check_query(query)
+            state.check_k(k)
+            index = state.holder.get().index
+            passages = index.search(query, config=search_config(body), docs=docs)
+            return views.search_payload(index, query, k, passages)
+
+        return await run(go)
+
+    @server.tool()
+    async def ask(
+        question: str, max_retrievals: int = 1, k: int = 5, docs: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Answer a question with the retrieve-and-answer agent: it retrieves, reads, may
+        retrieve again with a sub-question, then answers. Returns the answer, numbered
+        citations and the steps it took."""
+        body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
+
+        def go() -> dict[str, Any]:
+            state.check_query(question, "question")
+            state.check_k(k)
+            index = state.holder.get().index
+            result = agent_for(state, index, body).run(question)
+            return {
+                "answer": result.answer,
+                "citations": views.citations(result.evidence[:k]),
+                "steps": [
+                    {"query": s.query, "thought": s.thought, "action": s.action}
+                    for s in result.steps
+                ],
+            }
+
+        return await run(go)
+
+    @server.tool()
+    async def inspect_node(node: int | None = None) -> dict[str, Any]:
+        """One node of the abstract tree (default: the root): its abstract (a leaf: its
+        text), layer, path from the root, children with labels, and sample leaves."""
+
+        def go() -> dict[str, Any]:
+            index = state.holder.get().index
+            target = int(index.tree.roots[0]) if node is None else node
+            return views.node_payload(index, target)
+
+        return await run(go)
+
+    @server.tool()
+    async def list_documents() -> dict[str, Any]:
+        """Every indexed document: id, title and number of chunks."""
+        return await run(lambda: views.documents_payload(state.holder.get().index))
+
+    return server
+
+
+__all__ = ["INSTRUCTIONS", "build_mcp_server"]

@@ -1,0 +1,209 @@
+"""The JSON documents the HTTP API and the MCP tools return, built from one index object.
+
+Kept apart from the web framework so the MCP tools and the HTTP routes answer with the same
+shapes (and so they can be tested without a server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from psirag.cli import SEARCH_SCHEMA
+from psirag.errors import InputError
+from psirag.types import Passage
+
+LABEL_WORDS = 8
+"""Words of a leaf without a title shown as its label in the tree view."""
+LABEL_PHRASES = 4
+"""Keyword phrases of an abstract (broad themes first) shown as its label."""
+SAMPLE_LEAVES = 5
+
+
+def node_path(index: Any, node: int) -> list[int]:
+    """Node ids from the node's root down to the node itself."""
+    parent = index.tree.parent
+    path = [int(node)]
+    while parent[path[-1]] >= 0:
+        path.append(int(parent[path[-1]]))
+    return path[::-1]
+
+
+def check_node(index: Any, node: int) -> None:
+    n = index.tree.n_nodes
+    if not 0 <= node < n:
+        raise InputError(f"node {node} does not exist: the index has nodes 0..{n - 1}")
+
+
+def node_label(index: Any, node: int) -> str:
+    """A short name for a node: a leaf's title (or its first words), an abstract's first
+    keywords."""
+    if node < index.tree.n_leaves:
+        source = index.source(node)
+        if source.title:
+            return f"{source.title} #{source.chunk}"
+        text = index.node_text(node)
+    else:
+        phrases = [x.strip() for x in index.node_text(node).split(",") if x.strip()]
+        if phrases:
+            head = ", ".join(phrases[:LABEL_PHRASES])
+            return head + (", …" if len(phrases) > LABEL_PHRASES else "")
+        text = ""
+    words = text.split()
+    if not words:
+        return f"node {node}"
+    label = " ".join(words[:LABEL_WORDS])
+    return label + ("…" if len(words) > LABEL_WORDS else "")
+
+
+def node_document(index: Any, node: int) -> str | None:
+    """The document of a leaf, or of an inner node whose leaves all come from one document."""
+    return index.node_hit(node, 0.0).document
+
+
+def search_payload(index: Any, query: str, k: int, passages: Sequence[Passage]) -> dict[str, Any]:
+    """``search --json``'s document plus each passage's place in the tree."""
+    hits = []
+    for p in passages:
+        leaf = int(p.leaf)
+        hits.append(
+            {
+                "passage": p.id,
+                "node": leaf,
+                "path": node_path(index, leaf) if leaf >= 0 else [],
+            }
+        )
+    return {
+        "schema": SEARCH_SCHEMA,
+        "query": query,
+        "k": k,
+        "passages": [p.to_dict() for p in passages],
+        "hits": hits,
+    }
+
+
+def tree_payload(index: Any, node: int | None, depth: int) -> dict[str, Any]:
+    """The subtree under ``node`` (default: the root; a forest starts from all its roots),
+    ``depth`` levels deep, breadth first."""
+    tree = index.tree
+    if depth < 0:
+        raise InputError(f"depth must be 0 or more, got {depth}")
+    if node is None:
+        start = [int(r) for r in tree.roots.tolist()]
+    else:
+        check_node(index, node)
+        start = [int(node)]
+    nodes: list[dict[str, Any]] = []
+    level = start
+    for d in range(depth + 1):
+        below: list[int] = []
+        for u in level:
+            children = tree.children(u).tolist() if u >= tree.n_leaves else []
+            nodes.append(
+                {
+                    "id": u,
+                    "parent": int(tree.parent[u]),
+                    "layer": int(tree.layer[u]),
+                    "leaves": int(tree.leaf_counts[u]),
+                    "label": node_label(index, u),
+                    "document": node_document(index, u),
+                    "has_children": bool(children),
+                }
+            )
+            if d < depth:
+                below.extend(int(c) for c in children)
+        level = below
+    root = start[0] if len(start) == 1 else -1
+    return {"root": root, "roots": start, "n_leaves": int(tree.n_leaves), "nodes": nodes}
+
+
+def node_payload(index: Any, node: int) -> dict[str, Any]:
+    """One node: its abstract (a leaf: its text), children, and the leaves most like it."""
+    check_node(index, node)
+    tree = index.tree
+    is_leaf = node < tree.n_leaves
+    children = [] if is_leaf else tree.children(node).tolist()
+    if is_leaf:
+        sample = [index.passage(node, 1.0)]
+    else:
+        leaves = tree.leaves_under(node)
+        scores = index.node_vectors[leaves] @ index.node_vectors[node]
+        order = np.lexsort((leaves, -scores))[:SAMPLE_LEAVES]
+        sample = [index.passage(int(leaves[i]), float(scores[i])) for i in order]
+    payload: dict[str, Any] = {
+        "id": node,
+        "layer": int(tree.layer[node]),
+        "parent": int(tree.parent[node]),
+        "path": node_path(index, node),
+        "abstract": index.node_text(node),
+        "label": node_label(index, node),
+        "document": node_document(index, node),
+        "leaf_count": int(tree.leaf_counts[node]),
+        "children": [
+            {
+                "id": int(c),
+                "layer": int(tree.layer[c]),
+                "leaves": int(tree.leaf_counts[c]),
+                "label": node_label(index, int(c)),
+            }
+            for c in children
+        ],
+        "sample": [p.to_dict() for p in sample],
+    }
+    if is_leaf:
+        payload["source"] = index.source(node).to_dict()
+    return payload
+
+
+def documents_payload(index: Any) -> dict[str, Any]:
+    """Every document with its title and chunk count, in corpus order."""
+    counts: dict[str, list[Any]] = {}
+    for chunk in index.chunks:
+        entry = counts.setdefault(chunk.source.document, [chunk.source.title, 0])
+        entry[1] += 1
+    return {
+        "documents": [
+            {"id": doc, "title": title, "chunks": n} for doc, (title, n) in counts.items()
+        ]
+    }
+
+
+def citations(passages: Sequence[Passage]) -> list[dict[str, Any]]:
+    """Numbered sources of an answer: ``[n]`` in the text is ``citations[n - 1]``."""
+    return [
+        {
+            "n": i,
+            "passage": p.id,
+            "document": p.source.document,
+            "title": p.source.title,
+            "chunk": p.source.chunk,
+            "span": [p.source.start, p.source.end],
+            "text": p.text,
+        }
+        for i, p in enumerate(passages, start=1)
+    ]
+
+
+def sources_text(cites: Sequence[dict[str, Any]]) -> str:
+    """The citations as lines under an answer, for chat front ends that show plain text."""
+    lines = []
+    for c in cites:
+        title = c["title"] or c["document"]
+        where = f"{c['document']}, chunk {c['chunk']}, chars {c['span'][0]}-{c['span'][1]}"
+        lines.append(f"[{c['n']}] {title} ({where})")
+    return "Sources:\n" + "\n".join(lines) if lines else ""
+
+
+__all__ = [
+    "check_node",
+    "citations",
+    "documents_payload",
+    "node_label",
+    "node_path",
+    "node_payload",
+    "search_payload",
+    "sources_text",
+    "tree_payload",
+]

@@ -1,0 +1,662 @@
+// The psirag page: tree explorer + Node / Ask / Search / Documents views, one module, no build.
+import * as api from "./api.js";
+import { FOREST, RINGS, Sunburst, TreeModel } from "./sunburst.js";
+
+const $ = (sel) => document.querySelector(sel);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") node.className = v;
+    else if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return node;
+}
+
+function fmtScore(x) {
+  return typeof x === "number" ? x.toFixed(4) : "";
+}
+
+function showError(box, err) {
+  if (!err) {
+    box.hidden = true;
+    box.textContent = "";
+    return;
+  }
+  box.hidden = false;
+  box.textContent = "";
+  const type = err.type || "Error";
+  box.append(el("strong", { text: `${type}: ` }), err.message || String(err));
+  if (err.status === 501) {
+    box.append(el("p", { class: "muted", text: "This server cannot do that yet (501 Not Implemented)." }));
+  }
+}
+
+// ------------------------------------------------------------------ state
+const state = {
+  model: new TreeModel(),
+  chart: null,
+  index: null,
+  ready: null, // Promise of the first tree render
+  loading: new Map(), // "node:depth" -> Promise
+};
+window.psirag = state; // for debugging and the browser tests' benchmarks
+
+// ------------------------------------------------------------------ tabs
+const TABS = ["node", "ask", "search", "docs"];
+function selectTab(name, focus = false) {
+  for (const t of TABS) {
+    const tab = $(`#tab-${t}`);
+    const on = t === name;
+    tab.setAttribute("aria-selected", on ? "true" : "false");
+    tab.tabIndex = on ? 0 : -1;
+    $(`#view-${t}`).hidden = !on;
+    if (on && focus) tab.focus();
+  }
+  if (name === "docs") loadDocuments();
+}
+for (const t of TABS) {
+  const tab = $(`#tab-${t}`);
+  tab.addEventListener("click", () => selectTab(t));
+  tab.addEventListener("keydown", (e) => {
+    const i = TABS.indexOf(t);
+    if (e.key === "ArrowRight") selectTab(TABS[(i + 1) % TABS.length], true);
+    else if (e.key === "ArrowLeft") selectTab(TABS[(i + TABS.length - 1) % TABS.length], true);
+    else return;
+    e.preventDefault();
+  });
+}
+
+// ------------------------------------------------------------------ auth
+function askForKey(reason) {
+  const dialog = $("#key-dialog");
+  const error = $("#key-error");
+  error.hidden = !reason;
+  error.textContent = reason || "";
+  $("#key-input").value = "";
+  return new Promise((resolve) => {
+    const done = (e) => {
+      e.preventDefault();
+      const key = $("#key-input").value.trim();
+      if (!key) return;
+      api.saveKey(key, $("#key-remember").checked);
+      $("#key-form").removeEventListener("submit", done);
+      dialog.close();
+      $("#key-button").hidden = false;
+      resolve(key);
+    };
+    $("#key-form").addEventListener("submit", done);
+    if (!dialog.open) dialog.showModal();
+    $("#key-input").focus();
+  });
+}
+api.setKeyPrompt(askForKey);
+$("#key-button").addEventListener("click", () => {
+  api.forgetKey();
+  askForKey("").then(() => boot());
+});
+
+// ------------------------------------------------------------------ tree loading
+async function loadTree(node, depth) {
+  const key = `${node}:${depth}`;
+  if (!state.loading.has(key)) {
+    const query = node === null || node === FOREST ? `depth=${depth}` : `node=${node}&depth=${depth}`;
+    const p = api
+      .getJSON(`tree?${query}`)
+      .then((resp) => state.model.merge(resp))
+      .finally(() => state.loading.delete(key));
+    state.loading.set(key, p);
+  }
+  return state.loading.get(key);
+}
+
+/** Load the children of every node on `path` that lacks them (one request per node, parallel). */
+async function loadPath(path) {
+  const need = path.slice(0, -1).filter((id) => !state.model.childrenLoaded(id));
+  await Promise.all(need.map((id) => loadTree(id, 1)));
+}
+
+async function revealNode(id, path) {
+  if (!state.model.get(id) || path) {
+    if (!path) path = (await api.getJSON(`nodes/${id}`)).path;
+    await loadPath(path);
+  }
+  state.chart.cursor = id;
+  await state.chart.zoomTo(id);
+  state.chart.paintCursor();
+  openNode(id);
+}
+
+// ------------------------------------------------------------------ breadcrumb + node view
+function renderBreadcrumb(focus) {
+  const nav = $("#breadcrumb");
+  nav.textContent = "";
+  const path = state.model.path(focus);
+  const list = el("ol");
+  path.forEach((id, i) => {
+    const node = state.model.get(id);
+    const name = i === 0 ? "root" : node.label || `node ${id}`;
+    const item = el("li");
+    if (i === path.length - 1) {
+      item.append(el("span", { "aria-current": "location", text: name, title: name }));
+    } else {
+      item.append(
+        el("button", { type: "button", class: "linkish", title: name, onclick: () => state.chart.zoomTo(id) }, name),
+      );
+    }
+    list.append(item);
+  });
+  nav.append(list);
+}
+
+function passageItem(p, { index = null, reveal = true, id = null } = {}) {
+  const src = p.source || {};
+  const span = Array.isArray(src.span) ? `${src.span[0]}–${src.span[1]}` : "";
+  const meta = el(
+    "p",
+    { class: "meta" },
+    index !== null ? el("span", { class: "num", text: `[${index}]` }) : null,
+    typeof p.score === "number" ? el("span", { class: "score", title: "score", text: fmtScore(p.score) }) : null,
+    el("span", { class: "doc", title: "document", text: src.title || src.document || "?" }),
+    el("span", { text: `chunk ${src.chunk ?? "?"}` }),
+    span ? el("span", { title: "character span in the document", text: `chars ${span}` }) : null,
+  );
+  const text = el("p", { class: "text", text: p.text || "" });
+  const item = el("li", { class: "passage", id, "data-passage": p.id }, meta, text);
+  if (reveal) {
+    item.append(
+      el(
+        "button",
+        { type: "button", class: "linkish reveal", onclick: () => revealPassage(p) },
+        "show in tree",
+      ),
+    );
+  }
+  return item;
+}
+
+const leafOfPassage = new Map(); // passage id -> {node, path} from /search hits
+
+async function revealPassage(p) {
+  let hit = leafOfPassage.get(p.id);
+  if (!hit) {
+    // the passage came from /ask: find its leaf with a search for its own text
+    const res = await api.postJSON("search", { query: p.text.slice(0, 500), k: 10 });
+    rememberHits(res.hits || []);
+    hit = leafOfPassage.get(p.id);
+  }
+  if (!hit) {
+    $("#tree-status").textContent = "That passage's leaf was not found in the tree.";
+    return;
+  }
+  state.chart.setHighlight(hit.path, [hit.node]);
+  showHighlightNote(`Showing one passage's leaf.`);
+  await revealNode(hit.node, hit.path);
+}
+
+/** Highlight the hits and their paths, zoomed to the deepest node above all of them. */
+async function showHits(hits) {
+  const paths = hits.map((h) => h.path || []).filter((p) => p.length);
+  const onPath = new Set(paths.flat());
+  await Promise.all(paths.map((p) => loadPath(p)));
+  let common = paths.length ? paths[0].slice() : [];
+  for (const p of paths) {
+    let i = 0;
+    while (i < common.length && i < p.length && common[i] === p[i]) i++;
+    common = common.slice(0, i);
+  }
+  state.chart.setHighlight(onPath, hits.map((h) => h.node));
+  const top = common.length ? common[common.length - 1] : state.model.rootId;
+  if (state.model.get(top) && state.model.get(top).has_children) await state.chart.zoomTo(top);
+  else await state.chart.zoomTo(state.model.rootId);
+  const where = common.length > 1 ? " under the node in focus" : "";
+  showHighlightNote(`${hits.length} hits highlighted${where}, with their paths from the root.`);
+}
+
+function rememberHits(hits) {
+  for (const h of hits) leafOfPassage.set(h.passage, h);
+}
+
+let nodeRequest = 0;
+async function openNode(id) {
+  state.chart.setSelected(id);
+  selectTab("node");
+  const box = $("#node-detail");
+  const ticket = ++nodeRequest;
+  if (id === FOREST) {
+    box.textContent = "";
+    box.append(el("h2", { text: "All trees" }));
+    box.append(el("p", { class: "muted", text: `This index is a forest of ${state.model.children(FOREST).length} trees.` }));
+    return;
+  }
+  box.setAttribute("aria-busy", "true");
+  let data;
+  try {
+    data = await api.getJSON(`nodes/${id}`);
+  } catch (err) {
+    if (ticket !== nodeRequest) return;
+    box.textContent = "";
+    const e = el("div", { class: "error", role: "alert" });
+    showError(e, err);
+    box.append(e);
+    return;
+  } finally {
+    box.removeAttribute("aria-busy");
+  }
+  if (ticket !== nodeRequest) return;
+  box.textContent = "";
+  const known = state.model.get(id);
+  const isLeaf = data.layer === 0;
+  const crumbs = el("ol", { class: "crumbs", "aria-label": "Path from the root" });
+  (data.path || [id]).forEach((pid, i, all) => {
+    const n = state.model.get(pid);
+    const name = i === 0 ? "root" : n ? n.label || `node ${pid}` : `node ${pid}`;
+    crumbs.append(
+      el(
+        "li",
+        {},
+        i === all.length - 1
+          ? el("span", { "aria-current": "page", text: name })
+          : el("button", { type: "button", class: "linkish", onclick: () => revealNode(pid, all.slice(0, i + 1)) }, name),
+      ),
+    );
+  });
+  box.append(el("nav", { "aria-label": "Node path" }, crumbs));
+  const title = known && known.label ? known.label : isLeaf ? "Leaf" : `Node ${id}`;
+  box.append(el("h2", { id: "node-title", text: title }));
+  const facts = [`node ${data.id}`, `layer ${data.layer}`, `${(data.leaf_count ?? 1).toLocaleString()} leaves`];
+  if (known && known.document) facts.push(`document ${known.document}`);
+  box.append(el("p", { class: "muted", text: facts.join(" · ") }));
+  box.append(el("h3", { text: isLeaf ? "Text" : "Abstract" }));
+  box.append(el("p", { id: "node-abstract", class: "abstract", text: data.abstract || "(empty)" }));
+  if (isLeaf && data.source) {
+    const where = passageItem({ ...data, text: "", score: undefined }, { reveal: false });
+    box.append(el("ul", { class: "passages", "aria-label": "Provenance" }, where));
+  }
+  if (data.children && data.children.length) {
+    box.append(el("h3", { text: `Children (${data.children.length})` }));
+    const list = el("ul", { class: "children" });
+    for (const c of data.children) {
+      list.append(
+        el(
+          "li",
+          {},
+          el(
+            "button",
+            { type: "button", class: "linkish", onclick: () => revealNode(c.id, [...(data.path || [id]), c.id]) },
+            c.label || `node ${c.id}`,
+          ),
+          el("span", { class: "muted", text: `${c.leaves ?? 1} leaves · layer ${c.layer}` }),
+        ),
+      );
+    }
+    box.append(list);
+  }
+  if (data.sample && data.sample.length && !isLeaf) {
+    box.append(el("h3", { text: "Sample of its leaves" }));
+    const list = el("ol", { class: "passages" });
+    for (const p of data.sample) list.append(passageItem(p, { reveal: false }));
+    box.append(list);
+  }
+}
+
+// ------------------------------------------------------------------ highlight
+function showHighlightNote(text) {
+  $("#highlight-note").hidden = false;
+  $("#highlight-text").textContent = text;
+}
+$("#clear-highlight").addEventListener("click", () => {
+  state.chart.setHighlight([], []);
+  $("#highlight-note").hidden = true;
+});
+$("#colour-by").addEventListener("change", (e) => state.chart.setColourBy(e.target.value));
+
+// ------------------------------------------------------------------ search
+$("#search-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const query = $("#search-query").value.trim();
+  if (!query) return;
+  const button = $("#search-submit");
+  button.disabled = true;
+  showError($("#search-error"), null);
+  $("#search-summary").textContent = "searching…";
+  const list = $("#search-results");
+  list.textContent = "";
+  try {
+    const k = Number($("#search-k").value) || 10;
+    const res = await api.postJSON("search", { query, k, bm25: $("#search-bm25").checked });
+    const hits = res.hits || [];
+    rememberHits(hits);
+    res.passages.forEach((p, i) => list.append(passageItem(p, { index: i + 1 })));
+    $("#search-summary").textContent = `${res.passages.length} passages for “${query}”.`;
+    await showHits(hits);
+  } catch (err) {
+    $("#search-summary").textContent = "";
+    showError($("#search-error"), err);
+  } finally {
+    button.disabled = false;
+  }
+});
+
+// ------------------------------------------------------------------ ask
+let askAbort = null;
+$("#ask-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const query = $("#ask-query").value.trim();
+  if (!query) return;
+  if (askAbort) askAbort.abort();
+  askAbort = new AbortController();
+  const button = $("#ask-submit");
+  button.disabled = true;
+  const steps = $("#ask-steps");
+  const answer = $("#ask-answer");
+  steps.textContent = "";
+  answer.hidden = true;
+  answer.textContent = "";
+  showError($("#ask-error"), null);
+  const waiting = el("li", { class: "step waiting", text: "retrieving…" });
+  steps.append(waiting);
+  let count = 0;
+  const body = {
+    query,
+    max_retrievals: Number($("#ask-retrievals").value),
+    k: Number($("#ask-k").value) || 5,
+  };
+  try {
+    await api.postStream(
+      "ask",
+      body,
+      (event, data) => {
+        if (event === "step") {
+          count += 1;
+          steps.insertBefore(renderStep(data, count), waiting);
+          waiting.textContent = "retrieving and reading…";
+        } else if (event === "answer") {
+          if (!count) (data.steps || []).forEach((s, i) => steps.insertBefore(renderStep(s, i + 1), waiting));
+          renderAnswer(data);
+        } else if (event === "error") {
+          const err = data.error || data;
+          showError($("#ask-error"), { type: err.type || "Error", message: err.message || String(err) });
+        }
+      },
+      askAbort.signal,
+    );
+  } catch (err) {
+    if (err.name !== "AbortError") showError($("#ask-error"), err);
+  } finally {
+    waiting.remove();
+    button.disabled = false;
+  }
+});
+
+function renderStep(step, n) {
+  const item = el("li", { class: "step" });
+  const query = step.query || step.sub_question || "";
+  item.append(el("h3", {}, `Step ${n}: `, el("span", { class: "sub-question", text: query })));
+  const passages = step.passages || [];
+  if (passages.length) {
+    const details = el("details", { open: n === 1 });
+    details.append(el("summary", { text: `${passages.length} passages retrieved` }));
+    const list = el("ol", { class: "passages" });
+    passages.forEach((p, i) => list.append(passageItem(p, { index: i + 1 })));
+    details.append(list);
+    item.append(details);
+  }
+  const thought = step.thought || step.reasoning || "";
+  if (thought) item.append(el("p", { class: "thought" }, el("strong", { text: "Reasoning: " }), thought));
+  if (step.action) {
+    const names = { retrieve: "asks to retrieve again", answer: "answers", forced_answer: "answers (asked to)", not_mentioned: "gives up: not mentioned" };
+    item.append(el("p", { class: "action muted", text: `The model ${names[step.action] || step.action}.` }));
+  }
+  return item;
+}
+
+/** The citation list: the server's `citations` if any (passages, ids or indices), else evidence. */
+function citationsOf(result) {
+  const evidence = result.evidence || [];
+  const byId = new Map(evidence.map((p) => [p.id, p]));
+  if (Array.isArray(result.citations) && result.citations.length) {
+    return result.citations
+      .map((c) => {
+        if (typeof c === "number") return evidence[c - 1];
+        if (typeof c === "string") return byId.get(c);
+        if (!c) return null;
+        const known = byId.get(c.passage || c.id);
+        if (known) return known;
+        if (c.source) return c;
+        // a citation record {n, passage, document, title, chunk, span, text}
+        const source = { document: c.document, title: c.title, chunk: c.chunk, span: c.span };
+        return { id: c.passage || c.id, text: c.text || "", score: c.score, source };
+      })
+      .filter(Boolean);
+  }
+  return evidence;
+}
+
+function renderAnswer(result) {
+  const box = $("#ask-answer");
+  box.textContent = "";
+  box.hidden = false;
+  const cites = citationsOf(result);
+  box.append(el("h3", { text: "Answer" }));
+  const text = el("p", { id: "answer-text", class: "answer-text" });
+  // link "[n]" markers the model wrote; always add the citation chips after the answer
+  const parts = String(result.answer ?? "").split(/(\[\d+\])/);
+  for (const part of parts) {
+    const m = /^\[(\d+)\]$/.exec(part);
+    if (m && Number(m[1]) >= 1 && Number(m[1]) <= cites.length) {
+      text.append(el("a", { href: `#cite-${m[1]}`, class: "cite" }, part));
+    } else {
+      text.append(part);
+    }
+  }
+  box.append(text);
+  if (cites.length) {
+    const chips = el("p", { class: "chips", "aria-label": "Citations" });
+    cites.forEach((_, i) => chips.append(el("a", { href: `#cite-${i + 1}`, class: "cite" }, `[${i + 1}]`), " "));
+    box.append(chips);
+    box.append(el("h3", { text: "Evidence" }));
+    const list = el("ol", { class: "passages citations" });
+    cites.forEach((p, i) => list.append(passageItem(p, { index: i + 1, id: `cite-${i + 1}` })));
+    box.append(list);
+  }
+}
+
+// ------------------------------------------------------------------ documents
+let allDocuments = [];
+const DOCS_SHOWN = 200;
+
+async function loadDocuments() {
+  showError($("#docs-error"), null);
+  try {
+    const res = await api.getJSON("documents");
+    allDocuments = res.documents || [];
+    renderDocuments();
+  } catch (err) {
+    showError($("#docs-error"), err);
+  }
+}
+
+function renderDocuments() {
+  const body = $("#docs-table tbody");
+  body.textContent = "";
+  const needle = $("#docs-filter").value.trim().toLowerCase();
+  const docs = needle
+    ? allDocuments.filter((d) => `${d.title || ""}\n${d.id}`.toLowerCase().includes(needle))
+    : allDocuments;
+  {
+    const chunks = allDocuments.reduce((s, d) => s + (d.chunks || 0), 0);
+    $("#docs-summary").textContent =
+      `${allDocuments.length.toLocaleString()} documents, ${chunks.toLocaleString()} chunks.` +
+      (needle ? ` ${docs.length.toLocaleString()} match.` : "");
+    const shown = docs.slice(0, DOCS_SHOWN);
+    for (const d of shown) {
+      body.append(
+        el(
+          "tr",
+          { "data-doc": d.id },
+          el("td", {}, el("span", { class: "doc", text: d.title || d.id }), d.title && d.title !== d.id ? el("span", { class: "muted", title: "document id", text: ` · id ${d.id}` }) : null),
+          el("td", { class: "num", text: String(d.chunks ?? "") }),
+          el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `Remove ${d.title || d.id}`, onclick: () => removeDocument(d) }, "Remove")),
+        ),
+      );
+    }
+    if (docs.length > shown.length) {
+      $("#docs-summary").textContent += ` The first ${shown.length} are listed; filter to find others.`;
+    }
+  }
+}
+$("#docs-filter").addEventListener("input", () => renderDocuments());
+
+async function uploadFiles(files) {
+  showError($("#docs-error"), null);
+  for (const file of files) {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    try {
+      const res = await api.postForm("documents", form);
+      watchJob(res.job, `add ${file.name}`);
+    } catch (err) {
+      showError($("#docs-error"), err);
+      return;
+    }
+  }
+}
+
+async function removeDocument(doc) {
+  if (!confirm(`Remove “${doc.title || doc.id}” from the index?`)) return;
+  showError($("#docs-error"), null);
+  try {
+    const res = await api.del(`documents/${encodeURIComponent(doc.id)}`);
+    watchJob(res.job, `remove ${doc.title || doc.id}`);
+  } catch (err) {
+    showError($("#docs-error"), err);
+  }
+}
+
+function watchJob(job, title) {
+  const bar = el("progress", { max: "1", value: "0", id: `job-${job.id}` });
+  const label = el("label", { for: `job-${job.id}`, text: title });
+  const status = el("span", { class: "muted", text: job.status || "queued" });
+  const item = el("li", { class: "job", "data-job": job.id }, label, bar, status);
+  $("#jobs").append(item);
+  const poll = async () => {
+    let current;
+    try {
+      current = await api.getJSON(`jobs/${encodeURIComponent(job.id)}`);
+    } catch (err) {
+      status.textContent = `failed: ${err.message}`;
+      item.classList.add("failed");
+      return;
+    }
+    const p = current.progress || {};
+    if (p.total) {
+      bar.max = p.total;
+      bar.value = p.done || 0;
+    }
+    status.textContent = current.status + (p.total ? ` ${p.done}/${p.total}` : "");
+    item.dataset.status = current.status;
+    if (current.status === "done") {
+      bar.max = 1;
+      bar.value = 1;
+      await refreshAfterChange();
+    } else if (current.status === "failed") {
+      status.textContent = `failed: ${current.error || "unknown error"}`;
+      item.classList.add("failed");
+    } else {
+      setTimeout(poll, 400);
+    }
+  };
+  poll();
+}
+
+async function refreshAfterChange() {
+  await Promise.all([loadDocuments(), loadIndexSummary()]);
+  state.model = new TreeModel();
+  await startTree();
+}
+
+const zone = $("#drop-zone");
+zone.addEventListener("dragover", (e) => {
+  e.preventDefault();
+  zone.classList.add("over");
+});
+zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+zone.addEventListener("drop", (e) => {
+  e.preventDefault();
+  zone.classList.remove("over");
+  if (e.dataTransfer && e.dataTransfer.files.length) uploadFiles([...e.dataTransfer.files]);
+});
+$("#doc-file").addEventListener("change", (e) => {
+  uploadFiles([...e.target.files]);
+  e.target.value = "";
+});
+
+// ------------------------------------------------------------------ boot
+async function loadIndexSummary() {
+  const info = await api.getJSON("index");
+  state.index = info;
+  const c = info.counts || info; // psirag inspect's summary: counts at the top level
+  const parts = [];
+  if (c.documents !== undefined) parts.push(`${c.documents.toLocaleString()} documents`);
+  if (c.chunks !== undefined) parts.push(`${c.chunks.toLocaleString()} chunks`);
+  if (c.nodes !== undefined) parts.push(`${c.nodes.toLocaleString()} nodes`);
+  if (c.depth !== undefined) parts.push(`depth ${c.depth}`);
+  $("#index-summary").textContent = parts.join(" · ");
+}
+
+async function startTree() {
+  const t0 = performance.now();
+  await loadTree(null, RINGS); // the levels the first view draws; deeper ones load on zoom
+  const model = state.model;
+  if (state.chart) {
+    state.chart.model = model;
+    state.chart.focus = model.rootId;
+    state.chart.cursor = null;
+    for (const node of state.chart.elements.values()) node.remove();
+    state.chart.elements.clear();
+    state.chart.redraw();
+    renderBreadcrumb(model.rootId);
+    return;
+  }
+  state.chart = new Sunburst($("#sunburst"), model, {
+    onOpen: (id) => openNode(id),
+    onNeed: (id, depth) => loadTree(id, depth),
+    announce: (text) => {
+      $("#announcer").textContent = text;
+    },
+    onFocusChange: (id) => renderBreadcrumb(id),
+    // ?render=svg animates the SVG itself (for the side-by-side benchmark)
+    renderer: new URLSearchParams(location.search).get("render") === "svg" ? "svg" : "canvas",
+  });
+  state.chart.setColourBy($("#colour-by").value);
+  state.chart.redraw();
+  renderBreadcrumb(model.rootId);
+  await new Promise((r) => requestAnimationFrame(() => r()));
+  const t1 = performance.now();
+  performance.measure("psirag:first-render", { start: t0, end: t1 });
+  state.firstRender = { treeStart: t0, painted: t1, arcs: state.chart.elements.size };
+  document.body.dataset.treeReady = "true";
+}
+
+async function boot() {
+  try {
+    await loadIndexSummary();
+    await startTree();
+    if (state.model.rootId !== FOREST) await openNode(state.model.rootId);
+  } catch (err) {
+    $("#index-summary").textContent = "";
+    const box = el("div", { class: "error", role: "alert" });
+    showError(box, err);
+    $("#tree-status").replaceChildren(box);
+  }
+}
+
+state.ready = boot();

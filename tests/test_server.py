@@ -1,0 +1,617 @@
+"""``psirag serve`` end to end: a real server process on 127.0.0.1 (uvicorn in a subprocess), a
+real agent, a scripted LLM server on loopback, the official ``openai`` client and the ``mcp``
+SDK's own client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+import itertools
+
+import httpx
+from server_procs import (
+    ANSWER_REPLY,
+    LAUNCHER,
+    LLM_SECRET,
+    SUMMARY_REPLY,
+    ScriptedLLM,
+    ServerProcess,
+    build_index,
+    child_env,
+    sse_events,
+)
+
+from psirag.config import SearchConfig
+from psirag.index import Index
+from psirag.llm.testing import FakeOpenAIServer
+
+API_KEY = "psirag-test-key-0123456789"
+QUESTION = "Where is Mount Etna?"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
+    folder = tmp_path_factory.mktemp("served") / "index"
+    return folder, build_index(folder)
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[tuple[FakeOpenAIServer, ScriptedLLM]]:
+    script = ScriptedLLM()
+    with FakeOpenAIServer(responder=script) as server:
+        yield server, script
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="module")
+def server(
+    built: tuple[Path, Index], llm: tuple[FakeOpenAIServer, ScriptedLLM], logs: Path
+) -> Iterator[ServerProcess]:
+    """No key, an LLM, at most 2 LLM calls at a time."""
+    spec = f"openai:{llm[0].base_url}#fake"
+    proc = ServerProcess(
+        built[0], logs / "open.log", ["--llm", spec, "--llm-concurrency", "2", "--retries", "0"]
+    )
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def guarded(
+    built: tuple[Path, Index], llm: tuple[FakeOpenAIServer, ScriptedLLM], logs: Path
+) -> Iterator[ServerProcess]:
+    """A key, small limits, CORS for one origin, a 2 s request timeout."""
+    spec = f"openai:{llm[0].base_url}#fake"
+    args = ["--llm", spec, "--api-key", API_KEY, "--max-body-bytes", "2000"]
+    args += ["--max-query-chars", "300", "--cors-origin", "http://page.example"]
+    args += ["--request-timeout", "2", "--retries", "0"]
+    proc = ServerProcess(built[0], logs / "guarded.log", args)
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+RESPONSES: list[str] = []
+"""Every response body the tests saw, checked for the LLM key at the end."""
+
+
+def call(method: str, url: str, **kwargs: Any) -> httpx.Response:
+    response = httpx.request(method, url, timeout=30, **kwargs)
+    RESPONSES.append(response.text)
+    return response
+
+
+def assert_error(response: httpx.Response, status: int, kind: str | None = None) -> str:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"} and body["error"]["message"]
+    assert "Traceback" not in response.text
+    if kind is not None:
+        assert body["error"]["type"] == kind
+    return str(body["error"]["message"])
+
+
+# ---------------------------------------------------------------------------- read endpoints
+def test_health_and_index(server: ServerProcess, built: tuple[Path, Index]) -> None:
+    _, index = built
+    assert call("GET", f"{server.url}/health").json() == {"status": "ok", "version": "0.1.0"}
+    body = call("GET", f"{server.url}/index").json()
+    assert body["chunks"] == index.tree.n_leaves and body["nodes"] == index.tree.n_nodes
+    assert body["documents"] == 3 and body["generation"] == 1
+    assert body["embedder"]["id"] == index.embedder_id
+    assert body["llm"].startswith("openai:") and LLM_SECRET not in json.dumps(body)
+
+
+def test_search_is_the_in_process_search(server: ServerProcess, built: tuple[Path, Index]) -> None:
+    _, index = built
+    body = call("POST", f"{server.url}/search", json={"query": "volcano lava ash", "k": 3}).json()
+    expected = index.search("volcano lava ash", config=SearchConfig(k=3))
+    assert body["schema"] == "psirag.search/1" and body["k"] == 3
+    assert body["passages"] == [p.to_dict() for p in expected]
+    assert body["passages"][0]["source"]["document"] == "volcanoes"
+    parent = index.tree.parent
+    for hit, passage in zip(body["hits"], expected, strict=True):
+        assert hit["passage"] == passage.id and hit["node"] == passage.leaf
+        path = hit["path"]
+        assert path[-1] == passage.leaf and parent[path[0]] == -1
+        assert all(parent[b] == a for a, b in itertools.pairwise(path))
+
+    only = call(
+        "POST", f"{server.url}/search", json={"query": "bread", "k": 5, "docs": ["football"]}
+    ).json()
+    assert only["passages"] and {p["source"]["document"] for p in only["passages"]} == {"football"}
+    bm25 = call(
+        "POST", f"{server.url}/search", json={"query": "Arsenal", "tree": False, "k": 2}
+    ).json()
+    assert all("Arsenal" in p["text"] for p in bm25["passages"])
+
+
+def test_search_bad_input(server: ServerProcess) -> None:
+    url = f"{server.url}/search"
+    assert "nowhere" in assert_error(
+        call("POST", url, json={"query": "x", "docs": ["nowhere"]}), 400
+    )
+    assert "empty" in assert_error(call("POST", url, json={"query": "   "}), 400)
+    message = assert_error(call("POST", url, json={"query": "x", "k": 0}), 422, "ValidationError")
+    assert "k" in message
+    assert_error(call("POST", url, json={"query": "x", "kk": 3}), 422)  # a typo is not ignored
+    bad = call("POST", url, content=b"{not json", headers={"content-type": "application/json"})
+    assert_error(bad, 422)
+    assert_error(call("GET", f"{server.url}/nowhere"), 404, "NotFound")
+    assert_error(call("PUT", f"{server.url}/search"), 405, "MethodNotAllowed")
+
+
+def test_tree_and_nodes(server: ServerProcess, built: tuple[Path, Index]) -> None:
+    _, index = built
+    tree = index.tree
+    body = call("GET", f"{server.url}/tree", params={"depth": 1}).json()
+    root = tree.root
+    assert body["root"] == root and body["n_leaves"] == tree.n_leaves
+    nodes = {n["id"]: n for n in body["nodes"]}
+    assert set(nodes) == {root, *tree.children(root).tolist()}
+    assert all(nodes[c]["parent"] == root for c in tree.children(root).tolist())
+    assert sum(nodes[c]["leaves"] for c in tree.children(root).tolist()) == tree.n_leaves
+    assert all(n["label"] for n in nodes.values()) and nodes[root]["has_children"]
+    inner = next(c for c in tree.children(root).tolist() if c >= tree.n_leaves)
+    deeper = call("GET", f"{server.url}/tree", params={"node": inner, "depth": 1}).json()
+    assert {n["id"] for n in deeper["nodes"]} == {inner, *tree.children(inner).tolist()}
+
+    node = call("GET", f"{server.url}/nodes/{root}").json()
+    assert node["layer"] == tree.depth and node["parent"] == -1 and node["path"] == [root]
+    assert node["abstract"] == index.node_text(root) and node["leaf_count"] == tree.n_leaves
+    assert [c["id"] for c in node["children"]] == tree.children(root).tolist()
+    assert 1 <= len(node["sample"]) <= 5
+    leaf = call("GET", f"{server.url}/nodes/0").json()
+    assert leaf["layer"] == 0 and leaf["abstract"] == index.chunks[0].text
+    assert leaf["path"][-1] == 0 and leaf["path"][0] == root and leaf["children"] == []
+    assert_error(call("GET", f"{server.url}/nodes/{tree.n_nodes}"), 404)
+    assert_error(call("GET", f"{server.url}/nodes/abc"), 422)
+    assert_error(call("GET", f"{server.url}/tree", params={"node": 10**6}), 404)
+
+
+def test_documents_and_write_endpoints(server: ServerProcess, built: tuple[Path, Index]) -> None:
+    _, index = built
+    docs = call("GET", f"{server.url}/documents").json()["documents"]
+    assert [d["id"] for d in docs] == ["volcanoes", "football", "baking"]
+    assert sum(d["chunks"] for d in docs) == index.tree.n_leaves
+    assert all(d["title"] == d["id"] for d in docs)
+    # The living index (Index.add / Index.remove) is not in this psirag: 501, said plainly.
+    added = call("POST", f"{server.url}/documents", json={"text": "New text.", "id": "n"})
+    assert "Index.add" in assert_error(added, 501)
+    removed = call("DELETE", f"{server.url}/documents/football")
+    assert "Index.remove" in assert_error(removed, 501)
+    assert_error(call("GET", f"{server.url}/jobs/job-1"), 404)
+
+
+def test_docs_work_offline(server: ServerProcess) -> None:
+    page = call("GET", f"{server.url}/docs")
+    assert page.status_code == 200 and "/docs/assets/swagger-ui-bundle.js" in page.text
+    assert "cdn" not in page.text.lower()
+    script = httpx.get(f"{server.url}/docs/assets/swagger-ui-bundle.js", timeout=30)
+    assert script.status_code == 200 and len(script.content) > 100_000
+    schema = call("GET", f"{server.url}/openapi.json").json()
+    for path in ("/search", "/ask", "/summarize", "/tree", "/nodes/{node_id}", "/documents"):
+        assert path in schema["paths"]
+    assert "/v1/chat/completions" in schema["paths"]
+
+
+# ---------------------------------------------------------------------------- the agent
+def test_ask_json(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]) -> None:
+    fake, _ = llm
+    before = fake.calls
+    body = call("POST", f"{server.url}/ask", json={"query": QUESTION, "k": 3}).json()
+    assert body["answer"] == "Sicily"
+    assert [s["action"] for s in body["steps"]] == ["retrieve", "answer"]
+    assert body["steps"][0]["query"] == QUESTION
+    assert body["steps"][1]["query"] == "Mount Etna Sicily"
+    assert body["steps"][1]["raw"] == ANSWER_REPLY
+    assert body["evidence"] and len(body["citations"]) <= 3
+    assert (
+        body["citations"][0]["n"] == 1
+        and body["citations"][0]["passage"] == body["evidence"][0]["id"]
+    )
+    requests = fake.requests[before:]
+    assert len(requests) == 2
+    # The real agent sent the retrieved passages to the model, with the LLM's own key.
+    assert "Mount Etna is an active volcano" in json.dumps(requests[1])
+    assert requests[0].headers.get("Authorization") == f"Bearer {LLM_SECRET}"
+
+
+def test_ask_streams_steps_as_they_happen(
+    server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]
+) -> None:
+    _, script = llm
+    script.delay = 0.6  # each model call takes 0.6 s: the first step must arrive before the end
+    lines: list[tuple[float, str]] = []
+    start = time.monotonic()
+    try:
+        with httpx.stream(
+            "POST",
+            f"{server.url}/ask",
+            json={"query": QUESTION},
+            headers={"Accept": "text/event-stream"},
+            timeout=30,
+        ) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            for line in response.iter_lines():
+                lines.append((time.monotonic() - start, line))
+    finally:
+        script.delay = 0.0
+    events = sse_events(lines)
+    assert [name for _, name, _ in events] == ["step", "step", "answer"]
+    first, second, answer = (json.loads(data) for _, _, data in events)
+    assert first["action"] == "retrieve" and first["query"] == QUESTION
+    assert second["action"] == "answer" and second["query"] == "Mount Etna Sicily"
+    assert answer["answer"] == "Sicily" and [s["action"] for s in answer["steps"]] == [
+        "retrieve",
+        "answer",
+    ]
+    # Streamed, not buffered: the first step came a model call (0.6 s) before the answer.
+    assert events[2][0] - events[0][0] >= 0.5
+    RESPONSES.extend(line for _, line in lines)
+
+
+def test_ask_stream_error_event(guarded: ServerProcess) -> None:
+    headers = {"Accept": "text/event-stream", "Authorization": f"Bearer {API_KEY}"}
+    with httpx.stream(
+        "POST",
+        f"{guarded.url}/ask",
+        json={"query": "answer this slowly please"},
+        headers=headers,
+        timeout=30,
+    ) as response:
+        lines = [(0.0, line) for line in response.iter_lines()]
+    events = sse_events(lines)
+    assert events and events[-1][1] == "error"
+    assert json.loads(events[-1][2])["error"]["type"] == "RequestTimeoutError"
+
+
+def test_summarize(server: ServerProcess) -> None:
+    body = call("POST", f"{server.url}/summarize", json={"docs": ["volcanoes"], "top_k": 5}).json()
+    assert body["summary"] == SUMMARY_REPLY
+    assert 1 <= len(body["nodes"]) <= 5
+    assert all(n["document"] in ("volcanoes", None) for n in body["nodes"])
+    assert_error(call("POST", f"{server.url}/summarize", json={"top_k": 0}), 422)
+
+
+def test_llm_calls_stay_under_the_cap(
+    server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]
+) -> None:
+    _, script = llm
+    script.delay = 0.3
+    script.max_in_flight = 0
+    results: list[int] = []
+
+    def one() -> None:
+        response = httpx.post(f"{server.url}/ask", json={"query": QUESTION}, timeout=60)
+        results.append(response.status_code)
+
+    try:
+        threads = [threading.Thread(target=one) for _ in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=90)
+    finally:
+        script.delay = 0.0
+    assert results == [200] * 5
+    assert script.max_in_flight == 2  # --llm-concurrency 2, and five requests wanted more
+
+
+def test_concurrent_searches(server: ServerProcess, built: tuple[Path, Index]) -> None:
+    _, index = built
+    queries = ["volcano ash", "football club", "bread yeast", "Sicily", "oven crust"] * 6
+    expected = {q: [p.id for p in index.search(q)] for q in set(queries)}
+    got: dict[int, list[str]] = {}
+
+    def one(i: int) -> None:
+        body = httpx.post(f"{server.url}/search", json={"query": queries[i]}, timeout=30).json()
+        got[i] = [p["id"] for p in body["passages"]]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(queries))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(got) == len(queries)
+    assert all(got[i] == expected[q] for i, q in enumerate(queries))
+
+
+# ---------------------------------------------------------------------------- OpenAI API
+def test_openai_client(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]) -> None:
+    openai = pytest.importorskip("openai")
+    fake, _ = llm
+    client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
+    assert [m.id for m in client.models.list()] == ["psirag"]
+
+    reply = client.chat.completions.create(
+        model="psirag", messages=[{"role": "user", "content": QUESTION}]
+    )
+    text = reply.choices[0].message.content or ""
+    assert text.startswith("Sicily [")
+    assert "Sources:\n[1] volcanoes (volcanoes, chunk" in text
+    citations = reply.model_extra["citations"]
+    assert citations[0]["n"] == 1 and citations[0]["document"] == "volcanoes"
+    assert reply.usage is not None and reply.usage.total_tokens > 0
+    cited = [c for c in citations if f"[{c['n']}]" in text.split("\n\n")[0]]
+    assert cited and all("Sicily" in c["text"] for c in cited)
+
+    conversation = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "Tell me about volcanoes."},
+        {"role": "assistant", "content": "Etna and Vesuvius are volcanoes."},
+        {"role": "user", "content": QUESTION},
+    ]
+    before = fake.calls
+    streamed = client.chat.completions.create(
+        model="psirag",
+        messages=conversation,
+        stream=True,  # type: ignore[arg-type]
+    )
+    chunks = list(streamed)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason == "stop"
+    joined = "".join(c.choices[0].delta.content or "" for c in chunks)
+    plain = client.chat.completions.create(model="psirag", messages=conversation)  # type: ignore[arg-type]
+    assert joined == plain.choices[0].message.content  # the same reply, in chunks
+    assert joined.startswith("Sicily [") and "Sources:" in joined
+    first_request = json.dumps(fake.requests[before])
+    assert (
+        "Earlier in this conversation" in first_request
+        and "Vesuvius are volcanoes" in first_request
+    )
+    assert "be brief" not in first_request  # the agent keeps its own system prompt
+
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="psirag", messages=[{"role": "system", "content": "no user turn"}]
+        )
+
+
+def test_openai_client_needs_the_key(guarded: ServerProcess) -> None:
+    openai = pytest.importorskip("openai")
+    wrong = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key="wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    right = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key=API_KEY, max_retries=0)
+    assert [m.id for m in right.models.list()] == ["psirag"]
+
+
+# ---------------------------------------------------------------------------- MCP
+TOOLS = {"search", "ask", "inspect_node", "list_documents"}
+
+
+async def _use_mcp(client: Any, index: Index) -> dict[str, Any]:
+    async with client:
+        tools = await client.list_tools()
+        names = {t.name for t in tools.tools}
+        found = await client.call_tool("search", {"query": "volcano lava ash", "k": 3})
+        root = await client.call_tool("inspect_node", {})
+        docs = await client.call_tool("list_documents", {})
+        bad = await client.call_tool("inspect_node", {"node": 10**6})
+        answer = await client.call_tool("ask", {"question": QUESTION})
+    return {
+        "names": names,
+        "search": found.structured_content,
+        "root": root.structured_content,
+        "docs": docs.structured_content,
+        "bad": bad,
+        "answer": answer.structured_content,
+    }
+
+
+def _check_mcp(out: dict[str, Any], index: Index) -> None:
+    assert out["names"] == TOOLS
+    expected = index.search("volcano lava ash", config=SearchConfig(k=3))
+    assert out["search"]["passages"] == [p.to_dict() for p in expected]
+    assert out["root"]["id"] == index.tree.root and out["root"]["path"] == [index.tree.root]
+    assert [d["id"] for d in out["docs"]["documents"]] == ["volcanoes", "football", "baking"]
+    assert out["bad"].is_error and "does not exist" in out["bad"].content[0].text
+    assert out["answer"]["answer"] == "Sicily" and out["answer"]["citations"]
+
+
+def test_mcp_over_http(server: ServerProcess, built: tuple[Path, Index]) -> None:
+    pytest.importorskip("mcp")
+    from mcp import Client
+
+    out = asyncio.run(_use_mcp(Client(f"{server.url}/mcp"), built[1]))
+    _check_mcp(out, built[1])
+
+
+def test_mcp_over_http_needs_the_key(guarded: ServerProcess, built: tuple[Path, Index]) -> None:
+    pytest.importorskip("mcp")
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    assert_error(call("POST", f"{guarded.url}/mcp", json={}), 401)
+
+    async def run() -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
+            transport = streamable_http_client(f"{guarded.url}/mcp", http_client=http)
+            async with Client(transport) as client:
+                tools = await client.list_tools()
+                found = await client.call_tool("search", {"query": "football club"})
+        return {"names": {t.name for t in tools.tools}, "search": found.structured_content}
+
+    out = asyncio.run(run())
+    assert out["names"] == TOOLS
+    assert out["search"]["passages"][0]["source"]["document"] == "football"
+
+
+def test_mcp_over_stdio(
+    built: tuple[Path, Index], llm: tuple[FakeOpenAIServer, ScriptedLLM], logs: Path
+) -> None:
+    pytest.importorskip("mcp")
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    spec = f"openai:{llm[0].base_url}#fake"
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=[str(LAUNCHER), "mcp", str(built[0]), "--llm", spec],
+        env=child_env(),
+    )
+    with open(logs / "stdio.log", "w", encoding="utf-8") as errlog:
+        from mcp.client.stdio import stdio_client
+
+        out = asyncio.run(_use_mcp(Client(stdio_client(params, errlog=errlog)), built[1]))
+    _check_mcp(out, built[1])
+    RESPONSES.append(json.dumps(out, default=str))
+
+
+# ---------------------------------------------------------------------------- security
+def test_api_key(guarded: ServerProcess) -> None:
+    url = guarded.url
+    assert call("GET", f"{url}/health").status_code == 200  # the one open endpoint
+    for method, path in [
+        ("GET", "/index"),
+        ("POST", "/search"),
+        ("GET", "/documents"),
+        ("GET", "/v1/models"),
+        ("GET", "/tree"),
+        ("GET", "/nodes/0"),
+    ]:
+        response = call(method, f"{url}{path}", json={"query": "x"} if method == "POST" else None)
+        assert "API key" in assert_error(response, 401, "Unauthorized")
+        assert response.headers["www-authenticate"] == "Bearer"
+    wrong = call("GET", f"{url}/index", headers={"Authorization": "Bearer nope"})
+    assert "wrong" in assert_error(wrong, 401)
+    assert_error(call("GET", f"{url}/index", headers={"Authorization": f"Basic {API_KEY}"}), 401)
+    assert call("GET", f"{url}/index", headers={"Authorization": f"Bearer {API_KEY}"}).json()[
+        "chunks"
+    ]
+    assert call("GET", f"{url}/documents", headers={"X-API-Key": API_KEY}).status_code == 200
+    schema = call("GET", f"{url}/openapi.json").json()  # static: no key; it declares the key
+    assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
+
+
+def test_limits(guarded: ServerProcess) -> None:
+    url, auth = guarded.url, {"Authorization": f"Bearer {API_KEY}"}
+    big = {"query": "volcano " * 400}  # over --max-body-bytes 2000
+    message = assert_error(call("POST", f"{url}/search", json=big, headers=auth), 413)
+    assert "2,000 bytes" in message
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
+        yield b'{"query": "'
+        for _ in range(50):
+            yield b"lava " * 20
+        yield b'"}'
+
+    chunked = call(
+        "POST",
+        f"{url}/search",
+        content=chunks(),
+        headers={**auth, "content-type": "application/json"},
+    )
+    assert_error(chunked, 413, "PayloadTooLargeError")
+    long_query = {"query": "lava " * 100}  # 500 characters, under the body limit
+    assert "300" in assert_error(call("POST", f"{url}/search", json=long_query, headers=auth), 413)
+    assert_error(call("GET", f"{url}/tree?node=1&x={'a' * 9000}", headers=auth), 414)
+    ok = call("POST", f"{url}/search", json={"query": "lava"}, headers=auth)
+    assert ok.status_code == 200
+
+
+def test_request_timeout(guarded: ServerProcess) -> None:
+    auth = {"Authorization": f"Bearer {API_KEY}"}
+    start = time.monotonic()
+    response = call("POST", f"{guarded.url}/ask", json={"query": "say it slowly"}, headers=auth)
+    assert "2 s" in assert_error(response, 504, "RequestTimeoutError")
+    assert time.monotonic() - start < 5  # answered at the deadline, not when the LLM finished
+
+
+def test_cors(server: ServerProcess, guarded: ServerProcess) -> None:
+    origin = {"Origin": "http://page.example"}
+    plain = call("GET", f"{server.url}/health", headers=origin)
+    assert "access-control-allow-origin" not in plain.headers  # off by default
+    allowed = call("GET", f"{guarded.url}/health", headers=origin)
+    assert allowed.headers["access-control-allow-origin"] == "http://page.example"
+    preflight = call(
+        "OPTIONS",
+        f"{guarded.url}/search",
+        headers={
+            **origin,
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "authorization,content-type",
+        },
+    )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == "http://page.example"
+    other = call("GET", f"{guarded.url}/health", headers={"Origin": "http://evil.example"})
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_refuses_an_exposed_address_without_a_key(built: tuple[Path, Index]) -> None:
+    command = [sys.executable, "-m", "psirag.cli", "serve", str(built[0]), "--host", "0.0.0.0"]
+    done = subprocess.run(command, capture_output=True, text=True, env=child_env(), timeout=60)
+    assert done.returncode == 2
+    assert "--api-key" in done.stderr and "--insecure" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_llm_key_never_shown(server: ServerProcess, guarded: ServerProcess, logs: Path) -> None:
+    """Runs last in this module: every response seen and every log line written."""
+    texts = [server.log(), guarded.log(), *RESPONSES]
+    texts += [p.read_text(encoding="utf-8") for p in logs.glob("*.log")]
+    assert len(RESPONSES) > 30 and "POST /ask" in server.log()  # the logs are the real ones
+    assert all(LLM_SECRET not in text for text in texts)
+
+
+@pytest.mark.slow
+def test_real_cli_with_the_default_embedder(tmp_path: Path) -> None:
+    """``python -m psirag.cli serve`` itself, on an index built with MiniLM (loads the model)."""
+    from conftest import TOPICS
+
+    from psirag.ingest import documents_from_strings
+
+    texts = [" ".join(t) for t in TOPICS.values()]
+    docs = documents_from_strings(texts, titles=list(TOPICS), ids=list(TOPICS))
+    index = Index.build(docs)
+    index.save(tmp_path / "index")
+    port = __import__("server_procs").free_port()
+    log = open(tmp_path / "cli.log", "wb")  # noqa: SIM115
+    command = [sys.executable, "-m", "psirag.cli", "serve", str(tmp_path / "index")]
+    proc = subprocess.Popen(
+        [*command, "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=child_env()
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        body = httpx.post(f"{url}/search", json={"query": "volcano lava", "k": 3}, timeout=60)
+        expected = index.search("volcano lava", k=3)
+        assert [p["id"] for p in body.json()["passages"]] == [p.id for p in expected]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()

@@ -1,0 +1,435 @@
+"""The web page in a real headless Chromium, against a real ``psirag serve`` child process.
+
+The index is built here with the real default embedder; the LLM is the scripted loopback
+server of ``psirag.llm.testing`` (the agent in the server is the real one). Needs Debian's
+``chromium`` and ``pip install 'psirag[browser-tests]'``; skipped, saying which is missing,
+without them (CI installs both).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="playwright is not installed: pip install 'psirag[browser-tests]'"
+)
+pytest.importorskip(
+    "fastapi", reason="the server extra is not installed: pip install 'psirag[server]'"
+)
+
+from psirag import Index, IndexConfig  # noqa: E402
+from psirag.llm.testing import FakeOpenAIServer, Reply  # noqa: E402
+from psirag.web.testing import ServerProcess, chromium_path, launch_chromium  # noqa: E402
+
+if chromium_path() is None:
+    pytest.skip(
+        "no Chromium: apt-get install -y chromium (or set PSIRAG_CHROMIUM)", allow_module_level=True
+    )
+
+KEY = "web-test-key"
+SUB_QUESTION = "Calder Group head office city"
+
+RECORDS = [
+    ("Calder Hotel", "The Calder Hotel in Porto is owned by the Calder Group."),
+    ("Calder Group", "The Calder Group is a hotel company whose head office is in Lisbon."),
+    ("Lisbon", "Lisbon is the capital of Portugal, on the Tagus estuary."),
+    ("Porto", "Porto is a coastal city in northern Portugal known for port wine."),
+    ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
+    ("Vesuvius", "Vesuvius destroyed Pompeii with ash and lava in the year 79."),
+    ("Volcanic ash", "Volcanic eruptions release ash clouds, lava and sulfur gases."),
+    ("Stromboli", "Stromboli is a small volcanic island with frequent eruptions."),
+    ("Arsenal", "Arsenal is a football club based in north London."),
+    ("Liverpool", "Liverpool won the football league title with a record points total."),
+    ("Football manager", "A football club employs a manager, players and scouts."),
+    ("Derby", "The football derby ended with a late goal from the striker."),
+    ("Sourdough", "Sourdough bread uses a starter of wild yeast instead of baker's yeast."),
+    ("Croissant", "Croissants are baked from laminated dough with butter layers."),
+    ("Bread oven", "Bake the bread in a hot oven until the crust is brown."),
+    ("Yeast", "Bread dough rises when yeast ferments the sugars in flour."),
+    ("Chess", "Chess is a board game for two players on a checkered board of 64 squares."),
+    ("Go", "Go is a board game in which two players place black and white stones."),
+    ("Shogi", "Shogi is a Japanese board game related to chess."),
+    ("Backgammon", "Backgammon is a board game of dice and checkers for two players."),
+]
+
+
+@pytest.fixture(scope="module")
+def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("web")
+    corpus = folder / "corpus.json"
+    corpus.write_text(json.dumps([{"title": t, "text": x} for t, x in RECORDS]), encoding="utf-8")
+    index = Index.build([corpus], IndexConfig(max_children=4))
+    assert index.tree.depth >= 3  # deep enough that zooming and lazy loading are exercised
+    return index.save(folder / "index")
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(responder=lambda body: "Thought: nothing to add.\nAnswer: Lisbon") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def server(index_dir: Path, llm: FakeOpenAIServer) -> Iterator[ServerProcess]:
+    spec = f"openai:{llm.base_url}#fake"
+    with ServerProcess(index_dir, ["--llm", spec, "--api-key", KEY]) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as p:
+        b = launch_chromium(p)
+        yield b
+        b.close()
+
+
+class Page:
+    """A page on the server, with the key already given, recording console errors, failed
+    requests and every URL it asked for."""
+
+    def __init__(
+        self,
+        browser: Any,
+        server: ServerProcess,
+        *,
+        key: str | None = KEY,
+        viewport: tuple[int, int] = (1366, 768),
+    ) -> None:
+        self.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        if key:
+            self.context.add_init_script(f"sessionStorage.setItem('psirag-api-key', {key!r})")
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.failed: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on(
+            "response", lambda r: r.status >= 400 and self.failed.append(f"{r.status} {r.url}")
+        )
+        self.server = server
+
+    def open(self) -> Any:
+        self.page.goto(self.server.url + "/")
+        self.page.wait_for_selector("body[data-tree-ready=true]", timeout=30_000)
+        return self.page
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: ServerProcess) -> Iterator[Page]:
+    p = Page(browser, server)
+    yield p
+    p.close()
+
+
+def api(server: ServerProcess, method: str, path: str, body: Any = None) -> Any:
+    status, data = server.request(method, path, body, key=KEY)
+    assert status == 200, (status, data)
+    return data
+
+
+def click_arc(page: Any, node: int) -> None:
+    """A real mouse click in the middle of a node's arc (an arc's bounding box may be mostly
+    somewhere else)."""
+    point = page.evaluate("id => window.psirag.chart.pointOf(id)", node)
+    assert point is not None, f"node {node} is not drawn"
+    box = page.locator("#sunburst").bounding_box()
+    page.mouse.click(box["x"] + point["x"], box["y"] + point["y"])
+
+
+def drawn_ids(page: Any, selector: str) -> set[int]:
+    return {
+        int(x) for x in page.eval_on_selector_all(selector, "els => els.map(e => e.dataset.id)")
+    }
+
+
+def test_page_loads_offline_without_console_errors(page: Page, server: ServerProcess) -> None:
+    p = page.open()
+    assert p.title() == "psirag"
+    info = api(server, "GET", "/index")
+    summary = p.inner_text("#index-summary")
+    assert f"{info.get('counts', info)['chunks']} chunks" in summary
+    assert p.locator("#sunburst path").count() > 0
+    assert page.errors == []
+    assert page.failed == []
+    # every asset and call stays on the server: nothing from a CDN
+    assert page.requests and all(u.startswith(server.url + "/") for u in page.requests)
+    # every form control has a label
+    unlabelled = p.evaluate(
+        """() => [...document.querySelectorAll('input, select, textarea')]
+              .filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+              .map(e => e.id || e.name || e.type)"""
+    )
+    assert unlabelled == []
+
+
+def test_the_page_asks_for_the_key_once_and_sends_it(browser: Any, server: ServerProcess) -> None:
+    status, body = server.request("GET", "/tree")
+    assert status == 401 and "error" in body  # the server really wants a key
+    page = Page(browser, server, key=None)
+    try:
+        p = page.page
+        p.goto(server.url + "/")
+        p.wait_for_selector("#key-dialog[open]")
+        p.fill("#key-input", "wrong-key")
+        p.click("#key-form button[type=submit]")
+        p.wait_for_selector("#key-error:not([hidden])")
+        assert "refused" in p.inner_text("#key-error")
+        p.fill("#key-input", KEY)
+        p.click("#key-form button[type=submit]")
+        p.wait_for_selector("body[data-tree-ready=true]", timeout=30_000)
+        assert p.locator("#key-dialog[open]").count() == 0
+        # the key is kept: a reload asks nothing
+        p.reload()
+        p.wait_for_selector("body[data-tree-ready=true]", timeout=30_000)
+        assert p.locator("#key-dialog[open]").count() == 0
+    finally:
+        page.close()
+
+
+def test_click_shows_abstract_children_and_breadcrumb(page: Page, server: ServerProcess) -> None:
+    p = page.open()
+    tree = api(server, "GET", "/tree?depth=1")
+    root = tree["root"]
+    first_ring = [n for n in tree["nodes"] if n["parent"] == root and n["has_children"]]
+    target = max(first_ring, key=lambda n: n["leaves"])
+    click_arc(p, target["id"])
+    p.wait_for_selector("#node-abstract")
+    truth = api(server, "GET", f"/nodes/{target['id']}")
+    p.wait_for_function(
+        "id => document.querySelector('#sunburst .centre').dataset.id === String(id)",
+        arg=target["id"],
+    )
+    assert p.inner_text("#node-abstract") == truth["abstract"]
+    children = p.locator("#node-detail .children li").all_inner_texts()
+    assert len(children) == len(truth["children"])
+    # the clicked node is now the centre; its children are the first ring
+    ring = drawn_ids(p, "#sunburst path:not([visibility=hidden])")
+    assert {c["id"] for c in truth["children"]} <= ring
+    assert p.locator("#breadcrumb [aria-current]").inner_text() == (target["label"] or "")
+    # the breadcrumb leads back to the root
+    p.click("#breadcrumb button:has-text('root')")
+    p.wait_for_function(
+        "id => document.querySelector('#sunburst .centre').dataset.id === String(id)", arg=root
+    )
+    assert page.errors == []
+
+
+def test_keyboard_moves_opens_and_zooms_out(page: Page, server: ServerProcess) -> None:
+    p = page.open()
+    root = api(server, "GET", "/tree?depth=0")["root"]
+    p.focus("#sunburst")
+    p.keyboard.press("ArrowDown")  # from the centre to its widest child
+    cursor = p.eval_on_selector("#sunburst", "s => s.getAttribute('aria-activedescendant')")
+    assert cursor and cursor.startswith("arc-")
+    node = int(cursor.removeprefix("arc-"))
+    assert api(server, "GET", f"/nodes/{node}")["parent"] == root
+    p.keyboard.press("ArrowRight")
+    sibling = p.eval_on_selector("#sunburst", "s => s.getAttribute('aria-activedescendant')")
+    assert sibling != cursor
+    p.keyboard.press("Enter")
+    opened = int(sibling.removeprefix("arc-"))
+    truth = api(server, "GET", f"/nodes/{opened}")
+    p.wait_for_function(
+        "t => document.querySelector('#node-abstract')?.textContent === t", arg=truth["abstract"]
+    )
+    if truth["children"]:
+        p.wait_for_function(
+            "id => document.querySelector('#sunburst .centre').dataset.id === String(id)",
+            arg=opened,
+        )
+        p.keyboard.press("Escape")
+        p.wait_for_function(
+            "id => document.querySelector('#sunburst .centre').dataset.id === String(id)", arg=root
+        )
+    # the focus ring is visible on the node the keyboard is on
+    assert p.locator("#sunburst .cursor").count() == 1
+
+
+def test_search_lists_results_and_highlights_their_paths(page: Page, server: ServerProcess) -> None:
+    p = page.open()
+    query = "volcano eruption ash lava"
+    truth = api(server, "POST", "/search", {"query": query, "k": 4, "bm25": True})
+    p.click("#tab-search")
+    p.fill("#search-query", query)
+    p.fill("#search-k", "4")
+    p.click("#search-submit")
+    p.wait_for_selector("#highlight-note:not([hidden])")
+    items = p.locator("#search-results > li")
+    assert items.count() == len(truth["passages"])
+    first = truth["passages"][0]
+    text = items.nth(0).inner_text()
+    assert first["source"]["title"] in text and f"chunk {first['source']['chunk']}" in text
+    span = first["source"]["span"]
+    assert f"chars {span[0]}–{span[1]}" in text
+    on_path = {n for h in truth["hits"] for n in h["path"]}
+    hit_leaves = {h["node"] for h in truth["hits"]}
+    drawn_on_path = drawn_ids(p, "#sunburst path.on-path")
+    drawn_hits = drawn_ids(p, "#sunburst path.hit")
+    assert drawn_on_path and drawn_on_path <= on_path
+    assert drawn_hits and drawn_hits <= hit_leaves
+    # the arcs drawn off every hit's path are dimmed, not highlighted
+    all_drawn = drawn_ids(p, "#sunburst path")
+    assert (all_drawn & on_path) == drawn_on_path
+    # "show in tree" reveals the passage's leaf and opens it
+    items.nth(0).locator("button.reveal").click()
+    p.wait_for_function(
+        "t => document.querySelector('#node-abstract')?.textContent === t", arg=first["text"]
+    )
+    leaf = truth["hits"][0]["node"]
+    assert p.locator(f"#arc-{leaf}.hit").count() == 1
+
+
+def test_ask_streams_steps_then_the_answer_with_citations(
+    page: Page, server: ServerProcess, llm: FakeOpenAIServer
+) -> None:
+    p = page.open()
+    llm.script(
+        Reply(f"Thought: the hotel belongs to the Calder Group.\nRetrieve: {SUB_QUESTION}"),
+        Reply("Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon", delay=2.0),
+    )
+    p.click("#tab-ask")
+    p.fill("#ask-query", "Where is the head office of the company that owns the Calder Hotel?")
+    p.fill("#ask-retrievals", "1")
+    p.click("#ask-submit")
+    # the first step shows while the model still thinks about the second: the steps stream
+    p.wait_for_selector("#ask-steps .step:not(.waiting)", timeout=20_000)
+    assert p.locator("#ask-answer").is_hidden()
+    assert p.locator("#ask-steps .step:not(.waiting)").count() == 1
+    p.wait_for_selector("#answer-text", timeout=30_000)
+    assert p.inner_text("#answer-text").strip().startswith("Lisbon")
+    steps = p.locator("#ask-steps .step:not(.waiting)")
+    assert steps.count() == 2
+    assert steps.nth(1).locator(".sub-question").inner_text() == SUB_QUESTION
+    assert "Calder Group" in steps.nth(0).inner_text()  # the model's reasoning is shown
+    first_step_passages = steps.nth(0).locator(".passage")
+    assert first_step_passages.count() > 0
+    assert "chunk" in first_step_passages.nth(0).inner_text()
+    cites = p.locator("#ask-answer .citations > li")
+    assert cites.count() > 0
+    chips = p.locator("#ask-answer .chips a.cite")
+    assert chips.count() == cites.count()
+    chips.nth(0).click()
+    assert p.evaluate("location.hash") == "#cite-1"
+    assert page.errors == []
+
+
+def test_ask_shows_an_llm_error_plainly(page: Page, llm: FakeOpenAIServer) -> None:
+    p = page.open()
+    llm.script(Reply(status=400, body={"error": {"message": "model 'fake' does not exist"}}))
+    p.click("#tab-ask")
+    p.fill("#ask-query", "Where is Lisbon?")
+    p.click("#ask-submit")
+    p.wait_for_selector("#ask-error:not([hidden])", timeout=30_000)
+    message = p.inner_text("#ask-error")
+    assert "400" in message or "does not exist" in message
+    assert p.locator("#ask-answer").is_hidden()
+    assert p.locator("#ask-submit").is_enabled()
+
+
+def test_documents_list_and_upload_or_its_501(
+    page: Page, server: ServerProcess, tmp_path: Path
+) -> None:
+    p = page.open()
+    truth = api(server, "GET", "/documents")["documents"]
+    p.click("#tab-docs")
+    p.wait_for_selector("#docs-table tbody tr")
+    rows = p.locator("#docs-table tbody tr")
+    assert rows.count() == len(truth)
+    assert rows.nth(0).locator("td.num").inner_text() == str(truth[0]["chunks"])
+    note = tmp_path / "tides.txt"
+    note.write_text(
+        "Tides rise and fall twice a day under the pull of the moon.\n", encoding="utf-8"
+    )
+    with p.expect_response(
+        lambda r: r.url.endswith("/documents") and r.request.method == "POST"
+    ) as r:
+        p.set_input_files("#doc-file", str(note))
+    response = r.value
+    if response.status == 501:
+        # no living index yet: the page says plainly what the server said
+        p.wait_for_selector("#docs-error:not([hidden])")
+        assert response.json()["error"]["message"] in p.inner_text("#docs-error")
+        assert "501" in p.inner_text("#docs-error")
+        return
+    assert response.status == 202, response.text()
+    p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
+    p.wait_for_selector("#docs-table tbody tr:has-text('tides')", timeout=30_000)
+    p.once("dialog", lambda d: d.accept())
+    p.locator("#docs-table tbody tr:has-text('tides') button.danger").click()
+    p.wait_for_selector("#jobs li:nth-child(2)[data-status=done]", timeout=120_000)
+    p.wait_for_function(
+        "() => !document.querySelector('#docs-table').textContent.includes('tides')"
+    )
+
+
+def test_drop_zone_uploads_dropped_files(page: Page, server: ServerProcess) -> None:
+    p = page.open()
+    p.click("#tab-docs")
+    handle = p.evaluate_handle(
+        """() => { const dt = new DataTransfer();
+                   dt.items.add(new File(['Dropped text about glaciers.'], 'glaciers.txt',
+                                         {type: 'text/plain'}));
+                   return dt; }"""
+    )
+    with p.expect_request(lambda r: r.url.endswith("/documents") and r.method == "POST") as req:
+        p.dispatch_event("#drop-zone", "drop", {"dataTransfer": handle})
+    assert req.value.headers["content-type"].startswith("multipart/form-data")
+    raw = req.value.post_data_buffer  # Chromium may keep a dropped file's bytes to itself
+    if raw is not None:
+        assert b'filename="glaciers.txt"' in raw and b"Dropped text about glaciers." in raw
+    response = req.value.response()
+    if response.status == 501:
+        p.wait_for_selector("#docs-error:not([hidden])")
+        assert response.json()["error"]["message"] in p.inner_text("#docs-error")
+        return
+    assert response.status == 202, response.text()
+    # a living index: wait, then take the document out again
+    p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
+    status, _ = server.request("DELETE", "/documents/glaciers.txt", key=KEY)
+    assert status == 202
+
+
+@pytest.mark.parametrize("viewport", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
+def test_layout_fits_laptop_and_phone(
+    browser: Any, server: ServerProcess, viewport: tuple[int, int]
+) -> None:
+    page = Page(browser, server, viewport=viewport)
+    try:
+        p = page.open()
+        width = p.evaluate("document.scrollingElement.scrollWidth")
+        assert width <= viewport[0]
+        box = p.locator("#sunburst").bounding_box()
+        assert box and box["width"] >= 0.5 * min(viewport) and box["height"] >= 0.5 * min(viewport)
+        for tab in ("#tab-node", "#tab-ask", "#tab-search", "#tab-docs"):
+            t = p.locator(tab).bounding_box()
+            assert t and t["x"] >= 0 and t["x"] + t["width"] <= viewport[0] + 1
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_zoom_animation_finishes_in_frames(page: Page, server: ServerProcess) -> None:
+    p = page.open()
+    tree = api(server, "GET", "/tree?depth=1")
+    child = next(n for n in tree["nodes"] if n["parent"] == tree["root"] and n["has_children"])
+    started = time.monotonic()
+    frames = p.evaluate(
+        "async id => { const c = window.psirag.chart; await c.zoomTo(id); return c.frameTimes; }",
+        child["id"],
+    )
+    assert time.monotonic() - started < 10
+    assert len(frames) >= 3  # it animated, frame by frame
