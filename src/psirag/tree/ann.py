@@ -269,8 +269,8 @@ def component_joins(
             best = _first([_refine(index, labels, comp, p) for p in sampled])
         if best is None:  # the ANN answers missed every other component: any cross pair does
             other = int(np.flatnonzero(labels != comp)[0])
-            a, b = min(int(members[0]), other), max(int(members[0]), other)
-            best = (a, b, float(pair_similarity(e, np.array([a]), np.array([b]))[0]))
+            lo, hi = min(int(members[0]), other), max(int(members[0]), other)
+            best = (lo, hi, float(pair_similarity(e, np.array([lo]), np.array([hi]))[0]))
         found.append(best)
     a = np.array([f[0] for f in found], dtype=np.int64)
     b = np.array([f[1] for f in found], dtype=np.int64)

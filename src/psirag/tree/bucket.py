@@ -26,7 +26,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -235,10 +235,10 @@ def merge_bucket_trees(
             parent[leaf] = p
         parent.extend(glob[m:].tolist())
         layer.extend(sub_layer[m:].tolist())
-        top = [int(to_global[i]) for i in np.flatnonzero(sub_parent < 0).tolist()]
-        if len(top) != 1:
+        tops = [int(to_global[i]) for i in np.flatnonzero(sub_parent < 0).tolist()]
+        if len(tops) != 1:
             raise ValueError("each bucket tree must have exactly one root")
-        roots.append(top[0])
+        roots.append(tops[0])
         next_id += sub_parent.size - m
     b = len(buckets)
     if b == 1:
@@ -384,7 +384,7 @@ class _LazyJobs(Sequence[BucketJob]):
     def __len__(self) -> int:
         return len(self._buckets)
 
-    def __getitem__(self, i):  # type: ignore[no-untyped-def,override]
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         rows = self._buckets[i]
