@@ -56,6 +56,16 @@ class BucketJob:
     max_children: int | None
 
 
+def _cluster_sums(rows: np.ndarray, assign: np.ndarray, clusters: int) -> np.ndarray:
+    """Float64 sum of the rows of each cluster (one sparse product; ``np.add.at`` is slow)."""
+    import scipy.sparse as sp
+
+    member = sp.csr_matrix(
+        (np.ones(assign.size), (assign, np.arange(assign.size))), shape=(clusters, assign.size)
+    )
+    return np.asarray(member @ rows.astype(np.float64))
+
+
 def spherical_kmeans(
     vectors: np.ndarray, clusters: int, *, seed: int = 0, iterations: int = _KMEANS_ITERATIONS
 ) -> np.ndarray:
@@ -83,8 +93,7 @@ def spherical_kmeans(
     c = np.stack(centroids).astype(np.float32)
     assign = np.argmax(sample @ c.T, axis=1)
     for _ in range(iterations):
-        sums = np.zeros_like(c, dtype=np.float64)
-        np.add.at(sums, assign, sample)
+        sums = _cluster_sums(sample, assign, clusters)
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         c = np.where(norms > 0, sums / np.maximum(norms, 1e-12), c).astype(np.float32)
         new = np.argmax(sample @ c.T, axis=1)
