@@ -62,7 +62,7 @@ def _knn_reference(r: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
     knn = _load("knn.json")
     for x in (knn or {}).get("synthetic", []):
         if x["mode"] == "knn" and x["n"] == 100_000:
-            return x, "from knn.json (bench_knn.py, an earlier run on this machine)"
+            return x, "from knn.json (bench_knn.py: an earlier run here, BLAS on one thread)"
     return None, ""
 
 
@@ -97,7 +97,7 @@ def _synthetic(r: dict[str, Any]) -> str:
     knn_line = ""
     if knn:
         knn_line = (
-            f"\nToday's knn mode at 100,000 leaves ({knn_source}): {knn['seconds']} s wall, "
+            f"\nToday's knn mode at 100,000 leaves, {knn_source}: {knn['seconds']} s wall, "
             f"{knn['cpu_seconds']} CPU s, {knn.get('peak_extra_mib', '?')} MiB above the "
             'vectors; "knn CPU / this" divides its CPU seconds by each mode\'s.\n'
         )
@@ -107,8 +107,8 @@ def _synthetic(r: dict[str, Any]) -> str:
 bucket bound 4,096) on synthetic clustered unit vectors (dim 384, 60 clusters), each build in a
 fresh process under nice 10. CPU s adds the bucket worker processes. Peak RSS is the build
 process's high-water mark (vectors included). The machine ran ~8 other engineers' jobs on its
-2 cores during these runs (load average {load} at the end), so wall seconds are inflated
-several-fold and CPU seconds are the steadier figure.
+2 cores during these runs (load averages of 7 to 17 while they ran; {load} when the file was
+written), so wall seconds are inflated several-fold and CPU seconds are the steadier figure.
 
 {_table(header, rows)}
 {knn_line}"""
