@@ -38,8 +38,9 @@ ResolvedTreeMode = Literal["exact", "knn", "ann", "bucketed"]
 AUTO_EXACT_MAX = 30_000
 """Auto uses the exact walk up to this many chunks when its matrix fits: a 3.4 GiB matrix and
 O(n²) time at 30k (the exact build took 10.6 CPU s at 25k, bench_knn.py), while the bucketed
-build took 24.6 CPU s for 100k leaves and kept 2Wiki's Recall@5 within +0.2..+0.4 points of
-the exact tree for every bucket bound from 512 to 4,096 (BENCHMARKS.md "Scale")."""
+build took 12 CPU s for 100k leaves (164 s wall, 3.0 GiB for 1M) and kept 2Wiki's Recall@5
+within +0.2..+0.4 points of the exact tree for every bucket bound from 512 to 4,096
+(BENCHMARKS.md "Scale")."""
 
 
 _SYMMETRISE_BLOCK = 1024
