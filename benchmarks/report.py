@@ -687,6 +687,96 @@ mean number of nodes one tree search compares with the query.
 """
 
 
+def section_living(r: dict[str, Any]) -> str:
+    """Index.add / remove against a full rebuild, from living.json (bench_living.py)."""
+    cost = r.get("cost", {})
+    lines = [
+        "## The living index (psirag add / remove / sync)",
+        "",
+        f"`python benchmarks/bench_living.py`: full psirag indexes (keyword abstracts, BM25) over "
+        f"2Wiki's {r.get('n_passages', 0):,} passages with the cached MiniLM vectors, so the "
+        "seconds below exclude embedding, which is measured on its own with the real model. "
+        "A full build over 100% and adds of 1% and 10% to a build over the other passages, "
+        "interleaved in one run, best of the repeats.",
+        "",
+    ]
+    if cost:
+        stages = sorted({k for row in cost.values() for k in row.get("stages", {})})
+        lines.append("| | seconds | vs full build | " + " | ".join(stages) + " |")
+        lines.append("|---|---:|---:|" + "---:|" * len(stages))
+        for name, row in cost.items():
+            st = row.get("stages", {})
+            cells = " | ".join(f"{st[k]:.2f}" if k in st else "" for k in stages)
+            lines.append(
+                f"| {name} | {row['seconds']:.2f} | {100 * row['vs_full_build']:.1f}% | {cells} |"
+            )
+        lines.append("")
+        one = cost.get("add 1%", {}).get("vs_full_build")
+        if one is not None:
+            verdict = "met" if one <= 0.05 else "missed"
+            lines.append(
+                f"Goal (a 1% add costs at most 5% of a rebuild): {verdict}, "
+                f"{100 * one:.1f}%. Saving the update as a new generation took "
+                f"{r.get('save_generation_seconds', 0):.2f} s more, loading it "
+                f"{r.get('load_seconds', 0):.2f} s."
+            )
+            lines.append("")
+    emb = r.get("embedding")
+    if emb:
+        new = emb["new_text_seconds"]
+        lines.append(
+            f"Embedding the new text with MiniLM (not in the seconds above): 1% {new['1%']:.1f} s, "
+            f"10% {new['10%']:.1f} s, after {emb['model_load_seconds']:.1f} s to load the model."
+        )
+        lines.append("")
+    rec = r.get("recall")
+    if rec:
+        ref = rec["full build"]
+        lines.append(
+            f"Recall on {r.get('n_questions', 0):,} questions (Recall@2 / Recall@5, "
+            "difference in Recall@5 from the full build):"
+        )
+        lines.append("")
+        lines.append("| index | psi | tree alone |")
+        lines.append("|---|---:|---:|")
+        for name, m in rec.items():
+            cells = []
+            for kind in ("psi", "tree_alone"):
+                x = m[kind]
+                d = x["recall@5"] - ref[kind]["recall@5"]
+                cells.append(f"{x['recall@2']:.2f} / {x['recall@5']:.2f} ({d:+.2f})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines.append(
+            "The row with 10% removed lacks those passages, gold ones included: its drop is the "
+            "smaller corpus's, not the tree's. Routing is leaf-mean, so search does not read the "
+            "keyword abstracts and these rows do not depend on which nodes an update refreshes."
+        )
+        lines.append("")
+    llm = r.get("llm")
+    if llm:
+        lines.append(
+            f"LLM calls (llm-summary, {llm['corpus_passages']} passages, a scripted loopback "
+            "server that counts calls and does not judge the abstracts): a full build "
+            f"{llm['full_build_calls']} calls; adding {llm['add_passages']} passages (1%) "
+            f"{llm['add_calls']} calls for {llm['add_nodes_refreshed']} refreshed nodes "
+            f"({100 * llm['add_vs_full_build']:.1f}% of a build); the same add again "
+            f"{llm['repeat_add_calls']} calls ({llm['repeat_add_cached']} answered by the cache)."
+        )
+        lines.append("")
+    sync = r.get("sync")
+    if sync:
+        lines.append(
+            f"`psirag sync` over a folder of {sync['files']:,} text files of which "
+            f"{sync['changed']} changed: {sync['sync_seconds']:.1f} s "
+            f"({', '.join(f'{k} {v:.2f}' for k, v in sync['sync_stages'].items())}); a sync "
+            f"with nothing changed {sync['unchanged_sync_seconds']:.1f} s; the first build of "
+            f"the folder {sync['build_seconds']:.1f} s."
+        )
+        lines.append("")
+    return "\n".join(lines)
+
+
 def section_server(r: dict[str, Any]) -> str:
     """Search over HTTP under load, and the server's overhead, from server.json
     (bench_server.py)."""
@@ -1044,6 +1134,7 @@ def main() -> None:
     knn = load("knn.json")
     max_children = load("max_children.json")
     updates = load("updates.json")
+    living = load("living.json")
     info = next(
         (r["machine"] for r in (latency, beam, scale) if r and isinstance(r["machine"], dict)),
         None,
@@ -1079,6 +1170,8 @@ def main() -> None:
         parts.append(reflow(section_max_children(max_children)))
     if updates:
         parts.append(reflow(section_updates(updates)))
+    if living:
+        parts.append(reflow(section_living(living)))
     if latency:
         parts.append(reflow(section_latency(latency)))
     server = load("server.json")

@@ -102,6 +102,12 @@ BENCHES: tuple[Bench, ...] = (
         ("updates.json",),
         "~10 min: tree inserts/removals on 2Wiki from the embedding cache",
     ),
+    Bench(
+        "living",
+        ("bench_living.py",),
+        ("living.json",),
+        "~15 min: 2Wiki adds/removes vs rebuilds, LLM calls (loopback), a 2,000-file sync",
+    ),
     Bench("ann_libs", ("bench_ann_libs.py",), ("ann_libs.json",), "~8 min: three HNSW builds"),
     Bench(
         "scale_ann",

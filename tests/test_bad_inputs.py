@@ -30,6 +30,7 @@ import pytest
 from conftest import TOPICS, HashEmbedder
 
 import psirag.cli
+import psirag.cli_living
 from psirag.cli import main
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-inputs.md"
@@ -39,6 +40,7 @@ NONE = "none"
 """The error column of a command that ran (a warning may still be printed)."""
 
 WORDS = "Mount Etna is an active volcano on the east coast of Sicily."
+OTHER = "Trains run on steel rails between the stations of the valley."
 OK_RECORD = json.dumps({"title": "Etna", "text": WORDS})
 
 
@@ -184,10 +186,19 @@ CASES: list[Case] = [
     Case(
         "unsupported-file",
         "a file of an unsupported type",
+        ("index", "slides.pptx", "--out", "out", "-q"),
+        2,
+        "InputError",
+        "slides.pptx: unsupported file type '.pptx'",
+        files={"slides.pptx": b"PK\x03\x04"},
+    ),
+    Case(
+        "damaged-pdf",
+        "a damaged PDF (a header and nothing else)",
         ("index", "slides.pdf", "--out", "out", "-q"),
         2,
         "InputError",
-        "slides.pdf: unsupported file type '.pdf'",
+        "slides.pdf: not a readable PDF",
         files={"slides.pdf": b"%PDF-1.4"},
     ),
     # --- numbers on the command line -------------------------------------------------------------
@@ -369,7 +380,130 @@ CASES: list[Case] = [
         "node 100000 does not exist",
         index=True,
     ),
+    # --- updating an index (psirag add / remove / sync) ---------------------------------------
+    Case(
+        "remove-unknown-id",
+        "psirag remove of a document id the index does not hold (nothing changes)",
+        ("remove", "lx", "--doc", "nope", "-q"),
+        2,
+        "InputError",
+        "unknown document id(s) ['nope']",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living(folder, ["docs"]),
+    ),
+    Case(
+        "add-already-there",
+        "psirag add of a document that is already indexed (reported, no duplicate)",
+        ("add", "lx", "docs/a.txt", "-q"),
+        0,
+        NONE,
+        "already indexed, skipped: a.txt",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living(folder, ["docs"]),
+    ),
+    Case(
+        "add-json-same-numbering",
+        "psirag add of a second JSON file whose records are numbered like the first's",
+        ("add", "lx", "b.json", "-q"),
+        0,
+        NONE,
+        "id '0' is taken by another document: added as 'b.json:0'",
+        files={
+            "a.json": json.dumps([{"idx": 0, "title": "Etna", "text": WORDS}]),
+            "b.json": json.dumps([{"idx": 0, "title": "Rails", "text": OTHER}]),
+        },
+        setup=lambda folder: _living(folder, ["a.json"]),
+    ),
+    Case(
+        "add-other-embedder",
+        "psirag add with an embedder other than the index's (nothing changes)",
+        ("add", "lx", "new.txt", "--embedder", "test:hash32", "-q"),
+        2,
+        "EmbedderMismatchError",
+        "new text must be embedded by the index's own model",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
+        setup=lambda folder: _living(folder, ["docs"]),
+    ),
+    Case(
+        "sync-removes-everything",
+        "psirag sync to a folder holding none of the index's files (nothing changes)",
+        ("sync", "lx", "elsewhere", "-q"),
+        2,
+        "InputError",
+        "pass --allow-remove-all",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "elsewhere/c.txt": OTHER + " Ice."},
+        setup=lambda folder: _living(folder, ["docs"]),
+    ),
+    Case(
+        "add-tree-per-document",
+        "psirag add to a --tree-per-document index (adds one tree per new document)",
+        ("add", "lx", "new.txt", "-q"),
+        0,
+        NONE,
+        "tree-per-document index: 1 new tree(s)",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
+        setup=lambda folder: _living(folder, ["docs"], tree_per_document=True),
+    ),
+    Case(
+        "add-format-1",
+        "psirag add to an index saved in format 1 (migrated: the update writes format 2)",
+        ("add", "lx", "new.txt", "-q"),
+        0,
+        NONE,
+        "written in format 2",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
+        setup=lambda folder: _living(folder, ["docs"], format1=True),
+    ),
+    Case(
+        "add-format-unknown",
+        "psirag add to an index whose manifest names an unknown format version (0)",
+        ("add", "lx", "new.txt", "-q"),
+        2,
+        "IndexFormatError",
+        "in a format this psirag does not know",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
+        setup=lambda folder: _living(folder, ["docs"], format_version=0),
+    ),
 ]
+
+
+def _living(
+    folder: Path,
+    inputs: list[str],
+    *,
+    tree_per_document: bool = False,
+    format1: bool = False,
+    format_version: int | None = None,
+) -> None:
+    """An index in ``lx/`` over ``inputs`` whose embedder spec the CLI loads as the test
+    HashEmbedder (see ``run_case``), so ``psirag add`` can embed new text."""
+    from psirag import Index
+    from psirag.config import IndexConfig
+
+    config = IndexConfig(embedder="test:hash", tree_per_document=tree_per_document)
+    with contextlib.chdir(folder):
+        index = Index.build(inputs, config, embedder=HashEmbedder())
+    target = folder / "lx"
+    if format1:
+        from test_storage import write_format1
+
+        write_format1(index, target)
+        return
+    index.save(target)
+    if format_version is not None:
+        pointer = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
+        pointer["format_version"] = format_version
+        (target / "manifest.json").write_text(json.dumps(pointer), encoding="utf-8")
+
+
+def _test_embedder(spec: str, batch_size: int | None = None, http: object = None) -> object:
+    """What ``psirag add`` loads in these cases: ``test:hash`` is the index's HashEmbedder,
+    ``test:hash32`` another one."""
+    if spec == "test:hash":
+        return HashEmbedder()
+    if spec == "test:hash32":
+        return HashEmbedder(dim=32)
+    raise AssertionError(f"a bad-input case asked for the embedder {spec!r}")
 
 
 def _flat_manifest(index: Path, files: dict[str, dict[str, object]]) -> None:
@@ -390,6 +524,8 @@ class Outcome:
     error: str
     stderr: str
     stdout: str = ""
+    changed: bool | None = None
+    """Whether the case's index ``lx/`` changed (None: the case has none)."""
 
     @property
     def message(self) -> str:
@@ -425,6 +561,7 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
         shutil.copytree(valid_index(), folder / "index")
     if case.setup is not None:
         case.setup(folder)
+    before = _snapshot(folder / "lx")
 
     reported: list[str] = []
     original = psirag.cli._eprint
@@ -439,6 +576,7 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
     err, out = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.chdir(folder):
         patch.setattr(psirag.cli, "_eprint", spy)
+        patch.setattr(psirag.cli_living, "load_embedder_for", _test_embedder)
         patch.delenv("PSIRAG_LLM", raising=False)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
@@ -452,7 +590,20 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
         error,
         err.getvalue().replace(str(folder), "."),
         out.getvalue().replace(str(folder), "."),
+        None if before is None else before != _snapshot(folder / "lx"),
     )
+
+
+def _snapshot(index: Path) -> dict[str, bytes] | None:
+    """Every file of an index folder with its bytes (None: no such folder), to tell that a
+    refused update changed nothing."""
+    if not index.is_dir():
+        return None
+    return {
+        p.relative_to(index).as_posix(): p.read_bytes()
+        for p in sorted(index.rglob("*"))
+        if p.is_file() and p.name != "lock"
+    }
 
 
 @pytest.fixture(scope="module")
@@ -480,6 +631,8 @@ def test_case(case: Case, outcomes: dict[str, Outcome]) -> None:
     assert case.message in got.stderr, got.stderr
     if case.error not in (USAGE, NONE):
         assert got.message.startswith("psirag: error: "), got.stderr  # one clean line
+    if case.exit_code != 0 and got.changed is not None:
+        assert not got.changed, "a refused update changed the index"
 
 
 def test_jsonl_skip_keeps_the_other_lines(outcomes: dict[str, Outcome]) -> None:

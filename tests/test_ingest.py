@@ -214,9 +214,9 @@ def test_non_utf8_fails_naming_the_file_and_is_skipped_in_skip_mode(tmp_path: Pa
 def test_missing_path_and_unsupported_explicit_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_documents([tmp_path / "nope"])
-    (tmp_path / "doc.pdf").write_bytes(b"%PDF")
+    (tmp_path / "doc.docx").write_bytes(b"PK")
     with pytest.raises(InputError, match="unsupported"):
-        load_documents([tmp_path / "doc.pdf"])
+        load_documents([tmp_path / "doc.docx"])
 
 
 def test_empty_folder(tmp_path: Path) -> None:

@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
+    from psirag.cli_living import register as register_living
+
+    register_living(sub)
     register: Callable[[Any], None] | None
     try:
         from psirag.agent.cli import register
@@ -402,6 +405,14 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
         print(f"    {label:>7} children: {count:6,} {bar}", file=out)
     if tree.roots.size == 1:
         print(f"  root {tree.root}: {index.node_text(tree.root)[:200]}", file=out)
+    drift = payload["drift"]
+    print(
+        f"  drift:           {drift['updates']:,} updates since the last full build "
+        f"(+{drift['leaves_added']:,} / -{drift['leaves_removed']:,} leaves of "
+        f"{drift['built_leaves']:,}, churn {drift['churn']:.0%}); rebuild due: "
+        + ("yes (psirag add/sync ... --rebuild)" if drift["rebuild_due"] else "no"),
+        file=out,
+    )
     print("  (psirag inspect DIR --node ID shows one node)", file=out)
     return 0
 
@@ -419,6 +430,7 @@ def inspect_summary(index: Any, folder: str | Path, *, verify: bool = False) -> 
     return {
         "index": str(folder),
         "storage": storage,
+        "drift": index.drift() if callable(getattr(index, "drift", None)) else None,
         "embedder": manifest["embedder"],
         "config": manifest["config"],
         **manifest["counts"],

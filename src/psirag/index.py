@@ -17,17 +17,41 @@ from psirag.embed import Embedder
 from psirag.errors import IndexFormatError
 from psirag.index_data import BuildStats, IndexData
 from psirag.ingest import Document
-from psirag.pipeline import Reporter, build_index_data
+from psirag.pipeline import Reporter, build_index_data, fresh_lineage
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
 from psirag.storage import IndexReader, IndexWriter, Verify, read_index
 from psirag.tree import Tree
+from psirag.tree.update import InsertRule
 from psirag.types import Chunk, Passage, Source, source_from_dict
 
 if TYPE_CHECKING:
+    from psirag.living import UpdateSummary
     from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
+
+
+def _link_unchanged(writer: IndexWriter) -> None:
+    """Replace each staged file that is byte-equal to the base generation's by a hard link to
+    it (sizes compared first, then sha256), so unchanged files are stored once."""
+    base = writer.base
+    if base is None or base.legacy:
+        return
+    from psirag.storage import sha256_file
+
+    files = base.files
+    for p in sorted(writer.staging.rglob("*")):
+        if not p.is_file():
+            continue
+        rel = p.relative_to(writer.staging).as_posix()
+        old = files.get(rel)
+        if not old or p.stat().st_size != old.get("bytes"):
+            continue
+        if sha256_file(p) != old.get("sha256"):
+            continue
+        p.unlink()
+        writer.keep(rel)
 
 
 class Index:
@@ -148,30 +172,46 @@ class Index:
         return cls.from_data(data, embedder=embedder)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, folder: str | Path) -> Path:
+    def save(self, folder: str | Path, *, writer: IndexWriter | None = None) -> Path:
         """Write the index to ``folder`` as a new generation, published by one atomic rename:
         readers see the old index or the new one, and an interrupted save changes nothing.
-        Refuses a folder that is not a psirag index, and a second writer (IndexLockedError)."""
-        writer = IndexWriter(Path(folder))
+        Refuses a folder that is not a psirag index, and a second writer (IndexLockedError).
+        ``writer``: an :class:`IndexWriter` already holding the lock (an update reads the
+        current generation and writes the next under one lock)."""
+        own = writer is None
+        if writer is None:
+            writer = IndexWriter(Path(folder))
         try:
-            writer.save_array("node_vectors.npy", self.node_vectors)
-            writer.save_array("parent.npy", self.tree.parent)
-            writer.save_array("layer.npy", self.tree.layer)
-            writer.save_jsonl(
-                "chunks.jsonl",
-                ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in self.chunks),
-            )
-            n = self.tree.n_leaves
-            writer.save_jsonl(
-                "abstracts.jsonl",
-                ({"node": n + i, "text": a} for i, a in enumerate(self.abstracts)),
-            )
-            self.sparse.save(writer.path("bm25"))
-            writer.commit(self.describe())
+            self._write(writer)
         except BaseException:
             writer.abort()
             raise
-        return Path(folder)
+        return Path(folder) if own else writer.target
+
+    def _write(self, writer: IndexWriter) -> int:
+        """Every file of this index into ``writer``'s new generation, then publish it. A file
+        whose bytes equal the base generation's is replaced by a hard link to it, so unchanged
+        data is stored once across generations."""
+        writer.save_array("node_vectors.npy", self.node_vectors)
+        writer.save_array("parent.npy", self.tree.parent)
+        writer.save_array("layer.npy", self.tree.layer)
+        writer.save_jsonl(
+            "chunks.jsonl",
+            ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in self.chunks),
+        )
+        n = self.tree.n_leaves
+        writer.save_jsonl(
+            "abstracts.jsonl",
+            ({"node": n + i, "text": a} for i, a in enumerate(self.abstracts)),
+        )
+        sources = self._data.sources
+        writer.save_jsonl(
+            "documents.jsonl",
+            ({"id": d, **sources[d]} for d in self._documents if d in sources),
+        )
+        self.sparse.save(writer.path("bm25"))
+        _link_unchanged(writer)
+        return writer.commit(self.describe())
 
     def describe(self) -> dict[str, Any]:
         """The manifest body: what a person or a program needs to know about this index."""
@@ -196,6 +236,7 @@ class Index:
             "build_seconds": {k: round(v, 3) for k, v in self.stats.seconds.items()},
             "tree_mode_used": self.stats.tree_mode,
             "llm_abstracts": self.stats.llm or None,
+            "lineage": dict(self._data.lineage) or fresh_lineage(self.tree.n_leaves),
         }
 
     @classmethod
@@ -264,21 +305,145 @@ class Index:
                 f"{folder}: the BM25 index holds {bm25_docs} documents but the index has "
                 f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
             )
-        index = cls(
+        sources: dict[str, dict[str, Any]] = {}
+        if "documents.jsonl" in reader.files:
+            try:
+                for row in reader.iter_jsonl("documents.jsonl"):
+                    sources[str(row["id"])] = {"path": row.get("path"), "sha256": row.get("sha256")}
+            except (KeyError, TypeError) as exc:
+                raise IndexFormatError(f"{folder}: a documents.jsonl record lacks {exc}") from exc
+        lineage = m.get("lineage")
+        if not isinstance(lineage, dict):
+            lineage = fresh_lineage(len(chunks))
+        data = IndexData(
             config=config,
-            chunks=chunks,
+            chunks=tuple(chunks),
             tree=tree,
             node_vectors=node_vectors,
-            abstracts=abstracts,
+            abstracts=tuple(abstracts),
             sparse=sparse,
             embedder_id=embedder_id,
             stats=BuildStats(
-                seconds=dict(m.get("build_seconds", {})), tree_mode=m.get("tree_mode_used")
+                seconds=dict(m.get("build_seconds", {})),
+                tree_mode=m.get("tree_mode_used"),
+                documents=int(m.get("counts", {}).get("documents", 0) or 0),
+                truncated=int(m.get("counts", {}).get("truncated_chunks", 0) or 0),
             ),
+            sources=sources,
+            lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
         )
+        index = cls.from_data(data)
         if embedder is not None:
             index.embedder = embedder
         return index
+
+    # ------------------------------------------------------------------ updating
+    def add(
+        self,
+        paths_or_texts: Sequence[str | Path] | Sequence[Document] | str | Path,
+        *,
+        texts: bool = False,
+        progress: bool = False,
+        llm: Any = None,
+        embedder: Embedder | None = None,
+        on_bad_file: str = "fail",
+        rule: InsertRule = "auto",
+        report: Reporter | None = None,
+    ) -> UpdateSummary:
+        """Add documents (paths, :class:`Document` objects or, with ``texts=True``, strings)
+        without a rebuild: new chunks are embedded and inserted into the tree (App. G), only
+        the changed ancestors get new abstracts and routing vectors (``llm`` writes LLM
+        abstracts), BM25 is rebuilt. Documents already indexed are skipped; a new document
+        whose id is taken is renamed (see :mod:`psirag.living`). This object then holds the
+        new :class:`IndexData`; ``save`` writes it as a new generation."""
+        from psirag.living import add_documents
+
+        if embedder is not None and embedder.id != self.embedder_id:
+            add_documents(self._data, [], embedder)  # raises the mismatch error
+        data, summary = add_documents(
+            self._data,
+            paths_or_texts,
+            embedder or self.embedder,
+            texts=texts,
+            llm=llm,
+            progress=progress,
+            on_bad_file=on_bad_file,
+            rule=rule,
+            report=report,
+        )
+        self._replace_data(data)
+        return summary
+
+    def remove(
+        self, doc_ids: Sequence[str] | str, *, llm: Any = None, progress: bool = False
+    ) -> UpdateSummary:
+        """Remove documents by id: their leaves go, emptied nodes are pruned, the changed
+        ancestors are refreshed (as :meth:`add`). An unknown id changes nothing and fails."""
+        from psirag.living import remove_documents
+
+        needs_embedder = self.config.routing != "leaf_mean"
+        data, summary = remove_documents(
+            self._data,
+            [doc_ids] if isinstance(doc_ids, str) else list(doc_ids),
+            self.embedder if needs_embedder else None,
+            llm=llm,
+            progress=progress,
+        )
+        self._replace_data(data)
+        return summary
+
+    def update(
+        self,
+        remove: Sequence[str],
+        add: Sequence[str | Path] | Sequence[Document] | None,
+        *,
+        texts: bool = False,
+        progress: bool = False,
+        llm: Any = None,
+        on_bad_file: str = "fail",
+        rule: InsertRule = "auto",
+        report: Reporter | None = None,
+    ) -> UpdateSummary:
+        """Remove documents and add others in one update (a changed file is both): the tree
+        changes twice, the dirty nodes and BM25 are refreshed once."""
+        from psirag.living import update_documents
+
+        needs = bool(add) or self.config.routing != "leaf_mean"
+        data, summary = update_documents(
+            self._data,
+            list(remove),
+            add if add else None,
+            self.embedder if needs else None,
+            texts=texts,
+            llm=llm,
+            progress=progress,
+            on_bad_file=on_bad_file,
+            rule=rule,
+            report=report,
+        )
+        self._replace_data(data)
+        return summary
+
+    def _replace_data(self, data: IndexData) -> None:
+        """Point this facade at new data; the old value (and retrievers over it) stay valid."""
+        if data is self._data:
+            return
+        embedder = self._retriever._shared.embedder
+        self._data = data
+        self._retriever = Retriever(data, embedder=embedder)
+
+    def embedder_or_none(self) -> Embedder | None:
+        """The embedder if loaded or needed (abstract-text routing), else None: an update
+        that only averages leaf vectors never loads the model."""
+        if self.config.routing != "leaf_mean":
+            return self.embedder
+        return self._retriever._shared.embedder
+
+    def drift(self) -> dict[str, Any]:
+        """Updates since the last full build and whether a rebuild is due (README)."""
+        from psirag.living import drift_report
+
+        return drift_report(self._data)
 
     # ------------------------------------------------------------------ querying
     @property

@@ -57,6 +57,12 @@ class IndexData:
     sparse: SparseIndex
     embedder_id: str
     stats: BuildStats = field(default_factory=BuildStats)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per document id: ``{"path", "sha256"}`` of the file it came from (absent for a text
+    given directly): what ``psirag sync`` compares with the files on disk."""
+    lineage: dict[str, int] = field(default_factory=dict)
+    """Since the last full build: ``built_leaves`` (the leaves it had), leaves ``added`` and
+    ``removed`` by updates, and the number of ``updates`` (the drift rule reads it)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chunks", tuple(self.chunks))

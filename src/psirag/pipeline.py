@@ -353,8 +353,20 @@ def build_index_data(
         sparse=sparse,
         embedder_id=embedder.id,
         stats=stats,
+        sources=document_sources(documents),
+        lineage=fresh_lineage(len(chunks)),
     )
     return data, embedder
+
+
+def document_sources(documents: Sequence[Document]) -> dict[str, dict[str, Any]]:
+    """Where each document read from a file came from (for ``psirag sync``)."""
+    return {d.id: {"path": d.path, "sha256": d.sha256} for d in documents if d.path is not None}
+
+
+def fresh_lineage(n_leaves: int) -> dict[str, int]:
+    """The lineage of a full build: nothing added or removed since."""
+    return {"built_leaves": n_leaves, "added": 0, "removed": 0, "updates": 0}
 
 
 __all__ = [
@@ -365,7 +377,9 @@ __all__ = [
     "build_chunk_tree",
     "build_index_data",
     "chunk_documents",
+    "document_sources",
     "embed_chunks",
+    "fresh_lineage",
     "load_corpus",
     "routing_vectors",
     "sparse_index",

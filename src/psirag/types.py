@@ -15,14 +15,19 @@ class Source:
     chunk: int
     start: int
     end: int
+    page: int | None = None
+    """The page (from 1) of a PDF the chunk starts on; None for other documents."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "document": self.document,
             "title": self.title,
             "chunk": self.chunk,
             "span": [self.start, self.end],
         }
+        if self.page is not None:
+            out["page"] = self.page
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +61,15 @@ class Passage:
 
 def source_from_dict(data: dict[str, Any]) -> Source:
     start, end = data["span"]
-    return Source(data["document"], data["title"], int(data["chunk"]), int(start), int(end))
+    page = data.get("page")
+    return Source(
+        data["document"],
+        data["title"],
+        int(data["chunk"]),
+        int(start),
+        int(end),
+        None if page is None else int(page),
+    )
 
 
 __all__ = ["Chunk", "Passage", "Source", "asdict", "source_from_dict"]

@@ -6,23 +6,32 @@ to do, because a corpus with one bad file among thousands is common and a traceb
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from psirag.argtypes import first_surrogate
 from psirag.errors import InputError
 from psirag.ingest.chunking import chunk_spans
+from psirag.ingest.documents import (
+    HTML_SUFFIXES,
+    PDF_SUFFIXES,
+    UnreadableDocument,
+    html_text,
+    pdf_text,
+)
 from psirag.types import Chunk, Source
 
 TEXT_SUFFIXES = (".txt", ".md")
 RECORD_SUFFIXES = (".json", ".jsonl")
-SUFFIXES = TEXT_SUFFIXES + RECORD_SUFFIXES
+SUFFIXES = TEXT_SUFFIXES + RECORD_SUFFIXES + PDF_SUFFIXES + HTML_SUFFIXES
 _SUPPORTED = ", ".join(SUFFIXES)
 
 OnBadFile = Literal["fail", "skip"]
@@ -41,6 +50,13 @@ class Document:
     title: str
     text: str
     is_record: bool
+    path: str | None = field(default=None, compare=False)
+    """The file it was read from (resolved), None for a text given directly: what
+    ``psirag sync`` compares with the files it is given."""
+    sha256: str | None = field(default=None, compare=False)
+    """The sha256 of that file's bytes (a JSON file's records share it)."""
+    page_starts: tuple[int, ...] = field(default=(), compare=False)
+    """For a PDF: where each page starts in ``text`` (chunks record their page)."""
 
 
 def _default_warn(message: str) -> None:
@@ -82,6 +98,7 @@ class _Reader:
         self.seen_files: set[Path] = set()
         self.seen_ids: dict[str, str] = {}
         self.skipped = 0
+        self.origin: tuple[str | None, str | None] = (None, None)
 
     def bad(self, message: str) -> None:
         """Report a problem that spoils one file or record: raise, or warn and go on."""
@@ -108,19 +125,51 @@ class _Reader:
                 self.warn(f"{path}: given more than once; read once")
                 return
             self.seen_files.add(resolved)
-            text = _read_utf8(path)
             suffix = path.suffix.lower()
+            if suffix in PDF_SUFFIXES or suffix in HTML_SUFFIXES:
+                self._rich(path, doc_id, resolved, suffix)
+                return
+            text, digest = _read_utf8(path)
+            self.origin = (str(resolved), digest)
             if suffix in TEXT_SUFFIXES:
                 if not text.strip():
                     self.warn(f"{path}: empty file, skipped")
                     return
-                self.add(Document(doc_id, path.stem, text, is_record=False), str(path))
+                doc = Document(doc_id, path.stem, text, False, str(resolved), digest)
+                self.add(doc, str(path))
             elif suffix == ".json":
                 self._records(path, doc_id, _json_records(path, text))
             else:
                 self._records(path, doc_id, _jsonl_records(path, text))
         except _BadFile as exc:
             self.bad(str(exc))
+
+    def _rich(self, path: Path, doc_id: str, resolved: Path, suffix: str) -> None:
+        """A PDF (text layer, page starts) or an HTML page (text without markup)."""
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise _BadFile(f"{path}: cannot be read ({exc.strerror or exc}); check it") from exc
+        digest = hashlib.sha256(data).hexdigest()
+        try:
+            pdf = suffix in PDF_SUFFIXES
+            got = pdf_text(data) if pdf else html_text(_decode_html(path, data))
+        except UnreadableDocument as exc:
+            raise _BadFile(f"{path}: {exc}") from exc
+        if not got.text.strip():
+            what = "has no text layer (a scan?)" if suffix in PDF_SUFFIXES else "holds no text"
+            self.warn(f"{path}: {what}, skipped")
+            return
+        doc = Document(
+            doc_id,
+            got.title or path.stem,
+            got.text,
+            False,
+            str(resolved),
+            digest,
+            got.page_starts,
+        )
+        self.add(doc, str(path))
 
     def _records(self, path: Path, doc_id: str, records: Iterable[tuple[str, int, Any]]) -> None:
         """Turn parsed JSON values into record documents; ``where`` says 'record 3' or 'line 4'."""
@@ -153,7 +202,8 @@ class _Reader:
             idx = record.get("idx")
             rid = str(idx) if idx is not None else f"{doc_id}:{position}"
             text = f"{title}\n{body}" if title else body
-            self.add(Document(rid, title or "", text, is_record=True), f"{path}, {where}")
+            doc = Document(rid, title or "", text, True, *self.origin)
+            self.add(doc, f"{path}, {where}")
         if empty:
             more = f" and {len(empty) - 5} more" if len(empty) > 5 else ""
             self.warn(
@@ -173,8 +223,9 @@ def _resolve(path: Path) -> Path:
         ) from exc
 
 
-def _read_utf8(path: Path) -> str:
-    """Read a file as UTF-8 (a BOM is allowed), with universal newlines as text mode gives."""
+def _read_utf8(path: Path) -> tuple[str, str]:
+    """Read a file as UTF-8 (a BOM is allowed), with universal newlines as text mode gives;
+    also the sha256 of its bytes (what ``psirag sync`` compares)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -186,7 +237,22 @@ def _read_utf8(path: Path) -> str:
             f"{path}: not UTF-8 text (invalid byte at offset {exc.start}); "
             "re-encode it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`)"
         ) from exc
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\r\n", "\n").replace("\r", "\n"), hashlib.sha256(data).hexdigest()
+
+
+def _decode_html(path: Path, data: bytes) -> str:
+    """HTML bytes as text: UTF-8, else the charset the page declares, else Latin-1."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        pass
+    m = re.search(rb"charset=[\"']?([A-Za-z0-9_\-]+)", data[:4096])
+    if m:
+        try:
+            return data.decode(m.group(1).decode("ascii"))
+        except (LookupError, UnicodeDecodeError):
+            pass
+    return data.decode("latin-1")
 
 
 def _json_records(path: Path, text: str) -> list[tuple[str, int, Any]]:
@@ -357,7 +423,8 @@ def make_chunks(
             occurrence = seen.get(base, 0) + 1
             seen[base] = occurrence
             cid = base if occurrence == 1 else f"{base}-{occurrence}"
-            chunks.append(Chunk(cid, text, Source(doc.id, doc.title, number, start, end)))
+            page = bisect.bisect_right(doc.page_starts, start) if doc.page_starts else None
+            chunks.append(Chunk(cid, text, Source(doc.id, doc.title, number, start, end, page)))
     if not chunks:
         raise InputError("the corpus is empty: no document holds any text to index")
     return chunks

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import inspect
 import json
 import logging
 import time
@@ -801,18 +800,38 @@ async def _document_from_request(request: Request) -> tuple[str, str | None, str
 def _apply_write(state: ServerState, kind: str, payload: Any, job: Any) -> dict[str, Any]:
     """One write on the living index, run by the single writer: apply, save, publish.
 
-    The index object in service is never changed in place when ``add``/``remove`` return a new
-    object; requests already running finish on the generation they took.
+    The update runs on a new facade over the served data (``IndexData`` is immutable), so the
+    index object in service is never changed; requests already running finish on the
+    generation they took, and the new one is published only once it is saved.
     """
-    current = state.holder.get().index
-    method = getattr(current, kind)
-    takes_progress = "progress" in inspect.signature(method).parameters
-    updated = method(payload, progress=job.progress) if takes_progress else method(payload)
-    updated = updated if updated is not None else current
-    updated.save(state.holder.folder)
+    from psirag.index import Index
+    from psirag.storage import IndexWriter
+
+    served = state.holder.get().index
+    job.progress(0, 1)
+    # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
+    # from the command line since the last server write must not be overwritten.
+    writer = IndexWriter(state.holder.folder)
+    try:
+        base = writer.base.generation if writer.base is not None else None
+        on_disk = Index.load(state.holder.folder, generation=base, embedder=served.embedder)
+        updated = Index.from_data(on_disk.data, embedder=served.embedder)
+        summary = updated.add(payload) if kind == "add" else updated.remove(payload)
+        if summary.changed:
+            updated.save(state.holder.folder, writer=writer)
+        else:
+            writer.abort()
+    except BaseException:
+        writer.abort()
+        raise
     prepare_index(updated)
     generation = state.holder.publish(updated)
-    return {"generation": generation.number, "documents": len(updated.documents)}
+    job.progress(1, 1)
+    return {
+        "generation": generation.number,
+        "documents": len(updated.documents),
+        "update": summary.to_dict(),
+    }
 
 
 __all__ = ["ServerState", "create_app", "error_body", "exception_response"]

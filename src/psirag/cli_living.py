@@ -1,0 +1,384 @@
+"""``psirag add``, ``psirag remove`` and ``psirag sync``: change a saved index in place.
+
+Each command takes the index's writer lock first (a second writer gets IndexLockedError at
+once), reads the current generation, applies the update (:mod:`psirag.living`) and writes the
+next generation, published by one atomic rename; a failure or a kill anywhere leaves the last
+published generation as it was. A command that changes nothing writes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
+from psirag.http import add_http_options, http_policy_from
+
+UPDATE_SCHEMA = "psirag.update-summary/1"
+
+
+def load_embedder_for(spec: str, batch_size: int | None = None, http: Any = None) -> Any:
+    """The embedder a spec names (a seam for tests, which use a hashing embedder)."""
+    from psirag.embed import load_embedder
+
+    return load_embedder(spec, batch_size=batch_size, http=http)
+
+
+def _eprint(*parts: object) -> None:
+    print(*parts, file=sys.stderr, flush=True)
+
+
+def register(sub: Any) -> None:
+    """Add the three commands to the ``psirag`` parser."""
+
+    def common(p: argparse.ArgumentParser, *, embeds: bool = True) -> None:
+        if embeds:
+            p.add_argument(
+                "--embedder",
+                metavar="SPEC",
+                help="embedder for the new text; must be the index's own (default: it)",
+            )
+            p.add_argument(
+                "--insert",
+                choices=["auto", "single", "batch"],
+                default="auto",
+                help="how new chunks enter the tree (README: Updating an index)",
+            )
+            p.add_argument(
+                "--skip-bad-files", action="store_true", help="skip unreadable files, warned"
+            )
+        p.add_argument(
+            "--llm", metavar="SPEC", help="LLM for llm-* abstracts (default: the index's)"
+        )
+        p.add_argument("--llm-cache", metavar="PATH", help="SQLite response cache")
+        p.add_argument(
+            "--rebuild",
+            action="store_true",
+            help="after the change, rebuild the tree, abstracts and BM25 over every chunk "
+            "(no re-embedding): what the drift rule asks for",
+        )
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+        p.add_argument("--json", action="store_true", help=f"print JSON ({UPDATE_SCHEMA})")
+        add_http_options(p)
+
+    p = sub.add_parser("add", help="add files or folders of documents to an index")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    common(p)
+    p.set_defaults(func=run_add)
+
+    p = sub.add_parser("remove", help="remove documents from an index by id")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument(
+        "--doc", action="extend", nargs="+", required=True, metavar="ID", help="document id"
+    )
+    common(p, embeds=False)
+    p.set_defaults(func=run_remove)
+
+    p = sub.add_parser(
+        "sync", help="make an index mirror files and folders (add new, re-index changed, drop gone)"
+    )
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--dry-run", action="store_true", help="list what would change; change nothing")
+    p.add_argument(
+        "--allow-remove-all",
+        action="store_true",
+        help="let a sync remove every document of the index (it then rebuilds from the files)",
+    )
+    common(p)
+    p.set_defaults(func=run_sync)
+
+
+# ---------------------------------------------------------------------------- helpers
+def _open_for_update(folder: str) -> tuple[Any, Any]:
+    """The writer (holding the lock) and the index of the generation it builds on."""
+    from psirag.index import Index
+    from psirag.storage import IndexStore, IndexWriter
+
+    store = IndexStore(folder)
+    state = store.state()
+    if state not in ("index", "legacy"):
+        if state in ("missing", "empty", "pending"):
+            raise IndexFormatError(
+                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
+            )
+        if state == "newer":
+            raise IndexFormatError(
+                f"{folder} holds an index in a format this psirag does not know; upgrade "
+                "psirag or rebuild the index"
+            )
+        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
+    writer = IndexWriter(folder)
+    try:
+        generation = writer.base.generation if writer.base is not None else None
+        index = Index.load(folder, generation=generation)
+        index._from_legacy = state == "legacy"  # type: ignore[attr-defined]
+    except BaseException:
+        writer.abort()
+        raise
+    return writer, index
+
+
+def _embedder(index: Any, spec: str | None, args: argparse.Namespace | None = None) -> Any:
+    config = index.config
+    http = http_policy_from(args) if args is not None else None
+    embedder = load_embedder_for(spec or config.embedder, config.batch_size, http)
+    if embedder.id != index.embedder_id:
+        raise EmbedderMismatchError(
+            f"{spec or config.embedder!r} embeds as {embedder.id!r} but this index was built "
+            f"with {index.embedder_id!r}; new text must be embedded by the index's own model "
+            f"({config.embedder!r}), or rebuild the index with the new one"
+        )
+    index.embedder = embedder
+    return embedder
+
+
+def _llm(index: Any, args: argparse.Namespace) -> Any:
+    from dataclasses import replace
+
+    from psirag.cli import _abstract_llm
+
+    config = index.config
+    if not config.abstracts.startswith("llm-"):
+        return None
+    return _abstract_llm(
+        replace(config, llm=args.llm or config.llm), args.llm_cache, http_policy_from(args)
+    )
+
+
+def _finish(
+    args: argparse.Namespace,
+    writer: Any,
+    index: Any,
+    summary: Any,
+    llm: Any,
+    started: float,
+    out: TextIO,
+    plan: dict[str, Any] | None = None,
+) -> int:
+    from psirag.living import rebuild_data
+
+    try:
+        if getattr(args, "rebuild", False) and not getattr(args, "dry_run", False):
+            t0 = time.perf_counter()
+            data, rebuilt = rebuild_data(
+                index.data, index.embedder_or_none(), llm=llm, progress=not args.quiet
+            )
+            index._replace_data(data)
+            summary = summary.merge(rebuilt)
+            summary.seconds["rebuild"] = time.perf_counter() - t0
+        generation = None
+        if summary.changed and not getattr(args, "dry_run", False):
+            t0 = time.perf_counter()
+            index.save(args.index, writer=writer)
+            generation = writer.generation
+            summary.seconds["save"] = time.perf_counter() - t0
+        else:
+            writer.abort()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        if llm is not None:
+            llm.close()
+    total = time.perf_counter() - started
+    drift = index.drift()
+    for skipped in summary.skipped[:20]:
+        _eprint(f"already indexed, skipped: {skipped}")
+    for old, new in list(summary.renamed.items())[:20]:
+        _eprint(f"document id {old!r} is taken by another document: added as {new!r}")
+    if summary.tree.get("trees_added"):
+        _eprint(f"tree-per-document index: {summary.tree['trees_added']} new tree(s)")
+    if generation is not None and getattr(index, "_from_legacy", False):
+        _eprint(f"{args.index} was in format 1; it is now written in format 2 (migrated)")
+    payload = {
+        "schema": UPDATE_SCHEMA,
+        "index": str(args.index),
+        "generation": generation,
+        "dry_run": bool(getattr(args, "dry_run", False)),
+        **({"plan": plan} if plan is not None else {}),
+        **summary.to_dict(),
+        "total_seconds": round(total, 3),
+        "drift": drift,
+    }
+    if args.json:
+        print(json.dumps(payload, indent=2, ensure_ascii=False), file=out)
+        return 0
+    if plan is not None:
+        verb = "would" if payload["dry_run"] else "will"
+        for key in ("new", "changed", "gone"):
+            files = plan[key]
+            print(f"{key:>8} files: {len(files):,} ({verb} be {_VERB[key]})", file=out)
+            for f in files[:10]:
+                print(f"           {f}", file=out)
+            if len(files) > 10:
+                print(f"           ... and {len(files) - 10} more", file=out)
+        if payload["dry_run"]:
+            print("dry run: nothing changed", file=out)
+            return 0
+    if not summary.changed:
+        print(f"nothing changed in {args.index}", file=out)
+    else:
+        print(f"updated {args.index} (generation {generation})", file=out)
+    s = summary
+    print(
+        f"  documents: +{len(s.added):,} added, -{len(s.removed):,} removed, "
+        f"{len(s.skipped):,} already indexed (skipped)",
+        file=out,
+    )
+    print(f"  chunks:    +{s.chunks_added:,} / -{s.chunks_removed:,}", file=out)
+    print(f"  nodes refreshed: {s.nodes_refreshed:,}", file=out)
+    if s.llm_calls or s.llm_cached:
+        print(f"  LLM calls: {s.llm_calls:,} paid, {s.llm_cached:,} from the cache", file=out)
+    stages = ", ".join(f"{k} {v:.2f}s" for k, v in s.seconds.items())
+    print(f"  seconds:   {stages} (total {total:.2f}s)", file=out)
+    due = "yes: run again with --rebuild" if drift["rebuild_due"] else "no"
+    print(
+        f"  drift:     {drift['leaves_added']:,} leaves added, {drift['leaves_removed']:,} "
+        f"removed since the last full build of {drift['built_leaves']:,} (churn "
+        f"{drift['churn']:.0%}, rebuild at {drift['max_churn']:.0%}); rebuild due: {due}",
+        file=out,
+    )
+    return 0
+
+
+_VERB = {"new": "added", "changed": "re-indexed", "gone": "removed"}
+
+
+# ---------------------------------------------------------------------------- commands
+def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    started = time.perf_counter()
+    for p in args.paths:
+        if not Path(p).exists():
+            raise InputError(f"{p}: no such file or folder; check the path")
+    writer, index = _open_for_update(args.index)
+    llm = None
+    try:
+        embedder = _embedder(index, args.embedder, args)
+        llm = _llm(index, args)
+        summary = index.add(
+            args.paths,
+            progress=not args.quiet,
+            llm=llm,
+            embedder=embedder,
+            on_bad_file="skip" if args.skip_bad_files else "fail",
+            rule=args.insert,
+            report=_eprint,
+        )
+    except BaseException:
+        writer.abort()
+        if llm is not None:
+            llm.close()
+        raise
+    return _finish(args, writer, index, summary, llm, started, out)
+
+
+def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    started = time.perf_counter()
+    writer, index = _open_for_update(args.index)
+    llm = None
+    try:
+        if index.config.routing != "leaf_mean":
+            _embedder(index, None, args)
+        llm = _llm(index, args)
+        summary = index.remove(args.doc, llm=llm, progress=not args.quiet)
+    except BaseException:
+        writer.abort()
+        if llm is not None:
+            llm.close()
+        raise
+    return _finish(args, writer, index, summary, llm, started, out)
+
+
+def scan_files(paths: Sequence[str]) -> dict[str, str]:
+    """Every supported file under ``paths`` (resolved) with the sha256 of its bytes."""
+    from psirag.ingest.loaders import SUFFIXES, _walk
+
+    found: dict[str, str] = {}
+    for given in paths:
+        p = Path(given)
+        if not p.exists():
+            raise InputError(f"{p}: no such file or folder; check the path")
+        files = _walk(p)[0] if p.is_dir() else [p]
+        for f in files:
+            if f.suffix.lower() not in SUFFIXES:
+                raise InputError(f"{f}: unsupported file type {f.suffix!r}")
+            r = f.resolve()
+            try:
+                found[str(r)] = hashlib.sha256(r.read_bytes()).hexdigest()
+            except OSError as exc:
+                raise InputError(f"{f}: cannot be read ({exc.strerror or exc}); check it") from exc
+    return found
+
+
+def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    from psirag.living import UpdateSummary, rebuild_from_files
+
+    out = stdout or sys.stdout
+    started = time.perf_counter()
+    files = scan_files(args.paths)
+    writer, index = _open_for_update(args.index)
+    llm = None
+    try:
+        sources = index.data.sources
+        by_path: dict[str, list[str]] = {}
+        for doc, src in sources.items():
+            if src.get("path"):
+                by_path.setdefault(src["path"], []).append(doc)
+        indexed_sha = {sources[d[0]]["path"]: sources[d[0]].get("sha256") for d in by_path.values()}
+        new = sorted(f for f in files if f not in by_path)
+        changed = sorted(f for f in files if f in by_path and indexed_sha[f] != files[f])
+        gone = sorted(f for f in by_path if f not in files)
+        plan = {"new": new, "changed": changed, "gone": gone}
+        to_remove = [d for f in gone + changed for d in by_path[f]]
+        everything = set(index.documents)
+        summary = UpdateSummary()
+        if args.dry_run:
+            return _finish(args, writer, index, summary, llm, started, out, plan)
+        if to_remove and set(to_remove) >= everything:
+            all_gone = {d for f in gone for d in by_path[f]} >= everything
+            if all_gone and not args.allow_remove_all:
+                raise InputError(
+                    f"this sync would remove all {len(everything):,} documents of "
+                    f"{args.index} (none of its files is among {', '.join(args.paths)}); "
+                    "nothing was changed. Check the paths, or pass --allow-remove-all"
+                )
+            if not files:
+                raise InputError(
+                    f"{', '.join(args.paths)} hold no supported files; an index cannot be empty"
+                )
+            embedder = _embedder(index, args.embedder, args)
+            llm = _llm(index, args)
+            data, summary = rebuild_from_files(
+                index.data, sorted(files), embedder, llm=llm, progress=not args.quiet
+            )
+            index._replace_data(data)
+            return _finish(args, writer, index, summary, llm, started, out, plan)
+        if to_remove or new or changed:
+            if new or changed or index.config.routing != "leaf_mean":
+                _embedder(index, args.embedder, args)
+            llm = _llm(index, args)
+            summary = index.update(
+                to_remove,
+                new + changed,
+                progress=not args.quiet,
+                llm=llm,
+                on_bad_file="skip" if args.skip_bad_files else "fail",
+                rule=args.insert,
+                report=_eprint,
+            )
+    except BaseException:
+        writer.abort()
+        if llm is not None:
+            llm.close()
+        raise
+    return _finish(args, writer, index, summary, llm, started, out, plan)

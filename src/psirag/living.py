@@ -1,0 +1,612 @@
+"""The living index: add and remove documents without a rebuild (SPEC 4, paper App. G).
+
+An update runs the build pipeline's stages on what changed only: new chunks are chunked and
+embedded, the tree is changed by :mod:`psirag.tree.update`, and only the inner nodes whose
+subtree changed (the dirty ancestors) get new abstracts and routing vectors, parents after
+children, each exactly what a full recompute over the new tree gives that node. Every other
+node keeps its abstract and vector (a clean node's keyword abstract is not re-scored against
+the new corpus-wide counts: that drift is what the rebuild rule bounds). BM25 is rebuilt
+(bm25s cannot add documents in place). The result is a new immutable :class:`IndexData`; the
+old value stays valid for readers holding it.
+
+Document ids stay unique across everything added: a new document whose id is taken by a
+different document is renamed (``notes.txt`` from another folder becomes ``b/notes.txt``'s
+file name plus a number, a JSON record ``3`` of a second file ``b.json:3``); one with the
+same id and the same text is already there and is skipped (reported, no duplicate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from psirag.embed import Embedder
+from psirag.errors import EmbedderMismatchError, InputError
+from psirag.index_data import IndexData
+from psirag.ingest import Document
+from psirag.pipeline import (
+    Corpus,
+    chunk_documents,
+    document_sources,
+    embed_chunks,
+    load_corpus,
+    routing_vectors,
+    sparse_index,
+    write_abstracts,
+)
+from psirag.tree import Tree, build_tree
+from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
+from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
+from psirag.types import Chunk
+
+__all__ = [
+    "UpdateSummary",
+    "add_documents",
+    "document_digests",
+    "drift_report",
+    "remove_documents",
+]
+
+
+@dataclass
+class UpdateSummary:
+    """What an update changed and what it cost (the CLI prints it; ``to_dict`` is its JSON)."""
+
+    added: list[str] = field(default_factory=list)
+    """Document ids added (after renaming)."""
+    removed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    """Documents not added because the same document (id and text) is already indexed."""
+    renamed: dict[str, str] = field(default_factory=dict)
+    """Given id -> the id it got, for new documents whose id was taken by another document."""
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    nodes_refreshed: int = 0
+    """Inner nodes whose abstract and routing vector were recomputed."""
+    tree: dict[str, int] = field(default_factory=dict)
+    """How the tree changed (chunks by insert path, subtrees grafted, nodes re-homed, splits)."""
+    llm_calls: int = 0
+    llm_cached: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    full_rebuild: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.removed) or self.full_rebuild
+
+    def merge(self, other: UpdateSummary) -> UpdateSummary:
+        """Two updates as one (a sync is a remove then an add)."""
+        out = UpdateSummary(
+            added=self.added + other.added,
+            removed=self.removed + other.removed,
+            skipped=self.skipped + other.skipped,
+            renamed={**self.renamed, **other.renamed},
+            chunks_added=self.chunks_added + other.chunks_added,
+            chunks_removed=self.chunks_removed + other.chunks_removed,
+            nodes_refreshed=self.nodes_refreshed + other.nodes_refreshed,
+            llm_calls=self.llm_calls + other.llm_calls,
+            llm_cached=self.llm_cached + other.llm_cached,
+            full_rebuild=self.full_rebuild or other.full_rebuild,
+        )
+        for counts in (self.tree, other.tree):
+            for k, n in counts.items():
+                out.tree[k] = out.tree.get(k, 0) + n
+        for seconds in (self.seconds, other.seconds):
+            for k, t in seconds.items():
+                out.seconds[k] = out.seconds.get(k, 0.0) + t
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "documents_added": len(self.added),
+            "documents_removed": len(self.removed),
+            "documents_skipped": len(self.skipped),
+            "added": self.added[:100],
+            "removed": self.removed[:100],
+            "skipped": self.skipped[:100],
+            "renamed": dict(list(self.renamed.items())[:100]),
+            "chunks_added": self.chunks_added,
+            "chunks_removed": self.chunks_removed,
+            "nodes_refreshed": self.nodes_refreshed,
+            "tree": dict(self.tree),
+            "llm_calls": self.llm_calls,
+            "llm_cached": self.llm_cached,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "full_rebuild": self.full_rebuild,
+        }
+
+
+# ------------------------------------------------------------------ documents
+
+
+def _digest(texts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def document_digests(chunks: Sequence[Chunk]) -> dict[str, str]:
+    """Per document id, a hash of its chunk texts in order: the same document gives the same
+    digest whenever it is chunked with the same settings."""
+    by_doc: dict[str, list[str]] = {}
+    for c in chunks:
+        by_doc.setdefault(c.source.document, []).append(c.text)
+    return {d: _digest(texts) for d, texts in by_doc.items()}
+
+
+def _free_id(wanted: str, doc: Document, taken: set[str]) -> str:
+    """A new id for a document whose id is taken: a record of another file gets that file's
+    name in front, a text given directly the next free number, then ``#2``, ``#3``..."""
+    if doc.path is None and wanted.isdigit():
+        k = int(wanted)
+        numbers = [int(t) for t in taken if t.isdigit()]
+        k = max([k, *numbers]) + 1
+        return str(k)
+    base = wanted
+    if doc.path is not None and doc.is_record:
+        base = f"{Path(doc.path).name}:{wanted}"
+        if base not in taken:
+            return base
+    k = 2
+    while f"{base}#{k}" in taken:
+        k += 1
+    return f"{base}#{k}"
+
+
+# ------------------------------------------------------------------ carrying per-node data
+
+
+@dataclass
+class _State:
+    """An index's per-node data while an update changes the tree: stale entries are marked
+    ``dirty`` (ids of this tree) and recomputed once at the end."""
+
+    tree: Tree
+    chunks: list[Chunk]
+    leaf_vectors: np.ndarray
+    abstracts: list[str]
+    vectors: np.ndarray
+    dirty: np.ndarray
+
+    @classmethod
+    def of(cls, data: IndexData) -> _State:
+        n = data.tree.n_leaves
+        return cls(
+            data.tree,
+            list(data.chunks),
+            np.asarray(data.node_vectors[:n], dtype=np.float32),
+            list(data.abstracts),
+            np.array(data.node_vectors, dtype=np.float32),
+            np.empty(0, dtype=np.int64),
+        )
+
+    def apply(self, update: TreeUpdate, chunks: list[Chunk], leaf_vectors: np.ndarray) -> None:
+        """Move to ``update.tree``: every node's abstract and vector taken over from its old
+        node (``node_map``); new and changed nodes, and the old dirty ones, marked dirty."""
+        tree = update.tree
+        n_old, n_new = self.tree.n_leaves, tree.n_leaves
+        abstracts = [""] * (tree.n_nodes - n_new)
+        vectors = np.zeros((tree.n_nodes, self.vectors.shape[1]), dtype=np.float32)
+        vectors[:n_new] = leaf_vectors
+        old_inner = np.arange(n_old, self.tree.n_nodes)
+        target = update.node_map[old_inner]
+        keep = target >= n_new
+        for u, v in zip(old_inner[keep].tolist(), target[keep].tolist(), strict=True):
+            abstracts[v - n_new] = self.abstracts[u - n_old]
+        vectors[target[keep]] = self.vectors[old_inner[keep]]
+        carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
+        carried = carried[carried >= n_new]
+        self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaf_vectors
+        self.abstracts, self.vectors = abstracts, vectors
+        self.dirty = np.union1d(update.dirty, carried).astype(np.int64)
+
+    def refresh(
+        self,
+        config: Any,
+        embedder: Embedder | None,
+        llm: Any,
+        summary: UpdateSummary,
+        progress: bool,
+    ) -> Any:
+        """Recompute the abstracts and routing vectors of the dirty nodes (parents after
+        children), each exactly as a full recompute over this tree; rebuild BM25."""
+        tree = self.tree
+        n = tree.n_leaves
+        # Only the dirty nodes: a clean node's keyword abstract also reads corpus-wide counts
+        # (idf) and its parent's, which any update shifts a little; refreshing the siblings of
+        # every dirty node too tripled the refreshed nodes on 2Wiki for that drift.
+        refresh = self.dirty
+        leaf_texts = [c.text for c in self.chunks]
+        t0 = time.perf_counter()
+        if refresh.size:
+            written = write_abstracts(
+                tree,
+                leaf_texts,
+                config,
+                nodes=refresh.tolist(),
+                current=self.abstracts,
+                llm=llm,
+                progress=progress,
+            )
+            for u, text in zip(refresh.tolist(), written.texts, strict=True):
+                self.abstracts[u - n] = text
+            summary.llm_calls += int(written.llm.get("calls", 0) or 0)
+            summary.llm_cached += int(written.llm.get("cached", 0) or 0)
+        summary.seconds["abstracts"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if refresh.size:
+            self.vectors[refresh] = routing_vectors(
+                tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=refresh.tolist()
+            )
+        summary.seconds["routing"] = time.perf_counter() - t0
+        summary.nodes_refreshed = int(refresh.size)
+        t0 = time.perf_counter()
+        sparse = sparse_index(leaf_texts, config)
+        summary.seconds["bm25"] = time.perf_counter() - t0
+        return sparse
+
+
+def _lineage(data: IndexData, added: int, removed: int) -> dict[str, int]:
+    old = dict(data.lineage) or {"built_leaves": data.tree.n_leaves}
+    return {
+        "built_leaves": int(old.get("built_leaves", data.tree.n_leaves)),
+        "added": int(old.get("added", 0)) + added,
+        "removed": int(old.get("removed", 0)) + removed,
+        "updates": int(old.get("updates", 0)) + 1,
+    }
+
+
+def drift_report(data: IndexData, rule: RebuildRule | None = None) -> dict[str, Any]:
+    """Updates since the last full build and whether the rebuild rule says one is due."""
+    rule = rule or RebuildRule()
+    lin = dict(data.lineage) or {"built_leaves": data.tree.n_leaves}
+    built = int(lin.get("built_leaves", data.tree.n_leaves))
+    added, removed = int(lin.get("added", 0)), int(lin.get("removed", 0))
+    return {
+        "built_leaves": built,
+        "leaves_added": added,
+        "leaves_removed": removed,
+        "updates": int(lin.get("updates", 0)),
+        "churn": round(rule.churn(built, added, removed), 4),
+        "max_churn": rule.max_churn,
+        "rebuild_due": rule.due(built, added, removed),
+    }
+
+
+# ------------------------------------------------------------------ tree per document
+
+
+def _append_trees(
+    tree: Tree, vectors: np.ndarray, groups: list[np.ndarray], config: Any
+) -> TreeUpdate:
+    """A tree-per-document forest with one new tree per group of new leaves (rows of
+    ``vectors``, numbered after the old leaves): the builder's tree of each group, appended."""
+    n_old = tree.n_leaves
+    parents = [tree.parent[:n_old]]
+    layers = [tree.layer[:n_old]]
+    inner_p = [tree.parent[n_old:]]
+    inner_l = [tree.layer[n_old:]]
+    # ids while building: old leaves, new leaves, old inner, then each new tree's inner nodes
+    m = sum(g.size for g in groups)
+    n_all = n_old + m
+    inner_start = n_all + (tree.n_nodes - n_old)
+    remap_old = np.concatenate([np.arange(n_old), np.arange(n_all, n_all + tree.n_nodes - n_old)])
+    parents[0] = np.where(parents[0] >= 0, remap_old[np.maximum(parents[0], 0)], -1)
+    inner_p[0] = np.where(inner_p[0] >= 0, remap_old[np.maximum(inner_p[0], 0)], -1)
+    new_leaf_parent = np.full(m, -1, dtype=np.int64)
+    new_leaf_layer = np.zeros(m, dtype=np.int32)
+    extra_p: list[np.ndarray] = []
+    extra_l: list[np.ndarray] = []
+    start = inner_start
+    for g in groups:
+        mode = resolve_tree_mode(config.tree_mode, int(g.size))
+        sub = build_tree(
+            vectors[g - n_old],
+            max_children=config.max_children,
+            mode=mode,
+            neighbors=config.tree_neighbors,
+        )
+        k = sub.n_leaves
+        ids = np.concatenate([g, np.arange(start, start + sub.n_nodes - k)])
+        sp = np.where(sub.parent >= 0, ids[np.maximum(sub.parent, 0)], -1)
+        new_leaf_parent[g - n_old] = sp[:k]
+        extra_p.append(sp[k:])
+        extra_l.append(sub.layer[k:])
+        start += sub.n_nodes - k
+    parent = np.concatenate([parents[0], new_leaf_parent, inner_p[0], *extra_p]).astype(np.int64)
+    layer = np.concatenate([layers[0], new_leaf_layer, inner_l[0], *extra_l]).astype(np.int64)
+    order = renumber_order(layer, n_all)
+    new_tree = reorder(parent, layer, order)
+    position = np.empty_like(order)
+    position[order] = np.arange(order.size)
+    node_map = position[remap_old]
+    mapped = set(node_map.tolist())
+    dirty = np.array([u for u in range(n_all, new_tree.n_nodes) if u not in mapped], dtype=np.int64)
+    return TreeUpdate(
+        tree=new_tree,
+        node_map=node_map.astype(np.int64),
+        dirty=dirty,
+        new_leaves=np.arange(n_old, n_all, dtype=np.int64),
+        counts={"trees_added": len(groups)},
+    )
+
+
+# ------------------------------------------------------------------ add and remove
+
+
+def add_documents(
+    data: IndexData,
+    corpus: Corpus,
+    embedder: Embedder,
+    **options: Any,
+) -> tuple[IndexData, UpdateSummary]:
+    """``data`` with the documents of ``corpus`` added (see the module docstring)."""
+    return update_documents(data, [], corpus, embedder, **options)
+
+
+def remove_documents(
+    data: IndexData,
+    doc_ids: Sequence[str],
+    embedder: Embedder | None,
+    *,
+    llm: Any = None,
+    progress: bool = False,
+) -> tuple[IndexData, UpdateSummary]:
+    """``data`` without the documents ``doc_ids`` (every one must be in the index)."""
+    if isinstance(doc_ids, str):
+        doc_ids = [doc_ids]
+    if not list(doc_ids):
+        raise InputError("no document id given to remove; name at least one (--doc ID)")
+    return update_documents(data, doc_ids, None, embedder, llm=llm, progress=progress)
+
+
+def update_documents(
+    data: IndexData,
+    remove: Sequence[str],
+    corpus: Corpus | None,
+    embedder: Embedder | None,
+    *,
+    texts: bool = False,
+    llm: Any = None,
+    progress: bool = False,
+    on_bad_file: str = "fail",
+    rule: InsertRule = "auto",
+    report: Any = None,
+) -> tuple[IndexData, UpdateSummary]:
+    """Remove the documents ``remove``, then add those of ``corpus`` (a re-indexed file is
+    both), changing the tree twice but refreshing the dirty nodes and BM25 once."""
+    config = data.config
+    if corpus is not None and embedder is not None and embedder.id != data.embedder_id:
+        raise EmbedderMismatchError(
+            f"this index was built with embedder {data.embedder_id!r}, the documents to add "
+            f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
+            f"tree. Add with the index's own embedder ({config.embedder!r}) or rebuild."
+        )
+    wanted = list(dict.fromkeys(str(d) for d in remove))
+    known = set(data.documents)
+    missing = [d for d in wanted if d not in known]
+    if missing:
+        sample = ", ".join(repr(d) for d in data.documents[:5])
+        raise InputError(
+            f"unknown document id(s) {missing[:10]}: this index holds {len(known):,} documents "
+            f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
+        )
+    if wanted and len(wanted) >= len(known):
+        raise InputError(
+            f"removing all {len(known):,} documents would leave an empty index; nothing was "
+            "removed (build a new index instead)"
+        )
+    summary = UpdateSummary()
+    documents: list[Document] = []
+    sources = dict(data.sources)
+    if corpus is not None:
+        t0 = time.perf_counter()
+        documents = load_corpus(corpus, texts=texts, on_bad_file=on_bad_file, report=report)
+        summary.seconds["chunking"] = time.perf_counter() - t0
+    state = _State.of(data)
+    if wanted:
+        t0 = time.perf_counter()
+        gone = np.isin(data.leaf_documents, np.array(wanted, dtype=object))
+        leaf_ids = np.flatnonzero(gone)
+        update = remove_leaves(
+            state.tree, leaf_ids, state.leaf_vectors, max_children=config.max_children
+        )
+        keep = np.flatnonzero(~gone)
+        state.apply(update, [state.chunks[i] for i in keep.tolist()], state.leaf_vectors[keep])
+        summary.seconds["tree"] = time.perf_counter() - t0
+        summary.tree = dict(update.counts)
+        summary.removed = wanted
+        summary.chunks_removed = int(leaf_ids.size)
+        for d in wanted:
+            sources.pop(d, None)
+    new_chunks: list[Chunk] = []
+    truncated = 0
+    if documents:
+        t0 = time.perf_counter()
+        documents = _admit(state.chunks, sources, config, documents, summary)
+        new_chunks = chunk_documents(documents, config, progress=progress) if documents else []
+        summary.seconds["chunking"] = summary.seconds.get("chunking", 0.0) + (
+            time.perf_counter() - t0
+        )
+    if new_chunks:
+        if embedder is None:
+            raise InputError("adding documents needs an embedder")
+        known_ids = {c.id for c in state.chunks}
+        clash = [c.id for c in new_chunks if c.id in known_ids]
+        if clash:  # cannot happen with unique document ids; a guard for hand-made Documents
+            raise InputError(
+                f"chunk id {clash[0]} is already in the index; give the document a new id"
+            )
+        t0 = time.perf_counter()
+        embedded = embed_chunks(new_chunks, embedder, progress=progress)
+        truncated = embedded.truncated
+        summary.seconds["embedding"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        n_old = state.tree.n_leaves
+        if config.tree_per_document:
+            doc_of = np.array([c.source.document for c in new_chunks], dtype=object)
+            groups = [n_old + np.flatnonzero(doc_of == d) for d in dict.fromkeys(doc_of.tolist())]
+            update = _append_trees(state.tree, embedded.vectors, groups, config)
+        else:
+            update = insert_leaves(
+                state.tree,
+                state.leaf_vectors,
+                embedded.vectors,
+                max_children=config.max_children,
+                rule=rule,
+                mode=resolve_tree_mode(config.tree_mode, len(new_chunks)),
+                neighbors=config.tree_neighbors,
+            )
+        # insert_leaves keeps the old leaf ids and appends the new ones in input order
+        state.apply(
+            update,
+            state.chunks + new_chunks,
+            np.concatenate([state.leaf_vectors, embedded.vectors]).astype(np.float32),
+        )
+        summary.seconds["tree"] = summary.seconds.get("tree", 0.0) + time.perf_counter() - t0
+        for k, v in update.counts.items():
+            summary.tree[k] = summary.tree.get(k, 0) + v
+        sources.update(document_sources(documents))
+        summary.added = [d.id for d in documents]
+        summary.chunks_added = len(new_chunks)
+    if not wanted and not new_chunks:
+        return data, summary
+    sparse = state.refresh(config, embedder, llm, summary, progress)
+    n_docs = len(known) - len(wanted) + len(documents)
+    stats = replace(data.stats, documents=n_docs, truncated=data.stats.truncated + truncated)
+    new = IndexData(
+        config=config,
+        chunks=tuple(state.chunks),
+        tree=state.tree,
+        node_vectors=state.vectors,
+        abstracts=tuple(state.abstracts),
+        sparse=sparse,
+        embedder_id=data.embedder_id,
+        stats=stats,
+        sources=sources,
+        lineage=_lineage(data, len(new_chunks), summary.chunks_removed),
+    )
+    return new, summary
+
+
+def _admit(
+    chunks: Sequence[Chunk],
+    sources: dict[str, dict[str, Any]],
+    config: Any,
+    documents: list[Document],
+    summary: UpdateSummary,
+) -> list[Document]:
+    """Skip documents already indexed, refuse a changed file given to ``add``, rename new
+    documents whose id another document holds."""
+    existing = document_digests(chunks)
+    taken = set(existing) | {d.id for d in documents}
+    out: list[Document] = []
+    kept: set[str] = set()
+    for doc in documents:
+        if doc.id in existing:
+            mine = document_digests(chunk_documents([doc], config)).get(doc.id)
+            if mine == existing[doc.id]:
+                summary.skipped.append(doc.id)
+                if doc.path is not None and doc.id not in sources:
+                    sources[doc.id] = {"path": doc.path, "sha256": doc.sha256}
+                continue
+            known = sources.get(doc.id, {})
+            if doc.path is not None and known.get("path") == doc.path:
+                raise InputError(
+                    f"{doc.path}: document {doc.id!r} is already indexed with other content "
+                    "(the file changed since); re-index it with `psirag sync`, or remove it "
+                    "first (`psirag remove DIR --doc ID`)"
+                )
+        if doc.id in existing or doc.id in kept:
+            new_id = _free_id(doc.id, doc, taken)
+            summary.renamed[doc.id] = new_id
+            doc = replace(doc, id=new_id)
+        taken.add(doc.id)
+        kept.add(doc.id)
+        out.append(doc)
+    return out
+
+
+# ------------------------------------------------------------------ full rebuilds
+
+
+def rebuild_data(
+    data: IndexData, embedder: Embedder | None, *, llm: Any = None, progress: bool = False
+) -> tuple[IndexData, UpdateSummary]:
+    """A fresh tree, abstracts, routing and BM25 over the index's chunks and their stored leaf
+    embeddings: what a full build of the same documents gives (chunking is per document and
+    deterministic), without re-embedding. Resets the drift lineage."""
+    from psirag.pipeline import build_chunk_tree
+
+    summary = UpdateSummary(full_rebuild=True)
+    config = data.config
+    n = data.tree.n_leaves
+    leaf_vectors = np.asarray(data.node_vectors[:n], dtype=np.float32)
+    chunks = list(data.chunks)
+    t0 = time.perf_counter()
+    built = build_chunk_tree(leaf_vectors, chunks, config, progress=progress)
+    summary.seconds["tree"] = time.perf_counter() - t0
+    leaf_texts = [c.text for c in chunks]
+    t0 = time.perf_counter()
+    abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
+    summary.seconds["abstracts"] = time.perf_counter() - t0
+    summary.llm_calls = int(abstracts.llm.get("calls", 0) or 0)
+    summary.llm_cached = int(abstracts.llm.get("cached", 0) or 0)
+    t0 = time.perf_counter()
+    vectors = routing_vectors(built.tree, leaf_vectors, abstracts.texts, config, embedder)
+    summary.seconds["routing"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sparse = sparse_index(leaf_texts, config)
+    summary.seconds["bm25"] = time.perf_counter() - t0
+    summary.nodes_refreshed = built.tree.n_nodes - n
+    from psirag.pipeline import fresh_lineage
+
+    new = IndexData(
+        config=config,
+        chunks=tuple(chunks),
+        tree=built.tree,
+        node_vectors=vectors,
+        abstracts=tuple(abstracts.texts),
+        sparse=sparse,
+        embedder_id=data.embedder_id,
+        stats=replace(data.stats, tree_mode=built.mode, llm=abstracts.llm),
+        sources=dict(data.sources),
+        lineage=fresh_lineage(n),
+    )
+    return new, summary
+
+
+def rebuild_from_files(
+    data: IndexData,
+    files: Sequence[str],
+    embedder: Embedder,
+    *,
+    llm: Any = None,
+    progress: bool = False,
+) -> tuple[IndexData, UpdateSummary]:
+    """A full build of ``files`` with the index's config (a sync that replaces everything)."""
+    from psirag.pipeline import build_index_data
+
+    new, _ = build_index_data(
+        list(files), data.config, embedder=embedder, llm=llm, progress=progress
+    )
+    summary = UpdateSummary(
+        added=list(new.documents),
+        removed=list(data.documents),
+        chunks_added=len(new.chunks),
+        chunks_removed=len(data.chunks),
+        nodes_refreshed=new.tree.n_nodes - new.tree.n_leaves,
+        llm_calls=int(new.stats.llm.get("calls", 0) or 0),
+        llm_cached=int(new.stats.llm.get("cached", 0) or 0),
+        seconds=dict(new.stats.seconds),
+        full_rebuild=True,
+    )
+    return new, summary

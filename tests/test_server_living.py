@@ -1,0 +1,95 @@
+"""POST /documents and DELETE /documents/{id} against a real ``psirag serve`` process: the
+background job adds or removes through the living index, saves a new generation, and the
+server answers from it; the saved index on disk agrees."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("uvicorn")
+
+import httpx
+from conftest import HashEmbedder
+from server_procs import ServerProcess, build_index
+
+from psirag.index import Index
+from psirag.storage import IndexStore
+
+
+def _job(url: str, response: httpx.Response) -> dict[str, Any]:
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job"]["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()
+        if job["status"] in ("done", "failed"):
+            return job
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
+    folder = tmp_path / "index"
+    build_index(folder)
+    proc = ServerProcess(folder, tmp_path / "serve.log", ["--retries", "0"])
+    try:
+        proc.wait_ready()
+        url = proc.url
+        text = "Glaciers of blue ice carve deep fjords along the cold northern coast."
+        added = httpx.post(f"{url}/documents", json={"text": text, "id": "glaciers"}, timeout=30)
+        job = _job(url, added)
+        assert job["status"] == "done", job
+        assert job["result"]["update"]["chunks_added"] >= 1
+        ids = [d["id"] for d in httpx.get(f"{url}/documents", timeout=30).json()["documents"]]
+        assert ids[-1] == "glaciers" and len(ids) == 4
+        hits = httpx.post(
+            f"{url}/search", json={"query": "blue ice fjords", "k": 2}, timeout=30
+        ).json()
+        assert any(p["source"]["document"] == "glaciers" for p in hits["passages"]), hits
+        assert IndexStore(folder).current() == 2
+        on_disk = Index.load(folder, embedder=HashEmbedder())
+        assert "glaciers" in on_disk.documents
+
+        removed = _job(url, httpx.delete(f"{url}/documents/football", timeout=30))
+        assert removed["status"] == "done", removed
+        assert removed["result"]["update"]["documents_removed"] == 1
+        ids = [d["id"] for d in httpx.get(f"{url}/documents", timeout=30).json()["documents"]]
+        assert "football" not in ids and "glaciers" in ids
+        assert "football" not in Index.load(folder, embedder=HashEmbedder()).documents
+        assert httpx.delete(f"{url}/documents/football", timeout=30).status_code == 404
+    finally:
+        proc.stop()
+
+
+def test_a_server_write_keeps_a_write_made_beside_it(tmp_path: Path) -> None:
+    """A write made outside the server (the CLI, another process) after it started is on disk
+    only; the server's next write must build on it, not on the generation it serves."""
+    folder = tmp_path / "index"
+    build_index(folder)
+    proc = ServerProcess(folder, tmp_path / "serve.log", ["--retries", "0"])
+    try:
+        proc.wait_ready()
+        beside = Index.load(folder, embedder=HashEmbedder())
+        before = set(beside.documents)
+        beside.add(["Dunes of red sand drift across the dry desert plateau."], texts=True)
+        beside.save(folder)
+        direct = set(beside.documents) - before
+        assert len(direct) == 1
+        text = "Glaciers of blue ice carve deep fjords along the cold northern coast."
+        added = httpx.post(
+            f"{proc.url}/documents", json={"text": text, "id": "glaciers"}, timeout=30
+        )
+        assert _job(proc.url, added)["status"] == "done"
+        on_disk = set(Index.load(folder, embedder=HashEmbedder()).documents)
+        assert direct <= on_disk and "glaciers" in on_disk and before <= on_disk
+        served = {
+            d["id"] for d in httpx.get(f"{proc.url}/documents", timeout=30).json()["documents"]
+        }
+        assert served == on_disk
+    finally:
+        proc.stop()
