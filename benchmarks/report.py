@@ -1186,6 +1186,9 @@ def main() -> None:
         parts.append(reflow(section_server(server)))
     if hops := load("hops.json"):
         parts.append(section_hops(hops))
+    from report_scale_ann import write_section
+
+    write_section()  # results/section_scale_ann.md, from the scale/ann/onnx results
     for name in sorted(RESULTS.glob("section_*.md")):
         parts.append(name.read_text())
     parts.append(reflow(section_machine(info)))

@@ -114,6 +114,19 @@ BENCHES: tuple[Bench, ...] = (
         ("living.json",),
         "~15 min: 2Wiki adds/removes vs rebuilds, LLM calls (loopback), a 2,000-file sync",
     ),
+    Bench("ann_libs", ("bench_ann_libs.py",), ("ann_libs.json",), "~8 min: three HNSW builds"),
+    Bench(
+        "scale_ann",
+        ("bench_scale_ann.py", "--sizes", "100000", "350000", "1000000"),
+        ("scale_ann.json",),
+        "~1-2 h on the busy machine: ann/bucketed trees up to 1M leaves, seven 2Wiki indexes",
+    ),
+    Bench(
+        "embed_onnx",
+        ("bench_embed_onnx.py", "--quality"),
+        ("embed_onnx.json",),
+        "~20 min: MiniLM torch/ONNX/int8 on 1,000 passages; int8 embeds all of 2Wiki",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"

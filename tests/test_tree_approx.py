@@ -186,7 +186,7 @@ def test_ties_at_the_kth_neighbour_go_to_the_smallest_column() -> None:
 
 def test_modes_and_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
     e = random_unit(np.random.default_rng(0), 100, 4)
-    with pytest.raises(InputError, match="exact, knn or auto"):
+    with pytest.raises(InputError, match="one of auto, exact, knn, ann, bucketed"):
         build_tree(e, mode="fast")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="tree neighbours must be a positive integer"):
         build_tree(e, mode="knn", neighbors=0)
@@ -211,7 +211,7 @@ def test_modes_and_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     "changes, message",
     [
-        ({"tree_mode": "hnsw"}, "tree_mode must be exact, knn or auto"),
+        ({"tree_mode": "hnsw"}, "tree_mode must be one of auto, exact, knn, ann, bucketed"),
         ({"tree_neighbors": 0}, "tree_neighbors must be a positive integer"),
         ({"tree_neighbors": 2.5}, "tree_neighbors must be a positive integer"),
     ],
@@ -246,10 +246,12 @@ def test_cache_keys_of_default_configs_stay_as_before() -> None:
     ]
     config = IndexConfig()
     key = abstract_key(config)
-    old = {k: v for k, v in config.to_dict().items() if k not in ("tree_mode", "tree_neighbors")}
+    later = ("tree_mode", "tree_neighbors", "tree_bucket_size")
+    old = {k: v for k, v in config.to_dict().items() if k not in later}
     assert key == old and list(key) == before
     assert abstract_key(IndexConfig(tree_mode="knn"))["tree_mode"] == "knn"
     assert abstract_key(IndexConfig(tree_neighbors=8))["tree_neighbors"] == 8
+    assert abstract_key(IndexConfig(tree_bucket_size=64))["tree_bucket_size"] == 64
     assert abstract_key(IndexConfig(tree_mode="exact")) != key
 
 

@@ -221,6 +221,7 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         max_children=args.max_children,
         tree_mode=args.tree_mode,
         tree_neighbors=args.tree_neighbors,
+        tree_bucket_size=args.tree_bucket_size,
         abstracts=args.abstracts,
         routing=args.routing,
         batch_size=args.batch_size,

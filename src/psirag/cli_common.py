@@ -7,6 +7,7 @@ import argparse
 from typing import get_args
 
 from psirag.config import IndexConfig, ProfileName, SearchConfig, profile_config
+from psirag.tree.build import TREE_MODES
 
 
 def profile_argument(p: argparse.ArgumentParser) -> None:
@@ -41,23 +42,44 @@ def tree_neighbors(value: str) -> int:
     return number
 
 
+def bucket_size(value: str) -> int:
+    """``--tree-bucket-size``: at least two chunks per bucket."""
+    number = int(value)
+    if number < 2:
+        raise argparse.ArgumentTypeError("--tree-bucket-size must be at least 2")
+    return number
+
+
 def tree_mode_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--tree-mode`` and ``--tree-neighbors``, shared by ``psirag index`` and ``psirag eval``."""
+    """``--tree-mode``, ``--tree-neighbors`` and ``--tree-bucket-size``, shared by ``psirag
+    index`` and ``psirag eval``; the mode choices are the config's ``TreeMode`` values."""
     p.add_argument(
         "--tree-mode",
-        choices=["auto", "exact", "knn"],
+        choices=TREE_MODES,
         default=IndexConfig.tree_mode,
         help="exact: the paper's walk over all chunk pairs (an n x n matrix in memory); knn: "
-        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory, "
-        "for large corpora; auto (default): exact when the matrix fits in half the free memory",
+        "each chunk's nearest neighbours plus the best joins between the pieces, O(n·k) memory; "
+        "ann: the same from an HNSW graph, no O(n²) step (pip install 'psirag[ann]'); "
+        "bucketed: one tree per k-means bucket, merged on top (paper App. E.1); auto (default): "
+        "exact up to 30k chunks when the matrix fits in half the free memory, else knn up to "
+        "30k, else bucketed",
     )
     p.add_argument(
         "--tree-neighbors",
         type=tree_neighbors,
         default=IndexConfig.tree_neighbors,
         metavar="K",
-        help=f"neighbours per chunk in the knn tree mode (default {IndexConfig.tree_neighbors})",
+        help="neighbours per chunk in the knn and ann tree modes "
+        f"(default {IndexConfig.tree_neighbors})",
+    )
+    p.add_argument(
+        "--tree-bucket-size",
+        type=bucket_size,
+        default=IndexConfig.tree_bucket_size,
+        metavar="N",
+        help="most chunks per bucket in the bucketed tree mode "
+        f"(default {IndexConfig.tree_bucket_size})",
     )
 
 
-__all__ = ["max_children", "tree_mode_arguments", "tree_neighbors"]
+__all__ = ["bucket_size", "max_children", "tree_mode_arguments", "tree_neighbors"]

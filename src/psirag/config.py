@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from psirag.errors import InputError
 from psirag.tree.build import TreeMode, check_tree_mode
 
@@ -40,10 +42,13 @@ class IndexConfig:
     tree_mode: TreeMode = "auto"
     """How the tree's spanning pairs are found: ``exact`` (the paper's walk over all pairs, an
     n x n similarity matrix), ``knn`` (each chunk's ``tree_neighbors`` most similar chunks plus
-    the best joins between the pieces, O(n·k) memory, SPEC 4) or ``auto`` (exact when the n x n
-    matrix fits in half the free memory, else knn)."""
+    the best joins between the pieces, O(n·k) memory, SPEC 4), ``ann`` (the same from an HNSW
+    graph, no O(n²) step, ``psirag[ann]``), ``bucketed`` (one tree per k-means bucket, merged on
+    top) or ``auto`` (chosen by size and free memory, see ``resolve_tree_mode``)."""
     tree_neighbors: int = 32
-    """Neighbours per chunk in the knn tree mode (k >= chunks - 1 gives the exact tree)."""
+    """Neighbours per chunk in the knn and ann tree modes (k >= chunks - 1: the exact tree)."""
+    tree_bucket_size: int = 4096
+    """Most chunks per bucket in the bucketed tree mode (paper App. E.1; the authors' bound)."""
     abstracts: AbstractMode = "keywords"
     """Abstract text of inner nodes: LLM-free keyword phrases (default), LLM-written summaries
     (<= 100 words) or keyword lists (<= 20 phrases) per the paper's App. C.3, or none."""
@@ -71,6 +76,10 @@ class IndexConfig:
         check_tree_mode(self.tree_mode, self.tree_neighbors, names=("tree_mode", "tree_neighbors"))
         # a numpy integer passes the check; the manifest's JSON needs a plain int
         object.__setattr__(self, "tree_neighbors", int(self.tree_neighbors))
+        size = self.tree_bucket_size
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
+            raise InputError(f"tree_bucket_size must be an integer of at least 2, got {size!r}")
+        object.__setattr__(self, "tree_bucket_size", int(size))
         if self.routing not in ("leaf_mean", "abstract", "blend"):
             raise InputError(f"routing must be leaf_mean, abstract or blend, got {self.routing!r}")
         if self.abstracts not in ("keywords", "llm-summary", "llm-keywords", "none"):

