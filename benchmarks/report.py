@@ -143,6 +143,9 @@ exact `title\\ntext` identity, in the top k.
 - Tree rows are tree search alone (Algorithm 2) returning 10 leaves.
 - Fused rows add BM25's top 10 and fuse with RRF into the final top 5.
 - The references are dense flat (exact top 10 by cosine) and BM25+dense RRF.
+- These rows predate the search profiles: their beams are named in each row, beam 40 being
+  today's `--profile paper`. The default profile (beam 160, identical texts merged) is measured
+  in "Retrieval variants".
 
 {table(["method", "Recall@2", "Recall@5"], rows)}
 
@@ -222,9 +225,11 @@ def section_latency(r: dict[str, Any]) -> str:
         "`python benchmarks/bench_latency.py` times four searches over the same queries in one "
         "run, with the query embedding excluded:",
         "",
-        f"- **psi**: `Index.search_vector` with the default `SearchConfig` (tree beam "
+        f"- **psi**: `Index.search_vector` with the `SearchConfig` of this run (tree beam "
         f"**{cfg['beam']}** and BM25, top {cfg['candidates']} each, RRF into the top "
-        f"{cfg['k']} passages);",
+        f"{cfg['k']} passages). Beam 40 was the default when this ran and is now "
+        "`--profile paper`; the default profile (beam 160) is timed beside it in "
+        '"Retrieval variants";',
         "- **dense flat**: exact cosine over every leaf "
         f"(`psirag.retrieval.retriever.DenseFlat`), top {cfg['k']};",
         f"- **tree**: the same call with `use_bm25=False` (beam {cfg['beam']});",
