@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
+from psirag.errors import EmbedderMismatchError, InputError
 from psirag.http import add_http_options, http_policy_from
 
 UPDATE_SCHEMA = "psirag.update-summary/1"
@@ -97,35 +97,6 @@ def register(sub: Any) -> None:
 
 
 # ---------------------------------------------------------------------------- helpers
-def _open_for_update(folder: str) -> tuple[Any, Any]:
-    """The writer (holding the lock) and the index of the generation it builds on."""
-    from psirag.index import Index
-    from psirag.storage import IndexStore, IndexWriter
-
-    store = IndexStore(folder)
-    state = store.state()
-    if state not in ("index", "legacy"):
-        if state in ("missing", "empty", "pending"):
-            raise IndexFormatError(
-                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
-            )
-        if state == "newer":
-            raise IndexFormatError(
-                f"{folder} holds an index in a format this psirag does not know; upgrade "
-                "psirag or rebuild the index"
-            )
-        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
-    writer = IndexWriter(folder)
-    try:
-        generation = writer.base.generation if writer.base is not None else None
-        index = Index.load(folder, generation=generation)
-        index._from_legacy = state == "legacy"  # type: ignore[attr-defined]
-    except BaseException:
-        writer.abort()
-        raise
-    return writer, index
-
-
 def _embedder(index: Any, spec: str | None, args: argparse.Namespace | None = None) -> Any:
     config = index.config
     http = http_policy_from(args) if args is not None else None
@@ -259,7 +230,9 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     for p in args.paths:
         if not Path(p).exists():
             raise InputError(f"{p}: no such file or folder; check the path")
-    writer, index = _open_for_update(args.index)
+    from psirag.living import open_for_update
+
+    writer, index = open_for_update(args.index)
     llm = None
     try:
         embedder = _embedder(index, args.embedder, args)
@@ -284,7 +257,9 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
-    writer, index = _open_for_update(args.index)
+    from psirag.living import open_for_update
+
+    writer, index = open_for_update(args.index)
     llm = None
     try:
         if index.config.routing != "leaf_mean":
@@ -326,7 +301,9 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
     files = scan_files(args.paths)
-    writer, index = _open_for_update(args.index)
+    from psirag.living import open_for_update
+
+    writer, index = open_for_update(args.index)
     llm = None
     try:
         sources = index.data.sources

@@ -808,18 +808,14 @@ def _apply_write(state: ServerState, kind: str, payload: Any, job: Any) -> dict[
     index object in service is never changed; requests already running finish on the
     generation they took, and the new one is published only once it is saved.
     """
-    from psirag.index import Index
-    from psirag.storage import IndexWriter
+    from psirag.living import open_for_update
 
     served = state.holder.get().index
     job.progress(0, 1)
     # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
     # from the command line since the last server write must not be overwritten.
-    writer = IndexWriter(state.holder.folder)
+    writer, updated = open_for_update(state.holder.folder, embedder=served.embedder)
     try:
-        base = writer.base.generation if writer.base is not None else None
-        on_disk = Index.load(state.holder.folder, generation=base, embedder=served.embedder)
-        updated = Index.from_data(on_disk.data, embedder=served.embedder)
         summary = updated.add(payload) if kind == "add" else updated.remove(payload)
         if summary.changed:
             updated.save(state.holder.folder, writer=writer)
