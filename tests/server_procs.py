@@ -4,7 +4,6 @@ LLM. Not a test module (no ``test_`` prefix)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from conftest import TOPICS, HashEmbedder
 from psirag.config import IndexConfig
 from psirag.index import Index
 from psirag.ingest import documents_from_strings
+from psirag.web.testing import free_port, stop_process
 
 LAUNCHER = Path(__file__).resolve().parent / "server_fixture.py"
 SRC = Path(__file__).resolve().parent.parent / "src"
@@ -40,12 +40,6 @@ def build_index(folder: Path) -> Index:
     index = Index.build(docs, config, embedder=HashEmbedder())
     index.save(folder)
     return Index.load(folder, embedder=HashEmbedder())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -91,13 +85,7 @@ class ServerProcess:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         self._log.close()
 
 

@@ -54,6 +54,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate a child server, then kill it if it has not gone within 10 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 class ServerProcess:
     """``psirag serve DIR`` in a child process on a free loopback port, until closed.
 
@@ -127,13 +138,7 @@ class ServerProcess:
                 return err.code, raw.decode(errors="replace")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
         if not self._log.closed:
             self._log.close()
         if self.proc.returncode in (0, -15):  # stopped by us: the log is not needed
@@ -146,4 +151,11 @@ class ServerProcess:
         self.close()
 
 
-__all__ = ["CHROMIUM_ENV", "ServerProcess", "chromium_path", "free_port", "launch_chromium"]
+__all__ = [
+    "CHROMIUM_ENV",
+    "ServerProcess",
+    "chromium_path",
+    "free_port",
+    "launch_chromium",
+    "stop_process",
+]
