@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,38 @@ if TYPE_CHECKING:
     from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
+
+PHRASES_DIR = "keywords"
+"""The keyword phrase table's files (absent in indexes saved before it, or without keyword
+abstracts: such an index loads as before and its first update builds the table once)."""
+
+
+def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:
+    """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
+    if f"{PHRASES_DIR}/words.json" not in reader.files:
+        return None
+    from psirag.abstracts.phrases import ARRAYS, PhraseTable
+
+    path = reader.path(f"{PHRASES_DIR}/words.json")
+    try:
+        words = json.loads(path.read_text(encoding="utf-8"))
+        arrays = {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in ARRAYS}
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise ValueError("words.json is not a list of words")
+        table = PhraseTable.from_arrays(words, arrays)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, IndexFormatError):
+            raise
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
+            "rebuild the index"
+        ) from exc
+    if table.n_leaves != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {table.n_leaves} leaves but the index "
+            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+    return table
 
 
 def _link_unchanged(writer: IndexWriter) -> None:
@@ -210,6 +243,12 @@ class Index:
             ({"id": d, **sources[d]} for d in self._documents if d in sources),
         )
         self.sparse.save(writer.path("bm25"))
+        table = self._data.phrase_table
+        if table is not None:
+            for name, array in table.arrays().items():
+                writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
+            with open(writer.path(f"{PHRASES_DIR}/words.json"), "w", encoding="utf-8") as fh:
+                json.dump(table.words, fh, ensure_ascii=False)
         _link_unchanged(writer)
         return writer.commit(self.describe())
 
@@ -305,6 +344,7 @@ class Index:
                 f"{folder}: the BM25 index holds {bm25_docs} documents but the index has "
                 f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
             )
+        phrase_table = _load_phrase_table(reader, folder, len(chunks))
         sources: dict[str, dict[str, Any]] = {}
         if "documents.jsonl" in reader.files:
             try:
@@ -331,6 +371,7 @@ class Index:
             ),
             sources=sources,
             lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
+            phrase_table=phrase_table,
         )
         index = cls.from_data(data)
         if embedder is not None:

@@ -15,6 +15,7 @@ from psirag.tree.model import Tree
 from psirag.types import Chunk
 
 if TYPE_CHECKING:  # a runtime import would cycle through psirag.retrieval
+    from psirag.abstracts.phrases import PhraseTable
     from psirag.retrieval.bm25 import SparseIndex
 
 
@@ -63,6 +64,9 @@ class IndexData:
     lineage: dict[str, int] = field(default_factory=dict)
     """Since the last full build: ``built_leaves`` (the leaves it had), leaves ``added`` and
     ``removed`` by updates, and the number of ``updates`` (the drift rule reads it)."""
+    phrase_table: PhraseTable | None = None
+    """The keyword abstracts' per-leaf phrase data (``abstracts="keywords"``), kept so an
+    update extracts phrases from its new leaves only; None: recomputed when first needed."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chunks", tuple(self.chunks))

@@ -46,7 +46,9 @@ from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leave
 from psirag.types import Chunk
 
 if TYPE_CHECKING:
+    from psirag.abstracts.phrases import PhraseTable
     from psirag.index import Index
+    from psirag.retrieval.bm25 import TermCounts
     from psirag.storage import IndexWriter
 
 __all__ = [
@@ -180,10 +182,16 @@ class _State:
     abstracts: list[str]
     vectors: np.ndarray
     dirty: np.ndarray
+    phrases: PhraseTable | None = None
+    """Keyword abstracts' phrase table of ``chunks`` (None: built at refresh)."""
+    terms: TermCounts | None = None
+    """BM25 term counts of ``chunks`` (None: counted at refresh)."""
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
         n = data.tree.n_leaves
+        keywords = data.config.abstracts == "keywords"
         return cls(
             data.tree,
             list(data.chunks),
@@ -191,7 +199,34 @@ class _State:
             list(data.abstracts),
             np.array(data.node_vectors, dtype=np.float32),
             np.empty(0, dtype=np.int64),
+            data.phrase_table if keywords else None,
+            data.sparse.counts,
         )
+
+    def _timed(self, key: str, t0: float) -> None:
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
+
+    def keep_leaves(self, keep: np.ndarray) -> None:
+        """The per-leaf phrase table and term counts without the leaves not in ``keep``."""
+        t0 = time.perf_counter()
+        if self.phrases is not None:
+            self.phrases = self.phrases.remove(keep)
+        self._timed("abstracts", t0)
+        t0 = time.perf_counter()
+        if self.terms is not None:
+            self.terms = self.terms.select(keep)
+        self._timed("bm25", t0)
+
+    def append_leaves(self, texts: list[str]) -> None:
+        """The per-leaf phrase table and term counts with new leaves at the end."""
+        t0 = time.perf_counter()
+        if self.phrases is not None:
+            self.phrases = self.phrases.add(texts)
+        self._timed("abstracts", t0)
+        t0 = time.perf_counter()
+        if self.terms is not None:
+            self.terms = self.terms.append(texts)
+        self._timed("bm25", t0)
 
     def apply(self, update: TreeUpdate, chunks: list[Chunk], leaf_vectors: np.ndarray) -> None:
         """Move to ``update.tree``: every node's abstract and vector taken over from its old
@@ -231,6 +266,10 @@ class _State:
         refresh = self.dirty
         leaf_texts = [c.text for c in self.chunks]
         t0 = time.perf_counter()
+        if config.abstracts == "keywords" and self.phrases is None:
+            from psirag.abstracts.phrases import PhraseTable
+
+            self.phrases = PhraseTable.build(leaf_texts)  # an index saved without one
         if refresh.size:
             written = write_abstracts(
                 tree,
@@ -240,12 +279,13 @@ class _State:
                 current=self.abstracts,
                 llm=llm,
                 progress=progress,
+                table=self.phrases,
             )
             for u, text in zip(refresh.tolist(), written.texts, strict=True):
                 self.abstracts[u - n] = text
             summary.llm_calls += int(written.llm.get("calls", 0) or 0)
             summary.llm_cached += int(written.llm.get("cached", 0) or 0)
-        summary.seconds["abstracts"] = time.perf_counter() - t0
+        summary.seconds["abstracts"] = time.perf_counter() - t0 + self.seconds.get("abstracts", 0.0)
         t0 = time.perf_counter()
         if refresh.size:
             self.vectors[refresh] = routing_vectors(
@@ -254,8 +294,12 @@ class _State:
         summary.seconds["routing"] = time.perf_counter() - t0
         summary.nodes_refreshed = int(refresh.size)
         t0 = time.perf_counter()
-        sparse = sparse_index(leaf_texts, config)
-        summary.seconds["bm25"] = time.perf_counter() - t0
+        if self.terms is None:
+            from psirag.retrieval.bm25 import TermCounts
+
+            self.terms = TermCounts.of(leaf_texts)  # an index saved without them
+        sparse = sparse_index(leaf_texts, config, counts=self.terms)
+        summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
 
 
@@ -426,6 +470,7 @@ def update_documents(
         )
         keep = np.flatnonzero(~gone)
         state.apply(update, [state.chunks[i] for i in keep.tolist()], state.leaf_vectors[keep])
+        state.keep_leaves(~gone)
         summary.seconds["tree"] = time.perf_counter() - t0
         summary.tree = dict(update.counts)
         summary.removed = wanted
@@ -476,6 +521,7 @@ def update_documents(
             state.chunks + new_chunks,
             np.concatenate([state.leaf_vectors, embedded.vectors]).astype(np.float32),
         )
+        state.append_leaves([c.text for c in new_chunks])
         summary.seconds["tree"] = summary.seconds.get("tree", 0.0) + time.perf_counter() - t0
         for k, v in update.counts.items():
             summary.tree[k] = summary.tree.get(k, 0) + v
@@ -498,6 +544,7 @@ def update_documents(
         stats=stats,
         sources=sources,
         lineage=_lineage(data, len(new_chunks), summary.chunks_removed),
+        phrase_table=state.phrases,
     )
     return new, summary
 
@@ -585,6 +632,7 @@ def rebuild_data(
         stats=replace(data.stats, tree_mode=built.mode, llm=abstracts.llm),
         sources=dict(data.sources),
         lineage=fresh_lineage(n),
+        phrase_table=abstracts.table,
     )
     return new, summary
 
