@@ -139,7 +139,7 @@ def test_bm25_from_updated_counts_equals_a_fresh_build(seed: int) -> None:
         ours = SparseIndex.from_counts(counts, corpus)
         ref = SparseIndex(_native(corpus), ours.first_copy)
         assert ours.retriever.scores["num_docs"] == len(corpus)
-        for q in QUERIES + [corpus[-1][:40]]:
+        for q in [*QUERIES, corpus[-1][:40]]:
             a, b = ours.scores(q), ref.scores(q)
             assert a.shape == b.shape
             assert np.abs(a - b).max(initial=0.0) <= 1e-6, q
@@ -242,3 +242,44 @@ def test_a_phrase_is_shown_in_its_most_frequent_form_ties_to_the_first_seen() ->
     table = PhraseTable.build(tie).remove(np.array([False, True])).add(tie[:1])
     ph = table.phrases()
     assert "volcano" in {ph.text(i) for i in range(ph.leaf_phrase.shape[1])}
+
+
+def test_a_save_after_an_update_copies_the_lines_of_kept_chunks(tmp_path: Path) -> None:
+    """A loaded index updated and saved copies the chunk lines still there from the base
+    generation; the file is byte-equal to a fresh encoding of the same index."""
+    import psirag.storage as storage
+
+    emb = HashEmbedder()
+    docs = _texts(30, 8)
+    Index.build(docs[:20], IndexConfig(max_children=4), texts=True, embedder=emb).save(
+        tmp_path / "ix"
+    )
+    copied: list[int] = []
+    original = storage.IndexWriter._copy_lines
+
+    def spy(self: storage.IndexWriter, name: str, n_lines: int, out: object) -> None:
+        copied.append(n_lines)
+        original(self, name, n_lines, out)
+
+    storage.IndexWriter._copy_lines = spy  # type: ignore[method-assign]
+    try:
+        for step, change in enumerate(("add", "remove")):
+            index = Index.load(tmp_path / "ix", embedder=emb)
+            if change == "add":
+                expect = len(index.chunks)
+                index.add(docs[20:], texts=True)
+            else:
+                victim = index.chunks[5].source.document
+                expect = next(i for i, c in enumerate(index.chunks) if c.source.document == victim)
+                index.remove([victim])
+            index.save(tmp_path / "ix")
+            assert copied[step] == expect > 0
+            index.save(tmp_path / f"fresh{step}")  # a new folder: encoded from scratch
+            gen = max((tmp_path / "ix" / "generations").iterdir())
+            fresh = next((tmp_path / f"fresh{step}" / "generations").iterdir())
+            assert (gen / "chunks.jsonl").read_bytes() == (fresh / "chunks.jsonl").read_bytes()
+            again = Index.load(tmp_path / "ix", embedder=emb)
+            assert [c.id for c in again.chunks] == [c.id for c in index.chunks]
+    finally:
+        storage.IndexWriter._copy_lines = original  # type: ignore[method-assign]
+    assert len(copied) == 2

@@ -16,12 +16,12 @@ from psirag._version import __version__
 from psirag.config import IndexConfig, SearchConfig
 from psirag.embed import Embedder
 from psirag.errors import IndexFormatError
-from psirag.index_data import BuildStats, IndexData
+from psirag.index_data import BuildStats, IndexData, SavedOrigin
 from psirag.ingest import Document
 from psirag.pipeline import Reporter, build_index_data, fresh_lineage
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
-from psirag.storage import IndexReader, IndexWriter, Verify, read_index
+from psirag.storage import IndexReader, IndexWriter, Verify, _resolve, read_index
 from psirag.tree import Tree
 from psirag.tree.update import InsertRule
 from psirag.types import Chunk, Passage, Source, source_from_dict
@@ -228,9 +228,12 @@ class Index:
         writer.save_array("node_vectors.npy", self.node_vectors)
         writer.save_array("parent.npy", self.tree.parent)
         writer.save_array("layer.npy", self.tree.layer)
+        chunks = self.chunks
+        kept = self._kept_chunk_lines(writer)
         writer.save_jsonl(
             "chunks.jsonl",
-            ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in self.chunks),
+            ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in chunks[kept:]),
+            base_lines=kept,
         )
         n = self.tree.n_leaves
         writer.save_jsonl(
@@ -248,9 +251,20 @@ class Index:
             for name, array in table.arrays().items():
                 writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
             with open(writer.path(f"{PHRASES_DIR}/words.json"), "w", encoding="utf-8") as fh:
-                json.dump(table.words, fh, ensure_ascii=False)
+                fh.write(json.dumps(table.words, ensure_ascii=False))  # dumps: the C encoder
         _link_unchanged(writer)
         return writer.commit(self.describe())
+
+    def _kept_chunk_lines(self, writer: IndexWriter) -> int:
+        """How many leading lines of the base generation's chunks.jsonl this save can copy:
+        the chunks still there, in order, since this index was loaded from that generation."""
+        origin = self._data.origin
+        base = writer.base
+        if origin is None or base is None or base.legacy or base.generation != origin.generation:
+            return 0
+        if str(_resolve(base.root)) != origin.folder or "chunks.jsonl" not in base.files:
+            return 0
+        return origin.prefix(self.chunks)
 
     def describe(self) -> dict[str, Any]:
         """The manifest body: what a person or a program needs to know about this index."""
@@ -372,6 +386,9 @@ class Index:
             sources=sources,
             lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
             phrase_table=phrase_table,
+            origin=None
+            if reader.legacy or reader.generation is None
+            else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),
         )
         index = cls.from_data(data)
         if embedder is not None:

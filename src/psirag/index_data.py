@@ -33,6 +33,26 @@ class BuildStats:
     trees differ under ``auto``); None for an index saved before it was recorded."""
 
 
+@dataclass(frozen=True, eq=False)
+class SavedOrigin:
+    """Where an index's chunks were loaded from: folder, generation, and the chunk objects
+    read from its chunks.jsonl (a later value's leading chunks that are these very objects
+    are those lines, unchanged)."""
+
+    folder: str
+    generation: int
+    chunks: tuple[Chunk, ...]
+
+    def prefix(self, chunks: tuple[Chunk, ...]) -> int:
+        """How many leading ``chunks`` are the loaded ones, in order."""
+        k = 0
+        for mine, loaded in zip(chunks, self.chunks, strict=False):
+            if mine is not loaded:
+                break
+            k += 1
+        return k
+
+
 def _read_only(array: np.ndarray) -> np.ndarray:
     """A read-only view (a memory map stays one), leaving the caller's array writable."""
     view = array.view()
@@ -65,6 +85,9 @@ class IndexData:
     """Since the last full build: ``built_leaves`` (the leaves it had), leaves ``added`` and
     ``removed`` by updates, and the number of ``updates`` (the drift rule reads it)."""
     phrase_table: PhraseTable | None = None
+    origin: SavedOrigin | None = None
+    """The saved generation these chunks were loaded from (carried through updates), so a save
+    on top of it copies the lines of the chunks still there instead of encoding them again."""
     """The keyword abstracts' per-leaf phrase data (``abstracts="keywords"``), kept so an
     update extracts phrases from its new leaves only; None: recomputed when first needed."""
 
@@ -112,4 +135,4 @@ class IndexData:
         return replace(self, **changes)
 
 
-__all__ = ["BuildStats", "IndexData"]
+__all__ = ["BuildStats", "IndexData", "SavedOrigin"]

@@ -545,6 +545,7 @@ def update_documents(
         sources=sources,
         lineage=_lineage(data, len(new_chunks), summary.chunks_removed),
         phrase_table=state.phrases,
+        origin=data.origin,
     )
     return new, summary
 
@@ -633,6 +634,7 @@ def rebuild_data(
         sources=dict(data.sources),
         lineage=fresh_lineage(n),
         phrase_table=abstracts.table,
+        origin=data.origin,
     )
     return new, summary
 

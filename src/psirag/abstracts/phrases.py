@@ -308,7 +308,18 @@ class PhraseTable:
         missing = [a for a in ARRAYS if a not in arrays]
         if missing:
             raise ValueError(f"phrase table lacks {missing}")
-        table = cls(list(words), *(np.asarray(arrays[a], dtype=np.int64) for a in ARRAYS))
+        a = {name: np.asarray(arrays[name], dtype=np.int64) for name in ARRAYS}
+        table = cls(
+            list(words),
+            a["lw_ptr"],
+            a["lw"],
+            a["ls_ptr"],
+            a["ls_key"],
+            a["ls_cnt"],
+            a["lp_ptr"],
+            a["lp_pid"],
+            a["p_key"],
+        )
         n = table.n_leaves
         ok = (
             n >= 0
@@ -325,8 +336,14 @@ class PhraseTable:
         return table
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """What to save (with :attr:`words`)."""
-        return {a: getattr(self, a) for a in ARRAYS}
+        """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
+        packed keys as int64."""
+        out = {a: getattr(self, a) for a in ARRAYS}
+        for name in ("lw", "ls_cnt", "lp_pid"):
+            x = out[name]
+            if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= 0):
+                out[name] = x.astype(np.int32)
+        return out
 
     # ------------------------------------------------------------------ derived counts
     def _derived(self) -> _Derived:
