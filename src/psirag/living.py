@@ -470,8 +470,8 @@ def update_documents(
         )
         keep = np.flatnonzero(~gone)
         state.apply(update, [state.chunks[i] for i in keep.tolist()], state.leaf_vectors[keep])
-        state.keep_leaves(~gone)
         summary.seconds["tree"] = time.perf_counter() - t0
+        state.keep_leaves(~gone)  # timed as abstracts and bm25
         summary.tree = dict(update.counts)
         summary.removed = wanted
         summary.chunks_removed = int(leaf_ids.size)
@@ -521,8 +521,8 @@ def update_documents(
             state.chunks + new_chunks,
             np.concatenate([state.leaf_vectors, embedded.vectors]).astype(np.float32),
         )
-        state.append_leaves([c.text for c in new_chunks])
         summary.seconds["tree"] = summary.seconds.get("tree", 0.0) + time.perf_counter() - t0
+        state.append_leaves([c.text for c in new_chunks])  # timed as abstracts and bm25
         for k, v in update.counts.items():
             summary.tree[k] = summary.tree.get(k, 0) + v
         sources.update(document_sources(documents))
@@ -559,8 +559,12 @@ def _admit(
 ) -> list[Document]:
     """Skip documents already indexed, refuse a changed file given to ``add``, rename new
     documents whose id another document holds."""
-    existing = document_digests(chunks)
-    taken = set(existing) | {d.id for d in documents}
+    # digests only of the indexed documents a new one shares an id with (hashing every chunk
+    # of the corpus cost more than the rest of a small add's chunking)
+    indexed = {c.source.document for c in chunks}
+    asked = {d.id for d in documents} & indexed
+    existing = document_digests([c for c in chunks if c.source.document in asked]) if asked else {}
+    taken = indexed | {d.id for d in documents}
     out: list[Document] = []
     kept: set[str] = set()
     for doc in documents:
@@ -578,7 +582,7 @@ def _admit(
                     "(the file changed since); re-index it with `psirag sync`, or remove it "
                     "first (`psirag remove DIR --doc ID`)"
                 )
-        if doc.id in existing or doc.id in kept:
+        if doc.id in indexed or doc.id in kept:
             new_id = _free_id(doc.id, doc, taken)
             summary.renamed[doc.id] = new_id
             doc = replace(doc, id=new_id)

@@ -512,7 +512,11 @@ class PhraseTable:
         kept = np.flatnonzero(keep)
         ranked = np.flatnonzero(d.w_rank >= 0)
         stem_first = np.full(len(v.stem_index) + 1, _MAX_PACKED, dtype=np.int64)
-        np.minimum.at(stem_first, v.stem_of[ranked], d.w_rank[ranked])
+        w_stem, w_rank = v.stem_of[ranked], d.w_rank[ranked]
+        order = np.lexsort((w_rank, w_stem))  # by stem, its earliest word first
+        s_sorted = w_stem[order]
+        head = np.concatenate(([True], s_sorted[1:] != s_sorted[:-1])) if order.size else order
+        stem_first[s_sorted[head]] = w_rank[order][head]
         k_stems = stems[kept]
         ckey = _pack(np.where(k_stems >= 0, stem_first[k_stems], -1))
         kept = kept[np.argsort(ckey, kind="stable")]
