@@ -411,9 +411,9 @@ class Index:
         """Add documents (paths, :class:`Document` objects or, with ``texts=True``, strings)
         without a rebuild: new chunks are embedded and inserted into the tree (App. G), only
         the changed ancestors get new abstracts and routing vectors (``llm`` writes LLM
-        abstracts), BM25 is rebuilt. Documents already indexed are skipped; a new document
-        whose id is taken is renamed (see :mod:`psirag.living`). This object then holds the
-        new :class:`IndexData`; ``save`` writes it as a new generation."""
+        abstracts), BM25 is rescored from cached term counts. Documents already indexed are
+        skipped; a new document whose id is taken is renamed (see :mod:`psirag.living`). This
+        object then holds the new :class:`IndexData`; ``save`` writes it as a new generation."""
         from psirag.living import add_documents
 
         if embedder is not None and embedder.id != self.embedder_id:

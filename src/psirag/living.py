@@ -5,9 +5,13 @@ embedded, the tree is changed by :mod:`psirag.tree.update`, and only the inner n
 subtree changed (the dirty ancestors) get new abstracts and routing vectors, parents after
 children, each exactly what a full recompute over the new tree gives that node. Every other
 node keeps its abstract and vector (a clean node's keyword abstract is not re-scored against
-the new corpus-wide counts: that drift is what the rebuild rule bounds). BM25 is rebuilt
-(bm25s cannot add documents in place). The result is a new immutable :class:`IndexData`; the
-old value stays valid for readers holding it.
+the new corpus-wide counts: that drift is what the rebuild rule bounds). What the corpus-wide
+parts need is kept per leaf, so an update works on its own chunks only: the keyword phrase
+table (:mod:`psirag.abstracts.phrases`) extracts phrases from the new leaves and adds or
+subtracts their counts, and BM25 is rescored in numpy from each chunk's cached term counts
+(bm25s cannot add documents in place; idf and the mean length move with the corpus, so every
+score is recomputed, giving the index a fresh build gives). The result is a new immutable
+:class:`IndexData`; the old value stays valid for readers holding it.
 
 Document ids stay unique across everything added: a new document whose id is taken by a
 different document is renamed (``notes.txt`` from another folder becomes ``b/notes.txt``'s
@@ -257,7 +261,8 @@ class _State:
         progress: bool,
     ) -> Any:
         """Recompute the abstracts and routing vectors of the dirty nodes (parents after
-        children), each exactly as a full recompute over this tree; rebuild BM25."""
+        children), each exactly as a full recompute over this tree; rescore BM25 from the
+        term counts."""
         tree = self.tree
         n = tree.n_leaves
         # Only the dirty nodes: a clean node's keyword abstract also reads corpus-wide counts

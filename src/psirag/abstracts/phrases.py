@@ -530,7 +530,7 @@ class PhraseTable:
             (np.ones(int(inside.sum()), dtype=np.int32), cols[inside], indptr),
             shape=(n, kept.size),
         )
-        leaf_phrase.sort_indices()
+        # unsorted column indices: the node counts are a product, sorted once after it
         k_surface = surface[kept]
         k_stems = stems[kept]
         content = np.where(~np.append(v.is_stop, True)[k_surface], k_stems, -1)
@@ -545,23 +545,19 @@ class PhraseTable:
         )
 
 
-class _Rows:
+class _Rows(dict[int, tuple[int, ...]]):
     """Rows of an n x 3 id array as tuples without the -1 padding, made on first access (a
-    node's scoring reads a few hundred of the corpus's phrases)."""
+    node's scoring reads a few hundred of the corpus's phrases); a dict, so a row made before
+    is a plain lookup."""
 
     def __init__(self, array: np.ndarray) -> None:
+        super().__init__()
         self.array = array
-        self._made: dict[int, tuple[int, ...]] = {}
 
-    def __getitem__(self, i: int) -> tuple[int, ...]:
-        got = self._made.get(i)
-        if got is None:
-            got = tuple(t for t in self.array[i].tolist() if t >= 0)
-            self._made[i] = got
+    def __missing__(self, i: int) -> tuple[int, ...]:
+        got = tuple(t for t in self.array[i].tolist() if t >= 0)
+        self[i] = got
         return got
-
-    def __len__(self) -> int:
-        return int(self.array.shape[0])
 
 
 def _ranks(lw: np.ndarray, n_words: int) -> tuple[np.ndarray, int]:
