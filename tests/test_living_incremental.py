@@ -283,3 +283,13 @@ def test_a_save_after_an_update_copies_the_lines_of_kept_chunks(tmp_path: Path) 
     finally:
         storage.IndexWriter._copy_lines = original  # type: ignore[method-assign]
     assert len(copied) == 2
+
+
+def test_a_table_whose_arrays_disagree_fails_clearly_on_first_use() -> None:
+    table = PhraseTable.build(_texts(10, 1))
+    arrays = table.arrays()
+    arrays["p_key"] = arrays["p_key"][::-1] + 1  # every phrase key shifted: no candidate matches
+    with pytest.raises(IndexFormatError, match="phrase table is inconsistent"):
+        PhraseTable.from_arrays(list(table.words), arrays).add(["more text here"])
+    with pytest.raises(IndexFormatError, match="word twice"):
+        PhraseTable.from_arrays([*table.words[:-1], table.words[0]], table.arrays()).phrases()

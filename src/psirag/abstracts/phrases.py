@@ -42,8 +42,11 @@ from psirag.abstracts.keywords import (
     _Phrases,
     _unpack,
 )
+from psirag.errors import IndexFormatError
 
 __all__ = ["PhraseTable"]
+
+_DAMAGED = "the saved keyword phrase table is inconsistent ({}); rebuild the index"
 
 ARRAYS = ("lw_ptr", "lw", "ls_ptr", "ls_key", "ls_cnt", "lp_ptr", "lp_pid", "p_key")
 """The saved arrays of a table (with the word list): everything else is derived from them."""
@@ -354,16 +357,24 @@ class PhraseTable:
         return got
 
     def _derive(self) -> _Derived:
-        vocab, ids = _Vocab.empty().extend(self.words)
-        if not np.array_equal(ids, np.arange(len(self.words))):
-            raise ValueError("phrase table words repeat")
+        """The counts of a loaded table; a table whose arrays contradict each other (damaged
+        or crafted files) is an :class:`IndexFormatError`, not a wrong abstract later."""
+        vocab, _ = _Vocab.empty().extend(self.words)
+        if len(vocab.index) != len(self.words):
+            raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
         n_p = self.p_key.size
         p_df = np.bincount(self.lp_pid, minlength=n_p).astype(np.int64)
         s_key, inv = _unique_inverse(self.ls_key)
         s_cnt = np.bincount(inv, weights=self.ls_cnt, minlength=s_key.size).astype(np.int64)
         p_sorted = np.argsort(self.p_key, kind="stable")
         s_stem = _pack(np.where(_unpack(s_key) >= 0, vocab.stem_of[_unpack(s_key)], -1))
-        s_pid = p_sorted[np.searchsorted(self.p_key[p_sorted], s_stem)]
+        sorted_keys = self.p_key[p_sorted]
+        at = np.minimum(np.searchsorted(sorted_keys, s_stem), max(sorted_keys.size - 1, 0))
+        if s_stem.size and (sorted_keys.size == 0 or np.any(sorted_keys[at] != s_stem)):
+            raise IndexFormatError(_DAMAGED.format("a candidate's phrase is not in p_key"))
+        s_pid = p_sorted[at]
+        if np.any(p_df[s_pid] == 0):
+            raise IndexFormatError(_DAMAGED.format("a candidate's phrase is in no leaf"))
         w_rank, n_ranked = _ranks(self.lw, len(self.words))
         p_best = np.zeros(n_p, dtype=np.int64)
         d = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
