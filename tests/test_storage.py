@@ -735,3 +735,23 @@ def test_a_format1_read_retries_when_a_save_migrates_it(
 
     assert IndexStore(folder).read(read) == len(CORPUS_B)
     assert seen == [True, False]
+
+
+def test_save_jsonl_copies_leading_lines_of_the_base(tmp_path: Path, index_a: Index) -> None:
+    """``base_lines`` copies that many lines of the base generation's file before the new rows
+    (an update's kept chunks); asking for more lines than the base has is a clear error."""
+    folder = tmp_path / "idx"
+    index_a.save(folder)
+    base = folder / "generations" / "000001" / "chunks.jsonl"
+    lines = base.read_bytes().splitlines(keepends=True)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    with IndexWriter(folder) as writer:
+        for name in ("node_vectors.npy", "parent.npy", "layer.npy", "abstracts.jsonl", "bm25"):
+            writer.keep(name)
+        writer.save_jsonl("chunks.jsonl", [json.loads(lines[-1])], base_lines=len(lines) - 1)
+        writer.commit(manifest)
+    assert (folder / "generations" / "000002" / "chunks.jsonl").read_bytes() == b"".join(lines)
+    assert corpus_of(Index.load(folder, verify="full")) == "alphatag"
+    with IndexWriter(folder) as writer, pytest.raises(IndexFormatError, match="fewer than"):
+        writer.save_jsonl("chunks.jsonl", [], base_lines=len(lines) + 1)
+    assert IndexStore(folder).current() == 2

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,12 +16,12 @@ from psirag._version import __version__
 from psirag.config import IndexConfig, SearchConfig
 from psirag.embed import Embedder
 from psirag.errors import IndexFormatError
-from psirag.index_data import BuildStats, IndexData
+from psirag.index_data import BuildStats, IndexData, SavedOrigin
 from psirag.ingest import Document
 from psirag.pipeline import Reporter, build_index_data, fresh_lineage
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
-from psirag.storage import IndexReader, IndexWriter, Verify, read_index
+from psirag.storage import IndexReader, IndexWriter, Verify, _resolve, read_index
 from psirag.tree import Tree
 from psirag.tree.update import InsertRule
 from psirag.types import Chunk, Passage, Source, source_from_dict
@@ -30,6 +31,38 @@ if TYPE_CHECKING:
     from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
+
+PHRASES_DIR = "keywords"
+"""The keyword phrase table's files (absent in indexes saved before it, or without keyword
+abstracts: such an index loads as before and its first update builds the table once)."""
+
+
+def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:
+    """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
+    if f"{PHRASES_DIR}/words.json" not in reader.files:
+        return None
+    from psirag.abstracts.phrases import ARRAYS, PhraseTable
+
+    path = reader.path(f"{PHRASES_DIR}/words.json")
+    try:
+        words = json.loads(path.read_text(encoding="utf-8"))
+        arrays = {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in ARRAYS}
+        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
+            raise ValueError("words.json is not a list of words")
+        table = PhraseTable.from_arrays(words, arrays)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, IndexFormatError):
+            raise
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
+            "rebuild the index"
+        ) from exc
+    if table.n_leaves != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {table.n_leaves} leaves but the index "
+            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+    return table
 
 
 def _link_unchanged(writer: IndexWriter) -> None:
@@ -195,9 +228,12 @@ class Index:
         writer.save_array("node_vectors.npy", self.node_vectors)
         writer.save_array("parent.npy", self.tree.parent)
         writer.save_array("layer.npy", self.tree.layer)
+        chunks = self.chunks
+        kept = self._kept_chunk_lines(writer)
         writer.save_jsonl(
             "chunks.jsonl",
-            ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in self.chunks),
+            ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in chunks[kept:]),
+            base_lines=kept,
         )
         n = self.tree.n_leaves
         writer.save_jsonl(
@@ -210,8 +246,25 @@ class Index:
             ({"id": d, **sources[d]} for d in self._documents if d in sources),
         )
         self.sparse.save(writer.path("bm25"))
+        table = self._data.phrase_table
+        if table is not None:
+            for name, array in table.arrays().items():
+                writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
+            with open(writer.path(f"{PHRASES_DIR}/words.json"), "w", encoding="utf-8") as fh:
+                fh.write(json.dumps(table.words, ensure_ascii=False))  # dumps: the C encoder
         _link_unchanged(writer)
         return writer.commit(self.describe())
+
+    def _kept_chunk_lines(self, writer: IndexWriter) -> int:
+        """How many leading lines of the base generation's chunks.jsonl this save can copy:
+        the chunks still there, in order, since this index was loaded from that generation."""
+        origin = self._data.origin
+        base = writer.base
+        if origin is None or base is None or base.legacy or base.generation != origin.generation:
+            return 0
+        if str(_resolve(base.root)) != origin.folder or "chunks.jsonl" not in base.files:
+            return 0
+        return origin.prefix(self.chunks)
 
     def describe(self) -> dict[str, Any]:
         """The manifest body: what a person or a program needs to know about this index."""
@@ -305,6 +358,7 @@ class Index:
                 f"{folder}: the BM25 index holds {bm25_docs} documents but the index has "
                 f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
             )
+        phrase_table = _load_phrase_table(reader, folder, len(chunks))
         sources: dict[str, dict[str, Any]] = {}
         if "documents.jsonl" in reader.files:
             try:
@@ -331,6 +385,10 @@ class Index:
             ),
             sources=sources,
             lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
+            phrase_table=phrase_table,
+            origin=None
+            if reader.legacy or reader.generation is None
+            else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),
         )
         index = cls.from_data(data)
         if embedder is not None:
@@ -353,9 +411,9 @@ class Index:
         """Add documents (paths, :class:`Document` objects or, with ``texts=True``, strings)
         without a rebuild: new chunks are embedded and inserted into the tree (App. G), only
         the changed ancestors get new abstracts and routing vectors (``llm`` writes LLM
-        abstracts), BM25 is rebuilt. Documents already indexed are skipped; a new document
-        whose id is taken is renamed (see :mod:`psirag.living`). This object then holds the
-        new :class:`IndexData`; ``save`` writes it as a new generation."""
+        abstracts), BM25 is rescored from cached term counts. Documents already indexed are
+        skipped; a new document whose id is taken is renamed (see :mod:`psirag.living`). This
+        object then holds the new :class:`IndexData`; ``save`` writes it as a new generation."""
         from psirag.living import add_documents
 
         if embedder is not None and embedder.id != self.embedder_id:

@@ -15,6 +15,7 @@ from psirag.tree.model import Tree
 from psirag.types import Chunk
 
 if TYPE_CHECKING:  # a runtime import would cycle through psirag.retrieval
+    from psirag.abstracts.phrases import PhraseTable
     from psirag.retrieval.bm25 import SparseIndex
 
 
@@ -30,6 +31,26 @@ class BuildStats:
     tree_mode: str | None = None
     """The tree mode the build ran in (``exact`` or ``knn``; ``exact+knn`` for a forest whose
     trees differ under ``auto``); None for an index saved before it was recorded."""
+
+
+@dataclass(frozen=True, eq=False)
+class SavedOrigin:
+    """Where an index's chunks were loaded from: folder, generation, and the chunk objects
+    read from its chunks.jsonl (a later value's leading chunks that are these very objects
+    are those lines, unchanged)."""
+
+    folder: str
+    generation: int
+    chunks: tuple[Chunk, ...]
+
+    def prefix(self, chunks: tuple[Chunk, ...]) -> int:
+        """How many leading ``chunks`` are the loaded ones, in order."""
+        k = 0
+        for mine, loaded in zip(chunks, self.chunks, strict=False):
+            if mine is not loaded:
+                break
+            k += 1
+        return k
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -63,6 +84,12 @@ class IndexData:
     lineage: dict[str, int] = field(default_factory=dict)
     """Since the last full build: ``built_leaves`` (the leaves it had), leaves ``added`` and
     ``removed`` by updates, and the number of ``updates`` (the drift rule reads it)."""
+    phrase_table: PhraseTable | None = None
+    origin: SavedOrigin | None = None
+    """The saved generation these chunks were loaded from (carried through updates), so a save
+    on top of it copies the lines of the chunks still there instead of encoding them again."""
+    """The keyword abstracts' per-leaf phrase data (``abstracts="keywords"``), kept so an
+    update extracts phrases from its new leaves only; None: recomputed when first needed."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chunks", tuple(self.chunks))
@@ -108,4 +135,4 @@ class IndexData:
         return replace(self, **changes)
 
 
-__all__ = ["BuildStats", "IndexData"]
+__all__ = ["BuildStats", "IndexData", "SavedOrigin"]

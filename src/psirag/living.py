@@ -5,9 +5,13 @@ embedded, the tree is changed by :mod:`psirag.tree.update`, and only the inner n
 subtree changed (the dirty ancestors) get new abstracts and routing vectors, parents after
 children, each exactly what a full recompute over the new tree gives that node. Every other
 node keeps its abstract and vector (a clean node's keyword abstract is not re-scored against
-the new corpus-wide counts: that drift is what the rebuild rule bounds). BM25 is rebuilt
-(bm25s cannot add documents in place). The result is a new immutable :class:`IndexData`; the
-old value stays valid for readers holding it.
+the new corpus-wide counts: that drift is what the rebuild rule bounds). What the corpus-wide
+parts need is kept per leaf, so an update works on its own chunks only: the keyword phrase
+table (:mod:`psirag.abstracts.phrases`) extracts phrases from the new leaves and adds or
+subtracts their counts, and BM25 is rescored in numpy from each chunk's cached term counts
+(bm25s cannot add documents in place; idf and the mean length move with the corpus, so every
+score is recomputed, giving the index a fresh build gives). The result is a new immutable
+:class:`IndexData`; the old value stays valid for readers holding it.
 
 Document ids stay unique across everything added: a new document whose id is taken by a
 different document is renamed (``notes.txt`` from another folder becomes ``b/notes.txt``'s
@@ -46,7 +50,9 @@ from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leave
 from psirag.types import Chunk
 
 if TYPE_CHECKING:
+    from psirag.abstracts.phrases import PhraseTable
     from psirag.index import Index
+    from psirag.retrieval.bm25 import TermCounts
     from psirag.storage import IndexWriter
 
 __all__ = [
@@ -180,10 +186,16 @@ class _State:
     abstracts: list[str]
     vectors: np.ndarray
     dirty: np.ndarray
+    phrases: PhraseTable | None = None
+    """Keyword abstracts' phrase table of ``chunks`` (None: built at refresh)."""
+    terms: TermCounts | None = None
+    """BM25 term counts of ``chunks`` (None: counted at refresh)."""
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
         n = data.tree.n_leaves
+        keywords = data.config.abstracts == "keywords"
         return cls(
             data.tree,
             list(data.chunks),
@@ -191,7 +203,34 @@ class _State:
             list(data.abstracts),
             np.array(data.node_vectors, dtype=np.float32),
             np.empty(0, dtype=np.int64),
+            data.phrase_table if keywords else None,
+            data.sparse.counts,
         )
+
+    def _timed(self, key: str, t0: float) -> None:
+        self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
+
+    def keep_leaves(self, keep: np.ndarray) -> None:
+        """The per-leaf phrase table and term counts without the leaves not in ``keep``."""
+        t0 = time.perf_counter()
+        if self.phrases is not None:
+            self.phrases = self.phrases.remove(keep)
+        self._timed("abstracts", t0)
+        t0 = time.perf_counter()
+        if self.terms is not None:
+            self.terms = self.terms.select(keep)
+        self._timed("bm25", t0)
+
+    def append_leaves(self, texts: list[str]) -> None:
+        """The per-leaf phrase table and term counts with new leaves at the end."""
+        t0 = time.perf_counter()
+        if self.phrases is not None:
+            self.phrases = self.phrases.add(texts)
+        self._timed("abstracts", t0)
+        t0 = time.perf_counter()
+        if self.terms is not None:
+            self.terms = self.terms.append(texts)
+        self._timed("bm25", t0)
 
     def apply(self, update: TreeUpdate, chunks: list[Chunk], leaf_vectors: np.ndarray) -> None:
         """Move to ``update.tree``: every node's abstract and vector taken over from its old
@@ -222,7 +261,8 @@ class _State:
         progress: bool,
     ) -> Any:
         """Recompute the abstracts and routing vectors of the dirty nodes (parents after
-        children), each exactly as a full recompute over this tree; rebuild BM25."""
+        children), each exactly as a full recompute over this tree; rescore BM25 from the
+        term counts."""
         tree = self.tree
         n = tree.n_leaves
         # Only the dirty nodes: a clean node's keyword abstract also reads corpus-wide counts
@@ -231,6 +271,10 @@ class _State:
         refresh = self.dirty
         leaf_texts = [c.text for c in self.chunks]
         t0 = time.perf_counter()
+        if config.abstracts == "keywords" and self.phrases is None:
+            from psirag.abstracts.phrases import PhraseTable
+
+            self.phrases = PhraseTable.build(leaf_texts)  # an index saved without one
         if refresh.size:
             written = write_abstracts(
                 tree,
@@ -240,12 +284,13 @@ class _State:
                 current=self.abstracts,
                 llm=llm,
                 progress=progress,
+                table=self.phrases,
             )
             for u, text in zip(refresh.tolist(), written.texts, strict=True):
                 self.abstracts[u - n] = text
             summary.llm_calls += int(written.llm.get("calls", 0) or 0)
             summary.llm_cached += int(written.llm.get("cached", 0) or 0)
-        summary.seconds["abstracts"] = time.perf_counter() - t0
+        summary.seconds["abstracts"] = time.perf_counter() - t0 + self.seconds.get("abstracts", 0.0)
         t0 = time.perf_counter()
         if refresh.size:
             self.vectors[refresh] = routing_vectors(
@@ -254,8 +299,12 @@ class _State:
         summary.seconds["routing"] = time.perf_counter() - t0
         summary.nodes_refreshed = int(refresh.size)
         t0 = time.perf_counter()
-        sparse = sparse_index(leaf_texts, config)
-        summary.seconds["bm25"] = time.perf_counter() - t0
+        if self.terms is None:
+            from psirag.retrieval.bm25 import TermCounts
+
+            self.terms = TermCounts.of(leaf_texts)  # an index saved without them
+        sparse = sparse_index(leaf_texts, config, counts=self.terms)
+        summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
 
 
@@ -427,6 +476,7 @@ def update_documents(
         keep = np.flatnonzero(~gone)
         state.apply(update, [state.chunks[i] for i in keep.tolist()], state.leaf_vectors[keep])
         summary.seconds["tree"] = time.perf_counter() - t0
+        state.keep_leaves(~gone)  # timed as abstracts and bm25
         summary.tree = dict(update.counts)
         summary.removed = wanted
         summary.chunks_removed = int(leaf_ids.size)
@@ -477,6 +527,7 @@ def update_documents(
             np.concatenate([state.leaf_vectors, embedded.vectors]).astype(np.float32),
         )
         summary.seconds["tree"] = summary.seconds.get("tree", 0.0) + time.perf_counter() - t0
+        state.append_leaves([c.text for c in new_chunks])  # timed as abstracts and bm25
         for k, v in update.counts.items():
             summary.tree[k] = summary.tree.get(k, 0) + v
         sources.update(document_sources(documents))
@@ -498,6 +549,8 @@ def update_documents(
         stats=stats,
         sources=sources,
         lineage=_lineage(data, len(new_chunks), summary.chunks_removed),
+        phrase_table=state.phrases,
+        origin=data.origin,
     )
     return new, summary
 
@@ -511,8 +564,12 @@ def _admit(
 ) -> list[Document]:
     """Skip documents already indexed, refuse a changed file given to ``add``, rename new
     documents whose id another document holds."""
-    existing = document_digests(chunks)
-    taken = set(existing) | {d.id for d in documents}
+    # digests only of the indexed documents a new one shares an id with (hashing every chunk
+    # of the corpus cost more than the rest of a small add's chunking)
+    indexed = {c.source.document for c in chunks}
+    asked = {d.id for d in documents} & indexed
+    existing = document_digests([c for c in chunks if c.source.document in asked]) if asked else {}
+    taken = indexed | {d.id for d in documents}
     out: list[Document] = []
     kept: set[str] = set()
     for doc in documents:
@@ -530,7 +587,7 @@ def _admit(
                     "(the file changed since); re-index it with `psirag sync`, or remove it "
                     "first (`psirag remove DIR --doc ID`)"
                 )
-        if doc.id in existing or doc.id in kept:
+        if doc.id in indexed or doc.id in kept:
             new_id = _free_id(doc.id, doc, taken)
             summary.renamed[doc.id] = new_id
             doc = replace(doc, id=new_id)
@@ -585,6 +642,8 @@ def rebuild_data(
         stats=replace(data.stats, tree_mode=built.mode, llm=abstracts.llm),
         sources=dict(data.sources),
         lineage=fresh_lineage(n),
+        phrase_table=abstracts.table,
+        origin=data.origin,
     )
     return new, summary
 

@@ -28,7 +28,9 @@ from psirag.tree.build import resolve_tree_mode
 from psirag.types import Chunk
 
 if TYPE_CHECKING:
+    from psirag.abstracts.phrases import PhraseTable
     from psirag.llm.client import LLMClient
+    from psirag.retrieval.bm25 import TermCounts
 
 Reporter = Callable[[str], None]
 Corpus = Sequence[str | Path] | Sequence[Document] | str | Path
@@ -185,6 +187,8 @@ class Abstracts:
     """One abstract per node asked for: every inner node in id order, or ``nodes`` in order."""
     llm: dict[str, Any] = field(default_factory=dict)
     """LLM abstraction counts (calls paid and cached, tokens, cuts); empty without an LLM."""
+    table: PhraseTable | None = None
+    """Keyword abstracts: the corpus's phrase table (kept in the index for updates)."""
 
 
 def write_abstracts(
@@ -196,21 +200,31 @@ def write_abstracts(
     current: Sequence[str] | None = None,
     llm: LLMClient | None = None,
     progress: bool = False,
+    table: PhraseTable | None = None,
 ) -> Abstracts:
     """The abstract text of every inner node (``nodes=None``) or of the inner ``nodes`` given,
     as ``config.abstracts`` asks. LLM abstracts read a child outside ``nodes`` from ``current``
-    (one per inner node of ``tree``, as :attr:`IndexData.abstracts`)."""
+    (one per inner node of ``tree``, as :attr:`IndexData.abstracts`). Keyword abstracts read
+    the phrase ``table`` of ``leaf_texts`` when given (an update keeps one), else build it."""
     n = tree.n_leaves
     count = tree.n_nodes - n if nodes is None else len(nodes)
     if config.abstracts == "none" or count == 0:
         return Abstracts([""] * count)
     if config.abstracts == "keywords":
         from psirag.abstracts.keywords import format_abstract, keyword_abstracts
+        from psirag.abstracts.phrases import PhraseTable
 
+        if table is None:
+            table = PhraseTable.build(leaf_texts)
         phrases = keyword_abstracts(
-            leaf_texts, tree, max_phrases=config.max_keywords, progress=progress, nodes=nodes
+            leaf_texts,
+            tree,
+            max_phrases=config.max_keywords,
+            progress=progress,
+            nodes=nodes,
+            table=table,
         )
-        return Abstracts([format_abstract(p) for p in phrases])
+        return Abstracts([format_abstract(p) for p in phrases], table=table)
     from psirag.abstracts.llm import llm_abstracts
 
     if llm is None:
@@ -275,10 +289,18 @@ def routing_vectors(
 
 
 def sparse_index(
-    leaf_texts: Sequence[str], config: IndexConfig, *, progress: bool = False
+    leaf_texts: Sequence[str],
+    config: IndexConfig,
+    *,
+    progress: bool = False,
+    counts: TermCounts | None = None,
 ) -> SparseIndex:
-    """BM25 over the leaf texts (SPEC 1.7). bm25s cannot add documents in place, so an update
-    rebuilds it: seconds for a corpus of tens of thousands of leaves."""
+    """BM25 over the leaf texts (SPEC 1.7). bm25s cannot add documents in place; an update
+    passes the leaves' term ``counts`` (the old ones plus its new chunks'), from which every
+    score is recomputed in numpy (idf and the mean length change with the corpus), the same
+    index a full build gives."""
+    if counts is not None:
+        return SparseIndex.from_counts(counts, leaf_texts, k1=config.bm25_k1, b=config.bm25_b)
     return SparseIndex.build(leaf_texts, k1=config.bm25_k1, b=config.bm25_b, progress=progress)
 
 
@@ -355,6 +377,7 @@ def build_index_data(
         stats=stats,
         sources=document_sources(documents),
         lineage=fresh_lineage(len(chunks)),
+        phrase_table=abstracts.table,
     )
     return data, embedder
 

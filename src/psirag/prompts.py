@@ -333,7 +333,7 @@ def chat_rewrite_prompt(history: Sequence[tuple[str, str]], follow_up: str) -> l
     )
     system = (
         "You rewrite the user's latest question so that it can be understood without the "
-        "conversation before it. Replace pronouns and references such as \"he\", \"it\", "
+        'conversation before it. Replace pronouns and references such as "he", "it", '
         '"that film" or "the second one" by the names they stand for in the conversation. Keep '
         "the question's meaning; do not answer it and add nothing else. If it already stands "
         'alone, repeat it unchanged. Reply with one line: "Question: <rewritten question>".\n'
@@ -366,9 +366,7 @@ _EXAMPLE_TURN_1_REPLY = (
     "in London, die?"
 )
 # The second turn's documents keep their labels: a new one (4) and one shown before (2).
-_EXAMPLE_TURN_2_DOCS = format_documents(
-    EXAMPLE_DOCUMENTS[3:] + EXAMPLE_DOCUMENTS[1:2], [4, 2]
-)
+_EXAMPLE_TURN_2_DOCS = format_documents(EXAMPLE_DOCUMENTS[3:] + EXAMPLE_DOCUMENTS[1:2], [4, 2])
 _EXAMPLE_TURN_2_REPLY = (
     'Thought: "Tower Bridge" says Horace Jones designed the bridge, and "Horace Jones" gives his '
     "life as 1819 - 1887, so he died in 1887.\n"

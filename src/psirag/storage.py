@@ -766,12 +766,31 @@ class IndexWriter:
             np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
         _checkpoint(f"file:{name}")
 
-    def save_jsonl(self, name: str, rows: Iterable[dict[str, Any]]) -> None:
+    def save_jsonl(self, name: str, rows: Iterable[dict[str, Any]], *, base_lines: int = 0) -> None:
+        """Write ``rows`` as JSON lines; ``base_lines``: first copy that many lines of the base
+        generation's ``name`` unchanged (bytes copied, not encoded again)."""
         with open(self.path(name), "w", encoding="utf-8") as fh:
+            if base_lines:
+                fh.flush()
+                self._copy_lines(name, base_lines, fh.buffer)
             for row in rows:
                 fh.write(json.dumps(row, ensure_ascii=False))
                 fh.write("\n")
         _checkpoint(f"file:{name}")
+
+    def _copy_lines(self, name: str, n_lines: int, out: Any) -> None:
+        if self.base is None:
+            raise ValueError("this writer has no base generation to copy lines from")
+        raw = _inside(self.base.folder, check_file_name(name, self.staging)).read_bytes()
+        end = -1
+        for _ in range(n_lines):
+            end = raw.find(b"\n", end + 1)
+            if end < 0:
+                raise IndexFormatError(
+                    f"{self.base.folder}: {name} has fewer than {n_lines} lines; rebuild the index"
+                )
+        out.write(memoryview(raw)[: end + 1])
+        out.flush()
 
     def keep(self, name: str) -> list[str]:
         """Carry ``name`` (a file, or every file under a folder such as ``bm25``) over from

@@ -17,20 +17,20 @@ candidate (with pooled counts) shown in its most frequent surface form.
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import scipy.sparse as sp
-import Stemmer
 
 from psirag.retrieval.ranking import top_k
 from psirag.tree.model import Tree
+
+if TYPE_CHECKING:
+    from psirag.abstracts.phrases import PhraseTable
 
 __all__ = ["STOPWORDS", "format_abstract", "keyword_abstracts"]
 
@@ -99,14 +99,20 @@ _BITS = 21  # token ids packed three to an int64 key
 _MAX_PACKED = 1 << _BITS
 
 
+class _ByPhrase(Protocol):
+    """Per-phrase tuples of stem ids, read by phrase id."""
+
+    def __getitem__(self, pid: int, /) -> tuple[int, ...]: ...
+
+
 @dataclass(frozen=True)
 class _Phrases:
     """The phrase vocabulary and the leaf x phrase presence matrix of a corpus."""
 
     leaf_phrase: sp.csr_matrix  # n_leaves x n_phrases, 0/1 int32
     surface_tokens: np.ndarray  # n_phrases x 3 surface token ids (-1 pad)
-    stems: list[tuple[int, ...]]  # per phrase: stems of its words (its identity)
-    content: list[tuple[int, ...]]  # per phrase: stems of its words that are not stopwords
+    stems: _ByPhrase  # per phrase: stems of its words (its identity)
+    content: _ByPhrase  # per phrase: stems of its words that are not stopwords
     n_words: np.ndarray  # n_phrases
     is_entity: np.ndarray  # n_phrases, bool: every content word capitalised
     vocab: list[str]  # surface token id -> string
@@ -133,6 +139,7 @@ def keyword_abstracts(
     max_phrases: int = 20,
     progress: bool = False,
     nodes: Sequence[int] | None = None,
+    table: PhraseTable | None = None,
 ) -> list[list[str]]:
     """Key phrases of every abstract node, in node id order (nodes ``n_leaves .. n_nodes - 1``),
     or of the abstract ``nodes`` given, in their order (what an index update refreshes: a node's
@@ -141,6 +148,10 @@ def keyword_abstracts(
     Each list holds at most ``max_phrases`` distinct phrases: broad themes first, specific
     entities after; at least half of them multi-word when the node has enough multi-word
     candidates. A node whose leaves hold no word with a letter gets an empty list.
+
+    ``table``: the corpus's :class:`~psirag.abstracts.phrases.PhraseTable` when the caller
+    keeps one (an index update does), so the leaves are not tokenised again; the result is the
+    same as without it.
     """
     if max_phrases < 1:
         raise ValueError(f"max_phrases must be positive, got {max_phrases}")
@@ -159,7 +170,13 @@ def keyword_abstracts(
         rows = np.unique(np.concatenate([targets, parents[parents >= 0]]))
     if targets.size == 0:
         return []
-    phrases = _extract_phrases(leaf_texts)
+    if table is None:
+        from psirag.abstracts.phrases import PhraseTable
+
+        table = PhraseTable.build(leaf_texts)
+    elif table.n_leaves != n_leaves:
+        raise ValueError(f"a phrase table of {table.n_leaves} leaves for {n_leaves} leaves")
+    phrases = table.phrases()
     if phrases.leaf_phrase.shape[1] == 0:
         return [[] for _ in range(targets.size)]
 
@@ -372,139 +389,6 @@ class _Picker:
         self.multi[stems] = pid
         self.chosen[pid] = broad
         self._index(pid, +1)
-
-
-def _extract_phrases(leaf_texts: Sequence[str]) -> _Phrases:
-    """Tokenise every leaf once and build the phrase vocabulary and presence matrix."""
-    vocab_ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
-    intern = vocab_ids.__getitem__  # a new word gets the next id: ids follow first appearance
-    tokens: list[int] = []
-    seg_lengths: list[int] = []
-    seg_leaf: list[int] = []
-    for leaf, text in enumerate(leaf_texts):
-        text = _SPACED_HYPHEN_RE.sub("-", text.replace("’", "'"))
-        for segment in _SEGMENT_RE.findall(text):
-            words = segment.split()
-            tokens.extend(map(intern, words))
-            seg_lengths.append(len(words))
-            seg_leaf.append(leaf)
-    vocab = list(vocab_ids)
-    n_leaves = len(leaf_texts)
-
-    # per surface token: stem id, stopword, starts with a letter, capitalised
-    stemmer = Stemmer.Stemmer("english")
-    lower = [w.lower() for w in vocab]
-    stem_ids: dict[str, int] = {}
-    stem_of = np.array(
-        [stem_ids.setdefault(s, len(stem_ids)) for s in stemmer.stemWords(lower)], dtype=np.int64
-    )
-    is_stop = np.array([_is_stopword(w) for w in lower], dtype=bool)
-    starts_alpha = np.array([w[0].isalpha() for w in vocab], dtype=bool)
-    is_cap = np.array([w[0].isupper() for w in vocab], dtype=bool)
-
-    empty = _Phrases(
-        leaf_phrase=sp.csr_matrix((n_leaves, 0), dtype=np.int32),
-        surface_tokens=np.empty((0, MAX_NGRAM), dtype=np.int64),
-        stems=[],
-        content=[],
-        n_words=np.empty(0, dtype=np.int64),
-        is_entity=np.empty(0, dtype=bool),
-        vocab=vocab,
-    )
-    if not tokens:
-        return empty
-    if len(vocab) >= _MAX_PACKED - 1 or len(stem_ids) >= _MAX_PACKED - 1:
-        raise ValueError(f"vocabulary of {len(vocab)} distinct words is too large to pack")
-
-    tok = np.asarray(tokens, dtype=np.int64)
-    lengths = np.asarray(seg_lengths, dtype=np.int64)
-    seg = np.repeat(np.arange(lengths.size), lengths)
-    leaf_of = np.repeat(np.asarray(seg_leaf, dtype=np.int64), lengths)
-    edge = ~is_stop[tok] & starts_alpha[tok]  # may start or end a phrase ("1990", "44th": no)
-
-    stem_keys, surf_keys, leaves, widths = [], [], [], []
-    n_tok = tok.size
-    for n in range(1, MAX_NGRAM + 1):
-        m = n_tok - n + 1
-        if m <= 0:
-            break
-        ok = edge[:m] & edge[n - 1 :] & (seg[:m] == seg[n - 1 :])
-        starts = np.flatnonzero(ok)
-        skey = np.zeros(starts.size, dtype=np.int64)
-        tkey = np.zeros(starts.size, dtype=np.int64)
-        for j in range(MAX_NGRAM):
-            skey <<= _BITS
-            tkey <<= _BITS
-            if j < n:
-                skey |= stem_of[tok[starts + j]] + 1
-                tkey |= tok[starts + j] + 1
-        stem_keys.append(skey)
-        surf_keys.append(tkey)
-        leaves.append(leaf_of[starts])
-        widths.append(np.full(starts.size, n, dtype=np.int64))
-    skey = np.concatenate(stem_keys)
-    tkey = np.concatenate(surf_keys)
-    occ_leaf = np.concatenate(leaves)
-    if skey.size == 0:
-        return empty
-    keys, pid = np.unique(skey, return_inverse=True)
-    n_phrases = keys.size
-    n_words = np.zeros(n_phrases, dtype=np.int64)
-    n_words[pid] = np.concatenate(widths)
-
-    # most frequent surface form of each phrase (ties: the form whose words came first)
-    order = np.lexsort((tkey, pid))
-    p_sorted, t_sorted = pid[order], tkey[order]
-    run_start = np.flatnonzero(
-        np.concatenate(([True], (p_sorted[1:] != p_sorted[:-1]) | (t_sorted[1:] != t_sorted[:-1])))
-    )
-    run_count = np.diff(np.append(run_start, p_sorted.size))
-    run_pid, run_tkey = p_sorted[run_start], t_sorted[run_start]
-    best = np.lexsort((run_tkey, -run_count, run_pid))
-    first = np.concatenate(([True], run_pid[best][1:] != run_pid[best][:-1]))
-    best_tkey = np.empty(n_phrases, dtype=np.int64)
-    best_tkey[run_pid[best][first]] = run_tkey[best][first]
-
-    surface_tokens = _unpack(best_tkey)
-    stems = _unpack(keys)
-    padded_cap = np.append(is_cap, False)  # index -1 (padding) reads False
-    is_digit = np.array([w[0].isdigit() for w in vocab], dtype=bool)
-    padded_ok = np.append(is_cap | is_digit | is_stop, True)
-    is_entity = np.all(padded_ok[surface_tokens], axis=1) & np.any(
-        padded_cap[surface_tokens], axis=1
-    )
-    # "born in London", "directed by John": a lowercase word running into a name is a context,
-    # not a phrase
-    last = surface_tokens[np.arange(n_phrases), n_words - 1]
-    keep = ~((n_words > 1) & ~is_cap[surface_tokens[:, 0]] & is_cap[last])
-    # a lone Roman numeral ("II" of all the "John II") names nothing
-    roman = np.array([w.isupper() and _ROMAN_RE.fullmatch(w) is not None for w in vocab], bool)
-    keep &= ~((n_words == 1) & roman[surface_tokens[:, 0]])
-    inner = surface_tokens[:, 1]
-    joiner = np.array([w in JOINERS for w in lower], dtype=bool)
-    keep &= (n_words < MAX_NGRAM) | ~is_stop[inner] | (is_entity & joiner[inner])
-
-    # leaf x phrase presence, over the kept phrases only
-    new_id = np.cumsum(keep) - 1
-    occ_keep = keep[pid]
-    pair = np.unique(occ_leaf[occ_keep] * n_phrases + new_id[pid[occ_keep]])
-    n_kept = int(keep.sum())
-    leaf_phrase = sp.csr_matrix(
-        (np.ones(pair.size, dtype=np.int32), (pair // n_phrases, pair % n_phrases)),
-        shape=(n_leaves, n_kept),
-    )
-    stem_rows = [tuple(t for t in row if t >= 0) for row in stems[keep].tolist()]
-    content_mask = ~np.append(is_stop, True)[surface_tokens[keep]]
-    content = np.where(content_mask, stems[keep], -1)
-    return _Phrases(
-        leaf_phrase=leaf_phrase,
-        surface_tokens=surface_tokens[keep],
-        stems=stem_rows,
-        content=[tuple(t for t in row if t >= 0) for row in content.tolist()],
-        n_words=n_words[keep],
-        is_entity=is_entity[keep],
-        vocab=vocab,
-    )
 
 
 def _is_stopword(word: str) -> bool:

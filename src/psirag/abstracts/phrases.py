@@ -1,0 +1,602 @@
+"""The phrase table behind keyword abstracts, kept per leaf so an index update extracts phrases
+from its new leaves only (issue 12; SPEC 1.6 says what the phrases are).
+
+A full extraction tokenises every leaf and builds the corpus's phrase vocabulary: on 2Wiki that
+is ~1.5 s of a 1% add that refreshes seven nodes. The table keeps what each leaf contributed
+(its distinct words in first-occurrence order, its distinct 1-3 word candidates with their
+occurrence counts, the stem-level phrases it holds) and the corpus-level counts those add up
+to. Adding leaves extracts them and adds their counts; removing leaves subtracts theirs.
+
+What a keyword abstract reads from the corpus is then rebuilt from the table in numpy
+(:meth:`PhraseTable.phrases`): the most frequent surface form of each phrase, which phrases
+are kept, and the phrase order that breaks score ties. Both orders follow where a word first
+appears in the corpus, exactly as a fresh extraction over the same leaves numbers them, so an
+abstract computed from an updated table equals the one a full recompute gives, bit for bit.
+
+Word, stem and phrase ids here are persistent (they only grow while the table lives), not the
+first-appearance ranks: the ranks are recomputed from the per-leaf word lists after a removal
+(a word whose first leaf went moves back) and extended in place after an add.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import Stemmer
+
+from psirag.abstracts.keywords import (
+    _BITS,
+    _MAX_PACKED,
+    _ROMAN_RE,
+    _SEGMENT_RE,
+    _SPACED_HYPHEN_RE,
+    JOINERS,
+    MAX_NGRAM,
+    _is_stopword,
+    _Phrases,
+    _unpack,
+)
+from psirag.errors import IndexFormatError
+
+__all__ = ["PhraseTable"]
+
+_DAMAGED = "the saved keyword phrase table is inconsistent ({}); rebuild the index"
+
+ARRAYS = ("lw_ptr", "lw", "ls_ptr", "ls_key", "ls_cnt", "lp_ptr", "lp_pid", "p_key")
+"""The saved arrays of a table (with the word list): everything else is derived from them."""
+
+
+def _ptr(row_of_entry: np.ndarray, n_rows: int) -> np.ndarray:
+    """CSR row pointers of entries sorted by row."""
+    counts = np.bincount(row_of_entry, minlength=n_rows) if row_of_entry.size else np.zeros(n_rows)
+    return np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """Sorted distinct values (a sort and a run check: faster here than np.unique's hash)."""
+    a = np.sort(a)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size else a
+
+
+def _unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` by one stable sort."""
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    flag = np.concatenate(([True], s[1:] != s[:-1])) if a.size else np.empty(0, dtype=bool)
+    inv = np.empty(a.size, dtype=np.int64)
+    inv[order] = np.cumsum(flag) - 1
+    return s[flag], inv
+
+
+def _first_of_each(a: np.ndarray) -> np.ndarray:
+    """Positions of the first occurrence of each distinct value, in position order."""
+    order = np.argsort(a, kind="stable")
+    s = a[order]
+    first = order[np.concatenate(([True], s[1:] != s[:-1]))] if a.size else order
+    return np.sort(first)
+
+
+def _rows(ptr: np.ndarray) -> np.ndarray:
+    """The row of every entry of a CSR layout."""
+    return np.repeat(np.arange(ptr.size - 1, dtype=np.int64), np.diff(ptr))
+
+
+def _pack(cols: np.ndarray) -> np.ndarray:
+    """n x 3 ids (-1 pad) to int64 keys of three 21-bit fields (id + 1, 0 = none)."""
+    key = np.zeros(cols.shape[0], dtype=np.int64)
+    for j in range(MAX_NGRAM):
+        key <<= _BITS
+        key |= cols[:, j] + 1
+    return key
+
+
+@dataclass(frozen=True)
+class _Vocab:
+    """Persistent word ids with what the phrase rules read of each word."""
+
+    words: list[str]
+    index: dict[str, int]
+    stem_of: np.ndarray  # persistent stem id per word
+    stem_index: dict[str, int]
+    is_stop: np.ndarray
+    starts_alpha: np.ndarray
+    is_cap: np.ndarray
+    is_digit: np.ndarray
+    roman: np.ndarray
+    joiner: np.ndarray
+
+    @classmethod
+    def empty(cls) -> _Vocab:
+        b = np.empty(0, dtype=bool)
+        return cls([], {}, np.empty(0, dtype=np.int64), {}, b, b, b, b, b, b)
+
+    def extend(self, batch: list[str]) -> tuple[_Vocab, np.ndarray]:
+        """A vocabulary that also holds ``batch``'s words (a copy: this one stays as it is),
+        and the persistent id of each word of ``batch``."""
+        index = self.index
+        ids = np.fromiter((index.get(w, -1) for w in batch), dtype=np.int64, count=len(batch))
+        new_at = np.flatnonzero(ids < 0)
+        if new_at.size == 0:
+            return self, ids
+        new_words = [batch[i] for i in new_at.tolist()]
+        start = len(self.words)
+        if start + len(new_words) >= _MAX_PACKED - 1:
+            raise ValueError(
+                f"vocabulary of {start + len(new_words)} distinct words is too large to pack; "
+                "rebuild the index"
+            )
+        ids[new_at] = np.arange(start, start + len(new_words))
+        words = self.words + new_words
+        index = dict(index)
+        index.update(zip(new_words, range(start, start + len(new_words)), strict=True))
+        lower = [w.lower() for w in new_words]
+        stem_index = dict(self.stem_index)
+        stems = Stemmer.Stemmer("english").stemWords(lower)
+        stem_of = np.array([stem_index.setdefault(s, len(stem_index)) for s in stems], np.int64)
+        if len(stem_index) >= _MAX_PACKED - 1:
+            raise ValueError(f"{len(stem_index)} distinct stems are too many to pack; rebuild")
+
+        def flags(test: Any, source: list[str]) -> np.ndarray:
+            return np.array([bool(test(w)) for w in source], dtype=bool)
+
+        out = _Vocab(
+            words=words,
+            index=index,
+            stem_of=np.concatenate([self.stem_of, stem_of]),
+            stem_index=stem_index,
+            is_stop=np.concatenate([self.is_stop, flags(_is_stopword, lower)]),
+            starts_alpha=np.concatenate(
+                [self.starts_alpha, flags(lambda w: w[0].isalpha(), new_words)]
+            ),
+            is_cap=np.concatenate([self.is_cap, flags(lambda w: w[0].isupper(), new_words)]),
+            is_digit=np.concatenate([self.is_digit, flags(lambda w: w[0].isdigit(), new_words)]),
+            roman=np.concatenate(
+                [
+                    self.roman,
+                    flags(lambda w: w.isupper() and _ROMAN_RE.fullmatch(w) is not None, new_words),
+                ]
+            ),
+            joiner=np.concatenate([self.joiner, flags(lambda w: w in JOINERS, lower)]),
+        )
+        return out, ids
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """What a run of new leaves contributes (leaf numbers local to the batch)."""
+
+    n: int
+    lw_ptr: np.ndarray
+    lw: np.ndarray
+    ls_ptr: np.ndarray
+    ls_key: np.ndarray  # packed persistent word ids of a candidate's surface form
+    ls_stem: np.ndarray  # packed persistent stem ids: the phrase it is a form of
+    ls_cnt: np.ndarray
+    first_words: np.ndarray  # persistent word ids in order of first appearance in the batch
+
+
+def _extract(texts: Sequence[str], vocab: _Vocab) -> tuple[_Vocab, _Batch]:
+    """Tokenise ``texts`` (the tokens and segments :mod:`keywords` defines) and list each
+    leaf's words and 1-3 word candidates."""
+    local: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+    intern = local.__getitem__  # ids follow first appearance in the batch
+    tokens: list[int] = []
+    seg_lengths: list[int] = []
+    seg_leaf: list[int] = []
+    for leaf, text in enumerate(texts):
+        text = _SPACED_HYPHEN_RE.sub("-", text.replace("’", "'"))
+        for segment in _SEGMENT_RE.findall(text):
+            words = segment.split()
+            tokens.extend(map(intern, words))
+            seg_lengths.append(len(words))
+            seg_leaf.append(leaf)
+    vocab, glob = vocab.extend(list(local))
+    n = len(texts)
+    none = np.empty(0, dtype=np.int64)
+    zeros = np.zeros(n + 1, dtype=np.int64)
+    if not tokens:
+        return vocab, _Batch(n, zeros, none, zeros, none, none, none, glob)
+    tok = glob[np.asarray(tokens, dtype=np.int64)]
+    lengths = np.asarray(seg_lengths, dtype=np.int64)
+    seg = np.repeat(np.arange(lengths.size), lengths)
+    leaf_of = np.repeat(np.asarray(seg_leaf, dtype=np.int64), lengths)
+
+    # each leaf's distinct words, in order of first occurrence
+    first = _first_of_each(leaf_of * len(vocab.words) + tok)
+    lw = tok[first]
+    lw_ptr = _ptr(leaf_of[first], n)
+
+    edge = ~vocab.is_stop[tok] & vocab.starts_alpha[tok]
+    stem = vocab.stem_of[tok]
+    stem_keys, surf_keys, leaves = [], [], []
+    n_tok = tok.size
+    for w in range(1, MAX_NGRAM + 1):
+        m = n_tok - w + 1
+        if m <= 0:
+            break
+        starts = np.flatnonzero(edge[:m] & edge[w - 1 :] & (seg[:m] == seg[w - 1 :]))
+        skey = np.zeros(starts.size, dtype=np.int64)
+        tkey = np.zeros(starts.size, dtype=np.int64)
+        for j in range(MAX_NGRAM):
+            skey <<= _BITS
+            tkey <<= _BITS
+            if j < w:
+                skey |= stem[starts + j] + 1
+                tkey |= tok[starts + j] + 1
+        stem_keys.append(skey)
+        surf_keys.append(tkey)
+        leaves.append(leaf_of[starts])
+    skey = np.concatenate(stem_keys)
+    tkey = np.concatenate(surf_keys)
+    occ_leaf = np.concatenate(leaves)
+    if skey.size == 0:
+        return vocab, _Batch(n, lw_ptr, lw, zeros, none, none, none, glob)
+    order = np.lexsort((tkey, occ_leaf))
+    leaf_s, tkey_s = occ_leaf[order], tkey[order]
+    start = np.flatnonzero(
+        np.concatenate(([True], (leaf_s[1:] != leaf_s[:-1]) | (tkey_s[1:] != tkey_s[:-1])))
+    )
+    count = np.diff(np.append(start, order.size))
+    return vocab, _Batch(
+        n,
+        lw_ptr,
+        lw,
+        _ptr(leaf_s[start], n),
+        tkey_s[start],
+        skey[order][start],
+        count.astype(np.int64),
+        glob,
+    )
+
+
+@dataclass(frozen=True)
+class _Derived:
+    """Corpus-level counts the per-leaf arrays add up to (rebuilt on load, kept by deltas)."""
+
+    vocab: _Vocab
+    p_sorted: np.ndarray  # phrase ids by p_key
+    p_df: np.ndarray  # leaves holding each phrase
+    s_key: np.ndarray  # sorted surface keys present in the corpus
+    s_cnt: np.ndarray  # their occurrences
+    s_pid: np.ndarray  # the phrase each is a form of
+    p_best: np.ndarray  # the shown surface key of each phrase (0: absent)
+    w_rank: np.ndarray  # first-appearance rank of each word in the corpus (-1: absent)
+    n_ranked: int
+
+
+@dataclass(frozen=True, eq=False)
+class PhraseTable:
+    """Per-leaf phrase data of a corpus (leaves in index order) and its corpus-level counts.
+
+    Immutable: :meth:`add` and :meth:`remove` return a new table and leave this one valid (an
+    index value a reader holds keeps its table). Build with :meth:`build`.
+    """
+
+    words: list[str]
+    lw_ptr: np.ndarray
+    lw: np.ndarray
+    ls_ptr: np.ndarray
+    ls_key: np.ndarray
+    ls_cnt: np.ndarray
+    lp_ptr: np.ndarray
+    lp_pid: np.ndarray
+    p_key: np.ndarray
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def n_leaves(self) -> int:
+        return int(self.lw_ptr.size - 1)
+
+    # ------------------------------------------------------------------ making one
+    @classmethod
+    def build(cls, leaf_texts: Sequence[str]) -> PhraseTable:
+        """The table of a corpus, extracted in one pass."""
+        none = np.empty(0, dtype=np.int64)
+        zero = np.zeros(1, dtype=np.int64)
+        empty = cls([], zero, none, zero, none, none, zero, none, none)
+        empty._cache["derived"] = _Derived(
+            _Vocab.empty(), none, none, none, none, none, none, none, 0
+        )
+        return empty.add(leaf_texts)
+
+    @classmethod
+    def from_arrays(cls, words: list[str], arrays: dict[str, np.ndarray]) -> PhraseTable:
+        """A saved table (see :meth:`arrays`); the counts are derived on first use."""
+        missing = [a for a in ARRAYS if a not in arrays]
+        if missing:
+            raise ValueError(f"phrase table lacks {missing}")
+        a = {name: np.asarray(arrays[name], dtype=np.int64) for name in ARRAYS}
+        table = cls(
+            list(words),
+            a["lw_ptr"],
+            a["lw"],
+            a["ls_ptr"],
+            a["ls_key"],
+            a["ls_cnt"],
+            a["lp_ptr"],
+            a["lp_pid"],
+            a["p_key"],
+        )
+        n = table.n_leaves
+        ok = (
+            n >= 0
+            and table.ls_ptr.size == n + 1
+            and table.lp_ptr.size == n + 1
+            and int(table.lw_ptr[-1]) == table.lw.size
+            and int(table.ls_ptr[-1]) == table.ls_key.size == table.ls_cnt.size
+            and int(table.lp_ptr[-1]) == table.lp_pid.size
+            and (table.lw.size == 0 or int(table.lw.max()) < len(words))
+            and (table.lp_pid.size == 0 or int(table.lp_pid.max()) < table.p_key.size)
+        )
+        if not ok:
+            raise ValueError("phrase table arrays disagree in size")
+        return table
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
+        packed keys as int64."""
+        out = {a: getattr(self, a) for a in ARRAYS}
+        for name in ("lw", "ls_cnt", "lp_pid"):
+            x = out[name]
+            if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= 0):
+                out[name] = x.astype(np.int32)
+        return out
+
+    # ------------------------------------------------------------------ derived counts
+    def _derived(self) -> _Derived:
+        got = self._cache.get("derived")
+        if got is None:
+            got = self._derive()
+            self._cache["derived"] = got
+        return got
+
+    def _derive(self) -> _Derived:
+        """The counts of a loaded table; a table whose arrays contradict each other (damaged
+        or crafted files) is an :class:`IndexFormatError`, not a wrong abstract later."""
+        vocab, _ = _Vocab.empty().extend(self.words)
+        if len(vocab.index) != len(self.words):
+            raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
+        n_p = self.p_key.size
+        p_df = np.bincount(self.lp_pid, minlength=n_p).astype(np.int64)
+        s_key, inv = _unique_inverse(self.ls_key)
+        s_cnt = np.bincount(inv, weights=self.ls_cnt, minlength=s_key.size).astype(np.int64)
+        p_sorted = np.argsort(self.p_key, kind="stable")
+        s_stem = _pack(np.where(_unpack(s_key) >= 0, vocab.stem_of[_unpack(s_key)], -1))
+        sorted_keys = self.p_key[p_sorted]
+        at = np.minimum(np.searchsorted(sorted_keys, s_stem), max(sorted_keys.size - 1, 0))
+        if s_stem.size and (sorted_keys.size == 0 or np.any(sorted_keys[at] != s_stem)):
+            raise IndexFormatError(_DAMAGED.format("a candidate's phrase is not in p_key"))
+        s_pid = p_sorted[at]
+        if np.any(p_df[s_pid] == 0):
+            raise IndexFormatError(_DAMAGED.format("a candidate's phrase is in no leaf"))
+        w_rank, n_ranked = _ranks(self.lw, len(self.words))
+        p_best = np.zeros(n_p, dtype=np.int64)
+        d = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
+        _best_forms(d, None)
+        return d
+
+    # ------------------------------------------------------------------ updates
+    def add(self, leaf_texts: Sequence[str]) -> PhraseTable:
+        """This table with ``leaf_texts`` appended as new leaves."""
+        d = self._derived()
+        vocab, b = _extract(leaf_texts, d.vocab)
+        n_old = self.n_leaves
+        # phrase ids: the stem keys seen before keep theirs, new ones are numbered on
+        uniq, inv = _unique_inverse(b.ls_stem)
+        sorted_keys = self.p_key[d.p_sorted]
+        pos = np.searchsorted(sorted_keys, uniq)
+        found = np.zeros(uniq.size, dtype=bool)
+        inside = pos < sorted_keys.size
+        found[inside] = sorted_keys[pos[inside]] == uniq[inside]
+        pid_u = np.empty(uniq.size, dtype=np.int64)
+        pid_u[found] = d.p_sorted[pos[found]]
+        n_p_old = self.p_key.size
+        fresh = np.flatnonzero(~found)
+        pid_u[fresh] = n_p_old + np.arange(fresh.size)
+        p_key = np.concatenate([self.p_key, uniq[fresh]])
+        n_p = p_key.size
+        p_sorted = np.insert(d.p_sorted, pos[fresh], pid_u[fresh])
+        ls_pid = pid_u[inv]
+
+        # each new leaf's distinct phrases
+        ls_leaf = _rows(b.ls_ptr)
+        pair = _distinct(ls_leaf * max(n_p, 1) + ls_pid)
+        lp_leaf, lp_pid = pair // max(n_p, 1), pair % max(n_p, 1)
+        p_df = np.concatenate([d.p_df, np.zeros(fresh.size, dtype=np.int64)])
+        p_df += np.bincount(lp_pid, minlength=n_p)
+
+        # corpus surface counts
+        u_key, u_inv = _unique_inverse(b.ls_key)
+        u_cnt = np.bincount(u_inv, weights=b.ls_cnt, minlength=u_key.size).astype(np.int64)
+        u_pid = np.empty(u_key.size, dtype=np.int64)
+        u_pid[u_inv] = ls_pid
+        at = np.searchsorted(d.s_key, u_key)
+        hit = np.zeros(u_key.size, dtype=bool)
+        ok = at < d.s_key.size
+        hit[ok] = d.s_key[at[ok]] == u_key[ok]
+        s_cnt = d.s_cnt.copy()
+        s_cnt[at[hit]] += u_cnt[hit]
+        miss = ~hit
+        s_key = np.insert(d.s_key, at[miss], u_key[miss])
+        s_cnt = np.insert(s_cnt, at[miss], u_cnt[miss])
+        s_pid = np.insert(d.s_pid, at[miss], u_pid[miss])
+
+        # first-appearance ranks: words new to the corpus come after every word it had
+        w_rank = np.concatenate(
+            [d.w_rank, np.full(len(vocab.words) - d.w_rank.size, -1, dtype=np.int64)]
+        )
+        newcomers = b.first_words[w_rank[b.first_words] < 0]
+        w_rank[newcomers] = d.n_ranked + np.arange(newcomers.size)
+        n_ranked = d.n_ranked + int(newcomers.size)
+
+        p_best = np.concatenate([d.p_best, np.zeros(fresh.size, dtype=np.int64)])
+        table = PhraseTable(
+            vocab.words,
+            np.concatenate([self.lw_ptr, self.lw_ptr[-1] + b.lw_ptr[1:]]),
+            np.concatenate([self.lw, b.lw]),
+            np.concatenate([self.ls_ptr, self.ls_ptr[-1] + b.ls_ptr[1:]]),
+            np.concatenate([self.ls_key, b.ls_key]),
+            np.concatenate([self.ls_cnt, b.ls_cnt]),
+            np.concatenate([self.lp_ptr, self.lp_ptr[-1] + _ptr(lp_leaf, b.n)[1:]]),
+            np.concatenate([self.lp_pid, lp_pid]),
+            p_key,
+        )
+        new = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
+        _best_forms(new, np.unique(ls_pid))
+        table._cache["derived"] = new
+        assert table.n_leaves == n_old + b.n
+        return table
+
+    def remove(self, keep: np.ndarray) -> PhraseTable:
+        """This table with only the leaves where ``keep`` (a bool per leaf) is true."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.size != self.n_leaves:
+            raise ValueError(f"keep has {keep.size} entries for {self.n_leaves} leaves")
+        d = self._derived()
+        gone_s = ~keep[_rows(self.ls_ptr)]
+        at = np.searchsorted(d.s_key, self.ls_key[gone_s])
+        s_cnt = d.s_cnt - np.bincount(at, weights=self.ls_cnt[gone_s], minlength=d.s_key.size)
+        s_cnt = s_cnt.astype(np.int64)
+        alive = s_cnt > 0
+        gone_p = ~keep[_rows(self.lp_ptr)]
+        p_df = d.p_df - np.bincount(self.lp_pid[gone_p], minlength=self.p_key.size)
+        keep_w = keep[_rows(self.lw_ptr)]
+
+        def kept_ptr(ptr: np.ndarray) -> np.ndarray:
+            return np.concatenate(([0], np.cumsum(np.diff(ptr)[keep]))).astype(np.int64)
+
+        table = PhraseTable(
+            self.words,
+            kept_ptr(self.lw_ptr),
+            self.lw[keep_w],
+            kept_ptr(self.ls_ptr),
+            self.ls_key[~gone_s],
+            self.ls_cnt[~gone_s],
+            kept_ptr(self.lp_ptr),
+            self.lp_pid[~gone_p],
+            self.p_key,
+        )
+        w_rank, n_ranked = _ranks(table.lw, len(self.words))
+        new = _Derived(
+            d.vocab,
+            d.p_sorted,
+            p_df.astype(np.int64),
+            d.s_key[alive],
+            s_cnt[alive],
+            d.s_pid[alive],
+            np.zeros(self.p_key.size, dtype=np.int64),
+            w_rank,
+            n_ranked,
+        )
+        _best_forms(new, None)  # the ranks moved: every tie may break differently
+        table._cache["derived"] = new
+        return table
+
+    # ------------------------------------------------------------------ what abstracts read
+    def phrases(self) -> _Phrases:
+        """The corpus's kept phrases in the order a fresh extraction numbers them, with the
+        leaf x phrase presence matrix (what :func:`keyword_abstracts` scores)."""
+        d = self._derived()
+        v = d.vocab
+        n = self.n_leaves
+        present = np.flatnonzero(d.p_df > 0)
+        surface = _unpack(d.p_best[present])
+        stems = _unpack(self.p_key[present])
+        n_words = (stems >= 0).sum(axis=1).astype(np.int64)
+        pad_cap = np.append(v.is_cap, False)
+        pad_ok = np.append(v.is_cap | v.is_digit | v.is_stop, True)
+        is_entity = np.all(pad_ok[surface], axis=1) & np.any(pad_cap[surface], axis=1)
+        rows = np.arange(present.size)
+        last = surface[rows, n_words - 1] if present.size else surface[:, 0]
+        keep = ~((n_words > 1) & ~v.is_cap[surface[:, 0]] & v.is_cap[last])
+        keep &= ~((n_words == 1) & v.roman[surface[:, 0]])
+        inner = surface[:, 1]
+        keep &= (n_words < MAX_NGRAM) | ~v.is_stop[inner] | (is_entity & v.joiner[inner])
+
+        # order: by the first appearance of each stem (what a fresh extraction's ids follow)
+        kept = np.flatnonzero(keep)
+        ranked = np.flatnonzero(d.w_rank >= 0)
+        stem_first = np.full(len(v.stem_index) + 1, _MAX_PACKED, dtype=np.int64)
+        w_stem, w_rank = v.stem_of[ranked], d.w_rank[ranked]
+        order = np.lexsort((w_rank, w_stem))  # by stem, its earliest word first
+        s_sorted = w_stem[order]
+        head = np.concatenate(([True], s_sorted[1:] != s_sorted[:-1])) if order.size else order
+        stem_first[s_sorted[head]] = w_rank[order][head]
+        k_stems = stems[kept]
+        ckey = _pack(np.where(k_stems >= 0, stem_first[k_stems], -1))
+        kept = kept[np.argsort(ckey, kind="stable")]
+        col_of = np.full(self.p_key.size, -1, dtype=np.int64)
+        col_of[present[kept]] = np.arange(kept.size)
+
+        cols = col_of[self.lp_pid]
+        inside = cols >= 0
+        indptr = _ptr(_rows(self.lp_ptr)[inside], n)
+        leaf_phrase = sp.csr_matrix(
+            (np.ones(int(inside.sum()), dtype=np.int32), cols[inside], indptr),
+            shape=(n, kept.size),
+        )
+        # unsorted column indices: the node counts are a product, sorted once after it
+        k_surface = surface[kept]
+        k_stems = stems[kept]
+        content = np.where(~np.append(v.is_stop, True)[k_surface], k_stems, -1)
+        return _Phrases(
+            leaf_phrase=leaf_phrase,
+            surface_tokens=k_surface,
+            stems=_Rows(k_stems),
+            content=_Rows(content),
+            n_words=n_words[kept],
+            is_entity=is_entity[kept],
+            vocab=v.words,
+        )
+
+
+class _Rows(dict[int, tuple[int, ...]]):
+    """Rows of an n x 3 id array as tuples without the -1 padding, made on first access (a
+    node's scoring reads a few hundred of the corpus's phrases); a dict, so a row made before
+    is a plain lookup."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        super().__init__()
+        self.array = array
+
+    def __missing__(self, i: int) -> tuple[int, ...]:
+        got = tuple(t for t in self.array[i].tolist() if t >= 0)
+        self[i] = got
+        return got
+
+
+def _ranks(lw: np.ndarray, n_words: int) -> tuple[np.ndarray, int]:
+    """Each word's rank by first appearance in the corpus (the per-leaf word lists, in leaf
+    order, are the corpus's words in first-occurrence order leaf by leaf); -1 if absent."""
+    w_rank = np.full(n_words, -1, dtype=np.int64)
+    if lw.size == 0:
+        return w_rank, 0
+    firsts = lw[_first_of_each(lw)]
+    w_rank[firsts] = np.arange(firsts.size)
+    return w_rank, int(firsts.size)
+
+
+def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
+    """Set ``p_best`` of ``pids`` (None: every phrase): the surface form with the most
+    occurrences, ties to the form whose words appeared first (in place: ``d`` is new)."""
+    if pids is None:
+        sel = np.arange(d.s_key.size)
+        d.p_best[:] = 0
+    else:
+        if pids.size == 0:
+            return
+        sel = np.flatnonzero(np.isin(d.s_pid, pids))
+    keys = d.s_key[sel]
+    words = _unpack(keys)
+    rkey = _pack(np.where(words >= 0, d.w_rank[words], -1))
+    pid = d.s_pid[sel]
+    order = np.lexsort((rkey, -d.s_cnt[sel], pid))
+    p_sorted = pid[order]
+    first = np.concatenate(([True], p_sorted[1:] != p_sorted[:-1])) if order.size else order
+    d.p_best[p_sorted[first]] = keys[order][first]
