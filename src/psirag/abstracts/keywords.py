@@ -232,16 +232,26 @@ def keyword_abstracts(
     else:
         membership = tree.leaf_membership[rows].astype(np.int32)
     # node x phrase leaf counts, columns by persistent phrase id (unsorted within a row: a
-    # parent's counts are read through a dense scratch row, ties break by column id)
-    node_df = (membership @ phrases.leaf_pid).tocsr()
+    # parent's counts are read through a dense scratch row, ties break by column id); a node
+    # over every leaf (a single tree's root) has the corpus's counts, no product needed
     leaf_counts = np.diff(membership.indptr)  # a membership row marks each leaf once
     global_df = phrases.df
+    whole = leaf_counts == n_leaves
+    part = np.flatnonzero(~whole)
+    node_df = (membership[part] @ phrases.leaf_pid).tocsr()
+    sub_of = np.full(rows.size, -1, dtype=np.int64)
+    sub_of[part] = np.arange(part.size)
+    every = np.flatnonzero(global_df > 0)
+    every_df = global_df[every]
     idf = np.log((1.0 + n_leaves) / (1.0 + global_df)) + 1.0
     is_multi = phrases.words > 1
     col_of = phrases.col_of
 
     def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
-        lo, hi = node_df.indptr[a], node_df.indptr[a + 1]
+        if whole[a]:
+            return every, every_df
+        b = int(sub_of[a])
+        lo, hi = node_df.indptr[b], node_df.indptr[b + 1]
         return node_df.indices[lo:hi], node_df.data[lo:hi]
 
     # children grouped under each parent, so the parent's row is scattered once
@@ -270,7 +280,7 @@ def keyword_abstracts(
         kept = cols >= 0
         pids, cols = pids[kept], cols[kept]
         df_u = data[kept].astype(np.float64)
-        n_u = float(leaf_counts[row_of[u]] if nodes is not None else leaf_counts[u - n_leaves])
+        n_u = float(leaf_counts[row_of[u]])
         if bar is not None:
             bar.update(1)
         if pids.size == 0 or n_u == 0:
@@ -278,7 +288,7 @@ def keyword_abstracts(
             continue
         if p >= 0:
             df_p = scratch[pids]
-            n_p = float(leaf_counts[row_of[p]] if nodes is not None else leaf_counts[p - n_leaves])
+            n_p = float(leaf_counts[row_of[p]])
         else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
             df_p = global_df[pids]
             n_p = float(n_leaves)
@@ -320,34 +330,41 @@ def _node_phrases(
     specific_at = _top(specific, np.flatnonzero(phrases.entity[pids]), cols, pool)
     fill_at = _top(theme, None, cols, pool)
     multi_at = _top(theme, np.flatnonzero(multi), cols, pool)
-    seen = np.concatenate((theme_at, specific_at, fill_at, multi_at))
-    seen_pids = pids[seen].tolist()
-    df = dict(zip(seen_pids, df_u[seen].tolist(), strict=True))
-    theme_order = pids[theme_at].tolist()
     n_multi = int(np.count_nonzero(multi))
     need_multi = min(n_multi, math.ceil(max_phrases / 2))
-    picker = _Picker(phrases.info, df, max_phrases, need_multi)
+    picker = _Picker(phrases.info, df_u, max_phrases, need_multi)
     n_broad = math.ceil(max_phrases * BROAD_SHARE)
+    words = phrases.words
+    theme_order = _order(pids, theme_at, words)
     picker.take(theme_order, broad=True, limit=n_broad)
-    picker.take(pids[specific_at].tolist(), broad=False, limit=max_phrases)
+    picker.take(_order(pids, specific_at, words), broad=False, limit=max_phrases)
     picker.take(theme_order, broad=True, limit=max_phrases)
-    picker.take(pids[multi_at].tolist(), broad=False, limit=max_phrases)
-    picker.take(pids[fill_at].tolist(), broad=False, limit=max_phrases)
+    picker.take(_order(pids, multi_at, words), broad=False, limit=max_phrases)
+    picker.take(_order(pids, fill_at, words), broad=False, limit=max_phrases)
     picker.trim_single_words()
 
     # broad themes first (coverage, discounted by how much the siblings share them), then the
     # specific entities in the order they were picked
-    breadth = dict(zip(seen_pids, (cov * dist)[seen].tolist(), strict=True))
+    chosen = list(picker.chosen.items())
+    at = np.array([picker.pos[pid] for pid, _ in chosen], dtype=np.int64)
+    breadth = (cov[at] * dist[at]).tolist()
+    df = df_u[at].tolist()
     broad: list[tuple[float, int, int]] = []
     specific_part: list[int] = []
-    for rank, (pid, is_broad) in enumerate(picker.chosen.items()):
-        if is_broad or (n_u > 1 and df[pid] >= THEME_MIN_COVERAGE * n_u):
-            broad.append((-breadth[pid], rank, pid))
+    for rank, (pid, is_broad) in enumerate(chosen):
+        if is_broad or (n_u > 1 and df[rank] >= THEME_MIN_COVERAGE * n_u):
+            broad.append((-breadth[rank], rank, pid))
         else:
             specific_part.append(pid)
     broad.sort()
     ordered = [pid for _, _, pid in broad] + specific_part
     return [phrases.pid_text(pid) for pid in ordered]
+
+
+def _order(pids: np.ndarray, at: np.ndarray, words: np.ndarray) -> list[tuple[int, int, int]]:
+    """A ranked list for the picker: (phrase id, position in the node's arrays, words)."""
+    p = pids[at]
+    return list(zip(p.tolist(), at.tolist(), words[p].tolist(), strict=True))
 
 
 def _top(scores: np.ndarray, among: np.ndarray | None, cols: np.ndarray, k: int) -> np.ndarray:
@@ -398,11 +415,11 @@ class _Picker:
     their -1 padding: no stem is -1, so a pad never matches.
     """
 
-    def __init__(
-        self, info: _Info, df: dict[int, float], max_phrases: int, need_multi: int
-    ) -> None:
+    def __init__(self, info: _Info, df: np.ndarray, max_phrases: int, need_multi: int) -> None:
         self.info = info
-        self.df = df
+        self.node_df = df
+        self.df: dict[int, float] = {}  # leaves holding each offered phrase
+        self.pos: dict[int, int] = {}  # position of each offered phrase in the node's arrays
         self.max = max_phrases
         self.need_multi = need_multi
         self.chosen: dict[int, bool] = {}  # pid -> picked as a broad theme; insertion ordered
@@ -441,13 +458,21 @@ class _Picker:
                 excess -= 1
         self.uni = {s: p for s, p in self.uni.items() if p in self.chosen}
 
-    def take(self, order: list[int], *, broad: bool, limit: int) -> None:
+    def take(self, order: list[tuple[int, int, int]], *, broad: bool, limit: int) -> None:
         limit = min(limit, self.max)
-        for pid in order:
-            if len(self.chosen) >= limit:
+        chosen, uni, pos = self.chosen, self.uni, self.pos
+        room = self.max - self.need_multi
+        for pid, at, n in order:
+            if len(chosen) >= limit:
                 return
-            if pid not in self.chosen:
-                self._offer(pid, broad)
+            if pid in chosen:
+                continue
+            if n == 1 and len(uni) >= room:
+                continue  # keep room for the multi-word phrases (what _offer would say)
+            if pid not in pos:
+                pos[pid] = at
+                self.df[pid] = float(self.node_df[at])
+            self._offer(pid, broad)
 
     def _offer(self, pid: int, broad: bool) -> None:
         n, key, first, head, tail, content, entity = self.info[pid]
