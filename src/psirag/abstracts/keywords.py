@@ -17,9 +17,11 @@ candidate (with pooled counts) shown in its most frequent surface form.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -265,39 +267,55 @@ def keyword_abstracts(
         bar = tqdm(total=int(targets.size), desc="keyword abstracts", unit="node")
     current = -2
     parent_pids = np.empty(0, dtype=np.int64)
-    for u in targets[order].tolist():
-        p = int(tree.parent[u])
-        if p != current:
-            scratch[parent_pids] = 0.0
+    with _collector_paused():  # many small objects; a full pass over a big heap is slow
+        for u in targets[order].tolist():
+            p = int(tree.parent[u])
+            if p != current:
+                scratch[parent_pids] = 0.0
+                if p >= 0:
+                    parent_pids, pdata = node_row(int(row_of[p]))
+                    scratch[parent_pids] = pdata
+                else:
+                    parent_pids = np.empty(0, dtype=np.int64)
+                current = p
+            pids, data = node_row(int(row_of[u]))
+            cols = col_of[pids]
+            kept = cols >= 0
+            pids, cols = pids[kept], cols[kept]
+            df_u = data[kept].astype(np.float64)
+            n_u = float(leaf_counts[row_of[u]])
+            if bar is not None:
+                bar.update(1)
+            if pids.size == 0 or n_u == 0:
+                done[u] = []
+                continue
             if p >= 0:
-                parent_pids, pdata = node_row(int(row_of[p]))
-                scratch[parent_pids] = pdata
-            else:
-                parent_pids = np.empty(0, dtype=np.int64)
-            current = p
-        pids, data = node_row(int(row_of[u]))
-        cols = col_of[pids]
-        kept = cols >= 0
-        pids, cols = pids[kept], cols[kept]
-        df_u = data[kept].astype(np.float64)
-        n_u = float(leaf_counts[row_of[u]])
-        if bar is not None:
-            bar.update(1)
-        if pids.size == 0 or n_u == 0:
-            done[u] = []
-            continue
-        if p >= 0:
-            df_p = scratch[pids]
-            n_p = float(leaf_counts[row_of[p]])
-        else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
-            df_p = global_df[pids]
-            n_p = float(n_leaves)
-        done[u] = _node_phrases(
-            phrases, pids, cols, df_u, n_u, df_p, n_p, idf, is_multi, max_phrases
-        )
+                df_p = scratch[pids]
+                n_p = float(leaf_counts[row_of[p]])
+            else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
+                df_p = global_df[pids]
+                n_p = float(n_leaves)
+            done[u] = _node_phrases(
+                phrases, pids, cols, df_u, n_u, df_p, n_p, idf, is_multi, max_phrases
+            )
     if bar is not None:
         bar.close()
     return [done[u] for u in targets.tolist()]
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while nodes are scored: the picker makes many small
+    dicts and tuples (no cycles), and each allocation burst can set off a full collection that
+    walks every object of the process (a loaded index holds millions) for more time than the
+    scoring itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _node_phrases(
