@@ -51,6 +51,12 @@ _DAMAGED = "the saved keyword phrase table is inconsistent ({}); rebuild the ind
 ARRAYS = ("lw_ptr", "lw", "ls_ptr", "ls_key", "ls_cnt", "lp_ptr", "lp_pid", "p_key")
 """The saved arrays of a table (with the word list): everything else is derived from them."""
 
+VOCAB_ARRAYS = ("w_stem", "w_flags")
+"""Optional saved arrays (with the stem list): each word's stem id and its flags as bits, so a
+loaded table does not stem and test every word of the corpus again on its first update."""
+
+_FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
+
 
 def _ptr(row_of_entry: np.ndarray, n_rows: int) -> np.ndarray:
     """CSR row pointers of entries sorted by row."""
@@ -110,6 +116,32 @@ class _Vocab:
     is_digit: np.ndarray
     roman: np.ndarray
     joiner: np.ndarray
+
+    def saved(self) -> tuple[list[str], dict[str, np.ndarray]]:
+        """The stem list and :data:`VOCAB_ARRAYS` (see :meth:`restore`)."""
+        bits = np.zeros(len(self.words), dtype=np.uint8)
+        for i, name in enumerate(_FLAGS):
+            bits |= getattr(self, name).astype(np.uint8) << i
+        return list(self.stem_index), {"w_stem": self.stem_of.astype(np.int32), "w_flags": bits}
+
+    @classmethod
+    def restore(cls, words: list[str], stems: list[str], arrays: dict[str, np.ndarray]) -> _Vocab:
+        """A vocabulary from its saved form; contradictions are an :class:`IndexFormatError`."""
+        w_stem = np.asarray(arrays["w_stem"], dtype=np.int64)
+        bits = np.asarray(arrays["w_flags"], dtype=np.uint8)
+        index = dict(zip(words, range(len(words)), strict=True))
+        stem_index = dict(zip(stems, range(len(stems)), strict=True))
+        if len(index) != len(words):
+            raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
+        if (
+            len(stem_index) != len(stems)
+            or w_stem.shape != (len(words),)
+            or bits.shape != (len(words),)
+            or (w_stem.size > 0 and (int(w_stem.min()) < 0 or int(w_stem.max()) >= len(stems)))
+        ):
+            raise IndexFormatError(_DAMAGED.format("the saved stems disagree with the words"))
+        flags = {name: ((bits >> i) & 1).astype(bool) for i, name in enumerate(_FLAGS)}
+        return cls(list(words), index, w_stem, stem_index, **flags)
 
     @classmethod
     def empty(cls) -> _Vocab:
@@ -306,8 +338,12 @@ class PhraseTable:
         return empty.add(leaf_texts)
 
     @classmethod
-    def from_arrays(cls, words: list[str], arrays: dict[str, np.ndarray]) -> PhraseTable:
-        """A saved table (see :meth:`arrays`); the counts are derived on first use."""
+    def from_arrays(
+        cls, words: list[str], arrays: dict[str, np.ndarray], stems: list[str] | None = None
+    ) -> PhraseTable:
+        """A saved table (see :meth:`arrays`); the counts are derived on first use. With
+        ``stems`` and :data:`VOCAB_ARRAYS` in ``arrays`` (see :meth:`vocab`) the words are not
+        stemmed and tested again."""
         missing = [a for a in ARRAYS if a not in arrays]
         if missing:
             raise ValueError(f"phrase table lacks {missing}")
@@ -336,7 +372,18 @@ class PhraseTable:
         )
         if not ok:
             raise ValueError("phrase table arrays disagree in size")
+        if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
+            table._cache["vocab"] = (list(stems), {a: arrays[a] for a in VOCAB_ARRAYS})
         return table
+
+    def vocab(self) -> tuple[list[str], dict[str, np.ndarray]] | None:
+        """What to save besides :meth:`arrays` so a load need not redo the words: the stem list
+        and :data:`VOCAB_ARRAYS` (None: a loaded table saved without them, not yet used)."""
+        d = self._cache.get("derived")
+        if d is not None:
+            return d.vocab.saved()
+        saved: tuple[list[str], dict[str, np.ndarray]] | None = self._cache.get("vocab")
+        return saved
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
@@ -359,9 +406,13 @@ class PhraseTable:
     def _derive(self) -> _Derived:
         """The counts of a loaded table; a table whose arrays contradict each other (damaged
         or crafted files) is an :class:`IndexFormatError`, not a wrong abstract later."""
-        vocab, _ = _Vocab.empty().extend(self.words)
-        if len(vocab.index) != len(self.words):
-            raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
+        saved = self._cache.get("vocab")
+        if saved is not None:
+            vocab = _Vocab.restore(self.words, *saved)
+        else:
+            vocab, _ = _Vocab.empty().extend(self.words)
+            if len(vocab.index) != len(self.words):
+                raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
         n_p = self.p_key.size
         p_df = np.bincount(self.lp_pid, minlength=n_p).astype(np.int64)
         s_key, inv = _unique_inverse(self.ls_key)
