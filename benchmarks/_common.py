@@ -27,6 +27,8 @@ DATA = Path(os.environ.get("PSIRAG_DATA", ROOT.parent / "shared" / "data"))
 OUT = Path(os.environ.get("PSIRAG_BENCH_OUT", ROOT / "bench-out"))
 RESULTS = ROOT / "benchmarks" / "results"
 MINILM_CACHE = OUT / "cache" / "embeddings-minilm.npz"
+QUESTION_CACHE = OUT / "cache" / "retrieval-question-vectors.npz"
+"""MiniLM vectors of the benchmark questions (as kept by bench_retrieval_variants.py --vectors)."""
 
 
 def dataset(name: str) -> tuple[list[dict], list[dict]]:
@@ -240,6 +242,19 @@ class CachedVectors:
 
     def count_truncated(self, texts: Sequence[str]) -> int:
         return 0
+
+
+def question_vectors(queries: Sequence[str], path: Path = QUESTION_CACHE) -> np.ndarray:
+    """Torch MiniLM vectors of the questions: from ``path`` when it holds them all, else embedded
+    now (the passage cache holds no questions)."""
+    if path.exists():
+        try:
+            return CachedVectors(path).embed(queries)
+        except KeyError:
+            pass
+    from psirag.embed import load_embedder
+
+    return load_embedder("minilm-torch").embed(queries)
 
 
 def two_wiki_index(

@@ -10,12 +10,16 @@ Two corpora:
     and refuses; so by default (``--tree knn``) one tree is built in the knn mode (SPEC 4,
     k 32, O(n·k) memory). ``--tree forest`` instead cuts the corpus into spherical k-means
     buckets of about ``--bucket`` leaves and :func:`psirag.tree.build_forest` builds one exact
-    tree per bucket. The :class:`psirag.Index` is then constructed around the tree from arrays
+    tree per bucket. ``--tree bucketed`` builds one tree in the bucketed mode (SPEC 4, paper
+    App. E.1: exact trees inside k-means buckets of at most ``--bucket`` leaves, merged on top;
+    no O(n²) step, so it reaches 1M leaves). The :class:`psirag.Index` is then constructed
+    around the tree from arrays
     (its constructor, not ``Index.build``, so no abstracts are written), and all four methods
     run through the same calls as on 2Wiki.
 
 Every method is timed per query, in CPU time of the thread (what the search costs, without the
-waits a shared machine adds) and in wall time, with BLAS limited to one thread (so the thread's
+waits a shared machine adds), in CPU time of the whole process (``time.process_time``: any
+helper thread included) and in wall time, with BLAS limited to one thread (so the thread's
 CPU time is all of the work), garbage collection off, and
 the method order rotating from block to block (50 queries), so machine load hits them
 alike; a second pass interleaves the methods on every query (colder caches). Each pass runs
@@ -26,9 +30,11 @@ alike; a second pass interleaves the methods on every query (colder caches). Eac
 - tree: the same call with ``use_bm25=False``; bm25: with ``use_tree=False``;
 - dense flat: ``psirag.retrieval.retriever.DenseFlat`` exact cosine over every leaf, top 5 passages.
 
-Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000] [--tree knn|forest]
-       [--skip-synthetic]
-Writes benchmarks/results/latency.json.
+Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000]
+       [--tree knn|forest|bucketed] [--bucket N] [--profile default|paper] [--skip-synthetic]
+       [--skip-2wiki] [--out latency.json]
+Writes benchmarks/results/latency.json (or ``--out``). The 1M-leaf run of BENCHMARKS.md:
+``--n 1000000 --tree bucketed --queries 200 --skip-2wiki --out latency_1m.json``.
 """
 
 from __future__ import annotations
@@ -54,10 +60,12 @@ from _common import (
 )
 
 from psirag import Index, IndexConfig, SearchConfig
+from psirag.config import PROFILES
 from psirag.eval.harness import single_thread_blas
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import DenseFlat
 from psirag.tree import build_forest, build_tree
+from psirag.tree.bucket import DEFAULT_BUCKET_SIZE
 from psirag.types import Chunk, Source
 
 METHODS = ("psi", "dense flat", "tree", "bm25")
@@ -85,7 +93,7 @@ def method_calls(
 
 
 Times = dict[str, dict[str, list[float]]]
-"""Per method: ``cpu`` and ``wall`` milliseconds per query."""
+"""Per method: ``cpu`` (thread), ``process_cpu`` and ``wall`` milliseconds per query."""
 
 
 def time_methods(
@@ -107,7 +115,9 @@ def time_methods(
     """
     names = list(calls)
     n = len(queries)
-    times: Times = {m: {"cpu": [np.inf] * n, "wall": [np.inf] * n} for m in names}
+    times: Times = {
+        m: {"cpu": [np.inf] * n, "process_cpu": [np.inf] * n, "wall": [np.inf] * n} for m in names
+    }
     got: dict[str, list[list[int]]] = {m: [[] for _ in range(n)] for m in names}
     for i in range(min(WARMUP, n)):
         for name in names:
@@ -122,12 +132,16 @@ def time_methods(
                     r = b % len(names)
                     for name in names[r:] + names[:r]:
                         call, cpu, wall = calls[name], times[name]["cpu"], times[name]["wall"]
+                        pcpu = times[name]["process_cpu"]
                         leaves = got[name]
                         for i in range(lo, hi):
+                            p0 = time.process_time_ns()
                             c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
                             out = call(vectors[i], queries[i])
                             w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+                            p1 = time.process_time_ns()
                             cpu[i] = min(cpu[i], (c1 - c0) / 1e6)
+                            pcpu[i] = min(pcpu[i], (p1 - p0) / 1e6)
                             wall[i] = min(wall[i], (w1 - w0) / 1e6)
                             leaves[i] = [p.leaf for p in out]
     finally:
@@ -170,6 +184,7 @@ def measure(
     base = cpu["dense flat"]["p50"]
     summary = {
         "cpu_ms": cpu,
+        "process_cpu_ms": stats(warm, "process_cpu"),
         "wall_ms": stats(warm, "wall"),
         "p50_over_dense_flat": {n: round(s["p50"] / base, 3) for n, s in cpu.items()},
         "interleaved_cpu_ms": stats(cold, "cpu"),
@@ -280,6 +295,12 @@ def synthetic_index(
             int(np.median(sizes)),
             int(sizes.max()),
         ]
+    elif tree_kind == "bucketed":
+        t0, c0 = time.perf_counter(), time.process_time()
+        tree = build_tree(e, max_children=40, mode="bucketed", bucket_size=bucket)
+        seconds[f"tree (bucketed, bucket {bucket})"] = time.perf_counter() - t0
+        facts["tree_build_cpu_seconds_this_process"] = round(time.process_time() - c0, 1)
+        facts["bucket_target"] = bucket
     else:
         t0 = time.perf_counter()
         tree = build_tree(e, max_children=40, mode="knn", neighbors=32)
@@ -321,6 +342,7 @@ def run_synthetic(
     seed: int = 0,
 ) -> dict[str, Any]:
     index, e, texts, vocab, facts = synthetic_index(n, 384, clusters, bucket, tree_kind, seed)
+    facts["peak_rss_mib_after_build"] = round(peak_rss_mib(), 1)
     rng = np.random.default_rng(seed + 2)
     src = rng.choice(n, n_queries, replace=False)
     noisy = e[src] + 0.05 * rng.normal(size=(n_queries, e.shape[1])).astype(np.float32)
@@ -362,23 +384,34 @@ def main() -> None:
     ap.add_argument("--clusters", type=int, default=200)
     ap.add_argument(
         "--tree",
-        choices=["knn", "forest"],
+        choices=["knn", "forest", "bucketed"],
         default="knn",
-        help="synthetic index: one knn-mode tree, or a forest of exact trees over buckets",
+        help="synthetic index: one knn-mode tree, a forest of exact trees over buckets, or one "
+        "bucketed-mode tree",
     )
-    ap.add_argument("--bucket", type=int, default=5000, help="--tree forest: leaves per tree")
+    ap.add_argument(
+        "--bucket",
+        type=int,
+        default=None,
+        help=f"leaves per bucket (--tree forest: 5000; bucketed: {DEFAULT_BUCKET_SIZE})",
+    )
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    ap.add_argument("--out", default="latency.json", help="results file in benchmarks/results")
     ap.add_argument("--limit", type=int, default=None, help="first N 2Wiki questions only")
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds; fastest per query")
     ap.add_argument("--skip-synthetic", action="store_true")
     ap.add_argument("--skip-2wiki", action="store_true")
     args = ap.parse_args()
-    config = SearchConfig()
+    config = PROFILES[args.profile]
+    bucket = args.bucket or (5000 if args.tree == "forest" else DEFAULT_BUCKET_SIZE)
     result: dict[str, Any] = {
+        "profile": args.profile,
         "search_config": {
             "beam": config.beam,
             "candidates": config.candidates,
             "k": config.k,
             "rrf_k": config.rrf_k,
+            "merge_duplicates": config.merge_duplicates,
         },
         "methods": list(METHODS),
         "protocol": "single-thread BLAS (threadpoolctl), gc off while timing, "
@@ -396,12 +429,12 @@ def main() -> None:
         print(result["runs"][-1], flush=True)
     if not args.skip_synthetic:
         run = run_synthetic(
-            args.n, args.queries, args.clusters, args.bucket, config, args.rounds, args.tree
+            args.n, args.queries, args.clusters, bucket, config, args.rounds, args.tree
         )
         result["runs"].append(run)
         print(run, flush=True)
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)
-    print(f"wrote {write_result('latency.json', result)}")
+    print(f"wrote {write_result(args.out, result)}")
 
 
 if __name__ == "__main__":
