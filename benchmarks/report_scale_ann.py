@@ -1,7 +1,8 @@
 """BENCHMARKS.md section on the ann and bucketed tree modes and the ONNX embedder.
 
-Rendered from ann_libs.json (bench_ann_libs.py), scale_ann.json (bench_scale_ann.py) and
-embed_onnx.json (bench_embed_onnx.py) into results/section_scale_ann.md, which report.py then
+Rendered from ann_libs.json (bench_ann_libs.py), scale_ann.json (bench_scale_ann.py),
+embed_onnx.json (bench_embed_onnx.py) and int8_quality.json (bench_int8_quality.py) into
+results/section_scale_ann.md, which report.py then
 includes like every other cached section. Run by report.py; also runnable alone.
 """
 
@@ -114,6 +115,11 @@ written), so wall seconds are inflated several-fold and CPU seconds are the stea
 {knn_line}"""
 
 
+def _delta(x: dict[str, Any], name: str) -> str:
+    d = x.get(f"{name}_recall@5_minus_exact")
+    return "" if d is None else f"{d:+.2f}"
+
+
 def _wiki(r: dict[str, Any]) -> str:
     rows = []
     for x in r["rows"]:
@@ -125,26 +131,84 @@ def _wiki(r: dict[str, Any]) -> str:
         kept = x.get(
             "exact_spanning_edges_kept_pct", x.get("exact_spanning_edges_in_one_bucket_pct", "")
         )
-        rows.append(
-            [
-                setting,
-                x["psi"]["recall@5"],
-                x.get("psi_recall@5_minus_exact", ""),
-                x["tree_alone"]["recall@5"],
-                x.get("tree_alone_recall@5_minus_exact", ""),
-                kept,
-                x["tree_stage_seconds"],
-            ]
-        )
-    header = ["tree", "psi R@5", "Δ exact", "tree R@5", "Δ exact", "exact edges %", "tree s"]
+        row = [setting]
+        for name in ("psi", "tree_alone", "psi_paper", "tree_alone_paper"):
+            if name in x:
+                row += [x[name]["recall@5"], _delta(x, name)]
+            else:
+                row += ["", ""]
+        vs_random = x.get("dasgupta", {}).get("distance_vs_random")
+        row += [kept, "" if vs_random is None else f"{vs_random:.4f}", x["tree_stage_seconds"]]
+        rows.append(row)
+    header = ["tree", "psi R@5", "Δ exact", "tree R@5", "Δ exact"]
+    header += ["psi R@5 (paper)", "Δ exact", "tree R@5 (paper)", "Δ exact"]
+    header += ["exact edges %", "Dasgupta vs random", "tree s"]
+    deltas = [
+        (f"{x['mode']} {x.get('tree_neighbors', x.get('tree_bucket_size'))} {n}", d)
+        for x in r["rows"][1:]
+        for n in ("psi", "tree_alone", "psi_paper", "tree_alone_paper")
+        if (d := x.get(f"{n}_recall@5_minus_exact")) is not None
+    ]
+    outside = [(what, d) for what, d in deltas if abs(d) > 0.3]
+    goal = (
+        f"Goal (Recall@5 within 0.3 points of the exact tree): {len(deltas) - len(outside)} of "
+        f"{len(deltas)} figures meet it"
+    )
+    if outside:
+        side = "above" if all(d > 0 for _, d in outside) else "above or below"
+        listed = ", ".join(f"{what} {d:+.2f}" for what, d in outside)
+        goal += f"; the others lie {side} the exact tree: {listed}"
+    goal += "."
     return f"""### Quality on 2Wiki
 
 All {r["n_passages"]:,} 2WikiMultihopQA passages (cached MiniLM vectors), {r["n_questions"]:,}
-questions, default search. "exact edges %": for ann, the share of the exact spanning tree's
-edges its spanning tree keeps; for bucketed, the share of exact spanning edges whose two leaves
-share a bucket (the most its bucket trees can use).
+questions. Recall@5 in % under the default search profile (beam 160, identical texts merged)
+and under `--profile paper` (beam 40; at beam 160 the tree's top 10 is mostly the exact dense
+top 10, so the narrower beam shows more of what each tree's shape costs). "exact edges %": for
+ann, the share of the exact spanning tree's edges its spanning tree keeps; for bucketed, the
+share of exact spanning edges whose two leaves share a bucket (the most its bucket trees can
+use). "Dasgupta vs random": Dasgupta's cost (1 − cos) of the tree over its expectation with the
+leaves permuted at random, as in the skew section (above 1: dissimilar pairs are split higher
+than chance). Command: `python benchmarks/bench_scale_ann.py --no-synthetic`.
 
 {_table(header, rows)}
+
+{goal}
+"""
+
+
+def _int8(r: dict[str, Any]) -> str:
+    names = {"psi": "psi", "tree_alone": "tree alone", "dense_flat": "dense flat"}
+    rows = []
+    for x in r["rows"]:
+        row = [x["embedder"]]
+        for m in names:
+            row += [x[m]["recall@2"], x[m]["recall@5"]]
+        rows.append(row)
+    d = r["int8_minus_torch"]
+    row = ["int8 − torch"]
+    for m in names:
+        row += [f"{d[m + '_recall@2']:+.2f}", f"{d[m + '_recall@5']:+.2f}"]
+    rows.append(row)
+    header = ["vectors"] + [f"{n} R@{k}" for n in names.values() for k in (2, 5)]
+    cos = r["cosine_int8_vs_torch"]
+    cos_rows = [
+        [what, f"{c['min']:.4f}", f"{c['p1']:.4f}", f"{c['mean']:.4f}", c["max_abs_diff"]]
+        for what, c in cos.items()
+    ]
+    return f"""### What int8 costs in retrieval quality (2Wiki)
+
+`nice -n 10 python benchmarks/bench_int8_quality.py --int8-cache PATH`: all
+{r["n_passages"]:,} passages and {r["n_questions"]:,} questions embedded by the torch MiniLM
+(the benchmark embedding caches) and by `minilm-onnx-int8` (kept in its own cache file PATH,
+outside the repository); for each, an index with the exact tree and the default config. Recall in %;
+psi is the default search (tree + BM25, RRF, beam 160), dense flat exact cosine over all leaves.
+
+{_table(header, rows)}
+
+Cosine of each int8 vector with the torch vector of the same text:
+
+{_table(["texts", "cos min", "cos 1st percentile", "cos mean", "max abs diff"], cos_rows)}
 """
 
 
@@ -198,6 +262,8 @@ def render() -> str | None:
         parts.append(_wiki(scale["2wiki"]))
     if embed := _load("embed_onnx.json"):
         parts.append(_embed(embed))
+    if int8 := _load("int8_quality.json"):
+        parts.append(_int8(int8))
     if not parts:
         return None
     head = """## Scale: ann and bucketed tree modes, ONNX embedder
