@@ -186,9 +186,10 @@ def machine_info() -> dict[str, Any]:
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    """Write ``result`` as benchmarks/results/<name>, adding the load average at the end."""
+    """Write ``result`` as benchmarks/results/<name>, adding the load average at the end (kept
+    when the machine facts come from an earlier run whose rows the file still holds)."""
     if isinstance(result.get("machine"), dict):
-        result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        result["machine"].setdefault("loadavg_at_end", [round(x, 2) for x in os.getloadavg()])
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name
     path.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,9 +1,9 @@
 """BENCHMARKS.md section on the ann and bucketed tree modes and the ONNX embedder.
 
 Rendered from ann_libs.json (bench_ann_libs.py), scale_ann.json (bench_scale_ann.py),
-embed_onnx.json (bench_embed_onnx.py) and int8_quality.json (bench_int8_quality.py) into
-results/section_scale_ann.md, which report.py then
-includes like every other cached section. Run by report.py; also runnable alone.
+embed_onnx.json (bench_embed_onnx.py), int8_quality.json (bench_int8_quality.py) and
+latency_1m.json (bench_latency.py at 1M leaves) into results/section_scale_ann.md, which
+report.py then includes like every other cached section. Run by report.py; also runnable alone.
 """
 
 from __future__ import annotations
@@ -250,6 +250,65 @@ against the torch vectors.
 {quality}"""
 
 
+def _latency_1m(r: dict[str, Any], before: dict[str, Any] | None) -> str:
+    run = r["runs"][-1]
+    cfg = r["search_config"]
+    rows = []
+    for m in r["methods"]:
+        c, pc, w = run["cpu_ms"][m], run["process_cpu_ms"][m], run["wall_ms"][m]
+        rows.append(
+            [
+                f"**{m}**" if m == "psi" else m,
+                f"{pc['p50']:.2f}",
+                f"{pc['p95']:.2f}",
+                f"{c['p50']:.2f}",
+                f"{w['p50']:.2f}",
+                f"{w['p95']:.2f}",
+                f"{run['p50_over_dense_flat'][m]:.3f}x",
+                run["source_item_in_top5"][m],
+            ]
+        )
+    header = ["method", "process CPU p50 ms", "p95", "thread CPU p50", "wall p50", "wall p95"]
+    header += ["CPU p50 / dense flat", "source item in top 5 (%)"]
+    psi = run["process_cpu_ms"]["psi"]["p50"]
+    goal = "met" if psi <= 3.0 else "missed"
+    old = ""
+    if before and before.get("runs"):
+        b = before["runs"][-1]
+        cells = []
+        for m in ("psi", "tree"):
+            cells.append(
+                f"{m} {b['process_cpu_ms'][m]['p50']:.2f} -> {run['process_cpu_ms'][m]['p50']:.2f}"
+            )
+        old = (
+            "\nThe same command on the code before this branch's tree-search change (children "
+            "gathered by one fancy index instead of a Python slice per kept node; rows by "
+            "np.take): "
+            "process CPU p50 ms " + ", ".join(cells) + " (separate runs on the busy machine).\n"
+        )
+    st = run["stage_seconds"]
+    build = ", ".join(f"{k} {v} s" for k, v in st.items())
+    return f"""### Query latency at 1M leaves: psi against dense flat
+
+`nice -n 10 python benchmarks/bench_latency.py --n 1000000 --tree bucketed --queries
+{run["n_queries"]} --rounds {r["rounds"]} --skip-2wiki --out latency_1m.json`:
+{run["n_passages"]:,} synthetic clustered unit vectors (dim 384, {run["clusters"]} clusters),
+each with a text of {run["words_per_text"]} pseudo-words (BM25 is built and timed), one tree in
+the bucketed mode (bucket {run["bucket_target"]:,}; layers {run["layers"]}), leaf-mean routing,
+no abstracts. Build (wall): {build}; peak RSS {run["peak_rss_mib_after_build"] / 1024:.1f} GiB.
+The default search (beam {cfg["beam"]}, {cfg["candidates"]} candidates per list, RRF, top
+{cfg["k"]}); query embedding excluded; BLAS on one thread; each query keeps the fastest of
+{r["rounds"]} rounds, methods in rotating blocks of 50 (the protocol of the query-latency
+section). Process CPU is `time.process_time` around each call.
+
+{_table(header, rows)}
+
+Goal psi p50 ≤ 3 ms of CPU: **{goal}** ({psi:.2f} ms). Tree search scores
+{run["tree_nodes_scored_mean"]:,.0f} nodes per query and finds
+{run["tree_recall@10_of_exact_top10"]}% of the exact top 10 (by cosine) in its own top 10.
+{old}"""
+
+
 def render() -> str | None:
     """The section's markdown, or None when none of its results exist."""
     parts = []
@@ -264,6 +323,8 @@ def render() -> str | None:
         parts.append(_embed(embed))
     if int8 := _load("int8_quality.json"):
         parts.append(_int8(int8))
+    if lat := _load("latency_1m.json"):
+        parts.append(_latency_1m(lat, _load("latency_1m_before.json")))
     if not parts:
         return None
     head = """## Scale: ann and bucketed tree modes, ONNX embedder
