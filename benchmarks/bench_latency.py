@@ -34,7 +34,8 @@ Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000]
        [--tree knn|forest|bucketed] [--bucket N] [--profile default|paper] [--skip-synthetic]
        [--skip-2wiki] [--out latency.json]
 Writes benchmarks/results/latency.json (or ``--out``). The 1M-leaf run of BENCHMARKS.md:
-``--n 1000000 --tree bucketed --queries 200 --skip-2wiki --out latency_1m.json``.
+``--n 1000000 --tree bucketed --queries 200 --rounds 2 --skip-2wiki --also-profile paper
+--out latency_1m.json``.
 """
 
 from __future__ import annotations
@@ -74,11 +75,18 @@ BLOCK = 50
 
 
 def method_calls(
-    index: Index, dense: DenseFlat, config: SearchConfig
+    index: Index, dense: DenseFlat, config: SearchConfig, extra: str | None = None
 ) -> dict[str, Callable[[np.ndarray, str], list[Any]]]:
-    """The four timed calls; each returns the top ``config.k`` passages."""
+    """The four timed calls; each returns the top ``config.k`` passages. ``extra`` names a
+    search profile whose psi and tree searches are timed beside them ("psi paper", ...)."""
     tree_cfg = config.with_(use_bm25=False)
     bm25_cfg = config.with_(use_tree=False)
+    more: dict[str, Callable[[np.ndarray, str], list[Any]]] = {}
+    if extra is not None:
+        other = PROFILES[extra]
+        other_tree = other.with_(use_bm25=False)
+        more[f"psi {extra}"] = lambda v, q: index.search_vector(v, q, config=other)
+        more[f"tree {extra}"] = lambda v, q: index.search_vector(v, q, config=other_tree)
 
     def dense_search(vec: np.ndarray, _q: str) -> list[Any]:
         leaves, scores = dense.ranked(vec, config.k)
@@ -89,6 +97,7 @@ def method_calls(
         "dense flat": dense_search,
         "tree": lambda v, q: index.search_vector(v, q, config=tree_cfg),
         "bm25": lambda v, q: index.search_vector(v, q, config=bm25_cfg),
+        **more,
     }
 
 
@@ -340,6 +349,7 @@ def run_synthetic(
     rounds: int,
     tree_kind: str = "knn",
     seed: int = 0,
+    extra: str | None = None,
 ) -> dict[str, Any]:
     index, e, texts, vocab, facts = synthetic_index(n, 384, clusters, bucket, tree_kind, seed)
     facts["peak_rss_mib_after_build"] = round(peak_rss_mib(), 1)
@@ -354,7 +364,7 @@ def run_synthetic(
         own = [w for w in words if w in labels_of][:4]
         queries.append(" ".join(own + list(rng.choice(words, 2))))
     dense = index.retriever.dense
-    timing, got = measure(method_calls(index, dense, config), vectors, queries, rounds)
+    timing, got = measure(method_calls(index, dense, config, extra), vectors, queries, rounds)
     found = {
         name: round(100 * float(np.mean([s in g for s, g in zip(src, got[name], strict=True)])), 2)
         for name in got
@@ -396,6 +406,12 @@ def main() -> None:
         help=f"leaves per bucket (--tree forest: 5000; bucketed: {DEFAULT_BUCKET_SIZE})",
     )
     ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    ap.add_argument(
+        "--also-profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="synthetic run: also time psi and tree under this profile",
+    )
     ap.add_argument("--out", default="latency.json", help="results file in benchmarks/results")
     ap.add_argument("--limit", type=int, default=None, help="first N 2Wiki questions only")
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds; fastest per query")
@@ -429,8 +445,16 @@ def main() -> None:
         print(result["runs"][-1], flush=True)
     if not args.skip_synthetic:
         run = run_synthetic(
-            args.n, args.queries, args.clusters, bucket, config, args.rounds, args.tree
+            args.n,
+            args.queries,
+            args.clusters,
+            bucket,
+            config,
+            args.rounds,
+            args.tree,
+            extra=args.also_profile,
         )
+        result["methods"] = list(run["cpu_ms"])
         result["runs"].append(run)
         print(run, flush=True)
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)

@@ -63,6 +63,12 @@ class LayeredSearch:
         self.children_of = children_of
         self.roots_at = list(roots_at) if roots_at is not None else [_EMPTY_IDS] * (self.depth + 1)
 
+    def _score(self, nodes: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Cosine of ``nodes`` with the query. ``np.take`` copies the rows as fancy indexing
+        does (same values, same layout) but measured ~20% faster on large node matrices
+        (benchmarks/bench_tree_gather.py): at scale, gathering the rows is most of a search."""
+        return np.take(self.vectors, nodes, axis=0) @ q
+
     def search(
         self,
         query: np.ndarray,
@@ -109,8 +115,7 @@ class LayeredSearch:
                 cands = cands[allowed[cands]]
             if cands.size == 0:
                 continue  # a shorter tree's root may still join at a lower layer
-            # np.take copies the rows like fancy indexing (same values, same layout) but faster
-            scores = np.take(self.vectors, cands, axis=0) @ q
+            scores = self._score(cands, q)
             if collect_visited:
                 visited.append(cands)
                 visited_scores.append(scores)
