@@ -79,7 +79,9 @@ def recalls(index: Any, queries: list[str], qvecs: np.ndarray, golds: list[set[s
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--int8-cache", type=Path, default=OUT / "cache" / "embeddings-int8.npz")
+    ap.add_argument(
+        "--int8-cache", type=Path, default=OUT / "cache" / "embeddings-minilm-onnx-int8.npz"
+    )
     ap.add_argument("--torch-cache", type=Path, default=MINILM_CACHE)
     ap.add_argument("--question-cache", type=Path, default=QUESTION_CACHE)
     ap.add_argument("--threads", type=int, default=2)
