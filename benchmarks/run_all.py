@@ -132,7 +132,7 @@ BENCHES: tuple[Bench, ...] = (
         (
             "bench_embed_onnx.py",
             "--sample",
-            "100",
+            "300",
             "--batch-sizes",
             "8",
             "16",
@@ -141,7 +141,7 @@ BENCHES: tuple[Bench, ...] = (
             "embed_onnx_batch.json",
         ),
         ("embed_onnx_batch.json",),
-        "~12 min: torch against ONNX fp32/int8 at batch 8, 16 and 32 on 100 passages",
+        "~8-12 min: torch against ONNX fp32/int8 at batch 8, 16 and 32 on 300 passages",
     ),
     Bench(
         "int8_quality",
