@@ -11,11 +11,9 @@
     exact spanning edges inside one bucket (bucketed: the edges its bucket trees can use), and
     Dasgupta's cost (1 - cos) of each tree over its expectation with the leaves permuted at random
     (``vs_random``, as in the skew section of BENCHMARKS.md; above 1 is better placement).
-    ``--dasgupta-only`` rebuilds just the trees (``build_tree`` with the index's settings, checked
-    against the recorded layer sizes) and adds that column to the rows already in the JSON.
 
 Usage: python benchmarks/bench_scale_ann.py [--sizes 100000] [--modes ann bucketed knn]
-       [--no-2wiki] [--dasgupta-only] [--budget SECONDS]; writes benchmarks/results/scale_ann.json
+       [--no-2wiki] [--no-synthetic] [--budget SECONDS]; writes benchmarks/results/scale_ann.json
        (merging rows measured earlier, so sizes can be run on separate occasions).
 """
 
@@ -36,7 +34,6 @@ from _common import (
     clustered,
     current_rss_mib,
     machine_info,
-    passage_text,
     peak_rss_mib,
     question_vectors,
     search_recall,
@@ -170,39 +167,6 @@ def two_wiki(bucket_sizes: list[int]) -> dict[str, Any]:
     }
 
 
-def two_wiki_dasgupta(wiki: dict[str, Any]) -> dict[str, Any]:
-    """Add Dasgupta's cost to the 2Wiki rows measured earlier, rebuilding only each tree.
-
-    The tree is ``build_tree`` over the cached passage vectors with the index's defaults and the
-    row's settings, as ``Index.build`` runs it; its layer sizes must equal the recorded ones.
-    """
-    from psirag import IndexConfig
-    from psirag.eval.harness import single_thread_blas
-    from psirag.eval.skew import dasgupta_terms
-    from psirag.tree import build_tree
-
-    corpus, _, _ = two_wiki_queries()
-    e = CachedVectors().embed([passage_text(r) for r in corpus])
-    for row in wiki["rows"]:
-        cfg = IndexConfig(
-            tree_mode=row["mode"],
-            **{k: row[k] for k in ("tree_neighbors", "tree_bucket_size") if k in row},
-        )
-        with single_thread_blas():
-            tree = build_tree(
-                e,
-                max_children=cfg.max_children,
-                mode=cfg.tree_mode,
-                neighbors=cfg.tree_neighbors,
-                bucket_size=cfg.tree_bucket_size,
-            )
-        if tree.layer_sizes() != row["layers"]:
-            raise SystemExit(f"{row['mode']}: layers {tree.layer_sizes()} != {row['layers']}")
-        row["dasgupta"] = dasgupta_terms(tree, e).as_dict()
-        print(row["mode"], row["dasgupta"], flush=True)
-    return wiki
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", type=int, nargs="+", default=[100_000])
@@ -210,7 +174,6 @@ def main() -> None:
     ap.add_argument("--bucket-sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     ap.add_argument("--no-2wiki", action="store_true")
     ap.add_argument("--no-synthetic", action="store_true")
-    ap.add_argument("--dasgupta-only", action="store_true", help="add Dasgupta to the 2Wiki rows")
     ap.add_argument("--budget", type=float, default=1800, help="seconds per build at most")
     ap.add_argument("--worker", choices=MODES, help=argparse.SUPPRESS)
     ap.add_argument("--size", type=int, help=argparse.SUPPRESS)
@@ -243,13 +206,10 @@ def main() -> None:
         if r["mode"] != "knn" and "seconds" in r and r["n"] in knn:
             r["knn_seconds_ratio"] = round(knn[r["n"]]["seconds"] / r["seconds"], 1)
     result["synthetic"] = rows
-    wiki = None if args.no_2wiki or args.dasgupta_only else two_wiki(args.bucket_sizes)
+    wiki = None if args.no_2wiki else two_wiki(args.bucket_sizes)
     if wiki is None:
         now = json.loads(path.read_text()) if path.exists() else {}
         wiki = now.get("2wiki")
-        if args.dasgupta_only and wiki:
-            wiki = two_wiki_dasgupta(wiki)
-            wiki["dasgupta_machine"] = machine_info()
     result["2wiki"] = wiki
     print(f"wrote {write_result('scale_ann.json', result)}")
 
