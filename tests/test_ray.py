@@ -179,26 +179,6 @@ def backend(srv: FakeOpenAIServer, **kw: Any) -> RayBackend:
     return RayBackend(embed_spec, llm_spec=llm_spec, options=options, **kw)
 
 
-def test_ray_build_equals_local_build(cluster: Any, server: Any, tmp_path: Path) -> None:
-    local, local_llm = build(server, tmp_path / "local.sqlite", None)
-    assert local.tree.n_leaves == 25
-    assert local.stats.tree_mode == "bucketed"
-    paid_local = local_llm.usage["abstracts"]["calls"]
-    assert paid_local > 5  # several layers of LLM abstracts
-
-    calls_before = server.calls
-    with backend(server) as batch:
-        remote, remote_llm = build(server, tmp_path / "ray.sqlite", batch)
-        assert_same_index(local, remote)
-        # Every LLM call paid once, through the driver's cache; the embedding went through the
-        # actors in batches of 4 rows (25 texts: at least 7 embedding requests).
-        assert remote_llm.usage["abstracts"]["calls"] == paid_local
-        assert remote.stats.llm["calls"] == paid_local
-        embeds = [r for r in server.requests[calls_before:] if r.path.endswith("/embeddings")]
-        assert len(embeds) >= 7
-        assert all(len(r["input"]) <= 4 for r in embeds)
-
-
 class DyingEmbedActor(EmbedActor):
     """Kills its own worker process on its first batch (once per marker file)."""
 
@@ -236,9 +216,12 @@ class DyingChatFactory:
         return DyingChat(self.base_url, self.marker)
 
 
-def test_killed_workers_are_replaced_and_the_job_retries(
+def test_ray_build_equals_local_build_with_workers_killed_mid_job(
     cluster: Any, server: Any, tmp_path: Path
 ) -> None:
+    """Bucketed tree and LLM summaries, built locally and on Ray: the same index. On Ray the
+    first embedding actor and the first LLM actor kill their own process mid-job; the job
+    retries (replaced actors, retried calls) and the result is unchanged."""
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the test's classes
@@ -246,6 +229,7 @@ def test_killed_workers_are_replaced_and_the_job_retries(
     DyingEmbedActor.marker = str(embed_mark)  # pickled with the class, by value
     try:
         local, local_llm = build(server, tmp_path / "local.sqlite", None)
+        calls_before = server.calls
         with backend(
             server,
             embed_actor=DyingEmbedActor,
@@ -256,8 +240,17 @@ def test_killed_workers_are_replaced_and_the_job_retries(
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     assert embed_mark.exists() and chat_mark.exists()  # both kinds of worker did die
     assert int(embed_mark.read_text()) != os.getpid()
+    assert local.tree.n_leaves == 25 and local.stats.tree_mode == "bucketed"
+    assert local.tree.depth >= 3  # several buckets merged, several layers of LLM abstracts
     assert_same_index(local, remote)
-    assert remote_llm.usage["abstracts"]["calls"] == local_llm.usage["abstracts"]["calls"]
+    # Every LLM call paid once, through the driver's cache (the killed call never reached the
+    # server); the embedding went through the actors in batches of at most 4 rows.
+    paid = local_llm.usage["abstracts"]["calls"]
+    assert paid > 5
+    assert remote_llm.usage["abstracts"]["calls"] == paid
+    assert remote.stats.llm["calls"] == paid
+    embeds = [r for r in server.requests[calls_before:] if r.path.endswith("/embeddings")]
+    assert len(embeds) >= 7 and all(len(r["input"]) <= 4 for r in embeds)
 
 
 def test_a_failed_ray_build_resumes_from_the_cache(

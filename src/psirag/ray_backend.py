@@ -25,6 +25,7 @@ batch (its default, without a limit); an LLM actor restarts and its calls are re
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import time
@@ -201,11 +202,11 @@ class RayBackend:
     def connect(self) -> RayBackend:
         """Join the cluster (or start a local one). Raises :class:`ClusterError`, having
         written nothing, when Ray is missing or the address does not answer."""
-        ray = require_ray()
-        self._ray = ray
         address = self.options.address or os.environ.get("RAY_ADDRESS") or None
         if address:
             _probe(address)
+        ray = require_ray()
+        self._ray = ray
         if ray.is_initialized():  # a cluster this process already joined (tests, notebooks)
             return self
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -221,8 +222,6 @@ class RayBackend:
             where = address or "a new local cluster"
             raise ClusterError(f"cannot start Ray on {where}: {exc}") from exc
         self._started = True
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = self.progress
         return self
 
     def close(self) -> None:
@@ -250,6 +249,13 @@ class RayBackend:
         assert self._ray is not None
         return self._ray
 
+    def _quiet_data(self) -> None:
+        """Ray Data's progress bars only with ``progress``; its INFO lines never (they would
+        drown the build's own report)."""
+        ray = self._require()
+        ray.data.DataContext.get_current().enable_progress_bars = self.progress
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+
     def _cluster_cpus(self) -> int:
         ray = self._require()
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -259,6 +265,7 @@ class RayBackend:
         """Raw vectors of ``texts`` in input order (by the row numbers they carry through Ray
         Data), and how many texts the model truncated."""
         ray = self._require()
+        self._quiet_data()
         n = len(texts)
         if n == 0:
             return np.zeros((0, 0), dtype=np.float32), 0
@@ -278,7 +285,7 @@ class RayBackend:
             },
             batch_size=rows,
             batch_format="numpy",
-            concurrency=actors,
+            compute=ray.data.ActorPoolStrategy(size=actors),
             num_cpus=1,
         )
         got_rows: list[np.ndarray] = []
