@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import dataset, machine_info, passage_text, write_result
+from _common import dataset, machine_info, write_result
 
 from psirag.index import Index
 

@@ -104,6 +104,13 @@ def test_the_default_cli_does_not_import_ray() -> None:
     assert got.stdout.strip() == "False"
 
 
+def test_an_address_that_is_not_host_port_is_refused(tmp_path: Path) -> None:
+    from psirag.errors import ClusterError
+
+    with pytest.raises(ClusterError, match="is not host:port"):
+        RayBackend("minilm", options=RayOptions(address="no-port-here")).connect()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One local 2-CPU Ray cluster for the module (its start is most of these tests' time)."""
