@@ -127,6 +127,13 @@ BENCHES: tuple[Bench, ...] = (
         ("embed_onnx.json",),
         "~20 min: MiniLM torch/ONNX/int8 on 1,000 passages; int8 embeds all of 2Wiki",
     ),
+    Bench(
+        "ray",
+        ("bench_ray.py", "--limit", "1000", "--rounds", "2"),
+        ("ray.json", "section_scale_ann_ray.md"),
+        "~10 min: four `psirag index` builds of 1,000 2Wiki passages, local and on a local Ray "
+        "cluster (needs psirag[ray])",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"
