@@ -335,6 +335,9 @@ class LLMClient:
                     self.record(list_of_messages[i], params, stage, result, seconds)
                     results[i] = result
                     bar.update(1)
+        except LLMError as exc:
+            self.record_failure(stage, exc, 0.0)
+            raise
         finally:
             bar.close()
         if any(r is None for r in results):
