@@ -8,9 +8,9 @@ time includes starting Ray, its embedding actors (each loading MiniLM) and the b
 With ``--rounds 2`` the order alternates (local, Ray, Ray, local) so that a machine whose load
 drifts does not favour one side.
 
-Writes benchmarks/results/ray.json and the BENCHMARKS.md subsection
-benchmarks/results/section_scale_ann_ray.md (after the scale section); ``--render`` rewrites the
-subsection from ray.json without rerunning.
+Writes benchmarks/results/ray.json (ray_full.json with ``--limit 0``) and the BENCHMARKS.md
+subsection benchmarks/results/section_scale_ann_ray.md (after the scale section); ``--render``
+rewrites the subsection from the results without rerunning.
 
 Usage: nice -n 10 python benchmarks/bench_ray.py [--limit 1000] [--rounds 2] [--render]
 """
@@ -96,6 +96,29 @@ def small_builds(limit: int, tree_mode: str, bucket_size: int) -> dict[str, Any]
     return {"passages": limit, "local": round(local, 1), "ray": round(ray, 1)}
 
 
+FULL = "ray_full.json"
+"""The result of ``--limit 0`` (all 6,119 passages), kept beside the 1,000-passage one."""
+
+
+def _full_text() -> str:
+    """A paragraph on the all-passages run, when one was made."""
+    path = RESULTS / FULL
+    if not path.exists():
+        return ""
+    f = json.loads(path.read_text())
+    eq = f["equality"]
+    same = all(eq[k] for k in ("same_ids", "vectors_within_1e-5", "same_tree", "same_abstracts"))
+    local, ray = sum(f["wall_seconds"]["local"]), sum(f["wall_seconds"]["ray"])
+    return (
+        f"\nAll {f['passages']:,} passages, `--limit 0 --rounds {len(f['wall_seconds']['local'])}` "
+        f"(order {', '.join(f['order'])}; load average {f['machine'].get('loadavg_at_start')} "
+        f"at the start, {f['machine'].get('loadavg_at_end')} at the end): local {local:.0f} s, "
+        f"Ray {ray:.0f} s, **ratio {f['overhead_ratio_ray_over_local']}**; largest vector "
+        f"difference {eq['max_abs_node_vector_diff']:.1e}, "
+        f"{'the same index' if same else 'NOT the same index'}.\n"
+    )
+
+
 def section(r: dict[str, Any]) -> str:
     """The BENCHMARKS.md subsection for one result of this script."""
     eq = r["equality"]
@@ -154,7 +177,7 @@ Equality check: same chunk ids {eq["same_ids"]}, largest vector difference
 The stage columns are the last run of each side; the wall time also holds the imports and
 the driver's own model load.{fixed} LLM abstracts are not in this measurement (the 2 cores
 ran a local LLM eval); their Ray path is checked for equality and resumption in tests/test_ray.py.
-"""
+{_full_text()}"""
 
 
 def main() -> None:
@@ -216,7 +239,9 @@ def main() -> None:
             "equality": check,
             "machine": facts,
         }
-        path = write_result("ray.json", result)
+        path = write_result(FULL if not args.limit else "ray.json", result)
+        if not args.limit:  # the section's main numbers stay those of ray.json
+            result = json.loads((RESULTS / "ray.json").read_text())
         SECTION.write_text(reflow(section(result)))
         print(json.dumps(result, indent=2))
         print(f"wrote {path} and {SECTION}")
