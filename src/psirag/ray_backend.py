@@ -376,9 +376,13 @@ class RayBackend:
             position: dict[Any, int] = {}
             pending: list[Any] = []
             nxt = 0
+            failure: Exception | None = None
             try:
-                while nxt < len(calls) or pending:
-                    while nxt < len(calls) and len(pending) < window:
+                # On the first failure no new call starts, the calls in flight finish and their
+                # answers are still yielded (so cached), then the failure is raised: as the
+                # local chat_many does, a rerun pays only for what had not finished.
+                while pending or (failure is None and nxt < len(calls)):
+                    while failure is None and nxt < len(calls) and len(pending) < window:
                         ref = actors[nxt % len(actors)].chat.remote(calls[nxt], params)
                         position[ref] = nxt
                         pending.append(ref)
@@ -388,17 +392,21 @@ class RayBackend:
                         try:
                             result, error, seconds = ray.get(ref)
                         except Exception as exc:
-                            raise ClusterError(
+                            failure = failure or ClusterError(
                                 f"Ray LLM call failed after {self.options.retries} retries: "
                                 f"{_first_line(exc)}"
-                            ) from exc
+                            )
+                            continue
                         if result is None:
-                            raise LLMError(error)
+                            failure = failure or LLMError(error)
+                            continue
                         yield position.pop(ref), result, seconds
             finally:
-                for ref in pending:  # a failure: calls not yet answered are dropped
+                for ref in pending:  # interrupted: calls not yet answered are dropped
                     with contextlib.suppress(Exception):
                         ray.cancel(ref)
+            if failure is not None:
+                raise failure
 
         return run
 
