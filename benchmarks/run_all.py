@@ -171,6 +171,13 @@ BENCHES: tuple[Bench, ...] = (
         "~30 min on the busy machine, 7 GiB: a 1M-leaf bucketed tree and BM25, then timing",
     ),
     Bench("tree_gather", ("bench_tree_gather.py",), ("tree_gather.json",), "~1 min"),
+    Bench(
+        "ray",
+        ("bench_ray.py", "--limit", "1000", "--rounds", "2"),
+        ("ray.json", "section_scale_ann_ray.md"),
+        "~10 min: four `psirag index` builds of 1,000 2Wiki passages, local and on a local Ray "
+        "cluster (needs psirag[ray])",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"
