@@ -27,6 +27,8 @@ DATA = Path(os.environ.get("PSIRAG_DATA", ROOT.parent / "shared" / "data"))
 OUT = Path(os.environ.get("PSIRAG_BENCH_OUT", ROOT / "bench-out"))
 RESULTS = ROOT / "benchmarks" / "results"
 MINILM_CACHE = OUT / "cache" / "embeddings-minilm.npz"
+QUESTION_CACHE = OUT / "cache" / "retrieval-question-vectors.npz"
+"""MiniLM vectors of the benchmark questions (as kept by bench_retrieval_variants.py --vectors)."""
 
 
 def dataset(name: str) -> tuple[list[dict], list[dict]]:
@@ -184,9 +186,10 @@ def machine_info() -> dict[str, Any]:
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    """Write ``result`` as benchmarks/results/<name>, adding the load average at the end."""
+    """Write ``result`` as benchmarks/results/<name>, adding the load average at the end (kept
+    when the machine facts come from an earlier run whose rows the file still holds)."""
     if isinstance(result.get("machine"), dict):
-        result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        result["machine"].setdefault("loadavg_at_end", [round(x, 2) for x in os.getloadavg()])
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / name
     path.write_text(json.dumps(result, indent=2) + "\n")
@@ -240,6 +243,19 @@ class CachedVectors:
 
     def count_truncated(self, texts: Sequence[str]) -> int:
         return 0
+
+
+def question_vectors(queries: Sequence[str], path: Path = QUESTION_CACHE) -> np.ndarray:
+    """Torch MiniLM vectors of the questions: from ``path`` when it holds them all, else embedded
+    now (the passage cache holds no questions)."""
+    if path.exists():
+        try:
+            return CachedVectors(path).embed(queries)
+        except KeyError:
+            pass
+    from psirag.embed import load_embedder
+
+    return load_embedder("minilm-torch").embed(queries)
 
 
 def two_wiki_index(

@@ -10,7 +10,8 @@ With ``--quality``, Recall@5 on all 2Wiki questions for an index built with each
 vectors (exact tree, psi and tree-alone), to measure what int8 costs.
 
 Usage: python benchmarks/bench_embed_onnx.py [--sample 1000] [--threads 2] [--rounds 3]
-       [--quality]; writes benchmarks/results/embed_onnx.json.
+       [--batch-sizes 32] [--quality] [--out embed_onnx.json]; writes
+       benchmarks/results/embed_onnx.json (or ``--out``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main() -> None:
     ap.add_argument("--slice", type=int, default=50, help="texts per interleaved slice")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[32])
     ap.add_argument("--quality", action="store_true")
+    ap.add_argument("--out", default="embed_onnx.json", help="results file in benchmarks/results")
     args = ap.parse_args()
 
     import torch
@@ -126,7 +128,7 @@ def main() -> None:
     }
     if args.quality:
         result["quality"] = quality(embedders, runs)
-    print(f"wrote {write_result('embed_onnx.json', result)}")
+    print(f"wrote {write_result(args.out, result)}")
 
 
 def quality(embedders: dict[tuple[str, int], Any], runs: list[tuple[str, int]]) -> list[dict]:

@@ -10,12 +10,16 @@ Two corpora:
     and refuses; so by default (``--tree knn``) one tree is built in the knn mode (SPEC 4,
     k 32, O(n·k) memory). ``--tree forest`` instead cuts the corpus into spherical k-means
     buckets of about ``--bucket`` leaves and :func:`psirag.tree.build_forest` builds one exact
-    tree per bucket. The :class:`psirag.Index` is then constructed around the tree from arrays
+    tree per bucket. ``--tree bucketed`` builds one tree in the bucketed mode (SPEC 4, paper
+    App. E.1: exact trees inside k-means buckets of at most ``--bucket`` leaves, merged on top;
+    no O(n²) step, so it reaches 1M leaves). The :class:`psirag.Index` is then constructed
+    around the tree from arrays
     (its constructor, not ``Index.build``, so no abstracts are written), and all four methods
     run through the same calls as on 2Wiki.
 
 Every method is timed per query, in CPU time of the thread (what the search costs, without the
-waits a shared machine adds) and in wall time, with BLAS limited to one thread (so the thread's
+waits a shared machine adds), in CPU time of the whole process (``time.process_time``: any
+helper thread included) and in wall time, with BLAS limited to one thread (so the thread's
 CPU time is all of the work), garbage collection off, and
 the method order rotating from block to block (50 queries), so machine load hits them
 alike; a second pass interleaves the methods on every query (colder caches). Each pass runs
@@ -26,9 +30,12 @@ alike; a second pass interleaves the methods on every query (colder caches). Eac
 - tree: the same call with ``use_bm25=False``; bm25: with ``use_tree=False``;
 - dense flat: ``psirag.retrieval.retriever.DenseFlat`` exact cosine over every leaf, top 5 passages.
 
-Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000] [--tree knn|forest]
-       [--skip-synthetic]
-Writes benchmarks/results/latency.json.
+Usage: python benchmarks/bench_latency.py [--n 100000] [--queries 1000]
+       [--tree knn|forest|bucketed] [--bucket N] [--profile default|paper] [--skip-synthetic]
+       [--skip-2wiki] [--out latency.json]
+Writes benchmarks/results/latency.json (or ``--out``). The 1M-leaf run of BENCHMARKS.md:
+``--n 1000000 --tree bucketed --queries 200 --rounds 2 --skip-2wiki --also-profile paper
+--out latency_1m.json``.
 """
 
 from __future__ import annotations
@@ -54,10 +61,12 @@ from _common import (
 )
 
 from psirag import Index, IndexConfig, SearchConfig
+from psirag.config import PROFILES
 from psirag.eval.harness import single_thread_blas
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import DenseFlat
 from psirag.tree import build_forest, build_tree
+from psirag.tree.bucket import DEFAULT_BUCKET_SIZE
 from psirag.types import Chunk, Source
 
 METHODS = ("psi", "dense flat", "tree", "bm25")
@@ -66,11 +75,18 @@ BLOCK = 50
 
 
 def method_calls(
-    index: Index, dense: DenseFlat, config: SearchConfig
+    index: Index, dense: DenseFlat, config: SearchConfig, extra: str | None = None
 ) -> dict[str, Callable[[np.ndarray, str], list[Any]]]:
-    """The four timed calls; each returns the top ``config.k`` passages."""
+    """The four timed calls; each returns the top ``config.k`` passages. ``extra`` names a
+    search profile whose psi and tree searches are timed beside them ("psi paper", ...)."""
     tree_cfg = config.with_(use_bm25=False)
     bm25_cfg = config.with_(use_tree=False)
+    more: dict[str, Callable[[np.ndarray, str], list[Any]]] = {}
+    if extra is not None:
+        other = PROFILES[extra]
+        other_tree = other.with_(use_bm25=False)
+        more[f"psi {extra}"] = lambda v, q: index.search_vector(v, q, config=other)
+        more[f"tree {extra}"] = lambda v, q: index.search_vector(v, q, config=other_tree)
 
     def dense_search(vec: np.ndarray, _q: str) -> list[Any]:
         leaves, scores = dense.ranked(vec, config.k)
@@ -81,11 +97,12 @@ def method_calls(
         "dense flat": dense_search,
         "tree": lambda v, q: index.search_vector(v, q, config=tree_cfg),
         "bm25": lambda v, q: index.search_vector(v, q, config=bm25_cfg),
+        **more,
     }
 
 
 Times = dict[str, dict[str, list[float]]]
-"""Per method: ``cpu`` and ``wall`` milliseconds per query."""
+"""Per method: ``cpu`` (thread), ``process_cpu`` and ``wall`` milliseconds per query."""
 
 
 def time_methods(
@@ -107,7 +124,9 @@ def time_methods(
     """
     names = list(calls)
     n = len(queries)
-    times: Times = {m: {"cpu": [np.inf] * n, "wall": [np.inf] * n} for m in names}
+    times: Times = {
+        m: {"cpu": [np.inf] * n, "process_cpu": [np.inf] * n, "wall": [np.inf] * n} for m in names
+    }
     got: dict[str, list[list[int]]] = {m: [[] for _ in range(n)] for m in names}
     for i in range(min(WARMUP, n)):
         for name in names:
@@ -122,12 +141,16 @@ def time_methods(
                     r = b % len(names)
                     for name in names[r:] + names[:r]:
                         call, cpu, wall = calls[name], times[name]["cpu"], times[name]["wall"]
+                        pcpu = times[name]["process_cpu"]
                         leaves = got[name]
                         for i in range(lo, hi):
+                            p0 = time.process_time_ns()
                             c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
                             out = call(vectors[i], queries[i])
                             w1, c1 = time.perf_counter_ns(), time.thread_time_ns()
+                            p1 = time.process_time_ns()
                             cpu[i] = min(cpu[i], (c1 - c0) / 1e6)
+                            pcpu[i] = min(pcpu[i], (p1 - p0) / 1e6)
                             wall[i] = min(wall[i], (w1 - w0) / 1e6)
                             leaves[i] = [p.leaf for p in out]
     finally:
@@ -170,6 +193,7 @@ def measure(
     base = cpu["dense flat"]["p50"]
     summary = {
         "cpu_ms": cpu,
+        "process_cpu_ms": stats(warm, "process_cpu"),
         "wall_ms": stats(warm, "wall"),
         "p50_over_dense_flat": {n: round(s["p50"] / base, 3) for n, s in cpu.items()},
         "interleaved_cpu_ms": stats(cold, "cpu"),
@@ -280,6 +304,12 @@ def synthetic_index(
             int(np.median(sizes)),
             int(sizes.max()),
         ]
+    elif tree_kind == "bucketed":
+        t0, c0 = time.perf_counter(), time.process_time()
+        tree = build_tree(e, max_children=40, mode="bucketed", bucket_size=bucket)
+        seconds[f"tree (bucketed, bucket {bucket})"] = time.perf_counter() - t0
+        facts["tree_build_cpu_seconds_this_process"] = round(time.process_time() - c0, 1)
+        facts["bucket_target"] = bucket
     else:
         t0 = time.perf_counter()
         tree = build_tree(e, max_children=40, mode="knn", neighbors=32)
@@ -319,8 +349,10 @@ def run_synthetic(
     rounds: int,
     tree_kind: str = "knn",
     seed: int = 0,
+    extra: str | None = None,
 ) -> dict[str, Any]:
     index, e, texts, vocab, facts = synthetic_index(n, 384, clusters, bucket, tree_kind, seed)
+    facts["peak_rss_mib_after_build"] = round(peak_rss_mib(), 1)
     rng = np.random.default_rng(seed + 2)
     src = rng.choice(n, n_queries, replace=False)
     noisy = e[src] + 0.05 * rng.normal(size=(n_queries, e.shape[1])).astype(np.float32)
@@ -332,7 +364,7 @@ def run_synthetic(
         own = [w for w in words if w in labels_of][:4]
         queries.append(" ".join(own + list(rng.choice(words, 2))))
     dense = index.retriever.dense
-    timing, got = measure(method_calls(index, dense, config), vectors, queries, rounds)
+    timing, got = measure(method_calls(index, dense, config, extra), vectors, queries, rounds)
     found = {
         name: round(100 * float(np.mean([s in g for s, g in zip(src, got[name], strict=True)])), 2)
         for name in got
@@ -362,23 +394,40 @@ def main() -> None:
     ap.add_argument("--clusters", type=int, default=200)
     ap.add_argument(
         "--tree",
-        choices=["knn", "forest"],
+        choices=["knn", "forest", "bucketed"],
         default="knn",
-        help="synthetic index: one knn-mode tree, or a forest of exact trees over buckets",
+        help="synthetic index: one knn-mode tree, a forest of exact trees over buckets, or one "
+        "bucketed-mode tree",
     )
-    ap.add_argument("--bucket", type=int, default=5000, help="--tree forest: leaves per tree")
+    ap.add_argument(
+        "--bucket",
+        type=int,
+        default=None,
+        help=f"leaves per bucket (--tree forest: 5000; bucketed: {DEFAULT_BUCKET_SIZE})",
+    )
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="default")
+    ap.add_argument(
+        "--also-profile",
+        choices=sorted(PROFILES),
+        default=None,
+        help="synthetic run: also time psi and tree under this profile",
+    )
+    ap.add_argument("--out", default="latency.json", help="results file in benchmarks/results")
     ap.add_argument("--limit", type=int, default=None, help="first N 2Wiki questions only")
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds; fastest per query")
     ap.add_argument("--skip-synthetic", action="store_true")
     ap.add_argument("--skip-2wiki", action="store_true")
     args = ap.parse_args()
-    config = SearchConfig()
+    config = PROFILES[args.profile]
+    bucket = args.bucket or (5000 if args.tree == "forest" else DEFAULT_BUCKET_SIZE)
     result: dict[str, Any] = {
+        "profile": args.profile,
         "search_config": {
             "beam": config.beam,
             "candidates": config.candidates,
             "k": config.k,
             "rrf_k": config.rrf_k,
+            "merge_duplicates": config.merge_duplicates,
         },
         "methods": list(METHODS),
         "protocol": "single-thread BLAS (threadpoolctl), gc off while timing, "
@@ -396,12 +445,20 @@ def main() -> None:
         print(result["runs"][-1], flush=True)
     if not args.skip_synthetic:
         run = run_synthetic(
-            args.n, args.queries, args.clusters, args.bucket, config, args.rounds, args.tree
+            args.n,
+            args.queries,
+            args.clusters,
+            bucket,
+            config,
+            args.rounds,
+            args.tree,
+            extra=args.also_profile,
         )
+        result["methods"] = list(run["cpu_ms"])
         result["runs"].append(run)
         print(run, flush=True)
     result["peak_rss_mib"] = round(peak_rss_mib(), 1)
-    print(f"wrote {write_result('latency.json', result)}")
+    print(f"wrote {write_result(args.out, result)}")
 
 
 if __name__ == "__main__":

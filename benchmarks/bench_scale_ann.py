@@ -8,11 +8,13 @@
 (b) 2WikiMultihopQA, all 6,119 passages, MiniLM vectors from the embedding cache: each mode's
     tree against the exact one: Recall@2/5 for psi (tree + BM25, RRF) and the tree alone, the
     share of the exact spanning edges the mode's spanning tree keeps (ann), or the share of
-    exact spanning edges inside one bucket (bucketed: the edges its bucket trees can use).
+    exact spanning edges inside one bucket (bucketed: the edges its bucket trees can use), and
+    Dasgupta's cost (1 - cos) of each tree over its expectation with the leaves permuted at random
+    (``vs_random``, as in the skew section of BENCHMARKS.md; above 1 is better placement).
 
 Usage: python benchmarks/bench_scale_ann.py [--sizes 100000] [--modes ann bucketed knn]
-       [--no-2wiki] [--budget SECONDS]; writes benchmarks/results/scale_ann.json (merging rows
-       measured earlier, so sizes can be run on separate occasions).
+       [--no-2wiki] [--no-synthetic] [--budget SECONDS]; writes benchmarks/results/scale_ann.json
+       (merging rows measured earlier, so sizes can be run on separate occasions).
 """
 
 from __future__ import annotations
@@ -33,13 +35,14 @@ from _common import (
     current_rss_mib,
     machine_info,
     peak_rss_mib,
+    question_vectors,
     search_recall,
     two_wiki_index,
     two_wiki_queries,
     write_result,
 )
 
-from psirag import SearchConfig
+from psirag.config import PROFILES
 
 MODES = ("ann", "bucketed", "bucketed-ann", "knn", "exact")
 
@@ -93,16 +96,20 @@ def run_child(mode: str, n: int, budget: float) -> dict[str, Any]:
 def two_wiki(bucket_sizes: list[int]) -> dict[str, Any]:
     """Part (b): each new mode against the exact tree over all 2Wiki passages."""
     from psirag.eval.harness import single_thread_blas
+    from psirag.eval.skew import dasgupta_terms
     from psirag.tree import similarity_matrix, spanning_edges
     from psirag.tree.ann import spanning_edges_ann
     from psirag.tree.bucket import split_buckets
 
     corpus, queries, golds = two_wiki_queries()
-    embedder = CachedVectors()  # passages; the cache holds no questions: embed those here
-    from psirag.embed import load_embedder
-
-    qvecs = load_embedder("minilm-torch").embed(queries)
-    fused, tree_only = SearchConfig(), SearchConfig(use_bm25=False)
+    embedder = CachedVectors()  # passages; the questions come from their own cache
+    qvecs = question_vectors(queries)
+    # the default profile (beam 160) and the paper's (beam 40): at beam 160 the tree's top 10 is
+    # mostly the exact dense top 10, so beam 40 shows more of what each tree's shape costs
+    profiles = {
+        "": PROFILES["default"],
+        "_paper": PROFILES["paper"],
+    }
     settings: list[tuple[str, dict[str, Any]]] = [("exact", {})]
     settings += [("ann", {"tree_neighbors": k}) for k in (8, 32)]
     settings += [("bucketed", {"tree_bucket_size": b}) for b in bucket_sizes]
@@ -136,17 +143,28 @@ def two_wiki(bucket_sizes: list[int]) -> dict[str, Any]:
                     100 * inside / len(exact_set), 2
                 )
             row["layers"] = index.tree.layer_sizes()
-            row["psi"] = search_recall(index, queries, qvecs, golds, fused)
-            row["tree_alone"] = search_recall(index, queries, qvecs, golds, tree_only)
+            row["dasgupta"] = dasgupta_terms(index.tree, e).as_dict()
+            for tag, cfg in profiles.items():
+                row["psi" + tag] = search_recall(index, queries, qvecs, golds, cfg)
+                tree_cfg = cfg.with_(use_bm25=False)
+                row["tree_alone" + tag] = search_recall(index, queries, qvecs, golds, tree_cfg)
             rows.append(row)
             print(row, flush=True)
     base = rows[0]
     for row in rows[1:]:
-        row["psi_recall@5_minus_exact"] = round(row["psi"]["recall@5"] - base["psi"]["recall@5"], 2)
-        row["tree_alone_recall@5_minus_exact"] = round(
-            row["tree_alone"]["recall@5"] - base["tree_alone"]["recall@5"], 2
-        )
-    return {"n_passages": len(corpus), "n_questions": len(queries), "rows": rows}
+        for name in ("psi", "tree_alone", "psi_paper", "tree_alone_paper"):
+            row[f"{name}_recall@5_minus_exact"] = round(
+                row[name]["recall@5"] - base[name]["recall@5"], 2
+            )
+    return {
+        "n_passages": len(corpus),
+        "n_questions": len(queries),
+        "profiles": {
+            "psi, tree_alone": "default (beam 160, identical texts merged)",
+            "psi_paper, tree_alone_paper": "paper (beam 40)",
+        },
+        "rows": rows,
+    }
 
 
 def main() -> None:
@@ -165,7 +183,9 @@ def main() -> None:
         return
     path = RESULTS / "scale_ann.json"
     old = json.loads(path.read_text()) if path.exists() else {}
-    result: dict[str, Any] = {"machine": machine_info()}
+    # the machine facts belong to the synthetic builds: kept when they are not rerun
+    keep = args.no_synthetic and "machine" in old
+    result: dict[str, Any] = {"machine": old["machine"] if keep else machine_info()}
     synthetic = {(r["mode"], r["n"]): r for r in old.get("synthetic", [])}
     if not args.no_synthetic:
         for n in args.sizes:

@@ -127,6 +127,57 @@ BENCHES: tuple[Bench, ...] = (
         ("embed_onnx.json",),
         "~20 min: MiniLM torch/ONNX/int8 on 1,000 passages; int8 embeds all of 2Wiki",
     ),
+    Bench(
+        "embed_onnx_batch",
+        (
+            "bench_embed_onnx.py",
+            "--sample",
+            "300",
+            "--batch-sizes",
+            "8",
+            "16",
+            "32",
+            "--out",
+            "embed_onnx_batch.json",
+        ),
+        ("embed_onnx_batch.json",),
+        "~8-12 min: torch against ONNX fp32/int8 at batch 8, 16 and 32 on 300 passages",
+    ),
+    Bench(
+        "int8_quality",
+        ("bench_int8_quality.py",),
+        ("int8_quality.json",),
+        "~10 min: int8 ONNX embeds all 2Wiki passages once (cached), then two indexes",
+    ),
+    Bench(
+        "latency_1m",
+        (
+            "bench_latency.py",
+            "--n",
+            "1000000",
+            "--tree",
+            "bucketed",
+            "--queries",
+            "200",
+            "--rounds",
+            "2",
+            "--skip-2wiki",
+            "--also-profile",
+            "paper",
+            "--out",
+            "latency_1m.json",
+        ),
+        ("latency_1m.json",),
+        "~30 min on the busy machine, 7 GiB: a 1M-leaf bucketed tree and BM25, then timing",
+    ),
+    Bench("tree_gather", ("bench_tree_gather.py",), ("tree_gather.json",), "~1 min"),
+    Bench(
+        "ray",
+        ("bench_ray.py", "--limit", "1000", "--rounds", "2"),
+        ("ray.json", "section_scale_ann_ray.md"),
+        "~10 min: four `psirag index` builds of 1,000 2Wiki passages, local and on a local Ray "
+        "cluster (needs psirag[ray])",
+    ),
 )
 
 LLM_COST = "local LLM, tens of minutes to hours: cached, rerun by hand only"

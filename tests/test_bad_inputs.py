@@ -130,6 +130,15 @@ CASES: list[Case] = [
         links={"a.txt": "b.txt", "b.txt": "a.txt"},
     ),
     Case(
+        "ray-unreachable",
+        "--ray at an address where no Ray cluster listens",
+        ("index", "corpus", "--out", "out", "-q", "--ray", "127.0.0.1:1"),
+        2,
+        "ClusterError",
+        "cannot reach the Ray cluster at 127.0.0.1:1",
+        files={"corpus/a.txt": WORDS},
+    ),
+    Case(
         "json-surrogate",
         "a lone surrogate (\\ud800) in JSON text",
         ("index", "records.json", "--out", "out", "-q"),

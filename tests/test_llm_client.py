@@ -248,3 +248,35 @@ def test_client_works_with_any_chat_model():
     assert client.count_tokens("abcdef") == 2  # estimate: 3 bytes a token
     assert isinstance(client, ChatModel) and client.id == "fake:flaky"
     assert client.context_tokens == 100
+
+
+def test_a_runner_gets_only_cache_misses_and_every_answer_is_cached_at_once(server, tmp_path):
+    """with_runner (what a Ray build uses): hits answered here, misses sent to the runner, each
+    answer stored as it arrives, so a runner failing halfway loses nothing it had returned."""
+    client = LLMClient(OpenAIChat(server.base_url, "m"), tmp_path / "c.sqlite")
+    client.chat(msgs("a"), PARAMS, stage="abstracts")  # paid the normal way, now cached
+    sent: list[list[str]] = []
+
+    def runner(calls, params):
+        sent.append([c[-1]["content"] for c in calls])
+        for pos in reversed(range(len(calls))):  # any order
+            if calls[pos][-1]["content"] == "boom":
+                raise LLMConnectionError("worker lost")
+            yield pos, ChatResult("remote " + calls[pos][-1]["content"], 3, 2), 0.5
+
+    remote = client.with_runner(runner)
+    out = remote.chat_many([msgs("a"), msgs("b"), msgs("c")], PARAMS, stage="abstracts")
+    assert [r.text for r in out] == ["reply to a", "remote b", "remote c"]
+    assert [r.cached for r in out] == [True, False, False]
+    assert sent == [["b", "c"]]
+    with pytest.raises(LLMConnectionError):
+        remote.chat_many([msgs("d"), msgs("boom"), msgs("e")], PARAMS, stage="abstracts")
+    # "e" came back before the failure (reversed order) and is kept; the rerun sends the rest.
+    sent.clear()
+    with pytest.raises(LLMConnectionError):
+        remote.chat_many([msgs("d"), msgs("boom"), msgs("e")], PARAMS, stage="abstracts")
+    assert sent == [["d", "boom"]]
+    usage = client.usage["abstracts"]  # the view shares the client's counters
+    assert usage["calls"] == 4 and usage["failed"] == 2
+    assert client.chat(msgs("c"), PARAMS, stage="abstracts").text == "remote c"
+    assert server.calls == 1  # only the first, local call reached the server

@@ -108,6 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip unreadable or malformed files with a warning instead of failing",
     )
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run embedding, bucket trees and LLM abstracts on a Ray cluster (psirag[ray]): "
+        "host:port of a running one, or no ADDRESS for RAY_ADDRESS or else a new local one",
+    )
+    p.add_argument(
+        "--ray-cpus", type=positive_int, default=None, metavar="N", help="CPUs of a local --ray"
+    )
     add_http_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -231,21 +243,27 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     progress = not args.quiet
     started = time.perf_counter()
     http = http_policy_from(args)
-    embedder = load_embedder(config.embedder, batch_size=config.batch_size, http=http)
-    llm = _abstract_llm(config, args.llm_cache, http)
+    batch = _ray_backend(args, config, http, progress)  # first: a bad address writes nothing
     try:
-        index = Index.build(
-            args.paths,
-            config,
-            embedder=embedder,
-            progress=progress,
-            report=_eprint if progress else _warn_only,
-            on_bad_file="skip" if args.skip_bad_files else "fail",
-            llm=llm,
-        )
+        embedder = load_embedder(config.embedder, batch_size=config.batch_size, http=http)
+        llm = _abstract_llm(config, args.llm_cache, http)
+        try:
+            index = Index.build(
+                args.paths,
+                config,
+                embedder=embedder,
+                progress=progress,
+                report=_eprint if progress else _warn_only,
+                on_bad_file="skip" if args.skip_bad_files else "fail",
+                llm=llm,
+                batch=batch,
+            )
+        finally:
+            if llm is not None:
+                llm.close()
     finally:
-        if llm is not None:
-            llm.close()
+        if batch is not None:
+            batch.close()
     t0 = time.perf_counter()
     index.save(args.out)
     index.stats.seconds["save"] = time.perf_counter() - t0
@@ -280,6 +298,26 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in summary["seconds"].items())
         print(f"  seconds:          {stages} (total {total:.1f}s)", file=out)
     return 0
+
+
+def _ray_backend(
+    args: argparse.Namespace, config: IndexConfig, http: HttpPolicy, progress: bool
+) -> Any:
+    """The connected :class:`psirag.ray_backend.RayBackend` for ``--ray``, or None."""
+    if getattr(args, "ray", None) is None:
+        return None
+    from psirag.ray_backend import RayBackend, RayOptions
+
+    options = RayOptions(address=args.ray or None, num_cpus=args.ray_cpus)
+    backend = RayBackend(
+        config.embedder,
+        batch_size=config.batch_size,
+        http=http,
+        llm_spec=config.llm,
+        options=options,
+        progress=progress,
+    )
+    return backend.connect()
 
 
 def _abstract_llm(config: IndexConfig, cache: str | None, http: HttpPolicy) -> LLMClient | None:

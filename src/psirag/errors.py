@@ -34,3 +34,8 @@ class IndexTargetError(IndexFormatError, InputError):
 
 class IndexLockedError(PsiragError):
     """Another process is writing the index; only one writer at a time."""
+
+
+class ClusterError(PsiragError):
+    """Batch work cannot run on the Ray cluster asked for: Ray is not installed, the cluster
+    cannot be reached, or a job failed after its retries."""

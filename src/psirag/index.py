@@ -18,7 +18,7 @@ from psirag.embed import Embedder
 from psirag.errors import IndexFormatError
 from psirag.index_data import BuildStats, IndexData, SavedOrigin
 from psirag.ingest import Document
-from psirag.pipeline import Reporter, build_index_data, fresh_lineage
+from psirag.pipeline import BatchBackend, Reporter, build_index_data, fresh_lineage
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
 from psirag.storage import IndexReader, IndexWriter, Verify, _resolve, read_index
@@ -190,6 +190,7 @@ class Index:
         on_bad_file: str = "fail",
         texts: bool = False,
         llm: LLMClient | None = None,
+        batch: BatchBackend | None = None,
     ) -> Index:
         """Chunk, embed, build the tree, write abstracts and BM25 (:mod:`psirag.pipeline`).
 
@@ -197,6 +198,7 @@ class Index:
         ``texts=True``, a list of strings (one document each). ``llm`` (an
         :class:`psirag.llm.LLMClient`) writes the abstracts when ``config.abstracts`` is
         ``llm-summary`` or ``llm-keywords``; its response cache makes a killed build resumable.
+        ``batch`` (:class:`psirag.ray_backend.RayBackend`) runs the batch work on a cluster.
         """
         data, embedder = build_index_data(
             corpus,
@@ -207,6 +209,7 @@ class Index:
             on_bad_file=on_bad_file,
             texts=texts,
             llm=llm,
+            batch=batch,
         )
         return cls.from_data(data, embedder=embedder)
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
     from psirag.llm.client import LLMClient
     from psirag.retrieval.bm25 import TermCounts
+    from psirag.tree.bucket import BucketRunner
 
 Reporter = Callable[[str], None]
 Corpus = Sequence[str | Path] | Sequence[Document] | str | Path
@@ -76,6 +77,23 @@ def _quiet(message: str) -> None:
     """The default reporter: says nothing."""
 
 
+class BatchBackend(Protocol):
+    """Runs a build's batch work elsewhere (a Ray cluster, :mod:`psirag.ray_backend`): the same
+    stages, the same results, other machines. Every method stands in for a local step."""
+
+    def embed_texts(self, texts: Sequence[str]) -> tuple[np.ndarray, int]:
+        """Raw vectors of ``texts`` in input order, and how many the model truncated."""
+        ...
+
+    def bucket_runner(self) -> BucketRunner:
+        """Builds the bucketed tree mode's per-bucket trees (in job order)."""
+        ...
+
+    def llm_client(self, llm: LLMClient) -> LLMClient:
+        """``llm`` with the calls that miss its cache sent to the workers."""
+        ...
+
+
 # ------------------------------------------------------------------ stages
 
 
@@ -119,10 +137,18 @@ class Embedded:
 
 
 def embed_chunks(
-    chunks: Sequence[Chunk], embedder: Embedder, *, progress: bool = False
+    chunks: Sequence[Chunk],
+    embedder: Embedder,
+    *,
+    progress: bool = False,
+    batch: BatchBackend | None = None,
 ) -> Embedded:
-    """The leaf embeddings of ``chunks`` (all of a corpus, or just the ones an update adds)."""
+    """The leaf embeddings of ``chunks`` (all of a corpus, or just the ones an update adds);
+    on ``batch``'s workers when given (they load the embedder from its spec)."""
     texts = [c.text for c in chunks]
+    if batch is not None:
+        raw, truncated = batch.embed_texts(texts)
+        return Embedded(finalize_vectors(raw, texts), truncated)
     vectors = finalize_vectors(
         embedder.embed(texts, progress=progress, desc="embedding chunks"), texts
     )
@@ -143,9 +169,10 @@ def build_chunk_tree(
     *,
     progress: bool = False,
     report: Reporter | None = None,
+    bucket_runner: BucketRunner | None = None,
 ) -> BuiltTree:
     """The abstract tree over the leaf embeddings (one per document with
-    ``config.tree_per_document``)."""
+    ``config.tree_per_document``); ``bucket_runner`` builds the bucketed mode's buckets."""
     say = report or _quiet
     n_docs = len({c.source.document for c in chunks})
     tree_steps = n_docs if config.tree_per_document else max(len(chunks) - 1, 0)
@@ -162,6 +189,7 @@ def build_chunk_tree(
                 mode=config.tree_mode,
                 neighbors=config.tree_neighbors,
                 bucket_size=config.tree_bucket_size,
+                bucket_runner=bucket_runner,
             )
             return BuiltTree(tree, "+".join(sorted(modes)) or None)
         mode = resolve_tree_mode(config.tree_mode, len(chunks))
@@ -177,6 +205,7 @@ def build_chunk_tree(
             mode=mode,
             neighbors=config.tree_neighbors,
             bucket_size=config.tree_bucket_size,
+            bucket_runner=bucket_runner,
         )
         return BuiltTree(tree, mode)
 
@@ -317,9 +346,11 @@ def build_index_data(
     on_bad_file: str = "fail",
     texts: bool = False,
     llm: LLMClient | None = None,
+    batch: BatchBackend | None = None,
 ) -> tuple[IndexData, Embedder]:
     """Every stage over the whole corpus, each timed; returns the data and the embedder used
-    (loaded from ``config.embedder`` when none is given)."""
+    (loaded from ``config.embedder`` when none is given). ``batch`` runs the leaf embedding, the
+    bucket trees and the LLM calls on its workers (a Ray cluster); the result is the same."""
     config = config or IndexConfig()
     say = report or _quiet
     seconds: dict[str, float] = {}
@@ -333,7 +364,7 @@ def build_index_data(
     if embedder is None:
         embedder = load_embedder(config.embedder, batch_size=config.batch_size)
     t0 = time.perf_counter()
-    embedded = embed_chunks(chunks, embedder, progress=progress)
+    embedded = embed_chunks(chunks, embedder, progress=progress, batch=batch)
     seconds["embedding"] = time.perf_counter() - t0
     if embedded.truncated:
         say(
@@ -342,11 +373,20 @@ def build_index_data(
         )
 
     t0 = time.perf_counter()
-    built = build_chunk_tree(embedded.vectors, chunks, config, progress=progress, report=say)
+    built = build_chunk_tree(
+        embedded.vectors,
+        chunks,
+        config,
+        progress=progress,
+        report=say,
+        bucket_runner=batch.bucket_runner() if batch is not None else None,
+    )
     seconds["tree"] = time.perf_counter() - t0
 
     leaf_texts = [c.text for c in chunks]
     t0 = time.perf_counter()
+    if batch is not None and llm is not None:
+        llm = batch.llm_client(llm)
     abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
     seconds["abstracts"] = time.perf_counter() - t0
 
@@ -394,6 +434,7 @@ def fresh_lineage(n_leaves: int) -> dict[str, int]:
 
 __all__ = [
     "Abstracts",
+    "BatchBackend",
     "BuiltTree",
     "Embedded",
     "Reporter",

@@ -10,12 +10,13 @@ embeddings alike; the client counts the retries a backend reports.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -106,6 +107,13 @@ class ResponseCache:
             self._conn.close()
 
 
+CallRunner = Callable[
+    [Sequence[list[Message]], GenerationParams], Iterator[tuple[int, ChatResult, float]]
+]
+"""Runs model calls elsewhere (a Ray cluster): yields ``(position, result, seconds)`` for each of
+the messages as each finishes, in any order; raises on the first failure."""
+
+
 @dataclass
 class _StageUsage:
     calls: int = 0
@@ -137,6 +145,15 @@ class LLMClient:
         self.max_concurrency = int(max_concurrency)
         self._usage: dict[str, _StageUsage] = {}
         self._usage_lock = threading.Lock()
+        self.runner: CallRunner | None = None
+
+    def with_runner(self, runner: CallRunner) -> LLMClient:
+        """This client (same cache, same usage counters) with the calls that miss the cache run
+        by ``runner`` (``chat_many`` only): the driver of a Ray build keeps the one cache and
+        every answer is stored the moment it arrives, so a crash or rerun never pays twice."""
+        view = copy.copy(self)
+        view.runner = runner
+        return view
 
     def __repr__(self) -> str:
         cache = str(self.cache.path) if self.cache else None
@@ -176,28 +193,27 @@ class LLMClient:
         # Caller holds _usage_lock.
         return self._usage.setdefault(stage, _StageUsage())
 
-    def chat(
+    def lookup(
         self, messages: list[Message], params: GenerationParams, stage: str = "agent"
-    ) -> ChatResult:
-        """One call: from the cache when this exact request was answered before, else the model."""
-        key = cache_key(self.model.id, messages, params) if self.cache is not None else ""
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                with self._usage_lock:
-                    self._stage(stage).cached += 1
-                return hit
-        start = time.perf_counter()
-        try:
-            result = self.model.chat(messages, params)
-        except LLMError as exc:
+    ) -> ChatResult | None:
+        """The cached answer to this exact request (counted as cached), or None."""
+        if self.cache is None:
+            return None
+        hit = self.cache.get(cache_key(self.model.id, messages, params))
+        if hit is not None:
             with self._usage_lock:
-                u = self._stage(stage)
-                u.failed += 1
-                u.retries += exc.retries
-                u.seconds += time.perf_counter() - start
-            raise
-        elapsed = time.perf_counter() - start
+                self._stage(stage).cached += 1
+        return hit
+
+    def record(
+        self,
+        messages: list[Message],
+        params: GenerationParams,
+        stage: str,
+        result: ChatResult,
+        seconds: float,
+    ) -> None:
+        """Count a paid call and keep its answer in the cache (unless it is empty)."""
         retries = result.extra.get("retries", 0)
         with self._usage_lock:
             u = self._stage(stage)
@@ -205,9 +221,32 @@ class LLMClient:
             u.retries += retries if isinstance(retries, int) else 0
             u.prompt_tokens += result.prompt_tokens
             u.completion_tokens += result.completion_tokens
-            u.seconds += elapsed
+            u.seconds += seconds
         if self.cache is not None and result.text.strip():
-            self.cache.put(key, self.model.id, result)
+            self.cache.put(cache_key(self.model.id, messages, params), self.model.id, result)
+
+    def record_failure(self, stage: str, exc: LLMError, seconds: float) -> None:
+        """Count a failed call."""
+        with self._usage_lock:
+            u = self._stage(stage)
+            u.failed += 1
+            u.retries += exc.retries
+            u.seconds += seconds
+
+    def chat(
+        self, messages: list[Message], params: GenerationParams, stage: str = "agent"
+    ) -> ChatResult:
+        """One call: from the cache when this exact request was answered before, else the model."""
+        hit = self.lookup(messages, params, stage)
+        if hit is not None:
+            return hit
+        start = time.perf_counter()
+        try:
+            result = self.model.chat(messages, params)
+        except LLMError as exc:
+            self.record_failure(stage, exc, time.perf_counter() - start)
+            raise
+        self.record(messages, params, stage, result, time.perf_counter() - start)
         return result
 
     def chat_many(
@@ -225,6 +264,8 @@ class LLMClient:
         n = len(list_of_messages)
         if n == 0:
             return []
+        if self.runner is not None:
+            return self._chat_many_remote(list_of_messages, params, stage, progress)
         results: list[ChatResult | None] = [None] * n
         error: BaseException | None = None
         pool = ThreadPoolExecutor(
@@ -271,6 +312,38 @@ class LLMClient:
             raise error
         return [r for r in results if r is not None]
 
+    def _chat_many_remote(
+        self,
+        list_of_messages: Sequence[list[Message]],
+        params: GenerationParams,
+        stage: str,
+        progress: bool,
+    ) -> list[ChatResult]:
+        """chat_many through :attr:`runner`: cache hits here, misses there, each answer cached as
+        it arrives (so calls finished before a failure are kept)."""
+        assert self.runner is not None
+        results: list[ChatResult | None] = [self.lookup(m, params, stage) for m in list_of_messages]
+        misses = [i for i, r in enumerate(results) if r is None]
+        bar = tqdm(
+            total=len(misses), desc=f"LLM {stage}", unit="call", disable=not progress, leave=False
+        )
+        try:
+            if misses:
+                sent = [list_of_messages[i] for i in misses]
+                for pos, result, seconds in self.runner(sent, params):
+                    i = misses[pos]
+                    self.record(list_of_messages[i], params, stage, result, seconds)
+                    results[i] = result
+                    bar.update(1)
+        except LLMError as exc:
+            self.record_failure(stage, exc, 0.0)
+            raise
+        finally:
+            bar.close()
+        if any(r is None for r in results):
+            raise LLMError("the remote LLM runner returned fewer answers than calls sent")
+        return [r for r in results if r is not None]
+
 
 def as_client(llm: ChatModel) -> LLMClient:
     """The model itself when it is an :class:`LLMClient`, else a cache-less client around it, so
@@ -278,4 +351,4 @@ def as_client(llm: ChatModel) -> LLMClient:
     return llm if isinstance(llm, LLMClient) else LLMClient(llm, cache_path=None)
 
 
-__all__ = ["CACHE_FORMAT", "LLMClient", "ResponseCache", "as_client", "cache_key"]
+__all__ = ["CACHE_FORMAT", "CallRunner", "LLMClient", "ResponseCache", "as_client", "cache_key"]

@@ -32,6 +32,17 @@ def _cat(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
     return np.concatenate(parts) if parts else empty
 
 
+def gather_ranges(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """``values[starts[0]:ends[0]]``, ``values[starts[1]:ends[1]]``, ... concatenated, as one
+    fancy index: a beam of 160 nodes would otherwise cost 160 Python-level slices per layer."""
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return values[:0]
+    first = np.cumsum(lengths) - lengths  # where each range begins in the output
+    return values[np.repeat(starts - first, lengths) + np.arange(total)]
+
+
 class LayeredSearch:
     """Algorithm 2 over nodes grouped by layer (0 = leaves) with a ``children_of`` function.
 
@@ -51,6 +62,12 @@ class LayeredSearch:
         self.depth = len(self.layer_nodes) - 1
         self.children_of = children_of
         self.roots_at = list(roots_at) if roots_at is not None else [_EMPTY_IDS] * (self.depth + 1)
+
+    def _score(self, nodes: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Cosine of ``nodes`` with the query. ``np.take`` copies the rows as fancy indexing
+        does (same values, same layout) but measured ~20% faster on large node matrices
+        (benchmarks/bench_tree_gather.py): at scale, gathering the rows is most of a search."""
+        return np.take(self.vectors, nodes, axis=0) @ q
 
     def search(
         self,
@@ -98,7 +115,7 @@ class LayeredSearch:
                 cands = cands[allowed[cands]]
             if cands.size == 0:
                 continue  # a shorter tree's root may still join at a lower layer
-            scores = self.vectors[cands] @ q
+            scores = self._score(cands, q)
             if collect_visited:
                 visited.append(cands)
                 visited_scores.append(scores)
@@ -152,4 +169,4 @@ class TreeSearcher(LayeredSearch):
         starts, ends = self.offsets[nodes], self.offsets[nodes + 1]
         if nodes.size == 1:
             return self.order[starts[0] : ends[0]]
-        return np.concatenate([self.order[s:e] for s, e in zip(starts, ends, strict=True)])
+        return gather_ranges(self.order, starts, ends)

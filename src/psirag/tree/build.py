@@ -25,7 +25,7 @@ import numpy as np
 
 from psirag.errors import InputError, ResourceError
 from psirag.tree.approx import spanning_edges_knn
-from psirag.tree.bucket import DEFAULT_BUCKET_SIZE, build_bucketed, rebalance_lean
+from psirag.tree.bucket import DEFAULT_BUCKET_SIZE, BucketRunner, build_bucketed, rebalance_lean
 from psirag.tree.model import Tree
 
 TreeMode = Literal["auto", "exact", "knn", "ann", "bucketed"]
@@ -433,6 +433,7 @@ def build_tree(
     neighbors: int = 32,
     bucket_size: int = DEFAULT_BUCKET_SIZE,
     workers: int | None = None,
+    bucket_runner: BucketRunner | None = None,
 ) -> Tree:
     """Build the abstract tree over unit-normalised chunk embeddings (one leaf per row).
 
@@ -444,7 +445,8 @@ def build_tree(
     ``neighbors >= n - 1``. ``mode="ann"`` takes the same path with neighbours from an HNSW
     graph (:mod:`psirag.tree.ann`); ``mode="bucketed"`` builds one tree per k-means bucket of at
     most ``bucket_size`` leaves on ``workers`` processes and merges them
-    (:mod:`psirag.tree.bucket`). ``mode="auto"`` picks one by size and memory
+    (:mod:`psirag.tree.bucket`; ``bucket_runner``, e.g. a Ray one, builds the buckets instead
+    of local processes). ``mode="auto"`` picks one by size and memory
     (:func:`resolve_tree_mode`).
     Either way the tree is then rebalanced per SPEC 1.5 unless ``max_children`` is None.
     ``similarity`` may pass a precomputed symmetric ``E @ E.T`` for the exact walk (it is read,
@@ -465,6 +467,7 @@ def build_tree(
             neighbors=neighbors,
             max_children=max_children,
             workers=workers,
+            runner=bucket_runner,
         )
         tree = _renumber(parent, layer, n)
         if max_children is None:
@@ -501,6 +504,7 @@ def build_forest(
     mode: TreeMode = "exact",
     neighbors: int = 32,
     bucket_size: int = DEFAULT_BUCKET_SIZE,
+    bucket_runner: BucketRunner | None = None,
 ) -> Tree:
     """One tree per group of leaves (the single-document setting), as one forest.
 
@@ -528,6 +532,7 @@ def build_forest(
             mode=mode,
             neighbors=neighbors,
             bucket_size=bucket_size,
+            bucket_runner=bucket_runner,
         )
         m = members.size
         # sub ids: 0..m-1 are its leaves (global ids `members`), m.. its abstract nodes
