@@ -293,3 +293,41 @@ def test_a_table_whose_arrays_disagree_fails_clearly_on_first_use() -> None:
         PhraseTable.from_arrays(list(table.words), arrays).add(["more text here"])
     with pytest.raises(IndexFormatError, match="word twice"):
         PhraseTable.from_arrays([*table.words[:-1], table.words[0]], table.arrays()).phrases()
+
+
+def test_a_table_restored_with_its_saved_stems_updates_like_one_that_stems_again() -> None:
+    """The stem list and per-word flags a save keeps spare a load the re-stemming: the
+    updated tables are the same (and equal a fresh one), and contradicting files fail."""
+    texts = _texts(40, 3)
+    table = PhraseTable.build(texts[:30])
+    saved = table.vocab()
+    assert saved is not None
+    stems, vocab_arrays = saved
+    restored = PhraseTable.from_arrays(list(table.words), {**table.arrays(), **vocab_arrays}, stems)
+    plain = PhraseTable.from_arrays(list(table.words), table.arrays())
+    assert plain.vocab() is None  # nothing to save before its first use
+    fresh = PhraseTable.build(texts)
+    assert _signature(restored.add(texts[30:])) == _signature(fresh)
+    assert _signature(plain.add(texts[30:])) == _signature(fresh)
+    bad = {**vocab_arrays, "w_stem": np.full_like(vocab_arrays["w_stem"], len(stems))}
+    with pytest.raises(IndexFormatError, match="saved stems disagree"):
+        PhraseTable.from_arrays(list(table.words), {**table.arrays(), **bad}, stems).phrases()
+
+
+def test_a_saved_index_keeps_the_stems_and_its_first_update_equals_a_build(
+    tmp_path: Path,
+) -> None:
+    emb = HashEmbedder()
+    docs = _texts(30, 9)
+    config = IndexConfig(max_children=4)
+    Index.build(docs[:20], config, texts=True, embedder=emb).save(tmp_path / "ix")
+    loaded = Index.load(tmp_path / "ix", embedder=emb)
+    assert loaded.data.phrase_table is not None
+    assert loaded.data.phrase_table._cache.get("vocab") is not None  # read back, not re-stemmed
+    loaded.add(docs[20:], texts=True)
+    table = loaded.data.phrase_table
+    leaf_texts = [c.text for c in loaded.chunks]
+    assert _signature(table) == _signature(PhraseTable.build(leaf_texts))
+    assert keyword_abstracts(leaf_texts, loaded.tree, table=table) == keyword_abstracts(
+        leaf_texts, loaded.tree
+    )

@@ -41,7 +41,7 @@ def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -
     """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
     if f"{PHRASES_DIR}/words.json" not in reader.files:
         return None
-    from psirag.abstracts.phrases import ARRAYS, PhraseTable
+    from psirag.abstracts.phrases import ARRAYS, VOCAB_ARRAYS, PhraseTable
 
     path = reader.path(f"{PHRASES_DIR}/words.json")
     try:
@@ -49,7 +49,13 @@ def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -
         arrays = {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in ARRAYS}
         if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
             raise ValueError("words.json is not a list of words")
-        table = PhraseTable.from_arrays(words, arrays)
+        stems = None
+        if f"{PHRASES_DIR}/stems.json" in reader.files:  # saved since the vocabulary is kept
+            stems = json.loads(reader.path(f"{PHRASES_DIR}/stems.json").read_text("utf-8"))
+            if not isinstance(stems, list) or not all(isinstance(w, str) for w in stems):
+                raise ValueError("stems.json is not a list of stems")
+            arrays.update({a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in VOCAB_ARRAYS})
+        table = PhraseTable.from_arrays(words, arrays, stems)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
             raise
@@ -255,6 +261,13 @@ class Index:
                 writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
             with open(writer.path(f"{PHRASES_DIR}/words.json"), "w", encoding="utf-8") as fh:
                 fh.write(json.dumps(table.words, ensure_ascii=False))  # dumps: the C encoder
+            vocab = table.vocab()
+            if vocab is not None:
+                stems, vocab_arrays = vocab
+                for name, array in vocab_arrays.items():
+                    writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
+                with open(writer.path(f"{PHRASES_DIR}/stems.json"), "w", encoding="utf-8") as fh:
+                    fh.write(json.dumps(stems, ensure_ascii=False))
         _link_unchanged(writer)
         return writer.commit(self.describe())
 

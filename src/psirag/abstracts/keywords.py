@@ -17,11 +17,14 @@ candidate (with pooled counts) shown in its most frequent surface form.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -99,32 +102,76 @@ _BITS = 21  # token ids packed three to an int64 key
 _MAX_PACKED = 1 << _BITS
 
 
-class _ByPhrase(Protocol):
-    """Per-phrase tuples of stem ids, read by phrase id."""
-
-    def __getitem__(self, pid: int, /) -> tuple[int, ...]: ...
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Phrases:
-    """The phrase vocabulary and the leaf x phrase presence matrix of a corpus."""
+    """The corpus's phrases as :func:`keyword_abstracts` scores them.
 
-    leaf_phrase: sp.csr_matrix  # n_leaves x n_phrases, 0/1 int32
-    surface_tokens: np.ndarray  # n_phrases x 3 surface token ids (-1 pad)
-    stems: _ByPhrase  # per phrase: stems of its words (its identity)
-    content: _ByPhrase  # per phrase: stems of its words that are not stopwords
-    n_words: np.ndarray  # n_phrases
-    is_entity: np.ndarray  # n_phrases, bool: every content word capitalised
+    Phrases are read by their persistent id (``pid``) in per-phrase arrays; ``col_of`` gives
+    a kept phrase's column, its rank in the order a fresh extraction numbers phrases (what
+    breaks score ties), -1 for a phrase that is not kept or not present. The by-column views
+    (:attr:`leaf_phrase`, :attr:`stems`, ...) are what a test compares across tables.
+    """
+
+    leaf_pid: sp.csr_matrix  # n_leaves x n_pids, 0/1 int32: the phrases each leaf holds
+    col_of: np.ndarray  # n_pids: column of a kept phrase, -1 otherwise
+    pid_of: np.ndarray  # n_columns: the phrase of each column
+    df: np.ndarray  # n_pids: leaves holding each phrase (float64)
+    key: np.ndarray  # n_pids: packed stem ids, the phrase's identity
+    stem_ids: np.ndarray  # n_pids x 3 stem ids (-1 pad)
+    content_ids: np.ndarray  # n_pids x 3: the stems of words that are not stopwords, else -1
+    surface_ids: np.ndarray  # n_pids x 3 surface token ids of the shown form (-1 pad)
+    words: np.ndarray  # n_pids: number of words
+    entity: np.ndarray  # n_pids, bool: every content word capitalised
     vocab: list[str]  # surface token id -> string
     _surface: dict[int, str] = field(default_factory=dict)
 
-    def text(self, pid: int) -> str:
-        """The phrase as shown: its most frequent surface form."""
+    def text(self, col: int) -> str:
+        """A column's phrase as shown: its most frequent surface form."""
+        return self.pid_text(int(self.pid_of[col]))
+
+    def pid_text(self, pid: int) -> str:
         cached = self._surface.get(pid)
         if cached is None:
-            cached = " ".join(self.vocab[t] for t in self.surface_tokens[pid].tolist() if t >= 0)
+            cached = " ".join(self.vocab[t] for t in self.surface_ids[pid].tolist() if t >= 0)
             self._surface[pid] = cached
         return cached
+
+    @cached_property
+    def info(self) -> _Info:
+        """Per-phrase data of the duplicate rules, filled as nodes are scored."""
+        return _Info(self)
+
+    @cached_property
+    def leaf_phrase(self) -> sp.csr_matrix:
+        """The leaf x column presence matrix."""
+        cols = self.col_of[self.leaf_pid.indices]
+        inside = cols >= 0
+        rows = np.repeat(np.arange(self.leaf_pid.shape[0]), np.diff(self.leaf_pid.indptr))
+        m = sp.csr_matrix(
+            (np.ones(int(inside.sum()), dtype=np.int32), (rows[inside], cols[inside])),
+            shape=(self.leaf_pid.shape[0], self.pid_of.size),
+        )
+        return m
+
+    @property
+    def surface_tokens(self) -> np.ndarray:
+        return self.surface_ids[self.pid_of]
+
+    @property
+    def stems(self) -> list[tuple[int, ...]]:
+        return [tuple(t for t in r if t >= 0) for r in self.stem_ids[self.pid_of].tolist()]
+
+    @property
+    def content(self) -> list[tuple[int, ...]]:
+        return [tuple(t for t in r if t >= 0) for r in self.content_ids[self.pid_of].tolist()]
+
+    @property
+    def n_words(self) -> np.ndarray:
+        return self.words[self.pid_of]
+
+    @property
+    def is_entity(self) -> np.ndarray:
+        return self.entity[self.pid_of]
 
 
 def format_abstract(phrases: Iterable[str]) -> str:
@@ -177,54 +224,103 @@ def keyword_abstracts(
     elif table.n_leaves != n_leaves:
         raise ValueError(f"a phrase table of {table.n_leaves} leaves for {n_leaves} leaves")
     phrases = table.phrases()
-    if phrases.leaf_phrase.shape[1] == 0:
+    if phrases.pid_of.size == 0:
         return [[] for _ in range(targets.size)]
 
-    leaf_phrase = phrases.leaf_phrase
     row_of = np.full(tree.n_nodes, -1, dtype=np.int64)
     row_of[rows] = np.arange(rows.size)
     if nodes is None:
         membership = tree.leaf_membership[n_leaves:].astype(np.int32)
     else:
         membership = tree.leaf_membership[rows].astype(np.int32)
-    node_df = (membership @ leaf_phrase).tocsr()
-    node_df.sort_indices()
-    global_df = np.asarray(leaf_phrase.sum(axis=0)).ravel().astype(np.float64)
+    # node x phrase leaf counts, columns by persistent phrase id (unsorted within a row: a
+    # parent's counts are read through a dense scratch row, ties break by column id); a node
+    # over every leaf (a single tree's root) has the corpus's counts, no product needed
+    leaf_counts = np.diff(membership.indptr)  # a membership row marks each leaf once
+    global_df = phrases.df
+    whole = leaf_counts == n_leaves
+    part = np.flatnonzero(~whole)
+    node_df = (membership[part] @ phrases.leaf_pid).tocsr()
+    sub_of = np.full(rows.size, -1, dtype=np.int64)
+    sub_of[part] = np.arange(part.size)
+    every = np.flatnonzero(global_df > 0)
+    every_df = global_df[every]
     idf = np.log((1.0 + n_leaves) / (1.0 + global_df)) + 1.0
-    is_multi = phrases.n_words > 1
-    leaf_counts = tree.leaf_counts
+    is_multi = phrases.words > 1
+    col_of = phrases.col_of
 
-    todo: Iterable[int] = targets.tolist()
+    def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
+        if whole[a]:
+            return every, every_df
+        b = int(sub_of[a])
+        lo, hi = node_df.indptr[b], node_df.indptr[b + 1]
+        return node_df.indices[lo:hi], node_df.data[lo:hi]
+
+    # children grouped under each parent, so the parent's row is scattered once
+    order = np.argsort(tree.parent[targets], kind="stable")
+    scratch = np.zeros(col_of.size, dtype=np.float64)
+    done: dict[int, list[str]] = {}
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        todo = tqdm(todo, desc="keyword abstracts", unit="node")
-    out: list[list[str]] = []
-    for u in todo:
-        a = int(row_of[u])
-        lo, hi = node_df.indptr[a], node_df.indptr[a + 1]
-        cols = node_df.indices[lo:hi]
-        df_u = node_df.data[lo:hi].astype(np.float64)
-        n_u = float(leaf_counts[u])
-        if cols.size == 0 or n_u == 0:
-            out.append([])
-            continue
-        p = int(tree.parent[u])
-        if p >= 0:
-            pa = int(row_of[p])
-            plo, phi = node_df.indptr[pa], node_df.indptr[pa + 1]
-            pos = np.searchsorted(node_df.indices[plo:phi], cols)
-            df_p = node_df.data[plo:phi][pos].astype(np.float64)
-            n_p = float(leaf_counts[p])
-        else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
-            df_p = global_df[cols]
-            n_p = float(n_leaves)
-        out.append(_node_phrases(phrases, cols, df_u, n_u, df_p, n_p, idf, is_multi, max_phrases))
-    return out
+        bar = tqdm(total=int(targets.size), desc="keyword abstracts", unit="node")
+    current = -2
+    parent_pids = np.empty(0, dtype=np.int64)
+    with _collector_paused():  # many small objects; a full pass over a big heap is slow
+        for u in targets[order].tolist():
+            p = int(tree.parent[u])
+            if p != current:
+                scratch[parent_pids] = 0.0
+                if p >= 0:
+                    parent_pids, pdata = node_row(int(row_of[p]))
+                    scratch[parent_pids] = pdata
+                else:
+                    parent_pids = np.empty(0, dtype=np.int64)
+                current = p
+            pids, data = node_row(int(row_of[u]))
+            cols = col_of[pids]
+            kept = cols >= 0
+            pids, cols = pids[kept], cols[kept]
+            df_u = data[kept].astype(np.float64)
+            n_u = float(leaf_counts[row_of[u]])
+            if bar is not None:
+                bar.update(1)
+            if pids.size == 0 or n_u == 0:
+                done[u] = []
+                continue
+            if p >= 0:
+                df_p = scratch[pids]
+                n_p = float(leaf_counts[row_of[p]])
+            else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
+                df_p = global_df[pids]
+                n_p = float(n_leaves)
+            done[u] = _node_phrases(
+                phrases, pids, cols, df_u, n_u, df_p, n_p, idf, is_multi, max_phrases
+            )
+    if bar is not None:
+        bar.close()
+    return [done[u] for u in targets.tolist()]
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while nodes are scored: the picker makes many small
+    dicts and tuples (no cycles), and each allocation burst can set off a full collection that
+    walks every object of the process (a loaded index holds millions) for more time than the
+    scoring itself."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _node_phrases(
     phrases: _Phrases,
+    pids: np.ndarray,
     cols: np.ndarray,
     df_u: np.ndarray,
     n_u: float,
@@ -234,59 +330,93 @@ def _node_phrases(
     is_multi: np.ndarray,
     max_phrases: int,
 ) -> list[str]:
-    """Score one node's phrases (vectorised) and pick a deduplicated, ordered list."""
+    """Score one node's phrases (vectorised) and pick a deduplicated, ordered list.
+
+    ``pids``: the node's phrases; ``cols``: their columns (score ties go to the lower one)."""
     cov = df_u / n_u
     n_rest = n_p - n_u
     cov_rest = (df_p - df_u) / n_rest if n_rest > 0 else np.zeros_like(cov)
     dist = (cov / (cov + cov_rest)) ** DIST_POWER
-    weight = idf[cols] * dist
+    weight = idf[pids] * dist
     theme = cov * weight
     specific = np.sqrt(cov) * weight
-    entity = phrases.is_entity[cols]
+    multi = is_multi[pids]
 
     pool = CANDIDATE_POOL * max_phrases
     shared = df_u >= min(2.0, n_u)  # a theme is shared by at least two of the node's leaves
-    theme_at = _top(np.where(shared, theme, -1.0), pool)
-    specific_at = _top(np.where(entity, specific, -1.0), pool)
-    fill_at = _top(theme, pool)
-    multi_at = _top(np.where(is_multi[cols], theme, -1.0), pool)
-    seen = np.concatenate((theme_at, specific_at, fill_at, multi_at))
-    df = dict(zip(cols[seen].tolist(), df_u[seen].tolist(), strict=True))
-    theme_order = cols[theme_at].tolist()
-    specific_order = cols[specific_at].tolist()
-    fill_order = cols[fill_at].tolist()
-    multi_order = cols[multi_at].tolist()
-
-    n_multi = int(np.count_nonzero(is_multi[cols]))
+    theme_at = _top(theme, np.flatnonzero(shared), cols, pool)
+    specific_at = _top(specific, np.flatnonzero(phrases.entity[pids]), cols, pool)
+    fill_at = _top(theme, None, cols, pool)
+    multi_at = _top(theme, np.flatnonzero(multi), cols, pool)
+    n_multi = int(np.count_nonzero(multi))
     need_multi = min(n_multi, math.ceil(max_phrases / 2))
-    picker = _Picker(phrases, max_phrases, need_multi, df)
+    picker = _Picker(phrases.info, df_u, max_phrases, need_multi)
     n_broad = math.ceil(max_phrases * BROAD_SHARE)
+    words = phrases.words
+    theme_order = _order(pids, theme_at, words)
     picker.take(theme_order, broad=True, limit=n_broad)
-    picker.take(specific_order, broad=False, limit=max_phrases)
+    picker.take(_order(pids, specific_at, words), broad=False, limit=max_phrases)
     picker.take(theme_order, broad=True, limit=max_phrases)
-    picker.take(multi_order, broad=False, limit=max_phrases)
-    picker.take(fill_order, broad=False, limit=max_phrases)
+    picker.take(_order(pids, multi_at, words), broad=False, limit=max_phrases)
+    picker.take(_order(pids, fill_at, words), broad=False, limit=max_phrases)
     picker.trim_single_words()
 
     # broad themes first (coverage, discounted by how much the siblings share them), then the
     # specific entities in the order they were picked
-    breadth = dict(zip(cols[seen].tolist(), (cov * dist)[seen].tolist(), strict=True))
+    chosen = list(picker.chosen.items())
+    at = np.array([picker.pos[pid] for pid, _ in chosen], dtype=np.int64)
+    breadth = (cov[at] * dist[at]).tolist()
+    df = df_u[at].tolist()
     broad: list[tuple[float, int, int]] = []
     specific_part: list[int] = []
-    for rank, (pid, is_broad) in enumerate(picker.chosen.items()):
-        if is_broad or (n_u > 1 and df[pid] >= THEME_MIN_COVERAGE * n_u):
-            broad.append((-breadth[pid], rank, pid))
+    for rank, (pid, is_broad) in enumerate(chosen):
+        if is_broad or (n_u > 1 and df[rank] >= THEME_MIN_COVERAGE * n_u):
+            broad.append((-breadth[rank], rank, pid))
         else:
             specific_part.append(pid)
     broad.sort()
     ordered = [pid for _, _, pid in broad] + specific_part
-    return [phrases.text(pid) for pid in ordered]
+    return [phrases.pid_text(pid) for pid in ordered]
 
 
-def _top(scores: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k best positive scores, best first; ties by position (deterministic)."""
-    positive = np.flatnonzero(scores > 0)
-    return positive[top_k(scores[positive], k, positive)]
+def _order(pids: np.ndarray, at: np.ndarray, words: np.ndarray) -> list[tuple[int, int, int]]:
+    """A ranked list for the picker: (phrase id, position in the node's arrays, words)."""
+    p = pids[at]
+    return list(zip(p.tolist(), at.tolist(), words[p].tolist(), strict=True))
+
+
+def _top(scores: np.ndarray, among: np.ndarray | None, cols: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k best positive scores (of the positions ``among``; None: all), best
+    first; ties to the lower column (deterministic, the order a fresh extraction gives)."""
+    positive = np.flatnonzero(scores > 0) if among is None else among[scores[among] > 0]
+    return positive[top_k(scores[positive], k, cols[positive])]
+
+
+class _Info(dict[int, tuple[Any, ...]]):
+    """What the duplicate rules read of a phrase, by phrase id, made on first use (a node
+    offers a few dozen phrases, many shared with its siblings and parent): its word count,
+    packed stems, first stem, packed first and last two stems, content stems (-1 padded) and
+    entity flag."""
+
+    def __init__(self, phrases: _Phrases) -> None:
+        super().__init__()
+        self.phrases = phrases
+
+    def __missing__(self, pid: int) -> tuple[Any, ...]:
+        ph = self.phrases
+        s0, s1, s2 = ph.stem_ids[pid].tolist()
+        shift = 2 * _BITS
+        got = (
+            3 - (s1 < 0) - (s2 < 0),
+            int(ph.key[pid]),
+            s0,
+            ((s0 + 1) << shift) | ((s1 + 1) << _BITS),
+            ((s1 + 1) << shift) | ((s2 + 1) << _BITS),
+            ph.content_ids[pid].tolist(),
+            bool(ph.entity[pid]),
+        )
+        self[pid] = got
+        return got
 
 
 class _Picker:
@@ -297,33 +427,34 @@ class _Picker:
     contains a chosen word or phrase replaces it when the shorter one occurs mostly inside it (a
     fragment: "Five Little" of "Five Little Peppers"; "ash" of "volcanic ash"), and is skipped
     otherwise ("stadium" stays, "Arena stadium" adds little).
+
+    Multi-word stems are packed int keys, a bigram's key in the same layout as a trigram's
+    first or last two stems (so "inside a chosen trigram" is one lookup). Content stems keep
+    their -1 padding: no stem is -1, so a pad never matches.
     """
 
-    def __init__(
-        self, phrases: _Phrases, max_phrases: int, need_multi: int, df: dict[int, float]
-    ) -> None:
-        self.phrases = phrases
+    def __init__(self, info: _Info, df: np.ndarray, max_phrases: int, need_multi: int) -> None:
+        self.info = info
+        self.node_df = df
+        self.df: dict[int, float] = {}  # leaves holding each offered phrase
+        self.pos: dict[int, int] = {}  # position of each offered phrase in the node's arrays
         self.max = max_phrases
         self.need_multi = need_multi
-        self.df = df
         self.chosen: dict[int, bool] = {}  # pid -> picked as a broad theme; insertion ordered
         self.uni: dict[int, int] = {}  # chosen single-word stem -> pid
-        self.multi: dict[tuple[int, ...], int] = {}  # chosen multi-word stems -> pid
+        self.multi: dict[int, int] = {}  # chosen multi-word stems (packed) -> pid
         # counts over the chosen multi-word phrases, so an eviction can undo its entries
-        self.inside: dict[tuple[int, ...], int] = {}  # contiguous runs of chosen phrases
+        self.inside: dict[int, int] = {}  # the two word pairs of chosen trigrams
         self.content: dict[int, int] = {}  # content stems of chosen phrases
-        self.heads: dict[tuple[int, ...], int] = {}  # first two stems of chosen trigrams
-        self.tails: dict[tuple[int, ...], int] = {}  # last two stems of chosen trigrams
+        self.heads: dict[int, int] = {}  # first two stems of chosen trigrams
+        self.tails: dict[int, int] = {}  # last two stems of chosen trigrams
 
     def _index(self, pid: int, delta: int) -> None:
-        stems = self.phrases.stems[pid]
-        n = len(stems)
-        keys: list[tuple[dict[Any, int], Any]] = [
-            (self.inside, stems[i : i + k]) for k in range(2, n) for i in range(n - k + 1)
-        ]
-        keys += [(self.content, s) for s in self.phrases.content[pid]]
+        n, _, _, head, tail, content, _ = self.info[pid]
+        keys: list[tuple[dict[int, int], int]] = [(self.content, s) for s in content]
         if n == MAX_NGRAM:
-            keys += [(self.heads, stems[:2]), (self.tails, stems[1:])]
+            keys += [(self.inside, head), (self.inside, tail)]
+            keys += [(self.heads, head), (self.tails, tail)]
         for table, key in keys:
             count = table.get(key, 0) + delta
             if count:
@@ -345,48 +476,57 @@ class _Picker:
                 excess -= 1
         self.uni = {s: p for s, p in self.uni.items() if p in self.chosen}
 
-    def take(self, order: list[int], *, broad: bool, limit: int) -> None:
+    def take(self, order: list[tuple[int, int, int]], *, broad: bool, limit: int) -> None:
         limit = min(limit, self.max)
-        for pid in order:
-            if len(self.chosen) >= limit:
+        chosen, uni, pos = self.chosen, self.uni, self.pos
+        room = self.max - self.need_multi
+        for pid, at, n in order:
+            if len(chosen) >= limit:
                 return
-            if pid not in self.chosen:
-                self._offer(pid, broad)
+            if pid in chosen:
+                continue
+            if n == 1 and len(uni) >= room:
+                continue  # keep room for the multi-word phrases (what _offer would say)
+            if pid not in pos:
+                pos[pid] = at
+                self.df[pid] = float(self.node_df[at])
+            self._offer(pid, broad)
 
     def _offer(self, pid: int, broad: bool) -> None:
-        stems = self.phrases.stems[pid]
-        n = len(stems)
+        n, key, first, head, tail, content, entity = self.info[pid]
         if n == 1:
-            s = stems[0]
-            if s in self.content or s in self.uni:
+            if first in self.content or first in self.uni:
                 return
             if len(self.uni) >= self.max - self.need_multi:
                 return  # keep room for the multi-word phrases
-            self.uni[s] = pid
+            self.uni[first] = pid
             self.chosen[pid] = broad
             return
-        if stems in self.inside:
-            return
-        if n == MAX_NGRAM and (stems[:2] in self.tails or stems[1:] in self.heads):
-            return
-        # dict.fromkeys: a repeated word ("word word word") repeats its sub-phrases
-        shorter = dict.fromkeys(stems[i : i + k] for k in range(2, n) for i in range(n - k + 1))
+        if n == 2:
+            if key in self.inside:
+                return
+            shorter: tuple[int, ...] = ()
+        else:
+            if head in self.tails or tail in self.heads:
+                return
+            # "word word word" has one pair twice
+            shorter = (head,) if head == tail else (head, tail)
         contained = [self.multi[r] for r in shorter if r in self.multi]
-        words = [self.uni[s] for s in dict.fromkeys(self.phrases.content[pid]) if s in self.uni]
+        words = [self.uni[s] for s in dict.fromkeys(content) if s in self.uni]
         df = self.df[pid]
         if any(df < FRAGMENT_RATIO * self.df[c] for c in contained):
             return
-        word_ratio = NAME_RATIO if self.phrases.is_entity[pid] else FRAGMENT_RATIO
+        word_ratio = NAME_RATIO if entity else FRAGMENT_RATIO
         if any(df < word_ratio * self.df[c] for c in words):
             return
         for c in contained:
             del self.chosen[c]
-            del self.multi[self.phrases.stems[c]]
+            del self.multi[self.info[c][1]]
             self._index(c, -1)
         for c in words:
             del self.chosen[c]
-            del self.uni[self.phrases.stems[c][0]]
-        self.multi[stems] = pid
+            del self.uni[self.info[c][2]]
+        self.multi[key] = pid
         self.chosen[pid] = broad
         self._index(pid, +1)
 

@@ -51,6 +51,12 @@ _DAMAGED = "the saved keyword phrase table is inconsistent ({}); rebuild the ind
 ARRAYS = ("lw_ptr", "lw", "ls_ptr", "ls_key", "ls_cnt", "lp_ptr", "lp_pid", "p_key")
 """The saved arrays of a table (with the word list): everything else is derived from them."""
 
+VOCAB_ARRAYS = ("w_stem", "w_flags")
+"""Optional saved arrays (with the stem list): each word's stem id and its flags as bits, so a
+loaded table does not stem and test every word of the corpus again on its first update."""
+
+_FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
+
 
 def _ptr(row_of_entry: np.ndarray, n_rows: int) -> np.ndarray:
     """CSR row pointers of entries sorted by row."""
@@ -110,6 +116,32 @@ class _Vocab:
     is_digit: np.ndarray
     roman: np.ndarray
     joiner: np.ndarray
+
+    def saved(self) -> tuple[list[str], dict[str, np.ndarray]]:
+        """The stem list and :data:`VOCAB_ARRAYS` (see :meth:`restore`)."""
+        bits = np.zeros(len(self.words), dtype=np.uint8)
+        for i, name in enumerate(_FLAGS):
+            bits |= getattr(self, name).astype(np.uint8) << i
+        return list(self.stem_index), {"w_stem": self.stem_of.astype(np.int32), "w_flags": bits}
+
+    @classmethod
+    def restore(cls, words: list[str], stems: list[str], arrays: dict[str, np.ndarray]) -> _Vocab:
+        """A vocabulary from its saved form; contradictions are an :class:`IndexFormatError`."""
+        w_stem = np.asarray(arrays["w_stem"], dtype=np.int64)
+        bits = np.asarray(arrays["w_flags"], dtype=np.uint8)
+        index = dict(zip(words, range(len(words)), strict=True))
+        stem_index = dict(zip(stems, range(len(stems)), strict=True))
+        if len(index) != len(words):
+            raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
+        if (
+            len(stem_index) != len(stems)
+            or w_stem.shape != (len(words),)
+            or bits.shape != (len(words),)
+            or (w_stem.size > 0 and (int(w_stem.min()) < 0 or int(w_stem.max()) >= len(stems)))
+        ):
+            raise IndexFormatError(_DAMAGED.format("the saved stems disagree with the words"))
+        flags = {name: ((bits >> i) & 1).astype(bool) for i, name in enumerate(_FLAGS)}
+        return cls(list(words), index, w_stem, stem_index, **flags)
 
     @classmethod
     def empty(cls) -> _Vocab:
@@ -306,8 +338,12 @@ class PhraseTable:
         return empty.add(leaf_texts)
 
     @classmethod
-    def from_arrays(cls, words: list[str], arrays: dict[str, np.ndarray]) -> PhraseTable:
-        """A saved table (see :meth:`arrays`); the counts are derived on first use."""
+    def from_arrays(
+        cls, words: list[str], arrays: dict[str, np.ndarray], stems: list[str] | None = None
+    ) -> PhraseTable:
+        """A saved table (see :meth:`arrays`); the counts are derived on first use. With
+        ``stems`` and :data:`VOCAB_ARRAYS` in ``arrays`` (see :meth:`vocab`) the words are not
+        stemmed and tested again."""
         missing = [a for a in ARRAYS if a not in arrays]
         if missing:
             raise ValueError(f"phrase table lacks {missing}")
@@ -336,7 +372,18 @@ class PhraseTable:
         )
         if not ok:
             raise ValueError("phrase table arrays disagree in size")
+        if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
+            table._cache["vocab"] = (list(stems), {a: arrays[a] for a in VOCAB_ARRAYS})
         return table
+
+    def vocab(self) -> tuple[list[str], dict[str, np.ndarray]] | None:
+        """What to save besides :meth:`arrays` so a load need not redo the words: the stem list
+        and :data:`VOCAB_ARRAYS` (None: a loaded table saved without them, not yet used)."""
+        d = self._cache.get("derived")
+        if d is not None:
+            return d.vocab.saved()
+        saved: tuple[list[str], dict[str, np.ndarray]] | None = self._cache.get("vocab")
+        return saved
 
     def arrays(self) -> dict[str, np.ndarray]:
         """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
@@ -359,9 +406,13 @@ class PhraseTable:
     def _derive(self) -> _Derived:
         """The counts of a loaded table; a table whose arrays contradict each other (damaged
         or crafted files) is an :class:`IndexFormatError`, not a wrong abstract later."""
-        vocab, _ = _Vocab.empty().extend(self.words)
-        if len(vocab.index) != len(self.words):
-            raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
+        saved = self._cache.get("vocab")
+        if saved is not None:
+            vocab = _Vocab.restore(self.words, *saved)
+        else:
+            vocab, _ = _Vocab.empty().extend(self.words)
+            if len(vocab.index) != len(self.words):
+                raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
         n_p = self.p_key.size
         p_df = np.bincount(self.lp_pid, minlength=n_p).astype(np.int64)
         s_key, inv = _unique_inverse(self.ls_key)
@@ -448,8 +499,12 @@ class PhraseTable:
             p_key,
         )
         new = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
-        _best_forms(new, np.unique(ls_pid))
+        touched = np.unique(ls_pid)
+        _best_forms(new, touched)
         table._cache["derived"] = new
+        prev = self._cache.get("layout")
+        if prev is not None:
+            table._cache["pending"] = (prev, touched, newcomers)
         assert table.n_leaves == n_old + b.n
         return table
 
@@ -501,74 +556,165 @@ class PhraseTable:
     # ------------------------------------------------------------------ what abstracts read
     def phrases(self) -> _Phrases:
         """The corpus's kept phrases in the order a fresh extraction numbers them, with the
-        leaf x phrase presence matrix (what :func:`keyword_abstracts` scores)."""
-        d = self._derived()
-        v = d.vocab
-        n = self.n_leaves
-        present = np.flatnonzero(d.p_df > 0)
-        surface = _unpack(d.p_best[present])
-        stems = _unpack(self.p_key[present])
-        n_words = (stems >= 0).sum(axis=1).astype(np.int64)
-        pad_cap = np.append(v.is_cap, False)
-        pad_ok = np.append(v.is_cap | v.is_digit | v.is_stop, True)
-        is_entity = np.all(pad_ok[surface], axis=1) & np.any(pad_cap[surface], axis=1)
-        rows = np.arange(present.size)
-        last = surface[rows, n_words - 1] if present.size else surface[:, 0]
-        keep = ~((n_words > 1) & ~v.is_cap[surface[:, 0]] & v.is_cap[last])
-        keep &= ~((n_words == 1) & v.roman[surface[:, 0]])
-        inner = surface[:, 1]
-        keep &= (n_words < MAX_NGRAM) | ~v.is_stop[inner] | (is_entity & v.joiner[inner])
-
-        # order: by the first appearance of each stem (what a fresh extraction's ids follow)
-        kept = np.flatnonzero(keep)
-        ranked = np.flatnonzero(d.w_rank >= 0)
-        stem_first = np.full(len(v.stem_index) + 1, _MAX_PACKED, dtype=np.int64)
-        w_stem, w_rank = v.stem_of[ranked], d.w_rank[ranked]
-        order = np.lexsort((w_rank, w_stem))  # by stem, its earliest word first
-        s_sorted = w_stem[order]
-        head = np.concatenate(([True], s_sorted[1:] != s_sorted[:-1])) if order.size else order
-        stem_first[s_sorted[head]] = w_rank[order][head]
-        k_stems = stems[kept]
-        ckey = _pack(np.where(k_stems >= 0, stem_first[k_stems], -1))
-        kept = kept[np.argsort(ckey, kind="stable")]
-        col_of = np.full(self.p_key.size, -1, dtype=np.int64)
-        col_of[present[kept]] = np.arange(kept.size)
-
-        cols = col_of[self.lp_pid]
-        inside = cols >= 0
-        indptr = _ptr(_rows(self.lp_ptr)[inside], n)
-        leaf_phrase = sp.csr_matrix(
-            (np.ones(int(inside.sum()), dtype=np.int32), cols[inside], indptr),
-            shape=(n, kept.size),
-        )
-        # unsorted column indices: the node counts are a product, sorted once after it
-        k_surface = surface[kept]
-        k_stems = stems[kept]
-        content = np.where(~np.append(v.is_stop, True)[k_surface], k_stems, -1)
-        return _Phrases(
-            leaf_phrase=leaf_phrase,
-            surface_tokens=k_surface,
-            stems=_Rows(k_stems),
-            content=_Rows(content),
-            n_words=n_words[kept],
-            is_entity=is_entity[kept],
-            vocab=v.words,
-        )
+        leaf x phrase presence matrix (what :func:`keyword_abstracts` scores). Made once per
+        table; after :meth:`add` from the layout of the table added to, only the phrases the
+        new leaves hold are redone."""
+        got = self._cache.get("layout")
+        if got is None:
+            pending = self._cache.pop("pending", None)
+            d = self._derived()
+            got = _layout(self, d) if pending is None else _layout_after_add(self, d, *pending)
+            self._cache["layout"] = got
+        return got.phrases
 
 
-class _Rows(dict[int, tuple[int, ...]]):
-    """Rows of an n x 3 id array as tuples without the -1 padding, made on first access (a
-    node's scoring reads a few hundred of the corpus's phrases); a dict, so a row made before
-    is a plain lookup."""
+@dataclass(frozen=True)
+class _Layout:
+    """A table's phrases as abstracts read them, with what an add needs to extend them."""
 
-    def __init__(self, array: np.ndarray) -> None:
-        super().__init__()
-        self.array = array
+    stem_first: np.ndarray  # per stem id: first-appearance rank of its first word
+    ckey: np.ndarray  # per phrase id: its stems' first ranks, packed (the column order)
+    col_key: np.ndarray  # ckey of each column, ascending
+    phrases: _Phrases
 
-    def __missing__(self, i: int) -> tuple[int, ...]:
-        got = tuple(t for t in self.array[i].tolist() if t >= 0)
-        self[i] = got
-        return got
+
+def _flags(
+    v: _Vocab, stems: np.ndarray, surface: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Word counts, entity flags, kept flags and content stems of present phrases, from their
+    stems and shown forms (n x 3 each)."""
+    n_words = (stems >= 0).sum(axis=1).astype(np.int64)
+    pad_cap = np.append(v.is_cap, False)
+    pad_ok = np.append(v.is_cap | v.is_digit | v.is_stop, True)
+    is_entity = np.all(pad_ok[surface], axis=1) & np.any(pad_cap[surface], axis=1)
+    last = surface[np.arange(surface.shape[0]), np.maximum(n_words - 1, 0)]
+    keep = ~((n_words > 1) & ~v.is_cap[surface[:, 0]] & v.is_cap[last])
+    keep &= ~((n_words == 1) & v.roman[surface[:, 0]])
+    inner = surface[:, 1]
+    keep &= (n_words < MAX_NGRAM) | ~v.is_stop[inner] | (is_entity & v.joiner[inner])
+    content = np.where(~np.append(v.is_stop, True)[surface], stems, -1)
+    return n_words, is_entity, keep, content
+
+
+def _order_key(stems: np.ndarray, stem_first: np.ndarray) -> np.ndarray:
+    return _pack(np.where(stems >= 0, stem_first[stems], -1))
+
+
+def _finish(
+    table: PhraseTable,
+    d: _Derived,
+    stem_first: np.ndarray,
+    ckey: np.ndarray,
+    pid_of: np.ndarray,
+    col_key: np.ndarray,
+    arrays: tuple[np.ndarray, ...],
+) -> _Layout:
+    stem_ids, surface, words, entity, content = arrays
+    n_p = table.p_key.size
+    col_of = np.full(n_p, -1, dtype=np.int64)
+    col_of[pid_of] = np.arange(pid_of.size)
+    leaf_pid = sp.csr_matrix(
+        (np.ones(table.lp_pid.size, dtype=np.int32), table.lp_pid, table.lp_ptr),
+        shape=(table.n_leaves, n_p),
+    )
+    ph = _Phrases(
+        leaf_pid=leaf_pid,
+        col_of=col_of,
+        pid_of=pid_of,
+        df=d.p_df.astype(np.float64),
+        key=table.p_key,
+        stem_ids=stem_ids,
+        content_ids=content,
+        surface_ids=surface,
+        words=words,
+        entity=entity,
+        vocab=d.vocab.words,
+    )
+    return _Layout(stem_first, ckey, col_key, ph)
+
+
+def _layout(table: PhraseTable, d: _Derived) -> _Layout:
+    """The layout of every phrase (a load, a build, after a removal)."""
+    v = d.vocab
+    n_p = table.p_key.size
+    ranked = np.flatnonzero(d.w_rank >= 0)
+    stem_first = np.full(len(v.stem_index) + 1, _MAX_PACKED, dtype=np.int64)
+    w_stem, w_rank = v.stem_of[ranked], d.w_rank[ranked]
+    order = np.lexsort((w_rank, w_stem))  # by stem, its earliest word first
+    s_sorted = w_stem[order]
+    head = np.concatenate(([True], s_sorted[1:] != s_sorted[:-1])) if order.size else order
+    stem_first[s_sorted[head]] = w_rank[order][head]
+
+    stems = _unpack(table.p_key)
+    present = np.flatnonzero(d.p_df > 0)
+    surface = np.full((n_p, MAX_NGRAM), -1, dtype=np.int64)
+    surface[present] = _unpack(d.p_best[present])
+    words = (stems >= 0).sum(axis=1).astype(np.int64)
+    entity = np.zeros(n_p, dtype=bool)
+    keep = np.zeros(n_p, dtype=bool)
+    content = np.full((n_p, MAX_NGRAM), -1, dtype=np.int64)
+    _, entity[present], keep[present], content[present] = _flags(
+        v, stems[present], surface[present]
+    )
+    ckey = _order_key(stems, stem_first)
+    kept = np.flatnonzero(keep)
+    # present phrases have distinct stems, and so distinct order keys: no ties to break
+    kept = kept[np.argsort(ckey[kept], kind="stable")]
+    return _finish(
+        table, d, stem_first, ckey, kept, ckey[kept], (stems, surface, words, entity, content)
+    )
+
+
+def _layout_after_add(
+    table: PhraseTable,
+    d: _Derived,
+    prev: _Layout,
+    touched: np.ndarray,
+    newcomers: np.ndarray,
+) -> _Layout:
+    """The layout after an add, from the one before: only ``touched`` phrases (those the new
+    leaves hold, whose shown form may have changed) are redone. A phrase no new leaf holds
+    keeps its form, its flags and its order key: the words new to the corpus rank after every
+    word it had, so no stem's first rank moves."""
+    v = d.vocab
+    old = prev.phrases
+    n_old, n_p = old.key.size, table.p_key.size
+    stem_first = np.full(len(v.stem_index) + 1, _MAX_PACKED, dtype=np.int64)
+    stem_first[: prev.stem_first.size - 1] = prev.stem_first[:-1]
+    if newcomers.size:
+        np.minimum.at(stem_first, v.stem_of[newcomers], d.w_rank[newcomers])
+
+    def grow(a: np.ndarray, fill: Any) -> np.ndarray:
+        extra = np.full((n_p - n_old, *a.shape[1:]), fill, dtype=a.dtype)
+        return np.concatenate([a, extra])
+
+    stems = np.concatenate([old.stem_ids, _unpack(table.p_key[n_old:])])
+    words = np.concatenate([old.words, (stems[n_old:] >= 0).sum(axis=1).astype(np.int64)])
+    surface, entity, content = (
+        grow(old.surface_ids, -1),
+        grow(old.entity, False),
+        grow(old.content_ids, -1),
+    )
+    ckey = grow(prev.ckey, 0)
+    t_surface = _unpack(d.p_best[touched])
+    surface[touched] = t_surface
+    _, entity[touched], t_keep, content[touched] = _flags(v, stems[touched], t_surface)
+    ckey[touched] = _order_key(stems[touched], stem_first)
+
+    is_touched = np.zeros(n_p, dtype=bool)
+    is_touched[touched] = True
+    stay = ~is_touched[old.pid_of]
+    base_pid, base_key = old.pid_of[stay], prev.col_key[stay]
+    t_pid = touched[t_keep]
+    t_key = ckey[t_pid]
+    by_key = np.argsort(t_key, kind="stable")
+    t_pid, t_key = t_pid[by_key], t_key[by_key]
+    at = np.searchsorted(base_key, t_key)
+    pid_of = np.insert(base_pid, at, t_pid)
+    col_key = np.insert(base_key, at, t_key)
+    return _finish(
+        table, d, stem_first, ckey, pid_of, col_key, (stems, surface, words, entity, content)
+    )
 
 
 def _ranks(lw: np.ndarray, n_words: int) -> tuple[np.ndarray, int]:

@@ -151,6 +151,31 @@ def check_invariants(tree: Tree, max_children: int | None = None, *, forest: boo
 # ------------------------------------------------------------------ the working tree
 
 
+class _Kids:
+    """Children lists by working id, made from the old tree's parent array on first use: an
+    update touches a few nodes, and thousands of small lists up front cost more than the
+    update (allocation and the garbage collector's passes over a large index)."""
+
+    def __init__(self, parent: np.ndarray) -> None:
+        n = parent.size
+        has = parent >= 0
+        self._n = n
+        self._order = np.flatnonzero(has)[np.argsort(parent[has], kind="stable")]
+        counts = np.bincount(parent[has], minlength=n) if n else np.zeros(0, dtype=np.int64)
+        self._ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self._lists: dict[int, list[int]] = {}
+
+    def __getitem__(self, u: int) -> list[int]:
+        got = self._lists.get(u)
+        if got is None:
+            got = self._order[self._ptr[u] : self._ptr[u + 1]].tolist() if u < self._n else []
+            self._lists[u] = got
+        return got
+
+    def __setitem__(self, u: int, kids: list[int]) -> None:
+        self._lists[u] = kids
+
+
 class _Work:
     """A mutable copy of a tree (lists) that updates edit, then turn back into a :class:`Tree`.
 
@@ -165,10 +190,7 @@ class _Work:
         self.layer: list[int] = tree.layer.tolist()
         self.alive: list[bool] = [True] * tree.n_nodes
         self.row: list[int] = list(range(tree.n_leaves)) + [-1] * (tree.n_nodes - tree.n_leaves)
-        self.kids: list[list[int]] = [[] for _ in self.parent]
-        for u, p in enumerate(self.parent):
-            if p >= 0:
-                self.kids[p].append(u)
+        self.kids = _Kids(tree.parent)
         self.new_rows: list[int] = []  # working ids of added leaves, in input order
         self.counts: dict[str, int] = {}
 
@@ -177,7 +199,7 @@ class _Work:
         self.layer.append(layer)
         self.alive.append(True)
         self.row.append(row)
-        self.kids.append([])
+        self.kids[len(self.parent) - 1] = []
         return len(self.parent) - 1
 
     def set_parent(self, u: int, p: int) -> None:
