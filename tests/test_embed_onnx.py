@@ -18,7 +18,7 @@ from psirag.embed import load_embedder, model_fingerprint
 from psirag.embed import onnx as onnx_module
 from psirag.errors import EmbedderMismatchError, EmbeddingError, InputError
 
-needs_ort = pytest.mark.skipif(find_spec("onnxruntime") is None, reason="psirag[onnx] missing")
+needs_ort = pytest.mark.skipif(find_spec("onnxruntime") is None, reason="onnxruntime missing")
 
 SAMPLE = [
     "Mount Etna is an active volcano on the east coast of Sicily.",
@@ -31,40 +31,100 @@ SAMPLE = [
 ]
 
 
-def test_missing_onnxruntime_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_onnxruntime_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
-    with pytest.raises(InputError, match=r"pip install 'psirag\[onnx\]'"):
+    with pytest.raises(InputError, match=r"pip install 'onnxruntime"):
         load_embedder("minilm-onnx")
     assert embed_base.default_minilm_backend() == "torch"  # plain minilm still runs
 
 
-def test_minilm_specs_pick_their_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each MiniLM spec reaches its backend class with its own precision and spec string."""
-    made: list[tuple[str, dict[str, Any]]] = []
+class _Fake:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.kwargs = kwargs
 
-    class Fake:
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            made.append((type(self).__name__, kwargs))
 
-    class OnnxFake(Fake):
-        pass
+class OnnxFake(_Fake):
+    pass
 
-    class TorchFake(Fake):
-        pass
 
-    monkeypatch.setattr(onnx_module, "OnnxEmbedder", OnnxFake)
+class TorchFake(_Fake):
+    pass
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both MiniLM backend classes replaced by recorders; no model is loaded."""
     import psirag.embed.sentence_transformers as st_module
 
+    monkeypatch.setattr(onnx_module, "OnnxEmbedder", OnnxFake)
     monkeypatch.setattr(st_module, "SentenceTransformerEmbedder", TorchFake)
-    for spec in ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8"):
-        load_embedder(spec)
-    kinds = [(name, kw.get("precision"), kw["spec"]) for name, kw in made]
+    monkeypatch.setattr(embed_base, "_ONNX_FAILED", {})
+
+
+@needs_ort
+def test_minilm_specs_pick_their_backend_and_batch(fakes: None) -> None:
+    """Plain minilm is ONNX fp32 at batch 8 on CPU; each spec reaches its backend with its own
+    precision, spec string and batch size; an explicit batch size wins."""
+    made = [load_embedder(s) for s in embed_base.MINILM_SPECS]
+    kinds = [(type(e).__name__, e.kwargs.get("precision"), e.kwargs["spec"]) for e in made]
     assert kinds == [
-        ("TorchFake", None, "minilm"),
+        ("OnnxFake", "fp32", "minilm"),
         ("TorchFake", None, "minilm-torch"),
         ("OnnxFake", "fp32", "minilm-onnx"),
         ("OnnxFake", "int8", "minilm-onnx-int8"),
     ]
+    assert [e.kwargs["batch_size"] for e in made] == [8, 16, 8, 8]
+    assert load_embedder("minilm", batch_size=32).kwargs["batch_size"] == 32
+    assert load_embedder("minilm-torch", batch_size=4).kwargs["batch_size"] == 4
+    assert type(load_embedder("minilm", device="cuda")).__name__ == "TorchFake"
+    assert embed_base.default_minilm_backend() == "onnx"
+
+
+@needs_ort
+def test_default_falls_back_to_torch_once_when_export_fails(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An unwritable cache (a file where its folder should be): plain minilm warns one line
+    and runs torch, also on the next load; minilm-onnx by name still says why it cannot run."""
+    import psirag.embed.sentence_transformers as st_module
+
+    monkeypatch.setattr(st_module, "SentenceTransformerEmbedder", TorchFake)
+    monkeypatch.setattr(embed_base, "_ONNX_FAILED", {})
+    blocker = tmp_path / "cache-is-a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("PSIRAG_CACHE", str(blocker))
+    real_export = onnx_module.export_onnx
+    tried: list[str] = []
+
+    def counted(folder: Path, precision: Any = "fp32") -> Path:
+        tried.append(precision)
+        return real_export(folder, precision)
+
+    monkeypatch.setattr(onnx_module, "export_onnx", counted)
+    first = load_embedder("minilm")
+    second = load_embedder("minilm")
+    assert type(first) is TorchFake and type(second) is TorchFake
+    assert first.kwargs["batch_size"] == 16 and first.kwargs["spec"] == "minilm"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert err.startswith("psirag: warning: ONNX MiniLM unavailable") and "with torch" in err
+    assert tried == ["fp32"]  # the second load did not try (and wait for) the export again
+    assert blocker.is_file() and blocker.read_text() == ""
+    with pytest.raises(EmbeddingError, match="cannot run minilm-onnx"):
+        load_embedder("minilm-onnx")
+
+
+@needs_ort
+def test_damaged_cached_model_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PSIRAG_CACHE", str(tmp_path))
+    monkeypatch.setattr(embed_base, "_ONNX_FAILED", {})
+    target = onnx_module.onnx_path(embed_base.minilm_path(), "fp32")
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"not an onnx graph")
+    with pytest.raises(EmbeddingError, match="delete it to export it again"):
+        load_embedder("minilm-onnx")
 
 
 def test_cache_folder_follows_the_environment(

@@ -248,7 +248,10 @@ def test_cache_keys_of_default_configs_stay_as_before() -> None:
     key = abstract_key(config)
     later = ("tree_mode", "tree_neighbors", "tree_bucket_size")
     old = {k: v for k, v in config.to_dict().items() if k not in later}
+    old["batch_size"] = 16  # the default before "the backend's own" (None): keys stay as before
+    assert config.batch_size is None
     assert key == old and list(key) == before
+    assert abstract_key(IndexConfig(batch_size=8))["batch_size"] == 8
     assert abstract_key(IndexConfig(tree_mode="knn"))["tree_mode"] == "knn"
     assert abstract_key(IndexConfig(tree_neighbors=8))["tree_neighbors"] == 8
     assert abstract_key(IndexConfig(tree_bucket_size=64))["tree_bucket_size"] == 64

@@ -102,7 +102,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="leaf_mean",
         help="routing embedding of inner nodes (see SPEC 1.6)",
     )
-    p.add_argument("--batch-size", type=positive_int, default=IndexConfig.batch_size)
+    p.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=IndexConfig.batch_size,
+        help="texts per embedding batch (default: the backend's: ONNX MiniLM 8, torch 16)",
+    )
     p.add_argument(
         "--skip-bad-files",
         action="store_true",

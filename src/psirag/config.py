@@ -63,8 +63,9 @@ class IndexConfig:
     of the abstract text (the paper), or a blend of the two."""
     routing_blend: float = 0.5
     """Weight of the abstract-text embedding when ``routing == 'blend'``."""
-    batch_size: int = 16
-    """Embedding batch size (8-16 is fastest for MiniLM on CPU)."""
+    batch_size: int | None = None
+    """Embedding batch size; None: the embedder backend's own (ONNX MiniLM 8, torch 16, an
+    endpoint 64: ``psirag.embed.base.DEFAULT_BATCH_SIZES``). Indexes saved before this held 16."""
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
 
@@ -95,7 +96,7 @@ class IndexConfig:
             raise InputError(f"routing_blend must lie in [0, 1], got {self.routing_blend}")
         if self.max_keywords < 1:
             raise InputError(f"max_keywords must be positive, got {self.max_keywords}")
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise InputError(f"batch_size must be positive, got {self.batch_size}")
         if self.bm25_k1 < 0 or not 0.0 <= self.bm25_b <= 1.0:
             raise InputError(

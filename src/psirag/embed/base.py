@@ -11,7 +11,7 @@ import hashlib
 import importlib.util
 import json
 import re
-import warnings
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -180,14 +180,68 @@ def _parse_openai(spec: str) -> tuple[str, str]:
 MINILM_SPECS = ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8")
 
 
-def default_minilm_backend(device: str = "cpu") -> str:
-    """What plain ``minilm`` runs on: torch, the default install's path.
+DEFAULT_BATCH_SIZES = {"onnx": 8, "torch": 16, "openai": 64}
+"""Texts per batch when none is given (``IndexConfig.batch_size`` None, no ``--batch-size``):
+ONNX MiniLM measured fastest at 8 (1.46x torch at 16, against 1.11x at 16 and 0.92x at 32:
+BENCHMARKS.md, "ONNX batch size"), torch at 16, an endpoint 64 per request. The one table."""
 
-    ``minilm-onnx`` gives the same vectors (to ~2e-7) and the same embedder id, faster on CPU
-    but short of the 2x that would justify a default dependency and a first-run export into the
-    user's cache (BENCHMARKS.md "Embedding speed"). This function is the one switch.
+_ONNX_FAILED: dict[str, str] = {}
+"""Why ONNX could not run, per cache location, so that a process falls back (and warns) once."""
+
+
+def default_minilm_backend(device: str = "cpu") -> str:
+    """What plain ``minilm`` runs on: ONNX Runtime fp32 on CPU when onnxruntime imports.
+
+    It gives torch's vectors (cosine 0.9999999) and embedder id, at 1.46x torch's chunks/s at
+    batch 8 on 2 busy cores (1.27x-2.01x across runs, BENCHMARKS.md "ONNX batch size"). The
+    graph is exported once from the installed model into the cache folder; should that fail,
+    :func:`load_embedder` falls back to torch with one warning. ``minilm-torch`` names torch;
+    a GPU device stays on torch. This function is the one switch.
     """
-    return "torch"
+    if device != "cpu" or importlib.util.find_spec("onnxruntime") is None:
+        return "torch"
+    return "onnx"
+
+
+def _load_minilm(spec: str, batch_size: int | None, device: str) -> Embedder:
+    """``minilm`` and its named backends; the default falls back to torch if ONNX fails."""
+    backend = default_minilm_backend(device) if spec == "minilm" else spec[len("minilm-") :]
+    folder = minilm_path()
+    if backend.startswith("onnx"):
+        from psirag.embed import onnx as onnx_module
+
+        key = str(onnx_module.cache_dir())
+        if spec != "minilm" or key not in _ONNX_FAILED:
+            try:
+                return onnx_module.OnnxEmbedder(
+                    folder,
+                    batch_size=batch_size or DEFAULT_BATCH_SIZES["onnx"],
+                    precision="int8" if backend == "onnx-int8" else "fp32",
+                    name=MINILM_NAME,
+                    spec=spec,
+                )
+            except (EmbeddingError, InputError, OSError) as exc:
+                if spec != "minilm":  # asked for ONNX by name: say why it cannot run
+                    if isinstance(exc, InputError):
+                        raise
+                    raise EmbeddingError(f"cannot run {spec}: {exc}") from exc
+                # plain minilm: torch gives the same vectors and id, only slower
+                _ONNX_FAILED[key] = str(exc)
+                print(
+                    f"psirag: warning: ONNX MiniLM unavailable ({exc}); embedding with torch "
+                    "instead (same vectors, slower; --embedder minilm-torch skips this try)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(
+        folder,
+        batch_size=batch_size or DEFAULT_BATCH_SIZES["torch"],
+        device=device,
+        name=MINILM_NAME,
+        spec=spec,
+    )
 
 
 def load_embedder(
@@ -198,36 +252,12 @@ def load_embedder(
     http: HttpPolicy | None = None,
 ) -> Embedder:
     """Build the embedder a spec names, touching no network except an explicit openai: URL
-    (called under ``http``, default :class:`psirag.http.HttpPolicy`). A spec read from an index
-    goes through :func:`psirag.embed.endpoints.load_index_embedder` instead."""
+    (called under ``http``, default :class:`psirag.http.HttpPolicy`). ``batch_size`` None: the
+    backend's own default (:data:`DEFAULT_BATCH_SIZES`). A spec read from an index goes through
+    :func:`psirag.embed.endpoints.load_index_embedder` instead."""
     spec = spec.strip()
     if spec in MINILM_SPECS:
-        backend = default_minilm_backend(device) if spec == "minilm" else spec[len("minilm-") :]
-        if backend.startswith("onnx"):
-            from psirag.embed.onnx import OnnxEmbedder
-
-            try:
-                return OnnxEmbedder(
-                    minilm_path(),
-                    batch_size=batch_size or 32,
-                    precision="int8" if backend == "onnx-int8" else "fp32",
-                    name=MINILM_NAME,
-                    spec=spec,
-                )
-            except (EmbeddingError, OSError) as exc:
-                if spec != "minilm":  # asked for ONNX by name: say why it cannot run
-                    raise EmbeddingError(f"cannot run {spec}: {exc}") from exc
-                # plain minilm: torch gives the same vectors and id, only slower
-                warnings.warn(f"ONNX MiniLM unavailable ({exc}); using torch", stacklevel=2)
-        from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(
-            minilm_path(),
-            batch_size=batch_size or 16,
-            device=device,
-            name=MINILM_NAME,
-            spec=spec,
-        )
+        return _load_minilm(spec, batch_size, device)
     if spec.startswith("st:"):
         raw = spec[3:].strip()
         path = Path(raw).expanduser()
@@ -236,11 +266,13 @@ def load_embedder(
         from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
 
         return SentenceTransformerEmbedder(
-            path, batch_size=batch_size or 16, device=device, spec=spec
+            path, batch_size=batch_size or DEFAULT_BATCH_SIZES["torch"], device=device, spec=spec
         )
     if spec.startswith("openai:"):
         url, model = _parse_openai(spec)
         from psirag.embed.openai_compat import OpenAIEmbedder
 
-        return OpenAIEmbedder(url, model, batch_size=batch_size or 64, spec=spec, http=http)
+        return OpenAIEmbedder(
+            url, model, batch_size=batch_size or DEFAULT_BATCH_SIZES["openai"], spec=spec, http=http
+        )
     raise InputError(f"unknown embedder {spec!r}; " + ACCEPTED_SPECS)

@@ -33,7 +33,8 @@ import numpy as np
 from psirag.embed.base import finalize_vectors, model_fingerprint, model_name_from_path
 from psirag.errors import EmbeddingError, InputError
 
-ONNX_INSTALL_HINT = "pip install 'psirag[onnx]'"
+ONNX_INSTALL_HINT = "pip install 'onnxruntime>=1.17' 'onnx>=1.15'"
+"""Both are default dependencies of psirag; the ``psirag[onnx]`` extra is kept empty."""
 Precision = Literal["fp32", "int8"]
 _EXPORT_VERSION = 2
 """Bumped when the exported graph changes, so that older cached files are not reused."""
@@ -46,7 +47,7 @@ def require_onnxruntime() -> Any:
         import onnxruntime
     except ImportError as exc:
         raise InputError(
-            "the ONNX embedder needs onnxruntime, which is not installed: "
+            "the ONNX embedder needs onnxruntime (a psirag dependency), which does not import: "
             f"{ONNX_INSTALL_HINT} (or use the torch path: --embedder minilm-torch)"
         ) from exc
     return onnxruntime
@@ -155,14 +156,19 @@ def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
         return target
     import torch
 
-    module = _encoder_module(folder)
+    tmp, _ = _atomic_target(target)  # first: an unwritable cache fails before the model loads
+    try:
+        module = _encoder_module(folder)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
     example = {
         "input_ids": torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]]),
         "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]),
         "token_type_ids": torch.zeros(2, 4, dtype=torch.long),
     }
     axes = {**{k: {0: "batch", 1: "seq"} for k in _INPUTS}, "embedding": {0: "batch"}}
-    tmp, _ = _atomic_target(target)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -194,7 +200,7 @@ class OnnxEmbedder:
         self,
         folder: Path,
         *,
-        batch_size: int = 32,
+        batch_size: int = 8,
         precision: Precision = "fp32",
         threads: int | None = None,
         name: str | None = None,
@@ -214,9 +220,14 @@ class OnnxEmbedder:
         if threads:
             options.intra_op_num_threads = threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self._session = ort.InferenceSession(
-            str(model_file), options, providers=["CPUExecutionProvider"]
-        )
+        try:
+            self._session = ort.InferenceSession(
+                str(model_file), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:  # onnxruntime's own errors: a damaged or foreign file
+            raise EmbeddingError(
+                f"ONNX Runtime cannot load {model_file} ({exc}); delete it to export it again"
+            ) from exc
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
         self.max_tokens: int | None = _max_seq_length(self.path)
         self._dim = int(self._session.get_outputs()[0].shape[1])

@@ -359,6 +359,10 @@ def abstract_key(config: IndexConfig) -> dict[str, Any]:
     for name, default in _KEY_DEFAULTS.items():
         if key.get(name) == default:
             del key[name]
+    if key.get("batch_size") is None:
+        # the backend's own batch (None) came after caches keyed by the old default, 16; the
+        # batch does not change the vectors beyond float noise, so those caches stay valid
+        key["batch_size"] = 16
     if config.abstracts.startswith("llm-"):
         from psirag.prompts import abstract_prompts_fingerprint
 
