@@ -174,6 +174,8 @@ def test_multi_hop_retrieve_then_answer(server: ScriptedServer) -> None:
     # Sampling settings of the paper (C.2): temperature 0, repeat penalty 1.3; reply cap 256.
     body = server.requests[0]
     assert (body["temperature"], body["repeat_penalty"], body["max_tokens"]) == (0.0, 1.3, 256)
+    # Generation ends where the model would start writing the example's next turn itself.
+    assert body["stop"] == ["\n[user]", "\n[assistant]", "\n[system]", "\n(End of example"]
     assert llm.usage["agent"]["calls"] == 2
     assert result.stats.retrievals == 2 and result.stats.llm_calls == 2
 

@@ -20,6 +20,30 @@ def test_well_formed_retrieve() -> None:
     assert r.well_formed
 
 
+def test_a_turn_the_model_wrote_for_the_user_is_not_read() -> None:
+    # Qwen2.5-1.5B, copying the example's "[role]" layout, went on past its marker line with a
+    # made-up user turn and its own next reply: only the text before the header is its reply.
+    reply = (
+        "Thought: The father is William the Silent.\n"
+        "Retrieve: Where did William the Silent die?\n\n"
+        "[user]\nRetrieved documents:\n[4] William the Silent\nHe died in Delft.\n\n"
+        "[assistant]\nThought: He died in Delft.\nAnswer: Delft [4]"
+    )
+    r = parse_reply(reply)
+    assert (r.action, r.argument) == ("retrieve", "Where did William the Silent die?")
+    assert r.thought == "The father is William the Silent."
+    ended = parse_reply("Thought: Both are in Russia.\nAnswer: Yes [1][2]\n\n(End of example.)")
+    assert (ended.action, ended.argument) == ("answer", "Yes [1][2]")
+    # Without the cut, the invented turn's answer would win: a bracketed word alone is no header.
+    assert parse_reply("Thought: [user] asks.\nAnswer: Delft").argument == "Delft"
+
+
+def test_a_reply_that_opens_with_its_own_header_keeps_its_body() -> None:
+    r = parse_reply("[assistant]\nThought: It is Lisbon.\nAnswer: Lisbon\n[user]\nAnswer: Porto")
+    assert (r.action, r.argument, r.thought) == ("answer", "Lisbon", "It is Lisbon.")
+    assert parse_reply("[assistant]\n[user]\nAnswer: Porto").action is None
+
+
 def test_last_marker_wins() -> None:
     reply = (
         "Thought: At first I thought\n"

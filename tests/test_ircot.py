@@ -28,7 +28,7 @@ from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.testing import FakeOpenAIServer as ChatServer
-from psirag.prompts import agent_system_prompt, ircot_system_prompt
+from psirag.prompts import AGENT_TURN_STOPS, agent_system_prompt, ircot_system_prompt
 from psirag.types import Passage, Source
 
 NO_RETRY = HttpPolicy(retries=0)
@@ -213,7 +213,7 @@ def test_multi_step_the_sentence_is_the_next_query(server: Server) -> None:
     assert reader["messages"][0]["content"] == agent_system_prompt(0)
     assert "Retrievals left: 0" in server.user(2) and "cannot retrieve any more" in server.user(2)
     assert "Reasoning so far" not in server.user(2)
-    assert reader["max_tokens"] == 256 and "stop" not in reader
+    assert reader["max_tokens"] == 256 and reader["stop"] == list(AGENT_TURN_STOPS)
     assert result.reader is not None and result.reader.action == "answer"
 
     stats = result.stats

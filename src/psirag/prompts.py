@@ -394,6 +394,21 @@ def agent_example_messages(max_retrievals: int = 1) -> list[Message]:
     ]
 
 
+AGENT_EXAMPLE_ROLES = ("user", "assistant", "system")
+"""The role headers (``[user]``, ``[assistant]``) of the agent's one-shot example."""
+
+AGENT_TURN_STOPS: tuple[str, ...] = (
+    "\n[user]",
+    "\n[assistant]",
+    "\n[system]",
+    "\n(End of example",
+)
+"""Stop sequences of every agent reply. The system prompt's example lays turns out under
+``[role]`` headers, and Qwen2.5-1.5B imitated them: after its marker line it wrote the next user
+turn itself, documents included, until the 256-token cap (about 25 s of generation per reply on
+two CPU cores). Four strings, the most an OpenAI endpoint accepts."""
+
+
 def agent_system_prompt(
     max_retrievals: int,
     *,
@@ -565,6 +580,8 @@ def summarize_docs_prompt(question: str, docs_text: str, max_words: int) -> list
 
 
 __all__ = [
+    "AGENT_EXAMPLE_ROLES",
+    "AGENT_TURN_STOPS",
     "EXAMPLE_DOCUMENTS",
     "EXAMPLE_KEYWORDS",
     "EXAMPLE_SUMMARY",

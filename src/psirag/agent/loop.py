@@ -65,6 +65,7 @@ from psirag.agent.repeats import repeats
 from psirag.errors import InputError
 from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message
 from psirag.prompts import (
+    AGENT_TURN_STOPS,
     NOT_MENTIONED,
     THOUGHT_MAX_WORDS,
     agent_check_turn,
@@ -336,7 +337,10 @@ class RetrieveAndAnswer:
             raise InputError(f"names_check must be one of {NAMES_CHECKS}, got {names_check!r}")
         self.names_check: NamesCheck = names_check
         self.params = GenerationParams(
-            max_tokens=max_tokens, temperature=temperature, repeat_penalty=repeat_penalty
+            max_tokens=max_tokens,
+            temperature=temperature,
+            repeat_penalty=repeat_penalty,
+            stop=AGENT_TURN_STOPS,
         )
         self.stage = stage
 

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from psirag.prompts import AGENT_EXAMPLE_ROLES
+
 Action = Literal["answer", "retrieve"]
 
 # Markdown and list decoration that may wrap a marker: "**Answer:**", "### Retrieve:", "- Answer:".
@@ -40,6 +42,12 @@ _FENCED = re.compile(
 )
 # The instructions' templates, "<answer>", "<sub-question>": copied from the prompt, not an answer.
 _PLACEHOLDER = re.compile(r"^<[^<>]*>$")
+# A line that opens a turn the model wrote for someone else, imitating the example's layout.
+_IMITATED_TURN = re.compile(
+    rf"^[ \t]*(?:\[(?:{'|'.join(AGENT_EXAMPLE_ROLES)})\][ \t]*$|\(End of example)",
+    re.IGNORECASE | re.MULTILINE,
+)
+_OWN_HEADER = re.compile(r"\A\s*\[assistant\][ \t]*\n", re.IGNORECASE)
 _OPEN_QUOTES = {'"': '"', "\u201c": "\u201d", "'": "'"}
 
 
@@ -72,6 +80,18 @@ def strip_fenced(text: str) -> str:
     return _FENCED.sub("", text)
 
 
+def cut_imitated_turns(text: str) -> str:
+    """The reply up to the first turn the model invented (a ``[user]`` header or the example's
+    end line): what follows is not its reply to this turn, so no marker in it may count. The stop
+    sequences (``prompts.AGENT_TURN_STOPS``) end generation there; this covers a backend that
+    ignores them and replies cached before them. A reply that opens with its own ``[assistant]``
+    header keeps what follows the header."""
+    own = _OWN_HEADER.match(text)
+    start = own.end() if own else 0
+    match = _IMITATED_TURN.search(text, start)
+    return text[start:] if match is None else text[start : match.start()]
+
+
 def _usable(argument: str) -> bool:
     return bool(argument) and not _PLACEHOLDER.match(argument)
 
@@ -95,7 +115,8 @@ def parse_reply(reply: str) -> ParsedReply:
     A marker line with nothing after it takes its argument from the next non-empty line, unless
     that line is itself a marker. A marker with no argument at all is not usable.
     """
-    text = strip_fenced(strip_thinking(reply)).replace("\r\n", "\n").replace("\r", "\n")
+    text = strip_thinking(reply).replace("\r\n", "\n").replace("\r", "\n")
+    text = cut_imitated_turns(strip_fenced(text))
     lines = text.split("\n")
 
     for i in range(len(lines) - 1, -1, -1):
@@ -162,4 +183,12 @@ _BARE_ANSWER_MAX_WORDS = 20
 """Longer single lines are sentences of reasoning, not the word or phrase the prompt asks for."""
 
 
-__all__ = ["Action", "ParsedReply", "bare_answer", "parse_reply", "strip_fenced", "strip_thinking"]
+__all__ = [
+    "Action",
+    "ParsedReply",
+    "bare_answer",
+    "cut_imitated_turns",
+    "parse_reply",
+    "strip_fenced",
+    "strip_thinking",
+]
