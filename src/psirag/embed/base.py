@@ -12,6 +12,7 @@ import importlib.util
 import json
 import re
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -103,6 +104,82 @@ def finalize_vectors(vectors: object, texts: Sequence[str], dim: int | None = No
         i = int(np.flatnonzero(zero)[0])
         raise EmbeddingError(f"embedding of text {i} ({_describe(texts[i])}) is all zeros")
     return (arr / norms[:, None]).astype(np.float32)
+
+
+class LengthSortedEmbedder:
+    """A local model that embeds in batches of similar length (less padding to compute).
+
+    Subclasses set ``id``, ``batch_size`` and ``max_tokens`` (the model's truncation length, or
+    None) and provide ``dim``, :meth:`token_lengths` and :meth:`encode_batch`; this class owns the
+    order, the truncation count and warning, progress and the final checks, so every local
+    backend reports and fails the same way.
+    """
+
+    id: str
+    batch_size: int
+    max_tokens: int | None
+    last_truncated: int = 0
+    backend_label = ""
+    """Shown in a failure message after the id, for example " (ONNX)"."""
+
+    @property
+    def dim(self) -> int:
+        raise NotImplementedError
+
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
+        """Length of each text in the model's tokens, special tokens included, untruncated."""
+        raise NotImplementedError
+
+    def encode_batch(self, texts: list[str]) -> np.ndarray:
+        """Raw (unnormalised) vectors of one batch, one row per text."""
+        raise NotImplementedError
+
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        """Texts longer than ``max_tokens`` tokens (256 for MiniLM), which the model cuts."""
+        if self.max_tokens is None or not texts:
+            return 0
+        return int((self.token_lengths(texts) > self.max_tokens).sum())
+
+    def embed(
+        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
+    ) -> np.ndarray:
+        """Embed in length-sorted batches, then check and normalise the rows."""
+        texts = [str(t) for t in texts]
+        if not texts:
+            self.last_truncated = 0
+            return np.zeros((0, self.dim), dtype=np.float32)
+        lengths = self.token_lengths(texts)
+        limit = self.max_tokens
+        self.last_truncated = int((lengths > limit).sum()) if limit is not None else 0
+        if self.last_truncated:
+            warnings.warn(
+                f"{self.last_truncated} of {len(texts)} texts are longer than the embedder's "
+                f"{limit} tokens and were truncated by the model",
+                stacklevel=2,
+            )
+        order = np.argsort(-lengths, kind="stable")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(texts), desc=desc, unit="text")
+        try:
+            for start in range(0, len(texts), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                out[idx] = self.encode_batch([texts[i] for i in idx])
+                if bar is not None:
+                    bar.update(len(idx))
+        except EmbeddingError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(
+                f"embedding with {self.id}{self.backend_label} failed: {exc}"
+            ) from exc
+        finally:
+            if bar is not None:
+                bar.close()
+        return finalize_vectors(out, texts, self.dim)
 
 
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")

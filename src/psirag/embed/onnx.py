@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from psirag.embed.base import finalize_vectors, model_fingerprint, model_name_from_path
+from psirag.embed.base import LengthSortedEmbedder, model_fingerprint, model_name_from_path
 from psirag.errors import EmbeddingError, InputError
 
 ONNX_INSTALL_HINT = "pip install 'onnxruntime>=1.17' 'onnx>=1.15'"
@@ -193,8 +193,10 @@ def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
     return target
 
 
-class OnnxEmbedder:
+class OnnxEmbedder(LengthSortedEmbedder):
     """A BERT sentence-transformers model (MiniLM) run by ONNX Runtime on CPU."""
+
+    backend_label = " (ONNX)"
 
     def __init__(
         self,
@@ -245,65 +247,25 @@ class OnnxEmbedder:
     def __repr__(self) -> str:
         return f"OnnxEmbedder(id={self.id!r}, dim={self.dim}, precision={self.precision!r})"
 
-    def _lengths(self, texts: Sequence[str]) -> np.ndarray:
+    def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
         ids = self._tokenizer(
             list(texts), add_special_tokens=True, truncation=False, verbose=False
         )["input_ids"]
         return np.asarray([len(x) for x in ids], dtype=np.int64)
 
-    def count_truncated(self, texts: Sequence[str]) -> int:
-        if self.max_tokens is None or not texts:
-            return 0
-        return int((self._lengths(texts) > self.max_tokens).sum())
-
-    def embed(
-        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
-    ) -> np.ndarray:
-        """Embed in length-sorted batches (less padding), then check and normalise the rows."""
-        texts = [str(t) for t in texts]
-        if not texts:
-            self.last_truncated = 0
-            return np.zeros((0, self.dim), dtype=np.float32)
-        lengths = self._lengths(texts)
+    def encode_batch(self, texts: list[str]) -> np.ndarray:
         limit = self.max_tokens
-        self.last_truncated = int((lengths > limit).sum()) if limit is not None else 0
-        if self.last_truncated:
-            warnings.warn(
-                f"{self.last_truncated} of {len(texts)} texts are longer than the embedder's "
-                f"{limit} tokens and were truncated by the model",
-                stacklevel=2,
-            )
-        order = np.argsort(-lengths, kind="stable")
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(texts), desc=desc, unit="text")
-        try:
-            for start in range(0, len(texts), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                enc = self._tokenizer(
-                    [texts[i] for i in idx],
-                    padding=True,
-                    truncation=limit is not None,
-                    max_length=limit,
-                    return_tensors="np",
-                )
-                feeds = {k: np.asarray(enc[k], dtype=np.int64) for k in _INPUTS if k in enc}
-                if "token_type_ids" not in feeds:
-                    feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
-                out[idx] = self._session.run(None, feeds)[0]
-                if bar is not None:
-                    bar.update(len(idx))
-        except EmbeddingError:
-            raise
-        except Exception as exc:
-            raise EmbeddingError(f"embedding with {self.id} (ONNX) failed: {exc}") from exc
-        finally:
-            if bar is not None:
-                bar.close()
-        return finalize_vectors(out, texts, self.dim)
+        enc = self._tokenizer(
+            texts,
+            padding=True,
+            truncation=limit is not None,
+            max_length=limit,
+            return_tensors="np",
+        )
+        feeds = {k: np.asarray(enc[k], dtype=np.int64) for k in _INPUTS if k in enc}
+        if "token_type_ids" not in feeds:
+            feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
+        return np.asarray(self._session.run(None, feeds)[0])
 
 
 def _max_seq_length(folder: Path) -> int | None:

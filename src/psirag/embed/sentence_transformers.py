@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from psirag.embed.base import finalize_vectors, model_fingerprint, model_name_from_path
-from psirag.errors import EmbeddingError, InputError
+from psirag.embed.base import LengthSortedEmbedder, model_fingerprint, model_name_from_path
+from psirag.errors import InputError
 
 _TOKENIZE_BATCH = 1024
 
@@ -59,7 +58,7 @@ def check_model_folder(path: Path, what: str) -> Path:
     return path.resolve()
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(LengthSortedEmbedder):
     """A sentence-transformers model loaded from a folder; batch 16 is fastest on CPU."""
 
     def __init__(
@@ -125,58 +124,15 @@ class SentenceTransformerEmbedder:
             lengths[start : start + len(batch)] = [len(x) for x in ids]
         return lengths
 
-    def count_truncated(self, texts: Sequence[str]) -> int:
-        """Texts longer than ``max_seq_length`` tokens (256 for MiniLM), which the model cuts."""
-        if self.max_tokens is None or not texts:
-            return 0
-        return int((self.token_lengths(texts) > self.max_tokens).sum())
+    def encode_batch(self, texts: list[str]) -> np.ndarray:
+        import torch
 
-    def embed(
-        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
-    ) -> np.ndarray:
-        """Embed in length-sorted batches (less padding), then check and normalise the rows."""
-        texts = [str(t) for t in texts]
-        if not texts:
-            self.last_truncated = 0
-            return np.zeros((0, self.dim), dtype=np.float32)
-        lengths = self.token_lengths(texts)
-        self.last_truncated = (
-            int((lengths > self.max_tokens).sum()) if self.max_tokens is not None else 0
-        )
-        if self.last_truncated:
-            warnings.warn(
-                f"{self.last_truncated} of {len(texts)} texts are longer than the embedder's "
-                f"{self.max_tokens} tokens and were truncated by the model",
-                stacklevel=2,
+        with torch.inference_mode():
+            vectors = self._model.encode(
+                texts,
+                batch_size=len(texts),
+                show_progress_bar=False,
+                convert_to_numpy=True,
+                normalize_embeddings=False,
             )
-        order = np.argsort(-lengths, kind="stable")
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=len(texts), desc=desc, unit="text")
-        try:
-            import torch
-
-            with torch.inference_mode():
-                for start in range(0, len(texts), self.batch_size):
-                    idx = order[start : start + self.batch_size]
-                    vecs = self._model.encode(
-                        [texts[i] for i in idx],
-                        batch_size=len(idx),
-                        show_progress_bar=False,
-                        convert_to_numpy=True,
-                        normalize_embeddings=False,
-                    )
-                    out[idx] = vecs
-                    if bar is not None:
-                        bar.update(len(idx))
-        except EmbeddingError:
-            raise
-        except Exception as exc:
-            raise EmbeddingError(f"embedding with {self.id} failed: {exc}") from exc
-        finally:
-            if bar is not None:
-                bar.close()
-        return finalize_vectors(out, texts, self.dim)
+        return np.asarray(vectors)

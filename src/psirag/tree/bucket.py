@@ -305,7 +305,7 @@ def rebalance_lean(
     dense table alone would be 3 GiB. Trees built per bucket are already balanced, so only the
     few nodes the merge touched are split.
     """
-    from psirag.tree.build import _balanced_groups, _renumber
+    from psirag.tree.build import _renumber, split_wide_nodes
 
     if max_children < 2:
         raise ValueError("max_children must be at least 2")
@@ -329,44 +329,7 @@ def rebalance_lean(
             sums[node] = got
         return got
 
-    by_level: dict[int, list[int]] = {}
-    for node, lay in enumerate(layer_l):
-        by_level.setdefault(lay, []).append(node)
-    level = 1
-    while by_level.get(level):
-        for node in list(by_level[level]):
-            kids = children[node]
-            if len(kids) <= max_children:
-                continue
-            groups_n = math.ceil(len(kids) / max_children)
-            base, extra = divmod(len(kids), groups_n)
-            sizes = [base + (1 if g < extra else 0) for g in range(groups_n)]
-            vecs = np.stack([total(k) for k in kids])
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-12
-            groups = _balanced_groups(vecs, sizes)
-            holder = parent_l[node]
-            if holder < 0:  # split root: a new root keeps the tree single-rooted
-                holder = len(parent_l)
-                parent_l.append(-1)
-                layer_l.append(level + 1)
-                children.append([node])
-                by_level.setdefault(level + 1, []).append(holder)
-                sums[holder] = total(node).copy()
-                parent_l[node] = holder
-            kid_arr = np.asarray(kids)
-            children[node] = kid_arr[groups[0]].tolist()
-            sums[node] = np.sum([total(k) for k in children[node]], axis=0)
-            for group in groups[1:]:
-                sib = len(parent_l)
-                parent_l.append(holder)
-                layer_l.append(level)
-                members = kid_arr[group].tolist()
-                children.append(members)
-                children[holder].append(sib)
-                for k in members:
-                    parent_l[k] = sib
-                sums[sib] = np.sum([total(k) for k in members], axis=0)
-        level += 1
+    split_wide_nodes(parent_l, layer_l, children, sums, total, max_children)
     return _renumber(np.asarray(parent_l, dtype=np.int64), np.asarray(layer_l, dtype=np.int64), n)
 
 

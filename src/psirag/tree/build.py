@@ -354,25 +354,43 @@ def split_overfull(
     ``sums[u]`` is the sum of the leaf embeddings below node ``u``. The lists are changed in
     place: existing nodes keep their ids, new siblings and roots are appended. Returns them.
     """
-    sum_rows: list[np.ndarray] = list(sums)
+    rows: dict[int, np.ndarray] = dict(enumerate(sums))
     children: list[list[int]] = [[] for _ in parent]
     for node in range(len(parent)):
         if parent[node] >= 0:
             children[parent[node]].append(node)
+    split_wide_nodes(parent, layer, children, rows, rows.__getitem__, max_children)
+    return parent, layer
 
+
+def split_wide_nodes(
+    parent: list[int],
+    layer: list[int],
+    children: list[list[int]],
+    sums: dict[int, np.ndarray],
+    total: Callable[[int], np.ndarray],
+    max_children: int,
+) -> None:
+    """The rebalancing loop that both the dense and the lean rebalancer run, in place.
+
+    Level by level from the bottom, a node with more than ``max_children`` children becomes
+    near-equal siblings grouped by :func:`_balanced_groups`; a split root gets a new root.
+    ``total(u)`` is the sum of the leaf embeddings below ``u``; the loop writes the sums of the
+    nodes it changes or creates into ``sums``, which ``total`` must read first.
+    """
+    by_level: dict[int, list[int]] = {}
+    for node, lay in enumerate(layer):
+        by_level.setdefault(lay, []).append(node)
     level = 1
-    while True:
-        at_level = [u for u in range(len(parent)) if layer[u] == level]
-        if not at_level:
-            break
-        for node in at_level:
+    while by_level.get(level):
+        for node in list(by_level[level]):
             kids = children[node]
             if len(kids) <= max_children:
                 continue
             groups_n = math.ceil(len(kids) / max_children)
             base, extra = divmod(len(kids), groups_n)
             sizes = [base + (1 if g < extra else 0) for g in range(groups_n)]
-            vecs = np.stack([sum_rows[k] for k in kids])
+            vecs = np.stack([total(k) for k in kids])
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True) + 1e-12
             groups = _balanced_groups(vecs, sizes)
             holder = parent[node]
@@ -380,13 +398,13 @@ def split_overfull(
                 holder = len(parent)
                 parent.append(-1)
                 layer.append(level + 1)
-                children.append([])
-                sum_rows.append(sum_rows[node].copy())
+                children.append([node])
+                by_level.setdefault(level + 1, []).append(holder)
+                sums[holder] = total(node).copy()
                 parent[node] = holder
-                children[holder].append(node)
             kid_arr = np.asarray(kids)
             children[node] = kid_arr[groups[0]].tolist()
-            sum_rows[node] = np.sum([sum_rows[k] for k in children[node]], axis=0)
+            sums[node] = np.sum([total(k) for k in children[node]], axis=0)
             for group in groups[1:]:
                 sib = len(parent)
                 parent.append(holder)
@@ -396,9 +414,8 @@ def split_overfull(
                 children[holder].append(sib)
                 for k in members:
                     parent[k] = sib
-                sum_rows.append(np.sum([sum_rows[k] for k in members], axis=0))
+                sums[sib] = np.sum([total(k) for k in members], axis=0)
         level += 1
-    return parent, layer
 
 
 def renumber_order(layer: np.ndarray, n_leaves: int) -> np.ndarray:
