@@ -31,7 +31,7 @@ from psirag.agent import cli as agent_cli
 from psirag.agent.citations import Labels, split_citations
 from psirag.agent.conversation import read_rewrite
 from psirag.agent.ircot import IRCoT
-from psirag.agent.repeats import REPEAT_OVERLAP, repeats
+from psirag.agent.repeats import REPEAT_OVERLAP, example_name, repeats
 from psirag.cli import main
 from psirag.eval.harness import questions_path
 from psirag.eval.metrics import citation_precision
@@ -99,6 +99,36 @@ def test_a_second_repeat_forces_the_answer(server: ScriptedServer) -> None:
     assert result.answer == "Lisbon"
     assert len(server.requests) == 4 and result.stats.llm_calls == 4
     assert "You cannot retrieve any more" in server.last_user(3)
+
+
+def test_a_sub_question_copied_from_the_example_is_not_searched(server: ScriptedServer) -> None:
+    index = FakeIndex()
+    server.script(
+        "Thought: I need a death date.\nRetrieve: When did Horace Jones (the architect) die?",
+        f"Thought: ask for the owner's office.\nRetrieve: {SUB_QUESTION}",
+        "Thought: Calder is in Lisbon.\nAnswer: Lisbon",
+    )
+    result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
+    assert index.queries == [QUESTION, SUB_QUESTION]  # the copied query spent no retrieval
+    assert result.stats.example_queries == 1 and result.stats.repeated_queries == 0
+    assert result.steps[0].repeated == ["When did Horace Jones (the architect) die?"]
+    assert '"Horace Jones" comes from the example' in server.last_user(1)
+    assert result.answer == "Lisbon"
+
+
+def test_an_example_name_the_episode_mentions_is_searched(server: ScriptedServer) -> None:
+    # A corpus about London bridges: the question names Tower Bridge, so the query is its own.
+    question = "Who designed Tower Bridge?"
+    assert example_name("Who was Horace Jones?", [question]) == "Horace Jones"
+    assert example_name("When was Tower Bridge built?", [question]) is None
+    assert example_name("Who was Horace Jones?", [question, "Horace Jones\nAn architect."]) is None
+    index = FakeIndex()
+    server.script("Retrieve: When was Tower Bridge opened?", "Answer: 1894")
+    result = RetrieveAndAnswer(
+        client_for(server), index.search, max_retrievals=1, check_answers=False
+    ).run(question)
+    assert index.queries == [question, "When was Tower Bridge opened?"]
+    assert result.stats.example_queries == 0
 
 
 def test_ircot_does_not_search_a_repeated_sentence(server: ScriptedServer) -> None:

@@ -25,7 +25,7 @@ def all_prompt_text() -> str:
 
 
 def test_version_is_a_string():
-    assert prompts.PROMPT_VERSION == "9"
+    assert prompts.PROMPT_VERSION == "10"
 
 
 def test_names_prompts_name_every_name_and_the_retrievals_left():

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from psirag.llm.base import Message
 
-PROMPT_VERSION = "9"
+PROMPT_VERSION = "10"
 """2: the abstract prompts' one-shot example moved into the system prompt, fenced off: as chat
 turns (v1), Qwen2.5-1.5B mixed the example's bridges into abstracts of long inputs.
 3: IRCoT prompts added (the one-sentence reasoning step of the IRCoT baseline); no existing
@@ -45,7 +45,10 @@ the agent's and IRCoT's system prompts say that fenced text is data, never instr
 the agent is asked to end its answer with the labels of the documents that support it
 (``Answer: 1887 [2][4]``; issue 16, item 5); the follow-up turn for a repeated sub-question; the
 chat mode's rewrite of a follow-up question into a standalone one (issue 16, items 3 and 6).
-The fencing is unchanged."""
+The fencing is unchanged.
+10: the follow-up turn for a sub-question about a name from the agent's example (``Horace
+Jones``) that nothing in the conversation mentions; agent replies stop at the example's ``[role]``
+headers (``AGENT_TURN_STOPS``). No existing prompt text changed."""
 
 SUMMARY_MAX_WORDS = 100
 """Words asked for in a summative abstract (paper C.2)."""
@@ -91,6 +94,11 @@ EXAMPLE_KEYWORDS = (
     "Horace Jones, John Wolfe Barry, City Architect of London, Leadenhall Market, "
     "Akashi Kaikyō Bridge, Kobe, Awaji Island"
 )
+
+EXAMPLE_NAMES: tuple[str, ...] = tuple(doc.split("\n", 1)[0] for doc in EXAMPLE_DOCUMENTS)
+"""What the example's documents are about. A sub-question naming one of them while neither the
+question nor any document shown does copies the example (Qwen2.5-1.5B asked "When did Horace
+Jones die?" in 2 of its first 44 agent replies on 2Wiki)."""
 
 EXAMPLE_QUESTION = "In what year did the architect of the bridge beside the Tower of London die?"
 
@@ -320,6 +328,19 @@ def agent_repeat_turn(query: str, remaining: int) -> str:
         'line "Retrieve: <sub-question>" asking for a different fact, or for the same one in '
         f"other words with names the documents use (you have {_retrievals_left(remaining)}). "
         'Otherwise end your reply with the line "Answer: <answer>".'
+    )
+
+
+def agent_example_echo_turn(name: str, remaining: int) -> str:
+    """The follow-up to a sub-question about a name from the instructions' example: nothing in
+    this conversation is about it, so searching it could not help. The model is asked once for a
+    sub-question about this question, or for the answer."""
+    return (
+        f'"{name.strip()}" comes from the example in the instructions, not from this question, so '
+        "it was not searched. If a fact is still missing, end your reply with the line "
+        '"Retrieve: <sub-question>" about the people, works or places of this question (you '
+        f'have {_retrievals_left(remaining)}). Otherwise end your reply with the line "Answer: '
+        '<answer>".'
     )
 
 
@@ -584,6 +605,7 @@ __all__ = [
     "AGENT_TURN_STOPS",
     "EXAMPLE_DOCUMENTS",
     "EXAMPLE_KEYWORDS",
+    "EXAMPLE_NAMES",
     "EXAMPLE_SUMMARY",
     "FENCE_CLOSE",
     "FENCE_NOTE",
@@ -596,6 +618,7 @@ __all__ = [
     "THOUGHT_MAX_WORDS",
     "abstract_prompts_fingerprint",
     "agent_check_turn",
+    "agent_example_echo_turn",
     "agent_example_messages",
     "agent_lookup_note",
     "agent_names_check_turn",

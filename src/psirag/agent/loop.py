@@ -28,7 +28,10 @@ search of the episode, the user's question included (``psirag.agent.repeats``: e
 text or content-word overlap of at least ``REPEAT_OVERLAP``), is not retrieved. The model is
 asked once for a different sub-question or the answer (prompts v9); if it repeats again (or
 gives no usable reply) the episode goes to the forced-answer turn, which spends no retrieval.
-Each refused query counts in ``AgentStats.repeated_queries``. A names lookup whose query
+Each refused query counts in ``AgentStats.repeated_queries``. A sub-question about a name from
+the prompt's example (``Horace Jones``) that neither the question nor any document shown
+mentions is refused the same way, with its own follow-up turn, and counts in
+``AgentStats.example_queries`` (prompts v10). A names lookup whose query
 repeats an earlier search is skipped (the answer stands). So a step makes at most four model
 calls (the reply, one check, one repeat follow-up, the forced answer) and the episode at most
 ``max_retrievals + 1`` retrievals.
@@ -61,7 +64,7 @@ from psirag.agent.grounding import (
     names_without_documents,
 )
 from psirag.agent.parsing import ParsedReply, bare_answer, parse_reply
-from psirag.agent.repeats import repeats
+from psirag.agent.repeats import example_name, repeats
 from psirag.errors import InputError
 from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message
 from psirag.prompts import (
@@ -69,6 +72,7 @@ from psirag.prompts import (
     NOT_MENTIONED,
     THOUGHT_MAX_WORDS,
     agent_check_turn,
+    agent_example_echo_turn,
     agent_lookup_note,
     agent_names_check_turn,
     agent_nudge_turn,
@@ -125,8 +129,8 @@ class Step:
     follow_up_raw: str | None = None
     """Reply to that follow-up turn."""
     repeated: list[str] = field(default_factory=list)
-    """Sub-questions the model asked at this step that repeated an earlier search (not
-    retrieved; see the module docstring)."""
+    """Sub-questions the model asked at this step that were refused, not retrieved: repeats of
+    an earlier search, or copies of the prompt's example (see the module docstring)."""
     repeat_raw: str | None = None
     """Reply to the follow-up turn sent after the first repeat."""
 
@@ -175,6 +179,9 @@ class AgentStats:
     """Episodes that ended with no valid answer: the forced-answer turn gave none either."""
     repeated_queries: int = 0
     """Sub-questions refused for repeating an earlier search of the episode (not retrieved)."""
+    example_queries: int = 0
+    """Sub-questions refused for asking about the prompt example's names, which nothing in the
+    episode mentions (not retrieved)."""
     cited: int = 0
     """Verified citations of the final answer."""
     dropped_citations: int = 0
@@ -267,7 +274,16 @@ def merge_evidence(
 class _Turn:
     """A conversation entry kept unrendered, so it can be re-rendered with shorter passages."""
 
-    role: Literal["user", "assistant", "force", "nudge", "answer_check", "names_check", "repeat"]
+    role: Literal[
+        "user",
+        "assistant",
+        "force",
+        "nudge",
+        "answer_check",
+        "names_check",
+        "repeat",
+        "example_echo",
+    ]
     """``user`` brings retrieved passages (after a names lookup, ``names`` says whose)."""
     passages: list[Passage] = field(default_factory=list)
     remaining: int = 0
@@ -362,6 +378,10 @@ class RetrieveAndAnswer:
                 continue
             if turn.role == "repeat":
                 content = agent_repeat_turn(turn.text, turn.remaining)
+                messages.append({"role": "user", "content": content})
+                continue
+            if turn.role == "example_echo":
+                content = agent_example_echo_turn(turn.text, turn.remaining)
                 messages.append({"role": "user", "content": content})
                 continue
             if turn.role == "answer_check":
@@ -493,27 +513,39 @@ class RetrieveAndAnswer:
         parsed: ParsedReply,
         stats: AgentStats,
     ) -> ParsedReply:
-        """A sub-question that repeats an earlier search is not retrieved: the model is asked
-        once for another one or the answer; a second repeat (or no usable reply) goes to the
-        forced answer (returned as a reply without a marker). See the module docstring."""
+        """A sub-question that repeats an earlier search, or copies the example, is not
+        retrieved: the model is asked once for another one or the answer; a second refusal (or
+        no usable reply) goes to the forced answer (returned as a reply without a marker). See
+        the module docstring."""
         searched = [question, *(s.query for s in steps)]
-        if repeats(parsed.argument, searched) is None:
+        seen = [question, *(passage_body(p) for s in steps for p in s.passages)]
+
+        def refused(query: str) -> _Turn | None:
+            """The follow-up turn a wasted sub-question gets, counted; None for a new search."""
+            if repeats(query, searched) is not None:
+                stats.repeated_queries += 1
+                steps[-1].repeated.append(query)
+                return _Turn("repeat", remaining=steps[-1].remaining, text=query)
+            name = example_name(query, seen)
+            if name is not None:
+                stats.example_queries += 1
+                steps[-1].repeated.append(query)
+                return _Turn("example_echo", remaining=steps[-1].remaining, text=name)
+            return None
+
+        turn = refused(parsed.argument)
+        if turn is None:
             return parsed
         step = steps[-1]
-        stats.repeated_queries += 1
-        step.repeated.append(parsed.argument)
-        turns.append(_Turn("repeat", remaining=step.remaining, text=parsed.argument))
+        turns.append(turn)
         reply = self._call(question, turns, stats)
         turns.append(_Turn("assistant", text=reply.text.strip()))
         step.repeat_raw = reply.text
         again = self._parse(reply.text, stats)
         if again.action == "answer" and again.argument:
             return again
-        if again.action == "retrieve" and again.argument:
-            if repeats(again.argument, searched) is None:
-                return again
-            stats.repeated_queries += 1
-            step.repeated.append(again.argument)
+        if again.action == "retrieve" and again.argument and refused(again.argument) is None:
+            return again
         return replace(again, action=None, argument="")
 
     def _check(

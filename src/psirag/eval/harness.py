@@ -178,6 +178,7 @@ _PASSED_COUNTS = (
     "checked_turns",
     "names_checks",
     "repeated_queries",
+    "example_queries",
     "no_answer",
     "overlong_answers",
     "cited",
