@@ -242,6 +242,36 @@ def test_ask_json(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLL
     assert requests[0].headers.get("Authorization") == f"Bearer {LLM_SECRET}"
 
 
+COMPARISON = "Which film has the director who was born later, El Tonto or The Heart Of Doreon?"
+
+
+def test_ask_auto_budget_comes_from_the_predicted_hops(
+    server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]
+) -> None:
+    from psirag.hops import HopPredictor
+
+    # The shipped hop model reads this comparison template as 4 hops: 3 retrievals after the
+    # first (the server loads MiniLM for it, as the index's hash embedder is not the model's).
+    expected = HopPredictor().max_retrievals(COMPARISON)
+    assert expected == 3
+    fake, _ = llm
+    before = fake.calls
+    auto = {"query": COMPARISON, "k": 3, "max_retrievals": "auto"}
+    # The first auto ask loads the model: more time than a plain call's 30 s on a busy machine.
+    body = httpx.post(f"{server.url}/ask", json=auto, timeout=300).json()
+    assert body["max_retrievals"] == expected
+    assert "at most 3 times" in fake.requests[before]["messages"][0]["content"]
+    plain = call("POST", f"{server.url}/ask", json={"query": COMPARISON, "k": 3}).json()
+    assert plain["max_retrievals"] == 1  # the server's default, --max-retrievals 1
+    bad = call("POST", f"{server.url}/ask", json={**auto, "max_retrievals": "lots"})
+    assert "max_retrievals" in assert_error(bad, 422)
+    # The OpenAI-compatible endpoint takes the same extension.
+    before = fake.calls
+    chat = {"messages": [{"role": "user", "content": COMPARISON}], "max_retrievals": "auto"}
+    assert call("POST", f"{server.url}/v1/chat/completions", json=chat).status_code == 200
+    assert "at most 3 times" in fake.requests[before]["messages"][0]["content"]
+
+
 def test_ask_streams_steps_as_they_happen(
     server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]
 ) -> None:

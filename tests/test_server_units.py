@@ -48,6 +48,19 @@ def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings_from(given).api_key == "flag"  # the flag wins over the environment
 
 
+def test_the_default_retrieval_budget_is_a_count_or_auto() -> None:
+    from psirag.cli import build_parser
+    from psirag.server.cli import settings_from
+
+    assert settings_from(build_parser().parse_args(["serve", "idx"])).max_retrievals == 1
+    args = build_parser().parse_args(["serve", "idx", "--max-retrievals", "auto"])
+    assert settings_from(args).max_retrievals == "auto"
+    with pytest.raises(InputError, match="--max-retrievals"):
+        ServerSettings(max_retrievals=11).check()
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "idx", "--max-retrievals", "lots"])
+
+
 class _CountingEmbedder(HashEmbedder):
     """HashEmbedder that records each call's size and fails if called from two threads."""
 

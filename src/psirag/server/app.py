@@ -12,12 +12,13 @@ import asyncio
 import hmac
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -285,10 +286,16 @@ class SearchRequest(_Body):
     tree: bool = Field(default=True, description="false: BM25 only")
 
 
+Budget = Annotated[int, Field(ge=0, le=10)] | Literal["auto"]
+"""A request's retrieval budget: a count, or ``auto`` (the query-hop discriminator)."""
+
+
 class AskRequest(_Body):
     query: str = Field(description="the question")
-    max_retrievals: int = Field(
-        default=1, ge=0, le=10, description="retrievals after the first one"
+    max_retrievals: Budget | None = Field(
+        default=None,
+        description="retrievals after the first one, or 'auto' (from the question's predicted "
+        "hops); default: the server's --max-retrievals",
     )
     k: int = Field(default=SearchConfig.k, ge=1, description="passages per retrieval")
     beam: int | None = Field(default=None, ge=1)
@@ -322,6 +329,31 @@ class ServerState:
     llm: GatedLLM | None
     jobs: JobRunner
     started: float = field(default_factory=time.time)
+    _hops: Any = field(default=None, repr=False)
+    _hop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def budget(self, question: str, asked: int | str | None) -> int:
+        """Retrievals after the first for ``question``: the request's count, or the server's
+        default; ``auto`` asks the shipped hop model (loaded on first use, then shared)."""
+        wanted = self.settings.max_retrievals if asked is None else asked
+        if wanted != "auto":
+            return int(wanted)
+        with self._hop_lock:
+            if self._hops is None:
+                from psirag.hops import HopPredictor
+
+                self._hops = HopPredictor(self._hop_embedder())
+            predictor = self._hops
+        return predictor.max_retrievals(question)
+
+    def _hop_embedder(self) -> Any:
+        """The index's query embedder when it is the one the hop model was trained on (one
+        MiniLM in memory, not two); None lets the predictor load its own."""
+        from psirag.hops import load_hop_model
+
+        embedder = self.holder.get().index.embedder
+        inner = getattr(embedder, "inner", embedder)
+        return embedder if getattr(inner, "id", None) == load_hop_model().embedder else None
 
     def need_llm(self) -> GatedLLM:
         if self.llm is None:
@@ -402,16 +434,18 @@ def agent_for(state: ServerState, index: Any, body: AskRequest) -> RetrieveAndAn
     return RetrieveAndAnswer(
         llm,
         retrieve,
-        max_retrievals=body.max_retrievals,
+        max_retrievals=state.budget(body.query, body.max_retrievals),
         max_tokens=body.max_tokens,
         check_answers=body.answer_check,
         names_check=body.names_check,
     )
 
 
-def ask_document(result: Any, k: int) -> dict[str, Any]:
+def ask_document(result: Any, k: int, max_retrievals: int | None = None) -> dict[str, Any]:
     document = result.to_dict()
     document["citations"] = views.citations(result.evidence[:k])
+    if max_retrievals is not None:
+        document["max_retrievals"] = max_retrievals
     return document
 
 
@@ -420,10 +454,14 @@ def _sse(event: str, data: Any) -> bytes:
 
 
 async def agent_events(
-    state: ServerState, run: Callable[[Callable[[Step], None]], Any], k: int
+    state: ServerState,
+    run: Callable[[Callable[[Step], None]], Any],
+    k: int,
+    max_retrievals: int | None = None,
 ) -> AsyncIterator[bytes]:
     """Run the agent in a thread; yield an SSE ``step`` event as each step completes, then the
-    ``answer`` (or an ``error``). ``run(on_step)`` runs the episode and returns its result."""
+    ``answer`` (or an ``error``). ``run(on_step)`` runs the episode and returns its result;
+    ``max_retrievals``, the episode's budget, goes into the answer."""
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -433,7 +471,7 @@ async def agent_events(
     async def worker() -> None:
         try:
             result = await state.blocking(lambda: run(on_step))
-            await events.put(("answer", ask_document(result, k)))
+            await events.put(("answer", ask_document(result, k, max_retrievals)))
         except Exception as exc:  # reported to the client as an event, never raised
             response = exception_response(exc)
             await events.put(("error", json.loads(bytes(response.body))))
@@ -627,15 +665,21 @@ def create_app(
         query = state.check_query(body.query)
         state.check_k(body.k)
         index = state.holder.get().index
-        agent = agent_for(state, index, body)
+        # In a worker thread: with max_retrievals auto, the first ask loads the hop model.
+        agent = await state.blocking(lambda: agent_for(state, index, body))
         if "text/event-stream" in request.headers.get("accept", ""):
             return StreamingResponse(
-                agent_events(state, lambda on_step: agent.run(query, on_step=on_step), body.k),
+                agent_events(
+                    state,
+                    lambda on_step: agent.run(query, on_step=on_step),
+                    body.k,
+                    agent.max_retrievals,
+                ),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
         result = await state.blocking(lambda: agent.run(query))
-        return ask_document(result, body.k)
+        return ask_document(result, body.k, agent.max_retrievals)
 
     @app.post("/summarize", tags=["query"])
     async def summarize(body: SummarizeRequest) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any
 
+from psirag.hops import parse_max_retrievals
 from psirag.server.settings import API_KEY_ENV, ServerSettings
 
 LLM_ENV = "PSIRAG_LLM"
@@ -105,6 +106,14 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"longest query or chat message (default {ServerSettings.max_query_chars:,})",
     )
+    p.add_argument(
+        "--max-retrievals",
+        type=parse_max_retrievals,
+        default=ServerSettings.max_retrievals,
+        metavar="N|auto",
+        help="retrievals after the first for an ask that names none (default "
+        f"{ServerSettings.max_retrievals}); auto: from the question's predicted hops (psirag hops)",
+    )
     p.add_argument("--no-mcp", action="store_true", help="do not serve MCP at /mcp")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run_serve)
@@ -160,6 +169,7 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         max_body_bytes=args.max_body_bytes,
         max_query_chars=args.max_query_chars,
         llm_concurrency=args.llm_concurrency,
+        max_retrievals=args.max_retrievals,
     )
     settings.check()
     return settings

@@ -9,7 +9,7 @@ A failure the user can fix comes back as a tool error with psirag's own message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from psirag import __version__
 from psirag.errors import PsiragError
@@ -59,11 +59,15 @@ def build_mcp_server(state: Any) -> Any:
 
     @server.tool()
     async def ask(
-        question: str, max_retrievals: int = 1, k: int = 5, docs: list[str] | None = None
+        question: str,
+        max_retrievals: int | Literal["auto"] | None = None,
+        k: int = 5,
+        docs: list[str] | None = None,
     ) -> dict[str, Any]:
         """Answer a question with the retrieve-and-answer agent: it retrieves, reads, may
         retrieve again with a sub-question, then answers. Returns the answer, numbered
-        citations and the steps it took."""
+        citations and the steps it took. ``max_retrievals``: retrievals after the first, or
+        "auto" (from the question's predicted hops); by default the server's setting."""
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
         def go() -> dict[str, Any]:

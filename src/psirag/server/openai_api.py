@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from psirag.config import SearchConfig
 from psirag.errors import InputError
 from psirag.server import views
+from psirag.server.app import Budget
 
 CONTEXT_TURNS = 4
 """Earlier turns passed to the agent with the last user message."""
@@ -54,7 +55,10 @@ class ChatRequest(BaseModel):
         default=None, ge=1, description="the same, newer name"
     )
     stream_options: dict[str, Any] | None = None
-    max_retrievals: int = Field(default=1, ge=0, le=10, description="psirag extension (extra_body)")
+    max_retrievals: Budget | None = Field(
+        default=None,
+        description="psirag extension (extra_body): a count or 'auto'; default: the server's",
+    )
     k: int = Field(
         default=SearchConfig.k, ge=1, le=100, description="psirag extension (extra_body)"
     )
@@ -154,7 +158,7 @@ def install_openai_routes(app: FastAPI, state: Any) -> None:
             max_tokens=min(body.max_completion_tokens or body.max_tokens or 256, MAX_REPLY_TOKENS),
         )
         index = state.holder.get().index
-        agent = agent_for(state, index, ask)
+        agent = await state.blocking(lambda: agent_for(state, index, ask))
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         created = int(time.time())
         model = body.model or settings.model_name

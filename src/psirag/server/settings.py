@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
+from typing import Literal
 
 from psirag.errors import InputError
 
@@ -42,6 +43,10 @@ class ServerSettings:
     llm_concurrency: int = 4
     model_name: str = "psirag"
     """The model id ``/v1/models`` lists."""
+    max_retrievals: int | Literal["auto"] = 1
+    """Retrievals after the first for an ask that names none; ``auto``: from the question's
+    predicted hops (the shipped query-hop discriminator), as ``psirag ask --max-retrievals
+    auto``."""
     exempt_paths: tuple[str, ...] = field(default=("/health",), repr=False)
 
     def check(self) -> None:
@@ -65,6 +70,8 @@ class ServerSettings:
                 raise InputError(f"{name} must be positive, got {value}")
         if self.llm_concurrency < 1:
             raise InputError(f"--llm-concurrency must be at least 1, got {self.llm_concurrency}")
+        if self.max_retrievals != "auto" and not 0 <= int(self.max_retrievals) <= 10:
+            raise InputError(f"--max-retrievals must be 0..10 or auto, got {self.max_retrievals!r}")
 
 
 __all__ = ["API_KEY_ENV", "ServerSettings", "is_loopback"]
