@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from _common import RESULTS
+from llm_tables import ci_cell
 
 from psirag.eval.metrics import paired_bootstrap_ci
 
@@ -133,12 +134,7 @@ def markdown(summaries: dict[str, dict[str, Any]], comparisons: dict[str, Any], 
         "|---|" + "---|" * len(COMPARED),
     ]
     for pair, entry in comparisons.items():
-        cells = []
-        for key, _ in COMPARED:
-            ci = entry.get(key)
-            cells.append(
-                "–" if ci is None else f"{ci['diff']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}]"
-            )
+        cells = [ci_cell(entry.get(key)) for key, _ in COMPARED]
         lines.append(f"| {pair} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -29,6 +29,11 @@ def _fmt(value: Any) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
+def ci_cell(ci: dict[str, Any] | None) -> str:
+    """A paired-bootstrap entry as ``+1.2 [-0.5, +3.0]`` (``–`` when missing)."""
+    return "–" if ci is None else f"{ci['diff']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}]"
+
+
 def _strip_paths(value: Any) -> Any:
     """The results without machine paths (cache folders, index locations)."""
     if isinstance(value, dict):
@@ -94,14 +99,7 @@ def tables(results: dict[str, Any]) -> str:
             "|---|" + "---|" * len(compared),
         ]
         for pair, entry in comparisons.items():
-            cells = []
-            for score, _ in compared:
-                ci = entry.get(score)
-                cells.append(
-                    "–"
-                    if ci is None
-                    else f"{ci['diff']:+.1f} [{ci['low']:+.1f}, {ci['high']:+.1f}]"
-                )
+            cells = [ci_cell(entry.get(score)) for score, _ in compared]
             lines.append(f"| {pair} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
