@@ -80,16 +80,22 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _evidence(row: dict[str, Any]) -> list[str]:
+    return [str(p.get("id")) for p in row.get("retrieved") or []]
+
+
 def compare(
     arms: dict[str, list[dict[str, Any]]], reference: str, resamples: int
 ) -> dict[str, dict[str, Any]]:
-    """Each arm minus the reference, per compared score."""
+    """Each arm minus the reference, per compared score, and on how many questions the two
+    episodes ended with the same evidence list (then the scores can only tie)."""
     base = arms[reference]
     result: dict[str, dict[str, Any]] = {}
     for label, rows in arms.items():
         if label == reference:
             continue
-        entry: dict[str, Any] = {}
+        same = sum(_evidence(r) == _evidence(b) for r, b in zip(rows, base, strict=True))
+        entry: dict[str, Any] = {"same_evidence": same}
         for key, _ in COMPARED:
             a = [r.get(key) for r in rows]
             b = [r.get(key) for r in base]
@@ -130,11 +136,12 @@ def markdown(summaries: dict[str, dict[str, Any]], comparisons: dict[str, Any], 
         "",
         "| difference, points (paired bootstrap 95% CI) | "
         + " | ".join(label for _, label in COMPARED)
-        + " |",
-        "|---|" + "---|" * len(COMPARED),
+        + " | same evidence |",
+        "|---|" + "---|" * (len(COMPARED) + 1),
     ]
     for pair, entry in comparisons.items():
         cells = [ci_cell(entry.get(key)) for key, _ in COMPARED]
+        cells.append(f"{entry['same_evidence']} of {n}")
         lines.append(f"| {pair} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

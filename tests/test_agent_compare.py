@@ -22,6 +22,7 @@ def _row(method: str, qid: str, recall: float, em: float, **stats: int) -> dict[
         "f1_alias": em,
         "citation_precision": 1.0 if em else None,
         "agent_stats": {"retrievals": 2, "llm_calls": 3, **stats},
+        "retrieved": [{"id": f"{qid}-{recall}"}],
     }
 
 
@@ -71,6 +72,7 @@ def test_arms_are_paired_on_common_questions(tmp_path: Path) -> None:
     assert "| hybrid | 75.0 | 75.0 | 50.0 | 50.0 | 50.0 | 50.0 | 100.0 | 4 | 6 | 0 | 0 | 0 |" in out
     assert "| paper | 50.0 | 50.0 | 0.0 | 0.0 | 0.0 | 0.0 | – | 4 | 6 | 0 | 1 | 0 |" in out
     assert "| paper - hybrid | -25.0 [" in out
+    assert out.rstrip().endswith("| 1 of 2 |")  # q2: the same evidence in both arms
 
 
 def test_a_bad_arm_is_named(tmp_path: Path) -> None:
