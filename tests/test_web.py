@@ -327,6 +327,28 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     assert page.errors == []
 
 
+def test_ask_budget_box_takes_auto_and_refuses_nonsense(
+    page: Page, server: ServerProcess, llm: FakeOpenAIServer
+) -> None:
+    p = page.open()
+    p.click("#tab-ask")
+    p.fill("#ask-query", "Where is Lisbon?")
+    p.fill("#ask-retrievals", "lots")
+    before = len(llm.requests)
+    p.click("#ask-submit")
+    p.wait_for_selector("#ask-error:not([hidden])")
+    assert "0 to 10, or auto" in p.inner_text("#ask-error")
+    assert len(llm.requests) == before  # nothing was sent
+    # auto: the server sizes the budget from the predicted hops (a 1-2 hop question: 1).
+    p.fill("#ask-retrievals", "auto")
+    p.click("#ask-submit")
+    p.wait_for_selector("#answer-budget", timeout=60_000)
+    assert p.inner_text("#answer-budget") == "Budget: 1 retrieval after the first."
+    assert p.locator("#ask-error").is_hidden()
+    assert "at most 1 time;" in llm.requests[before]["messages"][0]["content"]
+    assert page.errors == []
+
+
 def test_ask_shows_an_llm_error_plainly(page: Page, llm: FakeOpenAIServer) -> None:
     p = page.open()
     llm.script(Reply(status=400, body={"error": {"message": "model 'fake' does not exist"}}))

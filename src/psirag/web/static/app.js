@@ -347,10 +347,23 @@ $("#search-form").addEventListener("submit", async (e) => {
 
 // ------------------------------------------------------------------ ask
 let askAbort = null;
+// The retrieval budget box: a count (0-10) or "auto"; anything else is refused before sending.
+function askBudget() {
+  const raw = $("#ask-retrievals").value.trim().toLowerCase();
+  if (raw === "auto") return "auto";
+  if (/^\d+$/.test(raw) && Number(raw) <= 10) return Number(raw);
+  return null;
+}
+
 $("#ask-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const query = $("#ask-query").value.trim();
   if (!query) return;
+  const budget = askBudget();
+  if (budget === null) {
+    showError($("#ask-error"), { type: "Retrievals", message: "give a number from 0 to 10, or auto" });
+    return;
+  }
   if (askAbort) askAbort.abort();
   askAbort = new AbortController();
   const button = $("#ask-submit");
@@ -366,7 +379,7 @@ $("#ask-form").addEventListener("submit", async (e) => {
   let count = 0;
   const body = {
     query,
-    max_retrievals: Number($("#ask-retrievals").value),
+    max_retrievals: budget,
     k: Number($("#ask-k").value) || 5,
   };
   try {
@@ -458,6 +471,10 @@ function renderAnswer(result) {
     }
   }
   box.append(text);
+  if (Number.isInteger(result.max_retrievals)) {
+    const n = result.max_retrievals;
+    box.append(el("p", { id: "answer-budget", class: "muted", text: `Budget: ${n} retrieval${n === 1 ? "" : "s"} after the first.` }));
+  }
   if (cites.length) {
     const chips = el("p", { class: "chips", "aria-label": "Citations" });
     cites.forEach((_, i) => chips.append(el("a", { href: `#cite-${i + 1}`, class: "cite" }, `[${i + 1}]`), " "));
