@@ -30,12 +30,14 @@ from psirag.agent import RetrieveAndAnswer
 from psirag.agent import cli as agent_cli
 from psirag.agent.citations import Labels, split_citations
 from psirag.agent.conversation import read_rewrite
+from psirag.agent.grounding import example_name
 from psirag.agent.ircot import IRCoT
-from psirag.agent.repeats import REPEAT_OVERLAP, example_name, repeats
+from psirag.agent.repeats import REPEAT_OVERLAP, repeats
 from psirag.cli import main
 from psirag.eval.harness import questions_path
 from psirag.eval.metrics import citation_precision
 from psirag.eval.settings import EMBEDDER_HOOKS
+from psirag.types import Passage, Source
 
 # --- repeated sub-questions ----------------------------------------------------------------------
 
@@ -119,9 +121,11 @@ def test_a_sub_question_copied_from_the_example_is_not_searched(server: Scripted
 def test_an_example_name_the_episode_mentions_is_searched(server: ScriptedServer) -> None:
     # A corpus about London bridges: the question names Tower Bridge, so the query is its own.
     question = "Who designed Tower Bridge?"
-    assert example_name("Who was Horace Jones?", [question]) == "Horace Jones"
-    assert example_name("When was Tower Bridge built?", [question]) is None
-    assert example_name("Who was Horace Jones?", [question, "Horace Jones\nAn architect."]) is None
+    assert example_name("Who was Horace Jones?", question, []) == "Horace Jones"
+    assert example_name("When was Tower Bridge built?", question, []) is None
+    about = Source("h", "Horace Jones", 0, 0, 26)
+    shown = [Passage("p1", "Horace Jones\nAn architect.", 0.5, about)]
+    assert example_name("Who was Horace Jones?", question, shown) is None
     index = FakeIndex()
     server.script("Retrieve: When was Tower Bridge opened?", "Answer: 1894")
     result = RetrieveAndAnswer(

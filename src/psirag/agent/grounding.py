@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from psirag.agent.chat import passage_body
-from psirag.prompts import NOT_MENTIONED
+from psirag.prompts import EXAMPLE_NAMES, NOT_MENTIONED
 from psirag.types import Passage
 
 _NON_WORD = re.compile(r"[\W_]+")
@@ -42,16 +42,43 @@ def plain_words(text: str) -> str:
     return f" {_NON_WORD.sub(' ', text.lower()).strip()} "
 
 
-def answer_in_documents(answer: str, question: str, passages: Sequence[Passage]) -> bool:
-    """Whether ``answer`` is written somewhere the model read it: in the question (the two
-    candidates of a comparison) or in a passage (title included), ignoring case and
-    punctuation. Yes/no answers and empty answers count as found: there is nothing to look up."""
-    words = plain_words(answer)
-    if not words.strip() or words.strip() in _YES_NO:
-        return True
+def written_in(text: str, question: str, passages: Sequence[Passage]) -> bool:
+    """Whether ``text`` is written somewhere the model read it: in the question or in a passage
+    (title included), as whole words, ignoring case and punctuation."""
+    words = plain_words(text)
     if words in plain_words(question):
         return True
     return any(words in plain_words(passage_body(p)) for p in passages)
+
+
+def answer_in_documents(answer: str, question: str, passages: Sequence[Passage]) -> bool:
+    """Whether ``answer`` is written somewhere the model read it (:func:`written_in`: the two
+    candidates of a comparison are in the question). Yes/no answers and empty answers count as
+    found: there is nothing to look up."""
+    words = plain_words(answer).strip()
+    if not words or words in _YES_NO:
+        return True
+    return written_in(answer, question, passages)
+
+
+def example_name(
+    query: str,
+    question: str,
+    passages: Sequence[Passage],
+    names: Sequence[str] = EXAMPLE_NAMES,
+) -> str | None:
+    """A name from the prompt's worked example that ``query`` asks about while neither the
+    question nor any passage shown mentions it (:func:`written_in`): the model copied the
+    example, and searching it cannot help this question. None when the query is the episode's."""
+    asked = plain_words(query)
+    return next(
+        (
+            name
+            for name in names
+            if plain_words(name) in asked and not written_in(name, question, passages)
+        ),
+        None,
+    )
 
 
 def is_not_mentioned(answer: str) -> bool:
@@ -139,8 +166,10 @@ def names_without_documents(
 
 __all__ = [
     "answer_in_documents",
+    "example_name",
     "is_not_mentioned",
     "names_in",
     "names_without_documents",
     "plain_words",
+    "written_in",
 ]

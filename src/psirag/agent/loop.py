@@ -60,11 +60,12 @@ from psirag.agent.chat import (
 from psirag.agent.citations import Citation, Labels, split_citations
 from psirag.agent.grounding import (
     answer_in_documents,
+    example_name,
     is_not_mentioned,
     names_without_documents,
 )
 from psirag.agent.parsing import ParsedReply, bare_answer, parse_reply
-from psirag.agent.repeats import example_name, repeats
+from psirag.agent.repeats import repeats
 from psirag.errors import InputError
 from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message
 from psirag.prompts import (
@@ -518,7 +519,7 @@ class RetrieveAndAnswer:
         no usable reply) goes to the forced answer (returned as a reply without a marker). See
         the module docstring."""
         searched = [question, *(s.query for s in steps)]
-        seen = [question, *(passage_body(p) for s in steps for p in s.passages)]
+        seen = [p for s in steps for p in s.passages]
 
         def refused(query: str) -> _Turn | None:
             """The follow-up turn a wasted sub-question gets, counted; None for a new search."""
@@ -526,7 +527,7 @@ class RetrieveAndAnswer:
                 stats.repeated_queries += 1
                 steps[-1].repeated.append(query)
                 return _Turn("repeat", remaining=steps[-1].remaining, text=query)
-            name = example_name(query, seen)
+            name = example_name(query, question, seen)
             if name is not None:
                 stats.example_queries += 1
                 steps[-1].repeated.append(query)

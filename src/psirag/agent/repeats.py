@@ -12,9 +12,7 @@ word of substance: a query that brings a new name, date or relation is a new sea
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-
-from psirag.prompts import EXAMPLE_NAMES
+from collections.abc import Iterable
 
 REPEAT_OVERLAP = 0.8
 """Jaccard overlap of content words at or above which a query repeats an earlier one."""
@@ -49,18 +47,4 @@ def repeats(query: str, earlier: Iterable[str], overlap: float = REPEAT_OVERLAP)
     return None
 
 
-def example_name(
-    query: str, context: Iterable[str], names: Sequence[str] = EXAMPLE_NAMES
-) -> str | None:
-    """A name from the prompt's worked example that ``query`` asks about while no text of
-    ``context`` (the question, the documents shown) mentions it: the model copied the example,
-    and searching it cannot help this question. None when the query is the episode's own."""
-    folded = query.casefold()
-    hits = [name for name in names if name.casefold() in folded]
-    if not hits:
-        return None
-    seen = "\n".join(context).casefold()
-    return next((name for name in hits if name.casefold() not in seen), None)
-
-
-__all__ = ["REPEAT_OVERLAP", "content_words", "example_name", "normalise_query", "repeats"]
+__all__ = ["REPEAT_OVERLAP", "content_words", "normalise_query", "repeats"]
