@@ -418,11 +418,12 @@ def agent_example_messages(max_retrievals: int = 1) -> list[Message]:
 AGENT_EXAMPLE_ROLES = ("user", "assistant", "system")
 """The role headers (``[user]``, ``[assistant]``) of the agent's one-shot example."""
 
+EXAMPLE_END = "(End of example"
+"""How the line closing the system prompt's example begins (``(End of example.)``)."""
+
 AGENT_TURN_STOPS: tuple[str, ...] = (
-    "\n[user]",
-    "\n[assistant]",
-    "\n[system]",
-    "\n(End of example",
+    *(f"\n[{role}]" for role in AGENT_EXAMPLE_ROLES),
+    f"\n{EXAMPLE_END}",
 )
 """Stop sequences of every agent reply. The system prompt's example lays turns out under
 ``[role]`` headers, and Qwen2.5-1.5B imitated them: after its marker line it wrote the next user
@@ -479,7 +480,7 @@ def agent_system_prompt(
     example = "\n\n".join(
         f"[{m['role']}]\n{m['content']}" for m in agent_example_messages(max(1, n))
     )
-    return f"{text}\n\nAn example of two turns:\n\n{example}\n\n(End of example.)"
+    return f"{text}\n\nAn example of two turns:\n\n{example}\n\n{EXAMPLE_END}.)"
 
 
 # --- IRCoT baseline: one reasoning sentence per turn -------------------------------------------
@@ -604,6 +605,7 @@ __all__ = [
     "AGENT_EXAMPLE_ROLES",
     "AGENT_TURN_STOPS",
     "EXAMPLE_DOCUMENTS",
+    "EXAMPLE_END",
     "EXAMPLE_KEYWORDS",
     "EXAMPLE_NAMES",
     "EXAMPLE_SUMMARY",

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from psirag.prompts import AGENT_EXAMPLE_ROLES
+from psirag.prompts import AGENT_EXAMPLE_ROLES, EXAMPLE_END
 
 Action = Literal["answer", "retrieve"]
 
@@ -44,7 +44,7 @@ _FENCED = re.compile(
 _PLACEHOLDER = re.compile(r"^<[^<>]*>$")
 # A line that opens a turn the model wrote for someone else, imitating the example's layout.
 _IMITATED_TURN = re.compile(
-    rf"^[ \t]*(?:\[(?:{'|'.join(AGENT_EXAMPLE_ROLES)})\][ \t]*$|\(End of example)",
+    rf"^[ \t]*(?:\[(?:{'|'.join(AGENT_EXAMPLE_ROLES)})\][ \t]*$|{re.escape(EXAMPLE_END)})",
     re.IGNORECASE | re.MULTILINE,
 )
 _OWN_HEADER = re.compile(r"\A\s*\[assistant\][ \t]*\n", re.IGNORECASE)
