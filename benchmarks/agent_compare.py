@@ -156,11 +156,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resamples", type=int, default=10_000)
     args = parser.parse_args(argv)
     loaded: dict[str, dict[str, dict[str, Any]]] = {}
+    sources: dict[str, str] = {}
     for spec in args.arms:
         label, path, method = parse_arm(spec)
         if label in loaded:
             raise SystemExit(f"two arms are labelled {label!r}")
         loaded[label] = load_rows(path, method)
+        sources[label] = f"{path.name}:{method}"  # no folders: no machine paths in the repository
     if args.reference not in loaded:
         raise SystemExit(f"--reference {args.reference!r} names no arm ({', '.join(loaded)})")
     first = next(iter(loaded.values()))
@@ -176,14 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "questions": len(common),
             "reference": args.reference,
-            "arms": {spec.partition("=")[0]: spec.partition("=")[2] for spec in args.arms},
+            "arms": sources,
             "summaries": summaries,
             "comparisons": comparisons,
-        }
-        # Arm files are named as given, without folders: no machine paths in the repository.
-        document["arms"] = {
-            label: f"{Path(p.rpartition(':')[0]).name}:{p.rpartition(':')[2]}"
-            for label, p in document["arms"].items()
         }
         out.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {out}", file=sys.stderr)
