@@ -351,9 +351,8 @@ class ServerState:
         MiniLM in memory, not two); None lets the predictor load its own."""
         from psirag.hops import load_hop_model
 
-        embedder = self.holder.get().index.embedder
-        inner = getattr(embedder, "inner", embedder)
-        return embedder if getattr(inner, "id", None) == load_hop_model().embedder else None
+        embedder = self.holder.get().index.embedder  # a BatchingEmbedder keeps its model's id
+        return embedder if getattr(embedder, "id", None) == load_hop_model().embedder else None
 
     def need_llm(self) -> GatedLLM:
         if self.llm is None:
