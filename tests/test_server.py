@@ -446,7 +446,11 @@ async def _use_mcp(client: Any, index: Index) -> dict[str, Any]:
         docs = await client.call_tool("list_documents", {})
         bad = await client.call_tool("inspect_node", {"node": 10**6})
         answer = await client.call_tool("ask", {"question": QUESTION})
+        auto = await client.call_tool("ask", {"question": COMPARISON, "max_retrievals": "auto"})
+        nonsense = await client.call_tool("ask", {"question": QUESTION, "max_retrievals": "lots"})
     return {
+        "auto": auto.structured_content,
+        "nonsense": nonsense,
         "names": names,
         "search": found.structured_content,
         "root": root.structured_content,
@@ -464,6 +468,9 @@ def _check_mcp(out: dict[str, Any], index: Index) -> None:
     assert [d["id"] for d in out["docs"]["documents"]] == ["volcanoes", "football", "baking"]
     assert out["bad"].is_error and "does not exist" in out["bad"].content[0].text
     assert out["answer"]["answer"] == "Sicily" and out["answer"]["citations"]
+    assert out["answer"]["max_retrievals"] == 1  # the server's default
+    assert out["auto"]["max_retrievals"] == 3  # COMPARISON reads as 4 hops
+    assert out["nonsense"].is_error
 
 
 def test_mcp_over_http(server: ServerProcess, built: tuple[Path, Index]) -> None:

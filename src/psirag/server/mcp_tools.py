@@ -66,17 +66,20 @@ def build_mcp_server(state: Any) -> Any:
     ) -> dict[str, Any]:
         """Answer a question with the retrieve-and-answer agent: it retrieves, reads, may
         retrieve again with a sub-question, then answers. Returns the answer, numbered
-        citations and the steps it took. ``max_retrievals``: retrievals after the first, or
-        "auto" (from the question's predicted hops); by default the server's setting."""
+        citations, the steps it took and the budget used. ``max_retrievals``: retrievals after
+        the first, or "auto" (from the question's predicted hops); by default the server's
+        setting."""
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
         def go() -> dict[str, Any]:
             state.check_query(question, "question")
             state.check_k(k)
             index = state.holder.get().index
-            result = agent_for(state, index, body).run(question)
+            agent = agent_for(state, index, body)
+            result = agent.run(question)
             return {
                 "answer": result.answer,
+                "max_retrievals": agent.max_retrievals,
                 "citations": views.citations(result.evidence[:k]),
                 "steps": [
                     {"query": s.query, "thought": s.thought, "action": s.action}
