@@ -263,8 +263,11 @@ def test_ask_auto_budget_comes_from_the_predicted_hops(
     assert "at most 3 times" in fake.requests[before]["messages"][0]["content"]
     plain = call("POST", f"{server.url}/ask", json={"query": COMPARISON, "k": 3}).json()
     assert plain["max_retrievals"] == 1  # the server's default, --max-retrievals 1
-    bad = call("POST", f"{server.url}/ask", json={**auto, "max_retrievals": "lots"})
-    assert "max_retrievals" in assert_error(bad, 422)
+    for wrong in ("lots", 11, True):
+        bad = call("POST", f"{server.url}/ask", json={**auto, "max_retrievals": wrong})
+        message = assert_error(bad, 422)
+        assert "max_retrievals" in message and "from 0 to 10, or 'auto'" in message
+        assert repr(wrong) in message and "literal" not in message  # one plain message
     # The OpenAI-compatible endpoint takes the same extension.
     before = fake.calls
     chat = {"messages": [{"role": "user", "content": COMPARISON}], "max_retrievals": "auto"}
@@ -471,6 +474,7 @@ def _check_mcp(out: dict[str, Any], index: Index) -> None:
     assert out["answer"]["max_retrievals"] == 1  # the server's default
     assert out["auto"]["max_retrievals"] == 3  # COMPARISON reads as 4 hops
     assert out["nonsense"].is_error
+    assert "or 'auto'" in out["nonsense"].content[0].text
 
 
 def test_mcp_over_http(server: ServerProcess, built: tuple[Path, Index]) -> None:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -42,6 +42,7 @@ from psirag.errors import (
 )
 from psirag.llm.errors import LLMError
 from psirag.server import views
+from psirag.server.budget import Budget
 from psirag.server.jobs import JobRunner
 from psirag.server.settings import ServerSettings
 from psirag.server.state import BatchingEmbedder, GatedLLM, IndexHolder, LLMNotConfiguredError
@@ -284,10 +285,6 @@ class SearchRequest(_Body):
     docs: list[str] | None = Field(default=None, description="search only these document ids")
     bm25: bool = Field(default=True, description="false: tree only")
     tree: bool = Field(default=True, description="false: BM25 only")
-
-
-Budget = Annotated[int, Field(ge=0, le=10)] | Literal["auto"]
-"""A request's retrieval budget: a count, or ``auto`` (the query-hop discriminator)."""
 
 
 class AskRequest(_Body):

@@ -9,11 +9,12 @@ A failure the user can fix comes back as a tool error with psirag's own message.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from psirag import __version__
 from psirag.errors import PsiragError
 from psirag.server import views
+from psirag.server.budget import Budget
 
 INSTRUCTIONS = (
     "Tools over one psirag (Ψ-RAG) index: a corpus chunked into passages under an abstract "
@@ -60,7 +61,7 @@ def build_mcp_server(state: Any) -> Any:
     @server.tool()
     async def ask(
         question: str,
-        max_retrievals: int | Literal["auto"] | None = None,
+        max_retrievals: Budget | None = None,
         k: int = 5,
         docs: list[str] | None = None,
     ) -> dict[str, Any]:

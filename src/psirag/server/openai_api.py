@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from psirag.config import SearchConfig
 from psirag.errors import InputError
 from psirag.server import views
-from psirag.server.app import Budget
+from psirag.server.budget import Budget
 
 CONTEXT_TURNS = 4
 """Earlier turns passed to the agent with the last user message."""

@@ -9,6 +9,8 @@ from typing import Literal
 from psirag.errors import InputError
 
 API_KEY_ENV = "PSIRAG_API_KEY"
+MAX_RETRIEVALS = 10
+"""The largest retrieval budget a server setting or a request may ask for."""
 """Environment variable read when ``--api-key`` is not given."""
 
 
@@ -70,8 +72,10 @@ class ServerSettings:
                 raise InputError(f"{name} must be positive, got {value}")
         if self.llm_concurrency < 1:
             raise InputError(f"--llm-concurrency must be at least 1, got {self.llm_concurrency}")
-        if self.max_retrievals != "auto" and not 0 <= int(self.max_retrievals) <= 10:
-            raise InputError(f"--max-retrievals must be 0..10 or auto, got {self.max_retrievals!r}")
+        if self.max_retrievals != "auto" and not 0 <= int(self.max_retrievals) <= MAX_RETRIEVALS:
+            raise InputError(
+                f"--max-retrievals must be 0..{MAX_RETRIEVALS} or auto, got {self.max_retrievals!r}"
+            )
 
 
-__all__ = ["API_KEY_ENV", "ServerSettings", "is_loopback"]
+__all__ = ["API_KEY_ENV", "MAX_RETRIEVALS", "ServerSettings", "is_loopback"]
