@@ -195,6 +195,7 @@ def cost_and_recall(args: argparse.Namespace, result: dict[str, Any]) -> None:
         qvecs = emb.embed(queries)
 
     # recall: full build, 10% added in one batch, 10% removed from the full build and added back
+    result["recall_run"] = result["machine"]["date"]  # a later --no-recall run keeps these rows
     rec = {"full build": _search_recall(full, qvecs, queries, golds)}
     rec["90% build + 10% added (one batch)"] = _search_recall(added10, qvecs, queries, golds)
     rec["full build - 10% removed"] = _search_recall(back, qvecs, queries, golds)

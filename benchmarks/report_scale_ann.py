@@ -225,6 +225,9 @@ holds ~100 MB of attention scores (12 heads), 8 a quarter of that, on cores whos
 jobs share. Earlier runs of the same comparison on 100 and 200 passages under heavier load gave
 fp32 batch 8 at 2.01x and 1.27x (1.61x in a quiet round) against 1.01x and 0.51x (0.93x) at 32:
 batch 8 is faster than 32 in every run, the size of the gain moves with the load.
+
+The default since feeb616: fp32 at batch 8 (`minilm` runs `minilm-onnx` on CPU; `minilm-torch`
+keeps batch 16).
 """
 
 
