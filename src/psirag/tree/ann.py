@@ -35,11 +35,13 @@ import numpy as np
 
 from psirag.errors import InputError
 from psirag.tree.approx import (
+    Edges,
     Progress,
-    _kruskal,
-    _UnionFind,
     _walk_order,
+    edge_rows,
+    no_edges,
     pair_similarity,
+    spanning_from_candidates,
 )
 
 ANN_INSTALL_HINT = "pip install 'psirag[ann]'"
@@ -123,9 +125,7 @@ class HnswIndex:
         return out
 
 
-def ann_candidates(
-    index: HnswIndex, k: int, progress: Progress | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def ann_candidates(index: HnswIndex, k: int, progress: Progress | None = None) -> Edges:
     """Each row's ``k`` nearest other rows by ANN, as unique pairs ``a < b`` sorted by key.
 
     Same contract as :func:`psirag.tree.approx.knn_candidates`; ``s`` is recomputed exactly per
@@ -238,9 +238,7 @@ def _best_pair(e: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[int, 
     return int(a[first]), int(b[first]), float(s[first])
 
 
-def component_joins(
-    index: HnswIndex, labels: np.ndarray, extra: int = 16
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def component_joins(index: HnswIndex, labels: np.ndarray, extra: int = 16) -> Edges:
     """One cross pair per component (one Borůvka round by ANN queries), in walk order.
 
     ``labels[i]`` names row i's component (at least two). See the module docstring for how a
@@ -291,7 +289,7 @@ def spanning_edges_ann(
     progress: Progress | None = None,
     *,
     threads: int = 1,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Edges:
     """An approximate maximum spanning tree from each row's ``k`` ANN neighbours.
 
     Same contract as :func:`psirag.tree.approx.spanning_edges_knn`: ``(a, b, s)`` with ``a < b``,
@@ -299,27 +297,14 @@ def spanning_edges_ann(
     when hnswlib is missing. ``threads`` run the queries (0: every core this process may use);
     the graph is built on one thread either way, so the edges do not depend on it.
     """
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    e = np.ascontiguousarray(embeddings, dtype=np.float32)
+    e = edge_rows(embeddings, k)
     n = e.shape[0]
     if n < 2:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty.copy(), np.empty(0, dtype=np.float32)
+        return no_edges()
     index = HnswIndex(e, threads=threads if threads > 0 else _default_threads())
-    cand_a, cand_b, cand_s = ann_candidates(index, k, progress)
-    uf = _UnionFind(n)
-    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    _kruskal(uf, cand_a, cand_b, cand_s, kept)
-    del cand_a, cand_b, cand_s
-    while uf.sets > 1:
-        join_a, join_b, join_s = component_joins(index, uf.labels())
-        _kruskal(uf, join_a, join_b, join_s, kept)
-    edge_a = np.concatenate([p[0] for p in kept])
-    edge_b = np.concatenate([p[1] for p in kept])
-    edge_s = np.concatenate([p[2] for p in kept])
-    order = _walk_order(edge_a, edge_b, edge_s)
-    return edge_a[order], edge_b[order], edge_s[order]
+    return spanning_from_candidates(
+        n, ann_candidates(index, k, progress), lambda labels: component_joins(index, labels)
+    )
 
 
 __all__ = [

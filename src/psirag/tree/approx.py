@@ -34,6 +34,8 @@ _PAIR_CHUNK = 1 << 20
 """Candidate pairs that Kruskal reads per step (bounds its index temporaries)."""
 
 Progress = Callable[[int, int], None]
+Edges = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""``(a, b, s)``: edge endpoints with ``a < b`` and each edge's float32 cosine."""
 
 
 def _block_rows(n: int, block_rows: int | None) -> int:
@@ -83,20 +85,17 @@ def knn_candidates(
     k: int,
     block_rows: int | None = None,
     progress: Progress | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Edges:
     """Each row's ``k`` most similar other rows, as unique undirected pairs.
 
     Returns ``(a, b, s)`` with ``a < b``, sorted by ``(a, b)``, and ``s`` the float32 cosine of
     each pair (rows must be unit vectors). Blocks of ``block_rows`` rows (by default as many as
     fit :data:`BLOCK_BYTES`) are multiplied by ``E.T`` one at a time: never an n x n matrix.
     """
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    e = np.ascontiguousarray(embeddings, dtype=np.float32)
+    e = edge_rows(embeddings, k)
     n = e.shape[0]
     if n < 2:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty.copy(), np.empty(0, dtype=np.float32)
+        return no_edges()
     k = min(k, n - 1)
     step = _block_rows(n, block_rows)
     keys: list[np.ndarray] = []
@@ -160,7 +159,7 @@ def _kruskal(
     a: np.ndarray,
     b: np.ndarray,
     s: np.ndarray,
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    out: list[Edges],
 ) -> None:
     """Add, in walk order, every pair that joins two sets; append the kept pairs to ``out``."""
     order = _walk_order(a, b, s)
@@ -200,9 +199,7 @@ def _refresh_best_columns(
         del sims
 
 
-def _component_best_pairs(
-    e: np.ndarray, labels: np.ndarray, best: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _component_best_pairs(e: np.ndarray, labels: np.ndarray, best: np.ndarray) -> Edges:
     """Per component, the first of its rows' best cross pairs in walk order, in walk order."""
     rows = np.arange(labels.size, dtype=np.int64)
     a, b = np.minimum(rows, best), np.maximum(rows, best)
@@ -216,7 +213,7 @@ def _component_best_pairs(
 
 def best_cross_pairs(
     embeddings: np.ndarray, labels: np.ndarray, block_rows: int | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Edges:
     """Each component's most similar pair to a row of another component (one Borůvka pass).
 
     ``labels[i]`` names the component of row ``i`` (at least two components). For every row, its
@@ -235,7 +232,7 @@ def spanning_edges_knn(
     k: int,
     progress: Progress | None = None,
     block_rows: int | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> Edges:
     """An approximate maximum spanning tree from ``k`` nearest neighbours per row.
 
     Same contract as :func:`psirag.tree.build.spanning_edges`: ``(a, b, s)`` with ``a < b``,
@@ -244,24 +241,48 @@ def spanning_edges_knn(
     remains (each pass at least halves the components and rescans only the rows whose best
     cross column was absorbed). Memory O(n·k) plus one block.
     """
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    e = np.ascontiguousarray(embeddings, dtype=np.float32)
+    e = edge_rows(embeddings, k)
     n = e.shape[0]
     if n < 2:
-        empty = np.empty(0, dtype=np.int64)
-        return empty, empty.copy(), np.empty(0, dtype=np.float32)
-    cand_a, cand_b, cand_s = knn_candidates(e, k, block_rows=block_rows, progress=progress)
-    uf = _UnionFind(n)
-    kept: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    _kruskal(uf, cand_a, cand_b, cand_s, kept)
-    del cand_a, cand_b, cand_s
+        return no_edges()
     best = np.full(n, -1, dtype=np.int64)  # each row's best column in another component
-    while uf.sets > 1:
-        labels = uf.labels()
+
+    def joins(labels: np.ndarray) -> Edges:
         _refresh_best_columns(e, labels, best, block_rows)
-        join_a, join_b, join_s = _component_best_pairs(e, labels, best)
-        _kruskal(uf, join_a, join_b, join_s, kept)
+        return _component_best_pairs(e, labels, best)
+
+    return spanning_from_candidates(
+        n, knn_candidates(e, k, block_rows=block_rows, progress=progress), joins
+    )
+
+
+def edge_rows(embeddings: np.ndarray, k: int) -> np.ndarray:
+    """The rows as contiguous float32, the form every neighbour search reads, once ``k`` (the
+    neighbours per row) is checked."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    return np.ascontiguousarray(embeddings, dtype=np.float32)
+
+
+def no_edges() -> Edges:
+    """The edge set of fewer than two rows."""
+    empty = np.empty(0, dtype=np.int64)
+    return empty, empty.copy(), np.empty(0, dtype=np.float32)
+
+
+def spanning_from_candidates(
+    n: int, candidates: Edges, joins: Callable[[np.ndarray], Edges]
+) -> Edges:
+    """Kruskal over the candidate pairs, then ``joins(labels)`` (each component's best pairs to
+    another) until one component remains; the edges in walk order, as ``spanning_edges`` gives.
+
+    ``candidates`` is released once Kruskal has read it, so callers should pass it directly."""
+    uf = _UnionFind(n)
+    kept: list[Edges] = []
+    _kruskal(uf, *candidates, kept)
+    del candidates
+    while uf.sets > 1:
+        _kruskal(uf, *joins(uf.labels()), kept)
     edge_a = np.concatenate([p[0] for p in kept])
     edge_b = np.concatenate([p[1] for p in kept])
     edge_s = np.concatenate([p[2] for p in kept])
