@@ -49,9 +49,12 @@ TUNE = slice(500, 1000)
 """The only questions variants were tuned on (2Wiki's second half)."""
 PAPER = PROFILES["paper"]
 DEFAULT = PROFILES["default"]
+TREE = PROFILES["tree"]
 HYBRID = SearchConfig(use_tree=False, use_bm25=True, use_dense=True, merge_duplicates=False)
 
 Run = Callable[[Retriever, str, np.ndarray], list[int]]
+COMPARED = ("psi default", "psi tree", "psi paper")
+"""The rows whose difference from hybrid gets a paired bootstrap interval."""
 
 
 def config_run(config: SearchConfig) -> Run:
@@ -94,7 +97,7 @@ VARIANTS: list[tuple[str, str, Run]] = [
     (
         "tree (beam 160)",
         "tree alone, the default's beam",
-        config_run(DEFAULT.with_(use_bm25=False)),
+        config_run(TREE.with_(use_bm25=False)),
     ),
     ("psi paper", "tree + BM25, beam 40 (`--profile paper`)", config_run(PAPER)),
     ("psi beam 80", "paper + beam 80", config_run(PAPER.with_(beam=80))),
@@ -105,7 +108,17 @@ VARIANTS: list[tuple[str, str, Run]] = [
         "paper + identical texts merged",
         config_run(PAPER.with_(merge_duplicates=True)),
     ),
-    ("psi default", "beam 160 + identical texts merged (the default)", config_run(DEFAULT)),
+    (
+        "psi tree",
+        "beam 160 + identical texts merged, the tree at every size (`--profile tree`)",
+        config_run(TREE),
+    ),
+    (
+        "psi default",
+        f"psi tree + a flat scan in the tree's place up to {DEFAULT.exact_dense_leaves:,} "
+        "leaves (the default)",
+        config_run(DEFAULT),
+    ),
     ("psi candidates 20", "paper + 20 candidates per list", config_run(PAPER.with_(candidates=20))),
     ("psi rrf_k 20", "paper + RRF constant 20", config_run(PAPER.with_(rrf_k=20))),
     (
@@ -180,7 +193,7 @@ def latency(
 ) -> dict[str, dict[str, float]]:
     """p50/p95 ms of ``search_vector`` (query embedding excluded) per config, interleaved per
     query so that the machine's load hits each alike."""
-    configs = {"psi default": DEFAULT, "psi paper": PAPER, "hybrid": HYBRID}
+    configs = {"psi default": DEFAULT, "psi tree": TREE, "psi paper": PAPER, "hybrid": HYBRID}
     ms: dict[str, list[float]] = {name: [] for name in configs}
     for q, v in zip(questions, vectors, strict=True):
         for name, config in configs.items():
@@ -252,7 +265,7 @@ def summarize(scores: dict[str, dict[str, list[float]]], part: slice, n: int) ->
         for row, by in scores.items()
     }
     cis = {}
-    for row in ("psi default", "psi paper"):
+    for row in COMPARED:
         ci = paired_bootstrap_ci(
             np.asarray(scores[row]["recall@5"][part]) * 100,
             np.asarray(scores["hybrid"]["recall@5"][part]) * 100,
@@ -286,20 +299,20 @@ def section(r: dict[str, Any]) -> str:
         "psi against hybrid, Recall@5 difference in points with its paired bootstrap 95% interval",
         "(10,000 resamples of the questions):",
         "",
-        "| set | questions | psi default - hybrid | psi paper - hybrid |",
-        "|---|---|---|---|",
+        "| set | questions | " + " | ".join(f"{row} - hybrid" for row in COMPARED) + " |",
+        "|---|---|" + "---|" * len(COMPARED),
     ]
     for lb in labels:
         s = sets[lb]
         cells = []
-        for row in ("psi default - hybrid", "psi paper - hybrid"):
+        for row in (f"{name} - hybrid" for name in COMPARED):
             c = s["vs_hybrid"][row]
             cells.append(f"{c['diff']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}]")
         lines.append(f"| {lb} | {s['n']} | " + " | ".join(cells) + " |")
     ms = r["search_ms_2wiki"]
     lines += [
         "",
-        "Search latency on 2Wiki (6,119 passages), query embedding excluded, the three configs",
+        "Search latency on 2Wiki (6,119 passages), query embedding excluded, the configs",
         "interleaved per query in one run, all 1,000 questions:",
         "",
         "| config | p50 ms | p95 ms |",
@@ -319,6 +332,7 @@ def reading(r: dict[str, Any]) -> str:
     held = "2wiki 0-499 (held out)"
     tune = rec["2wiki 500-999 (tuned on)"]
     ci = sets[hot]["vs_hybrid"]["psi default - hybrid"]
+    tree_ci = sets[hot]["vs_hybrid"]["psi tree - hybrid"]
     ms = r["search_ms_2wiki"]
     same = r["tree_top10_equals_dense_top10_pct"]
     w, h = same["2wikimultihopqa"], same["hotpotqa-dev200"]
@@ -337,15 +351,22 @@ def reading(r: dict[str, Any]) -> str:
         "parent scores down to leaves moved the tuning half by "
         f"{tune['psi passdown 0.6'] - tune['psi beam 160']:+.2f} "
         "points, within noise, and loses on HotpotQA, so it is not in the default. Result: the "
-        "default equals hybrid on 2Wiki (held-out half and all 1,000) and is "
-        f"{ci['diff']:+.2f} points [{ci['low']:+.2f}, {ci['high']:+.2f}] from it on "
-        "HotpotQA-dev200: the goal (psi at or above hybrid on both) is met on 2Wiki and missed "
-        "on HotpotQA by a margin whose interval reaches 0. The tree does not beat flat dense "
-        "retrieval on either set; what it buys is a search that scores a fraction of the "
-        f"leaves: p50 {ms['psi default']['p50']:.2f} ms for the default against "
-        f"{ms['hybrid']['p50']:.2f} ms for hybrid here ({ms['psi paper']['p50']:.2f} ms for "
-        "the paper profile), and the tree's abstracts for "
-        "summarization (`visit`)."
+        "tree at the default beam (psi tree) equals hybrid on 2Wiki (held-out half and all "
+        f"1,000) and is {tree_ci['diff']:+.2f} points [{tree_ci['low']:+.2f}, "
+        f"{tree_ci['high']:+.2f}] from it on HotpotQA-dev200, where its top 10 misses the exact "
+        "one for a few questions. So the default adds what it takes not to lose to flat "
+        "retrieval: on an index of at most "
+        f"{DEFAULT.exact_dense_leaves:,} leaves, where a flat scan costs about what the "
+        'beam-160 search does ("Flat scan against tree search by corpus size"), its dense '
+        "list is ranked exactly. The bound comes from that cost measurement, not from recall. It "
+        "changes nothing on 2Wiki (6,119 leaves: the tree search runs), and on HotpotQA-dev200 "
+        f"(1,971 leaves) the default is then {ci['diff']:+.2f} points [{ci['low']:+.2f}, "
+        f"{ci['high']:+.2f}] from hybrid. The tree does not beat flat dense retrieval on either "
+        "set, and at these sizes it is not faster either (p50 "
+        f"{ms['psi tree']['p50']:.2f} ms for psi tree against {ms['hybrid']['p50']:.2f} ms for "
+        f"hybrid here, {ms['psi paper']['p50']:.2f} ms for the paper profile). What it buys is "
+        "a search whose cost grows far slower than the corpus (the 1M-leaf rows under Scale) "
+        "and the abstracts that summarization visits (`visit`)."
     )
 
 

@@ -71,6 +71,12 @@ BENCHES: tuple[Bench, ...] = (
         "~4 min with saved indexes and cached question vectors (--index, --vectors)",
     ),
     Bench(
+        "dense_crossover",
+        ("bench_dense_crossover.py",),
+        ("dense_crossover.json", "section_retrieval_variants_size.md"),
+        "~1 min with cached passage and question vectors (--passages, --vectors)",
+    ),
+    Bench(
         "skew",
         ("bench_skew.py",),
         ("skew.json", "section_skew.md"),

@@ -45,10 +45,12 @@ def test_paper_profile_is_the_search_of_before() -> None:
             rrf_k=60,
             reranker=None,
             merge_duplicates=False,
+            exact_dense_leaves=0,
         )
         == PAPER
     )
     assert SearchConfig() == DEFAULT and DEFAULT != PAPER
+    assert PROFILES["tree"] == DEFAULT.with_(exact_dense_leaves=0)
     with pytest.raises(InputError, match="unknown search profile 'fast'"):
         profile_config("fast")
     with pytest.raises(InputError, match="unknown search profile"):
@@ -88,7 +90,8 @@ def test_profile_switch_changes_the_tree_list() -> None:
     for query in ("w1 w2 w3", "w10 w200 w77 w5", "w150 w151", "w42 w9 w260"):
         q = index.embed_query(query)
         trees = {}
-        for name, profile in PROFILES.items():
+        for name in ("tree", "paper"):
+            profile = PROFILES[name]
             lists = index.retriever.candidate_lists(q, query, config=profile)
             assert len(lists) == 1 + profile.use_dense + profile.use_bm25
             # Algorithm 2 itself is checked against a plain-Python one in test_retriever
@@ -96,8 +99,53 @@ def test_profile_switch_changes_the_tree_list() -> None:
             found = hits.leaves.tolist()
             assert lists[0][0].tolist() == found
             trees[name] = found
-        differ += trees["default"] != trees["paper"]
+        differ += trees["tree"] != trees["paper"]
     assert differ > 0
+
+
+def test_default_ranks_the_dense_list_exactly_on_a_small_index() -> None:
+    """Up to exact_dense_leaves leaves the default's first list is the exact cosine top (what
+    hybrid fuses), so the default ranks as hybrid does; above it, the tree search. The beam
+    below is so narrow that the tree search misses some of the exact top."""
+    index = _wide_index()  # 1,500 leaves
+    retriever = index.retriever
+    assert index.data.n_leaves <= DEFAULT.exact_dense_leaves
+    narrow = DEFAULT.with_(beam=2)
+    hybrid = DEFAULT.with_(use_tree=False, use_dense=True)
+    tree_missed = 0
+    for query in ("w1 w2 w3", "w10 w200 w77 w5", "w150 w151", "w42 w9 w260"):
+        q = index.embed_query(query)
+        exact = retriever.dense.ranked(q, narrow.candidates)[0].tolist()
+        lists = retriever.candidate_lists(q, query, config=narrow)
+        assert lists[0][0].tolist() == exact
+        assert retriever.ranked(q, query, config=narrow) == retriever.ranked(
+            q, query, config=hybrid
+        )
+        above = narrow.with_(exact_dense_leaves=index.data.n_leaves - 1)
+        tree = retriever.candidate_lists(q, query, config=above)[0][0].tolist()
+        want = retriever.searcher.search(q, k=narrow.candidates, beam=2).leaves.tolist()
+        assert tree == want
+        tree_missed += set(tree) != set(exact)
+    assert tree_missed > 0  # so the two paths were told apart
+
+
+def test_a_document_filter_counts_only_the_leaves_it_keeps() -> None:
+    """The threshold reads the leaves searched: a few documents of a large index are ranked
+    exactly, inside those documents."""
+    index = _wide_index()
+    config = DEFAULT.with_(beam=2, exact_dense_leaves=100)
+    docs = [str(i) for i in range(0, 1500, 20)]  # 75 documents of one leaf each
+    assert {c.source.document for c in index.data.chunks} >= set(docs)
+    keep = np.isin(index.data.leaf_documents, docs)
+    retriever = index.retriever
+    assert retriever.exact_in_tree_place(config, keep)
+    assert not retriever.exact_in_tree_place(config, None)
+    q = index.embed_query("w1 w2 w3")
+    got = retriever.candidate_lists(q, "w1 w2 w3", config=config, docs=docs)[0][0].tolist()
+    assert got == retriever.dense.ranked(q, config.candidates, keep)[0].tolist()
+    assert {index.data.chunks[i].source.document for i in got} <= set(docs)
+    with pytest.raises(InputError, match="exact_dense_leaves must be 0 or more"):
+        SearchConfig(exact_dense_leaves=-1)
 
 
 def test_identical_texts_come_back_as_one_result_naming_every_source(dup_index: Index) -> None:
@@ -132,6 +180,10 @@ def test_merging_respects_the_document_filter(dup_index: Index) -> None:
     both = dup_index.search(query, config=DEFAULT, docs=["2", "18"])
     assert [p.source.document for p in both] == ["2"]
     assert [s.document for s in both[0].also] == ["18"]
+    # the flat dense list alone, and the tree: a copy stands in when its first is filtered out
+    for config in (DEFAULT.with_(use_tree=False, use_bm25=False, use_dense=True), PROFILES["tree"]):
+        found = dup_index.search(query, k=1, config=config, docs=["18"])
+        assert [p.source.document for p in found] == ["18"]
 
 
 def _args(argv: list[str]) -> argparse.Namespace:
@@ -141,6 +193,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
 def test_cli_profile_flag(dup_index: Index, tmp_path, capsys, monkeypatch) -> None:
     assert search_config_from(_args(["search", "x", "q"])) == DEFAULT
     assert search_config_from(_args(["search", "x", "q", "--profile", "paper"])) == PAPER
+    tree = search_config_from(_args(["search", "x", "q", "--profile", "tree"]))
+    assert tree == PROFILES["tree"] and tree.exact_dense_leaves == 0
     wide = search_config_from(_args(["search", "x", "q", "--profile", "paper", "--beam", "7"]))
     assert wide == PAPER.with_(beam=7)
     assert _args(["ask", "x", "q", "--profile", "paper"]).profile == "paper"
@@ -160,9 +214,49 @@ def test_cli_profile_flag(dup_index: Index, tmp_path, capsys, monkeypatch) -> No
     folder = tmp_path / "idx"
     dup_index.save(folder)
     query = corpus()[2]
-    for profile in ("default", "paper"):
+    for profile in ("default", "tree", "paper"):
         assert main(["search", str(folder), query, "--profile", profile, "--json"]) == 0
         got = json.loads(capsys.readouterr().out)["passages"]
         want = dup_index.search(query, config=PROFILES[profile])
         assert [p["id"] for p in got] == [p.id for p in want]
         assert [len(p["also"]) for p in got] == [len(p.also) for p in want]
+
+
+class _EvalContext:
+    """What a psi method's factory reads from the eval: its settings and a retriever."""
+
+    def __init__(self, index: Index, beam: int) -> None:
+        self.settings = EvalSettings(beam=beam)
+        self.index = index
+
+    def retriever(self, **changes: object) -> tuple[object, None]:
+        config = self.settings.search_config(**changes)
+        return self.index.retriever.with_config(config), None
+
+
+def test_eval_tree_methods_search_the_tree_whatever_the_index_size() -> None:
+    """psi-tree and psi-paper measure the tree itself; psi follows the default profile, whose
+    exact stand-in covers an index this small."""
+    from psirag.eval.methods import METHODS
+
+    index = _wide_index()
+    ctx = _EvalContext(index, beam=2)  # narrow enough for the tree to miss some exact top
+    made = {name: METHODS[name].factory(ctx) for name in ("psi", "psi-tree", "psi-paper")}
+    differ = 0
+    for query in ("w1 w2 w3", "w10 w200 w77 w5", "w150 w151", "w42 w9 w260"):
+        q = index.embed_query(query)
+        leaves = {name: [p.leaf for p in m.search(query, q)] for name, m in made.items()}
+        tree_only = PROFILES["tree"].with_(use_bm25=False, beam=2)
+        assert leaves["psi-tree"] == [
+            p.leaf for p in index.search_vector(q, query, config=tree_only)
+        ]
+        assert leaves["psi-paper"] == [
+            p.leaf for p in index.search_vector(q, query, config=PAPER.with_(beam=2))
+        ]
+        default = DEFAULT.with_(beam=2)
+        assert leaves["psi"] == [p.leaf for p in index.search_vector(q, query, config=default)]
+        exact = default.with_(use_bm25=False)
+        differ += leaves["psi-tree"] != [
+            p.leaf for p in index.search_vector(q, query, config=exact)
+        ]
+    assert differ > 0  # the tree list and its exact stand-in told apart

@@ -128,10 +128,10 @@ def tree_reference(
 
 def dense_reference(data: IndexData, q: np.ndarray, k: int, allowed: set[int] | None) -> list:
     texts = [c.text for c in data.chunks]
-    first = [i for i, t in enumerate(texts) if texts.index(t) == i]
+    kept = [i for i in range(len(texts)) if allowed is None or i in allowed]
+    ids = [i for i in kept if [texts[j] for j in kept].index(texts[i]) == kept.index(i)]
     vectors = np.asarray(data.node_vectors[: data.n_leaves], dtype=np.float64)
-    score = {i: float(vectors[i] @ q) for i in first}
-    ids = [i for i in first if allowed is None or i in allowed]
+    score = {i: float(vectors[i] @ q) for i in ids}
     return [(i, score[i]) for i in ordered(ids, score, k)]
 
 
@@ -176,7 +176,10 @@ def expected(
             u for u in range(data.tree.n_nodes) if set(data.tree.leaves_under(u).tolist()) & leaves
         } | leaves
     lists: list[list[tuple[int, float]]] = []
-    if config.use_tree:
+    searched = data.n_leaves if leaves is None else len(leaves)
+    if config.use_tree and searched <= config.exact_dense_leaves:  # a flat scan stands in
+        lists.append(dense_reference(data, q, config.candidates, leaves))
+    elif config.use_tree:
         found, score, _ = tree_reference(data, q, config.candidates, config.beam, nodes)
         lists.append([(i, score[i]) for i in found])
     if config.use_dense:
@@ -188,14 +191,18 @@ def expected(
     return rrf_reference([[i for i, _ in pairs] for pairs in lists], config.k)
 
 
+TREE = SearchConfig(exact_dense_leaves=0)
+"""The tree search at every size (these indexes are far below the default's flat-scan bound)."""
 CONFIGS = {
-    "tree": SearchConfig(k=4, candidates=6, beam=2, use_bm25=False),
-    "tree-wide": SearchConfig(k=5, candidates=10, beam=40, use_bm25=False),
+    "tree": TREE.with_(k=4, candidates=6, beam=2, use_bm25=False),
+    "tree-wide": TREE.with_(k=5, candidates=10, beam=40, use_bm25=False),
     "bm25": SearchConfig(k=4, use_tree=False),
     "dense": SearchConfig(k=5, use_tree=False, use_bm25=False, use_dense=True),
-    "fused": SearchConfig(k=5, candidates=6, beam=2),
+    "fused": TREE.with_(k=5, candidates=6, beam=2),
     "hybrid": SearchConfig(k=5, use_tree=False, use_dense=True),
-    "all-three": SearchConfig(k=6, candidates=5, beam=3, use_dense=True),
+    "all-three": TREE.with_(k=6, candidates=5, beam=3, use_dense=True),
+    "default-narrow": SearchConfig(k=5, candidates=6, beam=2),
+    "exact-below-6": SearchConfig(k=5, candidates=6, beam=2, exact_dense_leaves=6),
 }
 DOCS = {"all": None, "football+extra": ["4", "5", "6", "7", "13", "17"], "one": ["10"]}
 

@@ -201,7 +201,11 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
         "--doc", action="append", metavar="ID", help="search only this document (repeatable)"
     )
     p.add_argument("--no-tree", action="store_true", help="BM25 only")
-    p.add_argument("--no-bm25", action="store_true", help="tree only")
+    p.add_argument(
+        "--no-bm25",
+        action="store_true",
+        help="the dense list only (the tree search, or its exact flat stand-in on a small index)",
+    )
     p.add_argument(
         "--reranker",
         metavar="PATH",

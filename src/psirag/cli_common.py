@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import get_args
 
-from psirag.config import IndexConfig, ProfileName, SearchConfig, profile_config
+from psirag.config import (
+    EXACT_DENSE_LEAVES,
+    IndexConfig,
+    ProfileName,
+    SearchConfig,
+    profile_config,
+)
 from psirag.tree.build import TREE_MODES
 
 
@@ -16,8 +22,10 @@ def profile_argument(p: argparse.ArgumentParser) -> None:
         "--profile",
         choices=get_args(ProfileName),
         default="default",
-        help="search preset: default (tree + BM25, wide beam, identical texts merged) or paper "
-        "(the paper's tree + BM25, beam 40)",
+        help="search preset: default (tree + BM25, wide beam, identical texts merged; on an "
+        f"index of at most {EXACT_DENSE_LEAVES:,} leaves an exact flat scan stands in for the "
+        "tree search), tree (the default with the tree search at every size) or paper (the "
+        "paper's tree + BM25, beam 40)",
     )
 
 

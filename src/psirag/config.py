@@ -21,8 +21,11 @@ DEFAULT_EMBEDDER = "minilm"
 RoutingMode = Literal["leaf_mean", "abstract", "blend"]
 AbstractMode = Literal["keywords", "llm-summary", "llm-keywords", "none"]
 FusionMode = Literal["rrf", "rerank"]
-ProfileName = Literal["default", "paper"]
+ProfileName = Literal["default", "tree", "paper"]
 """Named search presets (:data:`PROFILES`); the CLI's ``--profile`` choices."""
+EXACT_DENSE_LEAVES = 6000
+"""The default's :attr:`SearchConfig.exact_dense_leaves`: about where a flat scan and the
+beam-160 tree search cost the same on one core (benchmarks/bench_dense_crossover.py)."""
 
 
 @dataclass(frozen=True)
@@ -134,11 +137,19 @@ class SearchConfig:
     merge_duplicates: bool = True
     """Leaves with identical text (the same passage in two documents) count as one candidate
     and come back as one passage naming every source (``Passage.also``)."""
+    exact_dense_leaves: int = EXACT_DENSE_LEAVES
+    """Up to this many leaves searched (all of them, or those of the ``docs`` asked for), the
+    tree's dense list is ranked exactly, by a flat cosine scan, in place of the tree search:
+    at that size the scan costs about what the beam search does and misses nothing
+    (BENCHMARKS.md, "Flat scan against tree search by corpus size"). 0: always the tree
+    search (the ``tree`` and ``paper`` profiles)."""
 
     def __post_init__(self) -> None:
         for name in ("k", "candidates", "beam", "rrf_k"):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.exact_dense_leaves < 0:
+            raise InputError(f"exact_dense_leaves must be 0 or more, got {self.exact_dense_leaves}")
         if not (self.use_tree or self.use_bm25 or self.use_dense):
             raise InputError("at least one of use_tree, use_bm25 and use_dense must be on")
         if self.fusion not in ("rrf", "rerank"):
@@ -152,12 +163,15 @@ class SearchConfig:
 
 PROFILES: dict[str, SearchConfig] = {
     "default": SearchConfig(),
-    "paper": SearchConfig(beam=40, use_dense=False, merge_duplicates=False),
+    "tree": SearchConfig(exact_dense_leaves=0),
+    "paper": SearchConfig(beam=40, merge_duplicates=False, exact_dense_leaves=0),
 }
-"""Search presets by name. ``paper`` is the paper's retrieval (tree + BM25, RRF, top-10 each,
-beam 40, duplicates kept: this project's tree + BM25 as it was before the retrieval
-ablation); ``default`` is what search, ask and eval use unless told otherwise: a wider beam and
-identical texts merged (BENCHMARKS.md, "Retrieval variants", says why)."""
+"""Search presets by name. ``default`` is what search, ask and eval use unless told otherwise:
+tree + BM25 with a wide beam, identical texts merged, and an exact dense list on indexes small
+enough for a flat scan (BENCHMARKS.md, "Retrieval variants", says why). ``tree`` is the same
+with the tree search at every size, ``paper`` the paper's retrieval (tree + BM25, RRF, top-10
+each, beam 40, duplicates kept: this project's tree + BM25 as it was before the retrieval
+ablation)."""
 
 
 def profile_config(name: str) -> SearchConfig:

@@ -427,12 +427,15 @@ def _psi_factory(use_tree: bool, use_bm25: bool, *, paper: bool = False) -> Fact
     def make(ctx: EvalContext) -> Retrieval:
         s = ctx.settings
         changes: dict[str, Any] = {"use_tree": use_tree, "use_bm25": use_bm25}
+        if use_tree and not use_bm25:  # the tree search itself, never its exact stand-in
+            changes.update(exact_dense_leaves=0)
         if paper:  # the paper profile whatever --profile says (--beam still applies)
             base = PROFILES["paper"]
             changes.update(
                 beam=base.beam if s.beam is None else s.beam,
                 use_dense=base.use_dense,
                 merge_duplicates=base.merge_duplicates,
+                exact_dense_leaves=base.exact_dense_leaves,
             )
         if use_tree and use_bm25 and s.reranker:
             changes.update(fusion="rerank", reranker=s.reranker)

@@ -60,7 +60,9 @@ class DenseFlat:
     def __init__(self, leaf_vectors: np.ndarray, texts: Sequence[str]) -> None:
         self.vectors = np.ascontiguousarray(np.asarray(leaf_vectors), dtype=np.float32)
         seen: dict[str, int] = {}
-        self.first = np.asarray([seen.setdefault(t, i) == i for i, t in enumerate(texts)], bool)
+        self.text_of = np.asarray([seen.setdefault(t, i) for i, t in enumerate(texts)], np.int64)
+        """Each leaf's text, as the first leaf holding it."""
+        self.first = self.text_of == np.arange(len(self.text_of))
 
     @classmethod
     def of(cls, data: IndexData) -> DenseFlat:
@@ -70,8 +72,11 @@ class DenseFlat:
         """Top-k leaves by cosine, best first (ties by leaf id), with their scores; ``allowed``
         (a boolean mask over leaves) keeps the ranking inside some documents."""
         scores = self.vectors @ np.asarray(vector, dtype=np.float32).ravel()
-        keep = self.first if allowed is None else self.first & allowed
-        cand = np.flatnonzero(keep)
+        if allowed is None:
+            cand = np.flatnonzero(self.first)
+        else:  # the first allowed leaf of each text: a copy stands in when the first is out
+            cand = np.flatnonzero(allowed)
+            cand = cand[np.sort(np.unique(self.text_of[cand], return_index=True)[1])]
         cand = cand[top_k(scores[cand], k, cand)]
         return cand, scores[cand]
 
@@ -239,7 +244,9 @@ class Retriever:
         where = self.doc_filter(docs)
         leaves = None if where is None else where.leaves
         lists: list[Ranked] = []
-        if config.use_tree:
+        if config.use_tree and self.exact_in_tree_place(config, leaves):
+            lists.append(self.dense.ranked(vector, config.candidates, leaves))
+        elif config.use_tree:
             hits = self.searcher.search(
                 vector,
                 k=config.candidates,
@@ -254,6 +261,13 @@ class Retriever:
         if config.merge_duplicates and self._shared.copies:
             lists = [self._merge_copies(ids, scores, leaves) for ids, scores in lists]
         return lists
+
+    def exact_in_tree_place(self, config: SearchConfig, leaves: np.ndarray | None) -> bool:
+        """Whether the tree's dense list is ranked by a flat scan: when no more leaves are
+        searched (``leaves``: the allowed mask, None for all) than
+        ``config.exact_dense_leaves``."""
+        searched = self.data.n_leaves if leaves is None else int(np.count_nonzero(leaves))
+        return searched <= config.exact_dense_leaves
 
     def _canonical(self, leaf: int, allowed: np.ndarray | None) -> int:
         """The first leaf (among ``allowed`` ones) with ``leaf``'s text."""

@@ -283,7 +283,9 @@ class SearchRequest(_Body):
     candidates: int | None = Field(default=None, ge=1, description="passages per retriever")
     profile: ProfileName = Field(default="default", description="search preset (--profile)")
     docs: list[str] | None = Field(default=None, description="search only these document ids")
-    bm25: bool = Field(default=True, description="false: tree only")
+    bm25: bool = Field(
+        default=True, description="false: the dense list only (tree, or exact on a small index)"
+    )
     tree: bool = Field(default=True, description="false: BM25 only")
 
 
