@@ -590,8 +590,9 @@ def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         for rank, p in enumerate(result.evidence[:3], start=1):
             print_passage(p, rank, out, width=240)
     print(
-        "\nEvidence comes from tree search and BM25 fused by RRF; each line names the topic "
-        "(document), chunk and character span.",
+        "\nEvidence comes from a dense list and BM25 fused by RRF (on an index this small the "
+        "dense list is an exact scan; `psirag search --profile tree` searches the tree); each "
+        "line names the topic (document), chunk and character span.",
         file=out,
     )
     if agent is None:
