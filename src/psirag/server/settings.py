@@ -9,9 +9,9 @@ from typing import Literal
 from psirag.errors import InputError
 
 API_KEY_ENV = "PSIRAG_API_KEY"
+"""Environment variable read when ``--api-key`` is not given."""
 MAX_RETRIEVALS = 10
 """The largest retrieval budget a server setting or a request may ask for."""
-"""Environment variable read when ``--api-key`` is not given."""
 
 
 def is_loopback(host: str) -> bool:
