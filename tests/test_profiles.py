@@ -180,8 +180,10 @@ def test_merging_respects_the_document_filter(dup_index: Index) -> None:
     both = dup_index.search(query, config=DEFAULT, docs=["2", "18"])
     assert [p.source.document for p in both] == ["2"]
     assert [s.document for s in both[0].also] == ["18"]
-    # the flat dense list alone, and the tree: a copy stands in when its first is filtered out
-    for config in (DEFAULT.with_(use_tree=False, use_bm25=False, use_dense=True), PROFILES["tree"]):
+    # the flat dense list alone, BM25 alone, and the tree: a copy stands in when its first is
+    # filtered out
+    flat = DEFAULT.with_(use_tree=False, use_bm25=False, use_dense=True)
+    for config in (flat, DEFAULT.with_(use_tree=False), PROFILES["tree"]):
         found = dup_index.search(query, k=1, config=config, docs=["18"])
         assert [p.source.document for p in found] == ["18"]
 

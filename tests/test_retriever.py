@@ -139,10 +139,9 @@ def bm25_reference(data: IndexData, query: str, k: int, allowed: set[int] | None
     texts = [c.text for c in data.chunks]
     s = data.sparse.scores(query)
     score = {i: float(s[i]) for i in range(len(texts))}
+    kept = [i for i in range(len(texts)) if allowed is None or i in allowed]
     ids = [
-        i
-        for i in range(len(texts))
-        if texts.index(texts[i]) == i and s[i] > 0 and (allowed is None or i in allowed)
+        i for i in kept if [texts[j] for j in kept].index(texts[i]) == kept.index(i) and s[i] > 0
     ]
     best = sorted(ids, key=lambda i: (-score[i], i))[:k]  # one scoring pass: exact ties are fine
     return [(i, score[i]) for i in best]

@@ -14,7 +14,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
 from psirag.errors import InputError
-from psirag.retrieval.ranking import top_k
+from psirag.retrieval.ranking import first_copies, top_k
 
 # bm25s sets its own logger to DEBUG on import, so every build printed "Building index from IDs
 # objects" through any handler the application installs, even with -q.
@@ -170,7 +170,7 @@ class SparseIndex:
     ) -> None:
         self.retriever = retriever
         self.first_copy = np.asarray(first_copy, dtype=np.int64)
-        self._is_first = self.first_copy == np.arange(self.first_copy.size)
+        self._is_first = first_copies(self.first_copy)
         self.counts = counts
 
     @classmethod
@@ -206,9 +206,11 @@ class SparseIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k leaves with a positive score, best first, one per distinct text."""
         s = self.scores(query)
-        keep = self._is_first & (s > 0)
-        if allowed_leaves is not None:
-            keep &= allowed_leaves
+        if allowed_leaves is None:
+            first = self._is_first
+        else:  # a copy stands in for its text when the filter leaves the first one out
+            first = first_copies(self.first_copy, allowed_leaves)
+        keep = first & (s > 0)
         cand = np.flatnonzero(keep)
         cand = cand[top_k(s[cand], k, cand)]
         return cand, s[cand]

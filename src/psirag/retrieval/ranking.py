@@ -24,4 +24,18 @@ def top_k(scores: np.ndarray, k: int, ids: np.ndarray | None = None) -> np.ndarr
     return cand[np.lexsort((key, -scores[cand]))][:k].astype(np.int64, copy=False)
 
 
-__all__ = ["top_k"]
+def first_copies(text_of: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+    """Boolean mask over leaves: for each text, its first leaf among the ``allowed`` ones (all
+    leaves when None). ``text_of[i]`` is the first leaf holding leaf ``i``'s text (the index's
+    ``first_copy``), so a repeated text counts once, and a copy stands in for it when a
+    document filter leaves its first leaf out."""
+    text_of = np.asarray(text_of)
+    if allowed is None:
+        return text_of == np.arange(text_of.size)
+    cand = np.flatnonzero(allowed)
+    keep = np.zeros(text_of.size, dtype=bool)
+    keep[cand[np.unique(text_of[cand], return_index=True)[1]]] = True
+    return keep
+
+
+__all__ = ["first_copies", "top_k"]

@@ -23,7 +23,7 @@ from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
 from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
-from psirag.retrieval.ranking import top_k
+from psirag.retrieval.ranking import first_copies, top_k
 from psirag.retrieval.tree_search import TreeSearcher
 from psirag.types import Passage, Source
 
@@ -57,26 +57,22 @@ class DocFilter:
 class DenseFlat:
     """Exact cosine over every leaf embedding, one leaf per distinct text (as BM25 does)."""
 
-    def __init__(self, leaf_vectors: np.ndarray, texts: Sequence[str]) -> None:
+    def __init__(self, leaf_vectors: np.ndarray, text_of: np.ndarray) -> None:
         self.vectors = np.ascontiguousarray(np.asarray(leaf_vectors), dtype=np.float32)
-        seen: dict[str, int] = {}
-        self.text_of = np.asarray([seen.setdefault(t, i) for i, t in enumerate(texts)], np.int64)
-        """Each leaf's text, as the first leaf holding it."""
-        self.first = self.text_of == np.arange(len(self.text_of))
+        self.text_of = np.asarray(text_of, dtype=np.int64)
+        """Each leaf's text, as the first leaf holding it (the index's ``first_copy``)."""
+        self.first = first_copies(self.text_of)
 
     @classmethod
     def of(cls, data: IndexData) -> DenseFlat:
-        return cls(data.node_vectors[: data.n_leaves], [c.text for c in data.chunks])
+        return cls(data.node_vectors[: data.n_leaves], data.sparse.first_copy)
 
     def ranked(self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> Ranked:
         """Top-k leaves by cosine, best first (ties by leaf id), with their scores; ``allowed``
         (a boolean mask over leaves) keeps the ranking inside some documents."""
         scores = self.vectors @ np.asarray(vector, dtype=np.float32).ravel()
-        if allowed is None:
-            cand = np.flatnonzero(self.first)
-        else:  # the first allowed leaf of each text: a copy stands in when the first is out
-            cand = np.flatnonzero(allowed)
-            cand = cand[np.sort(np.unique(self.text_of[cand], return_index=True)[1])]
+        keep = self.first if allowed is None else first_copies(self.text_of, allowed)
+        cand = np.flatnonzero(keep)
         cand = cand[top_k(scores[cand], k, cand)]
         return cand, scores[cand]
 
