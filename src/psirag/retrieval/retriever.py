@@ -22,13 +22,12 @@ from psirag.embed import Embedder, finalize_vectors
 from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
+from psirag.retrieval.dense import DenseFlat, Ranked
 from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
-from psirag.retrieval.ranking import first_copies, top_k
+from psirag.retrieval.lists import CandidateList, ListRequest, list_spec
+from psirag.retrieval.lists.tree import TreeList, exact_in_tree_place
 from psirag.retrieval.tree_search import TreeSearcher
 from psirag.types import Passage, Source
-
-Ranked = tuple[np.ndarray, np.ndarray]
-"""A candidate list: leaf ids best first, and their scores."""
 
 
 @dataclass(frozen=True)
@@ -54,44 +53,34 @@ class DocFilter:
     """Nodes holding at least one allowed leaf (what tree search may enter)."""
 
 
-class DenseFlat:
-    """Exact cosine over every leaf embedding, one leaf per distinct text (as BM25 does)."""
-
-    def __init__(self, leaf_vectors: np.ndarray, text_of: np.ndarray) -> None:
-        self.vectors = np.ascontiguousarray(np.asarray(leaf_vectors), dtype=np.float32)
-        self.text_of = np.asarray(text_of, dtype=np.int64)
-        """Each leaf's text, as the first leaf holding it (the index's ``first_copy``)."""
-        self.first = first_copies(self.text_of)
-
-    @classmethod
-    def of(cls, data: IndexData) -> DenseFlat:
-        return cls(data.node_vectors[: data.n_leaves], data.sparse.first_copy)
-
-    def ranked(self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> Ranked:
-        """Top-k leaves by cosine, best first (ties by leaf id), with their scores; ``allowed``
-        (a boolean mask over leaves) keeps the ranking inside some documents."""
-        scores = self.vectors @ np.asarray(vector, dtype=np.float32).ravel()
-        keep = self.first if allowed is None else first_copies(self.text_of, allowed)
-        cand = np.flatnonzero(keep)
-        cand = cand[top_k(scores[cand], k, cand)]
-        return cand, scores[cand]
-
-
 class _Shared:
-    """What every retriever over one IndexData shares, built on first use."""
+    """What every retriever over one IndexData shares, built on first use: the candidate
+    lists (:mod:`psirag.retrieval.lists`), the embedder, the rerankers."""
 
     def __init__(self, data: IndexData) -> None:
         self.data = data
         self.embedder: Embedder | None = None
         self.rerankers: dict[str, Reranker] = {}
+        self.lists: dict[str, CandidateList] = {}
 
-    @cached_property
+    def candidate_list(self, name: str) -> CandidateList:
+        """The registered list ``name`` over this index, built on first use."""
+        built = self.lists.get(name)
+        if built is None:
+            built = self.lists[name] = list_spec(name).factory(self)
+        return built
+
+    @property
     def searcher(self) -> TreeSearcher:
-        return TreeSearcher(self.data.tree, self.data.node_vectors)
+        tree = self.candidate_list("tree")
+        assert isinstance(tree, TreeList)
+        return tree.searcher
 
-    @cached_property
+    @property
     def dense(self) -> DenseFlat:
-        return DenseFlat.of(self.data)
+        dense = self.candidate_list("dense")
+        assert isinstance(dense, DenseFlat)
+        return dense
 
     @cached_property
     def copies(self) -> dict[int, np.ndarray]:
@@ -233,28 +222,22 @@ class Retriever:
         config: SearchConfig | None = None,
         docs: Sequence[str] | None = None,
     ) -> list[Ranked]:
-        """The lists ``config`` turns on, ``config.candidates`` deep each, in fusion order:
-        tree, dense, BM25 (RRF breaks ties by the first)."""
+        """The lists ``config`` names (:meth:`SearchConfig.list_names`), ``config.candidates``
+        deep each, in fusion order (RRF breaks ties by the first)."""
         config = config or self.config
         vector = self._check_vector(vector)
         where = self.doc_filter(docs)
         leaves = None if where is None else where.leaves
-        lists: list[Ranked] = []
-        if config.use_tree and self.exact_in_tree_place(config, leaves):
-            lists.append(self.dense.ranked(vector, config.candidates, leaves))
-        elif config.use_tree:
-            hits = self.searcher.search(
-                vector,
-                k=config.candidates,
-                beam=config.beam,
-                allowed=None if where is None else where.nodes,
-            )
-            lists.append((hits.leaves, hits.scores))
-        if config.use_dense:
-            lists.append(self.dense.ranked(vector, config.candidates, leaves))
-        if config.use_bm25:
-            lists.append(self.data.sparse.search(query, k=config.candidates, allowed_leaves=leaves))
-        if config.merge_duplicates and self._shared.copies:
+        request = ListRequest(
+            vector=vector,
+            query=query,
+            config=config,
+            leaves=leaves,
+            nodes=None if where is None else where.nodes,
+        )
+        shared = self._shared
+        lists = [shared.candidate_list(name).rank(request) for name in config.list_names()]
+        if config.merge_duplicates and shared.copies:
             lists = [self._merge_copies(ids, scores, leaves) for ids, scores in lists]
         return lists
 
@@ -262,8 +245,7 @@ class Retriever:
         """Whether the tree's dense list is ranked by a flat scan: when no more leaves are
         searched (``leaves``: the allowed mask, None for all) than
         ``config.exact_dense_leaves``."""
-        searched = self.data.n_leaves if leaves is None else int(np.count_nonzero(leaves))
-        return searched <= config.exact_dense_leaves
+        return exact_in_tree_place(self.data.n_leaves, leaves, config.exact_dense_leaves)
 
     def _canonical(self, leaf: int, allowed: np.ndarray | None) -> int:
         """The first leaf (among ``allowed`` ones) with ``leaf``'s text."""
