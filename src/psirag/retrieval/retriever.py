@@ -23,6 +23,7 @@ from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
 from psirag.retrieval.dense import DenseFlat, Ranked
+from psirag.retrieval.duplicates import merge_near_duplicates
 from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
 from psirag.retrieval.lists import CandidateList, ListRequest, list_spec
 from psirag.retrieval.lists.tree import TreeList, exact_in_tree_place
@@ -280,16 +281,35 @@ class Retriever:
         docs: Sequence[str] | None = None,
     ) -> list[tuple[int, float]]:
         """The final top ``config.k`` ``(leaf, score)``: a single list's own order, else RRF or
-        the reranker over the lists."""
+        the reranker over the lists; with ``merge_duplicates``, near-duplicates of a better
+        result are left out (:mod:`psirag.retrieval.duplicates`) and later ones move up."""
+        return [(i, s) for i, s, _ in self._ranked_groups(vector, query, config, docs)]
+
+    def _ranked_groups(
+        self,
+        vector: np.ndarray,
+        query: str,
+        config: SearchConfig | None,
+        docs: Sequence[str] | None,
+    ) -> list[tuple[int, float, list[int]]]:
+        """:meth:`ranked`'s results, each with the near-duplicate leaves merged into it."""
         config = config or self.config
         lists = self.candidate_lists(vector, query, config=config, docs=docs)
         ids = [leaves.tolist() for leaves, _ in lists]
+        # merging may drop some, so rank the whole union and cut after
+        depth = sum(len(x) for x in ids) if config.merge_duplicates else config.k
         if config.fusion == "rerank":
             reranker = self._reranker or self._shared.reranker(str(config.reranker))
-            return rerank_union(query, ids, self.data.node_text, reranker, k=config.k)
-        if len(lists) == 1:
-            return list(zip(ids[0][: config.k], lists[0][1].tolist(), strict=False))
-        return rrf_fuse(ids, k=config.k, rrf_k=config.rrf_k)
+            pairs = rerank_union(query, ids, self.data.node_text, reranker, k=depth)
+        elif len(lists) == 1:
+            pairs = list(zip(ids[0][:depth], lists[0][1].tolist(), strict=False))
+        else:
+            pairs = rrf_fuse(ids, k=depth, rrf_k=config.rrf_k)
+        if not config.merge_duplicates:
+            return [(i, s, []) for i, s in pairs]
+        score = dict(pairs)
+        groups = merge_near_duplicates([i for i, _ in pairs], self.data.node_text, limit=config.k)
+        return [(i, score[i], merged) for i, merged in groups]
 
     def search(
         self,
@@ -315,12 +335,14 @@ class Retriever:
     ) -> list[Passage]:
         """:meth:`search` with the query already embedded (the timed part of a search)."""
         config = config or self.config
-        pairs = self.ranked(vector, query, config=config, docs=docs)
+        groups = self._ranked_groups(vector, query, config, docs)
         if not config.merge_duplicates:
-            return [self.passage(i, s) for i, s in pairs]
+            return [self.passage(i, s) for i, s, _ in groups]
         where = self.doc_filter(docs)
         allowed = None if where is None else where.leaves
-        return [self.passage(i, s, merged=True, allowed=allowed) for i, s in pairs]
+        return [
+            self.passage(i, s, merged=True, allowed=allowed, near=near) for i, s, near in groups
+        ]
 
     # ------------------------------------------------------------------ visit
     def visit(
@@ -355,16 +377,26 @@ class Retriever:
 
     # ------------------------------------------------------------------ results
     def passage(
-        self, leaf: int, score: float, *, merged: bool = False, allowed: np.ndarray | None = None
+        self,
+        leaf: int,
+        score: float,
+        *,
+        merged: bool = False,
+        allowed: np.ndarray | None = None,
+        near: Sequence[int] = (),
     ) -> Passage:
         """Leaf ``leaf`` as a result; ``merged`` also names the other leaves (inside the
-        ``allowed`` mask, when given) that hold the same text (``Passage.also``)."""
+        ``allowed`` mask, when given) that hold the same text, and the ``near``-duplicate
+        leaves merged into it with their copies (``Passage.also``)."""
         chunks = self.data.chunks
         c = chunks[leaf]
         also: tuple[Source, ...] = ()
-        group = self._shared.copies.get(leaf) if merged else None
-        if group is not None:
-            others = [int(u) for u in group.tolist() if u != leaf]
+        if merged:
+            others: list[int] = []
+            for u in (leaf, *near):
+                group = self._shared.copies.get(int(u))
+                others += [int(u)] if group is None else [int(x) for x in group.tolist()]
+            others = [u for u in dict.fromkeys(others) if u != leaf]
             if allowed is not None:
                 others = [u for u in others if allowed[u]]
             also = tuple(chunks[u].source for u in others)
