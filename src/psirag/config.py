@@ -20,7 +20,7 @@ DEFAULT_EMBEDDER = "minilm"
 
 RoutingMode = Literal["leaf_mean", "abstract", "blend"]
 AbstractMode = Literal["keywords", "llm-summary", "llm-keywords", "none"]
-FusionMode = Literal["rrf", "rerank"]
+FusionMode = Literal["rrf", "rrf-boost", "convex", "rerank"]
 ProfileName = Literal["default", "tree", "paper"]
 """Named search presets (:data:`PROFILES`); the CLI's ``--profile`` choices."""
 EXACT_DENSE_LEAVES = 6000
@@ -136,7 +136,16 @@ class SearchConfig:
     above turn on, in the order tree, dense, BM25. When given, it is the truth and the flags
     are set from it; :meth:`with_` keeps the two in step when a flag is changed."""
     fusion: FusionMode = "rrf"
+    """How the lists are fused: ``rrf`` (reciprocal rank fusion), ``rrf-boost`` (RRF, with
+    BM25's top hit first when its score is at least ``boost_ratio`` times its second),
+    ``convex`` (``sparse_weight`` x BM25's min-max scaled scores + the rest x the other lists')
+    or ``rerank`` (a cross-encoder over the union). BENCHMARKS.md, "Score-aware fusion",
+    measures them; RRF stays the default."""
     rrf_k: int = 60
+    boost_ratio: float = 2.0
+    """``rrf-boost``: how far BM25's top score must stand above its second."""
+    sparse_weight: float = 0.5
+    """``convex``: BM25's weight; the other lists share the rest equally."""
     reranker: str | None = None
     """Local path of a cross-encoder model; used when ``fusion == 'rerank'``."""
     merge_duplicates: bool = True
@@ -159,8 +168,14 @@ class SearchConfig:
             self._set_lists(self.lists)
         if not (self.use_tree or self.use_bm25 or self.use_dense or self.lists):
             raise InputError("at least one of use_tree, use_bm25 and use_dense must be on")
-        if self.fusion not in ("rrf", "rerank"):
-            raise InputError(f"fusion must be 'rrf' or 'rerank', got {self.fusion!r}")
+        if self.fusion not in ("rrf", "rrf-boost", "convex", "rerank"):
+            raise InputError(
+                f"fusion must be 'rrf', 'rrf-boost', 'convex' or 'rerank', got {self.fusion!r}"
+            )
+        if not self.boost_ratio >= 1.0:
+            raise InputError(f"boost_ratio must be at least 1, got {self.boost_ratio}")
+        if not 0.0 <= self.sparse_weight <= 1.0:
+            raise InputError(f"sparse_weight must lie in [0, 1], got {self.sparse_weight}")
         if self.fusion == "rerank" and not self.reranker:
             raise InputError("fusion='rerank' needs reranker=<local path of a cross-encoder model>")
 

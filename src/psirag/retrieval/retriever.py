@@ -24,7 +24,7 @@ from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
 from psirag.retrieval.dense import DenseFlat, Ranked
 from psirag.retrieval.duplicates import merge_near_duplicates
-from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
+from psirag.retrieval.fusion import Reranker, boosted_rrf, convex_fuse, rerank_union, rrf_fuse
 from psirag.retrieval.lists import CandidateList, ListRequest, list_spec
 from psirag.retrieval.lists.tree import TreeList, exact_in_tree_place
 from psirag.retrieval.tree_search import TreeSearcher
@@ -303,6 +303,14 @@ class Retriever:
             pairs = rerank_union(query, ids, self.data.node_text, reranker, k=depth)
         elif len(lists) == 1:
             pairs = list(zip(ids[0][:depth], lists[0][1].tolist(), strict=False))
+        elif config.fusion == "rrf-boost":
+            sparse = [name == "bm25" for name in config.list_names()]
+            scores = [x.tolist() for _, x in lists]
+            pairs = boosted_rrf(
+                ids, scores, sparse, k=depth, rrf_k=config.rrf_k, ratio=config.boost_ratio
+            )
+        elif config.fusion == "convex":
+            pairs = convex_fuse(ids, [x.tolist() for _, x in lists], self._weights(config), k=depth)
         else:
             pairs = rrf_fuse(ids, k=depth, rrf_k=config.rrf_k)
         if not config.merge_duplicates:
@@ -310,6 +318,17 @@ class Retriever:
         score = dict(pairs)
         groups = merge_near_duplicates([i for i, _ in pairs], self.data.node_text, limit=config.k)
         return [(i, score[i], merged) for i, merged in groups]
+
+    @staticmethod
+    def _weights(config: SearchConfig) -> list[float]:
+        """Convex fusion's weight per list: ``sparse_weight`` for BM25, the rest shared by the
+        others (all of it to BM25, or to them, when it is alone or absent)."""
+        names = config.list_names()
+        dense = sum(name != "bm25" for name in names)
+        if dense == 0 or dense == len(names):
+            return [1.0] * len(names)
+        w = config.sparse_weight
+        return [w if name == "bm25" else (1.0 - w) / dense for name in names]
 
     def search(
         self,
