@@ -1,0 +1,178 @@
+"""The tree against an HNSW graph as a nearest-leaf index (issue 27, item 5).
+
+Both rank leaves for a query vector; the truth is the exact top 10 by cosine over all leaves.
+Per index and setting: recall@10 against that truth and per-query latency (p50/p95 ms) on one
+thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time.
+
+- Synthetic: clustered unit vectors (dim 384, ``--clusters`` centres, Gaussian noise 0.7 of the
+  centre scale, as ``_common.clustered``), ``--queries`` noisy queries drawn the same way (a
+  centre plus fresh noise: near a cluster, on no stored row).
+- Real: the 2Wiki index's leaf vectors (MiniLM, 6,119 passages, ``bench-out/index-...`` as
+  bench_retrieval_variants.py builds it) with its own tree, and its 1,000 question vectors.
+
+Tree: ``build_tree(mode="auto")``, max 40 children, leaf-mean routing (the default), searched
+by ``TreeSearcher`` at beams 10/40/160. HNSW: ``psirag.retrieval.lists.hnsw.HnswFlat`` (M 16,
+ef_construction 100, built with every core), searched at ef 16/32/64/128.
+
+Usage: python benchmarks/bench_tree_vs_hnsw.py [--sizes 100000 1000000] [--clusters 2000]
+       [--queries 300] [--no-2wiki]; writes benchmarks/results/tree_vs_hnsw.json (rows merged
+       with earlier runs by (set, n)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+from _common import OUT, RESULTS, latency_stats, machine_info, write_result
+
+from psirag.config import IndexConfig
+from psirag.eval.harness import single_thread_blas
+from psirag.pipeline import routing_vectors
+from psirag.retrieval.lists.hnsw import HnswFlat
+from psirag.retrieval.ranking import top_k
+from psirag.retrieval.tree_search import TreeSearcher
+from psirag.tree import build_tree
+from psirag.tree.model import Tree
+
+BEAMS = (10, 40, 160)
+EFS = (16, 32, 64, 128)
+K = 10
+
+
+def synthetic(n: int, clusters: int, queries: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dim = 384
+    centers = rng.normal(size=(clusters, dim)).astype(np.float32)
+
+    def draw(count: int) -> np.ndarray:
+        out = np.empty((count, dim), dtype=np.float32)
+        labels = rng.integers(0, clusters, count)
+        for lo in range(0, count, 20_000):
+            hi = min(lo + 20_000, count)
+            block = centers[labels[lo:hi]] + 0.7 * rng.normal(size=(hi - lo, dim)).astype(
+                np.float32
+            )
+            out[lo:hi] = block / np.linalg.norm(block, axis=1, keepdims=True)
+        return out
+
+    return draw(n), draw(queries)
+
+
+def exact_top(e: np.ndarray, q: np.ndarray) -> list[set[int]]:
+    return [set(top_k(e @ v, K).tolist()) for v in q]
+
+
+def timed(search: Any, q: np.ndarray, truth: list[set[int]]) -> dict[str, Any]:
+    ms, hits = [], 0.0
+    for v, want in zip(q, truth, strict=True):
+        t = time.perf_counter()
+        got = search(v)
+        ms.append((time.perf_counter() - t) * 1000)
+        hits += len(want & set(np.asarray(got).tolist())) / K
+    return {"recall@10": round(hits / len(truth), 4), **latency_stats(ms)}
+
+
+def compare(
+    name: str,
+    e: np.ndarray,
+    q: np.ndarray,
+    tree: Tree | None = None,
+    vectors: np.ndarray | None = None,
+) -> dict[str, Any]:
+    n = e.shape[0]
+    row: dict[str, Any] = {"set": name, "n": n, "queries": int(q.shape[0])}
+    truth = exact_top(e, q)
+    t0 = time.perf_counter()
+    if tree is None:
+        tree = build_tree(e, max_children=40, mode="auto")
+        row["tree_build_s"] = round(time.perf_counter() - t0, 1)
+    if vectors is None:
+        abstracts = [""] * (tree.n_nodes - n)
+        vectors = routing_vectors(tree, e, abstracts, IndexConfig(abstracts="none"), None)
+    row["tree_depth"] = len(tree.layer_sizes())
+    t0 = time.perf_counter()
+    hnsw = HnswFlat(e, np.arange(n), threads=os.cpu_count() or 1)
+    row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
+    row["hnsw_build_threads"] = os.cpu_count()
+    searcher = TreeSearcher(tree, vectors)
+    with single_thread_blas():
+        row["exact"] = timed(lambda v: top_k(e @ v, K), q, truth)
+        row["tree"] = {
+            str(b): timed(lambda v, b=b: searcher.search(v, k=K, beam=b).leaves, q, truth)
+            for b in BEAMS
+        }
+        row["hnsw"] = {
+            str(ef): timed(lambda v, ef=ef: hnsw.search(v, K, ef)[0], q, truth) for ef in EFS
+        }
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def two_wiki() -> dict[str, Any]:
+    from psirag import Index
+
+    folder = OUT / "index-2wikimultihopqa"
+    if not folder.exists():
+        raise SystemExit(f"{folder} not found: run benchmarks/bench_retrieval_variants.py first")
+    from _common import MINILM_CACHE, dataset
+    from bench_retrieval_variants import question_vectors
+
+    index = Index.load(folder)
+    n = index.data.n_leaves
+    e = np.asarray(index.data.node_vectors[:n], dtype=np.float32)
+    _, questions = dataset("2wikimultihopqa")
+    q = question_vectors([x["question"] for x in questions], MINILM_CACHE)
+    return compare(
+        "2wiki leaf vectors (MiniLM)", e, q, index.data.tree, np.asarray(index.data.node_vectors)
+    )
+
+
+def equal_latency(row: dict[str, Any]) -> str:
+    """For each beam: the best HNSW recall at no more p50 latency, and the verdict."""
+    out = []
+    for beam, t in row["tree"].items():
+        faster = [h for h in row["hnsw"].values() if h["p50"] <= t["p50"]]
+        best = max((h["recall@10"] for h in faster), default=None)
+        verdict = (
+            "no HNSW setting that fast"
+            if best is None
+            else ("HNSW wins" if best > t["recall@10"] else "tree wins or ties")
+        )
+        out.append(
+            f"beam {beam}: tree {t['recall@10']:.3f} at {t['p50']:.2f} ms; "
+            f"HNSW at <= that p50: {best}; {verdict}"
+        )
+    return "; ".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="*", default=[100_000])
+    ap.add_argument("--clusters", type=int, default=2000)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--no-2wiki", action="store_true")
+    args = ap.parse_args()
+    path = RESULTS / "tree_vs_hnsw.json"
+    old = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    rows = {(r["set"], r["n"]): r for r in old["rows"]}
+    if not args.no_2wiki:
+        r = two_wiki()
+        rows[(r["set"], r["n"])] = r
+    for n in args.sizes:
+        e, q = synthetic(n, args.clusters, args.queries)
+        r = compare(f"synthetic, {args.clusters} clusters", e, q)
+        rows[(r["set"], r["n"])] = r
+        del e
+    for r in rows.values():
+        r["at_equal_latency"] = equal_latency(r)
+        print(r["set"], r["n"], r["at_equal_latency"])
+    write_result("tree_vs_hnsw.json", {"rows": list(rows.values()), "machine": machine_info()})
+
+
+if __name__ == "__main__":
+    main()
