@@ -67,14 +67,21 @@ def exact_top(e: np.ndarray, q: np.ndarray) -> list[set[int]]:
     return [set(top_k(e @ v, K).tolist()) for v in q]
 
 
-def timed(search: Any, q: np.ndarray, truth: list[set[int]]) -> dict[str, Any]:
-    ms, hits = [], 0.0
+def timed(searches: dict[str, Any], q: np.ndarray, truth: list[set[int]]) -> dict[str, Any]:
+    """Recall@10 and latency of each search, the searches interleaved per query so that the
+    machine's load (shared, busy) hits each alike."""
+    ms: dict[str, list[float]] = {name: [] for name in searches}
+    hits = dict.fromkeys(searches, 0.0)
     for v, want in zip(q, truth, strict=True):
-        t = time.perf_counter()
-        got = search(v)
-        ms.append((time.perf_counter() - t) * 1000)
-        hits += len(want & set(np.asarray(got).tolist())) / K
-    return {"recall@10": round(hits / len(truth), 4), **latency_stats(ms)}
+        for name, search in searches.items():
+            t = time.perf_counter()
+            got = search(v)
+            ms[name].append((time.perf_counter() - t) * 1000)
+            hits[name] += len(want & set(np.asarray(got).tolist())) / K
+    return {
+        name: {"recall@10": round(hits[name] / len(truth), 4), **latency_stats(ms[name])}
+        for name in searches
+    }
 
 
 def compare(
@@ -100,15 +107,16 @@ def compare(
     row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
     row["hnsw_build_threads"] = os.cpu_count()
     searcher = TreeSearcher(tree, vectors)
+    searches: dict[str, Any] = {"exact": lambda v: top_k(e @ v, K)}
+    for b in BEAMS:
+        searches[f"tree {b}"] = lambda v, b=b: searcher.search(v, k=K, beam=b).leaves
+    for ef in EFS:
+        searches[f"hnsw {ef}"] = lambda v, ef=ef: hnsw.search(v, K, ef)[0]
     with single_thread_blas():
-        row["exact"] = timed(lambda v: top_k(e @ v, K), q, truth)
-        row["tree"] = {
-            str(b): timed(lambda v, b=b: searcher.search(v, k=K, beam=b).leaves, q, truth)
-            for b in BEAMS
-        }
-        row["hnsw"] = {
-            str(ef): timed(lambda v, ef=ef: hnsw.search(v, K, ef)[0], q, truth) for ef in EFS
-        }
+        got = timed(searches, q, truth)
+    row["exact"] = got["exact"]
+    row["tree"] = {str(b): got[f"tree {b}"] for b in BEAMS}
+    row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
     print(json.dumps(row), flush=True)
     return row
 
@@ -138,11 +146,14 @@ def equal_latency(row: dict[str, Any]) -> str:
     for beam, t in row["tree"].items():
         faster = [h for h in row["hnsw"].values() if h["p50"] <= t["p50"]]
         best = max((h["recall@10"] for h in faster), default=None)
-        verdict = (
-            "no HNSW setting that fast"
-            if best is None
-            else ("HNSW wins" if best > t["recall@10"] else "tree wins or ties")
-        )
+        if best is None:
+            verdict = "no HNSW setting that fast"
+        elif best > t["recall@10"]:
+            verdict = "HNSW wins"
+        elif best == t["recall@10"]:
+            verdict = "tie"
+        else:
+            verdict = "tree wins"
         out.append(
             f"beam {beam}: tree {t['recall@10']:.3f} at {t['p50']:.2f} ms; "
             f"HNSW at <= that p50: {best}; {verdict}"
