@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import FakeOpenAIServer
 
 from psirag.agent import (
     NOT_MENTIONED,
@@ -37,7 +38,6 @@ from psirag.config import PROFILES
 from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.base import estimate_tokens
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 from psirag.types import Passage, Source
 
 NO_RETRY = HttpPolicy(retries=0)
@@ -46,7 +46,7 @@ NO_RETRY = HttpPolicy(retries=0)
 # --- the scripted server -------------------------------------------------------------------------
 
 
-class ScriptedServer(ChatServer):
+class ScriptedServer(FakeOpenAIServer):
     """Replays a script of replies, one per request, and records the requests."""
 
     def __init__(self) -> None:

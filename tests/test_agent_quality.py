@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder
+from support import HashEmbedder
 from test_agent import (
     QUESTION,
     SUB_QUESTION,

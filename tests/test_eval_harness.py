@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
+from support import FakeOpenAIServer, HashEmbedder
 
 from psirag.cli import main
 from psirag.config import PROFILES, IndexConfig
@@ -26,7 +26,6 @@ from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.metrics import recall_at_k
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.index import Index
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 CORPUS = [
     ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
@@ -326,7 +325,7 @@ def test_list_fields_stored_as_strings_are_read(tmp_path: Path) -> None:
 # --- with an LLM ----------------------------------------------------------------------------------
 
 
-class ScriptedLLM(ChatServer):
+class ScriptedLLM(FakeOpenAIServer):
     """Answers from the question asked, as a model that read the documents would."""
 
     def __init__(self) -> None:

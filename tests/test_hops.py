@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
+from support import HashEmbedder
 from test_agent import (
     FakeTreeIndex,
     ScriptedServer,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder
+from support import FakeOpenAIServer, HashEmbedder
 
 from psirag.agent import NOT_MENTIONED, merge_evidence
 from psirag.agent.ircot import IRCoT, first_sentence, read_sentence, says_answer
@@ -27,7 +27,6 @@ from psirag.eval.methods import check_method
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 from psirag.prompts import AGENT_TURN_STOPS, agent_system_prompt, ircot_system_prompt
 from psirag.types import Passage, Source
 
@@ -37,7 +36,7 @@ NO_RETRY = HttpPolicy(retries=0)
 # --- the scripted server and the stand-in index ---------------------------------------------------
 
 
-class Server(ChatServer):
+class Server(FakeOpenAIServer):
     """Replies with ``respond(body)`` when set, else replays ``script`` one reply per request."""
 
     def __init__(self) -> None:

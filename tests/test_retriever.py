@@ -12,14 +12,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, FakeOpenAIServer, HashEmbedder
 
 from psirag import Index, IndexConfig, IndexData, Retriever, SearchConfig
 from psirag.abstracts.keywords import keyword_abstracts
 from psirag.abstracts.llm import llm_abstracts
 from psirag.ingest import documents_from_strings
 from psirag.llm import LLMClient, OpenAIChat
-from psirag.llm.testing import FakeOpenAIServer
 from psirag.pipeline import (
     build_index_data,
     chunk_documents,
@@ -31,7 +30,7 @@ from psirag.tree.model import Tree
 
 
 class WeightedHashEmbedder(HashEmbedder):
-    """conftest's hashed bag of words with a weight per word, so that texts of the same shape
+    """HashEmbedder's hashed bag of words with a weight per word, so that texts of the same shape
     do not score exactly alike (the plain one ties often, and ties would hide ranking bugs)."""
 
     def __init__(self) -> None:
