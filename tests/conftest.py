@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder, ScriptedServer
+from support.agents import FakeTreeIndex
 
 
 @pytest.fixture
@@ -29,6 +31,25 @@ def corpus_dir(tmp_path: Path) -> Path:
         "# Notes\n\nVolcanoes and football rarely meet. Bread is baked daily.\n", encoding="utf-8"
     )
     return folder
+
+
+@pytest.fixture
+def server() -> Iterator[ScriptedServer]:
+    """The scripted LLM server of the agent tests (a module whose ``server`` is something else,
+    such as a ``psirag serve`` process, defines its own)."""
+    s = ScriptedServer()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeTreeIndex:
+    """The stand-in tree index, handed to the agent commands in place of loading one."""
+    from psirag.agent import cli as agent_cli
+
+    index = FakeTreeIndex()
+    monkeypatch.setattr(agent_cli, "_load_index", lambda path: index)
+    return index
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -98,7 +98,7 @@ def test_eval_ranks_by_the_reranker(tiny_model: Path, tmp_path: Path) -> None:
     """``psirag eval --reranker``: psi and hybrid keep the passages the cross-encoder ranks
     best among their two lists, in its order, with its scores (no RRF)."""
     from support import HashEmbedder
-    from test_eval_harness import write_dataset
+    from support.datasets import write_dataset
 
     from psirag.eval.harness import run_eval
     from psirag.eval.settings import EvalSettings

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 from psirag.config import IndexConfig
 from psirag.index import Index
 from psirag.ingest import documents_from_strings
+from psirag.storage import IndexStore, sha256_file
 from support.embedders import HashEmbedder
 
 TOPICS = {
@@ -40,3 +43,27 @@ def build_index(folder: Path) -> Index:
     index = Index.build(docs, config, embedder=HashEmbedder())
     index.save(folder)
     return Index.load(folder, embedder=HashEmbedder())
+
+
+def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None) -> None:
+    """The flat layout today's main writes (format 1), made from a format-2 generation."""
+    tmp = folder.parent / (folder.name + "-v2")
+    index.save(tmp)
+    gen = tmp / "generations" / f"{IndexStore(tmp).current():06d}"
+    shutil.copytree(gen, folder)
+    (folder / ".readers").unlink()
+    if bm25_from is not None:
+        other = folder.parent / (folder.name + "-other")
+        bm25_from.save(other)
+        shutil.rmtree(folder / "bm25")
+        shutil.copytree(other / "generations" / "000001" / "bm25", folder / "bm25")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.pop("generation")
+    manifest["format_version"] = 1
+    manifest["files"] = {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(tmp)
