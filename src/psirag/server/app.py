@@ -637,7 +637,7 @@ def create_app(
     @app.get("/index", tags=["index"])
     async def describe() -> dict[str, Any]:
         """What ``psirag inspect --json`` prints under "index", plus the served generation."""
-        from psirag.cli import inspect_summary
+        from psirag.summary import inspect_summary
 
         generation = state.holder.get()
         body = inspect_summary(generation.index, folder)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from psirag.cli import SEARCH_SCHEMA
+from psirag.schemas import SEARCH_SCHEMA
 from psirag.errors import InputError
 from psirag.types import Passage
 
