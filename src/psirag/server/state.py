@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from psirag.embed import Embedder
     from psirag.hops import HopPredictor
     from psirag.index import Index
+    from psirag.llm.client import LLMClient
 
 T = TypeVar("T")
 
@@ -68,7 +69,7 @@ class BatchingEmbedder:
     batch, so the model is never called from two threads at once (sentence-transformers does not
     promise thread safety) and a burst costs one forward pass instead of one per query."""
 
-    def __init__(self, inner: Any, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, inner: Embedder, max_batch: int = MAX_BATCH) -> None:
         self.inner = inner
         self.spec = inner.spec
         self.id = inner.id
@@ -134,7 +135,7 @@ class BatchingEmbedder:
 class GatedLLM:
     """An LLM client whose calls from all requests together stay under ``limit`` at a time."""
 
-    def __init__(self, client: Any, limit: int) -> None:
+    def __init__(self, client: LLMClient, limit: int) -> None:
         self.client = client
         self.limit = limit
         self._gate = threading.BoundedSemaphore(limit)
