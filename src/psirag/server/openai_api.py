@@ -4,6 +4,9 @@ A chat front end that speaks the OpenAI API (Open WebUI, LibreChat, the ``openai
 conversation; the retrieve-and-answer agent answers its last user message, with the earlier turns
 given as context, and the reply ends with numbered sources (also returned as ``citations``). The
 client's own system prompt is not passed on: the agent has its own (the paper's) prompt.
+
+This module turns a conversation into the agent's question and its answer into the reply; the
+routes are in :mod:`psirag.server.routes.openai`, the request body in :mod:`psirag.server.models`.
 """
 
 from __future__ import annotations
