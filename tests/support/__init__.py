@@ -2,8 +2,12 @@
 
 ``tests/`` is on the import path through pytest's ``pythonpath`` setting in pyproject.toml.
 Fixtures stay in ``tests/conftest.py``; test modules import helpers from here, never from
-``conftest`` or from one another. The more specialised helpers are imported from their module
-(``support.trees``, ``support.agents``, ``support.retrieval``, ``support.browser``).
+``conftest`` or from one another (``tests/test_test_layout.py`` checks it). The more
+specialised helpers are imported from their module: ``support.trees`` (test vectors, tree
+invariants), ``support.retrieval`` (reference searches), ``support.agents`` (the agent tests'
+stand-in index and questions), ``support.datasets`` (a tiny eval data set on disk),
+``support.corpora.write_format1`` (an index in the old on-disk format), ``support.browser``
+(the system Chromium).
 """
 
 from support.corpora import TOPICS, build_index
