@@ -4,7 +4,7 @@ overlapping by 0.9 or more) merged within a result list."""
 
 from __future__ import annotations
 
-from conftest import HashEmbedder
+from support import HashEmbedder
 
 from psirag import Index, IndexConfig
 from psirag.config import PROFILES

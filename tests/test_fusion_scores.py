@@ -4,7 +4,7 @@ through a search."""
 from __future__ import annotations
 
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.errors import InputError
@@ -27,7 +27,7 @@ def test_rrf_buries_the_decisive_hit_and_the_boost_lifts_it() -> None:
     plain = [i for i, _ in rrf_fuse(ids, k=5)]
     assert plain.index(9) >= 2  # what the issue saw: third or worse
     boosted = boosted_rrf(ids, [DENSE[1], BM25[1]], [False, True], k=5, ratio=2.0)
-    assert [i for i, _ in boosted][0] == 9
+    assert boosted[0][0] == 9
     assert [i for i, _ in boosted][1:] == [i for i in plain if i != 9][:4]
     # not decisive at a higher ratio: plain RRF
     same = boosted_rrf(ids, [DENSE[1], BM25[1]], [False, True], k=5, ratio=3.0)

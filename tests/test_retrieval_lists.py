@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.cli import build_parser, search_config_from
