@@ -4,6 +4,9 @@ overlapping by 0.9 or more) merged within a result list."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from support import HashEmbedder
 
 from psirag import Index, IndexConfig
@@ -12,6 +15,7 @@ from psirag.retrieval.duplicates import (
     duplicate_key,
     jaccard,
     merge_near_duplicates,
+    record_heading,
     shingles,
 )
 
@@ -85,3 +89,28 @@ def test_merge_near_duplicates_keeps_order_and_stops_at_the_limit() -> None:
     texts = ["a b c d e f g h i j", "a b c d e f g h i j k", "x y z", "p q r", "m n o"]
     groups = merge_near_duplicates(range(5), texts.__getitem__, limit=3, threshold=0.8)
     assert groups == [(0, [1]), (2, []), (3, [])]
+
+
+def test_records_under_different_titles_stay_apart(tmp_path: Path) -> None:
+    """A JSON record's title is part of the passage: one body under two titles (a series'
+    blurb under each book) is two results; under one title written two ways, one."""
+    long = f"{BODY}. Each production is written on its own line, and literal tokens are quoted."
+    records = [
+        {"title": "Grammar notation", "text": long},
+        *({"title": f"Other {i}", "text": t} for i, t in enumerate(OTHER)),
+        {"title": "Grammar notation (reference)", "text": long},
+        {"title": "GRAMMAR  notation", "text": long + " Changed in 3.12."},
+    ]
+    path = tmp_path / "corpus.json"
+    path.write_text(json.dumps(records), encoding="utf-8")
+    index = Index.build([path], IndexConfig(), embedder=HashEmbedder())
+    hits = index.search("grammar BNF symbols rule tokens", k=4)
+    titles = sorted(p.source.title for p in hits if "BNF" in p.text)
+    assert len(titles) == 2 and "Grammar notation (reference)" in titles
+    merged = next(p for p in hits if "BNF" in p.text and "(reference)" not in p.source.title)
+    assert {merged.source.title, *(s.title for s in merged.also)} == {
+        "Grammar notation",
+        "GRAMMAR  notation",
+    }
+    assert record_heading("Tara Strong", "Tara Strong\nbody") == "tara strong"
+    assert record_heading("notes", "Some text") is None

@@ -64,22 +64,38 @@ def merge_near_duplicates(
     *,
     limit: int | None = None,
     threshold: float = NEAR_DUPLICATE_JACCARD,
+    heading_of: Callable[[int], str | None] | None = None,
 ) -> list[tuple[int, list[int]]]:
     """Walk ``ids`` best first; each one whose shingles overlap an earlier kept one's by
     ``threshold`` or more joins that one. Returns ``(kept id, ids merged into it)`` in order,
-    stopping once ``limit`` ids are kept (what comes later could only join or be cut)."""
-    kept: list[tuple[int, frozenset[tuple[str, ...]], list[int]]] = []
+    stopping once ``limit`` ids are kept (what comes later could only join or be cut).
+    ``heading_of`` gives a passage's own title where the title is part of the passage (a
+    record's ``title + text``): two passages with different such titles never merge."""
+    kept: list[tuple[int, frozenset[tuple[str, ...]], str | None, list[int]]] = []
     for i in ids:
         if limit is not None and len(kept) >= limit:
             break
         mine = shingles(text_of(i))
-        for _, theirs, merged in kept:
+        heading = None if heading_of is None else heading_of(i)
+        for _, theirs, other, merged in kept:
+            if heading is not None and other is not None and heading != other:
+                continue
             if jaccard(mine, theirs) >= threshold:
                 merged.append(i)
                 break
         else:
-            kept.append((i, mine, []))
-    return [(i, merged) for i, _, merged in kept]
+            kept.append((i, mine, heading, []))
+    return [(i, merged) for i, _, _, merged in kept]
+
+
+def record_heading(title: str, text: str) -> str | None:
+    """The title of a passage that opens with it on a line of its own (a JSON record's
+    ``title + "\n" + text``), as its duplicate key; None for other passages. Records with
+    different titles are different entries even when their bodies match (a book series'
+    blurb under each book's title)."""
+    if title and text.startswith(title + "\n"):
+        return duplicate_key(title)
+    return None
 
 
 __all__ = [
@@ -88,5 +104,6 @@ __all__ = [
     "first_copy_of",
     "jaccard",
     "merge_near_duplicates",
+    "record_heading",
     "shingles",
 ]

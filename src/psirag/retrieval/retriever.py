@@ -23,7 +23,7 @@ from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
 from psirag.retrieval.dense import DenseFlat, Ranked
-from psirag.retrieval.duplicates import merge_near_duplicates
+from psirag.retrieval.duplicates import merge_near_duplicates, record_heading
 from psirag.retrieval.fusion import Reranker, boosted_rrf, convex_fuse, rerank_union, rrf_fuse
 from psirag.retrieval.lists import CandidateList, ListRequest, list_spec
 from psirag.retrieval.lists.tree import TreeList, exact_in_tree_place
@@ -316,7 +316,13 @@ class Retriever:
         if not config.merge_duplicates:
             return [(i, s, []) for i, s in pairs]
         score = dict(pairs)
-        groups = merge_near_duplicates([i for i, _ in pairs], self.data.node_text, limit=config.k)
+        chunks = self.data.chunks
+        groups = merge_near_duplicates(
+            [i for i, _ in pairs],
+            self.data.node_text,
+            limit=config.k,
+            heading_of=lambda i: record_heading(chunks[i].source.title, chunks[i].text),
+        )
         return [(i, score[i], merged) for i, merged in groups]
 
     @staticmethod
