@@ -8,7 +8,7 @@
 (b) Fusion: ``rrf`` (the default), ``rrf-boost`` over ``boost_ratio`` and ``convex`` over
     ``sparse_weight``, for psi default (tree + BM25) and hybrid (dense + BM25). Each family's
     setting is **tuned on 2Wiki questions 500-999 only** (best Recall@5 of psi default there,
-    ties to the smaller change), then reported on 2Wiki 0-499 and HotpotQA-dev200 (held out)
+    ties to the first in the grid), then reported on 2Wiki 0-499 and HotpotQA-dev200 (held out)
     against RRF with a paired bootstrap 95% interval (10,000 resamples).
 
 Indexes and question vectors as bench_retrieval_variants.py keeps them (``bench-out/``).
