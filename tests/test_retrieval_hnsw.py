@@ -60,12 +60,23 @@ def test_graph_is_saved_beside_the_index_and_rebuilt_after_an_update(tmp_path: P
     built = again.retriever._shared.candidate_list("hnsw")
     assert built.index.loaded_from == graphs[0]  # type: ignore[attr-defined]
 
+    # an add appends leaves: the saved graph is loaded and only the new leaf inserted
     again.add(["Rye bread needs a sour starter and a long proof."], texts=True)
     hits = again.search("rye bread sour starter", config=config.with_(k=10))
     assert "Rye bread needs a sour starter and a long proof." in [p.text for p in hits]
-    rebuilt = again.retriever._shared.candidate_list("hnsw")
-    assert rebuilt.index.loaded_from is None  # type: ignore[attr-defined]
-    assert sorted((folder / "ann").glob("hnsw-*.bin")) != graphs
+    extended = again.retriever._shared.candidate_list("hnsw").index  # type: ignore[attr-defined]
+    assert extended.loaded_from is None and extended.extended_from == graphs[0]
+    assert extended.graph.get_current_count() == again.data.n_leaves
+    after_add = sorted((folder / "ann").glob("hnsw-*.bin"))
+    assert len(after_add) == 1 and after_add != graphs
+
+    # a remove renumbers leaves: no saved graph matches, it is built again, without the doc
+    gone = again.data.documents[0]
+    again.remove(gone)
+    rebuilt = again.retriever._shared.candidate_list("hnsw").index  # type: ignore[attr-defined]
+    hits = again.search("volcano lava ash", config=config.with_(k=10))
+    assert rebuilt.extended_from is None and rebuilt.loaded_from is None
+    assert all(p.source.document != gone for p in hits)
 
 
 def test_missing_hnswlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

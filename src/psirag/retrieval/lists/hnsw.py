@@ -2,9 +2,10 @@
 
 The graph is built on first use (hnswlib is imported only then) over one leaf per distinct text,
 and kept beside a saved index as ``ann/hnsw-<digest>.bin`` (hnswlib's own binary format, not
-pickle), where ``<digest>`` hashes the leaf vectors and the build parameters: a later load finds
-it again, and an index changed by ``psirag add``/``remove`` (its leaves renumbered, some gone)
-no longer matches, so the graph is rebuilt on first use after the change rather than patched.
+pickle; its leaf ids in ``.labels.npy``), where ``<digest>`` hashes the leaf vectors, their ids
+and the build parameters: a later load finds it again. After ``psirag add`` (new leaves
+appended, old ones unchanged) the saved graph is loaded and only the new leaves are inserted;
+after ``psirag remove`` (leaves renumbered) it no longer matches and is rebuilt on first use.
 The search breadth ``ef`` is ``SearchConfig.beam`` (at least ``candidates``), as the beam is
 the tree's. A document filter ranks the allowed leaves exactly (the ``dense`` list).
 """
@@ -86,13 +87,44 @@ class HnswFlat:
                 log.warning("psirag: HNSW graph %s unreadable (%s); rebuilding it", path, exc)
             self.graph = hnswlib.Index(space="ip", dim=dim)
         self.loaded_from = None
-        self.graph.init_index(max_elements=max(n, 1), ef_construction=ef_construction, M=m)
+        self.extended_from: Path | None = None
+        start = 0 if folder is None else self._extend(folder, m, ef_construction)
+        if start == 0:
+            self.graph.init_index(max_elements=max(n, 1), ef_construction=ef_construction, M=m)
         self.graph.set_num_threads(max(1, threads))
-        if n:
-            self.graph.add_items(self.vectors, self.labels)
+        if n > start:
+            self.graph.add_items(self.vectors[start:], self.labels[start:])
         self.graph.set_num_threads(1)
         if path is not None:
             self._save(path)
+
+    def _extend(self, folder: Path, m: int, ef_construction: int) -> int:
+        """Load a saved graph over a prefix of these leaves (an index that ``psirag add`` only
+        appended to: old leaves keep their ids and vectors) and return how many leaves it
+        holds, so that only the new ones are inserted; 0 when there is none."""
+        hnswlib = require_hnswlib()
+        for graph in sorted(folder.glob("hnsw-*.bin")):
+            try:
+                old = np.load(graph.with_suffix(".labels.npy"), allow_pickle=False)
+            except (OSError, ValueError):
+                continue
+            size = int(old.size)
+            if not 0 < size <= self.labels.size or not np.array_equal(self.labels[:size], old):
+                continue
+            prefix = graph_digest(self.vectors[:size], old, m, ef_construction)
+            if graph.name != f"hnsw-{prefix}.bin":
+                continue
+            candidate = hnswlib.Index(space="ip", dim=self.vectors.shape[1])
+            try:
+                candidate.load_index(str(graph), max_elements=max(int(self.labels.size), 1))
+            except (RuntimeError, OSError):
+                continue
+            if candidate.get_current_count() != size:
+                continue
+            self.graph = candidate
+            self.extended_from = graph
+            return size
+        return 0
 
     def _save(self, path: Path) -> None:
         """Write the graph atomically and drop older ones; a read-only folder keeps it in
@@ -101,9 +133,13 @@ class HnswFlat:
             path.parent.mkdir(exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             self.graph.save_index(str(tmp))
+            labels = path.with_suffix(".labels.npy")
+            tmp_labels = tmp.with_name(tmp.name + ".npy")
+            np.save(tmp_labels, self.labels, allow_pickle=False)
+            os.replace(tmp_labels, labels)
             os.replace(tmp, path)
-            for old in path.parent.glob("hnsw-*.bin"):
-                if old != path:
+            for old in path.parent.glob("hnsw-*"):
+                if old not in (path, labels):
                     old.unlink(missing_ok=True)
         except OSError as exc:
             log.warning("psirag: HNSW graph not saved in %s (%s)", path.parent, exc)
