@@ -106,3 +106,16 @@ def test_cli_lists_option() -> None:
     assert search_config_from(args).list_names() == ("dense",)
     with pytest.raises(InputError, match="unknown candidate list 'flat'"):
         search_config_from(parser.parse_args(["search", "idx", "q", "--lists", "flat"]))
+
+
+def test_server_request_lists() -> None:
+    from psirag.server.models import SearchRequest
+    from psirag.server.querying import search_config
+
+    config = search_config(SearchRequest(query="q", lists=["dense", "bm25"]))
+    assert config.list_names() == ("dense", "bm25")
+    config = search_config(SearchRequest(query="q", lists=["dense", "bm25"], bm25=False))
+    assert config.list_names() == ("dense",)
+    assert search_config(SearchRequest(query="q")).list_names() == ("tree", "bm25")
+    with pytest.raises(InputError, match="unknown candidate list 'flat'"):
+        search_config(SearchRequest(query="q", lists=["flat"]))
