@@ -42,6 +42,7 @@ from psirag.tree.build import (
     reorder,
     split_overfull,
 )
+from psirag.tree.dasgupta import dasgupta_terms
 from psirag.tree.model import Tree
 
 __all__ = [
@@ -599,11 +600,9 @@ def tree_drift(tree: Tree, fresh: Tree, leaf_vectors: np.ndarray) -> dict[str, A
     ``kept_pairs_layer{1,2}``: the share of leaf pairs the fresh tree puts under one layer-1
     (layer-2) node that the updated tree also keeps under one; shape statistics of both; and
     ``placement_ratio``, the updated tree's Dasgupta cost over its random-placement expectation
-    (:attr:`psirag.eval.skew.DasguptaTerms.vs_random`, above 1 = dissimilar pairs split high)
+    (:attr:`psirag.tree.dasgupta.DasguptaTerms.vs_random`, above 1 = dissimilar pairs split high)
     divided by the fresh tree's: 1 is as good as fresh, below 1 worse.
     """
-    from psirag.eval.skew import dasgupta_terms  # pure numpy; kept out of the import path
-
     if tree.n_leaves != fresh.n_leaves:
         raise InputError(f"the trees have {tree.n_leaves} and {fresh.n_leaves} leaves")
     out: dict[str, Any] = {}
