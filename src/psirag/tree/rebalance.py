@@ -84,13 +84,13 @@ class SubtreeSums:
         leaf_vectors: np.ndarray | None = None,
         table: np.ndarray | None = None,
     ) -> None:
-        if (leaf_vectors is None) == (table is None):
+        if table is None and leaf_vectors is None:
             raise ValueError("give either leaf_vectors or a table of sums")
         self._children = children
-        self._leaves = leaf_vectors
         self._table = table
-        self._n = 0 if leaf_vectors is None else leaf_vectors.shape[0]
-        self._dim = int((leaf_vectors if table is None else table).shape[1])  # type: ignore[union-attr]
+        self._leaves = leaf_vectors if table is None and leaf_vectors is not None else None
+        self._n = 0 if self._leaves is None else self._leaves.shape[0]
+        self._dim = 0 if self._leaves is None else self._leaves.shape[1]
         self._before: dict[int, list[int]] = {}
         self._original: dict[int, np.ndarray] = {}
         self._changed: dict[int, np.ndarray] = {}
@@ -109,8 +109,9 @@ class SubtreeSums:
     def _first(self, node: int) -> np.ndarray:
         if self._table is not None:
             return self._table[node]
+        assert self._leaves is not None
         if node < self._n:
-            return self._leaves[node].astype(np.float64)  # type: ignore[index]
+            return self._leaves[node].astype(np.float64)
         got = self._original.get(node)
         if got is None:
             got = np.zeros(self._dim, dtype=np.float64)
