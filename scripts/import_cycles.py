@@ -17,7 +17,7 @@ import grimp
 
 def module_cycles(package: str = "psirag") -> list[list[str]]:
     """The strongly connected components of two or more modules, each sorted, largest first."""
-    graph = grimp.build_graph(package, exclude_type_checking_imports=True)
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True, cache_dir=None)
     modules = sorted(graph.modules)
     edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in modules}
     index: dict[str, int] = {}
