@@ -20,7 +20,7 @@ first) and goes too; a root left with one child is dropped, so the tree gets sho
 equi-depth.
 
 Afterwards every node above ``max_children`` is split by the builder's own rebalancing
-(:func:`psirag.tree.build.split_overfull`), and ids are renumbered the builder's way: leaves
+(:func:`psirag.tree.rebalance.split_overfull`), and ids are renumbered the builder's way: leaves
 first (old leaves in their order, then the new ones), abstract nodes by layer.
 """
 
@@ -35,15 +35,10 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from psirag.errors import IndexFormatError, InputError
-from psirag.tree.build import (
-    TreeMode,
-    build_tree,
-    renumber_order,
-    reorder,
-    split_overfull,
-)
+from psirag.tree.build import TreeMode, build_tree
 from psirag.tree.dasgupta import dasgupta_terms
 from psirag.tree.model import Tree
+from psirag.tree.rebalance import renumber_order, reorder, split_overfull
 
 __all__ = [
     "INSERT_RULES",
