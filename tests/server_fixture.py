@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import HashEmbedder
 
 from psirag.cli import build_parser
+from psirag.cli.serve import run_mcp, run_serve
 from psirag.errors import PsiragError
-from psirag.server.cli import run_mcp, run_serve
 
 
 def main(argv: list[str]) -> int:

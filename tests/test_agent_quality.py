@@ -27,12 +27,12 @@ from test_ircot import CORPUS, Q_OFFICE, QUESTIONS
 from test_ircot import Server as IRCoTServer
 
 from psirag.agent import RetrieveAndAnswer
-from psirag.agent import cli as agent_cli
 from psirag.agent.citations import Labels, split_citations
 from psirag.agent.conversation import read_rewrite
 from psirag.agent.grounding import example_name
 from psirag.agent.ircot import IRCoT
 from psirag.agent.repeats import REPEAT_OVERLAP, repeats
+from psirag.cli import agent_cmds as agent_cli
 from psirag.cli import main
 from psirag.eval.harness import questions_path
 from psirag.eval.metrics import citation_precision

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +25,7 @@ from psirag.tree.update import InsertRule
 from psirag.types import Chunk, Passage, Source
 
 if TYPE_CHECKING:
-    from psirag.living import UpdateSummary
+    from psirag.living import SavedUpdate, UpdateSummary
     from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
@@ -285,6 +285,37 @@ class Index:
         )
         self._replace_data(data)
         return summary
+
+    @classmethod
+    def update_saved(
+        cls,
+        folder: str | Path,
+        change: Callable[[Index], UpdateSummary],
+        *,
+        embedder: Embedder | None = None,
+        save: bool = True,
+    ) -> tuple[Index, SavedUpdate]:
+        """Change a saved index in place, safely against other writers: under the writer
+        lock, load the generation on disk, run ``change(index)`` (``index.add``,
+        ``index.remove``, ``index.update``...), save the result as the next generation and
+        publish it; nothing is written when nothing changed, and an exception leaves the
+        published index as it was (:func:`psirag.living.update_saved`); ``save=False`` (a dry
+        run) changes the index in memory only. Returns the changed index and what was done::
+
+            index, done = Index.update_saved("my-index", lambda ix: ix.add(["new.txt"]))
+        """
+        from psirag.living import update_saved
+
+        facades: list[Index] = []
+
+        def run(data: IndexData) -> tuple[IndexData, UpdateSummary]:
+            index = cls.from_data(data, embedder=embedder)
+            facades.append(index)
+            summary = change(index)
+            return index.data, summary
+
+        done = update_saved(folder, run, save=save)
+        return facades[0], done
 
     def _replace_data(self, data: IndexData) -> None:
         """Point this facade at new data; the old value (and retrievers over it) stay valid."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,17 +51,16 @@ from psirag.types import Chunk
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
-    from psirag.index import Index
     from psirag.retrieval.bm25 import TermCounts
-    from psirag.storage import IndexWriter
 
 __all__ = [
+    "SavedUpdate",
     "UpdateSummary",
     "add_documents",
     "document_digests",
     "drift_report",
-    "open_for_update",
     "remove_documents",
+    "update_saved",
 ]
 
 
@@ -676,13 +675,32 @@ def rebuild_from_files(
     return new, summary
 
 
-def open_for_update(
-    folder: str | Path, *, embedder: Embedder | None = None
-) -> tuple[IndexWriter, Index]:
-    """The writer (holding the lock) and the index of the generation it builds on: every
-    writer (the CLI, the server) reads what is on disk under the lock, so no write is lost."""
-    from psirag.index import Index
+Change = Callable[[IndexData], tuple[IndexData, UpdateSummary]]
+"""One update of an index's data: the new value and what changed (nothing: no new generation)."""
+
+
+@dataclass(frozen=True, eq=False)
+class SavedUpdate:
+    """What :func:`update_saved` did: the data now on disk (or, unchanged, the data read),
+    the change's summary, the generation it published (None: nothing changed, nothing
+    written) and whether the folder was in format 1 before (a save migrates it to format 2)."""
+
+    data: IndexData
+    summary: UpdateSummary
+    generation: int | None
+    from_legacy: bool
+    save_seconds: float = 0.0
+
+
+def update_saved(folder: str | Path, change: Change, *, save: bool = True) -> SavedUpdate:
+    """The one update path of a saved index: take the writer lock, load the generation on
+    disk, ``change`` it, save the result as the next generation and publish it. Every writer
+    (the CLI, the server, :meth:`psirag.Index.update_saved`) goes through here, so a write
+    always builds on what is on disk and never loses another writer's change. An exception
+    anywhere (in ``change`` too), a change that changes nothing or ``save=False`` (a dry
+    run) leaves the published index as it was."""
     from psirag.storage import IndexStore, IndexWriter
+    from psirag.storage_format import load_index_data, save_index_data
 
     store = IndexStore(folder)
     state = store.state()
@@ -697,12 +715,16 @@ def open_for_update(
                 "psirag or rebuild the index"
             )
         raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
-    writer = IndexWriter(folder)
-    try:
-        generation = writer.base.generation if writer.base is not None else None
-        index = Index.load(folder, generation=generation, embedder=embedder)
-        index._from_legacy = state == "legacy"  # type: ignore[attr-defined]
-    except BaseException:
-        writer.abort()
-        raise
-    return writer, index
+    with IndexWriter(store) as writer:
+        base = writer.base
+        from_legacy = base is not None and base.legacy
+        data = store.read(
+            lambda reader: load_index_data(reader, folder),
+            generation=base.generation if base is not None else None,
+        )
+        new, summary = change(data)
+        if not (save and summary.changed):
+            return SavedUpdate(data, summary, None, from_legacy)
+        t0 = time.perf_counter()
+        generation = save_index_data(writer, new)
+        return SavedUpdate(new, summary, generation, from_legacy, time.perf_counter() - t0)

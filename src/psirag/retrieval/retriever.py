@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from psirag.argtypes import first_surrogate
 from psirag.config import SearchConfig
 from psirag.embed import Embedder, finalize_vectors
 from psirag.embed.endpoints import load_index_embedder
@@ -25,7 +24,7 @@ from psirag.index_data import IndexData
 from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
 from psirag.retrieval.ranking import first_copies, top_k
 from psirag.retrieval.tree_search import TreeSearcher
-from psirag.types import Passage, Source
+from psirag.types import Passage, Source, first_surrogate
 
 Ranked = tuple[np.ndarray, np.ndarray]
 """A candidate list: leaf ids best first, and their scores."""

@@ -12,21 +12,24 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from psirag.agent.loop import NAMES_CHECKS
-from psirag.cli_common import profile_argument
-from psirag.config import DEFAULT_EMBEDDER, PROFILES, IndexConfig, SearchConfig
+from psirag.cli.options import (
+    LLM_ENV,
+    add_abstracts_option,
+    add_answer_check_option,
+    add_build_embedder_option,
+    add_http_options,
+    add_llm_options,
+    add_max_children_option,
+    add_max_retrievals_option,
+    add_names_check_option,
+    add_profile_option,
+    add_routing_option,
+    add_tree_mode_options,
+    http_policy_from,
+    positive_int,
+)
+from psirag.config import PROFILES, IndexConfig, SearchConfig
 from psirag.errors import InputError
-from psirag.hops import parse_max_retrievals
-from psirag.http import add_http_options, http_policy_from
-
-LLM_ENV = "PSIRAG_LLM"
-
-
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-    return number
 
 
 def _methods(value: str) -> tuple[str, ...]:
@@ -64,12 +67,11 @@ def register(subparsers: Any) -> None:
         "over one retrieval (unless --retrieval-only).",
     )
     p.add_argument("--limit", type=int, metavar="N", help="first N questions only")
-    p.add_argument(
-        "--llm",
-        metavar="SPEC",
-        default=None,
+    add_llm_options(
+        p,
         help="LLM spec (openai:<base_url>#<model>, llamacpp:<path.gguf>, local); "
         f"default ${LLM_ENV} when methods need one",
+        cache=None,
     )
     p.add_argument(
         "--output",
@@ -84,12 +86,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="built indexes and the LLM reply cache (default ~/.cache/psirag/eval)",
     )
-    p.add_argument(
-        "--embedder",
-        default=DEFAULT_EMBEDDER,
-        metavar="SPEC",
-        help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
-    )
+    add_build_embedder_option(p)
     p.add_argument(
         "--embedding-cache",
         metavar="NPZ",
@@ -105,33 +102,27 @@ def register(subparsers: Any) -> None:
         help=f"tree search beam (default: the profile's, {SearchConfig.beam} or "
         f"{PROFILES['paper'].beam} for --profile paper)",
     )
-    profile_argument(p)
+    add_profile_option(p)
     p.add_argument(
         "--reranker",
         metavar="PATH",
         default=None,
         help="local cross-encoder folder: psi and hybrid rerank their union instead of RRF",
     )
-    p.add_argument(
-        "--max-retrievals",
-        type=parse_max_retrievals,
+    add_max_retrievals_option(
+        p,
         default=1,
-        metavar="N|auto",
         help="retrievals after the first for NAME+agent and NAME+ircot "
         "(default 1, the paper's 2Wiki setting); auto: per question from the hop "
         "discriminator (h hops: h-1, at least 1)",
     )
-    p.add_argument(
-        "--no-answer-check",
-        dest="answer_check",
-        action="store_false",
+    add_answer_check_option(
+        p,
         help="NAME+agent: no follow-up turn after an answer found in no document (the paper's "
         "loop)",
     )
-    p.add_argument(
-        "--names-check",
-        choices=NAMES_CHECKS,
-        default="lookup",
+    add_names_check_option(
+        p,
         help="NAME+agent, an answer whose reasoning names people or works that no retrieved "
         "document is about: retrieve them and answer again (lookup, default), ask the model "
         "(ask), or take the answer (off)",
@@ -139,7 +130,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="cap on each LLM reply")
     p.add_argument(
         "--summary-top-k",
-        type=_positive,
+        type=positive_int,
         default=20,
         metavar="K",
         help="NAME+summarize: nodes given to the LLM, also the tree visit's k and beam "
@@ -147,7 +138,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--summary-max-tokens",
-        type=_positive,
+        type=positive_int,
         default=200,
         metavar="N",
         help="NAME+summarize: cap on the summary (default 200, QMSum; WCEP: 150)",
@@ -182,33 +173,26 @@ def register(subparsers: Any) -> None:
 def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     """The index ablations of the paper: abstract type, routing, fan-out, and a sub-corpus to run
     the costly (LLM-abstract) ones on. Each variant gets its own cached index."""
-    from psirag.cli_common import max_children, tree_mode_arguments
-
     g = p.add_argument_group("ablations (each variant is indexed and cached apart)")
-    g.add_argument(
-        "--abstracts",
-        choices=["keywords", "none", "llm-keywords", "llm-summary"],
+    add_abstracts_option(
+        g,
         default=None,
         help="abstract text of inner nodes, for psi and raptor alike: LLM-free keywords "
         "(default), none, or written by the --llm model (keyword lists, summaries)",
     )
-    g.add_argument(
-        "--routing",
-        choices=["leaf_mean", "abstract", "blend"],
+    add_routing_option(
+        g,
         default=None,
         help="routing embedding of inner nodes: leaf_mean (the 'mean embedding' abstract type), "
         "abstract (the embedding of the abstract text, as the paper) or blend; default: "
         "abstract with --abstracts llm-*, else leaf_mean",
     )
-    g.add_argument(
-        "--max-children",
-        type=max_children,
-        default=IndexConfig.max_children,
-        metavar="N",
+    add_max_children_option(
+        g,
         help=f"most children per node, psi and raptor (default {IndexConfig.max_children}; "
         "'none': no cap)",
     )
-    tree_mode_arguments(g)
+    add_tree_mode_options(g)
     g.add_argument(
         "--context-tokens",
         type=int,
@@ -230,7 +214,7 @@ def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--subcorpus",
-        type=_positive,
+        type=positive_int,
         default=None,
         metavar="N",
         help="index N passages only: the evaluated questions' gold passages, then the others "
