@@ -24,6 +24,7 @@ from psirag.cli.options import (
     add_http_options,
     add_index_argument,
     add_llm_options,
+    add_update_embedder_option,
     http_policy_from,
 )
 from psirag.errors import EmbedderMismatchError, InputError
@@ -48,11 +49,7 @@ def register(sub: Any) -> None:
 
     def common(p: argparse.ArgumentParser, *, embeds: bool = True) -> None:
         if embeds:
-            p.add_argument(
-                "--embedder",
-                metavar="SPEC",
-                help="embedder for the new text; must be the index's own (default: it)",
-            )
+            add_update_embedder_option(p)
             p.add_argument(
                 "--insert",
                 choices=get_args(InsertRule),

@@ -166,6 +166,15 @@ def add_query_embedder_option(p: Parser) -> None:
     )
 
 
+def add_update_embedder_option(p: Parser) -> None:
+    """``--embedder SPEC`` for commands that add text to a saved index (add, sync)."""
+    p.add_argument(
+        "--embedder",
+        metavar="SPEC",
+        help="embedder for the new text; must be the index's own (default: it)",
+    )
+
+
 def add_abstracts_option(p: Parser, *, default: AbstractMode | None, help: str) -> None:
     p.add_argument("--abstracts", choices=get_args(AbstractMode), default=default, help=help)
 
@@ -374,6 +383,7 @@ __all__ = [
     "add_routing_option",
     "add_settings_options",
     "add_tree_mode_options",
+    "add_update_embedder_option",
     "bucket_size",
     "http_policy_from",
     "max_children",
