@@ -136,3 +136,47 @@ def test_bad_values_stop_at_parsing(capsys: pytest.CaptureFixture[str]) -> None:
             build_parser().parse_args(argv)
         assert exc.value.code == 2
         assert "error: argument" in capsys.readouterr().err
+
+
+def test_eval_options_follow_eval_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from psirag.cli import eval_cmd
+    from psirag.eval.settings import EvalSettings
+
+    evaluate = _subparsers()["eval"]
+    names = {f.name for f in fields(EvalSettings)}
+    for field_name, flag in eval_cmd.EVAL_FLAGS.items():
+        assert field_name in names
+        action = _option(evaluate, flag.name)
+        assert action is not None and action.dest == field_name
+    assert eval_cmd.settings_from(build_parser().parse_args(["eval", "D"]), None, None) == (
+        EvalSettings()
+    )
+    args = build_parser().parse_args(
+        [
+            "eval",
+            "D",
+            "--methods",
+            "bm25,psi",
+            "--workers",
+            "3",
+            "--bootstrap",
+            "0",
+            "--summary-top-k",
+            "15",
+            "--retrieval-only",
+            "--subcorpus",
+            "9",
+            "--beam",
+            "4",
+        ]
+    )
+    assert eval_cmd.settings_from(args, "local", None) == EvalSettings(
+        methods=("bm25", "psi"),
+        workers=3,
+        bootstrap=0,
+        summary_top_k=15,
+        retrieval_only=True,
+        subcorpus=9,
+        beam=4,
+        llm="local",
+    )
