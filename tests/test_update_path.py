@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import HashEmbedder
 
 from psirag import Index
 from psirag.living import UpdateSummary, update_saved
@@ -27,8 +28,8 @@ def folder(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def embedder(hash_embedder: Any) -> Any:
-    return type(hash_embedder)(dim=16)  # the fixture index's embedder: test:hash-16
+def embedder() -> HashEmbedder:
+    return HashEmbedder(dim=16)  # the fixture index's embedder: test:hash-16
 
 
 def test_update_saved_publishes_the_next_generation(folder: Path, embedder: Any) -> None:
