@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,11 +43,23 @@ def _env(src: Path, cache: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(src), "PSIRAG_CACHE": str(cache)}
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+CPU: dict[str, list[float]] = {}
+"""CPU seconds (user + system) of each timed search process, by source folder: far less
+sensitive than wall time to what else runs on the machine."""
+
+
 def time_search(src: Path, cache: Path, index: Path, query: str) -> float:
     cmd = [sys.executable, "-m", "psirag.cli", "search", str(index), query, "-k", "5"]
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=_env(src, cache), capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - t0
+    CPU.setdefault(str(src), []).append(_children_cpu() - cpu0)
     if proc.returncode != 0:
         raise SystemExit(f"search with {src} failed: {proc.stderr[-2000:]}")
     return seconds
@@ -94,6 +107,7 @@ def main() -> None:
         caches = {n: Path(tmp) / n for n, _ in cands}
         for name, src in cands:  # warm: writes each candidate's cached model, untimed
             time_search(src, caches[name], index, args.query)
+        CPU.clear()
         for rnd in range(args.rounds):
             order = cands[rnd % len(cands) :] + cands[: rnd % len(cands)]
             for name, src in order:
@@ -109,10 +123,13 @@ def main() -> None:
                 row[f"{kind}_median_s"] = round(statistics.median(values), 2)
                 row[f"{kind}_min_s"] = round(min(values), 2)
                 row[f"{kind}_all_s"] = [round(v, 2) for v in values]
+        cpu = CPU.get(str(dict(cands)[name]), [])
+        if cpu:
+            row["search_cpu_median_s"] = round(statistics.median(cpu), 2)
         rows.append(row)
     first = rows[0]
     for row in rows[1:]:
-        for kind in ("search", "mcp"):
+        for kind in ("search", "mcp", "search_cpu"):
             key = f"{kind}_median_s"
             if key in row and key in first:
                 row[f"{kind}_ratio_vs_{first['candidate']}"] = round(row[key] / first[key], 1)
