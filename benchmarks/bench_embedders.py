@@ -215,7 +215,11 @@ def scores_for(spec: str, name: str) -> dict[str, dict[str, list[float]]]:
 
 def table(n_boot: int) -> None:
     sets: dict[str, Any] = {}
+    not_run: list[str] = []
     for name in DATASETS:
+        if not all(index_dir(spec, name).exists() for spec in SPECS):
+            not_run.append(name)
+            continue
         by_spec = {spec: scores_for(spec, name) for spec in SPECS}
         recall = {
             spec: {
@@ -245,6 +249,7 @@ def table(n_boot: int) -> None:
     speed = json.loads(speed_file.read_text()) if speed_file.exists() else {}
     result = {
         "sets": sets,
+        "not_run": not_run,
         "builds": builds,
         "throughput": speed,
         "bootstrap": n_boot,
@@ -258,6 +263,16 @@ def table(n_boot: int) -> None:
 
 def section(r: dict[str, Any]) -> str:
     lines = [
+        "## Embedders: MiniLM against mpnet (no LLM)",
+        "",
+        "`python benchmarks/bench_embedders.py --build minilm`, `--build mpnet`, `--throughput "
+        "128`, then `python benchmarks/bench_embedders.py`. all-MiniLM-L6-v2 (384-d, `minilm`) "
+        "against all-mpnet-base-v2 (768-d, `mpnet`: `scripts/get_embedder.sh mpnet`, run by "
+        "sentence-transformers under psirag[torch]; no ONNX path for it yet). Same corpus, same "
+        "default index config, each set's index built with each embedder; Recall@k in %, by "
+        "passage identity. Nothing was tuned here. mpnet - MiniLM: paired bootstrap 95% interval "
+        f"over the questions ({r['bootstrap']:,} resamples).",
+        "",
         "| set | row | MiniLM R@2 | mpnet R@2 | MiniLM R@5 | mpnet R@5 "
         "| mpnet - MiniLM R@5 [95%] |",
         "|---|---|---|---|---|---|---|",
@@ -271,17 +286,34 @@ def section(r: dict[str, Any]) -> str:
                 f"{a['recall@5']:.2f} | {b['recall@5']:.2f} | "
                 f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] |"
             )
+    for name in r.get("not_run", []):
+        lines.append(f"| {LABELS[name]} | not run: no mpnet index yet (`--build mpnet`) ||||||")
     speed = r["throughput"].get("embedders", {})
-    lines += ["", "| embedder | dim | batch | chunks/s | index build, 2Wiki s (embedding s) |"]
-    lines.append("|---|---|---|---|---|")
+    lines += [
+        "",
+        "Speed. chunks/s: the same 2Wiki passages through each embedder, interleaved, best of the "
+        "runs (`--throughput`); index build: `Index.build` of the set with an empty embedding "
+        "cache for that embedder (embedding included; a build whose vectors came from a cache "
+        "shows its embedding stage as a lookup and is marked warm). 2 cores shared with other "
+        "jobs (load average in the JSON), so absolute seconds are inflated.",
+        "",
+        "| embedder | dim | batch | torch threads | chunks/s | set | chunks | build s | "
+        "of which embedding s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for spec in SPECS:
         sp = speed.get(spec, {})
-        b = r["builds"].get(spec, {}).get("2wikimultihopqa")
-        built = f"{b['seconds_total']:.0f} ({b['seconds_by_stage']['embedding']:.0f})" if b else "-"
-        lines.append(
-            f"| {spec} | {sp.get('dim', '-')} | {sp.get('batch_size', '-')} | "
-            f"{sp.get('chunks_per_s', '-')} | {built} |"
-        )
+        for name in DATASETS:
+            b = r["builds"].get(spec, {}).get(name)
+            if not b:
+                continue
+            warm = "" if b["embedded_cold"] else " (warm)"
+            lines.append(
+                f"| {spec} | {sp.get('dim', '-')} | {sp.get('batch_size', b['batch_size'])} | "
+                f"{b['torch_threads']} | {sp.get('chunks_per_s', '-')} | {LABELS[name]} | "
+                f"{b['chunks']:,} | {b['seconds_total']:.0f}{warm} | "
+                f"{b['seconds_by_stage']['embedding']:.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 
