@@ -286,6 +286,7 @@ def section(r: dict[str, Any]) -> str:
                 f"{a['recall@5']:.2f} | {b['recall@5']:.2f} | "
                 f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] |"
             )
+    lines += ["", reading(r), ""]
     for name in r.get("not_run", []):
         lines.append(f"| {LABELS[name]} | not run: no mpnet index yet (`--build mpnet`) ||||||")
     speed = r["throughput"].get("embedders", {})
@@ -315,6 +316,27 @@ def section(r: dict[str, Any]) -> str:
                 f"{b['seconds_by_stage']['embedding']:.1f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def reading(r: dict[str, Any]) -> str:
+    """Which mpnet - MiniLM Recall@5 intervals exclude 0, from the numbers."""
+    clear = [
+        f"{row} on {LABELS[name]} ({d['diff']:+.2f})"
+        for name, s in r["sets"].items()
+        for row, by in s["mpnet_minus_minilm"].items()
+        if (d := by["recall@5"])["low"] > 0 or d["high"] < 0
+    ]
+    sets = ", ".join(LABELS[n] for n in r["sets"]) or "no set"
+    verdict = (
+        "the intervals that exclude 0: " + "; ".join(clear)
+        if clear
+        else "every mpnet - MiniLM Recall@5 interval contains 0"
+    )
+    return (
+        f"**Reading.** On {sets}, {verdict}. BM25 does not use the embedder (equal by "
+        "construction). mpnet embeds far slower on this CPU (chunks/s below), so a stronger "
+        "embedder is not free here."
+    )
 
 
 def main() -> None:
