@@ -98,9 +98,11 @@ def register(sub: Any) -> None:
 
 # ---------------------------------------------------------------------------- helpers
 def _embedder(index: Any, spec: str | None, args: argparse.Namespace | None = None) -> Any:
+    from psirag.trust import embedder_spec
+
     config = index.config
     http = http_policy_from(args) if args is not None else None
-    embedder = load_embedder_for(spec or config.embedder, config.batch_size, http)
+    embedder = load_embedder_for(embedder_spec(config.embedder, spec), config.batch_size, http)
     if embedder.id != index.embedder_id:
         raise EmbedderMismatchError(
             f"{spec or config.embedder!r} embeds as {embedder.id!r} but this index was built "
@@ -115,12 +117,13 @@ def _llm(index: Any, args: argparse.Namespace) -> Any:
     from dataclasses import replace
 
     from psirag.cli import _abstract_llm
+    from psirag.trust import llm_spec
 
     config = index.config
     if not config.abstracts.startswith("llm-"):
         return None
     return _abstract_llm(
-        replace(config, llm=args.llm or config.llm), args.llm_cache, http_policy_from(args)
+        replace(config, llm=llm_spec(config.llm, args.llm)), args.llm_cache, http_policy_from(args)
     )
 
 
