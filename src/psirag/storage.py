@@ -43,6 +43,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from psirag import ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 
 FORMAT_NAME = "psirag-index"
@@ -55,8 +56,7 @@ LOCK = "lock"
 READERS = ".readers"
 DEFAULT_KEEP = 2
 """Generations kept by garbage collection: the current one and the one before it."""
-STALE_LEGACY_SECONDS = 900.0
-"""A format-1 staging folder (``.DIR.partial-*`` beside DIR) this old is a killed save's."""
+POINTER_TMP = ".manifest.json.tmp-"
 
 Verify = Literal["none", "size", "full"]
 T = TypeVar("T")
@@ -280,7 +280,10 @@ class IndexStore:
         if gens.exists():
             if not gens.is_dir():
                 return "foreign"
-            if not all(_GEN_RE.match(e) or _TEMP_RE.match(e) for e in os.listdir(gens)):
+            if not all(
+                _GEN_RE.match(e) or _TEMP_RE.match(e) or e.startswith(ownership.OWNER)
+                for e in os.listdir(gens)
+            ):
                 return "foreign"
         return "pending"
 
@@ -396,36 +399,31 @@ class IndexStore:
         return IndexWriter(self, base=base, wait=wait)
 
     def cleanup(self) -> list[str]:
-        """Remove what killed saves left (staging and trash folders, pointer temp files,
-        generations never published). Call with the writer lock held."""
+        """Remove what killed saves of this store left (staging and trash folders, pointer temp
+        files, generations never published), and only that: a folder goes only when it carries
+        this store's marker, a temp file only when its name carries the store's token
+        (:mod:`psirag.ownership`). Nothing beside the index folder is touched. Call with the
+        writer lock held."""
         removed: list[str] = []
         current = self.current()
         gens = self.generations_dir
+        token = ownership.store_token(gens, create=False) if gens.is_dir() else None
         if gens.is_dir():
             for entry in sorted(os.listdir(gens)):
                 path = gens / entry
                 orphan = _GEN_RE.match(entry) and (current is None or int(entry) > current)
-                if _TEMP_RE.match(entry) or orphan:
+                if not (_TEMP_RE.match(entry) or orphan):
+                    continue
+                if ownership.made_here(path, token):
                     shutil.rmtree(path, ignore_errors=True)
                     removed.append(f"{GENERATIONS}/{entry}")
+                elif _TEMP_RE.match(entry) and ownership.remove_if_empty(path):
+                    removed.append(f"{GENERATIONS}/{entry}")  # killed before it was marked
         for entry in os.listdir(self.folder):
-            if _POINTER_TMP_RE.match(entry):
+            if ownership.temp_is_ours(entry, POINTER_TMP, token):
                 with contextlib.suppress(OSError):
                     os.unlink(self.folder / entry)
                 removed.append(entry)
-        parent = _resolve(self.folder).parent
-        prefix = f".{_resolve(self.folder).name}."
-        with contextlib.suppress(OSError):
-            for entry in os.listdir(parent):
-                if entry.startswith(prefix + "partial-") or entry.startswith(prefix + "old-"):
-                    path = parent / entry
-                    try:
-                        age = time.time() - path.stat().st_mtime
-                    except OSError:
-                        continue
-                    if age > STALE_LEGACY_SECONDS:  # a format-1 save's leftover
-                        shutil.rmtree(path, ignore_errors=True)
-                        removed.append(str(path))
         return removed
 
     def gc(self, keep: int = DEFAULT_KEEP) -> list[int]:
@@ -435,12 +433,18 @@ class IndexStore:
         if current is None:
             return []
         published = [g for g in self.generations() if g <= current]
+        token = ownership.store_token(self.generations_dir, create=False)
         survivors = set(published[-max(1, keep) :]) | {current}
         removed: list[int] = []
         for g in published:
             if g in survivors:
                 continue
             folder = self.generations_dir / _generation_name(g)
+            if not (
+                ownership.made_here(folder, token)
+                or ownership.legacy_generation(folder, g, FORMAT_NAME)
+            ):
+                continue  # not provably ours: left alone
             try:
                 fd = os.open(folder / READERS, os.O_RDONLY)
             except FileNotFoundError:
@@ -743,10 +747,18 @@ class IndexWriter:
             current = self.store.current() or 0
             self.generation = max([current, *self.store.generations()]) + 1
             self.store.generations_dir.mkdir(exist_ok=True)
+            token = ownership.store_token(self.store.generations_dir, create=True)
+            if token is None:
+                raise IndexTargetError(
+                    f"{self.store.generations_dir / ownership.OWNER} is not a psirag store token; "
+                    "the index folder was changed by hand: rebuild it into a new folder (--out)"
+                )
+            self.token: str = token
             self.staging = self.store.generations_dir / (
                 f".partial-{_generation_name(self.generation)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             )
             self.staging.mkdir()
+            ownership.mark(self.staging, self.token)
         except BaseException:
             self._release()
             raise
@@ -826,6 +838,8 @@ class IndexWriter:
                 if p.is_dir():
                     continue
                 rel = p.relative_to(self.staging).as_posix()
+                if rel == ownership.MARKER:
+                    continue
                 if rel in self._kept and p.stat().st_size == self._kept[rel].get("bytes"):
                     files[rel] = self._kept[rel]
                     continue
@@ -852,7 +866,7 @@ class IndexWriter:
             _fsync_dir(self.store.generations_dir)
             _checkpoint("renamed")
             pointer = {**full, "manifest_sha256": hashlib.sha256(raw).hexdigest()}
-            tmp = self.target / f".manifest.json.tmp-{uuid.uuid4().hex[:8]}"
+            tmp = self.target / ownership.temp_name(POINTER_TMP, self.token)
             _write_json(tmp, pointer)
             _checkpoint("before-pointer")
             os.replace(tmp, self.target / MANIFEST)
