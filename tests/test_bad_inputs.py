@@ -473,6 +473,26 @@ CASES: list[Case] = [
         files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
         setup=lambda folder: _living(folder, ["docs"], format_version=0),
     ),
+    # --- an index is never its own input (issue 26) -------------------------------------------
+    Case(
+        "out-inside-input",
+        "--out inside an input folder (the index would read itself on every later run)",
+        ("index", "docs", "--out", "docs/idx", "-q"),
+        2,
+        "IndexTargetError",
+        "--out docs/idx is inside the input folder docs",
+        files={"docs/a.txt": WORDS},
+    ),
+    Case(
+        "sync-skips-index-folder",
+        "an index folder inside the folder being synced (skipped, with a note)",
+        ("sync", "docs/lx", "docs", "-q"),
+        0,
+        NONE,
+        "docs: skipped lx, a psirag index folder",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living_inside(folder, "docs"),
+    ),
 ]
 
 
@@ -503,6 +523,12 @@ def _living(
         pointer = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
         pointer["format_version"] = format_version
         (target / "manifest.json").write_text(json.dumps(pointer), encoding="utf-8")
+
+
+def _living_inside(folder: Path, docs: str) -> None:
+    """An index over ``docs`` that then lives in ``docs/lx`` (inside its own input)."""
+    _living(folder, [docs])
+    (folder / "lx").rename(folder / docs / "lx")
 
 
 def _test_embedder(spec: str, batch_size: int | None = None, http: object = None) -> object:

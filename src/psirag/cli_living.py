@@ -286,7 +286,7 @@ def scan_files(paths: Sequence[str]) -> dict[str, str]:
         p = Path(given)
         if not p.exists():
             raise InputError(f"{p}: no such file or folder; check the path")
-        files = _walk(p)[0] if p.is_dir() else [p]
+        files = _walk(p, _eprint)[0] if p.is_dir() else [p]
         for f in files:
             if f.suffix.lower() not in SUFFIXES:
                 raise InputError(f"{f}: unsupported file type {f.suffix!r}")

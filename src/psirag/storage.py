@@ -945,16 +945,11 @@ class IndexWriter:
 
 def check_target(out: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     """Everything ``psirag index --out`` must refuse before a build starts: the checks of
-    :meth:`IndexStore.check_writable`, an output folder holding one of the inputs, and an
-    index another writer holds right now."""
-    real = _resolve(Path(out))
-    for item in inputs:
-        src = _resolve(Path(item))
-        if src == real or real in src.parents:
-            raise IndexTargetError(
-                f"--out {out} contains the input {item}; writing the index there would put it "
-                "among the documents. Choose a folder outside the inputs."
-            )
+    :meth:`IndexStore.check_writable`, an output folder holding one of the inputs or inside
+    one, and an index another writer holds right now."""
+    from psirag.ingest.index_folders import check_out_and_inputs
+
+    check_out_and_inputs(out, inputs)
     store = IndexStore(out)
     store.check_writable()
     store.probe_lock()
