@@ -16,6 +16,7 @@ commands that embed a query cannot use it), ``setup`` to spoil things further.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -62,6 +63,8 @@ class Case:
     """Symbolic links to make: name -> target."""
     index: bool = False
     setup: Callable[[Path], None] | None = None
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None
+    """Applied around the command only (e.g. an operating-system error at the write layer)."""
 
 
 CASES: list[Case] = [
@@ -493,7 +496,71 @@ CASES: list[Case] = [
         files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
         setup=lambda folder: _living_inside(folder, "docs"),
     ),
+    # --- the machine says no (issue 26): one line, exit 2, the index as it was ----------------
+    *[
+        Case(
+            f"os-{name}",
+            f"{what} while psirag add writes the next generation (simulated at the write layer; "
+            "tests/test_oserrors.py makes it happen for real)",
+            ("add", "lx", "new.txt", "-q"),
+            2,
+            error,
+            fragment,
+            files={"docs/a.txt": WORDS, "new.txt": OTHER},
+            setup=lambda folder: _living(folder, ["docs"]),
+            patch=lambda patch, exc=exc: _fail_array_writes(patch, exc),
+        )
+        for name, what, exc, error, fragment in [
+            (
+                "disk-full",
+                "the disk fills up (numpy's short write: 121344 requested and 15328 written)",
+                OSError("121344 requested and 15328 written"),
+                "SaveError",
+                "lx: the disk is full (No space left on device)",
+            ),
+            (
+                "read-only",
+                "the file system turns read-only",
+                OSError(errno.EROFS, os.strerror(errno.EROFS), "node_vectors.npy"),
+                "SaveError",
+                "lx: writing node_vectors.npy: the file system is read-only",
+            ),
+            (
+                "permission",
+                "permission to write is denied",
+                PermissionError(errno.EACCES, os.strerror(errno.EACCES), "node_vectors.npy"),
+                "SaveError",
+                "lx: writing node_vectors.npy: permission denied",
+            ),
+            (
+                "open-files",
+                "too many files are open",
+                OSError(errno.EMFILE, os.strerror(errno.EMFILE), "node_vectors.npy"),
+                "SaveError",
+                "too many open files",
+            ),
+        ]
+    ],
+    Case(
+        "path-too-long",
+        "an --out name longer than the file system allows (256 characters)",
+        ("index", "a.txt", "--out", "x" * 256, "-q"),
+        2,
+        "OSError",
+        "the path is too long for the file system",
+        files={"a.txt": WORDS},
+    ),
 ]
+
+
+def _fail_array_writes(patch: pytest.MonkeyPatch, exc: OSError) -> None:
+    """Every array write of a save raises ``exc`` (as numpy's would)."""
+    from psirag import storage
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise exc
+
+    patch.setattr(storage.np, "save", fail)
 
 
 def _living(
@@ -613,6 +680,8 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
         patch.setattr(psirag.cli, "_eprint", spy)
         patch.setattr(psirag.cli_living, "load_embedder_for", _test_embedder)
         patch.delenv("PSIRAG_LLM", raising=False)
+        if case.patch is not None:
+            case.patch(patch)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
                 code = main(list(case.argv))

@@ -15,7 +15,7 @@ import numpy as np
 from psirag._version import __version__
 from psirag.config import IndexConfig, SearchConfig
 from psirag.embed import Embedder
-from psirag.errors import IndexFormatError
+from psirag.errors import IndexFormatError, PsiragError
 from psirag.index_data import BuildStats, IndexData, SavedOrigin
 from psirag.ingest import Document
 from psirag.pipeline import BatchBackend, Reporter, build_index_data, fresh_lineage
@@ -220,13 +220,24 @@ class Index:
         Refuses a folder that is not a psirag index, and a second writer (IndexLockedError).
         ``writer``: an :class:`IndexWriter` already holding the lock (an update reads the
         current generation and writes the next under one lock)."""
+        from psirag.oserrors import save_error
+
         own = writer is None
-        if writer is None:
-            writer = IndexWriter(Path(folder))
         try:
+            if writer is None:
+                writer = IndexWriter(Path(folder))
             self._write(writer)
+        except OSError as exc:  # disk full, read-only, ...: one clear line, nothing half-kept
+            target = writer.target if writer is not None else Path(folder)
+            had_index = writer is not None and writer.base is not None
+            if writer is not None:
+                writer.abort()
+            if isinstance(exc, PsiragError):
+                raise
+            raise save_error(exc, target, had_index=had_index) from exc
         except BaseException:
-            writer.abort()
+            if writer is not None:
+                writer.abort()
             raise
         return Path(folder) if own else writer.target
 
@@ -365,7 +376,9 @@ class Index:
         try:
             sparse = SparseIndex.load(reader.path("bm25"))
         except (OSError, ValueError, KeyError) as exc:
-            if isinstance(exc, IndexFormatError):
+            from psirag.oserrors import of_the_machine
+
+            if isinstance(exc, IndexFormatError) or of_the_machine(exc):
                 raise
             raise IndexFormatError(f"{folder}: cannot read the BM25 index ({exc})") from exc
         bm25_docs = sparse.retriever.scores.get("num_docs")

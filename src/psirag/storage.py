@@ -45,6 +45,7 @@ import numpy as np
 
 from psirag import ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
+from psirag.oserrors import of_the_machine
 
 FORMAT_NAME = "psirag-index"
 FORMAT_VERSION = 2
@@ -155,6 +156,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
+        if of_the_machine(exc):
+            raise
         raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
     try:
         data = json.loads(raw.decode("utf-8"))
@@ -653,6 +656,8 @@ class IndexReader:
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except (ValueError, OSError) as exc:
+            if of_the_machine(exc):
+                raise
             raise IndexFormatError(f"{self.folder}: cannot read {name} ({exc}); rebuild") from exc
 
     def iter_jsonl(self, name: str) -> Iterator[dict[str, Any]]:
@@ -670,6 +675,8 @@ class IndexReader:
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except OSError as exc:
+            if of_the_machine(exc):
+                raise
             raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
         except UnicodeDecodeError as exc:
             raise IndexFormatError(f"{path} is not UTF-8 text; the index is corrupted") from exc
