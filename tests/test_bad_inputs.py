@@ -472,9 +472,50 @@ CASES: list[Case] = [
         ("add", "lx", "new.txt", "-q"),
         2,
         "IndexFormatError",
-        "in a format this psirag does not know",
+        "gives format_version 0; psirag index formats are 1 and 2",
         files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
         setup=lambda folder: _living(folder, ["docs"], format_version=0),
+    ),
+    # --- exact words for a format_version (issue 26) ------------------------------------------
+    Case(
+        "format-version-string",
+        'search an index whose format_version is the string "2"',
+        ("search", "lx", "volcano"),
+        2,
+        "IndexFormatError",
+        'gives format_version "2", which is not a whole number',
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version="2"),
+    ),
+    Case(
+        "format-version-true",
+        "inspect an index whose format_version is true (once read as format 1)",
+        ("inspect", "lx"),
+        2,
+        "IndexFormatError",
+        "gives format_version true, which is not a whole number",
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version=True),
+    ),
+    Case(
+        "format-version-true-out",
+        "index --out a folder whose format_version is true (it is left as it was)",
+        ("index", "docs", "--out", "lx", "-q"),
+        2,
+        "IndexTargetError",
+        "psirag will not write over it: choose another folder (--out)",
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version=True),
+    ),
+    Case(
+        "format-version-newer",
+        "add to an index in a newer format (3)",
+        ("add", "lx", "docs/a.txt", "-q"),
+        2,
+        "IndexFormatError",
+        "it is in index format 3, newer than this psirag reads (formats 1 and 2); upgrade psirag",
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version=3),
     ),
     # --- an index is never its own input (issue 26) -------------------------------------------
     Case(
@@ -569,7 +610,7 @@ def _living(
     *,
     tree_per_document: bool = False,
     format1: bool = False,
-    format_version: int | None = None,
+    format_version: object = None,
 ) -> None:
     """An index in ``lx/`` over ``inputs`` whose embedder spec the CLI loads as the test
     HashEmbedder (see ``run_case``), so ``psirag add`` can embed new text."""

@@ -691,6 +691,10 @@ def open_for_update(
             raise IndexFormatError(
                 f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
             )
+        if state in ("newer", "badversion"):
+            from psirag.storage import IndexReader
+
+            IndexReader(folder)  # raises the exact words for that format_version
         if state == "newer":
             raise IndexFormatError(
                 f"{folder} holds an index in a format this psirag does not know; upgrade "

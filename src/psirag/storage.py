@@ -43,7 +43,7 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from psirag import ownership
+from psirag import formats, ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 from psirag.oserrors import of_the_machine
 
@@ -251,7 +251,8 @@ class IndexStore:
     # -------------------------------------------------------------- what is there
     def state(self) -> str:
         """``missing``, ``file``, ``empty``, ``index`` (format 2), ``legacy`` (format 1),
-        ``newer`` (a later format), ``pending`` (a first save that never finished) or
+        ``newer`` (a later format), ``badversion`` (a format_version that is no whole number
+        of at least 1), ``pending`` (a first save that never finished) or
         ``foreign`` (anything else: never written over)."""
         p = self.folder
         if not p.exists():
@@ -269,11 +270,10 @@ class IndexStore:
             if manifest.get("format") != FORMAT_NAME:
                 return "foreign"
             version = manifest.get("format_version")
-            if version == FORMAT_VERSION:
-                return "index"
-            if version == LEGACY_VERSION:
-                return "legacy"
-            return "newer"
+            kind = formats.classify(version, READABLE_VERSIONS)
+            if kind != "ok":
+                return "newer" if kind == "newer" else "badversion"
+            return "index" if version == FORMAT_VERSION else "legacy"
         ours = {LOCK, GENERATIONS}
         if not all(e in ours or _POINTER_TMP_RE.match(e) for e in entries):
             return "foreign"
@@ -330,10 +330,12 @@ class IndexStore:
                 f"{where} is a folder that is not a psirag index ({why}); refusing to write "
                 "over it. Choose an empty or new folder for the index (--out)."
             )
-        if state == "newer":
+        if state in ("newer", "badversion"):
+            version = _read_json(where / MANIFEST).get("format_version")
             raise IndexTargetError(
-                f"{where} holds an index in a newer format than this psirag writes (format "
-                f"{FORMAT_VERSION}); upgrade psirag or choose another folder (--out)"
+                f"{where}: {formats.problem(version, READABLE_VERSIONS)}; psirag will not write "
+                "over it: choose another folder (--out)"
+                + (", or upgrade psirag" if state == "newer" else "")
             )
         if state not in ("index", "legacy"):
             real = _resolve(where)
@@ -540,10 +542,10 @@ class IndexReader:
         if pointer.get("format") != FORMAT_NAME:
             raise IndexFormatError(f"{mpath} does not describe a psirag index; rebuild the index")
         version = pointer.get("format_version")
-        if version not in READABLE_VERSIONS:
+        if formats.classify(version, READABLE_VERSIONS) != "ok":
             raise IndexFormatError(
-                f"{root} uses index format {version}, this psirag reads formats "
-                f"{', '.join(map(str, READABLE_VERSIONS))}; rebuild the index with this version"
+                f"{root}: {formats.problem(version, READABLE_VERSIONS)}; "
+                + formats.advice(version, READABLE_VERSIONS)
             )
         if version == LEGACY_VERSION:
             if generation is not None:
