@@ -277,9 +277,13 @@ def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int
     return _finish(args, writer, index, summary, llm, started, out)
 
 
-def scan_files(paths: Sequence[str]) -> dict[str, str]:
-    """Every supported file under ``paths`` (resolved) with the sha256 of its bytes."""
+def scan_files(
+    paths: Sequence[str], names: dict[str, tuple[Path, str]] | None = None
+) -> dict[str, str]:
+    """Every supported file under ``paths`` (resolved) with the sha256 of its bytes; ``names``
+    gets each one's path as found and the document id ``psirag index`` would give it."""
     from psirag.ingest.loaders import SUFFIXES, _walk
+    from psirag.ingest.naming import document_id
 
     found: dict[str, str] = {}
     for given in paths:
@@ -291,6 +295,8 @@ def scan_files(paths: Sequence[str]) -> dict[str, str]:
             if f.suffix.lower() not in SUFFIXES:
                 raise InputError(f"{f}: unsupported file type {f.suffix!r}")
             r = f.resolve()
+            if names is not None:
+                names.setdefault(str(r), (f, document_id(p, f)))
             try:
                 found[str(r)] = hashlib.sha256(r.read_bytes()).hexdigest()
             except OSError as exc:
@@ -303,8 +309,15 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 
     out = stdout or sys.stdout
     started = time.perf_counter()
-    files = scan_files(args.paths)
+    names: dict[str, tuple[Path, str]] = {}
+    files = scan_files(args.paths, names)
+    from psirag.ingest.naming import load_named
     from psirag.living import open_for_update
+
+    def documents(found: Sequence[str]) -> Any:
+        """The files, named as ``psirag index`` names them (a link by its own name)."""
+        skip = "skip" if args.skip_bad_files else "fail"
+        return load_named([names[f] for f in found], on_bad_file=skip, warn=_eprint)
 
     writer, index = open_for_update(args.index)
     llm = None
@@ -339,7 +352,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             embedder = _embedder(index, args.embedder, args)
             llm = _llm(index, args)
             data, summary = rebuild_from_files(
-                index.data, sorted(files), embedder, llm=llm, progress=not args.quiet
+                index.data, documents(sorted(files)), embedder, llm=llm, progress=not args.quiet
             )
             index._replace_data(data)
             return _finish(args, writer, index, summary, llm, started, out, plan)
@@ -349,7 +362,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             llm = _llm(index, args)
             summary = index.update(
                 to_remove,
-                new + changed,
+                documents(new + changed) if new or changed else None,
                 progress=not args.quiet,
                 llm=llm,
                 on_bad_file="skip" if args.skip_bad_files else "fail",

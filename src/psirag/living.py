@@ -650,13 +650,14 @@ def rebuild_data(
 
 def rebuild_from_files(
     data: IndexData,
-    files: Sequence[str],
+    files: Sequence[Any],
     embedder: Embedder,
     *,
     llm: Any = None,
     progress: bool = False,
 ) -> tuple[IndexData, UpdateSummary]:
-    """A full build of ``files`` with the index's config (a sync that replaces everything)."""
+    """A full build of ``files`` (paths or documents) with the index's config (a sync that
+    replaces everything)."""
     from psirag.pipeline import build_index_data
 
     new, _ = build_index_data(
