@@ -444,13 +444,14 @@ def update_documents(
             f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
             f"tree. Add with the index's own embedder ({config.embedder!r}) or rebuild."
         )
-    wanted = list(dict.fromkeys(str(d) for d in remove))
+    from psirag.ids import match, some
+
+    wanted, missing = match(remove, data.documents)
     known = set(data.documents)
-    missing = [d for d in wanted if d not in known]
     if missing:
         sample = ", ".join(repr(d) for d in data.documents[:5])
         raise InputError(
-            f"unknown document id(s) {missing[:10]}: this index holds {len(known):,} documents "
+            f"unknown document id(s) [{some(missing)}]: this index holds {len(known):,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
         )
     if wanted and len(wanted) >= len(known):

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from psirag.argtypes import first_surrogate
 from psirag.errors import InputError
+from psirag.ids import nfc
 from psirag.ingest.chunking import chunk_spans
 from psirag.ingest.documents import (
     HTML_SUFFIXES,
@@ -57,6 +58,10 @@ class Document:
     """The sha256 of that file's bytes (a JSON file's records share it)."""
     page_starts: tuple[int, ...] = field(default=(), compare=False)
     """For a PDF: where each page starts in ``text`` (chunks record their page)."""
+
+    def __post_init__(self) -> None:
+        # one form for ids (psirag.ids): a decomposed file name and a composed one are one id
+        object.__setattr__(self, "id", nfc(self.id))
 
 
 def _default_warn(message: str) -> None:
