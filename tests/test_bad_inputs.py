@@ -65,6 +65,9 @@ class Case:
     setup: Callable[[Path], None] | None = None
     patch: Callable[[pytest.MonkeyPatch], None] | None = None
     """Applied around the command only (e.g. an operating-system error at the write layer)."""
+    after: Callable[[Path], str] | None = None
+    """Checked after the command: a note for the table, starting with ``NOT`` when the check
+    failed (``test_case`` fails then)."""
 
 
 CASES: list[Case] = [
@@ -582,6 +585,86 @@ CASES: list[Case] = [
             ),
         ]
     ],
+    # --- an index's manifest names no endpoint psirag calls unconfirmed (issue 26) ----------
+    Case(
+        "trust-add",
+        "psirag add to an index whose manifest names an embedding endpoint nobody confirmed",
+        ("add", "lx", "new.txt", "-q"),
+        2,
+        "InputError",
+        "names the embedding endpoint http://127.0.0.1:9/v1",
+        files={"docs/a.txt": WORDS, "new.txt": OTHER},
+        setup=lambda folder: _planted(folder, embedder=PLANTED),
+    ),
+    Case(
+        "trust-sync",
+        "psirag sync of an index whose manifest names an embedding endpoint nobody confirmed",
+        ("sync", "lx", "docs", "new.txt", "-q"),
+        2,
+        "InputError",
+        "or allow this one with PSIRAG_ALLOW_ENDPOINTS=127.0.0.1:9",
+        files={"docs/a.txt": WORDS, "new.txt": OTHER},
+        setup=lambda folder: _planted(folder, embedder=PLANTED),
+    ),
+    Case(
+        "trust-remove-llm",
+        "psirag remove on an llm-summary index whose manifest names an LLM nobody confirmed",
+        ("remove", "lx", "--doc", "a.txt", "-q"),
+        2,
+        "InputError",
+        "manifest.json (config.llm) names the LLM endpoint http://127.0.0.1:9/v1",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _planted(folder, llm=PLANTED),
+    ),
+    # --- psirag deletes only what it made; one naming rule; one Unicode form (issue 26) -------
+    Case(
+        "look-alike-survives",
+        "psirag add beside a user's folder .lx.old-2024 (older than 15 minutes; once deleted)",
+        ("add", "lx", "new.txt", "-q"),
+        0,
+        NONE,
+        "",
+        files={"docs/a.txt": WORDS, "new.txt": OTHER, ".lx.old-2024/notes.txt": "mine"},
+        setup=lambda folder: (_living(folder, ["docs"]), os.utime(folder / ".lx.old-2024", (0, 0))),
+        after=lambda folder: (
+            ".lx.old-2024/notes.txt kept"
+            if (folder / ".lx.old-2024" / "notes.txt").is_file()
+            else "NOT kept: .lx.old-2024/notes.txt was deleted"
+        ),
+    ),
+    Case(
+        "sync-symlink-name",
+        "psirag sync of a folder holding a symbolic link (named by the link, as index names it)",
+        ("sync", "lx", "docs", "-q"),
+        0,
+        NONE,
+        "",
+        files={"docs/a.txt": WORDS, "elsewhere/target.txt": OTHER},
+        links={"docs/link.txt": "../elsewhere/target.txt"},
+        setup=lambda folder: _living(folder, ["docs/a.txt"]),
+        after=lambda folder: _documents_note(folder, {"a.txt", "link.txt"}),
+    ),
+    Case(
+        "remove-nfd-id",
+        "psirag remove --doc with an id typed decomposed (e + U+0301) for a composed one",
+        ("remove", "lx", "--doc", "re\u0301sume\u0301.txt", "-q"),
+        0,
+        NONE,
+        "",
+        files={"docs/r\u00e9sum\u00e9.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living(folder, ["docs"]),
+        after=lambda folder: _documents_note(folder, {"b.txt"}),
+    ),
+    Case(
+        "remove-many-unknown",
+        "psirag remove of 25 unknown document ids (the error lists 10 and a count)",
+        ("remove", "lx", "--doc", *[f"nope-{i}" for i in range(25)], "-q"),
+        2,
+        "InputError",
+        "'nope-9' and 15 more",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living(folder, ["docs"]),
+    ),
     Case(
         "path-too-long",
         "an --out name longer than the file system allows (256 characters)",
@@ -633,6 +716,47 @@ def _living(
         (target / "manifest.json").write_text(json.dumps(pointer), encoding="utf-8")
 
 
+PLANTED = "openai:http://127.0.0.1:9/v1#m"
+"""An endpoint a crafted manifest names (nothing listens on port 9; nothing may be sent)."""
+
+
+def _planted(folder: Path, *, embedder: str | None = None, llm: str | None = None) -> None:
+    """An index in ``lx/`` whose manifest was rewritten to name ``embedder`` / ``llm`` (with
+    llm-summary abstracts), in the generation's manifest and the pointer, hash made to match."""
+    import hashlib
+
+    _living(folder, ["docs"])
+
+    def planted(manifest: dict[str, object]) -> dict[str, object]:
+        config = manifest["config"]
+        assert isinstance(config, dict)
+        if embedder:
+            spec = manifest["embedder"]
+            assert isinstance(spec, dict)
+            spec["spec"] = config["embedder"] = embedder
+        if llm:
+            config["llm"], config["abstracts"] = llm, "llm-summary"
+        return manifest
+
+    index = folder / "lx"
+    pointer = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
+    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
+    generation.write_bytes(raw)
+    pointer = planted(pointer)
+    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
+    (index / "manifest.json").write_text(json.dumps(pointer), encoding="utf-8")
+
+
+def _documents_note(folder: Path, expected: set[str]) -> str:
+    """The documents of ``lx/`` for the table, or ``NOT ...`` when they differ from ``expected``."""
+    from psirag import Index
+
+    got = set(Index.load(folder / "lx", embedder=HashEmbedder()).documents)
+    listed = ", ".join(sorted(got))
+    return f"documents: {listed}" if got == expected else f"NOT {sorted(expected)}: {listed}"
+
+
 def _living_inside(folder: Path, docs: str) -> None:
     """An index over ``docs`` that then lives in ``docs/lx`` (inside its own input)."""
     _living(folder, [docs])
@@ -669,12 +793,15 @@ class Outcome:
     stdout: str = ""
     changed: bool | None = None
     """Whether the case's index ``lx/`` changed (None: the case has none)."""
+    after: str = ""
+    """The note of the case's ``after`` check."""
 
     @property
     def message(self) -> str:
-        """The line the table shows: the last line of stderr."""
+        """The line the table shows: the last line of stderr, and the ``after`` note."""
         lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
-        return lines[-1] if lines else ""
+        last = lines[-1] if lines else ""
+        return f"{last} [{self.after}]" if self.after else last
 
 
 @pytest.fixture(scope="session")
@@ -736,6 +863,7 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
         err.getvalue().replace(str(folder), "."),
         out.getvalue().replace(str(folder), "."),
         None if before is None else before != _snapshot(folder / "lx"),
+        case.after(folder) if case.after is not None else "",
     )
 
 
@@ -778,6 +906,7 @@ def test_case(case: Case, outcomes: dict[str, Outcome]) -> None:
         assert got.message.startswith("psirag: error: "), got.stderr  # one clean line
     if case.exit_code != 0 and got.changed is not None:
         assert not got.changed, "a refused update changed the index"
+    assert not got.after.startswith("NOT"), got.after
 
 
 def test_jsonl_skip_keeps_the_other_lines(outcomes: dict[str, Outcome]) -> None:

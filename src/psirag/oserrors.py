@@ -20,16 +20,6 @@ class SaveError(PsiragError, OSError):
     """Saving an index failed for an operating-system reason; the index is as it was."""
 
 
-def _open_file_limit() -> str:
-    try:
-        import resource
-
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        return ""
-    return f" (this process may open {soft})"
-
-
 def _is_short_write(exc: OSError) -> bool:
     """numpy's ``tofile`` reports a write cut short (a full disk) without an errno."""
     return exc.errno is None and "requested and" in str(exc) and "written" in str(exc)
@@ -48,23 +38,23 @@ def describe(exc: OSError, path: str | Path | None = None) -> str:
         )
     if code == errno.EROFS:
         return (
-            f"{prefix}the file system is read-only ({cause}); write to a folder on a writable "
-            "file system, or remount it read-write"
+            f"{prefix}the file system is read-only; write to a folder on a writable file "
+            "system, or remount it read-write"
         )
     if code in (errno.EACCES, errno.EPERM):
         return (
-            f"{prefix}permission denied ({cause}); give your user access to it (chmod/chown), "
-            "or choose another folder"
+            f"{prefix}permission denied; give your user access to it (chmod/chown), or choose "
+            "another folder"
         )
     if code in (errno.EMFILE, errno.ENFILE):
         return (
-            f"{prefix}too many open files{_open_file_limit()}; raise the limit, e.g. "
-            "`ulimit -n 4096`, or close other programs"
+            f"{prefix}too many open files for this process; raise the limit (e.g. "
+            "`ulimit -n 4096`) or close other programs"
         )
     if code == errno.ENAMETOOLONG:
         return (
-            f"{prefix}the path is too long for the file system ({cause}); choose a shorter "
-            "folder or file name"
+            f"{prefix}the path is too long for the file system; choose a shorter folder or "
+            "file name"
         )
     return f"{prefix}{cause}; check the path and try again"
 
@@ -93,9 +83,7 @@ def of_the_machine(exc: BaseException) -> bool:
 def save_error(exc: OSError, folder: str | Path, *, had_index: bool) -> SaveError:
     """The error of a failed save of the index in ``folder``."""
     kept = (
-        f"the index in {folder} is unchanged"
-        if had_index
-        else f"nothing was written to {folder}"
+        f"the index in {folder} is unchanged" if had_index else f"nothing was written to {folder}"
     )
     line = describe(exc, folder)
     detail = exc.filename or ""

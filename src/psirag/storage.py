@@ -931,7 +931,8 @@ class IndexWriter:
         if self._created and self.store.state() == "pending":
             gens = self.store.generations_dir
             with contextlib.suppress(OSError):
-                if gens.is_dir() and not os.listdir(gens):
+                if gens.is_dir() and set(os.listdir(gens)) <= {ownership.OWNER}:
+                    (gens / ownership.OWNER).unlink(missing_ok=True)  # ours: made by this writer
                     gens.rmdir()
             with contextlib.suppress(OSError):
                 if set(os.listdir(self.target)) <= {LOCK}:

@@ -38,8 +38,8 @@ def require_confirmed(spec: str, *, kind: str) -> str:
     if kind == "embedder":
         raise InputError(
             f"this index's manifest.json (embedder.spec) names the embedding endpoint {url}; "
-            "an index is data, so psirag sends your queries (and $OPENAI_API_KEY) only to an "
-            "endpoint you confirm: pass --embedder openai:<a URL you trust>#"
+            "an index is data, so psirag sends your queries and documents (and $OPENAI_API_KEY) "
+            "only to an endpoint you confirm: pass --embedder openai:<a URL you trust>#"
             f"{model} (it must serve the index's model), or allow this one with "
             f"{ALLOW_ENV}={endpoint}"
         )
