@@ -35,8 +35,7 @@ def load_named(
     """Documents of ``files`` (path as found, id prefix), read as ``load_documents`` reads them."""
     from psirag.ingest.loaders import _default_warn, _Reader
 
-    mode = "skip" if on_bad_file == "skip" else "fail"
-    reader = _Reader(mode, warn or _default_warn)
+    reader = _Reader("skip" if on_bad_file == "skip" else "fail", warn or _default_warn)
     for path, doc_id in files:
         reader.read_file(path, doc_id)
     return reader.documents
