@@ -7,7 +7,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 from psirag import Index, IndexConfig
 from psirag.errors import InputError

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 import psirag.cli_living as cli_living
 from psirag import Index, IndexConfig

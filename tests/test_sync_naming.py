@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 import psirag.cli_living as cli_living
 import psirag.embed as embed

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TOPICS
+from support import TOPICS, FakeOpenAIServer
 
 from psirag.cli import main
 from psirag.embed.endpoints import ALLOW_ENV
-from psirag.llm.testing import FakeOpenAIServer
 
 SECRET = "sk-attacker-wants-this-31337"
 
