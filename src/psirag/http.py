@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from psirag import cancel
 from psirag.errors import InputError, PsiragError
 
 log = logging.getLogger("psirag.http")
@@ -236,11 +237,16 @@ class HttpClient:
         policy = self.policy
         deadline = self._clock() + policy.timeout
         attempt = 0
+        token = cancel.current()
         while True:
             attempt += 1
+            if token is not None:
+                token.check()  # a cancelled ask starts no new call
             try:
                 return Response(self._once(data, key, deadline), attempt)
             except HTTPCallError as exc:
+                if token is not None:
+                    token.check()  # cut off by a cancel, not by the server: no retry
                 exc.attempts = attempt
                 if not exc.retryable or attempt > policy.retries:
                     raise self._final(exc, attempt) from None
@@ -316,6 +322,8 @@ class HttpClient:
         watchdog = threading.Timer(left, cut_off)
         watchdog.daemon = True
         watchdog.start()
+        token = cancel.current()
+        forget = token.on_cancel(cut_off) if token is not None else None
         try:
             conn.connect()
             if conn.sock is not None:
@@ -333,13 +341,19 @@ class HttpClient:
         except HTTPCallError:
             raise
         except TimeoutError:
+            if token is not None:
+                token.check()
             raise self._timeout() from None
         except (OSError, http.client.HTTPException, ValueError) as exc:
             # ValueError: http.client's reading of a chunk size cut off by the watchdog
+            if token is not None:
+                token.check()  # cut off because the work was cancelled
             if expired.is_set() or self._clock() >= deadline:
                 raise self._timeout() from None
             raise self._connection_error(exc, key) from None
         finally:
+            if forget is not None:
+                forget()
             watchdog.cancel()
             conn.close()
 

@@ -53,6 +53,22 @@ def _llm_arguments(p: argparse.ArgumentParser) -> None:
         help="LLM calls in flight at once, over all requests "
         f"(default {ServerSettings.llm_concurrency})",
     )
+    p.add_argument(
+        "--max-asks",
+        type=_positive_int,
+        default=ServerSettings.max_asks,
+        metavar="N",
+        help="questions answered at once, on threads of their own (searches never wait for "
+        f"them; default {ServerSettings.max_asks})",
+    )
+    p.add_argument(
+        "--ask-queue",
+        type=int,
+        default=ServerSettings.ask_queue,
+        metavar="N",
+        help="questions that may wait for a place; beyond, 503 with Retry-After "
+        f"(default {ServerSettings.ask_queue})",
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -169,6 +185,8 @@ def settings_from(args: argparse.Namespace) -> ServerSettings:
         max_body_bytes=args.max_body_bytes,
         max_query_chars=args.max_query_chars,
         llm_concurrency=args.llm_concurrency,
+        max_asks=args.max_asks,
+        ask_queue=args.ask_queue,
         max_retrievals=args.max_retrievals,
     )
     settings.check()
@@ -218,7 +236,9 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from psirag.server.mcp_tools import build_mcp_server
     from psirag.server.state import GatedLLM, IndexHolder
 
-    settings = ServerSettings(llm_concurrency=args.llm_concurrency)
+    settings = ServerSettings(
+        llm_concurrency=args.llm_concurrency, max_asks=args.max_asks, ask_queue=args.ask_queue
+    )
     index = prepare_index(_load_index(args, embedder))
     llm = _llm_client(args)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None

@@ -74,6 +74,11 @@ _HTTP_KINDS = {
 
 def exception_response(exc: BaseException, *, log_it: bool = True) -> JSONResponse:
     """The JSON error for any exception a route raises (what the user can fix, or a 500)."""
+    from psirag.server.admission import ServerBusyError
+
+    if isinstance(exc, ServerBusyError):
+        headers = {"Retry-After": str(exc.retry_after)}
+        return error_response(503, "ServerBusyError", str(exc), headers=headers)
     for kind, status in _STATUS_OF:
         if isinstance(exc, kind):
             return error_response(status, type(exc).__name__, str(exc))
