@@ -149,6 +149,10 @@ def test_search_ask_summarize_refuse(planted, servers, listener, capsys):
         ["ask", str(planted), "Which volcano?", "-q", "--llm", llm.model_spec()], capsys
     )
     assert code == 2 and "names the embedding endpoint" in err
+    asked = len(llm.requests)
+    code, err = run(["summarize", str(planted), "--llm", llm.model_spec()], capsys)
+    assert code == 2 and "names the embedding endpoint" in err, err
+    assert len(llm.requests) == asked  # refused before the user's LLM was asked anything
     assert_untouched(listener)
 
 
