@@ -18,7 +18,8 @@ published generation intact. One writer at a time (an exclusive flock on ``lock`
 gets :class:`IndexLockedError`. Unchanged files can be hard-linked from the base generation
 (:meth:`IndexWriter.keep`) instead of being rewritten. Old generations and the leftovers of a
 killed save are removed by the next writer (:meth:`IndexStore.gc`), never one that a reader is
-loading. Folders in format version 1 (everything flat in ``DIR``) are read as they are; the next
+loading, and only folders that carry this index's marker (:mod:`psirag.ownership`): nothing a
+user put beside or inside the index is ever deleted. Folders in format version 1 (everything flat in ``DIR``) are read as they are; the next
 save writes the new layout and removes the old flat files.
 
 No pickle anywhere: arrays are plain .npy (``allow_pickle=False``), text is JSON.
