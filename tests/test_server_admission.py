@@ -173,6 +173,12 @@ def test_unknown_doc_ids_in_a_search_are_listed_short(app_client: Any) -> None:
     assert "and 19,990 more" in got.text and len(got.content) < 2000
 
 
+def test_validation_errors_are_listed_short(app_client: Any) -> None:
+    got = app_client.post("/search", json={"query": "volcano", "docs": list(range(20000))})
+    assert got.status_code == 422
+    assert "and 19,990 more" in got.text and len(got.content) < 4000, len(got.content)
+
+
 def test_mcp_refuses_unknown_arguments(tmp_path: Path) -> None:
     pytest.importorskip("mcp")
     from mcp.server.mcpserver.exceptions import ToolError

@@ -19,8 +19,9 @@ gets :class:`IndexLockedError`. Unchanged files can be hard-linked from the base
 (:meth:`IndexWriter.keep`) instead of being rewritten. Old generations and the leftovers of a
 killed save are removed by the next writer (:meth:`IndexStore.gc`), never one that a reader is
 loading, and only folders that carry this index's marker (:mod:`psirag.ownership`): nothing a
-user put beside or inside the index is ever deleted. Folders in format version 1 (everything flat in ``DIR``) are read as they are; the next
-save writes the new layout and removes the old flat files.
+user put beside or inside the index is ever deleted. Folders in format version 1 (everything
+flat in ``DIR``) are read as they are; the next save writes the new layout and removes the old
+flat files.
 
 No pickle anywhere: arrays are plain .npy (``allow_pickle=False``), text is JSON.
 """
