@@ -162,6 +162,7 @@ def test_too_many_open_files(tmp_path: Path) -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert code == 2, err
     assert err.count("\n") == 1 and "too many open files" in err, err
+    assert f"{index}/generations/" in err, err  # the file it could not open
     assert "ulimit -n" in err
     assert Index.load(index).tree.n_leaves == len(TEXTS)
     assert leftovers(index) == []

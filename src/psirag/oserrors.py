@@ -80,6 +80,14 @@ def of_the_machine(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in ENVIRONMENT
 
 
+def with_path(exc: OSError, path: str | Path) -> OSError:
+    """``exc`` naming ``path`` when it names no file itself (mmap's EMFILE names none)."""
+    if exc.filename is not None:
+        return exc
+    named = type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+    return named
+
+
 def save_error(exc: OSError, folder: str | Path, *, had_index: bool) -> SaveError:
     """The error of a failed save of the index in ``folder``."""
     kept = (
@@ -95,4 +103,11 @@ def save_error(exc: OSError, folder: str | Path, *, had_index: bool) -> SaveErro
     return error
 
 
-__all__ = ["ENVIRONMENT", "SaveError", "describe", "of_the_machine", "save_error"]
+__all__ = [
+    "ENVIRONMENT",
+    "SaveError",
+    "describe",
+    "of_the_machine",
+    "save_error",
+    "with_path",
+]

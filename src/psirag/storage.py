@@ -47,7 +47,7 @@ import numpy as np
 
 from psirag import formats, ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
-from psirag.oserrors import of_the_machine
+from psirag.oserrors import of_the_machine, with_path
 
 FORMAT_NAME = "psirag-index"
 FORMAT_VERSION = 2
@@ -159,7 +159,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         raw = path.read_bytes()
     except OSError as exc:
         if of_the_machine(exc):
-            raise
+            raise with_path(exc, path) from exc
         raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
     try:
         data = json.loads(raw.decode("utf-8"))
@@ -661,7 +661,7 @@ class IndexReader:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except (ValueError, OSError) as exc:
             if of_the_machine(exc):
-                raise
+                raise with_path(exc, path) from exc
             raise IndexFormatError(f"{self.folder}: cannot read {name} ({exc}); rebuild") from exc
 
     def iter_jsonl(self, name: str) -> Iterator[dict[str, Any]]:
@@ -680,7 +680,7 @@ class IndexReader:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except OSError as exc:
             if of_the_machine(exc):
-                raise
+                raise with_path(exc, path) from exc
             raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
         except UnicodeDecodeError as exc:
             raise IndexFormatError(f"{path} is not UTF-8 text; the index is corrupted") from exc
