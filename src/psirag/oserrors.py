@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import TypeGuard
 
 from psirag.errors import PsiragError
 
@@ -75,7 +76,7 @@ ENVIRONMENT = frozenset(
 calling the index corrupted (rebuilding would not help)."""
 
 
-def of_the_machine(exc: BaseException) -> bool:
+def of_the_machine(exc: BaseException) -> TypeGuard[OSError]:
     """True for an OSError that :data:`ENVIRONMENT` lists (see :func:`describe`)."""
     return isinstance(exc, OSError) and exc.errno in ENVIRONMENT
 
