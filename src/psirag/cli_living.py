@@ -233,7 +233,7 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     for p in args.paths:
         if not Path(p).exists():
             raise InputError(f"{p}: no such file or folder; check the path")
-    from psirag.living import open_for_update
+    from psirag.index import open_for_update
 
     writer, index = open_for_update(args.index)
     llm = None
@@ -260,7 +260,7 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
-    from psirag.living import open_for_update
+    from psirag.index import open_for_update
 
     writer, index = open_for_update(args.index)
     llm = None
@@ -311,8 +311,8 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     started = time.perf_counter()
     names: dict[str, tuple[Path, str]] = {}
     files = scan_files(args.paths, names)
+    from psirag.index import open_for_update
     from psirag.ingest.naming import load_named
-    from psirag.living import open_for_update
 
     def documents(found: Sequence[str]) -> Any:
         """The files, named as ``psirag index`` names them (a link by its own name)."""
