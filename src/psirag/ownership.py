@@ -87,6 +87,26 @@ def legacy_generation(folder: Path, number: int, format_name: str) -> bool:
     )
 
 
+def remove_marked(folder: Path) -> None:
+    """Remove a folder this store made, its marker last: a removal killed half-way leaves a
+    folder that still proves it is ours, so the next cleanup finishes the job."""
+    import shutil
+
+    for entry in os.listdir(folder):
+        if entry == MARKER:
+            continue
+        path = folder / entry
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    with contextlib.suppress(OSError):
+        (folder / MARKER).unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+
+
 def remove_if_empty(folder: Path) -> bool:
     """Remove ``folder`` only if it is an empty folder (nothing of anyone's is lost)."""
     if folder.is_symlink():
@@ -113,6 +133,7 @@ __all__ = [
     "made_here",
     "mark",
     "remove_if_empty",
+    "remove_marked",
     "store_token",
     "temp_is_ours",
     "temp_name",

@@ -422,7 +422,7 @@ class IndexStore:
                 if not (_TEMP_RE.match(entry) or orphan):
                     continue
                 if ownership.made_here(path, token):
-                    shutil.rmtree(path, ignore_errors=True)
+                    ownership.remove_marked(path)
                     removed.append(f"{GENERATIONS}/{entry}")
                 elif _TEMP_RE.match(entry) and ownership.remove_if_empty(path):
                     removed.append(f"{GENERATIONS}/{entry}")  # killed before it was marked
@@ -447,11 +447,10 @@ class IndexStore:
             if g in survivors:
                 continue
             folder = self.generations_dir / _generation_name(g)
-            if not (
-                ownership.made_here(folder, token)
-                or ownership.legacy_generation(folder, g, FORMAT_NAME)
-            ):
-                continue  # not provably ours: left alone
+            if not ownership.made_here(folder, token):
+                if token is None or not ownership.legacy_generation(folder, g, FORMAT_NAME):
+                    continue  # not provably ours: left alone
+                ownership.mark(folder, token)  # ours from before markers: marked, then removed
             try:
                 fd = os.open(folder / READERS, os.O_RDONLY)
             except FileNotFoundError:
@@ -468,7 +467,7 @@ class IndexStore:
                     self.generations_dir / f".trash-{_generation_name(g)}-{uuid.uuid4().hex[:8]}"
                 )
                 os.rename(folder, trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                ownership.remove_marked(trash)
                 removed.append(g)
             finally:
                 if fd is not None:
@@ -927,7 +926,7 @@ class IndexWriter:
             return
         self._done = True
         if not self._published:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            ownership.remove_marked(self.staging)
         if self.base is not None:
             self.base.close()
         if self._created and self.store.state() == "pending":
