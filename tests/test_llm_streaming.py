@@ -1,0 +1,114 @@
+"""Token streaming: ``chat_stream`` of the OpenAI-compatible backend against a scripted server
+that streams server-sent events, the fallback for models that do not stream, the client's cache,
+and the agent, whose result is the same whether its replies stream or not."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support import NO_RETRY, FakeOpenAIServer, Reply, ScriptedServer, client_for
+from support.agents import QUESTION, SUB_QUESTION, FakeIndex
+
+from psirag.agent import RetrieveAndAnswer
+from psirag.llm import (
+    ChatResult,
+    GenerationParams,
+    LLMClient,
+    LLMResponseError,
+    OpenAIChat,
+    chat_streaming,
+)
+
+REPLY = "Thought: the Calder Group owns it.\nAnswer: Lisbon [2]"
+ASK = [{"role": "user", "content": "where?"}]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(lambda body: REPLY, usage=(12, 7)) as server:
+        yield server
+
+
+def test_chat_stream_passes_pieces_on_and_returns_the_whole_reply(fake: FakeOpenAIServer) -> None:
+    model = OpenAIChat(fake.base_url, "m", http=NO_RETRY)
+    pieces: list[str] = []
+    streamed = model.chat_stream(ASK, GenerationParams(), pieces.append)
+    plain = model.chat(ASK, GenerationParams())
+    assert len(pieces) > 5 and "".join(pieces) == streamed.text == plain.text == REPLY
+    assert (streamed.prompt_tokens, streamed.completion_tokens) == (12, 7)  # include_usage
+    assert streamed.finish_reason == "stop"
+    sent = fake.requests[0]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert sent.headers["Accept"] == "text/event-stream"
+    assert fake.requests[1]["stream"] is False
+
+
+def test_a_server_that_ignores_stream_is_read_whole(fake: FakeOpenAIServer) -> None:
+    fake.streams = False
+    pieces: list[str] = []
+    result = OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+        ASK, GenerationParams(), pieces.append
+    )
+    assert pieces == [REPLY] and result.text == REPLY
+
+
+def test_an_error_event_in_the_stream_is_an_llm_error(fake: FakeOpenAIServer) -> None:
+    event = json.dumps({"error": {"message": "out of memory"}})
+    fake.script(Reply(body=f"data: {event}\n\n".encode()))
+    with pytest.raises(LLMResponseError, match="out of memory"):
+        OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(ASK, GenerationParams(), print)
+
+
+class Plain:
+    """A model without ``chat_stream``."""
+
+    id = "plain"
+    context_tokens = 4096
+
+    def chat(self, messages: list[Any], params: GenerationParams) -> ChatResult:
+        return ChatResult(REPLY)
+
+
+def test_the_fallback_and_the_cache_give_the_reply_in_one_piece(
+    fake: FakeOpenAIServer, tmp_path: Any
+) -> None:
+    pieces: list[str] = []
+    assert chat_streaming(Plain(), ASK, GenerationParams(), pieces.append).text == REPLY
+    assert pieces == [REPLY]
+    with LLMClient(OpenAIChat(fake.base_url, "m", http=NO_RETRY), tmp_path / "c.db") as client:
+        first: list[str] = []
+        client.chat_stream(ASK, GenerationParams(), first.append)
+        again: list[str] = []
+        hit = client.chat_stream(ASK, GenerationParams(), again.append)
+        assert len(first) > 1 and hit.cached and again == [REPLY] == ["".join(first)]
+        assert client.usage["agent"]["calls"] == 1 and fake.calls == 1
+
+
+@pytest.fixture
+def scripted() -> Iterator[ScriptedServer]:
+    with ScriptedServer() as server:
+        yield server
+
+
+def test_the_agent_streams_each_reply_and_answers_the_same(scripted: ScriptedServer) -> None:
+    replies = (
+        f"Thought: the hotel is owned by the Calder Group.\nRetrieve: {SUB_QUESTION}",
+        "Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon [3]",
+    )
+    scripted.script(*replies)
+    plain = RetrieveAndAnswer(client_for(scripted), FakeIndex().search).run(QUESTION)
+    scripted.script(*replies)
+    heard: list[tuple[int, str]] = []
+    streamed = RetrieveAndAnswer(client_for(scripted), FakeIndex().search).run(
+        QUESTION, on_token=lambda call, text: heard.append((call, text))
+    )
+    assert streamed.to_dict() == plain.to_dict()
+    assert streamed.answer == "Lisbon" and [c.label for c in streamed.citations] == [3]
+    for call, reply in enumerate(replies):
+        assert "".join(t for c, t in heard if c == call) == reply
+    assert len(heard) > 10
+    assert all(r["stream"] is True for r in scripted.requests[2:])
+    assert all(r["stream"] is False for r in scripted.requests[:2])
