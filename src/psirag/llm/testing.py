@@ -143,7 +143,8 @@ class FakeOpenAIServer:
         """Answer ``stream: true`` with server-sent events (False: one JSON body, as a server
         that ignores ``stream`` does)."""
         self.token_delay = 0.0
-        """Seconds between the pieces of a streamed reply (a model writing slowly)."""
+        """Seconds between the pieces of a streamed reply (a model writing slowly); a reply not
+        streamed waits as long for all its pieces before it is sent."""
         self.embed: EmbedFn = embed or _default_embed
         self.usage = usage
         self.requests: list[Recorded] = []
@@ -183,8 +184,12 @@ class FakeOpenAIServer:
                 streamed = kind == "chat" and record.get("stream") is True and server.streams
                 if streamed and reply.content is not None and reply.status == 200:
                     self._stream(reply, record)
-                else:
-                    self._send(reply)
+                    return
+                if kind == "chat" and reply.content is not None and server.token_delay:
+                    # a model that does not stream takes as long to write the whole reply
+                    if server._closing.wait(server.token_delay * len(pieces(reply.content))):
+                        return
+                self._send(reply)
 
             def _stream(self, reply: Reply, record: Recorded) -> None:
                 """The reply as server-sent ``chat.completion.chunk`` events, one per piece,
@@ -197,12 +202,16 @@ class FakeOpenAIServer:
                 self.end_headers()
                 self.close_connection = True
                 options = record.get("stream_options") or {}
+                words = len(pieces(reply.content or ""))
+                events = server.stream_events(reply, bool(options.get("include_usage")))
                 try:
-                    for event in server.stream_events(reply, bool(options.get("include_usage"))):
+                    for i, event in enumerate(events):
+                        # each piece is written token_delay after the one before it
+                        writing = 1 <= i <= words and server.token_delay
+                        if writing and server._closing.wait(server.token_delay):
+                            return
                         self.wfile.write(event)
                         self.wfile.flush()
-                        if server.token_delay and server._closing.wait(server.token_delay):
-                            return
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
