@@ -185,10 +185,10 @@ class FakeOpenAIServer:
                 if streamed and reply.content is not None and reply.status == 200:
                     self._stream(reply, record)
                     return
-                if kind == "chat" and reply.content is not None and server.token_delay:
-                    # a model that does not stream takes as long to write the whole reply
-                    if server._closing.wait(server.token_delay * len(pieces(reply.content))):
-                        return
+                # a model that does not stream takes as long to write the whole reply
+                writing = server.token_delay * len(pieces(reply.content or ""))
+                if kind == "chat" and writing and server._closing.wait(writing):
+                    return
                 self._send(reply)
 
             def _stream(self, reply: Reply, record: Recorded) -> None:
