@@ -59,7 +59,24 @@ def test_an_error_event_in_the_stream_is_an_llm_error(fake: FakeOpenAIServer) ->
     event = json.dumps({"error": {"message": "out of memory"}})
     fake.script(Reply(body=f"data: {event}\n\n".encode()))
     with pytest.raises(LLMResponseError, match="out of memory"):
-        OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(ASK, GenerationParams(), print)
+        OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+            ASK, GenerationParams(), lambda _: None
+        )
+
+
+def test_a_stream_cut_short_is_an_error_not_half_a_reply(fake: FakeOpenAIServer) -> None:
+    events = fake.stream_events(Reply(content=REPLY), include_usage=False)
+    fake.script(Reply(body=b"".join(events[:4])))  # the role and three pieces, then the end
+    with pytest.raises(LLMResponseError, match="ended its stream"):
+        OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+            ASK, GenerationParams(), lambda _: None
+        )
+    fake.script(Reply(body=b"".join(events)))  # the same, whole
+    whole: list[str] = []
+    result = OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+        ASK, GenerationParams(), whole.append
+    )
+    assert result.text == REPLY == "".join(whole)
 
 
 class Plain:

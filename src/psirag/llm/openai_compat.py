@@ -128,6 +128,11 @@ class OpenAIChat:
                 on_token(result.text)
         else:
             reader.feed(b"\n")  # a last line without its newline
+            if not reader.ended:
+                raise LLMResponseError(
+                    f"LLM server at {self.url} ended its stream before the reply's end "
+                    "(no finish_reason, no [DONE]); the connection may have dropped"
+                )
             result = reader.result()
         if response.attempts > 1:
             result.extra["retries"] = response.attempts - 1
@@ -179,6 +184,8 @@ class _StreamReader:
         self.parts: list[str] = []
         self.finish: str | None = None
         self.usage: dict[str, Any] = {}
+        self.ended = False
+        """A finish_reason or ``[DONE]`` came: the reply is whole."""
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -192,6 +199,7 @@ class _StreamReader:
         self.events += 1
         data = line[5:].strip()
         if data == b"[DONE]":
+            self.ended = True
             return
         try:
             chunk = json.loads(data)
@@ -217,6 +225,7 @@ class _StreamReader:
                 self.on_token(text)
             if isinstance(choice.get("finish_reason"), str):
                 self.finish = choice["finish_reason"]
+                self.ended = True
 
     def result(self) -> ChatResult:
         return ChatResult(
