@@ -129,3 +129,43 @@ def test_the_agent_streams_each_reply_and_answers_the_same(scripted: ScriptedSer
     assert len(heard) > 10
     assert all(r["stream"] is True for r in scripted.requests[2:])
     assert all(r["stream"] is False for r in scripted.requests[:2])
+
+
+class FakeLlama:
+    """The part of ``llama_cpp.Llama`` psirag calls, writing :data:`REPLY` word by word (the
+    library is an external dependency, not installed in every test environment)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def create_chat_completion(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs)
+        if not kwargs.get("stream"):
+            choice = {"message": {"content": REPLY}, "finish_reason": "stop"}
+            return {"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 8}}
+        words = [w + " " for w in REPLY.split(" ")]
+        words[-1] = words[-1].rstrip(" ")
+        chunks = [{"choices": [{"delta": {"role": "assistant"}, "finish_reason": None}]}]
+        chunks += [{"choices": [{"delta": {"content": w}, "finish_reason": None}]} for w in words]
+        chunks.append({"choices": [{"delta": {}, "finish_reason": "stop"}]})
+        return iter(chunks)
+
+
+def test_llama_cpp_streams_the_same_reply(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    import sys
+    import types
+
+    from psirag.llm.llamacpp import LlamaCppChat
+
+    monkeypatch.setitem(sys.modules, "llama_cpp", types.SimpleNamespace(Llama=FakeLlama))
+    weights = tmp_path / "m.gguf"
+    weights.write_bytes(b"GGUF")
+    model = LlamaCppChat(weights, n_threads=1)
+    pieces: list[str] = []
+    streamed = model.chat_stream(ASK, GenerationParams(), pieces.append)
+    plain = model.chat(ASK, GenerationParams())
+    assert len(pieces) > 5 and "".join(pieces) == streamed.text == plain.text == REPLY
+    assert streamed.finish_reason == "stop" and streamed.completion_tokens == len(pieces)
+    calls = model._llm.calls
+    assert calls[0]["stream"] is True and "stream" not in calls[1]
+    assert calls[0]["repeat_penalty"] == calls[1]["repeat_penalty"]
