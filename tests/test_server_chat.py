@@ -65,6 +65,7 @@ def test_citations_are_the_models_own(server: str) -> None:
     assert body["stats"]["cited"] == len(cites) >= 1
     assert all("Sicily" in c["text"] and c["document"] == "volcanoes" for c in cites)
     for c in cites:  # provenance: the source fields, the page (none: not a PDF), the leaf
+        assert c["passage_id"] == c["passage"] == c["id"]
         assert c["source"]["span"] == c["span"] and c["page"] is None and c["node"] >= 0
     assert [e["n"] for e in evidence] == [1, 2, 3, 4]  # the top-k apart, numbered alike
     assert {c["passage"] for c in cites} <= {p["id"] for s in body["steps"] for p in s["passages"]}

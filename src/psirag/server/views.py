@@ -193,11 +193,12 @@ def citations(passages: Sequence[Passage]) -> list[dict[str, Any]]:
 
 def verified_citations(cited: Sequence[Citation]) -> list[dict[str, Any]]:
     """The citations the model gave and the agent verified (each names a passage it was
-    shown), numbered 1.. in the order cited; ``label`` is the model's own label."""
+    shown), numbered 1.. in the order cited; ``label`` is the model's own label and
+    ``passage_id`` the passage's id, as ``psirag ask --json`` has them."""
     out = []
     for i, c in enumerate(cited, start=1):
         entry = passage_entry(i, c.passage)
-        entry["label"] = c.label
+        entry.update(c.to_dict())  # label and passage_id, as in ``psirag ask --json``
         out.append(entry)
     return out
 
