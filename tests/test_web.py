@@ -339,6 +339,11 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     assert p.locator("#ask-answer .evidence-list > li").count() == 5
     markers.nth(0).click()
     assert p.evaluate("location.hash") == "#cite-1"
+    # the marker also lights up the cited passage's leaf in the tree, the answer still in view
+    p.wait_for_selector("#sunburst path.hit", timeout=10_000)
+    assert p.locator("#sunburst path.hit").count() == 1
+    assert "cited passage [1]" in p.inner_text("#highlight-text")
+    assert p.locator("#answer-text").is_visible()
     # and to the tree: "show in tree" opens the cited passage's leaf
     cites.nth(0).locator("button.reveal").click()
     same_text = "t => (document.querySelector('#node-abstract')?.textContent || '')"

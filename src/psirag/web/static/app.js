@@ -185,7 +185,9 @@ function passageItem(p, { index = null, reveal = true, id = null } = {}) {
 
 const leafOfPassage = new Map(); // passage id -> {node, path} from /search hits
 
-async function revealPassage(p) {
+/** The leaf of a passage, {node, path}: from a search hit, from the node an answer's passage
+ *  names, else found by a search for the passage's own text; null when not in the tree. */
+async function leafOf(p) {
   let hit = leafOfPassage.get(p.id);
   if (!hit && Number.isInteger(p.node) && p.node >= 0) {
     // an answer's passage names its leaf: the node's path places it in the tree
@@ -193,18 +195,33 @@ async function revealPassage(p) {
     if (node.path) hit = { node: p.node, path: node.path, passage: p.id };
   }
   if (!hit) {
-    // the passage came from /ask: find its leaf with a search for its own text
+    // the passage came from elsewhere: find its leaf with a search for its own text
     const res = await api.postJSON("search", { query: p.text.slice(0, 500), k: 10 });
     rememberHits(res.hits || []);
     hit = leafOfPassage.get(p.id);
   }
-  if (!hit) {
-    $("#tree-status").textContent = "That passage's leaf was not found in the tree.";
-    return;
-  }
+  if (!hit) $("#tree-status").textContent = "That passage's leaf was not found in the tree.";
+  return hit || null;
+}
+
+async function revealPassage(p) {
+  const hit = await leafOf(p);
+  if (!hit) return;
   state.chart.setHighlight(hit.path, [hit.node]);
   showHighlightNote(`Showing one passage's leaf.`);
   await revealNode(hit.node, hit.path);
+}
+
+/** A citation marker's second link: its passage's leaf lit up in the tree, zoomed to the leaf's
+ *  parent, while the answer stays in view. */
+async function highlightCited(p, n) {
+  const hit = await leafOf(p);
+  if (!hit) return;
+  await loadPath(hit.path);
+  state.chart.setHighlight(hit.path, [hit.node]);
+  const parent = hit.path.length > 1 ? hit.path[hit.path.length - 2] : state.model.rootId;
+  await state.chart.zoomTo(state.model.get(parent) ? parent : state.model.rootId);
+  showHighlightNote(`Showing the leaf of cited passage [${n}].`);
 }
 
 /** Highlight the hits and their paths, zoomed to the deepest node above all of them. */
@@ -466,8 +483,11 @@ function renderAnswer(result) {
   const evidence = (result.evidence || []).map(passageOf);
   box.append(el("h3", { text: "Answer" }));
   const text = el("p", { id: "answer-text", class: "answer-text" }, String(result.answer ?? ""));
-  cites.forEach((_, i) => {
-    text.append(" ", el("a", { href: `#cite-${i + 1}`, class: "cite", title: "the cited passage" }, `[${i + 1}]`));
+  cites.forEach((p, i) => {
+    // the marker jumps to its passage and lights up the passage's leaf in the tree
+    const marker = el("a", { href: `#cite-${i + 1}`, class: "cite", title: "the cited passage, and its leaf in the tree" }, `[${i + 1}]`);
+    marker.addEventListener("click", () => highlightCited(p, i + 1).catch((err) => showError($("#ask-error"), err)));
+    text.append(" ", marker);
   });
   box.append(text);
   if (Number.isInteger(result.max_retrievals)) {
