@@ -88,7 +88,6 @@ async def _answer(
     state: ServerState,
     index: Index,
     body: OllamaChatRequest | OllamaGenerateRequest,
-    model: str,
     messages: list[ChatMessage],
     frame: Framer,
 ) -> Any:
@@ -164,7 +163,7 @@ async def chat(body: OllamaChatRequest, state: State, index: IndexDep) -> Any:
             message["thinking"] = thinking
         return {"model": model, "created_at": _now(), "message": message, "done": done}
 
-    return await _answer(state, index, body, model, body.messages, frame)
+    return await _answer(state, index, body, body.messages, frame)
 
 
 @router.post("/api/generate", response_model=None)
@@ -183,4 +182,4 @@ async def generate(body: OllamaGenerateRequest, state: State, index: IndexDep) -
     if not body.prompt.strip():
         return {**frame("", "", True), "done_reason": "load"}
     messages = [ChatMessage(role="user", content=body.prompt)]
-    return await _answer(state, index, body, model, messages, frame)
+    return await _answer(state, index, body, messages, frame)
