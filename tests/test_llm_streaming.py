@@ -5,6 +5,10 @@ and the agent, whose result is the same whether its replies stream or not."""
 from __future__ import annotations
 
 import json
+import socket
+import struct
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -169,3 +173,56 @@ def test_llama_cpp_streams_the_same_reply(monkeypatch: pytest.MonkeyPatch, tmp_p
     calls = model._llm.calls
     assert calls[0]["stream"] is True and "stream" not in calls[1]
     assert calls[0]["repeat_penalty"] == calls[1]["repeat_penalty"]
+
+
+class CutOffServer:
+    """A raw loopback server whose every answer is a 200 that promises 1,000 bytes, sends one
+    streamed piece and resets the connection: a connection lost in the middle of a reply."""
+
+    PIECE = b'data: {"choices": [{"index": 0, "delta": {"content": "Thought: "}}]}\n\n'
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            with conn:
+                conn.recv(65536)
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                conn.sendall(head + b"Content-Length: 1000\r\n\r\n" + self.PIECE)
+                time.sleep(0.3)  # the client reads the piece and waits for more
+                # then a reset (linger 0), which the client sees as a lost connection
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_reply_cut_off_after_pieces_went_out_is_not_retried() -> None:
+    from psirag.http import HTTPCallError, HttpClient, HttpPolicy
+
+    server = CutOffServer()
+    try:
+        policy = HttpPolicy(timeout=20, retries=2, backoff=0.01)
+        client = HttpClient(
+            f"http://127.0.0.1:{server.port}/v1/chat/completions",
+            what="LLM",
+            policy=policy,
+            api_key_env=None,
+        )
+        heard: list[bytes] = []
+        with pytest.raises(HTTPCallError):
+            client.post_json({"stream": True}, on_data=heard.append)
+        # a retry would pass the same pieces on again: one attempt only
+        assert server.connections == 1 and b"".join(heard) == CutOffServer.PIECE
+    finally:
+        server.close()
