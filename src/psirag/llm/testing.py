@@ -381,4 +381,5 @@ __all__ = [
     "bag_of_words",
     "completion",
     "echo_prompt",
+    "pieces",
 ]
