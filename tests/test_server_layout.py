@@ -78,10 +78,12 @@ API_ROUTES = {
     ("POST", "/summarize"),
     ("GET", "/tree"),
     ("GET", "/nodes/{node_id}"),
+    ("GET", "/generation"),
     ("GET", "/documents"),
     ("POST", "/documents"),
     ("DELETE", "/documents/{doc_id}"),
     ("GET", "/jobs/{job_id}"),
+    ("POST", "/jobs/{job_id}/retry"),
     ("GET", "/v1/models"),
     ("POST", "/v1/chat/completions"),
 }
