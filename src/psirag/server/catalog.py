@@ -115,7 +115,7 @@ def page_of(
         kept = [r for r in kept if r["status"] == status]
     needle = (query or "").strip().lower()
     if needle:
-        kept = [r for r in kept if needle in r["id"].lower() or needle in (r["title"] or "").lower()]
+        kept = [r for r in kept if needle in f"{r['id']}\n{r['title'] or ''}".lower()]
     if sort != "order" or order == "desc":
         key = {
             "order": lambda r: r["order"],

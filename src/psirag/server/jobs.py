@@ -104,7 +104,9 @@ def _job_from_saved(raw: Any) -> Job | None:
         for d in raw.get("documents") or []
         if isinstance(d, dict)
     ]
-    progress = raw.get("progress") if isinstance(raw.get("progress"), dict) else {}
+    progress: dict[str, Any] = raw.get("progress") or {}
+    if not isinstance(progress, dict):
+        progress = {}
     job = Job(
         id=job_id,
         kind=kind,
@@ -242,7 +244,9 @@ class JobRunner:
                 raise ValueError(f"not a {JOBS_SCHEMA} file")
         except (OSError, ValueError, KeyError, AttributeError) as exc:
             aside = self.path.with_name(self.path.name + ".bad")
-            log.warning("the jobs file %s is unreadable (%s); set aside as %s", self.path, exc, aside)
+            log.warning(
+                "the jobs file %s is unreadable (%s); set aside as %s", self.path, exc, aside
+            )
             with contextlib.suppress(OSError):
                 os.replace(self.path, aside)
             return 0

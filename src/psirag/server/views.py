@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from psirag.errors import InputError
-from psirag.server import labels
 from psirag.schemas import SEARCH_SCHEMA
+from psirag.server import labels
 from psirag.types import Passage
 
 if TYPE_CHECKING:
