@@ -120,8 +120,8 @@ class Page:
         )
         self.server = server
 
-    def open(self) -> Any:
-        self.page.goto(self.server.url + "/")
+    def open(self, query: str = "") -> Any:
+        self.page.goto(self.server.url + "/" + query)
         self.page.wait_for_selector("body[data-tree-ready=true]", timeout=30_000)
         return self.page
 
@@ -447,3 +447,200 @@ def test_zoom_animation_finishes_in_frames(page: Page, server: ServerProcess) ->
     )
     assert time.monotonic() - started < 10
     assert len(frames) >= 3  # it animated, frame by frame
+
+
+def upload(server: ServerProcess, files: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """A write by another client: multipart files through the API, waited for."""
+    import httpx
+
+    response = httpx.post(
+        f"{server.url}/documents",
+        files=[("file", (name, data)) for name, data in files],
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=60,
+    )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job"]["id"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job = api(server, "GET", f"/jobs/{job_id}")
+        if job["status"] in ("done", "failed"):
+            assert job["status"] == "done", job
+            return dict(job)
+        time.sleep(0.2)
+    raise AssertionError("the upload job did not finish")
+
+
+def server_tree(server: ServerProcess) -> dict[int, dict[str, Any]]:
+    tree = api(server, "GET", "/tree?depth=6")
+    assert all(n["layer"] == 0 or not n["has_children"] or n["layer"] > 0 for n in tree["nodes"])
+    return {n["id"]: n for n in tree["nodes"]}
+
+
+def test_a_foreign_write_reloads_the_page_onto_the_new_generation(
+    page: Page, server: ServerProcess
+) -> None:
+    """Another client adds two documents while the page shows a search: the page notices the
+    new generation, redraws from it alone (every drawn parent one layer up, as the server
+    says), says what changed, and its counts, search results and highlights are the new
+    index's."""
+    p = page.open("?poll=300")
+    before = int(p.evaluate("document.body.dataset.generation"))
+    p.click("#tab-search")
+    p.fill("#search-query", "volcano eruption ash")
+    p.click("#search-submit")
+    p.wait_for_selector("#highlight-note:not([hidden])")
+    files = [
+        ("krakatoa.txt", b"Krakatoa is a volcano whose eruption in 1883 spread ash worldwide."),
+        ("pinatubo.txt", b"Pinatubo erupted in 1991; its volcanic ash cooled the planet."),
+    ]
+    job = upload(server, files)
+    after = job["result"]["generation"]
+    assert after > before
+    p.wait_for_selector(f"body[data-generation='{after}']", timeout=30_000)
+    p.wait_for_selector("#generation-note:not([hidden])")
+    assert "2 documents added" in p.inner_text("#generation-text")
+
+    truth = server_tree(server)
+    drawn = p.evaluate(
+        """() => { const m = window.psirag.model;
+                   return [...window.psirag.chart.elements.keys()].map(id => {
+                     const n = m.get(id); const up = n.parent === null ? null : m.get(n.parent);
+                     return [id, n.layer, n.parent, up ? up.layer : null, n.label]; }); }"""
+    )
+    assert len(drawn) > 5
+    for node_id, layer, parent, parent_layer, label in drawn:
+        if node_id < 0:
+            continue
+        assert node_id in truth, node_id
+        assert (layer, label) == (truth[node_id]["layer"], truth[node_id]["label"])
+        if truth[node_id]["parent"] >= 0:
+            assert parent == truth[node_id]["parent"], node_id
+            assert parent_layer == layer + 1, (node_id, layer, parent_layer)
+
+    index = api(server, "GET", "/index")
+    summary = p.inner_text("#index-summary")
+    assert (
+        f"{index['documents']:,} documents" in summary and f"{index['chunks']:,} chunks" in summary
+    )
+    fresh = api(server, "POST", "/search", {"query": "volcano eruption ash", "k": 10})
+    assert fresh["generation"] == after
+    p.wait_for_function(
+        "g => document.querySelector('#search-results').dataset.generation === String(g)", arg=after
+    )
+    shown = p.eval_on_selector_all("#search-results li", "els => els.map(e => e.dataset.passage)")
+    assert shown == [x["id"] for x in fresh["passages"]]
+    hits = set(p.evaluate("[...window.psirag.chart.hits]"))
+    assert hits == {h["node"] for h in fresh["hits"]}  # no highlight left from the old tree
+    assert page.errors == [] and page.failed == []
+    for name, _ in files:  # leave the shared server as it was
+        status, _body = server.request("DELETE", f"/documents/{name}", key=KEY)
+        assert status == 202
+
+
+def make_pdf(pages: list[str]) -> bytes:
+    fpdf = pytest.importorskip("fpdf")
+    pdf = fpdf.FPDF()
+    pdf.set_title("Harbour report")
+    pdf.set_font("helvetica", size=12)
+    for text in pages:
+        pdf.add_page()
+        pdf.multi_cell(0, 8, text)
+    return bytes(pdf.output())
+
+
+def test_uploads_take_the_types_psirag_add_reads(
+    page: Page, server: ServerProcess, tmp_path: Path
+) -> None:
+    from psirag.ingest.loaders import SUFFIXES
+
+    p = page.open()
+    p.click("#tab-docs")
+    accept = p.get_attribute("#doc-file", "accept")
+    assert accept is not None and set(accept.split(",")) == set(SUFFIXES)
+    told = p.inner_text("#drop-zone")
+    assert all(word in told for word in ("PDF", "HTML", ".txt", ".md", "JSON", "JSONL"))
+    pdf = tmp_path / "harbour.pdf"
+    pdf.write_bytes(make_pdf(["Cranes unload ships in the harbour.", "Tugboats guide tankers."]))
+    records = tmp_path / "birds.jsonl"
+    records.write_text(
+        json.dumps({"title": "Puffin", "text": "Puffins nest on cliffs."}) + "\n", encoding="utf-8"
+    )
+    broken = tmp_path / "broken.json"
+    broken.write_text("[{", encoding="utf-8")
+    p.set_input_files("#doc-file", [str(pdf), str(records), str(broken)])
+    p.wait_for_selector("#docs-error:not([hidden])")
+    assert "broken.json" in p.inner_text("#docs-error")
+    assert "malformed JSON" in p.inner_text("#docs-error")
+    p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
+    p.fill("#docs-filter", "harbour")
+    p.wait_for_selector("#docs-table tbody tr[data-doc='harbour.pdf'][data-status=indexed]")
+    assert "Harbour report" in p.inner_text("#docs-table tbody")
+    found = api(server, "POST", "/search", {"query": "tugboats", "k": 5, "docs": ["harbour.pdf"]})
+    assert {x["source"]["page"] for x in found["passages"]} <= {1, 2}
+    assert any(x["source"]["page"] == 2 for x in found["passages"])
+    for doc in ("harbour.pdf", "birds.jsonl:0"):
+        status, _ = server.request("DELETE", f"/documents/{doc}", key=KEY)
+        assert status == 202
+
+
+@pytest.mark.parametrize("viewport", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
+def test_documents_page_sort_and_filter_on_the_server(
+    browser: Any, server: ServerProcess, viewport: tuple[int, int], tmp_path: Path
+) -> None:
+    page = Page(browser, server, viewport=viewport)
+    try:
+        p = page.open("?docs=5")
+        p.click("#tab-docs")
+        p.wait_for_selector("#docs-table tbody tr")
+        total = api(server, "GET", "/documents")["total"]
+        assert p.locator("#docs-table tbody tr").count() == 5
+        assert p.inner_text("#docs-range") == f"1–5 of {total}"
+        p.click("#docs-next")
+        p.wait_for_function(
+            "() => document.querySelector('#docs-range').textContent.startsWith('6–')"
+        )
+        second = api(server, "GET", "/documents?offset=5&limit=5")["documents"]
+        rows = p.eval_on_selector_all("#docs-table tbody tr", "els => els.map(e => e.dataset.doc)")
+        assert rows == [d["id"] for d in second]
+        p.select_option("#docs-sort", "chunks")
+        p.select_option("#docs-order", "desc")
+        p.fill("#docs-filter", "board")
+        expected = api(server, "GET", "/documents?q=board&sort=chunks&order=desc&limit=5")
+        p.wait_for_function(
+            "n => document.querySelector('#docs-range').textContent.endsWith(` of ${n}`)",
+            arg=expected["total"],
+        )
+        rows = p.eval_on_selector_all("#docs-table tbody tr", "els => els.map(e => e.dataset.doc)")
+        assert rows == [d["id"] for d in expected["documents"]] and rows
+        statuses = p.eval_on_selector_all(
+            "#docs-table td.status", "els => els.map(e => e.innerText)"
+        )
+        assert statuses and all(s.strip() == "indexed" for s in statuses)
+        assert p.evaluate("document.scrollingElement.scrollWidth") <= viewport[0]
+        for row in p.locator("#docs-table tbody tr").all():
+            box = row.bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= viewport[0] + 1
+        name = "laptop" if viewport[0] > 800 else "phone"
+        p.screenshot(path=str(tmp_path / f"docs-{name}.png"))
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_the_phone_view_labels_its_rings(browser: Any, server: ServerProcess) -> None:
+    page = Page(browser, server, viewport=(390, 844))
+    try:
+        p = page.open()
+        labels = p.eval_on_selector_all(
+            "#sunburst .labels text", "els => els.map(e => [e.dataset.id, e.textContent])"
+        )
+        assert len(labels) >= 4, labels
+        assert all(len(text) >= 5 for _, text in labels)
+        rings = p.evaluate(
+            "ids => ids.map(id => window.psirag.model.get(Number(id)).depth)",
+            [i for i, _ in labels],
+        )
+        assert len(set(rings)) >= 2  # more than one ring has labels
+    finally:
+        page.close()
