@@ -614,6 +614,7 @@ $("#docs-next").addEventListener("click", () => {
 /** All chosen files in one upload (one job); files the server could not read are listed. */
 async function uploadFiles(files) {
   showError($("#docs-error"), null);
+  showError($("#docs-rejected"), null);
   if (!files.length) return;
   const form = new FormData();
   for (const file of files) form.append("file", file, file.name);
@@ -623,7 +624,7 @@ async function uploadFiles(files) {
     watchJob(res.job, title);
     const rejected = res.rejected || [];
     if (rejected.length) {
-      const box = $("#docs-error");
+      const box = $("#docs-rejected");
       box.hidden = false;
       box.textContent = "";
       box.append(el("strong", { text: `${rejected.length} file${rejected.length === 1 ? "" : "s"} not added:` }));
