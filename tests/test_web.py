@@ -449,6 +449,16 @@ def test_zoom_animation_finishes_in_frames(page: Page, server: ServerProcess) ->
     assert len(frames) >= 3  # it animated, frame by frame
 
 
+def remove(server: ServerProcess, doc_id: str) -> None:
+    """Take a document out again and wait for the job, so the next test sees a still index."""
+    status, body = server.request("DELETE", f"/documents/{doc_id}", key=KEY)
+    assert status == 202, body
+    deadline = time.monotonic() + 120
+    while api(server, "GET", f"/jobs/{body['job']['id']}")["status"] not in ("done", "failed"):
+        assert time.monotonic() < deadline, "the removal did not finish"
+        time.sleep(0.2)
+
+
 def upload(server: ServerProcess, files: list[tuple[str, bytes]]) -> dict[str, Any]:
     """A write by another client: multipart files through the API, waited for."""
     import httpx
@@ -534,8 +544,7 @@ def test_a_foreign_write_reloads_the_page_onto_the_new_generation(
     assert hits == {h["node"] for h in fresh["hits"]}  # no highlight left from the old tree
     assert page.errors == [] and page.failed == []
     for name, _ in files:  # leave the shared server as it was
-        status, _body = server.request("DELETE", f"/documents/{name}", key=KEY)
-        assert status == 202
+        remove(server, name)
 
 
 def make_pdf(pages: list[str]) -> bytes:
@@ -580,8 +589,7 @@ def test_uploads_take_the_types_psirag_add_reads(
     [passage] = found["passages"]  # one chunk of ~100 tokens: it starts on page 1
     assert passage["source"]["page"] == 1 and "Tugboats guide tankers" in passage["text"]
     for doc in ("harbour.pdf", "birds.jsonl:0"):
-        status, _ = server.request("DELETE", f"/documents/{doc}", key=KEY)
-        assert status == 202
+        remove(server, doc)
 
 
 @pytest.mark.parametrize("viewport", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
@@ -626,7 +634,7 @@ def test_documents_page_sort_and_filter_on_the_server(
             assert box and box["x"] >= 0 and box["x"] + box["width"] <= viewport[0] + 1
         name = "laptop" if viewport[0] > 800 else "phone"
         p.screenshot(path=str(tmp_path / f"docs-{name}.png"))
-        assert page.errors == []
+        assert page.errors == [], page.errors
     finally:
         page.close()
 

@@ -9,6 +9,7 @@ An LLM-written abstract (a sentence) is named by its first words instead.
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -86,6 +87,31 @@ def distinctive(abstracts: Sequence[str], count: int = LABEL_PHRASES) -> list[st
     return labels
 
 
+class _Remembered:
+    """Inner-node labels of the last index object asked (an index object never changes; a
+    write publishes a new one), so the page's repeated /tree calls compute each group once."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.index: Index | None = None
+        self.labels: dict[int, str] = {}
+
+    def get(self, index: Index, nodes: list[int]) -> dict[int, str] | None:
+        with self.lock:
+            if self.index is not index or any(u not in self.labels for u in nodes):
+                return None
+            return {u: self.labels[u] for u in nodes}
+
+    def put(self, index: Index, labels: dict[int, str]) -> None:
+        with self.lock:
+            if self.index is not index:
+                self.index, self.labels = index, {}
+            self.labels.update(labels)
+
+
+_remembered = _Remembered()
+
+
 def sibling_labels(index: Index, nodes: Sequence[int]) -> dict[int, str]:
     """Labels for a group of siblings (children of one parent, or the roots of a forest)."""
     n_leaves = index.tree.n_leaves
@@ -93,13 +119,16 @@ def sibling_labels(index: Index, nodes: Sequence[int]) -> dict[int, str]:
     inner = [int(u) for u in nodes if u >= n_leaves]
     if not inner:
         return labels
-    texts = [index.node_text(u) for u in inner]
-    if is_keyword_abstract(index):
-        named = distinctive(texts)
-    else:
-        named = [_shorten(_first_words(t, 6)) for t in texts]
-    for u, text in zip(inner, named, strict=True):
-        labels[u] = text or f"node {u}"
+    known = _remembered.get(index, inner)
+    if known is None:
+        texts = [index.node_text(u) for u in inner]
+        if is_keyword_abstract(index):
+            named = distinctive(texts)
+        else:
+            named = [_shorten(_first_words(t, 6)) for t in texts]
+        known = {u: text or f"node {u}" for u, text in zip(inner, named, strict=True)}
+        _remembered.put(index, known)
+    labels.update(known)
     return labels
 
 

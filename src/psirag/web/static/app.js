@@ -774,6 +774,7 @@ async function stillThere(id, old) {
 }
 
 async function reloadGeneration() {
+  const started = performance.now();
   const info = await api.getJSON("generation");
   const before = state.counts || {};
   const oldModel = state.model;
@@ -819,6 +820,8 @@ async function reloadGeneration() {
   }
   if (!$("#view-docs").hidden) loadDocuments();
   if (selected !== null && !$("#view-node").hidden) openNode(kept ?? state.chart.focus);
+  // read by the web benchmark: how long the page took from noticing to redrawn
+  state.lastReload = { generation: info.generation, ms: performance.now() - started, kept };
   document.body.dataset.generation = String(info.generation);
 }
 $("#generation-dismiss").addEventListener("click", () => {
