@@ -571,7 +571,7 @@ function renderDocuments(res) {
         "tr",
         { "data-doc": d.id, "data-status": d.status },
         el("td", { class: "name", "data-label": "Document" }, el("span", { class: "doc", text: d.title || d.id }), d.title && d.title !== d.id ? el("span", { class: "muted id", title: "document id", text: ` · id ${d.id}` }) : null),
-        el("td", { class: "num", "data-label": "Chunks", text: String(d.chunks ?? "") }),
+        el("td", { class: "num", "data-unit": d.chunks === 1 ? " chunk" : " chunks", text: String(d.chunks ?? "") }),
         statusCell(d),
         actionCell(d),
       ),

@@ -454,8 +454,9 @@ export class Sunburst {
       // along the radius (fits the ring's thickness) or across it (fits the arc's chord):
       // whichever shows more of the label
       const chord = 2 * rMid * Math.sin(Math.min(a1 - a0, Math.PI) / 2);
-      const radial = Math.floor((thick - 6) / charWidth);
-      const across = (a1 - a0) * rMid >= 24 ? Math.floor((chord - 8) / charWidth) : 0;
+      const width = (a1 - a0) * rMid; // the arc's length at mid-ring
+      const radial = width >= (small ? 10 : 12) ? Math.floor((thick - 6) / charWidth) : 0;
+      const across = width >= 24 ? Math.floor((chord - 8) / charWidth) : 0;
       const tangent = across > radial;
       const chars = Math.max(radial, across);
       let text = node.label || "";
