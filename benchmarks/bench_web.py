@@ -341,6 +341,7 @@ def section(r: dict[str, Any]) -> str:
         f["tree_response_ms"],
     )
     canvas, svg = r["zoom"]["canvas"], r["zoom"]["svg"]
+    writes = (r.get("reload_after_foreign_write") or {}).get("writes") or []
 
     def cell(z: dict[str, Any], key: str, q: str) -> str:
         return str(z[key][q]) if z.get(key) else "-"
@@ -359,7 +360,8 @@ def section(r: dict[str, Any]) -> str:
         [
             "## Web page on the 2Wiki tree (headless Chromium)",
             "",
-            f"`python benchmarks/bench_web.py --index DIR` serves the 2Wiki index "
+            f"`python benchmarks/bench_web.py --index DIR --loads {r['loads'] // 2} --writes "
+            f"{len(writes) // 2}` serves the 2Wiki index "
             f"({r['index']['nodes']:,} nodes) with `psirag serve` and opens the page "
             f"{r['loads']} times in {r['browser']} at {r['viewport'][0]}x{r['viewport'][1]}, "
             "each load in a fresh context after one warm-up load. The times are the page's own "

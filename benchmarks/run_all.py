@@ -219,15 +219,9 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
     (
         "web",
         "section_web.md",
-        "python benchmarks/bench_web.py --index DIR (a 2Wiki index; needs chromium)",
+        "python benchmarks/bench_web.py --index DIR --loads 3 --writes 2 (a 2Wiki index; needs "
+        "chromium)",
         "~3 min: ten page loads in headless Chromium; rerun by hand only",
-    ),
-    (
-        "web_hash",
-        "section_web_hash.md",
-        "python benchmarks/bench_web.py --hash-corpus <data>/2wikimultihopqa/corpus.json "
-        "--loads 2 --writes 2 (needs chromium)",
-        "~2 min: four page loads and four writes in headless Chromium; rerun by hand only",
     ),
 )
 """(name, cached section, command, cost) of the measurements run by hand (local LLM, browser);
