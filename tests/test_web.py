@@ -401,6 +401,7 @@ def test_drop_zone_uploads_dropped_files(page: Page, server: ServerProcess) -> N
         """() => { const dt = new DataTransfer();
                    dt.items.add(new File(['Dropped text about glaciers.'], 'glaciers.txt',
                                          {type: 'text/plain'}));
+                   dt.items.add(new File(['PK'], 'letter.docx', {type: 'application/zip'}));
                    return dt; }"""
     )
     with p.expect_request(lambda r: r.url.endswith("/documents") and r.method == "POST") as req:
@@ -409,6 +410,8 @@ def test_drop_zone_uploads_dropped_files(page: Page, server: ServerProcess) -> N
     raw = req.value.post_data_buffer  # Chromium may keep a dropped file's bytes to itself
     if raw is not None:
         assert b'filename="glaciers.txt"' in raw and b"Dropped text about glaciers." in raw
+        assert b"letter.docx" not in raw  # a type psirag does not read is not sent
+    assert "letter.docx: not a type psirag reads" in p.inner_text("#docs-rejected")
     response = req.value.response()
     assert response is not None and response.status == 202, response and response.text()
     # wait for the job, then take the document out again

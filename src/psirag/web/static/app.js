@@ -612,9 +612,29 @@ $("#docs-next").addEventListener("click", () => {
 });
 
 /** All chosen files in one upload (one job); files the server could not read are listed. */
-async function uploadFiles(files) {
+/** The file types uploads take: the picker's accept list (what `psirag add` reads). */
+const UPLOAD_TYPES = $("#doc-file").accept.split(",").map((t) => t.trim().toLowerCase());
+
+function showRejected(rejected) {
+  if (!rejected.length) return;
+  const box = $("#docs-rejected");
+  box.hidden = false;
+  box.textContent = "";
+  box.append(el("strong", { text: `${rejected.length} file${rejected.length === 1 ? "" : "s"} not added:` }));
+  const list = el("ul", { class: "rejected" });
+  for (const r of rejected) list.append(el("li", {}, el("strong", { text: r.file }), `: ${r.error}`));
+  box.append(list);
+}
+
+async function uploadFiles(chosen) {
   showError($("#docs-error"), null);
   showError($("#docs-rejected"), null);
+  const suffix = (name) => (name.includes(".") ? name.slice(name.lastIndexOf(".")).toLowerCase() : "");
+  const files = chosen.filter((f) => UPLOAD_TYPES.includes(suffix(f.name)));
+  const refused = chosen
+    .filter((f) => !files.includes(f))
+    .map((f) => ({ file: f.name, error: `not a type psirag reads (${UPLOAD_TYPES.join(", ")})` }));
+  showRejected(refused);
   if (!files.length) return;
   const form = new FormData();
   for (const file of files) form.append("file", file, file.name);
@@ -622,16 +642,7 @@ async function uploadFiles(files) {
   try {
     const res = await api.postForm("documents", form);
     watchJob(res.job, title);
-    const rejected = res.rejected || [];
-    if (rejected.length) {
-      const box = $("#docs-rejected");
-      box.hidden = false;
-      box.textContent = "";
-      box.append(el("strong", { text: `${rejected.length} file${rejected.length === 1 ? "" : "s"} not added:` }));
-      const list = el("ul", { class: "rejected" });
-      for (const r of rejected) list.append(el("li", {}, el("strong", { text: r.file }), `: ${r.error}`));
-      box.append(list);
-    }
+    showRejected([...refused, ...(res.rejected || [])]);
     loadDocuments();
   } catch (err) {
     showError($("#docs-error"), err);
