@@ -312,3 +312,28 @@ def test_sibling_labels_in_the_tree_differ(client: TestClient) -> None:
     root = client.get(f"/nodes/{tree['root']}").json()
     shown = {n["id"]: n["label"] for n in tree["nodes"]}
     assert all(c["label"] == shown[c["id"]] for c in root["children"])
+
+
+def test_llm_abstracts_are_labelled_by_their_first_words(tmp_path: Path) -> None:
+    """An index whose abstracts an LLM wrote (here the scripted loopback server): an inner
+    node's label is the start of its summary, not a keyword list."""
+    from support import TOPICS, FakeOpenAIServer, client_for
+
+    from psirag import IndexConfig
+    from psirag.server.labels import sibling_labels
+
+    def summary(body: dict[str, Any]) -> str:
+        text = str(body["messages"][-1]["content"]).lower()
+        topic = next((t for t in TOPICS if t.rstrip("s") in text), "things")
+        return f"A summary about {topic} and the many details of its passages here."
+
+    texts = [" ".join(t) for t in TOPICS.values()]
+    docs = documents_from_strings(texts, titles=list(TOPICS), ids=list(TOPICS))
+    config = IndexConfig(chunk_tokens=12, embedder="test:hash", abstracts="llm-summary")
+    with FakeOpenAIServer(responder=summary) as llm:
+        index = Index.build(docs, config, embedder=HashEmbedder(), llm=client_for(llm))
+    tree = index.tree
+    inner = [int(c) for c in tree.children(int(tree.roots[0])).tolist() if c >= tree.n_leaves]
+    labels = sibling_labels(index, inner)
+    assert labels and all(x.startswith("A summary about ") for x in labels.values()), labels
+    assert all(x.endswith("…") and len(x.split()) == 6 for x in labels.values())
