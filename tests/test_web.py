@@ -503,6 +503,9 @@ def test_a_foreign_write_reloads_the_page_onto_the_new_generation(
     p.fill("#search-query", "volcano eruption ash")
     p.click("#search-submit")
     p.wait_for_selector("#highlight-note:not([hidden])")
+    tree = api(server, "GET", "/tree?depth=1")
+    place = next(n for n in tree["nodes"] if n["parent"] == tree["root"] and n["has_children"])
+    p.evaluate("id => window.psirag.chart.zoomTo(id, false)", place["id"])
     files = [
         ("krakatoa.txt", b"Krakatoa is a volcano whose eruption in 1883 spread ash worldwide."),
         ("pinatubo.txt", b"Pinatubo erupted in 1991; its volcanic ash cooled the planet."),
@@ -515,6 +518,21 @@ def test_a_foreign_write_reloads_the_page_onto_the_new_generation(
     assert "2 documents added" in p.inner_text("#generation-text")
 
     truth = server_tree(server)
+    # the place is kept exactly when the new root still has a child that is the same node
+    # (same layer and label; ids shift when leaves are added)
+    root = next(n for n in truth.values() if n["parent"] < 0)
+    same = [
+        n["id"]
+        for n in truth.values()
+        if n["parent"] == root["id"]
+        and (n["layer"], n["label"]) == (place["layer"], place["label"])
+    ]
+    focus = p.evaluate("window.psirag.chart.focus")
+    note = p.inner_text("#generation-text")
+    if same:
+        assert focus == same[0] and "Your place was kept" in note
+    else:
+        assert focus == root["id"] and "back at the root" in note
     drawn = p.evaluate(
         """() => { const m = window.psirag.model;
                    return [...window.psirag.chart.elements.keys()].map(id => {

@@ -772,16 +772,20 @@ function changeText(before, after) {
   return parts.length ? parts.join(", ") : "the index changed";
 }
 
-/** A node id of the old model that means the same in the new generation: same id, layer and
- * label (the label is computed from the node's abstract and its siblings'). */
-async function stillThere(id, old) {
-  if (id === FOREST) return false;
-  try {
-    const data = await api.getJSON(`nodes/${id}`);
-    return data.layer === old.layer && data.label === old.label ? data.path : false;
-  } catch {
-    return false;
+/** The old focus path followed down the new tree: at each level, the child with the same layer
+ * and label (a label comes from the node's abstract and its siblings', so an unchanged label
+ * is an unchanged node; ids shift when leaves are added). The deepest node found, or null. */
+async function followPath(oldPath) {
+  let here = state.model.rootId;
+  let found = null;
+  for (const old of oldPath.slice(1)) {
+    if (!state.model.childrenLoaded(here)) await loadTree(here, 1);
+    const match = state.model.children(here).find((c) => c && c.layer === old.layer && c.label === old.label);
+    if (!match) break;
+    here = match.id;
+    found = match.id;
   }
+  return found;
 }
 
 async function reloadGeneration() {
@@ -791,7 +795,7 @@ async function reloadGeneration() {
   const oldModel = state.model;
   const focus = state.chart ? state.chart.focus : null;
   const selected = state.chart ? state.chart.selected : null;
-  const trail = focus === null ? [] : oldModel.path(focus).reverse(); // the focus, then up
+  const oldPath = focus === null ? [] : oldModel.path(focus).map((id) => oldModel.get(id));
   clearHighlight();
   leafOfPassage.clear();
   state.loading.clear();
@@ -799,19 +803,15 @@ async function reloadGeneration() {
   state.counts = { documents: info.documents, chunks: info.chunks };
   state.model = new TreeModel();
   await startTree();
-  let kept = null;
-  for (const id of trail.slice(0, 4)) {
-    if (id === oldModel.rootId) break;
-    const path = await stillThere(id, oldModel.get(id));
-    if (path) {
-      await loadPath(path);
-      await state.chart.zoomTo(id, false);
-      kept = id;
-      break;
-    }
-  }
+  const kept = oldPath.length > 1 ? await followPath(oldPath) : null;
+  if (kept !== null) await state.chart.zoomTo(kept, false);
   const what = changeText(before, info);
-  const where = focus === null || focus === oldModel.rootId ? "" : kept === focus ? " Your place was kept." : kept !== null ? " The node you were on changed; showing its nearest unchanged parent." : " The node you were on changed; back at the root.";
+  let where = "";
+  if (oldPath.length > 1) {
+    if (kept !== null && oldPath.length === state.model.path(kept).length) where = " Your place was kept.";
+    else if (kept !== null) where = " The node you were on changed; showing its nearest unchanged parent.";
+    else where = " The node you were on changed; back at the root.";
+  }
   const note = $("#generation-note");
   note.hidden = false;
   note.dataset.generation = String(info.generation);
