@@ -136,6 +136,7 @@ class JobRunner:
     def __init__(self, path: Path | None = None, perform: Work | None = None) -> None:
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()  # one writer of the jobs file at a time
         self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
         self.path = path
         self.perform = perform
@@ -217,21 +218,23 @@ class JobRunner:
 
     def _save(self) -> None:
         """Write the jobs file atomically (a temporary file, then a rename)."""
-        if self.path is None:
+        path = self.path
+        if path is None:
             return
-        with self._lock:
-            jobs = list(self._jobs.values())
-        live = [j for j in jobs if j.finished is None]
-        finished = [j for j in jobs if j.finished is not None][-KEEP_SAVED:]
-        body = {"schema": JOBS_SCHEMA, "jobs": [j.saved() for j in finished + live]}
-        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        try:
-            temp.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
-            os.replace(temp, self.path)
-        except OSError as exc:
-            log.warning("cannot save the jobs file %s: %s", self.path, exc)
-            with contextlib.suppress(OSError):
-                temp.unlink()
+        with self._save_lock:
+            with self._lock:
+                jobs = list(self._jobs.values())
+            live = [j for j in jobs if j.finished is None]
+            finished = [j for j in jobs if j.finished is not None][-KEEP_SAVED:]
+            body = {"schema": JOBS_SCHEMA, "jobs": [j.saved() for j in finished + live]}
+            temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                temp.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
+                os.replace(temp, path)
+            except OSError as exc:
+                log.warning("cannot save the jobs file %s: %s", path, exc)
+                with contextlib.suppress(OSError):
+                    temp.unlink()
 
     def _load(self) -> int:
         """Read the jobs file; returns the highest job number in it (0: none)."""
