@@ -676,3 +676,52 @@ def test_the_phone_view_labels_its_rings(browser: Any, server: ServerProcess) ->
         assert len(set(rings)) >= 2  # more than one ring has labels
     finally:
         page.close()
+
+
+def test_an_interrupted_job_shows_failed_and_the_page_retries_it(
+    browser: Any, index_dir: Path, llm: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """A server stopped during an add leaves the job 'running' in its jobs file; the next
+    server shows the document as failed (interrupted) with a Retry button, and Retry adds it."""
+    import shutil
+
+    from psirag.ingest import documents_from_strings
+    from psirag.server.jobs import INTERRUPTED, JOBS_FILE, JOBS_SCHEMA
+    from psirag.server.uploads import document_to_json
+
+    folder = Path(shutil.copytree(index_dir, tmp_path / "index"))
+    [doc] = documents_from_strings(
+        ["Lighthouses guide ships past the rocks at night."], titles=["Lighthouses"], ids=["lh"]
+    )
+    left = {
+        "id": "job-7",
+        "kind": "add",
+        "status": "running",
+        "progress": {"done": 0, "total": 1},
+        "created": time.time(),
+        "documents": [{"id": "lh", "title": "Lighthouses"}],
+        "payload": [document_to_json(doc)],
+    }
+    (folder / JOBS_FILE).write_text(
+        json.dumps({"schema": JOBS_SCHEMA, "jobs": [left]}), encoding="utf-8"
+    )
+    with ServerProcess(folder, ["--api-key", KEY]) as second:
+        page = Page(browser, second)
+        try:
+            p = page.open()
+            p.click("#tab-docs")
+            p.select_option("#docs-status", "failed")
+            row = p.locator("#docs-table tbody tr[data-doc='lh']")
+            row.wait_for()
+            assert row.get_attribute("data-status") == "failed"
+            assert INTERRUPTED in row.inner_text()
+            row.get_by_role("button", name="Retry Lighthouses").click()
+            p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
+            p.select_option("#docs-status", "indexed")
+            p.fill("#docs-filter", "lighthouse")
+            p.wait_for_selector("#docs-table tbody tr[data-doc='lh'][data-status=indexed]")
+            status, job = second.request("GET", "/jobs/job-7", key=KEY)
+            assert status == 200 and job["status"] == "failed" and job["error"] == INTERRUPTED
+            assert page.errors == [], page.errors
+        finally:
+            page.close()

@@ -264,4 +264,4 @@ class JobRunner:
         return highest
 
 
-__all__ = ["INTERRUPTED", "JOBS_FILE", "Job", "JobKind", "JobRunner", "JobStatus"]
+__all__ = ["INTERRUPTED", "JOBS_FILE", "JOBS_SCHEMA", "Job", "JobKind", "JobRunner", "JobStatus"]
