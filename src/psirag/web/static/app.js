@@ -802,7 +802,7 @@ async function reloadGeneration() {
   state.generation = info.generation;
   state.counts = { documents: info.documents, chunks: info.chunks };
   state.model = new TreeModel();
-  await startTree();
+  if (!(await startTree())) return; // newer still: the next check reloads again
   const kept = oldPath.length > 1 ? await followPath(oldPath) : null;
   if (kept !== null) await state.chart.zoomTo(kept, false);
   const what = changeText(before, info);
@@ -869,10 +869,13 @@ async function loadIndexSummary() {
   $("#index-summary").textContent = parts.join(" · ");
 }
 
+/** Load and draw the top of the tree; false when the answer came from a newer generation than
+ * the page knew (nothing drawn: the reload that started draws it). */
 async function startTree() {
   const t0 = performance.now();
   await loadTree(null, RINGS); // the levels the first view draws; deeper ones load on zoom
   const model = state.model;
+  if (model.rootId === null) return false;
   if (state.chart) {
     state.chart.model = model;
     state.chart.focus = model.rootId;
@@ -881,7 +884,7 @@ async function startTree() {
     state.chart.elements.clear();
     state.chart.redraw();
     renderBreadcrumb(model.rootId);
-    return;
+    return true;
   }
   state.chart = new Sunburst($("#sunburst"), model, {
     onOpen: (id) => openNode(id),
@@ -901,13 +904,14 @@ async function startTree() {
   performance.measure("psirag:first-render", { start: t0, end: t1 });
   state.firstRender = { treeStart: t0, painted: t1, arcs: state.chart.elements.size };
   document.body.dataset.treeReady = "true";
+  return true;
 }
 
 async function boot() {
   try {
     await loadIndexSummary();
-    await startTree();
-    if (state.model.rootId !== FOREST) await openNode(state.model.rootId);
+    if (!(await startTree())) await state.reloading; // the index changed while the page loaded
+    if (state.model.rootId !== null && state.model.rootId !== FOREST) await openNode(state.model.rootId);
     startPolling();
   } catch (err) {
     $("#index-summary").textContent = "";
