@@ -37,6 +37,11 @@ PHRASES_DIR = "keywords"
 abstracts: such an index loads as before and its first update builds the table once)."""
 
 
+DRIFT_FILE = "abstract_drift.npy"
+"""Per inner node, the leaves changed under it since its keyword abstract was scored (see
+:class:`psirag.living.AbstractDriftRule`); written only when some abstract is waiting."""
+
+
 def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:
     """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
     if f"{PHRASES_DIR}/words.json" not in reader.files:
@@ -237,6 +242,8 @@ class Index:
         writer.save_array("node_vectors.npy", self.node_vectors)
         writer.save_array("parent.npy", self.tree.parent)
         writer.save_array("layer.npy", self.tree.layer)
+        if self._data.abstract_drift is not None:  # absent: every abstract is current
+            writer.save_array(DRIFT_FILE, self._data.abstract_drift)
         chunks = self.chunks
         kept = self._kept_chunk_lines(writer)
         writer.save_jsonl(
@@ -375,6 +382,14 @@ class Index:
                 f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
             )
         phrase_table = _load_phrase_table(reader, folder, len(chunks))
+        drift = None
+        if DRIFT_FILE in reader.files:
+            drift = np.asarray(reader.load_array(DRIFT_FILE, mmap=False), dtype=np.int64)
+            if drift.shape != (len(abstracts),) or (drift.size and int(drift.min()) < 0):
+                raise IndexFormatError(
+                    f"{folder}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
+                    "abstracts; the index is corrupted or mixed, rebuild it"
+                )
         sources: dict[str, dict[str, Any]] = {}
         if "documents.jsonl" in reader.files:
             try:
@@ -402,6 +417,7 @@ class Index:
             sources=sources,
             lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
             phrase_table=phrase_table,
+            abstract_drift=drift,
             origin=None
             if reader.legacy or reader.generation is None
             else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),

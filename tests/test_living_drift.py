@@ -1,0 +1,141 @@
+"""The keyword-abstract drift rule (issue 24): a big changed node's abstract may wait until a
+stated share of its leaves changed. Checked against the same updates with every abstract
+rescored: the trees agree, only waiting nodes differ, each within the bound, and the saved
+drift counts survive a load."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import TOPICS, HashEmbedder
+
+from psirag import Index
+from psirag.config import IndexConfig
+from psirag.index_data import IndexData
+from psirag.living import (
+    EXACT_ABSTRACTS,
+    AbstractDriftRule,
+    add_documents,
+    remove_documents,
+)
+
+LAZY = AbstractDriftRule(share=0.34, min_leaves=6)
+
+
+def _docs(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = [line for topic in TOPICS.values() for line in topic]
+    return [" ".join(rng.sample(lines, rng.randint(1, 3))) + f" Marker{i}." for i in range(n)]
+
+
+def _drift(data: IndexData) -> np.ndarray:
+    n_inner = data.tree.n_nodes - data.tree.n_leaves
+    d = data.abstract_drift
+    return np.zeros(n_inner, dtype=np.int64) if d is None else np.asarray(d)
+
+
+def _check_bound(lazy: IndexData, exact: IndexData, rule: AbstractDriftRule) -> int:
+    """Same tree; a node whose abstract differs is waiting, within the rule. Returns how many
+    differ."""
+    assert np.array_equal(lazy.tree.parent, exact.tree.parent)
+    n = lazy.tree.n_leaves
+    leaves = np.diff(lazy.tree.leaf_membership.indptr)[n:]
+    drift = _drift(lazy)
+    assert np.all(drift[leaves < rule.min_leaves] == 0)
+    assert np.all(drift <= rule.share * leaves)
+    differ = [i for i, (a, b) in enumerate(zip(lazy.abstracts, exact.abstracts)) if a != b]
+    for i in differ:
+        assert drift[i] > 0, f"node {n + i} differs from a rescore but records no drift"
+    # waiting nodes' routing vectors are refreshed all the same
+    assert np.array_equal(lazy.node_vectors, exact.node_vectors)
+    return len(differ)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_waiting_abstracts_stay_within_the_bound_and_the_root_counts_its_changes(
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
+    emb = HashEmbedder()
+    docs = _docs(60, seed)
+    config = IndexConfig(max_children=4)
+    base = Index.build(docs[:30], config, texts=True, embedder=emb).data
+    lazy, exact = base, base
+    pending = docs[30:]
+    changed_since_root = 0
+    differed = waited = 0
+    for _ in range(12):
+        if rng.random() < 0.6 and pending:
+            batch = [pending.pop() for _ in range(rng.randint(1, 2)) if pending]
+            lazy, s = add_documents(lazy, batch, emb, texts=True, drift_rule=LAZY)
+            exact, _ = add_documents(exact, batch, emb, texts=True, drift_rule=EXACT_ABSTRACTS)
+            changed = s.chunks_added
+        else:
+            gone = rng.sample(list(lazy.documents), 1)
+            lazy, s = remove_documents(lazy, gone, emb, drift_rule=LAZY)
+            exact, _ = remove_documents(exact, gone, emb, drift_rule=EXACT_ABSTRACTS)
+            changed = s.chunks_removed
+        waited += s.abstracts_waiting
+        differed += _check_bound(lazy, exact, LAZY)
+        root = int(lazy.tree.roots[0]) - lazy.tree.n_leaves
+        drift = int(_drift(lazy)[root])
+        # the root's leaf set is the corpus: its drift is every chunk changed since its rescore
+        changed_since_root = 0 if drift == 0 else changed_since_root + changed
+        assert drift == changed_since_root
+        if drift == 0:
+            assert lazy.abstracts[root] == exact.abstracts[root]
+    assert waited > 0 and differed > 0  # the rule did let abstracts wait
+    assert waited < 12 * 4  # and rescored some along the way
+
+
+def test_exact_rule_and_small_nodes_rescore_everything() -> None:
+    emb = HashEmbedder()
+    docs = _docs(30, 5)
+    base = Index.build(docs[:20], IndexConfig(max_children=4), texts=True, embedder=emb).data
+    got, s = add_documents(base, docs[20:22], emb, texts=True)  # default rule: nodes < 2000
+    assert s.abstracts_waiting == 0 and got.abstract_drift is None
+    exact, _ = add_documents(base, docs[20:22], emb, texts=True, drift_rule=EXACT_ABSTRACTS)
+    assert got.abstracts == exact.abstracts
+
+
+def test_drift_counts_survive_save_and_load(tmp_path: Path) -> None:
+    emb = HashEmbedder()
+    docs = _docs(40, 3)
+    rule = AbstractDriftRule(share=0.5, min_leaves=4)
+    data = Index.build(docs[:30], IndexConfig(max_children=4), texts=True, embedder=emb).data
+    data, s = add_documents(data, docs[30:31], emb, texts=True, drift_rule=rule)
+    assert s.abstracts_waiting > 0 and data.abstract_drift is not None
+    Index.from_data(data, embedder=emb).save(tmp_path / "ix")
+    again = Index.load(tmp_path / "ix", embedder=emb).data
+    assert again.abstract_drift is not None
+    assert np.array_equal(again.abstract_drift, data.abstract_drift)
+    root = int(again.tree.roots[0]) - again.tree.n_leaves
+    before = int(again.abstract_drift[root])
+    later, s2 = add_documents(again, docs[31:32], emb, texts=True, drift_rule=rule)
+    new_root = int(later.tree.roots[0]) - later.tree.n_leaves
+    assert int(_drift(later)[new_root]) in (0, before + s2.chunks_added)
+
+
+def test_a_damaged_drift_file_is_a_clear_error(tmp_path: Path) -> None:
+    emb = HashEmbedder()
+    docs = _docs(36, 4)
+    rule = AbstractDriftRule(share=0.5, min_leaves=4)
+    data = Index.build(docs[:30], IndexConfig(max_children=4), texts=True, embedder=emb).data
+    data, _ = add_documents(data, docs[30:31], emb, texts=True, drift_rule=rule)
+    folder = Index.from_data(data, embedder=emb).save(tmp_path / "ix")
+    saved = [p for p in folder.rglob("abstract_drift.npy")]
+    assert len(saved) == 1
+    np.save(saved[0], np.zeros(3, dtype=np.int64))
+    from psirag.errors import IndexFormatError
+
+    with pytest.raises(IndexFormatError, match="abstract_drift.npy"):
+        Index.load(folder, embedder=emb)
+
+
+@pytest.mark.parametrize("share, least", [(-0.1, 10), (1.0, 10), (0.1, 0)])
+def test_a_bad_rule_is_refused(share: float, least: int) -> None:
+    with pytest.raises(ValueError, match="drift rule"):
+        AbstractDriftRule(share=share, min_leaves=least)
