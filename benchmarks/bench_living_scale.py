@@ -132,8 +132,7 @@ def worker(n: int) -> dict[str, Any]:
     rng = np.random.default_rng(99)
     topic = int(labels[0])
     new_text = "\n\n".join(
-        " ".join(rng.choice(vocab[topic], 12).tolist() + rng.choice(vocab[-1], 8).tolist())
-        + "."
+        " ".join(rng.choice(vocab[topic], 12).tolist() + rng.choice(vocab[-1], 8).tolist()) + "."
         for _ in range(8)
     )
     new_doc = Document("new-doc", "", new_text, is_record=False)

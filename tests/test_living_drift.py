@@ -46,7 +46,8 @@ def _check_bound(lazy: IndexData, exact: IndexData, rule: AbstractDriftRule) -> 
     drift = _drift(lazy)
     assert np.all(drift[leaves < rule.min_leaves] == 0)
     assert np.all(drift <= rule.share * leaves)
-    differ = [i for i, (a, b) in enumerate(zip(lazy.abstracts, exact.abstracts)) if a != b]
+    pairs = zip(lazy.abstracts, exact.abstracts, strict=True)
+    differ = [i for i, (a, b) in enumerate(pairs) if a != b]
     for i in differ:
         assert drift[i] > 0, f"node {n + i} differs from a rescore but records no drift"
     # waiting nodes' routing vectors are refreshed all the same
@@ -131,7 +132,7 @@ def test_a_damaged_drift_file_is_a_clear_error(tmp_path: Path) -> None:
     np.save(saved[0], np.zeros(3, dtype=np.int64))
     from psirag.errors import IndexFormatError
 
-    with pytest.raises(IndexFormatError, match="abstract_drift.npy"):
+    with pytest.raises(IndexFormatError, match=r"abstract_drift\.npy"):
         Index.load(folder, embedder=emb)
 
 

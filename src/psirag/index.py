@@ -375,7 +375,7 @@ class Index:
             if isinstance(exc, IndexFormatError):
                 raise
             raise IndexFormatError(f"{folder}: cannot read the BM25 index ({exc})") from exc
-        bm25_docs = sparse.retriever.scores.get("num_docs")
+        bm25_docs = sparse.n_docs
         if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
             raise IndexFormatError(
                 f"{folder}: the BM25 index holds {bm25_docs} documents but the index has "

@@ -10,9 +10,9 @@ big node's keyword abstract may wait until enough of its leaves changed
 drift is what the rebuild rule bounds). What the corpus-wide
 parts need is kept per leaf, so an update works on its own chunks only: the keyword phrase
 table (:mod:`psirag.abstracts.phrases`) extracts phrases from the new leaves and adds or
-subtracts their counts, and BM25 is rescored in numpy from each chunk's cached term counts
-(bm25s cannot add documents in place; idf and the mean length move with the corpus, so every
-score is recomputed, giving the index a fresh build gives). The result is a new immutable
+subtracts their counts, and BM25's counts (document frequencies, chunk count, total length)
+are adjusted by the changed chunks only, their postings kept in segments with tombstones; idf
+is applied at query time, so the scores are those a fresh build gives. The result is a new immutable
 :class:`IndexData`; the old value stays valid for readers holding it.
 
 Document ids stay unique across everything added: a new document whose id is taken by a
@@ -54,7 +54,7 @@ from psirag.types import Chunk
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
     from psirag.index import Index
-    from psirag.retrieval.bm25 import TermCounts
+    from psirag.retrieval.bm25 import Postings
     from psirag.storage import IndexWriter
 
 __all__ = [
@@ -254,8 +254,8 @@ class _State:
     dirty: np.ndarray
     phrases: PhraseTable | None = None
     """Keyword abstracts' phrase table of ``chunks`` (None: built at refresh)."""
-    terms: TermCounts | None = None
-    """BM25 term counts of ``chunks`` (None: counted at refresh)."""
+    terms: Postings | None = None
+    """BM25 counts of ``chunks`` (None: counted at refresh)."""
     drift: np.ndarray | None = None
     """Per node of ``tree``: leaves changed under it since its abstract was scored."""
     fresh: np.ndarray | None = None
@@ -274,7 +274,7 @@ class _State:
             np.array(data.node_vectors, dtype=np.float32),
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
-            data.sparse.counts,
+            _postings(data),
             np.concatenate(
                 [
                     np.zeros(n, dtype=np.int64),
@@ -297,7 +297,7 @@ class _State:
         self._timed("abstracts", t0)
         t0 = time.perf_counter()
         if self.terms is not None:
-            self.terms = self.terms.select(keep)
+            self.terms = self.terms.remove(keep)
         self._timed("bm25", t0)
 
     def append_leaves(self, texts: list[str]) -> None:
@@ -308,7 +308,7 @@ class _State:
         self._timed("abstracts", t0)
         t0 = time.perf_counter()
         if self.terms is not None:
-            self.terms = self.terms.append(texts)
+            self.terms = self.terms.add(texts)
         self._timed("bm25", t0)
 
     def apply(self, update: TreeUpdate, chunks: list[Chunk], leaf_vectors: np.ndarray) -> None:
@@ -401,13 +401,28 @@ class _State:
         summary.nodes_refreshed = int(refresh.size)
         summary.abstracts_waiting = int(waiting.size)
         t0 = time.perf_counter()
-        if self.terms is None:
-            from psirag.retrieval.bm25 import TermCounts
+        from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
 
-            self.terms = TermCounts.of(leaf_texts)  # an index saved without them
-        sparse = sparse_index(leaf_texts, config, counts=self.terms)
+        if self.terms is None:  # an index saved without term counts
+            counts = TermCounts.of(leaf_texts)
+            self.terms = Postings.of_counts(counts, k1=config.bm25_k1, b=config.bm25_b)
+        sparse = SparseIndex.from_postings(self.terms, leaf_texts)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
+
+
+def _postings(data: IndexData) -> Postings | None:
+    """The BM25 counts an update adjusts: the index's own, or made from the term counts an
+    index saved before them kept (None: the chunks are tokenised at refresh)."""
+    sparse = data.sparse
+    if sparse.postings is not None:
+        return sparse.postings
+    counts = sparse.counts
+    if counts is None:
+        return None
+    from psirag.retrieval.bm25 import Postings
+
+    return Postings.of_counts(counts, k1=data.config.bm25_k1, b=data.config.bm25_b)
 
 
 def _lineage(data: IndexData, added: int, removed: int) -> dict[str, int]:
