@@ -102,8 +102,7 @@ def corpus(n: int, seed: int = 0) -> tuple[list[str], list[int], list[list[str]]
 
 
 def _du(folder: Path) -> int:
-    """Bytes under ``folder`` not shared by hard links with files outside the newest
-    generation is hard to tell portably; this counts bytes whose inode was new (written)."""
+    """Bytes of every file under ``folder``."""
     total = 0
     for root, _, files in os.walk(folder):
         for f in files:
@@ -112,6 +111,8 @@ def _du(folder: Path) -> int:
 
 
 def _inodes(folder: Path) -> dict[int, int]:
+    """Size per inode under ``folder``: a save's new inodes are the bytes it wrote (a hard
+    link to the base generation's file is no new inode)."""
     got: dict[int, int] = {}
     for root, _, files in os.walk(folder):
         for f in files:
@@ -165,6 +166,23 @@ def worker(n: int) -> dict[str, Any]:
                 "chunks": summary.chunks_added + summary.chunks_removed,
                 "nodes_refreshed": summary.nodes_refreshed,
             }
+        # BM25 is scored at query time from counts now: what a query costs, after an add
+        updated = Index.from_data(base, embedder=emb)
+        updated.add([new_doc])
+        qrng = np.random.default_rng(5)
+        queries = [
+            " ".join(qrng.choice(vocab[int(qrng.integers(len(vocab)))], 3).tolist())
+            for _ in range(40)
+        ]
+        ms = []
+        for q in queries:
+            t0 = time.perf_counter()
+            updated.sparse.search(q, k=10)
+            ms.append(1000 * (time.perf_counter() - t0))
+        out["bm25_query_ms"] = {
+            "p50": round(float(np.percentile(ms, 50)), 2),
+            "p95": round(float(np.percentile(ms, 95)), 2),
+        }
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
             folder = Path(tmp) / "ix"
             t0 = time.perf_counter()

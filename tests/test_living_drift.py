@@ -140,3 +140,25 @@ def test_a_damaged_drift_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_bad_rule_is_refused(share: float, least: int) -> None:
     with pytest.raises(ValueError, match="drift rule"):
         AbstractDriftRule(share=share, min_leaves=least)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_abstracts_of_some_nodes_read_from_their_leaves_equal_the_full_pass(seed: int) -> None:
+    """An update scores its nodes from their own leaves' phrase rows (no corpus-wide matrix):
+    each node's phrases equal those of the pass over every node."""
+    from psirag.abstracts.keywords import keyword_abstracts
+    from psirag.abstracts.phrases import PhraseTable
+    from psirag.tree import build_tree
+
+    texts = _docs(90, seed)
+    tree = build_tree(HashEmbedder().embed(texts), max_children=4)
+    table = PhraseTable.build(texts)
+    full = keyword_abstracts(texts, tree, table=table)
+    n = tree.n_leaves
+    rng = random.Random(seed)
+    inner = list(range(n, tree.n_nodes))
+    for size in (1, 3, len(inner)):
+        nodes = rng.sample(inner, size)
+        got = keyword_abstracts(texts, tree, nodes=nodes, table=table)
+        assert got == [full[u - n] for u in nodes]
+    assert any(full)

@@ -112,7 +112,8 @@ class _Phrases:
     (:attr:`leaf_phrase`, :attr:`stems`, ...) are what a test compares across tables.
     """
 
-    leaf_pid: sp.csr_matrix  # n_leaves x n_pids, 0/1 int32: the phrases each leaf holds
+    lp_ptr: np.ndarray  # n_leaves + 1: CSR rows of lp_pid
+    lp_pid: np.ndarray  # the distinct phrases of each leaf, leaf by leaf
     col_of: np.ndarray  # n_pids: column of a kept phrase, -1 otherwise
     pid_of: np.ndarray  # n_columns: the phrase of each column
     df: np.ndarray  # n_pids: leaves holding each phrase (float64)
@@ -135,6 +136,32 @@ class _Phrases:
             cached = " ".join(self.vocab[t] for t in self.surface_ids[pid].tolist() if t >= 0)
             self._surface[pid] = cached
         return cached
+
+    @cached_property
+    def leaf_pid(self) -> sp.csr_matrix:
+        """n_leaves x n_pids, 0/1 int32: the phrases each leaf holds (made on first use: an
+        update reads the rows of its few nodes' leaves instead)."""
+        return sp.csr_matrix(
+            (np.ones(self.lp_pid.size, dtype=np.int32), self.lp_pid, self.lp_ptr),
+            shape=(self.lp_ptr.size - 1, self.key.size),
+        )
+
+    def node_counts(self, leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The phrases of a set of leaves, ascending, with how many of the leaves hold each
+        (what a row of ``membership @ leaf_pid`` holds), read from those leaves' rows only."""
+        starts, ends = self.lp_ptr[leaves], self.lp_ptr[leaves + 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        if total == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        pids = self.lp_pid[np.arange(total) + shift]
+        if total * 8 > self.key.size:  # most of the corpus: a dense count is cheaper
+            counts = np.bincount(pids, minlength=self.key.size)
+            at = np.flatnonzero(counts)
+            return at, counts[at].astype(np.float64)
+        at, counts = np.unique(pids, return_counts=True)
+        return at.astype(np.int64), counts.astype(np.float64)
 
     @cached_property
     def info(self) -> _Info:
@@ -227,12 +254,9 @@ def keyword_abstracts(
     if phrases.pid_of.size == 0:
         return [[] for _ in range(targets.size)]
 
-    row_of = np.full(tree.n_nodes, -1, dtype=np.int64)
-    row_of[rows] = np.arange(rows.size)
-    if nodes is None:
-        membership = tree.leaf_membership[n_leaves:].astype(np.int32)
-    else:
-        membership = tree.leaf_membership[rows].astype(np.int32)
+    row_of = {u: i for i, u in enumerate(rows.tolist())}
+    full = tree.leaf_membership
+    membership = (full[n_leaves:] if nodes is None else full[rows]).astype(np.int32)
     # node x phrase leaf counts, columns by persistent phrase id (unsorted within a row: a
     # parent's counts are read through a dense scratch row, ties break by column id); a node
     # over every leaf (a single tree's root) has the corpus's counts, no product needed
@@ -240,25 +264,36 @@ def keyword_abstracts(
     global_df = phrases.df
     whole = leaf_counts == n_leaves
     part = np.flatnonzero(~whole)
-    node_df = (membership[part] @ phrases.leaf_pid).tocsr()
-    sub_of = np.full(rows.size, -1, dtype=np.int64)
-    sub_of[part] = np.arange(part.size)
-    every = np.flatnonzero(global_df > 0)
-    every_df = global_df[every]
-    idf = np.log((1.0 + n_leaves) / (1.0 + global_df)) + 1.0
-    is_multi = phrases.words > 1
+    if nodes is None:  # every node: one sparse product
+        node_df = (membership[part] @ phrases.leaf_pid).tocsr()
+        sub_of = np.full(rows.size, -1, dtype=np.int64)
+        sub_of[part] = np.arange(part.size)
+        sub_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    else:  # a few nodes (an update): each from its own leaves' rows, no corpus-wide matrix
+        sub_rows = {
+            int(a): phrases.node_counts(
+                membership.indices[membership.indptr[a] : membership.indptr[a + 1]]
+            )
+            for a in part.tolist()
+        }
+    every_rows: list[tuple[np.ndarray, np.ndarray]] = []
+    if whole.any():
+        every = np.flatnonzero(global_df > 0)
+        every_rows.append((every, global_df[every]))
     col_of = phrases.col_of
 
     def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
         if whole[a]:
-            return every, every_df
+            return every_rows[0]
+        if nodes is not None:
+            return sub_rows[a]
         b = int(sub_of[a])
         lo, hi = node_df.indptr[b], node_df.indptr[b + 1]
         return node_df.indices[lo:hi], node_df.data[lo:hi]
 
     # children grouped under each parent, so the parent's row is scattered once
     order = np.argsort(tree.parent[targets], kind="stable")
-    scratch = np.zeros(col_of.size, dtype=np.float64)
+    scratch = np.zeros(col_of.size, dtype=np.float64) if nodes is None else None
     done: dict[int, list[str]] = {}
     bar = None
     if progress:
@@ -271,10 +306,12 @@ def keyword_abstracts(
         for u in targets[order].tolist():
             p = int(tree.parent[u])
             if p != current:
-                scratch[parent_pids] = 0.0
+                if scratch is not None:
+                    scratch[parent_pids] = 0.0
                 if p >= 0:
                     parent_pids, pdata = node_row(int(row_of[p]))
-                    scratch[parent_pids] = pdata
+                    if scratch is not None:
+                        scratch[parent_pids] = pdata
                 else:
                     parent_pids = np.empty(0, dtype=np.int64)
                 current = p
@@ -290,14 +327,17 @@ def keyword_abstracts(
                 done[u] = []
                 continue
             if p >= 0:
-                df_p = scratch[pids]
+                # a parent's row holds every phrase of its child's (sorted when read per node)
+                if scratch is not None:
+                    df_p = scratch[pids]
+                else:
+                    df_p = pdata[parent_pids.searchsorted(pids)]
                 n_p = float(leaf_counts[row_of[p]])
             else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
                 df_p = global_df[pids]
                 n_p = float(n_leaves)
-            done[u] = _node_phrases(
-                phrases, pids, cols, df_u, n_u, df_p, n_p, idf, is_multi, max_phrases
-            )
+            idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[pids])) + 1.0
+            done[u] = _node_phrases(phrases, pids, cols, df_u, n_u, df_p, n_p, idf_u, max_phrases)
     if bar is not None:
         bar.close()
     return [done[u] for u in targets.tolist()]
@@ -327,7 +367,6 @@ def _node_phrases(
     df_p: np.ndarray,
     n_p: float,
     idf: np.ndarray,
-    is_multi: np.ndarray,
     max_phrases: int,
 ) -> list[str]:
     """Score one node's phrases (vectorised) and pick a deduplicated, ordered list.
@@ -337,10 +376,10 @@ def _node_phrases(
     n_rest = n_p - n_u
     cov_rest = (df_p - df_u) / n_rest if n_rest > 0 else np.zeros_like(cov)
     dist = (cov / (cov + cov_rest)) ** DIST_POWER
-    weight = idf[pids] * dist
+    weight = idf * dist
     theme = cov * weight
     specific = np.sqrt(cov) * weight
-    multi = is_multi[pids]
+    multi = phrases.words[pids] > 1
 
     pool = CANDIDATE_POOL * max_phrases
     shared = df_u >= min(2.0, n_u)  # a theme is shared by at least two of the node's leaves

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import Stemmer
 
 from psirag.abstracts.keywords import (
@@ -613,12 +612,9 @@ def _finish(
     n_p = table.p_key.size
     col_of = np.full(n_p, -1, dtype=np.int64)
     col_of[pid_of] = np.arange(pid_of.size)
-    leaf_pid = sp.csr_matrix(
-        (np.ones(table.lp_pid.size, dtype=np.int32), table.lp_pid, table.lp_ptr),
-        shape=(table.n_leaves, n_p),
-    )
     ph = _Phrases(
-        leaf_pid=leaf_pid,
+        lp_ptr=table.lp_ptr,
+        lp_pid=table.lp_pid,
         col_of=col_of,
         pid_of=pid_of,
         df=d.p_df.astype(np.float64),
