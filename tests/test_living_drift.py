@@ -162,3 +162,32 @@ def test_abstracts_of_some_nodes_read_from_their_leaves_equal_the_full_pass(seed
         got = keyword_abstracts(texts, tree, nodes=nodes, table=table)
         assert got == [full[u - n] for u in nodes]
     assert any(full)
+
+
+def test_chained_and_branched_table_adds_equal_fresh_tables() -> None:
+    """Successive adds grow the layout in the spare room of the one before (which that table
+    gives up); a table asked again afterwards, or added to twice, still gives a fresh one's
+    abstracts."""
+    from psirag.abstracts.keywords import keyword_abstracts
+    from psirag.abstracts.phrases import PhraseTable
+    from psirag.tree import build_tree
+
+    texts = _docs(70, 9)
+    emb = HashEmbedder()
+
+    def same(table: PhraseTable, corpus: list[str]) -> None:
+        tree = build_tree(emb.embed(corpus), max_children=4)
+        assert keyword_abstracts(corpus, tree, table=table) == keyword_abstracts(corpus, tree)
+
+    t0 = PhraseTable.build(texts[:40])
+    same(t0, texts[:40])
+    t1 = t0.add(texts[40:45])
+    same(t1, texts[:45])
+    t2 = t1.add(texts[45:50])  # grows t1's layout in place
+    same(t2, texts[:50])
+    t3 = t2.add(texts[50:52])
+    same(t3, texts[:52])
+    same(t1, texts[:45])  # t1 gave its layout up: remade, still right
+    branch = t1.add(texts[60:66])  # a second add to t1
+    same(branch, texts[:45] + texts[60:66])
+    same(t3.add(texts[66:70]), texts[:52] + texts[66:70])

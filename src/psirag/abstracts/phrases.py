@@ -21,6 +21,7 @@ first-appearance ranks: the ranks are recomputed from the per-leaf word lists af
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -503,7 +504,7 @@ class PhraseTable:
         table._cache["derived"] = new
         prev = self._cache.get("layout")
         if prev is not None:
-            table._cache["pending"] = (prev, touched, newcomers)
+            table._cache["pending"] = (prev, touched, newcomers, self._cache)
         assert table.n_leaves == n_old + b.n
         return table
 
@@ -562,7 +563,17 @@ class PhraseTable:
         if got is None:
             pending = self._cache.pop("pending", None)
             d = self._derived()
-            got = _layout(self, d) if pending is None else _layout_after_add(self, d, *pending)
+            if pending is None:
+                got = _layout(self, d)
+            else:
+                prev, touched, newcomers, source = pending
+                if source.get("layout") is prev:
+                    # the table added to gives its layout up (it remakes one if asked again),
+                    # so its arrays' spare room can be written here instead of copied
+                    del source["layout"]
+                    got = _layout_after_add(self, d, prev, touched, newcomers)
+                else:  # another table was made from that layout already
+                    got = _layout(self, d)
             self._cache["layout"] = got
         return got.phrases
 
@@ -661,6 +672,36 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     )
 
 
+def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
+    """``a`` extended to ``n`` rows of ``fill``, in the spare room of the array it is a view of
+    when there is room (the caller owns ``a``: a layout given up), else copied into a new one
+    with a quarter to spare: appending one row at a time costs O(1) amortised, not O(n)."""
+    m = a.shape[0]
+    buf = a.base
+    if (
+        isinstance(buf, np.ndarray)
+        and _SPARE.get(id(buf)) is buf
+        and buf.shape[1:] == a.shape[1:]
+        and buf.shape[0] >= n
+        and buf.dtype == a.dtype
+        and a.size
+        and np.shares_memory(a[:1], buf[:1])
+        and buf.flags.writeable
+    ):
+        out = buf[:n]
+        out[m:] = fill
+        return out
+    buf = np.empty((n + n // 4 + 1024, *a.shape[1:]), dtype=a.dtype)
+    buf[:m] = a
+    buf[m:n] = fill
+    _SPARE[id(buf)] = buf
+    return buf[:n]
+
+
+_SPARE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+"""The arrays :func:`_grown` made (only their spare room is ever written in place)."""
+
+
 def _layout_after_add(
     table: PhraseTable,
     d: _Derived,
@@ -681,11 +722,12 @@ def _layout_after_add(
         np.minimum.at(stem_first, v.stem_of[newcomers], d.w_rank[newcomers])
 
     def grow(a: np.ndarray, fill: Any) -> np.ndarray:
-        extra = np.full((n_p - n_old, *a.shape[1:]), fill, dtype=a.dtype)
-        return np.concatenate([a, extra])
+        return _grown(a, n_p, fill)
 
-    stems = np.concatenate([old.stem_ids, _unpack(table.p_key[n_old:])])
-    words = np.concatenate([old.words, (stems[n_old:] >= 0).sum(axis=1).astype(np.int64)])
+    stems = grow(old.stem_ids, -1)
+    stems[n_old:] = _unpack(table.p_key[n_old:])
+    words = grow(old.words, 0)
+    words[n_old:] = (stems[n_old:] >= 0).sum(axis=1)
     surface, entity, content = (
         grow(old.surface_ids, -1),
         grow(old.entity, False),
@@ -733,7 +775,9 @@ def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
     else:
         if pids.size == 0:
             return
-        sel = np.flatnonzero(np.isin(d.s_pid, pids))
+        wanted = np.zeros(d.p_best.size, dtype=bool)
+        wanted[pids] = True
+        sel = np.flatnonzero(wanted[d.s_pid])
     keys = d.s_key[sel]
     words = _unpack(keys)
     rkey = _pack(np.where(words >= 0, d.w_rank[words], -1))
