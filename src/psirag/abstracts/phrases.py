@@ -436,21 +436,26 @@ class PhraseTable:
     def add(self, leaf_texts: Sequence[str]) -> PhraseTable:
         """This table with ``leaf_texts`` appended as new leaves."""
         d = self._derived()
+        # this table gives its counts up to the new one (and remakes them if asked again), so
+        # they are changed in place; its per-leaf arrays are only appended to, in the spare
+        # room of their buffers while no other table was made from this one
+        del self._cache["derived"]
+        own = not self._cache.get("extended", False)
+        self._cache["extended"] = True
         vocab, b = _extract(leaf_texts, d.vocab)
         n_old = self.n_leaves
         # phrase ids: the stem keys seen before keep theirs, new ones are numbered on
         uniq, inv = _unique_inverse(b.ls_stem)
-        sorted_keys = self.p_key[d.p_sorted]
-        pos = np.searchsorted(sorted_keys, uniq)
+        pos = np.searchsorted(self.p_key, uniq, sorter=d.p_sorted)
         found = np.zeros(uniq.size, dtype=bool)
-        inside = pos < sorted_keys.size
-        found[inside] = sorted_keys[pos[inside]] == uniq[inside]
+        inside = np.flatnonzero(pos < d.p_sorted.size)
+        found[inside] = self.p_key[d.p_sorted[pos[inside]]] == uniq[inside]
         pid_u = np.empty(uniq.size, dtype=np.int64)
         pid_u[found] = d.p_sorted[pos[found]]
         n_p_old = self.p_key.size
         fresh = np.flatnonzero(~found)
         pid_u[fresh] = n_p_old + np.arange(fresh.size)
-        p_key = np.concatenate([self.p_key, uniq[fresh]])
+        p_key = _append(self.p_key, uniq[fresh], own)
         n_p = p_key.size
         p_sorted = np.insert(d.p_sorted, pos[fresh], pid_u[fresh])
         ls_pid = pid_u[inv]
@@ -459,8 +464,8 @@ class PhraseTable:
         ls_leaf = _rows(b.ls_ptr)
         pair = _distinct(ls_leaf * max(n_p, 1) + ls_pid)
         lp_leaf, lp_pid = pair // max(n_p, 1), pair % max(n_p, 1)
-        p_df = np.concatenate([d.p_df, np.zeros(fresh.size, dtype=np.int64)])
-        p_df += np.bincount(lp_pid, minlength=n_p)
+        p_df = _grown(d.p_df, n_p, 0)
+        np.add.at(p_df, lp_pid, 1)
 
         # corpus surface counts
         u_key, u_inv = _unique_inverse(b.ls_key)
@@ -471,7 +476,7 @@ class PhraseTable:
         hit = np.zeros(u_key.size, dtype=bool)
         ok = at < d.s_key.size
         hit[ok] = d.s_key[at[ok]] == u_key[ok]
-        s_cnt = d.s_cnt.copy()
+        s_cnt = d.s_cnt  # given up by the old table: changed in place
         s_cnt[at[hit]] += u_cnt[hit]
         miss = ~hit
         s_key = np.insert(d.s_key, at[miss], u_key[miss])
@@ -479,23 +484,21 @@ class PhraseTable:
         s_pid = np.insert(d.s_pid, at[miss], u_pid[miss])
 
         # first-appearance ranks: words new to the corpus come after every word it had
-        w_rank = np.concatenate(
-            [d.w_rank, np.full(len(vocab.words) - d.w_rank.size, -1, dtype=np.int64)]
-        )
+        w_rank = _grown(d.w_rank, len(vocab.words), -1)
         newcomers = b.first_words[w_rank[b.first_words] < 0]
         w_rank[newcomers] = d.n_ranked + np.arange(newcomers.size)
         n_ranked = d.n_ranked + int(newcomers.size)
 
-        p_best = np.concatenate([d.p_best, np.zeros(fresh.size, dtype=np.int64)])
+        p_best = _grown(d.p_best, n_p, 0)
         table = PhraseTable(
             vocab.words,
-            np.concatenate([self.lw_ptr, self.lw_ptr[-1] + b.lw_ptr[1:]]),
-            np.concatenate([self.lw, b.lw]),
-            np.concatenate([self.ls_ptr, self.ls_ptr[-1] + b.ls_ptr[1:]]),
-            np.concatenate([self.ls_key, b.ls_key]),
-            np.concatenate([self.ls_cnt, b.ls_cnt]),
-            np.concatenate([self.lp_ptr, self.lp_ptr[-1] + _ptr(lp_leaf, b.n)[1:]]),
-            np.concatenate([self.lp_pid, lp_pid]),
+            _append(self.lw_ptr, self.lw_ptr[-1] + b.lw_ptr[1:], own),
+            _append(self.lw, b.lw, own),
+            _append(self.ls_ptr, self.ls_ptr[-1] + b.ls_ptr[1:], own),
+            _append(self.ls_key, b.ls_key, own),
+            _append(self.ls_cnt, b.ls_cnt, own),
+            _append(self.lp_ptr, self.lp_ptr[-1] + _ptr(lp_leaf, b.n)[1:], own),
+            _append(self.lp_pid, lp_pid, own),
             p_key,
         )
         new = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
@@ -672,6 +675,16 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     )
 
 
+def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
+    """``a`` with ``extra`` after it: in the spare room of ``a``'s buffer when ``own`` (no
+    other array was appended there), else in a new buffer (earlier views stay as they are)."""
+    m = a.shape[0]
+    n = m + extra.shape[0]
+    out = _grown(a, n, 0) if own else _new_buffer(a, n, 0)
+    out[m:] = extra
+    return out
+
+
 def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
     """``a`` extended to ``n`` rows of ``fill``, in the spare room of the array it is a view of
     when there is room (the caller owns ``a``: a layout given up), else copied into a new one
@@ -691,6 +704,12 @@ def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
         out = buf[:n]
         out[m:] = fill
         return out
+    return _new_buffer(a, n, fill)
+
+
+def _new_buffer(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
+    """``a`` extended to ``n`` rows of ``fill`` in a new buffer with a quarter to spare."""
+    m = a.shape[0]
     buf = np.empty((n + n // 4 + 1024, *a.shape[1:]), dtype=a.dtype)
     buf[:m] = a
     buf[m:n] = fill
