@@ -24,13 +24,17 @@ import argparse
 import json
 import os
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _common import RESULTS, machine_info, write_result
 
-from psirag.web.testing import ServerProcess, chromium_path, launch_chromium
+# the tests' helpers: one ServerProcess and the system Chromium (tests/support, not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import ServerProcess
+from support.browser import chromium_path, launch_chromium
 
 VIEWPORT = (1366, 768)
 TOUR_JS = """

@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from psirag.llm.testing import FakeOpenAIServer
-from psirag.web.testing import ServerProcess, launch_chromium
+
+# the tests' helpers: one ServerProcess and the system Chromium (tests/support, not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import ServerProcess
+from support.browser import launch_chromium
 
 QUESTION = "When did Lothair II's mother die?"
 SEARCH = "Ermengarde of Tours, mother of Lothair II"
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         # a copy: the Documents view uploads a file, which a living index would take
         index = shutil.copytree(args.index, Path(tmp) / "index")
         server = ServerProcess(index, ["--llm", f"openai:{llm.base_url}#scripted"])
+        server.wait_ready()
         browser = launch_chromium(p)
         for name, (w, h) in VIEWPORTS.items():
             page = browser.new_page(viewport={"width": w, "height": h})

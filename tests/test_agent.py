@@ -9,15 +9,23 @@ index (another layer, tested on its own).
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import NO_RETRY, ScriptedServer, client_for
+from support.agents import (
+    QUESTION,
+    SUB_QUESTION,
+    VISITED,
+    FakeIndex,
+    FakeTreeIndex,
+    ids,
+    parse,
+)
 
 from psirag.agent import (
     NOT_MENTIONED,
@@ -34,108 +42,14 @@ from psirag.agent import (
 )
 from psirag.agent import cli as agent_cli
 from psirag.config import PROFILES
-from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.base import estimate_tokens
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 from psirag.types import Passage, Source
-
-NO_RETRY = HttpPolicy(retries=0)
-"""A scripted server that runs out of replies answers 500: fail at once, not after retries."""
 
 # --- the scripted server -------------------------------------------------------------------------
 
 
-class ScriptedServer(ChatServer):
-    """Replays a script of replies, one per request, and records the requests."""
-
-    def __init__(self) -> None:
-        self.replies: list[str] = []
-        super().__init__(lambda body: self.replies.pop(0) if self.replies else None)
-
-    @property
-    def spec(self) -> str:
-        return f"openai:{self.base_url}#scripted"
-
-    def script(self, *replies: str) -> None:
-        self.replies = list(replies)
-
-    def last_user(self, i: int) -> str:
-        """The last user message of request ``i``: the turn the model was answering."""
-        users = [m["content"] for m in self.requests[i]["messages"] if m["role"] == "user"]
-        return users[-1]
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedServer]:
-    s = ScriptedServer()
-    yield s
-    s.close()
-
-
-def client_for(server: ScriptedServer, **chat_options: Any) -> LLMClient:
-    return LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY, **chat_options), None)
-
-
 # --- the stand-in index --------------------------------------------------------------------------
-
-DOCS = {
-    "hotel": (
-        "Blue Harbour Hotel",
-        "The Blue Harbour Hotel is a seaside hotel in Portmere. Since 1987 it has been owned "
-        "by the Calder Group.",
-    ),
-    "calder": (
-        "Calder Group",
-        "The Calder Group is a hospitality company founded in 1952. Its head office is in Lisbon.",
-    ),
-    "portmere": (
-        "Portmere",
-        "Portmere is a fishing town on the west coast with a seaside promenade and a hotel.",
-    ),
-    "quiz": (
-        "Pub quiz sheet",
-        "Question: where is the head office of the Calder company?\nAnswer: Paris",
-    ),
-    "bridge": ("Old Bridge", "The Old Bridge in Portmere was rebuilt in 1911 after a flood."),
-}
-STOP = {"the", "a", "an", "of", "in", "is", "it", "by", "what", "which", "where", "who", "its"}
-
-
-def words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP}
-
-
-class FakeIndex:
-    """Lexical overlap over DOCS; records every query it is asked."""
-
-    def __init__(self, k: int = 2, docs: dict[str, tuple[str, str]] | None = None) -> None:
-        self.k = k
-        self.docs = docs or DOCS
-        self.queries: list[str] = []
-        self.configs: list[object] = []
-
-    def passage(self, doc_id: str, score: float) -> Passage:
-        title, text = self.docs[doc_id]
-        return Passage(doc_id, text, score, Source(doc_id, title, 0, 0, len(text)))
-
-    def search(self, query: str, k: int | None = None, *, config: object = None) -> list[Passage]:
-        self.queries.append(query)
-        self.configs.append(config)
-        q = words(query)
-        scored = sorted(
-            ((len(q & words(t + " " + x)), i) for i, (t, x) in self.docs.items()),
-            key=lambda s: (-s[0], s[1]),
-        )
-        return [self.passage(i, float(s)) for s, i in scored[: self.k]]
-
-
-QUESTION = "Which city hosts the headquarters of the owner of the Blue Harbour Hotel?"
-SUB_QUESTION = "Where is the head office of the Calder Group, owner of the Blue Harbour Hotel?"
-
-
-def ids(passages: list[Passage]) -> list[str]:
-    return [p.id for p in passages]
 
 
 # --- the loop ------------------------------------------------------------------------------------
@@ -410,15 +324,6 @@ def test_empty_question_is_refused(server: ScriptedServer) -> None:
 
 # --- summarization -------------------------------------------------------------------------------
 
-VISITED = [
-    Node(109, 2, 0.70, "meeting overview: budget, design, schedule", 0),
-    Node(105, 1, 0.80, "design: remote control shape and colour", 10),
-    Node(3, 0, 0.60, "PM: We open with the budget.", 0),
-    Node(40, 0, 0.90, "ID: The case will be yellow.", 40),
-    Node(12, 0, 0.20, "ME: Batteries cost too much.", 12),
-    Node(107, 1, 0.65, "schedule and next meeting", 30),
-]
-
 
 def test_select_nodes_top_k_in_document_order() -> None:
     chosen = select_nodes(VISITED, 4)
@@ -459,28 +364,6 @@ def test_summarize_over_http(server: ScriptedServer) -> None:
 
 
 # --- command line --------------------------------------------------------------------------------
-
-
-class FakeTreeIndex(FakeIndex):
-    def visit(
-        self, query: str, *, docs: list[str] | None = None, beam: int = 10, k: int = 10
-    ) -> list[Node]:
-        self.queries.append(f"visit:{docs}:beam={beam}:k={k}:{query}")
-        return VISITED
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="psirag")
-    agent_cli.register(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(argv)
-
-
-@pytest.fixture
-def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeTreeIndex:
-    index = FakeTreeIndex()
-    loaded: list[str] = []
-    monkeypatch.setattr(agent_cli, "_load_index", lambda path: loaded.append(path) or index)
-    return index
 
 
 def test_cli_ask_json_and_streamed_steps(

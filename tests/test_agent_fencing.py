@@ -13,7 +13,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder
+from support import FakeOpenAIServer, HashEmbedder, echo_prompt
 
 from psirag import Index
 from psirag.agent import RetrieveAndAnswer, Summarizer
@@ -22,7 +22,6 @@ from psirag.agent.loop import MAX_ANSWER_CHARS
 from psirag.agent.parsing import parse_reply
 from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, OpenAIChat
-from psirag.llm.testing import FakeOpenAIServer, echo_prompt
 
 QUESTION = "Where is the head office of the Calder Group?"
 

@@ -6,28 +6,25 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder
-from test_agent import (
+from support import HashEmbedder, ScriptedServer, client_for
+from support.agents import (
+    CORPUS,
+    Q_OFFICE,
     QUESTION,
+    QUESTIONS,
     SUB_QUESTION,
     FakeIndex,
     FakeTreeIndex,
-    ScriptedServer,
-    client_for,
     ids,
+    length_model,
     parse,
 )
-from test_hops import length_model
-from test_ircot import CORPUS, Q_OFFICE, QUESTIONS
-from test_ircot import Server as IRCoTServer
 
 from psirag.agent import RetrieveAndAnswer
-from psirag.agent import cli as agent_cli
 from psirag.agent.citations import Labels, split_citations
 from psirag.agent.conversation import read_rewrite
 from psirag.agent.grounding import example_name
@@ -40,20 +37,6 @@ from psirag.eval.settings import EMBEDDER_HOOKS
 from psirag.types import Passage, Source
 
 # --- repeated sub-questions ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedServer]:
-    s = ScriptedServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeTreeIndex:
-    index = FakeTreeIndex()
-    monkeypatch.setattr(agent_cli, "_load_index", lambda path: index)
-    return index
 
 
 def test_repeats_normalised_text_and_overlap() -> None:
@@ -318,7 +301,7 @@ def test_eval_counts_repeats_citations_and_auto_budget(
     records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(CORPUS)]
     (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
     (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
-    model = IRCoTServer()
+    model = ScriptedServer()
     model.respond = eval_model
     out = tmp_path / "qa.json"
     argv = ["eval", str(folder), "--methods", "hybrid+agent", "--llm", model.spec]

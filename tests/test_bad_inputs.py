@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 import psirag.cli
 import psirag.cli_living
@@ -494,7 +494,7 @@ def _living(
         index = Index.build(inputs, config, embedder=HashEmbedder())
     target = folder / "lx"
     if format1:
-        from test_storage import write_format1
+        from support.corpora import write_format1
 
         write_format1(index, target)
         return

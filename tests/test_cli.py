@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TOPICS
+from support import TOPICS
 
 from psirag.cli import main
 
@@ -150,11 +150,12 @@ def test_demo_builds_then_reuses(tmp_path: Path, capsys, monkeypatch: pytest.Mon
     assert "For answers written by an LLM" in second
 
     # with an LLM (a scripted server standing in for the local model) the demo answers
+    from support import FakeOpenAIServer
+
     from psirag.agent import RetrieveAndAnswer
     from psirag.llm import LLMClient, OpenAIChat
-    from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
-    server = ChatServer(lambda body: "Thought: The passages name it.\nAnswer: Vesuvius")
+    server = FakeOpenAIServer(lambda body: "Thought: The passages name it.\nAnswer: Vesuvius")
     try:
         client = LLMClient(OpenAIChat(server.base_url, "m"), cache_path=None)
         monkeypatch.setattr(
@@ -179,7 +180,7 @@ def test_real_demo_corpus_is_the_language_reference() -> None:
 def test_llm_abstract_build_resumes_after_a_crash(tmp_path: Path, capsys) -> None:
     """`psirag index --abstracts llm-keywords`: a build that dies halfway is resumed by running
     it again, and the second run pays only for the abstracts the first did not finish."""
-    from psirag.llm.testing import FakeOpenAIServer as ChatServer
+    from support import FakeOpenAIServer
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -193,7 +194,7 @@ def test_llm_abstract_build_resumes_after_a_crash(tmp_path: Path, capsys) -> Non
         state["answered"].append(json.dumps(body["messages"]))
         return "volcanic activity, football clubs, bread baking, Mount Etna"
 
-    server = ChatServer(reply)
+    server = FakeOpenAIServer(reply)
     cache = tmp_path / "llm.sqlite"
     args = [
         "index", str(corpus), "--out", str(tmp_path / "idx"), "-q", "--json",

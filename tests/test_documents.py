@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("pypdf")
 pytest.importorskip("bs4")
 
-from conftest import HashEmbedder
+from support import HashEmbedder
 
 from psirag import Index, IndexConfig
 from psirag.errors import InputError

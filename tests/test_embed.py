@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import EMBED_DIM, FakeOpenAIServer, Reply, bag_of_words
 
 from psirag.embed import finalize_vectors, load_embedder, model_fingerprint
 from psirag.embed.base import model_name_from_path
 from psirag.embed.openai_compat import OpenAIEmbedder
 from psirag.errors import EmbeddingError, InputError
 from psirag.http import HttpPolicy
-from psirag.llm.testing import EMBED_DIM, FakeOpenAIServer, Reply, bag_of_words
 
 # -- MiniLM (real model) ----------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder
+from support import FakeOpenAIServer, HashEmbedder
 
 from psirag.cli import main
 from psirag.config import IndexConfig
@@ -23,7 +23,6 @@ from psirag.eval.data import EvalDataset, EvalQuestion, load_dataset, subcorpus
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.index import Index
 from psirag.ingest import Document
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 CORPUS = [
     ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
@@ -222,7 +221,7 @@ def test_bad_ablations_fail_clearly(
 # --- LLM abstracts --------------------------------------------------------------------------------
 
 
-class AbstractLLM(ChatServer):
+class AbstractLLM(FakeOpenAIServer):
     """Writes a summary naming the first word of each document; answers questions briefly."""
 
     def __init__(self) -> None:

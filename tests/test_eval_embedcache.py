@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
+from support import HashEmbedder
 
 from psirag.errors import InputError
 from psirag.eval.embedcache import CachingEmbedder, text_key

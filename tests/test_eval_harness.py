@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
+from support import FakeOpenAIServer, HashEmbedder
+from support.datasets import CORPUS, Q_CLUB, Q_OFFICE, Q_VOLCANO, QUESTIONS, write_dataset
 
 from psirag.cli import main
 from psirag.config import PROFILES, IndexConfig
@@ -26,55 +27,8 @@ from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.metrics import recall_at_k
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.index import Index
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
-CORPUS = [
-    ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
-    ("Vesuvius", "Vesuvius is the volcano that destroyed Pompeii with ash in the year 79."),
-    ("Arsenal F.C.", "Arsenal is a football club based in north London."),
-    ("Liverpool F.C.", "Liverpool won the football league title with a record points total."),
-    ("Sourdough", "Sourdough bread uses a starter of wild yeast instead of baker's yeast."),
-    ("Croissant", "Croissants are baked from laminated dough with butter layers."),
-    (
-        "Calder Group",
-        "The Calder Group is a hospitality company founded in 1952. Its head office is in Lisbon.",
-    ),
-    (
-        "Blue Harbour Hotel",
-        "The Blue Harbour Hotel is a seaside hotel in Portmere. Since 1987 it has been owned by "
-        "the Calder Group.",
-    ),
-    ("Portmere", "Portmere is a fishing town on the west coast with a seaside promenade."),
-    ("Lisbon", "Lisbon is the capital and largest city of Portugal."),
-]
-Q_VOLCANO = "Which volcano destroyed Pompeii?"
-Q_OFFICE = "Where is the head office of the company that owns the Blue Harbour Hotel?"
-Q_CLUB = "Which football club is based in north London?"
 SUB_QUESTION = "Where is the head office of the Calder Group, the hospitality company?"
-QUESTIONS = [
-    {
-        "id": "q0",
-        "question": Q_VOLCANO,
-        "answer": "Vesuvius",
-        "answers": ["Vesuvius"],
-        "supporting_passage_ids": [1],
-    },
-    {
-        "id": "q1",
-        "question": Q_OFFICE,
-        "answer": "Lisbon",
-        "answers": ["Lisbon"],
-        "answer_aliases": ["Lisboa"],
-        "supporting_passage_ids": [7, 6],
-    },
-    {
-        "id": "q2",
-        "question": Q_CLUB,
-        "answer": "Arsenal F.C.",
-        "answers": ["Arsenal F.C.", "Arsenal"],
-        "supporting_passage_ids": [2],
-    },
-]
 SUMMARY_KEYS = {
     "recall@2",
     "recall@5",
@@ -87,14 +41,6 @@ SUMMARY_KEYS = {
     "query_ms_p50",
     "query_ms_p95",
 }
-
-
-def write_dataset(folder: Path, corpus: list[tuple[str, str]] = CORPUS) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(corpus)]
-    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
-    (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
-    return folder
 
 
 @pytest.fixture
@@ -326,7 +272,7 @@ def test_list_fields_stored_as_strings_are_read(tmp_path: Path) -> None:
 # --- with an LLM ----------------------------------------------------------------------------------
 
 
-class ScriptedLLM(ChatServer):
+class ScriptedLLM(FakeOpenAIServer):
     """Answers from the question asked, as a model that read the documents would."""
 
     def __init__(self) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
+from support import FakeOpenAIServer, HashEmbedder
 
 from psirag.cli import main
 from psirag.config import IndexConfig
@@ -30,7 +30,6 @@ from psirag.eval.settings import EMBEDDER_HOOKS, SUMMARY_METHODS, EvalSettings
 from psirag.http import HttpPolicy
 from psirag.index import Index
 from psirag.llm import LLMClient, OpenAIChat
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
 NO_RETRY = HttpPolicy(retries=0)
 """A scripted server that runs out of replies answers 500: fail at once, not after retries."""
@@ -103,7 +102,7 @@ def meetings_in(text: str) -> list[str]:
     return [m for m in MEETINGS if words & {w for triple in TERMS[m] for w in triple}]
 
 
-class Model(ChatServer):
+class Model(FakeOpenAIServer):
     """Summarizes by naming the meetings it was shown (``tag``), with the reference summary of
     the one meeting it was shown (``good``), or with an unrelated sentence (``bad``). Answers
     agent-format requests (plain ``NAME`` on a summarization set) briefly."""

@@ -7,20 +7,18 @@ import importlib.util
 import io
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
-from test_agent import (
+from support import HashEmbedder, ScriptedServer
+from support.agents import (
     FakeTreeIndex,
-    ScriptedServer,
+    length_model,
     parse,
 )
 
 import psirag.hops as hops
-from psirag.agent import cli as agent_cli
 from psirag.errors import InputError
 from psirag.eval.settings import EvalSettings
 from psirag.hops import (
@@ -35,30 +33,6 @@ from psirag.hops import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def server() -> Iterator[ScriptedServer]:
-    s = ScriptedServer()
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeTreeIndex:
-    index = FakeTreeIndex()
-    monkeypatch.setattr(agent_cli, "_load_index", lambda path: index)
-    return index
-
-
-def length_model(embedder_id: str, dim: int) -> HopModel:
-    """A hand-made model reading only the word count: short questions 1 hop, long ones 4."""
-    d = dim + len(LEXICAL_NAMES)
-    weights = np.zeros((d, len(HOPS)), dtype=np.float32)
-    weights[dim, :] = [-4.0, 0.0, 2.0, 4.0]  # log(1 + words)
-    bias = np.asarray([8.0, 0.0, -6.0, -10.0], dtype=np.float32)
-    ones = np.ones(d, dtype=np.float32)
-    return HopModel(embedder_id, np.zeros(d, dtype=np.float32), ones, weights, bias, {})
 
 
 SHORT = "Who wrote Hamlet?"

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import FakeOpenAIServer, Reply, echo_prompt
 
 from psirag.errors import InputError
 from psirag.http import HTTPCallError, HttpClient, HttpPolicy, is_loopback, warn_plain_http_key
@@ -25,7 +26,6 @@ from psirag.llm import (
     LLMTimeoutError,
     OpenAIChat,
 )
-from psirag.llm.testing import FakeOpenAIServer, Reply, echo_prompt
 
 MESSAGES = [{"role": "user", "content": "Which volcano destroyed Pompeii?"}]
 PARAMS = GenerationParams(max_tokens=16)

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import TOPICS
+from support import TOPICS, FakeOpenAIServer, Reply
 
 from psirag.cli import build_parser, main
 from psirag.embed.endpoints import ALLOW_ENV, endpoint_of
@@ -20,7 +20,6 @@ from psirag.eval.clients import llm_client
 from psirag.eval.settings import EvalSettings
 from psirag.http import HttpPolicy, http_policy_from
 from psirag.index import Index
-from psirag.llm.testing import FakeOpenAIServer, Reply
 
 QUESTION = "Which volcano destroyed Pompeii?"
 SECRET = "sk-attacker-wants-this-31337"

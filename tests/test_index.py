@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.errors import EmbedderMismatchError, EmbeddingError, IndexFormatError, InputError
@@ -311,9 +311,10 @@ def test_tree_search_follows_algorithm_2() -> None:
 def test_summarize_over_a_real_forest() -> None:
     """Summarization mode (SPEC 2.5) on a tree-per-document index: one retrieval, abstracts and
     leaves of that document only, in document order, to a loopback chat server."""
+    from support import FakeOpenAIServer
+
     from psirag.agent import Summarizer
     from psirag.llm import LLMClient, OpenAIChat
-    from psirag.llm.testing import FakeOpenAIServer as ChatServer
 
     long_docs = [" ".join(texts * 4) for texts in TOPICS.values()]
     index = Index.build(
@@ -321,7 +322,7 @@ def test_summarize_over_a_real_forest() -> None:
         IndexConfig(tree_per_document=True, chunk_tokens=20),
         embedder=HashEmbedder(),
     )
-    server = ChatServer(lambda body: "Summary: a meeting about bread.")
+    server = FakeOpenAIServer(lambda body: "Summary: a meeting about bread.")
     try:
         client = LLMClient(OpenAIChat(server.base_url, "m"), cache_path=None)
         result = Summarizer(

@@ -79,7 +79,7 @@ def test_argument_types() -> None:
 
 def test_python_api_refuses_a_query_with_a_lone_surrogate() -> None:
     """Index.search (not only the CLI) names the bad character instead of a tokenizer TypeError."""
-    from conftest import HashEmbedder
+    from support import HashEmbedder
 
     from psirag import Index
 

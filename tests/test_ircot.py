@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import HashEmbedder
+from support import HashEmbedder, ScriptedServer, client_for
+from support.agents import CORPUS, Q_OFFICE, Q_VOLCANO, QUESTIONS
 
 from psirag.agent import NOT_MENTIONED, merge_evidence
 from psirag.agent.ircot import IRCoT, first_sentence, read_sentence, says_answer
@@ -25,55 +25,10 @@ from psirag.errors import InputError
 from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.methods import check_method
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
-from psirag.http import HttpPolicy
-from psirag.llm import LLMClient, OpenAIChat
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
 from psirag.prompts import AGENT_TURN_STOPS, agent_system_prompt, ircot_system_prompt
 from psirag.types import Passage, Source
 
-NO_RETRY = HttpPolicy(retries=0)
-"""A scripted server that runs out of replies answers 500: fail at once, not after retries."""
-
 # --- the scripted server and the stand-in index ---------------------------------------------------
-
-
-class Server(ChatServer):
-    """Replies with ``respond(body)`` when set, else replays ``script`` one reply per request."""
-
-    def __init__(self) -> None:
-        self.replies: list[str] = []
-        self.respond: Callable[[dict[str, Any]], str] | None = None
-        super().__init__(self._reply)
-
-    def _reply(self, body: dict[str, Any]) -> str | None:
-        if self.respond is not None:
-            return self.respond(body)
-        return self.replies.pop(0) if self.replies else None
-
-    @property
-    def spec(self) -> str:
-        return f"openai:{self.base_url}#scripted"
-
-    def script(self, *replies: str) -> None:
-        self.replies = list(replies)
-
-    def user(self, i: int) -> str:
-        """The user message of request ``i`` (the last one, for the reader's conversation)."""
-        return [m["content"] for m in self.requests[i]["messages"] if m["role"] == "user"][-1]
-
-    def system(self, i: int) -> str:
-        return self.requests[i]["messages"][0]["content"]
-
-
-@pytest.fixture
-def server() -> Iterator[Server]:
-    s = Server()
-    yield s
-    s.close()
-
-
-def client_for(server: Server) -> LLMClient:
-    return LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY), None)
 
 
 DOCS = {
@@ -168,7 +123,7 @@ def test_what_ends_the_chain() -> None:
 # --- the loop -----------------------------------------------------------------------------------
 
 
-def test_multi_step_the_sentence_is_the_next_query(server: Server) -> None:
+def test_multi_step_the_sentence_is_the_next_query(server: ScriptedServer) -> None:
     index = FakeIndex()
     assert ids(index.search(QUESTION)) == ["hotel", "portmere"]  # the office is not there yet
     assert ids(index.search(SENTENCE_1)) == ["hotel", "calder"]
@@ -223,7 +178,7 @@ def test_multi_step_the_sentence_is_the_next_query(server: Server) -> None:
     assert llm.usage["test-ircot"]["calls"] == 3
 
 
-def test_evidence_merges_the_steps_by_rank_fusion(server: Server) -> None:
+def test_evidence_merges_the_steps_by_rank_fusion(server: ScriptedServer) -> None:
     index = FakeIndex()
     server.script(SENTENCE_1, "Answer: Lisbon")
     result = IRCoT(client_for(server), index.search, max_retrievals=1).run(QUESTION)
@@ -239,7 +194,7 @@ def test_evidence_merges_the_steps_by_rank_fusion(server: Server) -> None:
     assert order == sorted(order)
 
 
-def test_stop_on_answer_is(server: Server) -> None:
+def test_stop_on_answer_is(server: ScriptedServer) -> None:
     index = FakeIndex()
     server.script("Calder owns it, so THE ANSWER IS Lisbon.", "Answer: Lisbon")
     result = IRCoT(client_for(server), index.search, max_retrievals=3).run(QUESTION)
@@ -249,7 +204,7 @@ def test_stop_on_answer_is(server: Server) -> None:
     assert len(server.requests) == 2
 
 
-def test_step_cap_holds_whatever_the_model_says(server: Server) -> None:
+def test_step_cap_holds_whatever_the_model_says(server: ScriptedServer) -> None:
     index = FakeIndex()
     sentences = [f"The Calder Group owns hotel number {i}." for i in range(6)]
     server.script(sentences[0], sentences[1], "Answer: Lisbon", *sentences[2:])
@@ -263,7 +218,7 @@ def test_step_cap_holds_whatever_the_model_says(server: Server) -> None:
     assert result.stats.retrievals == 3 and result.stats.reasoning_calls == 2  # type: ignore[attr-defined]
 
 
-def test_no_extra_retrievals_is_one_answer_call(server: Server) -> None:
+def test_no_extra_retrievals_is_one_answer_call(server: ScriptedServer) -> None:
     index = FakeIndex()
     server.script("Thought: Calder owns it.\nAnswer: Calder Group")
     result = IRCoT(client_for(server), index.search, max_retrievals=0).run(QUESTION)
@@ -271,7 +226,7 @@ def test_no_extra_retrievals_is_one_answer_call(server: Server) -> None:
     assert result.answer == "Calder Group" and result.chain == []
 
 
-def test_not_mentioned_on_garbage(server: Server) -> None:
+def test_not_mentioned_on_garbage(server: ScriptedServer) -> None:
     index = FakeIndex()
     # An empty reasoning reply is retried once without the newline stop; still empty: the chain
     # ends. The reader's reply and its forced-answer follow-up have no usable answer.
@@ -289,7 +244,7 @@ def test_not_mentioned_on_garbage(server: Server) -> None:
     assert stats.llm_calls == 4
 
 
-def test_result_serialises_like_the_agents(server: Server) -> None:
+def test_result_serialises_like_the_agents(server: ScriptedServer) -> None:
     server.script(SENTENCE_1, "Thought: t\nAnswer: Lisbon")
     result = IRCoT(client_for(server), FakeIndex().search).run(QUESTION)
     doc = json.loads(json.dumps(result.to_dict()))
@@ -300,7 +255,7 @@ def test_result_serialises_like_the_agents(server: Server) -> None:
     assert doc["stats"]["llm_calls"] == 2 and doc["stats"]["reasoning_calls"] == 1
 
 
-def test_bad_arguments(server: Server) -> None:
+def test_bad_arguments(server: ScriptedServer) -> None:
     with pytest.raises(InputError):
         IRCoT(client_for(server), FakeIndex().search).run("  ")
     with pytest.raises(ValueError):
@@ -312,41 +267,7 @@ def test_bad_arguments(server: Server) -> None:
 
 # --- psirag eval ----------------------------------------------------------------------------------
 
-CORPUS = [
-    ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
-    ("Vesuvius", "Vesuvius is the volcano that destroyed Pompeii with ash in the year 79."),
-    ("Arsenal F.C.", "Arsenal is a football club based in north London."),
-    ("Sourdough", "Sourdough bread uses a starter of wild yeast instead of baker's yeast."),
-    (
-        "Calder Group",
-        "The Calder Group is a hospitality company founded in 1952. Its head office is in Lisbon.",
-    ),
-    (
-        "Blue Harbour Hotel",
-        "The Blue Harbour Hotel is a seaside hotel in Portmere. Since 1987 it has been owned by "
-        "the Calder Group.",
-    ),
-    ("Portmere", "Portmere is a fishing town on the west coast with a seaside promenade."),
-]
-Q_VOLCANO = "Which volcano destroyed Pompeii?"
-Q_OFFICE = "Where is the head office of the owner of the Blue Harbour Hotel?"
 OWNER_SENTENCE = "The Blue Harbour Hotel is owned by the Calder Group, a hospitality company."
-QUESTIONS = [
-    {
-        "id": "q0",
-        "question": Q_VOLCANO,
-        "answer": "Vesuvius",
-        "answers": ["Vesuvius"],
-        "supporting_passage_ids": [1],
-    },
-    {
-        "id": "q1",
-        "question": Q_OFFICE,
-        "answer": "Lisbon",
-        "answers": ["Lisbon"],
-        "supporting_passage_ids": [5, 4],
-    },
-]
 
 
 def model_reply(body: dict[str, Any]) -> str:
@@ -377,7 +298,7 @@ def dataset_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_eval_hybrid_ircot_end_to_end(
-    dataset_dir: Path, tmp_path: Path, server: Server, capsys: pytest.CaptureFixture[str]
+    dataset_dir: Path, tmp_path: Path, server: ScriptedServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server.respond = model_reply
     out = tmp_path / "qa.json"
@@ -429,7 +350,9 @@ def test_eval_hybrid_ircot_end_to_end(
     assert len(server.requests) == sent
 
 
-def test_eval_ircot_counts_its_own_stage(dataset_dir: Path, tmp_path: Path, server: Server) -> None:
+def test_eval_ircot_counts_its_own_stage(
+    dataset_dir: Path, tmp_path: Path, server: ScriptedServer
+) -> None:
     server.respond = model_reply
     llm = client_for(server)
     settings = EvalSettings(
@@ -452,7 +375,7 @@ def test_check_method_modes() -> None:
 
 
 def test_eval_ircot_errors(
-    dataset_dir: Path, tmp_path: Path, server: Server, capsys: pytest.CaptureFixture[str]
+    dataset_dir: Path, tmp_path: Path, server: ScriptedServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["eval", str(dataset_dir), "--embedder", "test:hash", "--cache-dir", str(tmp_path)]
     assert main([*base, "--methods", "hybrid+ircot", "-q"]) == 2

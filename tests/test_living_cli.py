@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HashEmbedder
+from support import HashEmbedder
 
 from psirag import Index
 from psirag.config import IndexConfig
@@ -28,7 +28,7 @@ SRC = TESTS.parent / "src"
 RUNNER = f"""
 import os, signal, sys, time
 sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]
-from conftest import HashEmbedder
+from support import HashEmbedder
 import psirag.cli_living as cl
 import psirag.storage as storage
 cl.load_embedder_for = lambda spec, batch_size=None, http=None: HashEmbedder()

@@ -13,7 +13,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 from psirag import Index
 from psirag.abstracts.keywords import keyword_abstracts

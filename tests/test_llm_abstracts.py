@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+from support import FakeOpenAIServer, Reply
 
 from psirag.abstracts.llm import (
     KEYWORD_PARAMS,
@@ -20,7 +21,6 @@ from psirag.abstracts.llm import (
 from psirag.errors import InputError
 from psirag.http import HttpPolicy
 from psirag.llm import LLMClient, LLMHTTPError, OpenAIChat
-from psirag.llm.testing import FakeOpenAIServer, Reply
 from psirag.tree.model import Tree
 
 

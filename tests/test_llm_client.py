@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import FakeOpenAIServer, Reply
 
 from psirag.http import HttpPolicy
 from psirag.llm import (
@@ -23,7 +24,6 @@ from psirag.llm import (
     cache_key,
 )
 from psirag.llm.base import ChatResult
-from psirag.llm.testing import FakeOpenAIServer, Reply
 
 PARAMS = GenerationParams(max_tokens=32)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+from support import FakeOpenAIServer, Reply
 
 from psirag.errors import InputError, PsiragError
 from psirag.http import HttpPolicy
@@ -18,7 +19,6 @@ from psirag.llm import (
     OpenAIChat,
     load_chat_model,
 )
-from psirag.llm.testing import FakeOpenAIServer, Reply
 
 NO_RETRY = HttpPolicy(timeout=10, retries=0)
 

@@ -10,7 +10,6 @@ without it.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import free_port
 
 from psirag.abstracts.llm import llm_abstracts
 from psirag.llm import GenerationParams, LLMClient, OpenAIChat, load_chat_model
@@ -66,15 +66,9 @@ def test_in_process_smollm2(smollm2, tmp_path):
     assert again == abstracts and stats2["cached"] == 1 and stats2["calls"] == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_llama_cpp_server_over_http(smollm2, tmp_path):
     pytest.importorskip("llama_cpp.server")
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "server.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2),

@@ -9,7 +9,7 @@ import random
 
 import numpy as np
 import pytest
-from test_retriever import QUERIES, WeightedHashEmbedder, corpus, expected
+from support.retrieval import QUERIES, WeightedHashEmbedder, corpus, expected
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.cli import build_parser, search_config_from

@@ -17,9 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
-
-from psirag.llm.testing import FakeOpenAIServer as ChatServer
+from support import TOPICS, FakeOpenAIServer, HashEmbedder
 
 pytest.importorskip("sklearn")
 
@@ -316,7 +314,7 @@ def test_llm_abstracts_are_written_from_soft_children(tmp_path: Path) -> None:
         docs = re.findall(r"(?m)^\[\d+\] ", body["messages"][-1]["content"])
         return f"Summary of {len(docs)} documents."
 
-    server = ChatServer(reply)
+    server = FakeOpenAIServer(reply)
     try:
         client = LLMClient(OpenAIChat(server.base_url, "m"), cache_path=tmp_path / "c.sqlite")
         t.write_abstracts(texts, "llm-summary", llm=client)
@@ -459,7 +457,7 @@ def test_raptor_agent_and_llm_abstracts_through_the_harness(
             return f"Summary of {len(last.split(chr(10) * 2)) - 1} documents."
         return "Thought: the documents say so.\nAnswer: Vesuvius"
 
-    server = ChatServer(reply)
+    server = FakeOpenAIServer(reply)
     spec = f"openai:{server.base_url}#m"
     try:
         settings = EvalSettings(

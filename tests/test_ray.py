@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support import FakeOpenAIServer
 
 from psirag.cli import main
 from psirag.config import IndexConfig
@@ -22,7 +23,6 @@ from psirag.embed import load_embedder
 from psirag.index import Index
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.base import ChatResult, GenerationParams, Message
-from psirag.llm.testing import FakeOpenAIServer
 
 ray = pytest.importorskip("ray", reason="needs the ray extra: pip install 'psirag[ray]'")
 pytest.importorskip("ray.data", reason="needs Ray Data: pip install 'psirag[ray]'")

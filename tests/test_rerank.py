@@ -78,7 +78,7 @@ def test_sigmoid_does_not_overflow() -> None:
 
 def test_index_search_with_reranker(tiny_model: Path) -> None:
     """fusion='rerank' scores the union of both retrievers' lists with the local model."""
-    from conftest import HashEmbedder
+    from support import HashEmbedder
 
     from psirag import Index, IndexConfig, SearchConfig
 
@@ -97,8 +97,8 @@ def test_index_search_with_reranker(tiny_model: Path) -> None:
 def test_eval_ranks_by_the_reranker(tiny_model: Path, tmp_path: Path) -> None:
     """``psirag eval --reranker``: psi and hybrid keep the passages the cross-encoder ranks
     best among their two lists, in its order, with its scores (no RRF)."""
-    from conftest import HashEmbedder
-    from test_eval_harness import write_dataset
+    from support import HashEmbedder
+    from support.datasets import write_dataset
 
     from psirag.eval.harness import run_eval
     from psirag.eval.settings import EvalSettings
@@ -127,7 +127,7 @@ def test_eval_ranks_by_the_reranker(tiny_model: Path, tmp_path: Path) -> None:
 
 def _index_chunks(dataset: Path) -> list:
     """The tiny dataset's leaves, as the eval index holds them (one per record)."""
-    from conftest import HashEmbedder
+    from support import HashEmbedder
 
     from psirag import Index, IndexConfig
     from psirag.eval.data import load_dataset

@@ -22,21 +22,22 @@ pytest.importorskip("uvicorn")
 import itertools
 
 import httpx
-from server_procs import (
+from support import (
     ANSWER_REPLY,
     LAUNCHER,
     LLM_SECRET,
     SUMMARY_REPLY,
+    FakeOpenAIServer,
     ScriptedLLM,
     ServerProcess,
     build_index,
     child_env,
+    free_port,
     sse_events,
 )
 
 from psirag.config import SearchConfig, profile_config
 from psirag.index import Index
-from psirag.llm.testing import FakeOpenAIServer
 
 API_KEY = "psirag-test-key-0123456789"
 QUESTION = "Where is Mount Etna?"
@@ -67,7 +68,10 @@ def server(
     """No key, an LLM, at most 2 LLM calls at a time."""
     spec = f"openai:{llm[0].base_url}#fake"
     proc = ServerProcess(
-        built[0], logs / "open.log", ["--llm", spec, "--llm-concurrency", "2", "--retries", "0"]
+        built[0],
+        ["--llm", spec, "--llm-concurrency", "2", "--retries", "0"],
+        log_path=logs / "open.log",
+        hash_embedder=True,
     )
     try:
         proc.wait_ready()
@@ -85,7 +89,7 @@ def guarded(
     args = ["--llm", spec, "--api-key", API_KEY, "--max-body-bytes", "2000"]
     args += ["--max-query-chars", "300", "--cors-origin", "http://page.example"]
     args += ["--request-timeout", "2", "--retries", "0"]
-    proc = ServerProcess(built[0], logs / "guarded.log", args)
+    proc = ServerProcess(built[0], args, log_path=logs / "guarded.log", hash_embedder=True)
     try:
         proc.wait_ready()
         yield proc
@@ -631,7 +635,7 @@ def test_llm_key_never_shown(server: ServerProcess, guarded: ServerProcess, logs
 @pytest.mark.slow
 def test_real_cli_with_the_default_embedder(tmp_path: Path) -> None:
     """``python -m psirag.cli serve`` itself, on an index built with MiniLM (loads the model)."""
-    from conftest import TOPICS
+    from support import TOPICS
 
     from psirag.ingest import documents_from_strings
 
@@ -639,7 +643,7 @@ def test_real_cli_with_the_default_embedder(tmp_path: Path) -> None:
     docs = documents_from_strings(texts, titles=list(TOPICS), ids=list(TOPICS))
     index = Index.build(docs)
     index.save(tmp_path / "index")
-    port = __import__("server_procs").free_port()
+    port = free_port()
     log = open(tmp_path / "cli.log", "wb")  # noqa: SIM115
     command = [sys.executable, "-m", "psirag.cli", "serve", str(tmp_path / "index")]
     proc = subprocess.Popen(

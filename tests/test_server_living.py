@@ -14,8 +14,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 import httpx
-from conftest import HashEmbedder
-from server_procs import ServerProcess, build_index
+from support import HashEmbedder, ServerProcess, build_index
 
 from psirag.index import Index
 from psirag.storage import IndexStore
@@ -36,7 +35,9 @@ def _job(url: str, response: httpx.Response) -> dict[str, Any]:
 def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
     folder = tmp_path / "index"
     build_index(folder)
-    proc = ServerProcess(folder, tmp_path / "serve.log", ["--retries", "0"])
+    proc = ServerProcess(
+        folder, ["--retries", "0"], log_path=tmp_path / "serve.log", hash_embedder=True
+    )
     try:
         proc.wait_ready()
         url = proc.url
@@ -71,7 +72,9 @@ def test_a_server_write_keeps_a_write_made_beside_it(tmp_path: Path) -> None:
     only; the server's next write must build on it, not on the generation it serves."""
     folder = tmp_path / "index"
     build_index(folder)
-    proc = ServerProcess(folder, tmp_path / "serve.log", ["--retries", "0"])
+    proc = ServerProcess(
+        folder, ["--retries", "0"], log_path=tmp_path / "serve.log", hash_embedder=True
+    )
     try:
         proc.wait_ready()
         beside = Index.load(folder, embedder=HashEmbedder())

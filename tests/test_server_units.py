@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HashEmbedder
+from support import HashEmbedder
 
 from psirag.errors import InputError
 from psirag.server.jobs import JobRunner
@@ -239,7 +239,7 @@ def test_serve_help_needs_no_server_extra() -> None:
 def test_unexpected_errors_are_json_without_a_traceback(tmp_path: Path) -> None:
     pytest.importorskip("fastapi")
     from fastapi.testclient import TestClient
-    from server_procs import build_index
+    from support import build_index
 
     from psirag.server.app import create_app
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
+from support.corpora import write_format1
 
 from psirag import Index, IndexConfig
 from psirag import storage as storage_mod
@@ -537,28 +538,6 @@ def test_sigkill_after_random_delays(tmp_path: Path, index_a: Index, index_b: In
 
 
 # ---------------------------------------------------------------------------- format 1
-def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None) -> None:
-    """The flat layout today's main writes (format 1), made from a format-2 generation."""
-    tmp = folder.parent / (folder.name + "-v2")
-    index.save(tmp)
-    gen = tmp / "generations" / f"{IndexStore(tmp).current():06d}"
-    shutil.copytree(gen, folder)
-    (folder / ".readers").unlink()
-    if bm25_from is not None:
-        other = folder.parent / (folder.name + "-other")
-        bm25_from.save(other)
-        shutil.rmtree(folder / "bm25")
-        shutil.copytree(other / "generations" / "000001" / "bm25", folder / "bm25")
-    manifest = json.loads((folder / "manifest.json").read_text())
-    manifest.pop("generation")
-    manifest["format_version"] = 1
-    manifest["files"] = {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != "manifest.json"
-    }
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    shutil.rmtree(tmp)
 
 
 def test_format1_loads_and_the_next_save_migrates(

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
-from test_tree import check_invariants, clustered_unit, random_unit, unit
+from support import TOPICS, HashEmbedder
+from support.trees import check_invariants, clustered_unit, random_unit, unit
 
 from psirag import Index, IndexConfig
 from psirag.cli import build_parser

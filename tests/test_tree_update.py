@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_tree import check_invariants as independent_check
-from test_tree import unit
+from support.trees import check_invariants as independent_check
+from support.trees import unit
 
 from psirag.errors import IndexFormatError, InputError
 from psirag.tree import (

@@ -1,9 +1,9 @@
 """The web page in a real headless Chromium, against a real ``psirag serve`` child process.
 
 The index is built here with the real default embedder; the LLM is the scripted loopback
-server of ``psirag.llm.testing`` (the agent in the server is the real one). Needs Debian's
-``chromium`` and ``pip install 'psirag[browser-tests]'``; skipped, saying which is missing,
-without them (CI installs both).
+server of ``support`` (the agent in the server is the real one). Needs Debian's ``chromium``
+and ``pip install 'psirag[browser-tests]'``; skipped, saying which is missing, without them
+(CI installs both).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ pytest.importorskip(
     "fastapi", reason="the server extra is not installed: pip install 'psirag[server]'"
 )
 
+from support import FakeOpenAIServer, Reply, ServerProcess  # noqa: E402
+from support.browser import chromium_path, launch_chromium  # noqa: E402
+
 from psirag import Index, IndexConfig  # noqa: E402
-from psirag.llm.testing import FakeOpenAIServer, Reply  # noqa: E402
-from psirag.web.testing import ServerProcess, chromium_path, launch_chromium  # noqa: E402
 
 if chromium_path() is None:
     pytest.skip(

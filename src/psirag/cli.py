@@ -7,14 +7,12 @@ fix are printed as one line on stderr with exit status 2, never as a traceback.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 import os
 import sys
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -28,13 +26,11 @@ from psirag.config import DEFAULT_EMBEDDER, PROFILES, IndexConfig, SearchConfig
 from psirag.embed.endpoints import add_index_embedder_option
 from psirag.errors import PsiragError
 from psirag.http import HttpPolicy, add_http_options, http_policy_from
+from psirag.schemas import INDEX_SCHEMA, INSPECT_SCHEMA, SEARCH_SCHEMA
+from psirag.summary import inspect_summary
 
 if TYPE_CHECKING:
     from psirag.llm import LLMClient
-
-SEARCH_SCHEMA = "psirag.search/1"
-INSPECT_SCHEMA = "psirag.inspect/1"
-INDEX_SCHEMA = "psirag.index-summary/1"
 
 
 def _eprint(*parts: object) -> None:
@@ -466,41 +462,6 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
     )
     print("  (psirag inspect DIR --node ID shows one node)", file=out)
     return 0
-
-
-def inspect_summary(index: Any, folder: str | Path, *, verify: bool = False) -> dict[str, Any]:
-    """What ``psirag inspect --json`` prints under "index" (also served by ``GET /index``)."""
-    from psirag.storage import IndexStore
-
-    tree = index.tree
-    fan = tree.fan_out[tree.n_leaves :]
-    hist = dict(sorted(Counter(_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0]))
-    manifest = index.describe()
-    storage = IndexStore(folder).describe()
-    storage["verified"] = "sha256" if verify else "sizes"
-    return {
-        "index": str(folder),
-        "storage": storage,
-        "drift": index.drift() if callable(getattr(index, "drift", None)) else None,
-        "embedder": manifest["embedder"],
-        "config": manifest["config"],
-        **manifest["counts"],
-        "roots": tree.roots.tolist()[:20],
-        "fan_out": {
-            "min": int(fan.min()) if fan.size else 0,
-            "max": int(fan.max()) if fan.size else 0,
-            "mean": round(float(fan.mean()), 2) if fan.size else 0.0,
-            "histogram": {f"{lo}-{hi}": n for (lo, hi), n in hist.items()},
-        },
-    }
-
-
-def _bucket(f: int) -> tuple[int, int]:
-    edges = [1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025]
-    for lo, hi in itertools.pairwise(edges):
-        if f < hi:
-            return lo, hi - 1
-    return edges[-1], 10**9
 
 
 def _describe_node(index: Any, node: int) -> dict[str, Any]:

@@ -9,12 +9,17 @@ A failure the user can fix comes back as a tool error with psirag's own message.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psirag import __version__
 from psirag.errors import PsiragError
 from psirag.server import views
 from psirag.server.budget import Budget
+from psirag.server.models import AskRequest, SearchRequest
+from psirag.server.querying import agent_for, search_config
+
+if TYPE_CHECKING:
+    from psirag.server.state import ServerState
 
 INSTRUCTIONS = (
     "Tools over one psirag (Ψ-RAG) index: a corpus chunked into passages under an abstract "
@@ -25,12 +30,10 @@ INSTRUCTIONS = (
 )
 
 
-def build_mcp_server(state: Any) -> Any:
-    """An ``MCPServer`` whose tools run on ``state`` (a :class:`psirag.server.app.ServerState`)."""
+def build_mcp_server(state: ServerState) -> Any:
+    """An ``MCPServer`` whose tools run on ``state``."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
-
-    from psirag.server.app import AskRequest, SearchRequest, agent_for, search_config
 
     server: Any = MCPServer(
         "psirag", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"

@@ -4,26 +4,19 @@ A chat front end that speaks the OpenAI API (Open WebUI, LibreChat, the ``openai
 conversation; the retrieve-and-answer agent answers its last user message, with the earlier turns
 given as context, and the reply ends with numbered sources (also returned as ``citations``). The
 client's own system prompt is not passed on: the agent has its own (the paper's) prompt.
+
+This module turns a conversation into the agent's question and its answer into the reply; the
+routes are in :mod:`psirag.server.routes.openai`, the request body in :mod:`psirag.server.models`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-import time
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI
-from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
-
-from psirag.config import SearchConfig
 from psirag.errors import InputError
 from psirag.server import views
-from psirag.server.budget import Budget
+from psirag.server.models import ChatMessage, ChatRequest
 
 CONTEXT_TURNS = 4
 """Earlier turns passed to the agent with the last user message."""
@@ -32,37 +25,6 @@ CONTEXT_CHARS = 300
 KEEPALIVE_S = 15.0
 MAX_REPLY_TOKENS = 4096
 """A client's max_tokens above this is lowered to it (each agent reply is short)."""
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: str
-    content: str | list[dict[str, Any]] | None = None
-
-
-class ChatRequest(BaseModel):
-    """The OpenAI fields psirag reads; others (temperature, top_p, ...) are accepted and
-    ignored, since the agent samples at temperature 0 as in the paper."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str = "psirag"
-    messages: list[ChatMessage]
-    stream: bool = False
-    max_tokens: int | None = Field(default=None, ge=1, description="cap on each agent reply")
-    max_completion_tokens: int | None = Field(
-        default=None, ge=1, description="the same, newer name"
-    )
-    stream_options: dict[str, Any] | None = None
-    max_retrievals: Budget | None = Field(
-        default=None,
-        description="psirag extension (extra_body): a count or 'auto'; default: the server's",
-    )
-    k: int = Field(
-        default=SearchConfig.k, ge=1, le=100, description="psirag extension (extra_body)"
-    )
-    docs: list[str] | None = Field(default=None, description="psirag extension (extra_body)")
 
 
 def message_text(message: ChatMessage) -> str:
@@ -123,124 +85,11 @@ def reply_text(answer: str, cites: list[dict[str, Any]]) -> str:
     return f"{head}\n\n{sources}" if sources else head
 
 
-def install_openai_routes(app: FastAPI, state: Any) -> None:
-    from psirag.server.app import AskRequest, agent_for, exception_response
-
-    settings = state.settings
-
-    @app.get("/v1/models", tags=["openai"])
-    async def models() -> dict[str, Any]:
-        """The one model this server offers: the index, answered by the agent."""
-        return {
-            "object": "list",
-            "data": [
-                {
-                    "id": settings.model_name,
-                    "object": "model",
-                    "created": int(state.started),
-                    "owned_by": "psirag",
-                }
-            ],
-        }
-
-    @app.post("/v1/chat/completions", tags=["openai"], response_model=None)
-    async def chat(body: ChatRequest) -> Any:
-        """OpenAI chat completions; ``stream: true`` answers with ``chat.completion.chunk``
-        events and ``data: [DONE]``."""
-        for m in body.messages:
-            state.check_length(message_text(m), f"{m.role} message")
-        question = question_from(body.messages)
-        ask = AskRequest(
-            query=question,
-            max_retrievals=body.max_retrievals,
-            k=body.k,
-            docs=body.docs,
-            max_tokens=min(body.max_completion_tokens or body.max_tokens or 256, MAX_REPLY_TOKENS),
-        )
-        index = state.holder.get().index
-        agent = await state.blocking(lambda: agent_for(state, index, ask))
-        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        created = int(time.time())
-        model = body.model or settings.model_name
-
-        def finish(result: Any) -> tuple[str, list[dict[str, Any]], dict[str, int]]:
-            cites = views.citations(result.evidence[: body.k])
-            usage = {
-                "prompt_tokens": int(result.stats.prompt_tokens),
-                "completion_tokens": int(result.stats.completion_tokens),
-            }
-            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-            return reply_text(result.answer, cites), cites, usage
-
-        if not body.stream:
-            result = await state.blocking(lambda: agent.run(question))
-            text, cites, usage = finish(result)
-            return {
-                "id": completion_id,
-                "object": "chat.completion",
-                "created": created,
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "finish_reason": "stop",
-                    }
-                ],
-                "usage": usage,
-                "citations": cites,
-            }
-
-        include_usage = bool((body.stream_options or {}).get("include_usage"))
-
-        def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
-            payload = {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-                **extra,
-            }
-            return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
-
-        async def events() -> AsyncIterator[bytes]:
-            yield chunk({"role": "assistant", "content": ""})
-            task = asyncio.create_task(state.blocking(lambda: agent.run(question)))
-            try:
-                while not task.done():
-                    done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_S)
-                    if not done:
-                        yield b": working\n\n"
-                result = task.result()
-            except Exception as exc:  # the stream has started: the error goes in a chunk
-                error = json.loads(bytes(exception_response(exc).body))
-                yield f"data: {json.dumps(error)}\n\n".encode()
-                yield b"data: [DONE]\n\n"
-                return
-            text, cites, usage = finish(result)
-            head, _, sources = text.partition("\n\n")
-            yield chunk({"content": head})
-            if sources:
-                yield chunk({"content": "\n\n" + sources})
-            yield chunk({}, "stop", citations=cites)
-            if include_usage:
-                payload: dict[str, Any] = {
-                    "id": completion_id,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": usage,
-                }
-                yield f"data: {json.dumps(payload)}\n\n".encode()
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(
-            events(),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-
-
-__all__ = ["ChatRequest", "install_openai_routes", "question_from", "reply_text"]
+__all__ = [
+    "ChatMessage",
+    "ChatRequest",
+    "cited_numbers",
+    "message_text",
+    "question_from",
+    "reply_text",
+]

@@ -7,13 +7,16 @@ shapes (and so they can be tested without a server).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from psirag.cli import SEARCH_SCHEMA
 from psirag.errors import InputError
+from psirag.schemas import SEARCH_SCHEMA
 from psirag.types import Passage
+
+if TYPE_CHECKING:
+    from psirag.index import Index
 
 LABEL_WORDS = 8
 """Words of a leaf without a title shown as its label in the tree view."""
@@ -22,7 +25,7 @@ LABEL_PHRASES = 4
 SAMPLE_LEAVES = 5
 
 
-def node_path(index: Any, node: int) -> list[int]:
+def node_path(index: Index, node: int) -> list[int]:
     """Node ids from the node's root down to the node itself."""
     parent = index.tree.parent
     path = [int(node)]
@@ -31,13 +34,13 @@ def node_path(index: Any, node: int) -> list[int]:
     return path[::-1]
 
 
-def check_node(index: Any, node: int) -> None:
+def check_node(index: Index, node: int) -> None:
     n = index.tree.n_nodes
     if not 0 <= node < n:
         raise InputError(f"node {node} does not exist: the index has nodes 0..{n - 1}")
 
 
-def node_label(index: Any, node: int) -> str:
+def node_label(index: Index, node: int) -> str:
     """A short name for a node: a leaf's title (or its first words), an abstract's first
     keywords."""
     if node < index.tree.n_leaves:
@@ -58,12 +61,12 @@ def node_label(index: Any, node: int) -> str:
     return label + ("…" if len(words) > LABEL_WORDS else "")
 
 
-def node_document(index: Any, node: int) -> str | None:
+def node_document(index: Index, node: int) -> str | None:
     """The document of a leaf, or of an inner node whose leaves all come from one document."""
     return index.node_hit(node, 0.0).document
 
 
-def search_payload(index: Any, query: str, k: int, passages: Sequence[Passage]) -> dict[str, Any]:
+def search_payload(index: Index, query: str, k: int, passages: Sequence[Passage]) -> dict[str, Any]:
     """``search --json``'s document plus each passage's place in the tree."""
     hits = []
     for p in passages:
@@ -84,7 +87,7 @@ def search_payload(index: Any, query: str, k: int, passages: Sequence[Passage]) 
     }
 
 
-def tree_payload(index: Any, node: int | None, depth: int) -> dict[str, Any]:
+def tree_payload(index: Index, node: int | None, depth: int) -> dict[str, Any]:
     """The subtree under ``node`` (default: the root; a forest starts from all its roots),
     ``depth`` levels deep, breadth first."""
     tree = index.tree
@@ -119,7 +122,7 @@ def tree_payload(index: Any, node: int | None, depth: int) -> dict[str, Any]:
     return {"root": root, "roots": start, "n_leaves": int(tree.n_leaves), "nodes": nodes}
 
 
-def node_payload(index: Any, node: int) -> dict[str, Any]:
+def node_payload(index: Index, node: int) -> dict[str, Any]:
     """One node: its abstract (a leaf: its text), children, and the leaves most like it."""
     check_node(index, node)
     tree = index.tree
@@ -157,7 +160,7 @@ def node_payload(index: Any, node: int) -> dict[str, Any]:
     return payload
 
 
-def documents_payload(index: Any) -> dict[str, Any]:
+def documents_payload(index: Index) -> dict[str, Any]:
     """Every document with its title and chunk count, in corpus order."""
     counts: dict[str, list[Any]] = {}
     for chunk in index.chunks:

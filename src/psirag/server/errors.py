@@ -1,0 +1,141 @@
+"""The server's errors and the one JSON shape every non-2xx answer has:
+``{"error": {"type", "message"}}``. A traceback goes to the server log, never to the client."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError, PsiragError
+from psirag.llm.errors import LLMError
+
+if TYPE_CHECKING:  # the web framework loads only when a server is built (see server/__init__)
+    from fastapi import FastAPI
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+
+log = logging.getLogger("psirag.server")
+
+
+class PayloadTooLargeError(PsiragError):
+    """A request body, URL or query is over the server's limit (413)."""
+
+
+class RequestTimeoutError(PsiragError):
+    """The request ran past the server's per-request timeout (504)."""
+
+
+class NotFoundError(PsiragError):
+    """A node, document or job id that does not exist (404)."""
+
+
+class NotImplementedYetError(PsiragError):
+    """A feature this index object does not offer (501)."""
+
+
+class LLMNotConfiguredError(PsiragError):
+    """An endpoint needs an LLM and the server was started without ``--llm``."""
+
+
+def error_body(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"type": kind, "message": message, **extra}}
+
+
+def error_response(
+    status: int, kind: str, message: str, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(error_body(kind, message, **extra), status_code=status, headers=headers)
+
+
+_STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
+    (PayloadTooLargeError, 413),
+    (RequestTimeoutError, 504),
+    (NotFoundError, 404),
+    (NotImplementedYetError, 501),
+    (LLMNotConfiguredError, 503),
+    (LLMError, 502),
+    (IndexFormatError, 500),
+    (EmbedderMismatchError, 500),
+    (InputError, 400),
+    (PsiragError, 400),
+)
+
+_HTTP_KINDS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    413: "PayloadTooLarge",
+    414: "URITooLong",
+}
+
+
+def exception_response(exc: BaseException, *, log_it: bool = True) -> JSONResponse:
+    """The JSON error for any exception a route raises (what the user can fix, or a 500)."""
+    for kind, status in _STATUS_OF:
+        if isinstance(exc, kind):
+            return error_response(status, type(exc).__name__, str(exc))
+    if log_it:
+        log.error("unexpected error", exc_info=(type(exc), exc, exc.__traceback__))
+    return error_response(
+        500, "InternalError", "the server failed on this request; its log says why"
+    )
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, list[dict[str, Any]]]:
+    details = []
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+        details.append({"field": where, "message": str(err.get("msg", ""))})
+        parts.append(f"{where}: {err.get('msg', '')}")
+    return "invalid request: " + "; ".join(parts), details
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every error, the framework's own included, answers in psirag's JSON shape."""
+    from fastapi import Request
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, PayloadTooLargeError):  # a body too large while read
+            return exception_response(exc.__cause__)
+        kind = _HTTP_KINDS.get(exc.status_code, "HTTPError")
+        message = str(exc.detail) if exc.detail else kind
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}; see /docs or /openapi.json"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}"
+        headers = dict(exc.headers) if exc.headers else None
+        return error_response(exc.status_code, kind, message, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        message, details = _validation_message(exc)
+        return error_response(422, "ValidationError", message, details=details)
+
+    @app.exception_handler(PsiragError)
+    async def psirag_error(request: Request, exc: PsiragError) -> JSONResponse:
+        return exception_response(exc)
+
+    @app.exception_handler(Exception)
+    async def anything(request: Request, exc: Exception) -> JSONResponse:
+        # Starlette re-raises it after this answer, so the server logs the traceback once.
+        return exception_response(exc, log_it=False)
+
+
+__all__ = [
+    "LLMNotConfiguredError",
+    "NotFoundError",
+    "NotImplementedYetError",
+    "PayloadTooLargeError",
+    "RequestTimeoutError",
+    "error_body",
+    "error_response",
+    "exception_response",
+    "install_error_handlers",
+]

@@ -1,0 +1,47 @@
+"""The server's writes on the living index: one add or removal, run by the single writer
+thread (:class:`psirag.server.jobs.JobRunner`), saved, then published to new requests."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from psirag.server.jobs import Job
+from psirag.server.state import ServerState, prepare_index
+
+
+def apply_write(
+    state: ServerState, kind: Literal["add", "remove"], payload: Any, job: Job
+) -> dict[str, Any]:
+    """One write on the living index, run by the single writer: apply, save, publish.
+
+    The update runs on a new facade over the served data (``IndexData`` is immutable), so the
+    index object in service is never changed; requests already running finish on the
+    generation they took, and the new one is published only once it is saved.
+    """
+    from psirag.living import open_for_update
+
+    served = state.holder.get().index
+    job.progress(0, 1)
+    # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
+    # from the command line since the last server write must not be overwritten.
+    writer, updated = open_for_update(state.holder.folder, embedder=served.embedder)
+    try:
+        summary = updated.add(payload) if kind == "add" else updated.remove(payload)
+        if summary.changed:
+            updated.save(state.holder.folder, writer=writer)
+        else:
+            writer.abort()
+    except BaseException:
+        writer.abort()
+        raise
+    prepare_index(updated)
+    generation = state.holder.publish(updated)
+    job.progress(1, 1)
+    return {
+        "generation": generation.number,
+        "documents": len(updated.documents),
+        "update": summary.to_dict(),
+    }
+
+
+__all__ = ["apply_write"]

@@ -1,0 +1,116 @@
+"""From a request body to a search or an agent run: shared by ``/search``, ``/ask``, the
+OpenAI chat endpoint and the MCP tools, so all of them search and answer alike."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from psirag.agent.loop import RetrieveAndAnswer, Step
+from psirag.config import SearchConfig, profile_config
+from psirag.errors import InputError
+from psirag.server import views
+from psirag.server.errors import exception_response
+from psirag.server.models import AskRequest, SearchRequest
+from psirag.server.state import ServerState
+
+if TYPE_CHECKING:
+    from psirag.agent.loop import AgentResult
+    from psirag.index import Index
+    from psirag.types import Passage
+
+SSE_KEEPALIVE_S = 15.0
+"""A comment line is sent this often while the agent works, so proxies keep the stream open."""
+
+
+def search_config(body: SearchRequest | AskRequest) -> SearchConfig:
+    """The search a request asks for: its profile (as ``--profile`` on the CLI), then its
+    fields."""
+    base = profile_config(body.profile)
+    beam = base.beam if body.beam is None else body.beam
+    if isinstance(body, SearchRequest):
+        if not (body.tree or body.bm25):
+            raise InputError("tree and bm25 cannot both be false: nothing would search")
+        candidates = base.candidates if body.candidates is None else body.candidates
+        return base.with_(
+            k=body.k,
+            beam=beam,
+            candidates=max(candidates, body.k),
+            use_tree=base.use_tree and body.tree,
+            use_bm25=base.use_bm25 and body.bm25,
+        )
+    return base.with_(k=body.k, beam=beam, candidates=max(base.candidates, body.k))
+
+
+def agent_for(state: ServerState, index: Index, body: AskRequest) -> RetrieveAndAnswer:
+    llm = state.need_llm()
+    config = search_config(body)
+    docs = body.docs
+
+    def retrieve(query: str) -> list[Passage]:
+        return index.search(query, config=config, docs=docs)
+
+    return RetrieveAndAnswer(
+        llm,
+        retrieve,
+        max_retrievals=state.budget(body.query, body.max_retrievals),
+        max_tokens=body.max_tokens,
+        check_answers=body.answer_check,
+        names_check=body.names_check,
+    )
+
+
+def ask_document(result: AgentResult, k: int, max_retrievals: int | None = None) -> dict[str, Any]:
+    document = result.to_dict()
+    document["citations"] = views.citations(result.evidence[:k])
+    if max_retrievals is not None:
+        document["max_retrievals"] = max_retrievals
+    return document
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+async def agent_events(
+    state: ServerState,
+    run: Callable[[Callable[[Step], None]], Any],
+    k: int,
+    max_retrievals: int | None = None,
+) -> AsyncIterator[bytes]:
+    """Run the agent in a thread; yield an SSE ``step`` event as each step completes, then the
+    ``answer`` (or an ``error``). ``run(on_step)`` runs the episode and returns its result;
+    ``max_retrievals``, the episode's budget, goes into the answer."""
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+    def on_step(step: Step) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, ("step", step.to_dict()))
+
+    async def worker() -> None:
+        try:
+            result = await state.blocking(lambda: run(on_step))
+            await events.put(("answer", ask_document(result, k, max_retrievals)))
+        except Exception as exc:  # reported to the client as an event, never raised
+            response = exception_response(exc)
+            await events.put(("error", json.loads(bytes(response.body))))
+
+    task = asyncio.create_task(worker())
+    try:
+        while True:
+            try:
+                kind, data = await asyncio.wait_for(events.get(), SSE_KEEPALIVE_S)
+            except TimeoutError:
+                yield b": working\n\n"
+                continue
+            yield _sse(kind, data)
+            if kind in ("answer", "error"):
+                break
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+__all__ = ["SSE_KEEPALIVE_S", "agent_events", "agent_for", "ask_document", "search_config"]

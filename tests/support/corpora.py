@@ -1,0 +1,69 @@
+"""The tests' small corpora and the fixture indexes built from them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from psirag.config import IndexConfig
+from psirag.index import Index
+from psirag.ingest import documents_from_strings
+from psirag.storage import IndexStore, sha256_file
+from support.embedders import HashEmbedder
+
+TOPICS = {
+    "volcanoes": [
+        "Mount Etna is an active volcano on the east coast of Sicily.",
+        "Lava from a volcano erupts as molten rock and ash clouds.",
+        "Volcanic eruptions release ash, lava and sulfur gases.",
+        "Vesuvius destroyed Pompeii with ash in the year 79.",
+    ],
+    "football": [
+        "Arsenal is a football club based in north London.",
+        "The football match ended with a late goal from the striker.",
+        "Liverpool won the football league title with a record points total.",
+        "A football club employs a manager, players and scouts.",
+    ],
+    "baking": [
+        "Bread dough rises when yeast ferments the sugars in flour.",
+        "Bake the bread in a hot oven until the crust is brown.",
+        "Sourdough bread uses a starter of wild yeast instead of baker's yeast.",
+        "Croissants are baked from laminated dough with butter layers.",
+    ],
+}
+
+
+def build_index(folder: Path) -> Index:
+    """Three one-topic documents indexed with HashEmbedder, saved in ``folder`` and loaded back
+    (the index the server tests serve)."""
+    texts = [" ".join(t) for t in TOPICS.values()]
+    docs = documents_from_strings(texts, titles=list(TOPICS), ids=list(TOPICS))
+    config = IndexConfig(chunk_tokens=12, embedder="test:hash")
+    index = Index.build(docs, config, embedder=HashEmbedder())
+    index.save(folder)
+    return Index.load(folder, embedder=HashEmbedder())
+
+
+def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None) -> None:
+    """The flat layout today's main writes (format 1), made from a format-2 generation."""
+    tmp = folder.parent / (folder.name + "-v2")
+    index.save(tmp)
+    gen = tmp / "generations" / f"{IndexStore(tmp).current():06d}"
+    shutil.copytree(gen, folder)
+    (folder / ".readers").unlink()
+    if bm25_from is not None:
+        other = folder.parent / (folder.name + "-other")
+        bm25_from.save(other)
+        shutil.rmtree(folder / "bm25")
+        shutil.copytree(other / "generations" / "000001" / "bm25", folder / "bm25")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.pop("generation")
+    manifest["format_version"] = 1
+    manifest["files"] = {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(tmp)
