@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TOPICS, HashEmbedder
+from support import TOPICS, HashEmbedder
 
 from psirag import Index
 from psirag.config import IndexConfig

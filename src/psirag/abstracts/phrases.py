@@ -670,9 +670,9 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     kept = np.flatnonzero(keep)
     # present phrases have distinct stems, and so distinct order keys: no ties to break
     kept = kept[np.argsort(ckey[kept], kind="stable")]
-    return _finish(
-        table, d, stem_first, ckey, kept, ckey[kept], (stems, surface, words, entity, content)
-    )
+    # in buffers with room to spare, so the adds that follow grow them in place
+    arrays = tuple(_new_buffer(a, n_p, 0) for a in (stems, surface, words, entity, content))
+    return _finish(table, d, stem_first, _new_buffer(ckey, n_p, 0), kept, ckey[kept], arrays)
 
 
 def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
