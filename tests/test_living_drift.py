@@ -191,3 +191,40 @@ def test_chained_and_branched_table_adds_equal_fresh_tables() -> None:
     branch = t1.add(texts[60:66])  # a second add to t1
     same(branch, texts[:45] + texts[60:66])
     same(t3.add(texts[66:70]), texts[:52] + texts[66:70])
+
+
+def test_a_load_reads_the_saved_corpus_counts_and_updates_like_memory(tmp_path: Path) -> None:
+    """The phrase table's corpus counts are saved, so the first update after a load derives
+    nothing from the per-chunk arrays; it gives what the same update in memory gives."""
+    from psirag.abstracts.phrases import DERIVED_ARRAYS
+
+    emb = HashEmbedder()
+    docs = _docs(40, 8)
+    index = Index.build(docs[:30], IndexConfig(max_children=4), texts=True, embedder=emb)
+    index.add(docs[30:33], texts=True)
+    folder = index.save(tmp_path / "ix")
+    again = Index.load(folder, embedder=emb)
+    table = again.data.phrase_table
+    assert table is not None and "saved_derived" in table._cache
+    saved = table.derived_arrays()
+    assert saved is None  # not derived yet: read on first use
+    for ix in (index, again):
+        ix.add(docs[33:36], texts=True)
+        ix.remove(["3"])
+    assert again.abstracts == index.abstracts
+    a, b = again.data.phrase_table, index.data.phrase_table
+    assert a is not None and b is not None
+    da, db = a.derived_arrays(), b.derived_arrays()
+    assert da is not None and db is not None
+    for name in DERIVED_ARRAYS:
+        assert np.array_equal(da[name], db[name]), name
+    # damaged counts are a clear error at the first update, not a wrong abstract
+    files = list(folder.rglob("keywords/p_sorted.npy"))
+    assert files
+    on_disk = np.load(files[-1])
+    np.save(files[-1], np.zeros_like(on_disk))  # same size: only the values are wrong
+    from psirag.errors import IndexFormatError
+
+    broken = Index.load(folder, embedder=emb)
+    with pytest.raises(IndexFormatError, match="corpus counts"):
+        broken.add(docs[36:37], texts=True)

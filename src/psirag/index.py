@@ -46,7 +46,7 @@ def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -
     """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
     if f"{PHRASES_DIR}/words.json" not in reader.files:
         return None
-    from psirag.abstracts.phrases import ARRAYS, VOCAB_ARRAYS, PhraseTable
+    from psirag.abstracts.phrases import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, PhraseTable
 
     path = reader.path(f"{PHRASES_DIR}/words.json")
     try:
@@ -60,6 +60,10 @@ def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -
             if not isinstance(stems, list) or not all(isinstance(w, str) for w in stems):
                 raise ValueError("stems.json is not a list of stems")
             arrays.update({a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in VOCAB_ARRAYS})
+            if all(f"{PHRASES_DIR}/{a}.npy" in reader.files for a in DERIVED_ARRAYS):
+                arrays.update(
+                    {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in DERIVED_ARRAYS}
+                )
         table = PhraseTable.from_arrays(words, arrays, stems)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
@@ -275,6 +279,9 @@ class Index:
                     writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
                 with open(writer.path(f"{PHRASES_DIR}/stems.json"), "w", encoding="utf-8") as fh:
                     fh.write(json.dumps(stems, ensure_ascii=False))
+                derived = table.derived_arrays()
+                for name, array in (derived or {}).items():
+                    writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
         _link_unchanged(writer)
         return writer.commit(self.describe())
 

@@ -55,6 +55,10 @@ VOCAB_ARRAYS = ("w_stem", "w_flags")
 """Optional saved arrays (with the stem list): each word's stem id and its flags as bits, so a
 loaded table does not stem and test every word of the corpus again on its first update."""
 
+DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_rank", "n_ranked")
+"""Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
+arrays add up to, so the first update after a load does not sort the corpus to derive them."""
+
 _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
 
 
@@ -374,7 +378,19 @@ class PhraseTable:
             raise ValueError("phrase table arrays disagree in size")
         if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
             table._cache["vocab"] = (list(stems), {a: arrays[a] for a in VOCAB_ARRAYS})
+            if all(a in arrays for a in DERIVED_ARRAYS):
+                table._cache["saved_derived"] = {a: arrays[a] for a in DERIVED_ARRAYS}
         return table
+
+    def derived_arrays(self) -> dict[str, np.ndarray] | None:
+        """What to save besides :meth:`vocab` so a load need not derive the corpus counts
+        (:data:`DERIVED_ARRAYS`; None when they are not at hand)."""
+        d = self._cache.get("derived")
+        if d is None:
+            return None
+        out = {name: getattr(d, name) for name in DERIVED_ARRAYS if name != "n_ranked"}
+        out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
+        return out
 
     def vocab(self) -> tuple[list[str], dict[str, np.ndarray]] | None:
         """What to save besides :meth:`arrays` so a load need not redo the words: the stem list
@@ -409,6 +425,9 @@ class PhraseTable:
         saved = self._cache.get("vocab")
         if saved is not None:
             vocab = _Vocab.restore(self.words, *saved)
+            kept = self._cache.pop("saved_derived", None)
+            if kept is not None:
+                return self._restore_derived(vocab, kept)
         else:
             vocab, _ = _Vocab.empty().extend(self.words)
             if len(vocab.index) != len(self.words):
@@ -431,6 +450,36 @@ class PhraseTable:
         d = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
         _best_forms(d, None)
         return d
+
+    def _restore_derived(self, vocab: _Vocab, a: dict[str, np.ndarray]) -> _Derived:
+        """Saved corpus counts, checked against the per-leaf arrays' sizes and ranges (copied:
+        an update changes them in place)."""
+        got = {name: np.array(a[name], dtype=np.int64) for name in DERIVED_ARRAYS}
+        n_p, n_w = self.p_key.size, len(self.words)
+        p_sorted, s_pid, w_rank = got["p_sorted"], got["s_pid"], got["w_rank"]
+        n_ranked = int(got["n_ranked"][0]) if got["n_ranked"].shape == (1,) else -1
+        ok = (
+            p_sorted.shape == got["p_df"].shape == got["p_best"].shape == (n_p,)
+            and got["s_key"].shape == got["s_cnt"].shape == s_pid.shape
+            and w_rank.shape == (n_w,)
+            and (n_p == 0 or np.array_equal(np.bincount(p_sorted, minlength=n_p), np.ones(n_p)))
+            and (s_pid.size == 0 or (int(s_pid.min()) >= 0 and int(s_pid.max()) < n_p))
+            and (n_p == 0 or int(got["p_df"].min()) >= 0)
+            and (n_w == 0 or n_ranked > int(w_rank.max()))
+        )
+        if not ok:
+            raise IndexFormatError(_DAMAGED.format("the saved corpus counts disagree"))
+        return _Derived(
+            vocab,
+            p_sorted,
+            got["p_df"],
+            got["s_key"],
+            got["s_cnt"],
+            s_pid,
+            got["p_best"],
+            w_rank,
+            n_ranked,
+        )
 
     # ------------------------------------------------------------------ updates
     def add(self, leaf_texts: Sequence[str]) -> PhraseTable:
