@@ -389,6 +389,10 @@ class PhraseTable:
         if d is None:
             return None
         out = {name: getattr(d, name) for name in DERIVED_ARRAYS if name != "n_ranked"}
+        for name in ("p_sorted", "p_df", "s_cnt", "s_pid", "w_rank"):  # ids and counts
+            x = out[name]
+            if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
+                out[name] = x.astype(np.int32)
         out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
         return out
 
