@@ -55,14 +55,13 @@ def worker(mode: str, n: int) -> dict[str, Any]:
     before = current_rss_mib()
     c0, t0 = time.process_time(), time.perf_counter()
     if mode == "bucketed-ann":
-        from psirag.tree.bucket import build_bucketed, rebalance_lean
-        from psirag.tree.build import _renumber
+        from psirag.tree.bucket import build_bucketed
+        from psirag.tree.rebalance import rebalance, renumber
 
         parent, layer = build_bucketed(
             e, bucket_size=32_768, inner_mode="ann", neighbors=32, max_children=40
         )
-        raw = _renumber(parent, layer, n)
-        tree = rebalance_lean(raw.parent, raw.layer.astype(np.int64), e, 40)
+        tree = rebalance(renumber(parent, layer, n), e, 40)
     else:
         tree = build_tree(e, max_children=40, mode=mode, neighbors=32)  # type: ignore[arg-type]
     wall = time.perf_counter() - t0

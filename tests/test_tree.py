@@ -7,8 +7,7 @@ import pytest
 from support.trees import check_invariants, clustered_unit, random_unit, unit
 
 from psirag.errors import InputError, ResourceError
-from psirag.tree import Tree, build_tree, rebalance, similarity_matrix, spanning_edges
-from psirag.tree import build as build_module
+from psirag.tree import Tree, build_tree, machine, rebalance, similarity_matrix, spanning_edges
 
 
 def reference_walk(embeddings: np.ndarray) -> tuple[list[frozenset[int]], int]:
@@ -233,7 +232,7 @@ def test_bad_embeddings(bad: np.ndarray, message: str) -> None:
 
 
 def test_refuses_when_matrix_exceeds_memory(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(build_module, "available_memory_bytes", lambda: 4 * 100 * 100)
+    monkeypatch.setattr(machine, "available_memory_bytes", lambda: 4 * 100 * 100)
     with pytest.raises(ResourceError, match="similarity matrix"):
         build_tree(random_unit(np.random.default_rng(0), 100, 4))
 

@@ -18,11 +18,12 @@ from support.trees import check_invariants, clustered_unit, random_unit, unit
 from psirag import Index, IndexConfig
 from psirag.cli import build_parser
 from psirag.errors import InputError
-from psirag.tree import ann, build_tree, similarity_matrix, spanning_edges
+from psirag.tree import ann, build_tree, machine, similarity_matrix, spanning_edges
 from psirag.tree import bucket as bucket_module
 from psirag.tree import build as build_module
 from psirag.tree.ann import component_joins, spanning_edges_ann
 from psirag.tree.bucket import BucketJob, build_bucket, split_buckets
+from psirag.tree.rebalance import renumber, split_overfull
 
 needs_hnswlib = pytest.mark.skipif(find_spec("hnswlib") is None, reason="psirag[ann] missing")
 
@@ -229,7 +230,7 @@ def test_bucket_jobs_can_use_ann_inside() -> None:
     parent, layer = bucket_module.build_bucketed(
         e, bucket_size=120, inner_mode="ann", neighbors=6, max_children=None
     )
-    tree = build_module._renumber(parent, layer, 300)
+    tree = renumber(parent, layer, 300)
     check_invariants(tree, 300, None)
 
 
@@ -240,7 +241,7 @@ def test_auto_chooses_by_size_and_memory(monkeypatch: pytest.MonkeyPatch) -> Non
     resolve = build_module.resolve_tree_mode
     assert resolve("auto", 1000) == "exact"
     assert resolve("auto", build_module.AUTO_EXACT_MAX + 1) == "bucketed"
-    monkeypatch.setattr(build_module, "available_memory_bytes", lambda: 4 * 100 * 100)
+    monkeypatch.setattr(machine, "available_memory_bytes", lambda: 4 * 100 * 100)
     assert resolve("auto", 1000) == "knn"  # the matrix does not fit, still small
     for mode in ("exact", "knn", "ann", "bucketed"):
         assert resolve(mode, 10) == mode
@@ -280,13 +281,21 @@ def test_index_records_the_mode_used_and_the_bucket_size(
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("max_children", [2, 3, 5])
-def test_lean_rebalance_equals_rebalance(seed: int, max_children: int) -> None:
-    """The rebalance without a dense sum table makes the very same splits."""
+def test_rebalance_sums_on_demand_as_a_full_table_does(seed: int, max_children: int) -> None:
+    """The rebalance computes a node's sum only when a split needs it, yet splits exactly as
+    the same loop given every node's sum up front (a float64 table summed bottom-up)."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(30, 300))
     e = clustered_unit(rng, n, 8, 5) if seed % 2 else random_unit(rng, n, 8)
     raw = build_tree(e, max_children=None)
-    reference = build_module.rebalance(raw, e, max_children)
-    lean = bucket_module.rebalance_lean(raw.parent, raw.layer.astype(np.int64), e, max_children)
-    assert np.array_equal(lean.parent, reference.parent)
-    assert np.array_equal(lean.layer, reference.layer)
+    table = np.zeros((raw.n_nodes, e.shape[1]), dtype=np.float64)
+    table[:n] = e
+    for node in raw.nodes_bottom_up().tolist():
+        if raw.parent[node] >= 0:
+            table[raw.parent[node]] += table[node]
+    parent, layer = split_overfull(raw.parent.tolist(), raw.layer.tolist(), table, max_children)
+    reference = renumber(np.asarray(parent), np.asarray(layer, dtype=np.int64), n)
+    on_demand = build_module.rebalance(raw, e, max_children)
+    assert on_demand.fan_out.max() <= max_children < raw.fan_out.max()
+    assert np.array_equal(on_demand.parent, reference.parent)
+    assert np.array_equal(on_demand.layer, reference.layer)

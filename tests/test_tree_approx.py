@@ -16,7 +16,7 @@ from psirag import Index, IndexConfig
 from psirag.cli import build_parser
 from psirag.errors import InputError, ResourceError
 from psirag.eval.methods import abstract_key
-from psirag.tree import approx, build_tree, similarity_matrix, spanning_edges
+from psirag.tree import approx, build_tree, machine, similarity_matrix, spanning_edges
 from psirag.tree import build as build_module
 from psirag.tree.approx import best_cross_pairs, knn_candidates, spanning_edges_knn
 
@@ -194,7 +194,7 @@ def test_modes_and_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
         build_tree(e, mode="knn", similarity=similarity_matrix(e))
     with pytest.raises(ValueError, match="at least 1"):
         spanning_edges_knn(e, 0)
-    monkeypatch.setattr(build_module, "available_memory_bytes", lambda: 4 * 100 * 100)
+    monkeypatch.setattr(machine, "available_memory_bytes", lambda: 4 * 100 * 100)
     with pytest.raises(ResourceError, match="--tree-mode knn"):
         build_tree(e)
     auto = build_tree(e, mode="auto", neighbors=5)  # the matrix does not fit: knn

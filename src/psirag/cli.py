@@ -203,6 +203,12 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
         help="the dense list only (the tree search, or its exact flat stand-in on a small index)",
     )
     p.add_argument(
+        "--lists",
+        metavar="NAMES",
+        help="the candidate lists to fuse, comma-separated, in fusion order (tree, dense, bm25, "
+        "hnsw, or any registered list; default: the profile's, refined by --no-tree/--no-bm25)",
+    )
+    p.add_argument(
         "--reranker",
         metavar="PATH",
         help="local cross-encoder model folder: rerank the union instead of RRF",
@@ -211,6 +217,10 @@ def _search_arguments(p: argparse.ArgumentParser) -> None:
 
 def search_config_from(args: argparse.Namespace) -> SearchConfig:
     base = profile_from(args)
+    if getattr(args, "lists", None):
+        from psirag.retrieval.lists import check_lists
+
+        base = base.with_(lists=check_lists(args.lists))
     return base.with_(
         k=args.k,
         beam=base.beam if args.beam is None else args.beam,

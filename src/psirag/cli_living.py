@@ -230,7 +230,7 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     for p in args.paths:
         if not Path(p).exists():
             raise InputError(f"{p}: no such file or folder; check the path")
-    from psirag.living import open_for_update
+    from psirag.index import open_for_update
 
     writer, index = open_for_update(args.index)
     llm = None
@@ -257,7 +257,7 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
-    from psirag.living import open_for_update
+    from psirag.index import open_for_update
 
     writer, index = open_for_update(args.index)
     llm = None
@@ -301,7 +301,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
     files = scan_files(args.paths)
-    from psirag.living import open_for_update
+    from psirag.index import open_for_update
 
     writer, index = open_for_update(args.index)
     llm = None

@@ -20,7 +20,7 @@ DEFAULT_EMBEDDER = "minilm"
 
 RoutingMode = Literal["leaf_mean", "abstract", "blend"]
 AbstractMode = Literal["keywords", "llm-summary", "llm-keywords", "none"]
-FusionMode = Literal["rrf", "rerank"]
+FusionMode = Literal["rrf", "rrf-boost", "convex", "rerank"]
 ProfileName = Literal["default", "tree", "paper"]
 """Named search presets (:data:`PROFILES`); the CLI's ``--profile`` choices."""
 EXACT_DENSE_LEAVES = 6000
@@ -130,8 +130,22 @@ class SearchConfig:
     use_bm25: bool = True
     use_dense: bool = False
     """Also an exact flat cosine list over the leaf embeddings (the eval's ``dense``/``hybrid``)."""
+    lists: tuple[str, ...] | None = None
+    """The candidate lists to fuse, by registered name (``psirag.retrieval.lists``: ``tree``,
+    ``dense``, ``bm25``, ``hnsw``, ...), in fusion order. None: the lists the three flags
+    above turn on, in the order tree, dense, BM25. When given, it is the truth and the flags
+    are set from it; :meth:`with_` keeps the two in step when a flag is changed."""
     fusion: FusionMode = "rrf"
+    """How the lists are fused: ``rrf`` (reciprocal rank fusion), ``rrf-boost`` (RRF, with
+    BM25's top hit first when its score is at least ``boost_ratio`` times its second),
+    ``convex`` (``sparse_weight`` x BM25's min-max scaled scores + the rest x the other lists')
+    or ``rerank`` (a cross-encoder over the union). BENCHMARKS.md, "Score-aware fusion",
+    measures them; RRF stays the default."""
     rrf_k: int = 60
+    boost_ratio: float = 2.0
+    """``rrf-boost``: how far BM25's top score must stand above its second."""
+    sparse_weight: float = 0.5
+    """``convex``: BM25's weight; the other lists share the rest equally."""
     reranker: str | None = None
     """Local path of a cross-encoder model; used when ``fusion == 'rerank'``."""
     merge_duplicates: bool = True
@@ -150,15 +164,58 @@ class SearchConfig:
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
         if self.exact_dense_leaves < 0:
             raise InputError(f"exact_dense_leaves must be 0 or more, got {self.exact_dense_leaves}")
-        if not (self.use_tree or self.use_bm25 or self.use_dense):
+        if self.lists is not None:
+            self._set_lists(self.lists)
+        if not (self.use_tree or self.use_bm25 or self.use_dense or self.lists):
             raise InputError("at least one of use_tree, use_bm25 and use_dense must be on")
-        if self.fusion not in ("rrf", "rerank"):
-            raise InputError(f"fusion must be 'rrf' or 'rerank', got {self.fusion!r}")
+        if self.fusion not in ("rrf", "rrf-boost", "convex", "rerank"):
+            raise InputError(
+                f"fusion must be 'rrf', 'rrf-boost', 'convex' or 'rerank', got {self.fusion!r}"
+            )
+        if not self.boost_ratio >= 1.0:
+            raise InputError(f"boost_ratio must be at least 1, got {self.boost_ratio}")
+        if not 0.0 <= self.sparse_weight <= 1.0:
+            raise InputError(f"sparse_weight must lie in [0, 1], got {self.sparse_weight}")
         if self.fusion == "rerank" and not self.reranker:
             raise InputError("fusion='rerank' needs reranker=<local path of a cross-encoder model>")
 
+    def _set_lists(self, lists: Any) -> None:
+        if isinstance(lists, str) or not all(isinstance(n, str) and n for n in lists):
+            raise InputError(f"lists must be a sequence of list names, got {lists!r}")
+        names = tuple(lists)
+        if not names:
+            raise InputError("lists is empty: name at least one candidate list (e.g. 'bm25')")
+        if len(set(names)) != len(names):
+            raise InputError(f"lists names a list twice: {names}")
+        object.__setattr__(self, "lists", names)
+        for flag, name in _FLAG_LISTS.items():
+            object.__setattr__(self, flag, name in names)
+
+    def list_names(self) -> tuple[str, ...]:
+        """The candidate lists this search fuses, in fusion order."""
+        if self.lists is not None:
+            return self.lists
+        return tuple(name for flag, name in _FLAG_LISTS.items() if getattr(self, flag))
+
     def with_(self, **changes: Any) -> SearchConfig:
+        """A copy with ``changes``; turning a ``use_*`` flag on or off on a config that names
+        its ``lists`` adds or drops that list (added ones go last)."""
+        flags = {f: changes[f] for f in _FLAG_LISTS if f in changes}
+        if self.lists is not None and flags and "lists" not in changes:
+            names = [
+                n
+                for n in self.lists
+                if not any(_FLAG_LISTS[f] == n and not on for f, on in flags.items())
+            ]
+            names += [
+                _FLAG_LISTS[f] for f, on in flags.items() if on and _FLAG_LISTS[f] not in names
+            ]
+            changes["lists"] = tuple(names)
         return replace(self, **changes)
+
+
+_FLAG_LISTS = {"use_tree": "tree", "use_dense": "dense", "use_bm25": "bm25"}
+"""SearchConfig's flags and the registered list each turns on, in the flags' fusion order."""
 
 
 PROFILES: dict[str, SearchConfig] = {

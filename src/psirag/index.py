@@ -21,7 +21,7 @@ from psirag.ingest import Document
 from psirag.pipeline import BatchBackend, Reporter, build_index_data, fresh_lineage
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
-from psirag.storage import IndexReader, IndexWriter, Verify, _resolve, read_index
+from psirag.storage import IndexReader, IndexStore, IndexWriter, Verify, _resolve, read_index
 from psirag.tree import Tree
 from psirag.tree.update import InsertRule
 from psirag.types import Chunk, Passage, Source, source_from_dict
@@ -621,4 +621,33 @@ class Index:
         )
 
 
-__all__ = ["BuildStats", "Index", "NodeHit"]
+def open_for_update(
+    folder: str | Path, *, embedder: Embedder | None = None
+) -> tuple[IndexWriter, Index]:
+    """The writer (holding the lock) and the index of the generation it builds on: every
+    writer (the CLI, the server) reads what is on disk under the lock, so no write is lost."""
+    store = IndexStore(folder)
+    state = store.state()
+    if state not in ("index", "legacy"):
+        if state in ("missing", "empty", "pending"):
+            raise IndexFormatError(
+                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
+            )
+        if state == "newer":
+            raise IndexFormatError(
+                f"{folder} holds an index in a format this psirag does not know; upgrade "
+                "psirag or rebuild the index"
+            )
+        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
+    writer = IndexWriter(folder)
+    try:
+        generation = writer.base.generation if writer.base is not None else None
+        index = Index.load(folder, generation=generation, embedder=embedder)
+        index._from_legacy = state == "legacy"  # type: ignore[attr-defined]
+    except BaseException:
+        writer.abort()
+        raise
+    return writer, index
+
+
+__all__ = ["BuildStats", "Index", "NodeHit", "open_for_update"]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from psirag.embed import Embedder
-from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
+from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
 from psirag.ingest import Document
 from psirag.pipeline import (
@@ -53,9 +53,7 @@ from psirag.types import Chunk
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
-    from psirag.index import Index
     from psirag.retrieval.bm25 import Postings
-    from psirag.storage import IndexWriter
 
 __all__ = [
     "EXACT_ABSTRACTS",
@@ -64,7 +62,6 @@ __all__ = [
     "add_documents",
     "document_digests",
     "drift_report",
-    "open_for_update",
     "remove_documents",
 ]
 
@@ -802,35 +799,3 @@ def rebuild_from_files(
         full_rebuild=True,
     )
     return new, summary
-
-
-def open_for_update(
-    folder: str | Path, *, embedder: Embedder | None = None
-) -> tuple[IndexWriter, Index]:
-    """The writer (holding the lock) and the index of the generation it builds on: every
-    writer (the CLI, the server) reads what is on disk under the lock, so no write is lost."""
-    from psirag.index import Index
-    from psirag.storage import IndexStore, IndexWriter
-
-    store = IndexStore(folder)
-    state = store.state()
-    if state not in ("index", "legacy"):
-        if state in ("missing", "empty", "pending"):
-            raise IndexFormatError(
-                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
-            )
-        if state == "newer":
-            raise IndexFormatError(
-                f"{folder} holds an index in a format this psirag does not know; upgrade "
-                "psirag or rebuild the index"
-            )
-        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
-    writer = IndexWriter(folder)
-    try:
-        generation = writer.base.generation if writer.base is not None else None
-        index = Index.load(folder, generation=generation, embedder=embedder)
-        index._from_legacy = state == "legacy"  # type: ignore[attr-defined]
-    except BaseException:
-        writer.abort()
-        raise
-    return writer, index

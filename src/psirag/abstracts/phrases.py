@@ -30,17 +30,17 @@ from typing import Any
 import numpy as np
 import Stemmer
 
-from psirag.abstracts.keywords import (
-    _BITS,
-    _MAX_PACKED,
-    _ROMAN_RE,
-    _SEGMENT_RE,
-    _SPACED_HYPHEN_RE,
+from psirag.abstracts.phrase_model import (
     JOINERS,
     MAX_NGRAM,
-    _is_stopword,
-    _Phrases,
-    _unpack,
+    MAX_PACKED,
+    PACK_BITS,
+    ROMAN_RE,
+    SEGMENT_RE,
+    SPACED_HYPHEN_RE,
+    Phrases,
+    is_stopword,
+    unpack_keys,
 )
 from psirag.errors import IndexFormatError
 
@@ -101,7 +101,7 @@ def _pack(cols: np.ndarray) -> np.ndarray:
     """n x 3 ids (-1 pad) to int64 keys of three 21-bit fields (id + 1, 0 = none)."""
     key = np.zeros(cols.shape[0], dtype=np.int64)
     for j in range(MAX_NGRAM):
-        key <<= _BITS
+        key <<= PACK_BITS
         key |= cols[:, j] + 1
     return key
 
@@ -162,7 +162,7 @@ class _Vocab:
             return self, ids
         new_words = [batch[i] for i in new_at.tolist()]
         start = len(self.words)
-        if start + len(new_words) >= _MAX_PACKED - 1:
+        if start + len(new_words) >= MAX_PACKED - 1:
             raise ValueError(
                 f"vocabulary of {start + len(new_words)} distinct words is too large to pack; "
                 "rebuild the index"
@@ -175,7 +175,7 @@ class _Vocab:
         stem_index = dict(self.stem_index)
         stems = Stemmer.Stemmer("english").stemWords(lower)
         stem_of = np.array([stem_index.setdefault(s, len(stem_index)) for s in stems], np.int64)
-        if len(stem_index) >= _MAX_PACKED - 1:
+        if len(stem_index) >= MAX_PACKED - 1:
             raise ValueError(f"{len(stem_index)} distinct stems are too many to pack; rebuild")
 
         def flags(test: Any, source: list[str]) -> np.ndarray:
@@ -186,7 +186,7 @@ class _Vocab:
             index=index,
             stem_of=np.concatenate([self.stem_of, stem_of]),
             stem_index=stem_index,
-            is_stop=np.concatenate([self.is_stop, flags(_is_stopword, lower)]),
+            is_stop=np.concatenate([self.is_stop, flags(is_stopword, lower)]),
             starts_alpha=np.concatenate(
                 [self.starts_alpha, flags(lambda w: w[0].isalpha(), new_words)]
             ),
@@ -195,7 +195,7 @@ class _Vocab:
             roman=np.concatenate(
                 [
                     self.roman,
-                    flags(lambda w: w.isupper() and _ROMAN_RE.fullmatch(w) is not None, new_words),
+                    flags(lambda w: w.isupper() and ROMAN_RE.fullmatch(w) is not None, new_words),
                 ]
             ),
             joiner=np.concatenate([self.joiner, flags(lambda w: w in JOINERS, lower)]),
@@ -226,8 +226,8 @@ def _extract(texts: Sequence[str], vocab: _Vocab) -> tuple[_Vocab, _Batch]:
     seg_lengths: list[int] = []
     seg_leaf: list[int] = []
     for leaf, text in enumerate(texts):
-        text = _SPACED_HYPHEN_RE.sub("-", text.replace("’", "'"))
-        for segment in _SEGMENT_RE.findall(text):
+        text = SPACED_HYPHEN_RE.sub("-", text.replace("’", "'"))
+        for segment in SEGMENT_RE.findall(text):
             words = segment.split()
             tokens.extend(map(intern, words))
             seg_lengths.append(len(words))
@@ -260,8 +260,8 @@ def _extract(texts: Sequence[str], vocab: _Vocab) -> tuple[_Vocab, _Batch]:
         skey = np.zeros(starts.size, dtype=np.int64)
         tkey = np.zeros(starts.size, dtype=np.int64)
         for j in range(MAX_NGRAM):
-            skey <<= _BITS
-            tkey <<= _BITS
+            skey <<= PACK_BITS
+            tkey <<= PACK_BITS
             if j < w:
                 skey |= stem[starts + j] + 1
                 tkey |= tok[starts + j] + 1
@@ -441,7 +441,7 @@ class PhraseTable:
         s_key, inv = _unique_inverse(self.ls_key)
         s_cnt = np.bincount(inv, weights=self.ls_cnt, minlength=s_key.size).astype(np.int64)
         p_sorted = np.argsort(self.p_key, kind="stable")
-        s_stem = _pack(np.where(_unpack(s_key) >= 0, vocab.stem_of[_unpack(s_key)], -1))
+        s_stem = _pack(np.where(unpack_keys(s_key) >= 0, vocab.stem_of[unpack_keys(s_key)], -1))
         sorted_keys = self.p_key[p_sorted]
         at = np.minimum(np.searchsorted(sorted_keys, s_stem), max(sorted_keys.size - 1, 0))
         if s_stem.size and (sorted_keys.size == 0 or np.any(sorted_keys[at] != s_stem)):
@@ -610,7 +610,7 @@ class PhraseTable:
         return table
 
     # ------------------------------------------------------------------ what abstracts read
-    def phrases(self) -> _Phrases:
+    def phrases(self) -> Phrases:
         """The corpus's kept phrases in the order a fresh extraction numbers them, with the
         leaf x phrase presence matrix (what :func:`keyword_abstracts` scores). Made once per
         table; after :meth:`add` from the layout of the table added to, only the phrases the
@@ -641,7 +641,7 @@ class _Layout:
     stem_first: np.ndarray  # per stem id: first-appearance rank of its first word
     ckey: np.ndarray  # per phrase id: its stems' first ranks, packed (the column order)
     col_key: np.ndarray  # ckey of each column, ascending
-    phrases: _Phrases
+    phrases: Phrases
 
 
 def _flags(
@@ -679,7 +679,7 @@ def _finish(
     n_p = table.p_key.size
     col_of = np.full(n_p, -1, dtype=np.int64)
     col_of[pid_of] = np.arange(pid_of.size)
-    ph = _Phrases(
+    ph = Phrases(
         lp_ptr=table.lp_ptr,
         lp_pid=table.lp_pid,
         col_of=col_of,
@@ -701,17 +701,17 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     v = d.vocab
     n_p = table.p_key.size
     ranked = np.flatnonzero(d.w_rank >= 0)
-    stem_first = np.full(len(v.stem_index) + 1, _MAX_PACKED, dtype=np.int64)
+    stem_first = np.full(len(v.stem_index) + 1, MAX_PACKED, dtype=np.int64)
     w_stem, w_rank = v.stem_of[ranked], d.w_rank[ranked]
     order = np.lexsort((w_rank, w_stem))  # by stem, its earliest word first
     s_sorted = w_stem[order]
     head = np.concatenate(([True], s_sorted[1:] != s_sorted[:-1])) if order.size else order
     stem_first[s_sorted[head]] = w_rank[order][head]
 
-    stems = _unpack(table.p_key)
+    stems = unpack_keys(table.p_key)
     present = np.flatnonzero(d.p_df > 0)
     surface = np.full((n_p, MAX_NGRAM), -1, dtype=np.int64)
-    surface[present] = _unpack(d.p_best[present])
+    surface[present] = unpack_keys(d.p_best[present])
     words = (stems >= 0).sum(axis=1).astype(np.int64)
     entity = np.zeros(n_p, dtype=bool)
     keep = np.zeros(n_p, dtype=bool)
@@ -788,7 +788,7 @@ def _layout_after_add(
     v = d.vocab
     old = prev.phrases
     n_old, n_p = old.key.size, table.p_key.size
-    stem_first = np.full(len(v.stem_index) + 1, _MAX_PACKED, dtype=np.int64)
+    stem_first = np.full(len(v.stem_index) + 1, MAX_PACKED, dtype=np.int64)
     stem_first[: prev.stem_first.size - 1] = prev.stem_first[:-1]
     if newcomers.size:
         np.minimum.at(stem_first, v.stem_of[newcomers], d.w_rank[newcomers])
@@ -797,7 +797,7 @@ def _layout_after_add(
         return _grown(a, n_p, fill)
 
     stems = grow(old.stem_ids, -1)
-    stems[n_old:] = _unpack(table.p_key[n_old:])
+    stems[n_old:] = unpack_keys(table.p_key[n_old:])
     words = grow(old.words, 0)
     words[n_old:] = (stems[n_old:] >= 0).sum(axis=1)
     surface, entity, content = (
@@ -806,7 +806,7 @@ def _layout_after_add(
         grow(old.content_ids, -1),
     )
     ckey = grow(prev.ckey, 0)
-    t_surface = _unpack(d.p_best[touched])
+    t_surface = unpack_keys(d.p_best[touched])
     surface[touched] = t_surface
     _, entity[touched], t_keep, content[touched] = _flags(v, stems[touched], t_surface)
     ckey[touched] = _order_key(stems[touched], stem_first)
@@ -851,7 +851,7 @@ def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
         wanted[pids] = True
         sel = np.flatnonzero(wanted[d.s_pid])
     keys = d.s_key[sel]
-    words = _unpack(keys)
+    words = unpack_keys(keys)
     rkey = _pack(np.where(words >= 0, d.w_rank[words], -1))
     pid = d.s_pid[sel]
     order = np.lexsort((rkey, -d.s_cnt[sel], pid))

@@ -16,6 +16,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
 from psirag.errors import InputError
+from psirag.retrieval.duplicates import first_copy_of
 from psirag.retrieval.ranking import first_copies, top_k
 
 # bm25s sets its own logger to DEBUG on import, so every build printed "Building index from IDs
@@ -531,8 +532,7 @@ class SparseIndex:
         if postings.n_docs != len(texts):
             raise ValueError(f"postings of {postings.n_docs} chunks for {len(texts)} texts")
         check_indexable(texts)
-        seen: dict[str, int] = {}
-        first = np.array([seen.setdefault(t, i) for i, t in enumerate(texts)], dtype=np.int64)
+        first = first_copy_of(texts)  # texts equal up to layout count once (duplicates.py)
         return cls(None, first, postings=postings)
 
     def scores(self, query: str) -> np.ndarray:

@@ -22,13 +22,13 @@ from psirag.embed import Embedder, finalize_vectors
 from psirag.embed.endpoints import load_index_embedder
 from psirag.errors import EmbedderMismatchError, InputError
 from psirag.index_data import IndexData
-from psirag.retrieval.fusion import Reranker, rerank_union, rrf_fuse
-from psirag.retrieval.ranking import first_copies, top_k
+from psirag.retrieval.dense import DenseFlat, Ranked
+from psirag.retrieval.duplicates import merge_near_duplicates, record_heading
+from psirag.retrieval.fusion import Reranker, boosted_rrf, convex_fuse, rerank_union, rrf_fuse
+from psirag.retrieval.lists import CandidateList, ListRequest, list_spec
+from psirag.retrieval.lists.tree import TreeList, exact_in_tree_place
 from psirag.retrieval.tree_search import TreeSearcher
 from psirag.types import Passage, Source
-
-Ranked = tuple[np.ndarray, np.ndarray]
-"""A candidate list: leaf ids best first, and their scores."""
 
 
 @dataclass(frozen=True)
@@ -54,44 +54,34 @@ class DocFilter:
     """Nodes holding at least one allowed leaf (what tree search may enter)."""
 
 
-class DenseFlat:
-    """Exact cosine over every leaf embedding, one leaf per distinct text (as BM25 does)."""
-
-    def __init__(self, leaf_vectors: np.ndarray, text_of: np.ndarray) -> None:
-        self.vectors = np.ascontiguousarray(np.asarray(leaf_vectors), dtype=np.float32)
-        self.text_of = np.asarray(text_of, dtype=np.int64)
-        """Each leaf's text, as the first leaf holding it (the index's ``first_copy``)."""
-        self.first = first_copies(self.text_of)
-
-    @classmethod
-    def of(cls, data: IndexData) -> DenseFlat:
-        return cls(data.node_vectors[: data.n_leaves], data.sparse.first_copy)
-
-    def ranked(self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> Ranked:
-        """Top-k leaves by cosine, best first (ties by leaf id), with their scores; ``allowed``
-        (a boolean mask over leaves) keeps the ranking inside some documents."""
-        scores = self.vectors @ np.asarray(vector, dtype=np.float32).ravel()
-        keep = self.first if allowed is None else first_copies(self.text_of, allowed)
-        cand = np.flatnonzero(keep)
-        cand = cand[top_k(scores[cand], k, cand)]
-        return cand, scores[cand]
-
-
 class _Shared:
-    """What every retriever over one IndexData shares, built on first use."""
+    """What every retriever over one IndexData shares, built on first use: the candidate
+    lists (:mod:`psirag.retrieval.lists`), the embedder, the rerankers."""
 
     def __init__(self, data: IndexData) -> None:
         self.data = data
         self.embedder: Embedder | None = None
         self.rerankers: dict[str, Reranker] = {}
+        self.lists: dict[str, CandidateList] = {}
 
-    @cached_property
+    def candidate_list(self, name: str) -> CandidateList:
+        """The registered list ``name`` over this index, built on first use."""
+        built = self.lists.get(name)
+        if built is None:
+            built = self.lists[name] = list_spec(name).factory(self)
+        return built
+
+    @property
     def searcher(self) -> TreeSearcher:
-        return TreeSearcher(self.data.tree, self.data.node_vectors)
+        tree = self.candidate_list("tree")
+        assert isinstance(tree, TreeList)
+        return tree.searcher
 
-    @cached_property
+    @property
     def dense(self) -> DenseFlat:
-        return DenseFlat.of(self.data)
+        dense = self.candidate_list("dense")
+        assert isinstance(dense, DenseFlat)
+        return dense
 
     @cached_property
     def copies(self) -> dict[int, np.ndarray]:
@@ -233,28 +223,22 @@ class Retriever:
         config: SearchConfig | None = None,
         docs: Sequence[str] | None = None,
     ) -> list[Ranked]:
-        """The lists ``config`` turns on, ``config.candidates`` deep each, in fusion order:
-        tree, dense, BM25 (RRF breaks ties by the first)."""
+        """The lists ``config`` names (:meth:`SearchConfig.list_names`), ``config.candidates``
+        deep each, in fusion order (RRF breaks ties by the first)."""
         config = config or self.config
         vector = self._check_vector(vector)
         where = self.doc_filter(docs)
         leaves = None if where is None else where.leaves
-        lists: list[Ranked] = []
-        if config.use_tree and self.exact_in_tree_place(config, leaves):
-            lists.append(self.dense.ranked(vector, config.candidates, leaves))
-        elif config.use_tree:
-            hits = self.searcher.search(
-                vector,
-                k=config.candidates,
-                beam=config.beam,
-                allowed=None if where is None else where.nodes,
-            )
-            lists.append((hits.leaves, hits.scores))
-        if config.use_dense:
-            lists.append(self.dense.ranked(vector, config.candidates, leaves))
-        if config.use_bm25:
-            lists.append(self.data.sparse.search(query, k=config.candidates, allowed_leaves=leaves))
-        if config.merge_duplicates and self._shared.copies:
+        request = ListRequest(
+            vector=vector,
+            query=query,
+            config=config,
+            leaves=leaves,
+            nodes=None if where is None else where.nodes,
+        )
+        shared = self._shared
+        lists = [shared.candidate_list(name).rank(request) for name in config.list_names()]
+        if config.merge_duplicates and shared.copies:
             lists = [self._merge_copies(ids, scores, leaves) for ids, scores in lists]
         return lists
 
@@ -262,8 +246,7 @@ class Retriever:
         """Whether the tree's dense list is ranked by a flat scan: when no more leaves are
         searched (``leaves``: the allowed mask, None for all) than
         ``config.exact_dense_leaves``."""
-        searched = self.data.n_leaves if leaves is None else int(np.count_nonzero(leaves))
-        return searched <= config.exact_dense_leaves
+        return exact_in_tree_place(self.data.n_leaves, leaves, config.exact_dense_leaves)
 
     def _canonical(self, leaf: int, allowed: np.ndarray | None) -> int:
         """The first leaf (among ``allowed`` ones) with ``leaf``'s text."""
@@ -298,16 +281,60 @@ class Retriever:
         docs: Sequence[str] | None = None,
     ) -> list[tuple[int, float]]:
         """The final top ``config.k`` ``(leaf, score)``: a single list's own order, else RRF or
-        the reranker over the lists."""
+        the reranker over the lists; with ``merge_duplicates``, near-duplicates of a better
+        result are left out (:mod:`psirag.retrieval.duplicates`) and later ones move up."""
+        return [(i, s) for i, s, _ in self._ranked_groups(vector, query, config, docs)]
+
+    def _ranked_groups(
+        self,
+        vector: np.ndarray,
+        query: str,
+        config: SearchConfig | None,
+        docs: Sequence[str] | None,
+    ) -> list[tuple[int, float, list[int]]]:
+        """:meth:`ranked`'s results, each with the near-duplicate leaves merged into it."""
         config = config or self.config
         lists = self.candidate_lists(vector, query, config=config, docs=docs)
         ids = [leaves.tolist() for leaves, _ in lists]
+        # merging may drop some, so rank the whole union and cut after
+        depth = sum(len(x) for x in ids) if config.merge_duplicates else config.k
         if config.fusion == "rerank":
             reranker = self._reranker or self._shared.reranker(str(config.reranker))
-            return rerank_union(query, ids, self.data.node_text, reranker, k=config.k)
-        if len(lists) == 1:
-            return list(zip(ids[0][: config.k], lists[0][1].tolist(), strict=False))
-        return rrf_fuse(ids, k=config.k, rrf_k=config.rrf_k)
+            pairs = rerank_union(query, ids, self.data.node_text, reranker, k=depth)
+        elif len(lists) == 1:
+            pairs = list(zip(ids[0][:depth], lists[0][1].tolist(), strict=False))
+        elif config.fusion == "rrf-boost":
+            sparse = [name == "bm25" for name in config.list_names()]
+            scores = [x.tolist() for _, x in lists]
+            pairs = boosted_rrf(
+                ids, scores, sparse, k=depth, rrf_k=config.rrf_k, ratio=config.boost_ratio
+            )
+        elif config.fusion == "convex":
+            pairs = convex_fuse(ids, [x.tolist() for _, x in lists], self._weights(config), k=depth)
+        else:
+            pairs = rrf_fuse(ids, k=depth, rrf_k=config.rrf_k)
+        if not config.merge_duplicates:
+            return [(i, s, []) for i, s in pairs]
+        score = dict(pairs)
+        chunks = self.data.chunks
+        groups = merge_near_duplicates(
+            [i for i, _ in pairs],
+            self.data.node_text,
+            limit=config.k,
+            heading_of=lambda i: record_heading(chunks[i].source.title, chunks[i].text),
+        )
+        return [(i, score[i], merged) for i, merged in groups]
+
+    @staticmethod
+    def _weights(config: SearchConfig) -> list[float]:
+        """Convex fusion's weight per list: ``sparse_weight`` for BM25, the rest shared by the
+        others (all of it to BM25, or to them, when it is alone or absent)."""
+        names = config.list_names()
+        dense = sum(name != "bm25" for name in names)
+        if dense == 0 or dense == len(names):
+            return [1.0] * len(names)
+        w = config.sparse_weight
+        return [w if name == "bm25" else (1.0 - w) / dense for name in names]
 
     def search(
         self,
@@ -333,12 +360,14 @@ class Retriever:
     ) -> list[Passage]:
         """:meth:`search` with the query already embedded (the timed part of a search)."""
         config = config or self.config
-        pairs = self.ranked(vector, query, config=config, docs=docs)
+        groups = self._ranked_groups(vector, query, config, docs)
         if not config.merge_duplicates:
-            return [self.passage(i, s) for i, s in pairs]
+            return [self.passage(i, s) for i, s, _ in groups]
         where = self.doc_filter(docs)
         allowed = None if where is None else where.leaves
-        return [self.passage(i, s, merged=True, allowed=allowed) for i, s in pairs]
+        return [
+            self.passage(i, s, merged=True, allowed=allowed, near=near) for i, s, near in groups
+        ]
 
     # ------------------------------------------------------------------ visit
     def visit(
@@ -373,16 +402,26 @@ class Retriever:
 
     # ------------------------------------------------------------------ results
     def passage(
-        self, leaf: int, score: float, *, merged: bool = False, allowed: np.ndarray | None = None
+        self,
+        leaf: int,
+        score: float,
+        *,
+        merged: bool = False,
+        allowed: np.ndarray | None = None,
+        near: Sequence[int] = (),
     ) -> Passage:
         """Leaf ``leaf`` as a result; ``merged`` also names the other leaves (inside the
-        ``allowed`` mask, when given) that hold the same text (``Passage.also``)."""
+        ``allowed`` mask, when given) that hold the same text, and the ``near``-duplicate
+        leaves merged into it with their copies (``Passage.also``)."""
         chunks = self.data.chunks
         c = chunks[leaf]
         also: tuple[Source, ...] = ()
-        group = self._shared.copies.get(leaf) if merged else None
-        if group is not None:
-            others = [int(u) for u in group.tolist() if u != leaf]
+        if merged:
+            others: list[int] = []
+            for u in (leaf, *near):
+                group = self._shared.copies.get(int(u))
+                others += [int(u)] if group is None else [int(x) for x in group.tolist()]
+            others = [u for u in dict.fromkeys(others) if u != leaf]
             if allowed is not None:
                 others = [u for u in others if allowed[u]]
             also = tuple(chunks[u].source for u in others)

@@ -18,7 +18,7 @@ def apply_write(
     index object in service is never changed; requests already running finish on the
     generation they took, and the new one is published only once it is saved.
     """
-    from psirag.living import open_for_update
+    from psirag.index import open_for_update
 
     served = state.holder.get().index
     job.progress(0, 1)

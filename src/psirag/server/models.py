@@ -30,6 +30,11 @@ class SearchRequest(_Body):
         default=True, description="false: the dense list only (tree, or exact on a small index)"
     )
     tree: bool = Field(default=True, description="false: BM25 only")
+    lists: list[str] | None = Field(
+        default=None,
+        description="candidate lists to fuse, by registered name, in fusion order (tree, dense, "
+        "bm25, hnsw); default: the profile's, refined by tree and bm25",
+    )
 
 
 class AskRequest(_Body):

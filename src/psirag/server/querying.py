@@ -31,6 +31,10 @@ def search_config(body: SearchRequest | AskRequest) -> SearchConfig:
     base = profile_config(body.profile)
     beam = base.beam if body.beam is None else body.beam
     if isinstance(body, SearchRequest):
+        if body.lists:
+            from psirag.retrieval.lists import check_lists
+
+            base = base.with_(lists=check_lists(body.lists))
         if not (body.tree or body.bm25):
             raise InputError("tree and bm25 cannot both be false: nothing would search")
         candidates = base.candidates if body.candidates is None else body.candidates

@@ -43,6 +43,7 @@ from psirag.tree.approx import (
     pair_similarity,
     spanning_from_candidates,
 )
+from psirag.tree.machine import default_workers
 
 ANN_INSTALL_HINT = "pip install 'psirag[ann]'"
 HNSW_M = 16
@@ -277,12 +278,6 @@ def component_joins(index: HnswIndex, labels: np.ndarray, extra: int = 16) -> Ed
     return a[walk], b[walk], s[walk]
 
 
-def _default_threads() -> int:
-    from psirag.tree.bucket import default_workers
-
-    return default_workers()
-
-
 def spanning_edges_ann(
     embeddings: np.ndarray,
     k: int,
@@ -301,7 +296,7 @@ def spanning_edges_ann(
     n = e.shape[0]
     if n < 2:
         return no_edges()
-    index = HnswIndex(e, threads=threads if threads > 0 else _default_threads())
+    index = HnswIndex(e, threads=threads if threads > 0 else default_workers())
     return spanning_from_candidates(
         n, ann_candidates(index, k, progress), lambda labels: component_joins(index, labels)
     )

@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from psirag.tree.merge import UnionFind
+
 BLOCK_BYTES = 256 * 2**20
 """Budget for one block's working arrays (a (rows x n) slab and its masks), in bytes."""
 
@@ -117,45 +119,13 @@ def knn_candidates(
     return a, b, pair_similarity(e, a, b)
 
 
-class _UnionFind:
-    """Disjoint sets over ``0..n-1``: path halving and union by size."""
-
-    def __init__(self, n: int) -> None:
-        self.parent = list(range(n))
-        self.size = [1] * n
-        self.sets = n
-
-    def find(self, x: int) -> int:
-        parent = self.parent
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(self, x: int, y: int) -> bool:
-        """Join the sets of ``x`` and ``y``; False when they were one set already."""
-        rx, ry = self.find(x), self.find(y)
-        if rx == ry:
-            return False
-        if self.size[rx] < self.size[ry]:
-            rx, ry = ry, rx
-        self.parent[ry] = rx
-        self.size[rx] += self.size[ry]
-        self.sets -= 1
-        return True
-
-    def labels(self) -> np.ndarray:
-        """The root of every element's set, as an int64 array."""
-        return np.fromiter((self.find(x) for x in range(len(self.parent))), np.int64)
-
-
 def _walk_order(a: np.ndarray, b: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Indices sorting pairs by the strict key ``(-s, a, b)`` of the exact walk."""
     return np.lexsort((b, a, -s))
 
 
 def _kruskal(
-    uf: _UnionFind,
+    uf: UnionFind,
     a: np.ndarray,
     b: np.ndarray,
     s: np.ndarray,
@@ -277,7 +247,7 @@ def spanning_from_candidates(
     another) until one component remains; the edges in walk order, as ``spanning_edges`` gives.
 
     ``candidates`` is released once Kruskal has read it, so callers should pass it directly."""
-    uf = _UnionFind(n)
+    uf = UnionFind(n)
     kept: list[Edges] = []
     _kruskal(uf, *candidates, kept)
     del candidates

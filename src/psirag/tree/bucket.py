@@ -18,7 +18,6 @@ costs O(b²) exactly, so n/b buckets cost O(n·b): linear in n for a fixed bound
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,7 +30,11 @@ from typing import Any, Literal
 import numpy as np
 
 from psirag.errors import InputError
-from psirag.tree.model import Tree
+from psirag.tree.approx import spanning_edges_knn
+from psirag.tree.exact import similarity_matrix, spanning_edges, validate_embeddings
+from psirag.tree.machine import default_workers
+from psirag.tree.merge import merge_components
+from psirag.tree.walk import build_walk_tree
 
 BucketTreeMode = Literal["exact", "knn", "ann"]
 
@@ -145,10 +148,11 @@ def build_bucket(job: BucketJob) -> tuple[np.ndarray, np.ndarray]:
 
     A plain function of its inputs: what a local process pool or a Ray task runs per bucket.
     """
-    from psirag.tree.build import build_tree
-
-    tree = build_tree(
-        job.vectors, max_children=job.max_children, mode=job.mode, neighbors=job.neighbors
+    tree = build_walk_tree(
+        validate_embeddings(job.vectors),
+        job.mode,
+        neighbors=job.neighbors,
+        max_children=job.max_children,
     )
     return tree.parent, tree.layer.astype(np.int64)
 
@@ -160,14 +164,6 @@ def _limit_blas_threads() -> None:
     except ImportError:
         return
     threadpool_limits(limits=1)
-
-
-def default_workers() -> int:
-    """Local worker processes: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 BucketRunner = Callable[[Sequence[BucketJob]], list[tuple[np.ndarray, np.ndarray]]]
@@ -211,9 +207,6 @@ def build_bucket_trees(
 
 def _bucket_spanning_edges(centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Maximum spanning tree of the bucket centroids, in walk order (exact while it fits)."""
-    from psirag.tree.approx import spanning_edges_knn
-    from psirag.tree.build import similarity_matrix, spanning_edges
-
     if centroids.shape[0] <= 4096:
         a, b, _ = spanning_edges(similarity_matrix(centroids))
     else:
@@ -257,80 +250,13 @@ def merge_bucket_trees(
     centroids = (sums / np.linalg.norm(sums, axis=1, keepdims=True)).astype(np.float32)
     edge_a, edge_b = _bucket_spanning_edges(centroids)
 
-    uf = list(range(b))
-    comp_root = list(roots)
-
-    def find(x: int) -> int:
-        while uf[x] != x:
-            uf[x] = uf[uf[x]]
-            x = uf[x]
-        return x
-
-    def anchor(bucket: int, toward: int, levels: int) -> int:
-        """The ancestor ``levels`` up of ``bucket``'s leaf most similar to bucket ``toward``."""
+    def nearest_leaf(bucket: int, toward: int) -> int:
+        """The leaf of ``bucket`` most similar to bucket ``toward``'s centroid."""
         rows = buckets[bucket]
-        node = int(rows[int(np.argmax(embeddings[rows] @ centroids[toward]))])
-        for _ in range(levels):
-            node = parent[node]
-        return node
+        return int(rows[int(np.argmax(embeddings[rows] @ centroids[toward]))])
 
-    for a, c in zip(edge_a.tolist(), edge_b.tolist(), strict=True):
-        ca, cc = find(a), find(c)
-        ra, rc = comp_root[ca], comp_root[cc]
-        ha, hc = layer[ra], layer[rc]
-        if ha == hc:
-            top = len(parent)
-            parent.append(-1)
-            layer.append(ha + 1)
-            parent[ra] = parent[rc] = top
-        elif ha > hc:
-            parent[rc] = anchor(a, c, hc + 1)
-            top = ra
-        else:
-            parent[ra] = anchor(c, a, ha + 1)
-            top = rc
-        uf[cc] = ca
-        comp_root[ca] = top
+    merge_components(parent, layer, roots, edge_a, edge_b, nearest_leaf)
     return np.asarray(parent, dtype=np.int64), np.asarray(layer, dtype=np.int64)
-
-
-def rebalance_lean(
-    parent: np.ndarray, layer: np.ndarray, embeddings: np.ndarray, max_children: int
-) -> Tree:
-    """:func:`psirag.tree.build.rebalance` on ``(parent, layer)`` without its (nodes x d) table.
-
-    The same splits in the same order with the same float64 sums (each node's sum adds its
-    children in id order, as there), but a node's sum is computed only when a split needs it,
-    so memory is O(nodes) plus the sums of overfull nodes' children: at a million leaves the
-    dense table alone would be 3 GiB. Trees built per bucket are already balanced, so only the
-    few nodes the merge touched are split.
-    """
-    from psirag.tree.build import _renumber, split_wide_nodes
-
-    if max_children < 2:
-        raise ValueError("max_children must be at least 2")
-    n = int((layer == 0).sum())
-    parent_l = parent.tolist()
-    layer_l = layer.tolist()
-    children: list[list[int]] = [[] for _ in parent_l]
-    for node, p in enumerate(parent_l):
-        if p >= 0:
-            children[p].append(node)
-    sums: dict[int, np.ndarray] = {}
-
-    def total(node: int) -> np.ndarray:
-        if node < n:
-            return embeddings[node].astype(np.float64)
-        got = sums.get(node)
-        if got is None:
-            got = np.zeros(embeddings.shape[1], dtype=np.float64)
-            for kid in children[node]:
-                got += total(kid)
-            sums[node] = got
-        return got
-
-    split_wide_nodes(parent_l, layer_l, children, sums, total, max_children)
-    return _renumber(np.asarray(parent_l, dtype=np.int64), np.asarray(layer_l, dtype=np.int64), n)
 
 
 def bucket_inner_mode(size: int, neighbors: int) -> BucketTreeMode:
@@ -399,6 +325,7 @@ __all__ = [
     "build_bucket",
     "build_bucket_trees",
     "build_bucketed",
+    "default_workers",
     "merge_bucket_trees",
     "spherical_kmeans",
     "split_buckets",

@@ -20,7 +20,7 @@ first) and goes too; a root left with one child is dropped, so the tree gets sho
 equi-depth.
 
 Afterwards every node above ``max_children`` is split by the builder's own rebalancing
-(:func:`psirag.tree.build.split_overfull`), and ids are renumbered the builder's way: leaves
+(:func:`psirag.tree.rebalance.split_overfull`), and ids are renumbered the builder's way: leaves
 first (old leaves in their order, then the new ones), abstract nodes by layer.
 """
 
@@ -35,14 +35,10 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from psirag.errors import IndexFormatError, InputError
-from psirag.tree.build import (
-    TreeMode,
-    build_tree,
-    renumber_order,
-    reorder,
-    split_overfull,
-)
+from psirag.tree.build import TreeMode, build_tree
+from psirag.tree.dasgupta import dasgupta_terms
 from psirag.tree.model import Tree
+from psirag.tree.rebalance import renumber_order, reorder, split_overfull
 
 __all__ = [
     "INSERT_RULES",
@@ -599,11 +595,9 @@ def tree_drift(tree: Tree, fresh: Tree, leaf_vectors: np.ndarray) -> dict[str, A
     ``kept_pairs_layer{1,2}``: the share of leaf pairs the fresh tree puts under one layer-1
     (layer-2) node that the updated tree also keeps under one; shape statistics of both; and
     ``placement_ratio``, the updated tree's Dasgupta cost over its random-placement expectation
-    (:attr:`psirag.eval.skew.DasguptaTerms.vs_random`, above 1 = dissimilar pairs split high)
+    (:attr:`psirag.tree.dasgupta.DasguptaTerms.vs_random`, above 1 = dissimilar pairs split high)
     divided by the fresh tree's: 1 is as good as fresh, below 1 worse.
     """
-    from psirag.eval.skew import dasgupta_terms  # pure numpy; kept out of the import path
-
     if tree.n_leaves != fresh.n_leaves:
         raise InputError(f"the trees have {tree.n_leaves} and {fresh.n_leaves} leaves")
     out: dict[str, Any] = {}

@@ -1,0 +1,252 @@
+"""The tree against an HNSW graph as a nearest-leaf index (issue 27, item 5).
+
+Both rank leaves for a query vector; the truth is the exact top 10 by cosine over all leaves.
+Per index and setting: recall@10 against that truth and per-query latency (p50/p95 ms) on one
+thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time.
+
+- Synthetic: clustered unit vectors (dim 384, ``--clusters`` centres, Gaussian noise 0.7 of the
+  centre scale, as ``_common.clustered``), ``--queries`` noisy queries drawn the same way (a
+  centre plus fresh noise: near a cluster, on no stored row).
+- Real: the 2Wiki index's leaf vectors (MiniLM, 6,119 passages, ``bench-out/index-...`` as
+  bench_retrieval_variants.py builds it) with its own tree, and its 1,000 question vectors.
+
+Tree: ``build_tree(mode="auto")``, max 40 children, leaf-mean routing (the default), searched
+by ``TreeSearcher`` at beams 10/40/160. HNSW: ``psirag.retrieval.lists.hnsw.HnswFlat`` (M 16,
+ef_construction 100, built with every core), searched at ef 16/32/64/128.
+
+Usage: python benchmarks/bench_tree_vs_hnsw.py [--sizes 100000 1000000] [--clusters 2000]
+       [--queries 300] [--no-2wiki]; writes benchmarks/results/tree_vs_hnsw.json (rows merged
+       with earlier runs by (set, n)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+from _common import OUT, RESULTS, latency_stats, machine_info, write_result
+
+from psirag.config import IndexConfig
+from psirag.eval.harness import single_thread_blas
+from psirag.pipeline import routing_vectors
+from psirag.retrieval.lists.hnsw import HnswFlat
+from psirag.retrieval.ranking import top_k
+from psirag.retrieval.tree_search import TreeSearcher
+from psirag.tree import build_tree
+from psirag.tree.model import Tree
+
+BEAMS = (10, 40, 160)
+EFS = (16, 32, 64, 128)
+K = 10
+
+
+def synthetic(n: int, clusters: int, queries: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dim = 384
+    centers = rng.normal(size=(clusters, dim)).astype(np.float32)
+
+    def draw(count: int) -> np.ndarray:
+        out = np.empty((count, dim), dtype=np.float32)
+        labels = rng.integers(0, clusters, count)
+        for lo in range(0, count, 20_000):
+            hi = min(lo + 20_000, count)
+            block = centers[labels[lo:hi]] + 0.7 * rng.normal(size=(hi - lo, dim)).astype(
+                np.float32
+            )
+            out[lo:hi] = block / np.linalg.norm(block, axis=1, keepdims=True)
+        return out
+
+    return draw(n), draw(queries)
+
+
+def exact_top(e: np.ndarray, q: np.ndarray) -> list[set[int]]:
+    return [set(top_k(e @ v, K).tolist()) for v in q]
+
+
+def timed(searches: dict[str, Any], q: np.ndarray, truth: list[set[int]]) -> dict[str, Any]:
+    """Recall@10 and latency of each search, the searches interleaved per query so that the
+    machine's load (shared, busy) hits each alike."""
+    ms: dict[str, list[float]] = {name: [] for name in searches}
+    hits = dict.fromkeys(searches, 0.0)
+    for v, want in zip(q, truth, strict=True):
+        for name, search in searches.items():
+            t = time.perf_counter()
+            got = search(v)
+            ms[name].append((time.perf_counter() - t) * 1000)
+            hits[name] += len(want & set(np.asarray(got).tolist())) / K
+    return {
+        name: {"recall@10": round(hits[name] / len(truth), 4), **latency_stats(ms[name])}
+        for name in searches
+    }
+
+
+def compare(
+    name: str,
+    e: np.ndarray,
+    q: np.ndarray,
+    tree: Tree | None = None,
+    vectors: np.ndarray | None = None,
+) -> dict[str, Any]:
+    n = e.shape[0]
+    row: dict[str, Any] = {"set": name, "n": n, "queries": int(q.shape[0])}
+    truth = exact_top(e, q)
+    t0 = time.perf_counter()
+    if tree is None:
+        tree = build_tree(e, max_children=40, mode="auto")
+        row["tree_build_s"] = round(time.perf_counter() - t0, 1)
+    if vectors is None:
+        abstracts = [""] * (tree.n_nodes - n)
+        vectors = routing_vectors(tree, e, abstracts, IndexConfig(abstracts="none"), None)
+    row["tree_depth"] = len(tree.layer_sizes())
+    t0 = time.perf_counter()
+    hnsw = HnswFlat(e, np.arange(n), threads=os.cpu_count() or 1)
+    row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
+    row["hnsw_build_threads"] = os.cpu_count()
+    searcher = TreeSearcher(tree, vectors)
+    searches: dict[str, Any] = {"exact": lambda v: top_k(e @ v, K)}
+    for b in BEAMS:
+        searches[f"tree {b}"] = lambda v, b=b: searcher.search(v, k=K, beam=b).leaves
+    for ef in EFS:
+        searches[f"hnsw {ef}"] = lambda v, ef=ef: hnsw.search(v, K, ef)[0]
+    with single_thread_blas():
+        got = timed(searches, q, truth)
+    row["exact"] = got["exact"]
+    row["tree"] = {str(b): got[f"tree {b}"] for b in BEAMS}
+    row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def two_wiki() -> dict[str, Any]:
+    from psirag import Index
+
+    folder = OUT / "index-2wikimultihopqa"
+    if not folder.exists():
+        raise SystemExit(f"{folder} not found: run benchmarks/bench_retrieval_variants.py first")
+    from _common import MINILM_CACHE, dataset
+    from bench_retrieval_variants import question_vectors
+
+    index = Index.load(folder)
+    n = index.data.n_leaves
+    e = np.asarray(index.data.node_vectors[:n], dtype=np.float32)
+    _, questions = dataset("2wikimultihopqa")
+    q = question_vectors([x["question"] for x in questions], MINILM_CACHE)
+    return compare(
+        "2wiki leaf vectors (MiniLM)", e, q, index.data.tree, np.asarray(index.data.node_vectors)
+    )
+
+
+def end_to_end() -> dict[str, Any]:
+    """Recall@2/5 on 2Wiki and HotpotQA-dev200 of the default (tree + BM25), HNSW + BM25
+    (ef = the default's beam, 160) and hybrid (dense flat + BM25), RRF each, with the paired
+    bootstrap interval of HNSW + BM25 minus the default. No tuning."""
+    from _common import MINILM_CACHE, dataset
+    from bench_retrieval_variants import load_index, question_vectors
+
+    from psirag import SearchConfig
+    from psirag.config import PROFILES
+    from psirag.eval.metrics import paired_bootstrap_ci, passage_key, recall_at_k
+
+    configs = {
+        "psi default": PROFILES["default"],
+        "hnsw + bm25": PROFILES["default"].with_(lists=("hnsw", "bm25")),
+        "hybrid": SearchConfig(use_tree=False, use_dense=True),
+    }
+    out: dict[str, Any] = {}
+    for name in ("2wikimultihopqa", "hotpotqa-dev200"):
+        corpus, questions = dataset(name)
+        index = load_index(name, {})
+        texts = [c.text for c in index.data.chunks]
+        qs = [x["question"] for x in questions]
+        vecs = question_vectors(qs, MINILM_CACHE)
+        golds = [
+            {
+                passage_key(corpus[i].get("title"), corpus[i]["text"])
+                for i in x["supporting_passage_ids"]
+            }
+            for x in questions
+        ]
+        got: dict[str, dict[str, np.ndarray]] = {}
+        for label, config in configs.items():
+            runs = [
+                [texts[i] for i, _ in index.retriever.ranked(v, q, config=config)]
+                for q, v in zip(qs, vecs, strict=True)
+            ]
+            got[label] = {
+                f"recall@{k}": 100
+                * np.asarray([recall_at_k(r, g, k) for r, g in zip(runs, golds, strict=True)])
+                for k in (2, 5)
+            }
+        ci = paired_bootstrap_ci(
+            got["hnsw + bm25"]["recall@5"], got["psi default"]["recall@5"]
+        ).to_dict()
+        out[name] = {
+            "questions": len(qs),
+            "recall": {
+                lb: {m: round(float(v.mean()), 2) for m, v in r.items()} for lb, r in got.items()
+            },
+            "hnsw_minus_default_r5": {
+                k: round(v, 2) for k, v in ci.items() if isinstance(v, float)
+            },
+        }
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def equal_latency(row: dict[str, Any]) -> str:
+    """For each beam: the best HNSW recall at no more p50 latency, and the verdict."""
+    out = []
+    for beam, t in row["tree"].items():
+        faster = [h for h in row["hnsw"].values() if h["p50"] <= t["p50"]]
+        best = max((h["recall@10"] for h in faster), default=None)
+        if best is None:
+            verdict = "no HNSW setting that fast"
+        elif best > t["recall@10"]:
+            verdict = "HNSW wins"
+        elif best == t["recall@10"]:
+            verdict = "tie"
+        else:
+            verdict = "tree wins"
+        out.append(
+            f"beam {beam}: tree {t['recall@10']:.3f} at {t['p50']:.2f} ms; "
+            f"HNSW at <= that p50: {best}; {verdict}"
+        )
+    return "; ".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", type=int, nargs="*", default=[100_000])
+    ap.add_argument("--clusters", type=int, default=2000)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--no-2wiki", action="store_true")
+    ap.add_argument("--end-to-end", action="store_true", help="also Recall@2/5 of HNSW + BM25")
+    args = ap.parse_args()
+    path = RESULTS / "tree_vs_hnsw.json"
+    old = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    rows = {(r["set"], r["n"]): r for r in old["rows"]}
+    if not args.no_2wiki:
+        r = two_wiki()
+        rows[(r["set"], r["n"])] = r
+    for n in args.sizes:
+        e, q = synthetic(n, args.clusters, args.queries)
+        r = compare(f"synthetic, {args.clusters} clusters", e, q)
+        rows[(r["set"], r["n"])] = r
+        del e
+    for r in rows.values():
+        r["at_equal_latency"] = equal_latency(r)
+        print(r["set"], r["n"], r["at_equal_latency"])
+    result: dict[str, Any] = {"rows": list(rows.values()), "machine": machine_info()}
+    if args.end_to_end:
+        result["end_to_end"] = end_to_end()
+    elif "end_to_end" in old:
+        result["end_to_end"] = old["end_to_end"]
+    write_result("tree_vs_hnsw.json", result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Which passages count as one: texts equal up to layout (merged at build time, as identical
+texts are), and near-duplicates (merged within one result list).
+
+Two documents often hold the same passage in different dress: a heading underlined with
+``=====`` in one and ``-----`` in the other, a bullet ``*`` against ``-``, other case or line
+breaks. :func:`duplicate_key` maps such texts to one key, so the index's duplicate map
+(``SparseIndex.first_copy``) treats them as one text, shown once and naming every source
+(``Passage.also``). Texts that still differ in a word or two are near-duplicates: a search
+keeps the best of them and names the others' sources, when their word shingles overlap by
+:data:`NEAR_DUPLICATE_JACCARD` or more.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+NEAR_DUPLICATE_JACCARD = 0.9
+"""Jaccard similarity of word shingles from which two results count as one."""
+SHINGLE_WORDS = 3
+"""Words per shingle (texts shorter than this compare as one shingle)."""
+
+_RULES = re.compile(r"[=\-*#_~]{2,}|^[ \t]*[#*\-+>]+(?=[ \t])", re.MULTILINE)
+"""Markup that carries no words: runs of rule characters (``=====``, ``---``, ``**``, ``##``)
+and the markers that open a heading, bullet or quote line."""
+_SPACE = re.compile(r"\s+")
+_WORD = re.compile(r"\w+")
+
+
+def duplicate_key(text: str) -> str:
+    """``text`` without markup rules, with whitespace collapsed, casefolded: equal keys are the
+    same passage."""
+    return _SPACE.sub(" ", _RULES.sub(" ", text)).strip().casefold()
+
+
+def first_copy_of(texts: Sequence[str]) -> np.ndarray:
+    """For each text, the index of the first text with the same :func:`duplicate_key` (the
+    index's ``first_copy``: identical texts, and texts equal up to layout, count once)."""
+    seen: dict[str, int] = {}
+    return np.array(
+        [seen.setdefault(duplicate_key(t), i) for i, t in enumerate(texts)], dtype=np.int64
+    )
+
+
+def shingles(text: str, size: int = SHINGLE_WORDS) -> frozenset[tuple[str, ...]]:
+    """The word ``size``-grams of ``text`` (casefolded, markup and punctuation dropped)."""
+    words = _WORD.findall(duplicate_key(text))
+    if len(words) <= size:
+        return frozenset([tuple(words)])
+    return frozenset(tuple(words[i : i + size]) for i in range(len(words) - size + 1))
+
+
+def jaccard(a: frozenset[tuple[str, ...]], b: frozenset[tuple[str, ...]]) -> float:
+    if not a and not b:
+        return 1.0
+    return len(a & b) / len(a | b)
+
+
+def merge_near_duplicates(
+    ids: Sequence[int],
+    text_of: Callable[[int], str],
+    *,
+    limit: int | None = None,
+    threshold: float = NEAR_DUPLICATE_JACCARD,
+    heading_of: Callable[[int], str | None] | None = None,
+) -> list[tuple[int, list[int]]]:
+    """Walk ``ids`` best first; each one whose shingles overlap an earlier kept one's by
+    ``threshold`` or more joins that one. Returns ``(kept id, ids merged into it)`` in order,
+    stopping once ``limit`` ids are kept (what comes later could only join or be cut).
+    ``heading_of`` gives a passage's own title where the title is part of the passage (a
+    record's ``title + text``): two passages with different such titles never merge."""
+    kept: list[tuple[int, frozenset[tuple[str, ...]], str | None, list[int]]] = []
+    for i in ids:
+        if limit is not None and len(kept) >= limit:
+            break
+        mine = shingles(text_of(i))
+        heading = None if heading_of is None else heading_of(i)
+        for _, theirs, other, merged in kept:
+            if heading is not None and other is not None and heading != other:
+                continue
+            if jaccard(mine, theirs) >= threshold:
+                merged.append(i)
+                break
+        else:
+            kept.append((i, mine, heading, []))
+    return [(i, merged) for i, _, _, merged in kept]
+
+
+def record_heading(title: str, text: str) -> str | None:
+    """The title of a passage that opens with it on a line of its own (a JSON record's
+    ``title + "\n" + text``), as its duplicate key; None for other passages. Records with
+    different titles are different entries even when their bodies match (a book series'
+    blurb under each book's title)."""
+    if title and text.startswith(title + "\n"):
+        return duplicate_key(title)
+    return None
+
+
+__all__ = [
+    "NEAR_DUPLICATE_JACCARD",
+    "duplicate_key",
+    "first_copy_of",
+    "jaccard",
+    "merge_near_duplicates",
+    "record_heading",
+    "shingles",
+]
