@@ -21,7 +21,8 @@ import os
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from psirag.embed.base import Embedder, load_embedder
+from psirag.embed.base import Embedder
+from psirag.embed.factory import load_embedder
 from psirag.errors import InputError
 
 if TYPE_CHECKING:
