@@ -30,7 +30,7 @@ import pytest
 from support import TOPICS, HashEmbedder
 
 import psirag.cli
-import psirag.cli_living
+import psirag.cli.living_cmds
 from psirag.cli import main
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "bad-inputs.md"
@@ -585,7 +585,7 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
     err, out = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.chdir(folder):
         patch.setattr(psirag.cli, "_eprint", spy)
-        patch.setattr(psirag.cli_living, "load_embedder_for", _test_embedder)
+        patch.setattr(psirag.cli.living_cmds, "load_embedder_for", _test_embedder)
         patch.delenv("PSIRAG_LLM", raising=False)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:

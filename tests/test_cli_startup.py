@@ -74,8 +74,9 @@ def test_cli_inspect_loads_no_model(index_dir: Path, tmp_path: Path) -> None:
 def test_command_modules_import_no_torch() -> None:
     code = (
         "import sys, importlib\n"
-        "for m in ('psirag.cli', 'psirag.agent.cli', 'psirag.server.cli', 'psirag.server.app',\n"
-        "          'psirag.server.mcp_tools', 'psirag.cli_living', 'psirag.living'):\n"
+        "for m in ('psirag.cli', 'psirag.cli.agent_cmds', 'psirag.cli.serve',\n"
+        "          'psirag.server.app', 'psirag.server.mcp_tools', 'psirag.cli.living_cmds',\n"
+        "          'psirag.cli.eval_cmd', 'psirag.living'):\n"
         "    importlib.import_module(m)\n"
         f"print(sorted(m for m in {HEAVY + MODEL!r} if m in sys.modules))\n"
     )

@@ -36,7 +36,7 @@ def test_settings_refuse_an_exposed_host_without_a_key() -> None:
 
 def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from psirag.cli import build_parser
-    from psirag.server.cli import settings_from
+    from psirag.cli.serve import settings_from
 
     args = build_parser().parse_args(["serve", "idx", "--host", "0.0.0.0"])
     monkeypatch.delenv("PSIRAG_API_KEY", raising=False)
@@ -50,7 +50,7 @@ def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_default_retrieval_budget_is_a_count_or_auto() -> None:
     from psirag.cli import build_parser
-    from psirag.server.cli import settings_from
+    from psirag.cli.serve import settings_from
 
     assert settings_from(build_parser().parse_args(["serve", "idx"])).max_retrievals == 1
     args = build_parser().parse_args(["serve", "idx", "--max-retrievals", "auto"])
@@ -286,7 +286,7 @@ def test_serve_help_needs_no_server_extra() -> None:
     from psirag.cli import build_parser
 
     args = build_parser().parse_args(["serve", "DIR", "--cors-origin", "a", "--cors-origin", "b"])
-    assert isinstance(args, argparse.Namespace) and args.cors_origin == ["a", "b"]
+    assert isinstance(args, argparse.Namespace) and args.cors_origins == ["a", "b"]
     assert args.request_timeout == ServerSettings.request_timeout
 
 

@@ -237,7 +237,7 @@ def test_dot_is_fine_inside_an_existing_index_only_for_the_api(
 def test_demo_rebuild_keeps_the_llm_cache(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import psirag.cli as cli
+    import psirag.cli.index_cmds as cli
     import psirag.pipeline as pipeline
 
     topics = {name: " ".join(texts * 2) for name, texts in TOPICS.items()}

@@ -21,7 +21,6 @@ clients drift apart. The rules, with their defaults in :class:`HttpPolicy`:
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import http.client
@@ -481,68 +480,12 @@ def _proxy_for(scheme: str, host: str) -> tuple[str, int, dict[str, str]] | None
     return parts.hostname, parts.port or 8080, auth
 
 
-# -- the CLI face of the policy -------------------------------------------------------------------
-
-
-def _positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
-    return seconds
-
-
-def _retry_count(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return count
-
-
-def add_http_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--timeout`` and ``--retries`` for every command that calls an LLM or embedding server."""
-    defaults = HttpPolicy()
-    parser.add_argument(
-        "--timeout",
-        type=_positive_seconds,
-        default=defaults.timeout,
-        metavar="SECONDS",
-        help="overall limit on each LLM or embedding server call, retries and waits included "
-        f"(default {defaults.timeout:g})",
-    )
-    parser.add_argument(
-        "--retries",
-        type=_retry_count,
-        default=defaults.retries,
-        metavar="N",
-        help="extra attempts after a timeout, a dropped connection, HTTP 429 or 5xx, with "
-        f"backoff; a server's Retry-After is waited up to {defaults.max_wait:g} s "
-        f"(default {defaults.retries})",
-    )
-
-
-def http_policy_from(args: argparse.Namespace) -> HttpPolicy:
-    """The policy the parsed ``--timeout``/``--retries`` ask for (defaults where absent)."""
-    defaults = HttpPolicy()
-    return HttpPolicy(
-        timeout=getattr(args, "timeout", defaults.timeout),
-        retries=getattr(args, "retries", defaults.retries),
-    )
-
-
 __all__ = [
     "RETRY_STATUS",
     "HTTPCallError",
     "HttpClient",
     "HttpPolicy",
     "Response",
-    "add_http_options",
-    "http_policy_from",
     "is_loopback",
     "scrub",
     "server_message",

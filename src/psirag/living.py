@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from psirag.embed import Embedder
-from psirag.errors import EmbedderMismatchError, InputError
+from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
 from psirag.index_data import IndexData
 from psirag.ingest import Document
 from psirag.pipeline import (
@@ -58,11 +58,13 @@ if TYPE_CHECKING:
 __all__ = [
     "EXACT_ABSTRACTS",
     "AbstractDriftRule",
+    "SavedUpdate",
     "UpdateSummary",
     "add_documents",
     "document_digests",
     "drift_report",
     "remove_documents",
+    "update_saved",
 ]
 
 
@@ -799,3 +801,58 @@ def rebuild_from_files(
         full_rebuild=True,
     )
     return new, summary
+
+
+Change = Callable[[IndexData], tuple[IndexData, UpdateSummary]]
+"""One update of an index's data: the new value and what changed (nothing: no new generation)."""
+
+
+@dataclass(frozen=True, eq=False)
+class SavedUpdate:
+    """What :func:`update_saved` did: the data now on disk (or, unchanged, the data read),
+    the change's summary, the generation it published (None: nothing changed, nothing
+    written) and whether the folder was in format 1 before (a save migrates it to format 2)."""
+
+    data: IndexData
+    summary: UpdateSummary
+    generation: int | None
+    from_legacy: bool
+    save_seconds: float = 0.0
+
+
+def update_saved(folder: str | Path, change: Change, *, save: bool = True) -> SavedUpdate:
+    """The one update path of a saved index: take the writer lock, load the generation on
+    disk, ``change`` it, save the result as the next generation and publish it. Every writer
+    (the CLI, the server, :meth:`psirag.Index.update_saved`) goes through here, so a write
+    always builds on what is on disk and never loses another writer's change. An exception
+    anywhere (in ``change`` too), a change that changes nothing or ``save=False`` (a dry
+    run) leaves the published index as it was."""
+    from psirag.storage import IndexStore, IndexWriter
+    from psirag.storage_format import load_index_data, save_index_data
+
+    store = IndexStore(folder)
+    state = store.state()
+    if state not in ("index", "legacy"):
+        if state in ("missing", "empty", "pending"):
+            raise IndexFormatError(
+                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
+            )
+        if state == "newer":
+            raise IndexFormatError(
+                f"{folder} holds an index in a format this psirag does not know; upgrade "
+                "psirag or rebuild the index"
+            )
+        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
+    with IndexWriter(store) as writer:
+        base = writer.base
+        from_legacy = base is not None and base.legacy
+        data = store.read(
+            lambda reader: load_index_data(reader, folder),
+            generation=base.generation if base is not None else None,
+        )
+        new, summary = change(data)
+        if not (save and summary.changed):
+            return SavedUpdate(data, summary, None, from_legacy)
+        t0 = time.perf_counter()
+        generation = save_index_data(writer, new)
+        return SavedUpdate(new, summary, generation, from_legacy, time.perf_counter() - t0)

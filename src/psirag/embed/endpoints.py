@@ -16,7 +16,6 @@ Loopback is not trusted by default: on a shared machine another user can listen 
 
 from __future__ import annotations
 
-import argparse
 import os
 import urllib.parse
 from typing import TYPE_CHECKING
@@ -94,20 +93,8 @@ def confirm_index_embedder(index: Index, spec: str | None, http: HttpPolicy | No
         index.embedder = load_embedder(own, batch_size=batch_size, http=http)
 
 
-def add_index_embedder_option(parser: argparse.ArgumentParser) -> None:
-    """``--embedder SPEC`` for commands that query a saved index (search, ask, summarize, serve)."""
-    parser.add_argument(
-        "--embedder",
-        metavar="SPEC",
-        default=None,
-        help="query embedder (default: the index's own); an index built on an openai:<url> "
-        f"endpoint needs this (or ${ALLOW_ENV}) to confirm where queries go",
-    )
-
-
 __all__ = [
     "ALLOW_ENV",
-    "add_index_embedder_option",
     "allowed_endpoints",
     "confirm_index_embedder",
     "endpoint_allowed",

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from psirag.argtypes import first_surrogate
 from psirag.errors import InputError
 from psirag.ingest.chunking import chunk_spans
 from psirag.ingest.documents import (
@@ -27,7 +26,7 @@ from psirag.ingest.documents import (
     html_text,
     pdf_text,
 )
-from psirag.types import Chunk, Source
+from psirag.types import Chunk, Source, first_surrogate
 
 TEXT_SUFFIXES = (".txt", ".md")
 RECORD_SUFFIXES = (".json", ".jsonl")

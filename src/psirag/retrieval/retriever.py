@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from psirag.argtypes import first_surrogate
 from psirag.config import SearchConfig
 from psirag.embed import Embedder, finalize_vectors
 from psirag.embed.endpoints import load_index_embedder
@@ -28,7 +27,7 @@ from psirag.retrieval.fusion import Reranker, boosted_rrf, convex_fuse, rerank_u
 from psirag.retrieval.lists import CandidateList, ListRequest, list_spec
 from psirag.retrieval.lists.tree import TreeList, exact_in_tree_place
 from psirag.retrieval.tree_search import TreeSearcher
-from psirag.types import Passage, Source
+from psirag.types import Passage, Source, first_surrogate
 
 
 @dataclass(frozen=True)

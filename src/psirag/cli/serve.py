@@ -1,5 +1,6 @@
 """``psirag serve DIR`` (HTTP API, OpenAI-compatible chat, MCP at /mcp) and ``psirag mcp DIR``
-(MCP over stdio). Only argparse here: the web framework loads when a command runs."""
+(MCP over stdio). The options that set :class:`ServerSettings` fields are made from the fields
+(:data:`SETTINGS_FLAGS`). The web framework loads when a command runs."""
 
 from __future__ import annotations
 
@@ -9,50 +10,89 @@ import os
 import sys
 from typing import Any
 
-from psirag.hops import parse_max_retrievals
+from psirag.cli.common import answer_llm, llm_spec, load_query_index
+from psirag.cli.options import (
+    LLM_ENV,
+    Flag,
+    add_http_options,
+    add_index_argument,
+    add_llm_options,
+    add_query_embedder_option,
+    add_settings_options,
+    parse_max_retrievals,
+    positive_float,
+    positive_int,
+    settings_values,
+)
 from psirag.server.settings import API_KEY_ENV, ServerSettings
 
-LLM_ENV = "PSIRAG_LLM"
 log = logging.getLogger("psirag.server")
 
-
-def _positive_float(value: str) -> float:
-    number = float(value)
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return number
-
-
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return number
+SETTINGS_FLAGS: dict[str, Flag] = {
+    "host": Flag("--host", "address to bind (127.0.0.1)"),
+    "port": Flag("--port", "port (8000; 0: any)", type=int),
+    "llm_concurrency": Flag(
+        "--llm-concurrency",
+        "LLM calls in flight at once, over all requests (default {default})",
+        type=positive_int,
+        metavar="N",
+    ),
+    "api_key": Flag(
+        "--api-key",
+        f"require this key on every request but /health (default ${API_KEY_ENV})",
+        metavar="KEY",
+    ),
+    "insecure": Flag(
+        "--insecure", "allow a non-loopback --host without an API key", action="store_true"
+    ),
+    "cors_origins": Flag(
+        "--cors-origin",
+        "allow browser pages from this origin (repeatable; CORS is off by default)",
+        action="append",
+        metavar="ORIGIN",
+        to_field=tuple,
+    ),
+    "request_timeout": Flag(
+        "--request-timeout",
+        "seconds a request may run before a 504 (default {default:g})",
+        type=positive_float,
+        metavar="S",
+    ),
+    "max_body_bytes": Flag(
+        "--max-body-bytes",
+        "largest request body (default {default:,}); larger: 413",
+        type=positive_int,
+        metavar="N",
+    ),
+    "max_query_chars": Flag(
+        "--max-query-chars",
+        "longest query or chat message (default {default:,})",
+        type=positive_int,
+        metavar="N",
+    ),
+    "max_retrievals": Flag(
+        "--max-retrievals",
+        "retrievals after the first for an ask that names none (default {default}); auto: "
+        "from the question's predicted hops (psirag hops)",
+        type=parse_max_retrievals,
+        metavar="N|auto",
+    ),
+}
+"""The :class:`ServerSettings` fields ``psirag serve`` sets, as options (defaults: the
+fields'); :func:`settings_from` reads them back by the same table."""
 
 
 def _llm_arguments(p: argparse.ArgumentParser) -> None:
     """--llm, --cache, --embedder and the shared --timeout/--retries, plus the server's cap on
     LLM calls in flight."""
-    from psirag.embed.endpoints import add_index_embedder_option
-    from psirag.http import add_http_options
-
-    p.add_argument(
-        "--llm",
-        metavar="SPEC",
+    add_llm_options(
+        p,
         help=f"LLM for /ask, /summarize and chat: openai:<url>#<model>, llamacpp:<file>, local "
         f"(default ${LLM_ENV}; without one only search and browsing work)",
     )
-    p.add_argument("--cache", metavar="PATH", help="SQLite file caching LLM replies (off)")
-    add_index_embedder_option(p)
+    add_query_embedder_option(p)
     add_http_options(p)
-    p.add_argument(
-        "--llm-concurrency",
-        type=_positive_int,
-        default=ServerSettings.llm_concurrency,
-        metavar="N",
-        help="LLM calls in flight at once, over all requests "
-        f"(default {ServerSettings.llm_concurrency})",
-    )
+    add_settings_options(p, ServerSettings, SETTINGS_FLAGS, ["llm_concurrency"])
 
 
 def register(subparsers: Any) -> None:
@@ -64,56 +104,10 @@ def register(subparsers: Any) -> None:
         "/nodes/ID, /documents, /v1/chat/completions, MCP at /mcp; docs at /docs. "
         "Needs: pip install 'psirag[server]'.",
     )
-    p.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
-    p.add_argument("--host", default=ServerSettings.host, help="address to bind (127.0.0.1)")
-    p.add_argument("--port", type=int, default=ServerSettings.port, help="port (8000; 0: any)")
+    add_index_argument(p)
+    add_settings_options(p, ServerSettings, SETTINGS_FLAGS, ["host", "port"])
     _llm_arguments(p)
-    p.add_argument(
-        "--api-key",
-        metavar="KEY",
-        help=f"require this key on every request but /health (default ${API_KEY_ENV})",
-    )
-    p.add_argument(
-        "--insecure",
-        action="store_true",
-        help="allow a non-loopback --host without an API key",
-    )
-    p.add_argument(
-        "--cors-origin",
-        action="append",
-        default=[],
-        metavar="ORIGIN",
-        help="allow browser pages from this origin (repeatable; CORS is off by default)",
-    )
-    p.add_argument(
-        "--request-timeout",
-        type=_positive_float,
-        default=ServerSettings.request_timeout,
-        metavar="S",
-        help=f"seconds a request may run before a 504 (default {ServerSettings.request_timeout:g})",
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=_positive_int,
-        default=ServerSettings.max_body_bytes,
-        metavar="N",
-        help=f"largest request body (default {ServerSettings.max_body_bytes:,}); larger: 413",
-    )
-    p.add_argument(
-        "--max-query-chars",
-        type=_positive_int,
-        default=ServerSettings.max_query_chars,
-        metavar="N",
-        help=f"longest query or chat message (default {ServerSettings.max_query_chars:,})",
-    )
-    p.add_argument(
-        "--max-retrievals",
-        type=parse_max_retrievals,
-        default=ServerSettings.max_retrievals,
-        metavar="N|auto",
-        help="retrievals after the first for an ask that names none (default "
-        f"{ServerSettings.max_retrievals}); auto: from the question's predicted hops (psirag hops)",
-    )
+    add_settings_options(p, ServerSettings, SETTINGS_FLAGS, _SERVE_FLAGS)
     p.add_argument("--no-mcp", action="store_true", help="do not serve MCP at /mcp")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.set_defaults(func=run_serve)
@@ -124,53 +118,41 @@ def register(subparsers: Any) -> None:
         description="Serve an index's tools (search, ask, inspect_node, list_documents) to an "
         "MCP client over stdin/stdout. Needs: pip install 'psirag[server]'.",
     )
-    m.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
+    add_index_argument(m)
     _llm_arguments(m)
     m.set_defaults(func=run_mcp)
 
 
+_SERVE_FLAGS = (
+    "api_key",
+    "insecure",
+    "cors_origins",
+    "request_timeout",
+    "max_body_bytes",
+    "max_query_chars",
+    "max_retrievals",
+)
+_ALL_FLAGS = ("host", "port", "llm_concurrency", *_SERVE_FLAGS)
+
+
 def _llm_client(args: argparse.Namespace) -> Any:
     """The LLM client the arguments name, or None when no LLM is given."""
-    spec = args.llm or os.environ.get(LLM_ENV)
+    spec = llm_spec(args)
     if not spec:
         return None
-    from psirag.http import http_policy_from
-    from psirag.llm import LLMClient, load_chat_model
-
-    return LLMClient(
-        load_chat_model(spec, http=http_policy_from(args)),
-        cache_path=args.cache,
-        max_concurrency=args.llm_concurrency,
-    )
+    return answer_llm(args, spec, max_concurrency=args.llm_concurrency)
 
 
 def _load_index(args: argparse.Namespace, embedder: Any) -> Any:
-    """The index, with the query embedder the user confirmed (``--embedder``) unless one is
-    given here."""
-    from psirag.embed.endpoints import confirm_index_embedder
-    from psirag.http import http_policy_from
-    from psirag.index import Index
-
-    index = Index.load(args.index, embedder=embedder)
-    if embedder is None:
-        confirm_index_embedder(index, args.embedder, http_policy_from(args))
-    return index
+    return load_query_index(args, embedder)
 
 
 def settings_from(args: argparse.Namespace) -> ServerSettings:
-    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
-    settings = ServerSettings(
-        host=args.host,
-        port=args.port,
-        api_key=key,
-        insecure=args.insecure,
-        cors_origins=tuple(args.cors_origin),
-        request_timeout=args.request_timeout,
-        max_body_bytes=args.max_body_bytes,
-        max_query_chars=args.max_query_chars,
-        llm_concurrency=args.llm_concurrency,
-        max_retrievals=args.max_retrievals,
-    )
+    """The settings the parsed options give (``$PSIRAG_API_KEY`` when ``--api-key`` is not)."""
+    values = settings_values(args, SETTINGS_FLAGS, _ALL_FLAGS)
+    if values["api_key"] is None:
+        values["api_key"] = os.environ.get(API_KEY_ENV)
+    settings = ServerSettings(**values)
     settings.check()
     return settings
 

@@ -13,12 +13,25 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, get_args
 
+from psirag.cli.common import abstract_llm
+from psirag.cli.common import eprint as _eprint
+from psirag.cli.options import (
+    add_http_options,
+    add_index_argument,
+    add_llm_options,
+    add_update_embedder_option,
+    http_policy_from,
+)
 from psirag.errors import EmbedderMismatchError, InputError
-from psirag.http import add_http_options, http_policy_from
+
+if TYPE_CHECKING:
+    from psirag.index import Index
+    from psirag.living import UpdateSummary
 
 UPDATE_SCHEMA = "psirag.update-summary/1"
 
@@ -30,33 +43,25 @@ def load_embedder_for(spec: str, batch_size: int | None = None, http: Any = None
     return load_embedder(spec, batch_size=batch_size, http=http)
 
 
-def _eprint(*parts: object) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
 def register(sub: Any) -> None:
     """Add the three commands to the ``psirag`` parser."""
+    from psirag.tree.update import InsertRule
 
     def common(p: argparse.ArgumentParser, *, embeds: bool = True) -> None:
         if embeds:
-            p.add_argument(
-                "--embedder",
-                metavar="SPEC",
-                help="embedder for the new text; must be the index's own (default: it)",
-            )
+            add_update_embedder_option(p)
             p.add_argument(
                 "--insert",
-                choices=["auto", "single", "batch"],
+                choices=get_args(InsertRule),
                 default="auto",
                 help="how new chunks enter the tree (README: Updating an index)",
             )
             p.add_argument(
                 "--skip-bad-files", action="store_true", help="skip unreadable files, warned"
             )
-        p.add_argument(
-            "--llm", metavar="SPEC", help="LLM for llm-* abstracts (default: the index's)"
+        add_llm_options(
+            p, help="LLM for llm-* abstracts (default: the index's)", cache="--llm-cache"
         )
-        p.add_argument("--llm-cache", metavar="PATH", help="SQLite response cache")
         p.add_argument(
             "--rebuild",
             action="store_true",
@@ -68,13 +73,13 @@ def register(sub: Any) -> None:
         add_http_options(p)
 
     p = sub.add_parser("add", help="add files or folders of documents to an index")
-    p.add_argument("index", metavar="DIR")
+    add_index_argument(p)
     p.add_argument("paths", nargs="+", metavar="PATH")
     common(p)
     p.set_defaults(func=run_add)
 
     p = sub.add_parser("remove", help="remove documents from an index by id")
-    p.add_argument("index", metavar="DIR")
+    add_index_argument(p)
     p.add_argument(
         "--doc", action="extend", nargs="+", required=True, metavar="ID", help="document id"
     )
@@ -84,7 +89,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "sync", help="make an index mirror files and folders (add new, re-index changed, drop gone)"
     )
-    p.add_argument("index", metavar="DIR")
+    add_index_argument(p)
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.add_argument("--dry-run", action="store_true", help="list what would change; change nothing")
     p.add_argument(
@@ -114,51 +119,63 @@ def _embedder(index: Any, spec: str | None, args: argparse.Namespace | None = No
 def _llm(index: Any, args: argparse.Namespace) -> Any:
     from dataclasses import replace
 
-    from psirag.cli import _abstract_llm
-
     config = index.config
     if not config.abstracts.startswith("llm-"):
         return None
-    return _abstract_llm(
+    return abstract_llm(
         replace(config, llm=args.llm or config.llm), args.llm_cache, http_policy_from(args)
     )
 
 
-def _finish(
+@dataclass
+class _Run:
+    """One update command's LLM client (closed when the command ends) and sync plan."""
+
+    args: argparse.Namespace
+    llm: Any = None
+    plan: dict[str, Any] | None = None
+
+    def open_llm(self, index: Index) -> Any:
+        self.llm = _llm(index, self.args)
+        return self.llm
+
+
+def _update(
     args: argparse.Namespace,
-    writer: Any,
-    index: Any,
-    summary: Any,
-    llm: Any,
+    change: Callable[[Index, _Run], UpdateSummary],
     started: float,
     out: TextIO,
-    plan: dict[str, Any] | None = None,
 ) -> int:
+    """The command's ``change`` through :meth:`Index.update_saved` (lock, load the generation
+    on disk, change, save, publish), with ``--rebuild`` after it, then the report."""
+    from psirag.index import Index
     from psirag.living import rebuild_data
 
-    try:
-        if getattr(args, "rebuild", False) and not getattr(args, "dry_run", False):
+    run = _Run(args)
+    dry_run = bool(getattr(args, "dry_run", False))
+
+    def apply(index: Index) -> UpdateSummary:
+        summary = change(index, run)
+        if getattr(args, "rebuild", False) and not dry_run:
             t0 = time.perf_counter()
             data, rebuilt = rebuild_data(
-                index.data, index.embedder_or_none(), llm=llm, progress=not args.quiet
+                index.data, index.embedder_or_none(), llm=run.llm, progress=not args.quiet
             )
             index._replace_data(data)
             summary = summary.merge(rebuilt)
             summary.seconds["rebuild"] = time.perf_counter() - t0
-        generation = None
-        if summary.changed and not getattr(args, "dry_run", False):
-            t0 = time.perf_counter()
-            index.save(args.index, writer=writer)
-            generation = writer.generation
-            summary.seconds["save"] = time.perf_counter() - t0
-        else:
-            writer.abort()
-    except BaseException:
-        writer.abort()
-        raise
+        return summary
+
+    try:
+        index, done = Index.update_saved(args.index, apply, save=not dry_run)
     finally:
-        if llm is not None:
-            llm.close()
+        if run.llm is not None:
+            run.llm.close()
+    summary = done.summary
+    generation = done.generation
+    if generation is not None:
+        summary.seconds["save"] = done.save_seconds
+    plan = run.plan
     total = time.perf_counter() - started
     drift = index.drift()
     for skipped in summary.skipped[:20]:
@@ -167,7 +184,7 @@ def _finish(
         _eprint(f"document id {old!r} is taken by another document: added as {new!r}")
     if summary.tree.get("trees_added"):
         _eprint(f"tree-per-document index: {summary.tree['trees_added']} new tree(s)")
-    if generation is not None and getattr(index, "_from_legacy", False):
+    if generation is not None and done.from_legacy:
         _eprint(f"{args.index} was in format 1; it is now written in format 2 (migrated)")
     payload = {
         "schema": UPDATE_SCHEMA,
@@ -230,48 +247,32 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     for p in args.paths:
         if not Path(p).exists():
             raise InputError(f"{p}: no such file or folder; check the path")
-    from psirag.index import open_for_update
 
-    writer, index = open_for_update(args.index)
-    llm = None
-    try:
+    def change(index: Index, run: _Run) -> UpdateSummary:
         embedder = _embedder(index, args.embedder, args)
-        llm = _llm(index, args)
-        summary = index.add(
+        return index.add(
             args.paths,
             progress=not args.quiet,
-            llm=llm,
+            llm=run.open_llm(index),
             embedder=embedder,
             on_bad_file="skip" if args.skip_bad_files else "fail",
             rule=args.insert,
             report=_eprint,
         )
-    except BaseException:
-        writer.abort()
-        if llm is not None:
-            llm.close()
-        raise
-    return _finish(args, writer, index, summary, llm, started, out)
+
+    return _update(args, change, started, out)
 
 
 def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
-    from psirag.index import open_for_update
 
-    writer, index = open_for_update(args.index)
-    llm = None
-    try:
+    def change(index: Index, run: _Run) -> UpdateSummary:
         if index.config.routing != "leaf_mean":
             _embedder(index, None, args)
-        llm = _llm(index, args)
-        summary = index.remove(args.doc, llm=llm, progress=not args.quiet)
-    except BaseException:
-        writer.abort()
-        if llm is not None:
-            llm.close()
-        raise
-    return _finish(args, writer, index, summary, llm, started, out)
+        return index.remove(args.doc, llm=run.open_llm(index), progress=not args.quiet)
+
+    return _update(args, change, started, out)
 
 
 def scan_files(paths: Sequence[str]) -> dict[str, str]:
@@ -301,11 +302,8 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
     files = scan_files(args.paths)
-    from psirag.index import open_for_update
 
-    writer, index = open_for_update(args.index)
-    llm = None
-    try:
+    def change(index: Index, run: _Run) -> UpdateSummary:
         sources = index.data.sources
         by_path: dict[str, list[str]] = {}
         for doc, src in sources.items():
@@ -315,12 +313,11 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         new = sorted(f for f in files if f not in by_path)
         changed = sorted(f for f in files if f in by_path and indexed_sha[f] != files[f])
         gone = sorted(f for f in by_path if f not in files)
-        plan = {"new": new, "changed": changed, "gone": gone}
+        run.plan = {"new": new, "changed": changed, "gone": gone}
         to_remove = [d for f in gone + changed for d in by_path[f]]
         everything = set(index.documents)
-        summary = UpdateSummary()
         if args.dry_run:
-            return _finish(args, writer, index, summary, llm, started, out, plan)
+            return UpdateSummary()
         if to_remove and set(to_remove) >= everything:
             all_gone = {d for f in gone for d in by_path[f]} >= everything
             if all_gone and not args.allow_remove_all:
@@ -334,28 +331,27 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
                     f"{', '.join(args.paths)} hold no supported files; an index cannot be empty"
                 )
             embedder = _embedder(index, args.embedder, args)
-            llm = _llm(index, args)
             data, summary = rebuild_from_files(
-                index.data, sorted(files), embedder, llm=llm, progress=not args.quiet
+                index.data,
+                sorted(files),
+                embedder,
+                llm=run.open_llm(index),
+                progress=not args.quiet,
             )
             index._replace_data(data)
-            return _finish(args, writer, index, summary, llm, started, out, plan)
-        if to_remove or new or changed:
-            if new or changed or index.config.routing != "leaf_mean":
-                _embedder(index, args.embedder, args)
-            llm = _llm(index, args)
-            summary = index.update(
-                to_remove,
-                new + changed,
-                progress=not args.quiet,
-                llm=llm,
-                on_bad_file="skip" if args.skip_bad_files else "fail",
-                rule=args.insert,
-                report=_eprint,
-            )
-    except BaseException:
-        writer.abort()
-        if llm is not None:
-            llm.close()
-        raise
-    return _finish(args, writer, index, summary, llm, started, out, plan)
+            return summary
+        if not (to_remove or new or changed):
+            return UpdateSummary()
+        if new or changed or index.config.routing != "leaf_mean":
+            _embedder(index, args.embedder, args)
+        return index.update(
+            to_remove,
+            new + changed,
+            progress=not args.quiet,
+            llm=run.open_llm(index),
+            on_bad_file="skip" if args.skip_bad_files else "fail",
+            rule=args.insert,
+            report=_eprint,
+        )
+
+    return _update(args, change, started, out)

@@ -10,25 +10,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
-from psirag.agent.loop import MAX_ANSWER_CHARS, NAMES_CHECKS, RetrieveAndAnswer, Step
+from psirag.agent.loop import MAX_ANSWER_CHARS, RetrieveAndAnswer, Step
 from psirag.agent.summarize import DEFAULT_QUERY, Summarizer
-from psirag.argtypes import positive_int, text
-from psirag.cli_common import profile_argument, profile_from
-from psirag.embed.endpoints import add_index_embedder_option
+from psirag.cli.common import answer_llm, llm_spec, load_query_index
+from psirag.cli.options import (
+    LLM_ENV,
+    add_answer_check_option,
+    add_http_options,
+    add_index_argument,
+    add_llm_options,
+    add_max_retrievals_option,
+    add_names_check_option,
+    add_profile_option,
+    add_query_embedder_option,
+    positive_int,
+    profile_from,
+    text,
+)
 from psirag.errors import InputError
-from psirag.hops import AUTO, parse_max_retrievals
-from psirag.http import add_http_options, http_policy_from
+from psirag.hops import AUTO
 
 if TYPE_CHECKING:
     from psirag.index import Index
     from psirag.llm import LLMClient
 
-LLM_ENV = "PSIRAG_LLM"
-"""Environment variable read when ``--llm`` is not given."""
 
 _LLM_HELP = (
     "LLM spec: openai:<base_url>#<model> (e.g. openai:http://127.0.0.1:8080/v1#qwen), "
@@ -46,7 +54,7 @@ def register(subparsers: Any) -> None:
         "with the sub-question it asks (up to --max-retrievals times), answer. Steps are shown "
         "on stderr as they happen; the answer goes to stdout.",
     )
-    ask.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
+    add_index_argument(ask)
     ask.add_argument("question", type=text, help="the question to answer")
     _agent_arguments(ask)
     ask.add_argument("--json", action="store_true", help="print the full result as JSON")
@@ -64,7 +72,7 @@ def register(subparsers: Any) -> None:
         "using the earlier turns, then the agent answers it. Answers and their citations go to "
         "stdout; with --json, one JSON object a line.",
     )
-    chat.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
+    add_index_argument(chat)
     _agent_arguments(chat)
     chat.add_argument("--json", action="store_true", help="one JSON object a turn on stdout")
     chat.add_argument(
@@ -91,7 +99,7 @@ def register(subparsers: Any) -> None:
         description="Summarize from one tree retrieval: the visited abstracts and passages "
         "most similar to the query, given to the LLM in document order.",
     )
-    summ.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
+    add_index_argument(summ)
     summ.add_argument("--doc", metavar="ID", help="document to summarize (one tree per document)")
     summ.add_argument(
         "--query",
@@ -122,11 +130,9 @@ def _agent_arguments(parser: argparse.ArgumentParser) -> None:
     """The LLM and agent options ``ask`` and ``chat`` share."""
     ask = parser
     _llm_arguments(ask)
-    ask.add_argument(
-        "--max-retrievals",
-        type=parse_max_retrievals,
+    add_max_retrievals_option(
+        ask,
         default=1,
-        metavar="N|auto",
         help="retrievals allowed after the first one (default 1, the paper's 2Wiki/HotpotQA "
         "setting; MuSiQue: 3); auto: from the question's predicted hop count h (psirag hops), "
         "h-1 and at least 1",
@@ -146,51 +152,35 @@ def _agent_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"longest answer accepted (default {MAX_ANSWER_CHARS} characters); a longer one "
         "counts as no answer",
     )
-    ask.add_argument(
-        "--no-answer-check",
-        dest="answer_check",
-        action="store_false",
+    add_answer_check_option(
+        ask,
         help="take an answer found in no document as it is (the paper's loop); by default the "
         "model is asked once to look it up while a retrieval is left",
     )
-    ask.add_argument(
-        "--names-check",
-        choices=NAMES_CHECKS,
-        default="lookup",
+    add_names_check_option(
+        ask,
         help="an answer whose reasoning names people or works that no retrieved document is "
         "about, while a retrieval is left: retrieve them and answer again (lookup, default), "
         "ask the model whether it needs them (ask), or take the answer (off)",
     )
-    profile_argument(ask)
+    add_profile_option(ask)
 
 
 def _llm_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--llm", metavar="SPEC", default=None, help=_LLM_HELP)
-    parser.add_argument(
-        "--cache", metavar="PATH", default=None, help="SQLite file caching LLM replies (off)"
-    )
-    add_index_embedder_option(parser)
+    add_llm_options(parser, help=_LLM_HELP)
+    add_query_embedder_option(parser)
     add_http_options(parser)
 
 
 def _load_index(args: argparse.Namespace) -> Index:
-    """The index layer, imported only when a command runs (it loads numpy, models, ...); the
-    query embedder is the one the user confirmed (``--embedder``) under ``--timeout``."""
-    from psirag.embed.endpoints import confirm_index_embedder
-    from psirag.index import Index
-
-    index = Index.load(args.index)
-    confirm_index_embedder(index, args.embedder, http_policy_from(args))
-    return index
+    return load_query_index(args)
 
 
 def _client(args: argparse.Namespace) -> LLMClient:
-    from psirag.llm import LLMClient, load_chat_model
-
-    spec = args.llm or os.environ.get(LLM_ENV)
+    spec = llm_spec(args)
     if not spec:
         raise InputError(f"no LLM given: pass --llm SPEC or set ${LLM_ENV}; {_LLM_HELP}")
-    return LLMClient(load_chat_model(spec, http=http_policy_from(args)), cache_path=args.cache)
+    return answer_llm(args, spec)
 
 
 def _one_line(text: str, limit: int = _SNIPPET) -> str:

@@ -1,4 +1,4 @@
-"""The `psirag` command: index, search, inspect, demo (and ask/summarize from the agent layer).
+"""``psirag index``, ``search``, ``inspect`` and ``demo``.
 
 Every command is a thin shell over the Python API (:class:`psirag.Index`). Problems the user can
 fix are printed as one line on stderr with exit status 2, never as a traceback.
@@ -8,52 +8,46 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sys
 import time
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from psirag._version import __version__
-from psirag.argtypes import nonnegative_int, positive_int, text
-from psirag.cli_common import max_children as _max_children
-from psirag.cli_common import profile_argument, profile_from
-from psirag.cli_common import tree_mode_arguments as _tree_mode_arguments
-from psirag.config import DEFAULT_EMBEDDER, PROFILES, IndexConfig, SearchConfig
-from psirag.embed.endpoints import add_index_embedder_option
+from psirag.cli.common import abstract_llm, eprint
+from psirag.cli.options import (
+    add_abstracts_option,
+    add_build_embedder_option,
+    add_http_options,
+    add_index_argument,
+    add_llm_options,
+    add_max_children_option,
+    add_profile_option,
+    add_query_embedder_option,
+    add_routing_option,
+    add_tree_mode_options,
+    http_policy_from,
+    nonnegative_int,
+    positive_int,
+    profile_from,
+    text,
+)
+from psirag.config import PROFILES, IndexConfig, SearchConfig
 from psirag.errors import PsiragError
-from psirag.http import HttpPolicy, add_http_options, http_policy_from
 from psirag.schemas import INDEX_SCHEMA, INSPECT_SCHEMA, SEARCH_SCHEMA
 from psirag.summary import inspect_summary
 
 if TYPE_CHECKING:
-    from psirag.llm import LLMClient
+    from psirag.http import HttpPolicy
 
 
-def _eprint(*parts: object) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="psirag",
-        description="Ψ-RAG: hierarchical abstract tree indexes for retrieval-augmented generation.",
-    )
-    parser.add_argument("--version", action="version", version=f"psirag {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
+def register(sub: Any) -> None:
+    """Add ``index``, ``search``, ``inspect`` and ``demo`` to the ``psirag`` parser."""
     p = sub.add_parser("index", help="chunk, embed and index a corpus into a folder")
     p.add_argument("paths", nargs="+", metavar="PATH", help=".txt/.md files, folders, .json/.jsonl")
     p.add_argument("--out", required=True, metavar="DIR", help="index folder to write")
-    p.add_argument(
-        "--embedder",
-        default=DEFAULT_EMBEDDER,
-        metavar="SPEC",
-        help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
-    )
+    add_build_embedder_option(p)
     p.add_argument("--chunk-tokens", type=positive_int, default=IndexConfig.chunk_tokens)
     p.add_argument(
         "--split",
@@ -65,38 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one tree per document (single-document setting) instead of one tree",
     )
-    p.add_argument(
-        "--max-children",
-        type=_max_children,
-        default=IndexConfig.max_children,
-        metavar="N",
-        help="rebalancing bound on children per node ('none': off)",
-    )
-    _tree_mode_arguments(p)
-    p.add_argument(
-        "--abstracts",
-        choices=["keywords", "llm-summary", "llm-keywords", "none"],
-        default="keywords",
+    add_max_children_option(p, help="rebalancing bound on children per node ('none': off)")
+    add_tree_mode_options(p)
+    add_abstracts_option(
+        p,
+        default=IndexConfig.abstracts,
         help="LLM-free keywords (default), LLM summaries or keyword lists (need --llm), none",
     )
-    p.add_argument(
-        "--llm",
-        metavar="SPEC",
+    add_llm_options(
+        p,
         help="LLM for --abstracts llm-*: openai:<url>#<model>, llamacpp:<file>, local",
-    )
-    p.add_argument(
-        "--llm-cache",
-        metavar="PATH",
-        default=None,
-        help="SQLite response cache (default ~/.cache/psirag/llm-cache.sqlite); "
-        "a killed build resumes from it",
+        cache="--llm-cache",
     )
     p.add_argument("--context-tokens", type=positive_int, default=IndexConfig.context_tokens)
-    p.add_argument(
-        "--routing",
-        choices=["leaf_mean", "abstract", "blend"],
-        default="leaf_mean",
-        help="routing embedding of inner nodes (see SPEC 1.6)",
+    add_routing_option(
+        p, default=IndexConfig.routing, help="routing embedding of inner nodes (see SPEC 1.6)"
     )
     p.add_argument(
         "--batch-size",
@@ -127,16 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=run_index)
 
     p = sub.add_parser("search", help="hybrid tree + BM25 search of an index")
-    p.add_argument("index", metavar="DIR")
+    add_index_argument(p)
     p.add_argument("query", type=text)
     _search_arguments(p)
-    add_index_embedder_option(p)
+    add_query_embedder_option(p)
     add_http_options(p)
     p.add_argument("--json", action="store_true", help=f"print JSON ({SEARCH_SCHEMA})")
     p.set_defaults(func=run_search)
 
     p = sub.add_parser("inspect", help="describe an index, or one node of its tree")
-    p.add_argument("index", metavar="DIR")
+    add_index_argument(p)
     p.add_argument("--node", type=nonnegative_int, metavar="ID", help="show this node")
     p.add_argument(
         "--verify",
@@ -156,30 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run_demo)
 
-    from psirag.cli_living import register as register_living
-
-    register_living(sub)
-    register: Callable[[Any], None] | None
-    try:
-        from psirag.agent.cli import register
-    except ImportError:  # pragma: no cover - the agent layer ships with the package
-        register = None
-    if register is not None:
-        register(sub)
-    from psirag.eval.cli import register as register_eval
-
-    register_eval(sub)
-    from psirag.server.cli import register as register_server
-
-    register_server(sub)
-    return parser
-
 
 def _search_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-k", type=positive_int, default=SearchConfig.k, help="passages to return (default 5)"
     )
-    profile_argument(p)
+    add_profile_option(p)
     p.add_argument(
         "--beam",
         type=positive_int,
@@ -261,14 +220,14 @@ def run_index(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     batch = _ray_backend(args, config, http, progress)  # first: a bad address writes nothing
     try:
         embedder = load_embedder(config.embedder, batch_size=config.batch_size, http=http)
-        llm = _abstract_llm(config, args.llm_cache, http)
+        llm = abstract_llm(config, args.llm_cache, http)
         try:
             index = Index.build(
                 args.paths,
                 config,
                 embedder=embedder,
                 progress=progress,
-                report=_eprint if progress else _warn_only,
+                report=eprint if progress else _warn_only,
                 on_bad_file="skip" if args.skip_bad_files else "fail",
                 llm=llm,
                 batch=batch,
@@ -335,23 +294,9 @@ def _ray_backend(
     return backend.connect()
 
 
-def _abstract_llm(config: IndexConfig, cache: str | None, http: HttpPolicy) -> LLMClient | None:
-    """The LLM client for LLM abstracts, with a persistent cache so a killed build resumes."""
-    if not config.abstracts.startswith("llm-"):
-        return None
-    from psirag.errors import InputError
-    from psirag.llm import LLMClient, load_chat_model
-
-    if not config.llm:
-        raise InputError(f"--abstracts {config.abstracts} needs --llm SPEC")
-    path = Path(cache) if cache else Path.home() / ".cache" / "psirag" / "llm-cache.sqlite"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return LLMClient(load_chat_model(config.llm, http=http), cache_path=path)
-
-
 def _warn_only(message: str) -> None:
     if message.startswith("warning") or "skipp" in message:
-        _eprint(message)
+        eprint(message)
 
 
 def _layers(sizes: Sequence[int]) -> str:
@@ -536,7 +481,7 @@ def run_demo(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             file=out,
         )
         docs = documents_from_strings(texts, titles=names, ids=names)
-        index = Index.build(docs, progress=not args.quiet, report=_eprint)
+        index = Index.build(docs, progress=not args.quiet, report=eprint)
         index.save(folder)
         counts = index.describe()["counts"]
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in index.stats.seconds.items())
@@ -604,29 +549,3 @@ def _demo_agent(index: Any, folder: Path, out: TextIO) -> Any:
     print(f"answering with the local model {model.id} (max 1 extra retrieval)", file=out)
     client = LLMClient(model, cache_path=demo_llm_cache(folder))
     return RetrieveAndAnswer(client, index.search, max_retrievals=1)
-
-
-# ---------------------------------------------------------------------------- main
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    warnings.filterwarnings("ignore", message=".*truncated by the model.*")
-    try:
-        return int(args.func(args) or 0)
-    except PsiragError as exc:
-        _eprint(f"psirag: error: {exc}")
-        return 2
-    except KeyboardInterrupt:
-        _eprint("psirag: interrupted; nothing half-written was kept")
-        return 130
-    except BrokenPipeError:
-        return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -12,21 +12,28 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from psirag.agent.loop import NAMES_CHECKS
-from psirag.cli_common import profile_argument
-from psirag.config import DEFAULT_EMBEDDER, PROFILES, IndexConfig, SearchConfig
+from psirag.cli.options import (
+    LLM_ENV,
+    Flag,
+    add_abstracts_option,
+    add_answer_check_option,
+    add_build_embedder_option,
+    add_http_options,
+    add_llm_options,
+    add_max_children_option,
+    add_max_retrievals_option,
+    add_names_check_option,
+    add_profile_option,
+    add_routing_option,
+    add_settings_options,
+    add_tree_mode_options,
+    http_policy_from,
+    positive_int,
+    settings_values,
+)
+from psirag.config import PROFILES, IndexConfig, SearchConfig
 from psirag.errors import InputError
-from psirag.hops import parse_max_retrievals
-from psirag.http import add_http_options, http_policy_from
-
-LLM_ENV = "PSIRAG_LLM"
-
-
-def _positive(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
-    return number
+from psirag.eval.settings import EvalSettings
 
 
 def _methods(value: str) -> tuple[str, ...]:
@@ -34,6 +41,81 @@ def _methods(value: str) -> tuple[str, ...]:
     if not names:
         raise argparse.ArgumentTypeError("--methods needs at least one name")
     return names
+
+
+EVAL_FLAGS: dict[str, Flag] = {
+    "methods": Flag(
+        "--methods",
+        "comma-separated: psi, psi-tree, bm25, dense, hybrid, raptor, raptor-collapsed "
+        "(the last two need psirag[eval]); with --llm also NAME+agent (the R&A agent) and "
+        "NAME+ircot (IRCoT baseline: each reasoning sentence is the next query, same retrieval "
+        "budget and answer step as the agent) and NAME+summarize (the paper's summarization "
+        "mode: one retrieval inside the question's own document, the visited abstracts and "
+        "passages summarized, scored by ROUGE-L; psi, psi-tree, dense, bm25, hybrid) "
+        "(default: psi,psi-tree,bm25,dense,hybrid; with --llm: psi,hybrid,psi+agent,"
+        "hybrid+agent, or psi+summarize,dense+summarize when the questions have reference "
+        "summaries and no answer, as QMSum). With --llm, a plain NAME answers with one LLM call "
+        "over one retrieval (unless --retrieval-only).",
+        type=_methods,
+        metavar="LIST",
+    ),
+    "limit": Flag("--limit", "first N questions only", type=int, metavar="N"),
+    "beam": Flag(
+        "--beam",
+        f"tree search beam (default: the profile's, {SearchConfig.beam} or "
+        f"{PROFILES['paper'].beam} for --profile paper)",
+        type=int,
+        metavar="N",
+    ),
+    "reranker": Flag(
+        "--reranker",
+        "local cross-encoder folder: psi and hybrid rerank their union instead of RRF",
+        metavar="PATH",
+    ),
+    "max_tokens": Flag("--max-tokens", "cap on each LLM reply", type=int, metavar="N"),
+    "summary_top_k": Flag(
+        "--summary-top-k",
+        "NAME+summarize: nodes given to the LLM, also the tree visit's k and beam "
+        "(default {default}, the paper's QMSum setting; WCEP: 15)",
+        type=positive_int,
+        metavar="K",
+    ),
+    "summary_max_tokens": Flag(
+        "--summary-max-tokens",
+        "NAME+summarize: cap on the summary (default {default}, QMSum; WCEP: 150)",
+        type=positive_int,
+        metavar="N",
+    ),
+    "workers": Flag(
+        "--workers",
+        "questions answered in parallel by LLM methods (default {default})",
+        type=int,
+        metavar="N",
+    ),
+    "bootstrap": Flag(
+        "--bootstrap",
+        "paired bootstrap resamples vs the first method (default {default}; 0: off)",
+        type=int,
+        metavar="N",
+    ),
+    "subcorpus": Flag(
+        "--subcorpus",
+        "index N passages only: the evaluated questions' gold passages, then the others "
+        "in corpus order (for LLM-abstract ablations; combine with --limit)",
+        type=positive_int,
+        metavar="N",
+    ),
+    "retrieval_only": Flag(
+        "--retrieval-only",
+        "score Recall@k only, even with --llm (which then only writes --abstracts llm-*): "
+        "no answer call per question and method",
+        action="store_true",
+    ),
+    "rebuild": Flag("--rebuild", "rebuild indexes even if cached", action="store_true"),
+}
+"""The :class:`EvalSettings` fields ``psirag eval`` sets one to one, as options (defaults: the
+fields'); :func:`settings_from` reads them back by the same table and adds the others."""
+_ANSWER_FIELDS = ("max_tokens", "summary_top_k", "summary_max_tokens", "workers", "bootstrap")
 
 
 def register(subparsers: Any) -> None:
@@ -47,29 +129,12 @@ def register(subparsers: Any) -> None:
         "ROUGE-L for reference summaries. Indexes are built once and reused from --cache-dir.",
     )
     p.add_argument("dataset", metavar="DATASET_DIR", help="folder with corpus.json, questions.json")
-    p.add_argument(
-        "--methods",
-        type=_methods,
-        default=(),
-        metavar="LIST",
-        help="comma-separated: psi, psi-tree, bm25, dense, hybrid, raptor, raptor-collapsed "
-        "(the last two need psirag[eval]); with --llm also NAME+agent (the R&A agent) and "
-        "NAME+ircot (IRCoT baseline: each reasoning sentence is the next query, same retrieval "
-        "budget and answer step as the agent) and NAME+summarize (the paper's summarization "
-        "mode: one retrieval inside the question's own document, the visited abstracts and "
-        "passages summarized, scored by ROUGE-L; psi, psi-tree, dense, bm25, hybrid) "
-        "(default: psi,psi-tree,bm25,dense,hybrid; with --llm: psi,hybrid,psi+agent,"
-        "hybrid+agent, or psi+summarize,dense+summarize when the questions have reference "
-        "summaries and no answer, as QMSum). With --llm, a plain NAME answers with one LLM call "
-        "over one retrieval (unless --retrieval-only).",
-    )
-    p.add_argument("--limit", type=int, metavar="N", help="first N questions only")
-    p.add_argument(
-        "--llm",
-        metavar="SPEC",
-        default=None,
+    add_settings_options(p, EvalSettings, EVAL_FLAGS, ["methods", "limit"])
+    add_llm_options(
+        p,
         help="LLM spec (openai:<base_url>#<model>, llamacpp:<path.gguf>, local); "
         f"default ${LLM_ENV} when methods need one",
+        cache=None,
     )
     p.add_argument(
         "--output",
@@ -84,12 +149,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="built indexes and the LLM reply cache (default ~/.cache/psirag/eval)",
     )
-    p.add_argument(
-        "--embedder",
-        default=DEFAULT_EMBEDDER,
-        metavar="SPEC",
-        help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
-    )
+    add_build_embedder_option(p)
     p.add_argument(
         "--embedding-cache",
         metavar="NPZ",
@@ -97,83 +157,30 @@ def register(subparsers: Any) -> None:
         help="npz of vectors keyed by sha1 of the text (e.g. bench-out/cache/"
         "embeddings-minilm.npz): reused, extended; index build seconds then exclude embedding",
     )
-    p.add_argument(
-        "--beam",
-        type=int,
-        default=None,
-        metavar="N",
-        help=f"tree search beam (default: the profile's, {SearchConfig.beam} or "
-        f"{PROFILES['paper'].beam} for --profile paper)",
-    )
-    profile_argument(p)
-    p.add_argument(
-        "--reranker",
-        metavar="PATH",
-        default=None,
-        help="local cross-encoder folder: psi and hybrid rerank their union instead of RRF",
-    )
-    p.add_argument(
-        "--max-retrievals",
-        type=parse_max_retrievals,
+    add_settings_options(p, EvalSettings, EVAL_FLAGS, ["beam"])
+    add_profile_option(p)
+    add_settings_options(p, EvalSettings, EVAL_FLAGS, ["reranker"])
+    add_max_retrievals_option(
+        p,
         default=1,
-        metavar="N|auto",
         help="retrievals after the first for NAME+agent and NAME+ircot "
         "(default 1, the paper's 2Wiki setting); auto: per question from the hop "
         "discriminator (h hops: h-1, at least 1)",
     )
-    p.add_argument(
-        "--no-answer-check",
-        dest="answer_check",
-        action="store_false",
+    add_answer_check_option(
+        p,
         help="NAME+agent: no follow-up turn after an answer found in no document (the paper's "
         "loop)",
     )
-    p.add_argument(
-        "--names-check",
-        choices=NAMES_CHECKS,
-        default="lookup",
+    add_names_check_option(
+        p,
         help="NAME+agent, an answer whose reasoning names people or works that no retrieved "
         "document is about: retrieve them and answer again (lookup, default), ask the model "
         "(ask), or take the answer (off)",
     )
-    p.add_argument("--max-tokens", type=int, default=256, metavar="N", help="cap on each LLM reply")
-    p.add_argument(
-        "--summary-top-k",
-        type=_positive,
-        default=20,
-        metavar="K",
-        help="NAME+summarize: nodes given to the LLM, also the tree visit's k and beam "
-        "(default 20, the paper's QMSum setting; WCEP: 15)",
-    )
-    p.add_argument(
-        "--summary-max-tokens",
-        type=_positive,
-        default=200,
-        metavar="N",
-        help="NAME+summarize: cap on the summary (default 200, QMSum; WCEP: 150)",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        metavar="N",
-        help="questions answered in parallel by LLM methods (default 1)",
-    )
-    p.add_argument(
-        "--bootstrap",
-        type=int,
-        default=10000,
-        metavar="N",
-        help="paired bootstrap resamples vs the first method (default 10000; 0: off)",
-    )
+    add_settings_options(p, EvalSettings, EVAL_FLAGS, _ANSWER_FIELDS)
     _ablation_arguments(p)
-    p.add_argument(
-        "--retrieval-only",
-        action="store_true",
-        help="score Recall@k only, even with --llm (which then only writes --abstracts llm-*): "
-        "no answer call per question and method",
-    )
-    p.add_argument("--rebuild", action="store_true", help="rebuild indexes even if cached")
+    add_settings_options(p, EvalSettings, EVAL_FLAGS, ["retrieval_only", "rebuild"])
     add_http_options(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.set_defaults(func=run_eval_command)
@@ -182,33 +189,26 @@ def register(subparsers: Any) -> None:
 def _ablation_arguments(p: argparse.ArgumentParser) -> None:
     """The index ablations of the paper: abstract type, routing, fan-out, and a sub-corpus to run
     the costly (LLM-abstract) ones on. Each variant gets its own cached index."""
-    from psirag.cli_common import max_children, tree_mode_arguments
-
     g = p.add_argument_group("ablations (each variant is indexed and cached apart)")
-    g.add_argument(
-        "--abstracts",
-        choices=["keywords", "none", "llm-keywords", "llm-summary"],
+    add_abstracts_option(
+        g,
         default=None,
         help="abstract text of inner nodes, for psi and raptor alike: LLM-free keywords "
         "(default), none, or written by the --llm model (keyword lists, summaries)",
     )
-    g.add_argument(
-        "--routing",
-        choices=["leaf_mean", "abstract", "blend"],
+    add_routing_option(
+        g,
         default=None,
         help="routing embedding of inner nodes: leaf_mean (the 'mean embedding' abstract type), "
         "abstract (the embedding of the abstract text, as the paper) or blend; default: "
         "abstract with --abstracts llm-*, else leaf_mean",
     )
-    g.add_argument(
-        "--max-children",
-        type=max_children,
-        default=IndexConfig.max_children,
-        metavar="N",
+    add_max_children_option(
+        g,
         help=f"most children per node, psi and raptor (default {IndexConfig.max_children}; "
         "'none': no cap)",
     )
-    tree_mode_arguments(g)
+    add_tree_mode_options(g)
     g.add_argument(
         "--context-tokens",
         type=int,
@@ -228,14 +228,7 @@ def _ablation_arguments(p: argparse.ArgumentParser) -> None:
         help="one abstract tree per corpus document instead of one over the corpus (the "
         "paper's single-document setting, for NAME+summarize on QMSum)",
     )
-    g.add_argument(
-        "--subcorpus",
-        type=_positive,
-        default=None,
-        metavar="N",
-        help="index N passages only: the evaluated questions' gold passages, then the others "
-        "in corpus order (for LLM-abstract ablations; combine with --limit)",
-    )
+    add_settings_options(g, EvalSettings, EVAL_FLAGS, ["subcorpus"])
 
 
 def _index_config(args: argparse.Namespace) -> IndexConfig | None:
@@ -258,9 +251,30 @@ def _index_config(args: argparse.Namespace) -> IndexConfig | None:
     return None if config == IndexConfig() else config
 
 
+def settings_from(
+    args: argparse.Namespace, llm: str | None, config: IndexConfig | None
+) -> EvalSettings:
+    """The run the parsed options ask for: the :data:`EVAL_FLAGS` fields as given, the
+    others from the shared options (``llm``: the spec after the ``$PSIRAG_LLM`` fallback)."""
+    from psirag.eval.settings import default_cache_dir
+
+    return EvalSettings(
+        **settings_values(args, EVAL_FLAGS, list(EVAL_FLAGS)),
+        llm=llm,
+        cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir(),
+        embedder=args.embedder,
+        profile=args.profile,
+        max_retrievals=args.max_retrievals,
+        answer_check=args.answer_check,
+        names_check=args.names_check,
+        embedding_cache=Path(args.embedding_cache) if args.embedding_cache else None,
+        index_config=config,
+        http=http_policy_from(args),
+    )
+
+
 def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     from psirag.eval.harness import run_eval
-    from psirag.eval.settings import EvalSettings, default_cache_dir
 
     stdout = stdout or sys.stdout
     llm = args.llm
@@ -275,30 +289,7 @@ def run_eval_command(args: argparse.Namespace, *, stdout: TextIO | None = None) 
         if llm is None:
             needing = ", ".join(m for m in args.methods if "+" in m)
             raise InputError(f"{needing} need an LLM: pass --llm SPEC or set ${LLM_ENV}")
-    settings = EvalSettings(
-        methods=args.methods,
-        limit=args.limit,
-        llm=llm,
-        cache_dir=Path(args.cache_dir).expanduser() if args.cache_dir else default_cache_dir(),
-        embedder=args.embedder,
-        beam=args.beam,
-        profile=args.profile,
-        reranker=args.reranker,
-        max_retrievals=args.max_retrievals,
-        answer_check=args.answer_check,
-        names_check=args.names_check,
-        max_tokens=args.max_tokens,
-        summary_top_k=args.summary_top_k,
-        summary_max_tokens=args.summary_max_tokens,
-        workers=args.workers,
-        embedding_cache=Path(args.embedding_cache) if args.embedding_cache else None,
-        rebuild=args.rebuild,
-        bootstrap=args.bootstrap,
-        index_config=config,
-        subcorpus=args.subcorpus,
-        retrieval_only=args.retrieval_only,
-        http=http_policy_from(args),
-    )
+    settings = settings_from(args, llm, config)
 
     def say(message: str) -> None:
         if not args.quiet:
