@@ -256,7 +256,7 @@ def llm_calls(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
 
 def sync_bench(args: argparse.Namespace, result: dict[str, Any]) -> None:
-    import psirag.cli_living as cl
+    import psirag.cli.living_cmds as cl
     from psirag.cli import main
 
     corpus, _, _ = two_wiki_queries(1)

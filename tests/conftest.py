@@ -45,7 +45,7 @@ def server() -> Iterator[ScriptedServer]:
 @pytest.fixture
 def fake_index(monkeypatch: pytest.MonkeyPatch) -> FakeTreeIndex:
     """The stand-in tree index, handed to the agent commands in place of loading one."""
-    from psirag.agent import cli as agent_cli
+    from psirag.cli import agent_cmds as agent_cli
 
     index = FakeTreeIndex()
     monkeypatch.setattr(agent_cli, "_load_index", lambda path: index)

@@ -40,7 +40,7 @@ from psirag.agent import (
     names_without_documents,
     select_nodes,
 )
-from psirag.agent import cli as agent_cli
+from psirag.cli import agent_cmds as agent_cli
 from psirag.config import PROFILES
 from psirag.llm import LLMClient, OpenAIChat
 from psirag.llm.base import estimate_tokens

@@ -131,7 +131,7 @@ def test_console_script_runs() -> None:
 
 def test_demo_builds_then_reuses(tmp_path: Path, capsys, monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo path with a three-topic corpus standing in for the language reference."""
-    import psirag.cli as cli
+    import psirag.cli.index_cmds as cli
 
     topics = {name: " ".join(texts * 2) for name, texts in TOPICS.items()}
     monkeypatch.setattr(cli, "demo_corpus", lambda: (list(topics.values()), list(topics)))

@@ -20,6 +20,7 @@ from support.agents import (
 )
 
 import psirag.hops as hops
+from psirag.cli.options import parse_max_retrievals
 from psirag.errors import InputError
 from psirag.eval.settings import EvalSettings
 from psirag.hops import (
@@ -31,7 +32,6 @@ from psirag.hops import (
     features,
     load_hop_model,
     max_retrievals_for,
-    parse_max_retrievals,
 )
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,11 +14,12 @@ import pytest
 from support import TOPICS, FakeOpenAIServer, Reply
 
 from psirag.cli import build_parser, main
+from psirag.cli.options import http_policy_from
 from psirag.embed.endpoints import ALLOW_ENV, endpoint_of
 from psirag.errors import InputError
 from psirag.eval.clients import llm_client
 from psirag.eval.settings import EvalSettings
-from psirag.http import HttpPolicy, http_policy_from
+from psirag.http import HttpPolicy
 from psirag.index import Index
 
 QUESTION = "Which volcano destroyed Pompeii?"

@@ -8,11 +8,12 @@ import logging
 
 import pytest
 
-from psirag.argtypes import first_surrogate, nonnegative_int, positive_int, text
+from psirag.cli.options import nonnegative_int, positive_int, text
 from psirag.config import IndexConfig
 from psirag.errors import InputError
 from psirag.ingest.loaders import documents_from_strings, load_documents
 from psirag.retrieval.bm25 import SparseIndex, check_indexable, has_indexable_word
+from psirag.types import first_surrogate
 
 
 def test_bm25_build_logs_nothing(caplog: pytest.LogCaptureFixture) -> None:

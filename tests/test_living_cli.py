@@ -29,7 +29,7 @@ RUNNER = f"""
 import os, signal, sys, time
 sys.path[:0] = [{str(SRC)!r}, {str(TESTS)!r}]
 from support import HashEmbedder
-import psirag.cli_living as cl
+import psirag.cli.living_cmds as cl
 import psirag.storage as storage
 cl.load_embedder_for = lambda spec, batch_size=None, http=None: HashEmbedder()
 kill_at = os.environ.get("PSIRAG_TEST_KILL_AT")

@@ -36,7 +36,7 @@ def test_settings_refuse_an_exposed_host_without_a_key() -> None:
 
 def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     from psirag.cli import build_parser
-    from psirag.server.cli import settings_from
+    from psirag.cli.serve import settings_from
 
     args = build_parser().parse_args(["serve", "idx", "--host", "0.0.0.0"])
     monkeypatch.delenv("PSIRAG_API_KEY", raising=False)
@@ -50,7 +50,7 @@ def test_api_key_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_default_retrieval_budget_is_a_count_or_auto() -> None:
     from psirag.cli import build_parser
-    from psirag.server.cli import settings_from
+    from psirag.cli.serve import settings_from
 
     assert settings_from(build_parser().parse_args(["serve", "idx"])).max_retrievals == 1
     args = build_parser().parse_args(["serve", "idx", "--max-retrievals", "auto"])
@@ -111,6 +111,60 @@ def test_batching_embedder_hands_errors_to_the_caller() -> None:
     with pytest.raises(RuntimeError, match="model failed"):
         batching.embed(["x"])
     batching.close()
+
+
+def test_query_vectors_come_from_a_bounded_lru() -> None:
+    inner = _CountingEmbedder()
+    batching = BatchingEmbedder(inner, cache_size=2)
+    first = batching.embed(["volcano", "river"])
+    again = batching.embed(["river", "volcano"])
+    assert inner.calls == [2]  # the repeat never reached the model
+    assert np.array_equal(again, first[::-1])
+    batching.embed(["bread"])  # a third query evicts the least recently used ("river")
+    batching.embed(["volcano"])
+    assert inner.calls == [2, 1]
+    batching.embed(["river"])
+    assert inner.calls == [2, 1, 1] and len(batching.cache) == 2
+    assert batching.cache.hits == 3 and batching.cache.misses == 4
+    batching.embed([])
+    again[:] = 0.0  # a caller changing its rows changes nobody else's
+    assert np.array_equal(batching.embed(["volcano"])[0], first[0])
+    batching.close()
+
+
+def test_a_lone_query_does_not_wait_for_the_micro_batch() -> None:
+    """With a 5 s batching window a single query still returns at once: the worker waits only
+    for callers already inside embed()."""
+    batching = BatchingEmbedder(HashEmbedder(), max_wait=5.0)
+    started = time.monotonic()
+    for i in range(3):
+        batching.embed([f"query {i}"])
+    assert time.monotonic() - started < 2.5
+    batching.close()
+
+
+def test_callers_arriving_together_share_one_forward_pass() -> None:
+    """A generous window: 16 callers released together are embedded in few model calls, and
+    each gets its own vector."""
+    inner = _CountingEmbedder()
+    batching = BatchingEmbedder(inner, max_wait=1.0, cache_size=0)
+    texts = [f"question {i} about rivers" for i in range(16)]
+    gate = threading.Barrier(len(texts))
+    out: dict[int, np.ndarray] = {}
+
+    def one(i: int) -> None:
+        gate.wait()
+        out[i] = batching.embed([texts[i]])[0]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    batching.close()
+    expected = HashEmbedder().embed(texts)
+    assert all(np.allclose(out[i], expected[i]) for i in range(len(texts)))
+    assert sum(inner.calls) == 16 and len(inner.calls) <= 3
 
 
 def test_index_holder_publishes_new_generations() -> None:
@@ -232,7 +286,7 @@ def test_serve_help_needs_no_server_extra() -> None:
     from psirag.cli import build_parser
 
     args = build_parser().parse_args(["serve", "DIR", "--cors-origin", "a", "--cors-origin", "b"])
-    assert isinstance(args, argparse.Namespace) and args.cors_origin == ["a", "b"]
+    assert isinstance(args, argparse.Namespace) and args.cors_origins == ["a", "b"]
     assert args.request_timeout == ServerSettings.request_timeout
 
 

@@ -285,7 +285,7 @@ def test_index_in_knn_mode_end_to_end(tmp_path: Path, topic_texts: list[str]) ->
 
 
 def test_cli_flags_reach_the_index_config() -> None:
-    from psirag.eval.cli import _index_config
+    from psirag.cli.eval_cmd import _index_config
 
     parser = build_parser()
     args = parser.parse_args(["index", "x", "--out", "y"])

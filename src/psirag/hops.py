@@ -319,26 +319,6 @@ def max_retrievals_for(hops: int) -> int:
     return max(1, int(hops) - 1)
 
 
-def parse_max_retrievals(value: str) -> int | str:
-    """argparse type of ``--max-retrievals``: a count (0 or more) or ``auto``."""
-    raw = value.strip().lower()
-    if raw == AUTO:
-        return AUTO
-    try:
-        n = int(raw)
-    except ValueError:
-        import argparse
-
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number (0 or more) or 'auto', got {value!r}"
-        ) from None
-    if n < 0:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
-    return n
-
-
 __all__ = [
     "AUTO",
     "HOPS",
@@ -350,5 +330,4 @@ __all__ = [
     "lexical_features",
     "load_hop_model",
     "max_retrievals_for",
-    "parse_max_retrievals",
 ]

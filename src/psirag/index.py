@@ -4,93 +4,31 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from psirag._version import __version__
 from psirag.config import IndexConfig, SearchConfig
 from psirag.embed import Embedder
-from psirag.errors import IndexFormatError
-from psirag.index_data import BuildStats, IndexData, SavedOrigin
+from psirag.index_data import BuildStats, IndexData
 from psirag.ingest import Document
-from psirag.pipeline import BatchBackend, Reporter, build_index_data, fresh_lineage
+from psirag.pipeline import BatchBackend, Reporter, build_index_data
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
-from psirag.storage import IndexReader, IndexStore, IndexWriter, Verify, _resolve, read_index
+from psirag.storage import IndexReader, IndexWriter, Verify, read_index
+from psirag.storage_format import load_index_data, manifest_body, save_index_data
 from psirag.tree import Tree
 from psirag.tree.update import InsertRule
-from psirag.types import Chunk, Passage, Source, source_from_dict
+from psirag.types import Chunk, Passage, Source
 
 if TYPE_CHECKING:
-    from psirag.living import UpdateSummary
+    from psirag.living import SavedUpdate, UpdateSummary
     from psirag.llm.client import LLMClient
 
 log = logging.getLogger("psirag")
-
-PHRASES_DIR = "keywords"
-"""The keyword phrase table's files (absent in indexes saved before it, or without keyword
-abstracts: such an index loads as before and its first update builds the table once)."""
-
-
-def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:
-    """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
-    if f"{PHRASES_DIR}/words.json" not in reader.files:
-        return None
-    from psirag.abstracts.phrases import ARRAYS, VOCAB_ARRAYS, PhraseTable
-
-    path = reader.path(f"{PHRASES_DIR}/words.json")
-    try:
-        words = json.loads(path.read_text(encoding="utf-8"))
-        arrays = {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in ARRAYS}
-        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-            raise ValueError("words.json is not a list of words")
-        stems = None
-        if f"{PHRASES_DIR}/stems.json" in reader.files:  # saved since the vocabulary is kept
-            stems = json.loads(reader.path(f"{PHRASES_DIR}/stems.json").read_text("utf-8"))
-            if not isinstance(stems, list) or not all(isinstance(w, str) for w in stems):
-                raise ValueError("stems.json is not a list of stems")
-            arrays.update({a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in VOCAB_ARRAYS})
-        table = PhraseTable.from_arrays(words, arrays, stems)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, IndexFormatError):
-            raise
-        raise IndexFormatError(
-            f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
-            "rebuild the index"
-        ) from exc
-    if table.n_leaves != n_chunks:
-        raise IndexFormatError(
-            f"{folder}: the keyword phrase table holds {table.n_leaves} leaves but the index "
-            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
-        )
-    return table
-
-
-def _link_unchanged(writer: IndexWriter) -> None:
-    """Replace each staged file that is byte-equal to the base generation's by a hard link to
-    it (sizes compared first, then sha256), so unchanged files are stored once."""
-    base = writer.base
-    if base is None or base.legacy:
-        return
-    from psirag.storage import sha256_file
-
-    files = base.files
-    for p in sorted(writer.staging.rglob("*")):
-        if not p.is_file():
-            continue
-        rel = p.relative_to(writer.staging).as_posix()
-        old = files.get(rel)
-        if not old or p.stat().st_size != old.get("bytes"):
-            continue
-        if sha256_file(p) != old.get("sha256"):
-            continue
-        p.unlink()
-        writer.keep(rel)
 
 
 class Index:
@@ -220,93 +158,19 @@ class Index:
         Refuses a folder that is not a psirag index, and a second writer (IndexLockedError).
         ``writer``: an :class:`IndexWriter` already holding the lock (an update reads the
         current generation and writes the next under one lock)."""
+        from psirag.oserrors import saving
+
         own = writer is None
         if writer is None:
-            writer = IndexWriter(Path(folder))
-        try:
-            self._write(writer)
-        except BaseException:
-            writer.abort()
-            raise
+            with saving(folder, had_index=False):
+                writer = IndexWriter(Path(folder))
+        with saving(writer.target, had_index=writer.base is not None), writer:
+            save_index_data(writer, self._data)
         return Path(folder) if own else writer.target
-
-    def _write(self, writer: IndexWriter) -> int:
-        """Every file of this index into ``writer``'s new generation, then publish it. A file
-        whose bytes equal the base generation's is replaced by a hard link to it, so unchanged
-        data is stored once across generations."""
-        writer.save_array("node_vectors.npy", self.node_vectors)
-        writer.save_array("parent.npy", self.tree.parent)
-        writer.save_array("layer.npy", self.tree.layer)
-        chunks = self.chunks
-        kept = self._kept_chunk_lines(writer)
-        writer.save_jsonl(
-            "chunks.jsonl",
-            ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in chunks[kept:]),
-            base_lines=kept,
-        )
-        n = self.tree.n_leaves
-        writer.save_jsonl(
-            "abstracts.jsonl",
-            ({"node": n + i, "text": a} for i, a in enumerate(self.abstracts)),
-        )
-        sources = self._data.sources
-        writer.save_jsonl(
-            "documents.jsonl",
-            ({"id": d, **sources[d]} for d in self._documents if d in sources),
-        )
-        self.sparse.save(writer.path("bm25"))
-        table = self._data.phrase_table
-        if table is not None:
-            for name, array in table.arrays().items():
-                writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
-            with open(writer.path(f"{PHRASES_DIR}/words.json"), "w", encoding="utf-8") as fh:
-                fh.write(json.dumps(table.words, ensure_ascii=False))  # dumps: the C encoder
-            vocab = table.vocab()
-            if vocab is not None:
-                stems, vocab_arrays = vocab
-                for name, array in vocab_arrays.items():
-                    writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
-                with open(writer.path(f"{PHRASES_DIR}/stems.json"), "w", encoding="utf-8") as fh:
-                    fh.write(json.dumps(stems, ensure_ascii=False))
-        _link_unchanged(writer)
-        return writer.commit(self.describe())
-
-    def _kept_chunk_lines(self, writer: IndexWriter) -> int:
-        """How many leading lines of the base generation's chunks.jsonl this save can copy:
-        the chunks still there, in order, since this index was loaded from that generation."""
-        origin = self._data.origin
-        base = writer.base
-        if origin is None or base is None or base.legacy or base.generation != origin.generation:
-            return 0
-        if str(_resolve(base.root)) != origin.folder or "chunks.jsonl" not in base.files:
-            return 0
-        return origin.prefix(self.chunks)
 
     def describe(self) -> dict[str, Any]:
         """The manifest body: what a person or a program needs to know about this index."""
-        layers = self.tree.layer_sizes()
-        return {
-            "psirag_version": __version__,
-            "config": self.config.to_dict(),
-            "embedder": {
-                "spec": self.config.embedder,
-                "id": self.embedder_id,
-                "dim": int(self.node_vectors.shape[1]),
-            },
-            "counts": {
-                "documents": len(self._documents),
-                "chunks": self.tree.n_leaves,
-                "nodes": self.tree.n_nodes,
-                "trees": int(self.tree.roots.size),
-                "depth": self.tree.depth,
-                "nodes_per_layer": layers,
-                "truncated_chunks": self.stats.truncated,
-            },
-            "build_seconds": {k: round(v, 3) for k, v in self.stats.seconds.items()},
-            "tree_mode_used": self.stats.tree_mode,
-            "llm_abstracts": self.stats.llm or None,
-            "lineage": dict(self._data.lineage) or fresh_lineage(self.tree.n_leaves),
-        }
+        return manifest_body(self._data)
 
     @classmethod
     def load(
@@ -333,80 +197,7 @@ class Index:
         cls, reader: IndexReader, folder: str | Path, embedder: Embedder | None
     ) -> Index:
         """The body of :meth:`load`: build the object from one open generation."""
-        m = reader.manifest
-        try:
-            config = IndexConfig.from_dict(m["config"])
-            embedder_id = m["embedder"]["id"]
-            dim = int(m["embedder"]["dim"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise IndexFormatError(f"{folder}: manifest field {exc} is missing or invalid") from exc
-        node_vectors = reader.load_array("node_vectors.npy")
-        tree = Tree(
-            parent=np.asarray(reader.load_array("parent.npy", mmap=False), dtype=np.int64),
-            layer=np.asarray(reader.load_array("layer.npy", mmap=False), dtype=np.int32),
-        )
-        try:
-            chunks = [
-                Chunk(row["id"], row["text"], source_from_dict(row))
-                for row in reader.iter_jsonl("chunks.jsonl")
-            ]
-            abstracts = [row["text"] for row in reader.iter_jsonl("abstracts.jsonl")]
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, IndexFormatError):
-                raise
-            raise IndexFormatError(f"{folder}: a chunk or abstract record lacks {exc}") from exc
-        if (
-            node_vectors.ndim != 2
-            or node_vectors.shape != (tree.n_nodes, dim)
-            or len(chunks) != tree.n_leaves
-            or len(abstracts) != tree.n_nodes - tree.n_leaves
-        ):
-            raise IndexFormatError(f"{folder}: arrays and records disagree in size; rebuild it")
-        try:
-            sparse = SparseIndex.load(reader.path("bm25"))
-        except (OSError, ValueError, KeyError) as exc:
-            if isinstance(exc, IndexFormatError):
-                raise
-            raise IndexFormatError(f"{folder}: cannot read the BM25 index ({exc})") from exc
-        bm25_docs = sparse.retriever.scores.get("num_docs")
-        if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
-            raise IndexFormatError(
-                f"{folder}: the BM25 index holds {bm25_docs} documents but the index has "
-                f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
-            )
-        phrase_table = _load_phrase_table(reader, folder, len(chunks))
-        sources: dict[str, dict[str, Any]] = {}
-        if "documents.jsonl" in reader.files:
-            try:
-                for row in reader.iter_jsonl("documents.jsonl"):
-                    sources[str(row["id"])] = {"path": row.get("path"), "sha256": row.get("sha256")}
-            except (KeyError, TypeError) as exc:
-                raise IndexFormatError(f"{folder}: a documents.jsonl record lacks {exc}") from exc
-        lineage = m.get("lineage")
-        if not isinstance(lineage, dict):
-            lineage = fresh_lineage(len(chunks))
-        data = IndexData(
-            config=config,
-            chunks=tuple(chunks),
-            tree=tree,
-            node_vectors=node_vectors,
-            abstracts=tuple(abstracts),
-            sparse=sparse,
-            embedder_id=embedder_id,
-            stats=BuildStats(
-                seconds=dict(m.get("build_seconds", {})),
-                tree_mode=m.get("tree_mode_used"),
-                documents=int(m.get("counts", {}).get("documents", 0) or 0),
-                truncated=int(m.get("counts", {}).get("truncated_chunks", 0) or 0),
-            ),
-            sources=sources,
-            lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
-            phrase_table=phrase_table,
-            origin=None
-            if reader.legacy or reader.generation is None
-            else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),
-        )
-        index = cls.from_data(data)
+        index = cls.from_data(load_index_data(reader, folder))
         if embedder is not None:
             index.embedder = embedder
         return index
@@ -497,6 +288,37 @@ class Index:
         )
         self._replace_data(data)
         return summary
+
+    @classmethod
+    def update_saved(
+        cls,
+        folder: str | Path,
+        change: Callable[[Index], UpdateSummary],
+        *,
+        embedder: Embedder | None = None,
+        save: bool = True,
+    ) -> tuple[Index, SavedUpdate]:
+        """Change a saved index in place, safely against other writers: under the writer
+        lock, load the generation on disk, run ``change(index)`` (``index.add``,
+        ``index.remove``, ``index.update``...), save the result as the next generation and
+        publish it; nothing is written when nothing changed, and an exception leaves the
+        published index as it was (:func:`psirag.living.update_saved`); ``save=False`` (a dry
+        run) changes the index in memory only. Returns the changed index and what was done::
+
+            index, done = Index.update_saved("my-index", lambda ix: ix.add(["new.txt"]))
+        """
+        from psirag.living import update_saved
+
+        facades: list[Index] = []
+
+        def run(data: IndexData) -> tuple[IndexData, UpdateSummary]:
+            index = cls.from_data(data, embedder=embedder)
+            facades.append(index)
+            summary = change(index)
+            return index.data, summary
+
+        done = update_saved(folder, run, save=save)
+        return facades[0], done
 
     def _replace_data(self, data: IndexData) -> None:
         """Point this facade at new data; the old value (and retrievers over it) stay valid."""
@@ -598,33 +420,4 @@ class Index:
         )
 
 
-def open_for_update(
-    folder: str | Path, *, embedder: Embedder | None = None
-) -> tuple[IndexWriter, Index]:
-    """The writer (holding the lock) and the index of the generation it builds on: every
-    writer (the CLI, the server) reads what is on disk under the lock, so no write is lost."""
-    store = IndexStore(folder)
-    state = store.state()
-    if state not in ("index", "legacy"):
-        if state in ("missing", "empty", "pending"):
-            raise IndexFormatError(
-                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
-            )
-        if state == "newer":
-            raise IndexFormatError(
-                f"{folder} holds an index in a format this psirag does not know; upgrade "
-                "psirag or rebuild the index"
-            )
-        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
-    writer = IndexWriter(folder)
-    try:
-        generation = writer.base.generation if writer.base is not None else None
-        index = Index.load(folder, generation=generation, embedder=embedder)
-        index._from_legacy = state == "legacy"  # type: ignore[attr-defined]
-    except BaseException:
-        writer.abort()
-        raise
-    return writer, index
-
-
-__all__ = ["BuildStats", "Index", "NodeHit", "open_for_update"]
+__all__ = ["BuildStats", "Index", "NodeHit"]

@@ -53,6 +53,11 @@ class SavedOrigin:
         return k
 
 
+def fresh_lineage(n_leaves: int) -> dict[str, int]:
+    """The lineage of a full build: nothing added or removed since."""
+    return {"built_leaves": n_leaves, "added": 0, "removed": 0, "updates": 0}
+
+
 def _read_only(array: np.ndarray) -> np.ndarray:
     """A read-only view (a memory map stays one), leaving the caller's array writable."""
     view = array.view()
@@ -135,4 +140,4 @@ class IndexData:
         return replace(self, **changes)
 
 
-__all__ = ["BuildStats", "IndexData", "SavedOrigin"]
+__all__ = ["BuildStats", "IndexData", "SavedOrigin", "fresh_lineage"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from psirag.embed import Embedder
-from psirag.errors import EmbedderMismatchError, InputError
+from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
 from psirag.index_data import IndexData
 from psirag.ingest import Document
 from psirag.pipeline import (
@@ -54,11 +54,13 @@ if TYPE_CHECKING:
     from psirag.retrieval.bm25 import TermCounts
 
 __all__ = [
+    "SavedUpdate",
     "UpdateSummary",
     "add_documents",
     "document_digests",
     "drift_report",
     "remove_documents",
+    "update_saved",
 ]
 
 
@@ -441,13 +443,14 @@ def update_documents(
             f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
             f"tree. Add with the index's own embedder ({config.embedder!r}) or rebuild."
         )
-    wanted = list(dict.fromkeys(str(d) for d in remove))
+    from psirag.ids import match, some
+
+    wanted, missing = match(remove, data.documents)
     known = set(data.documents)
-    missing = [d for d in wanted if d not in known]
     if missing:
         sample = ", ".join(repr(d) for d in data.documents[:5])
         raise InputError(
-            f"unknown document id(s) {missing[:10]}: this index holds {len(known):,} documents "
+            f"unknown document id(s) [{some(missing)}]: this index holds {len(known):,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
         )
     if wanted and len(wanted) >= len(known):
@@ -647,13 +650,14 @@ def rebuild_data(
 
 def rebuild_from_files(
     data: IndexData,
-    files: Sequence[str],
+    files: Sequence[Any],
     embedder: Embedder,
     *,
     llm: Any = None,
     progress: bool = False,
 ) -> tuple[IndexData, UpdateSummary]:
-    """A full build of ``files`` with the index's config (a sync that replaces everything)."""
+    """A full build of ``files`` (paths or documents) with the index's config (a sync that
+    replaces everything)."""
     from psirag.pipeline import build_index_data
 
     new, _ = build_index_data(
@@ -671,3 +675,57 @@ def rebuild_from_files(
         full_rebuild=True,
     )
     return new, summary
+
+
+Change = Callable[[IndexData], tuple[IndexData, UpdateSummary]]
+"""One update of an index's data: the new value and what changed (nothing: no new generation)."""
+
+
+@dataclass(frozen=True, eq=False)
+class SavedUpdate:
+    """What :func:`update_saved` did: the data now on disk (or, unchanged, the data read),
+    the change's summary, the generation it published (None: nothing changed, nothing
+    written) and whether the folder was in format 1 before (a save migrates it to format 2)."""
+
+    data: IndexData
+    summary: UpdateSummary
+    generation: int | None
+    from_legacy: bool
+    save_seconds: float = 0.0
+
+
+def update_saved(folder: str | Path, change: Change, *, save: bool = True) -> SavedUpdate:
+    """The one update path of a saved index: take the writer lock, load the generation on
+    disk, ``change`` it, save the result as the next generation and publish it. Every writer
+    (the CLI, the server, :meth:`psirag.Index.update_saved`) goes through here, so a write
+    always builds on what is on disk and never loses another writer's change. An exception
+    anywhere (in ``change`` too), a change that changes nothing or ``save=False`` (a dry
+    run) leaves the published index as it was."""
+    from psirag.oserrors import saving
+    from psirag.storage import IndexReader, IndexStore, IndexWriter
+    from psirag.storage_format import load_index_data, save_index_data
+
+    store = IndexStore(folder)
+    state = store.state()
+    if state not in ("index", "legacy"):
+        if state in ("missing", "empty", "pending"):
+            raise IndexFormatError(
+                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
+            )
+        if state in ("newer", "badversion"):
+            IndexReader(folder)  # raises the exact words for that format_version (formats.py)
+        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
+    with IndexWriter(store) as writer:
+        base = writer.base
+        from_legacy = base is not None and base.legacy
+        data = store.read(
+            lambda reader: load_index_data(reader, folder),
+            generation=base.generation if base is not None else None,
+        )
+        new, summary = change(data)
+        if not (save and summary.changed):
+            return SavedUpdate(data, summary, None, from_legacy)
+        t0 = time.perf_counter()
+        with saving(writer.target, had_index=base is not None):
+            generation = save_index_data(writer, new)
+        return SavedUpdate(new, summary, generation, from_legacy, time.perf_counter() - t0)

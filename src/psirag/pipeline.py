@@ -20,7 +20,7 @@ import numpy as np
 from psirag.config import IndexConfig
 from psirag.embed import Embedder, finalize_vectors, load_embedder
 from psirag.errors import InputError
-from psirag.index_data import BuildStats, IndexData
+from psirag.index_data import BuildStats, IndexData, fresh_lineage
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
 from psirag.tree import Tree, build_forest, build_tree
@@ -425,11 +425,6 @@ def build_index_data(
 def document_sources(documents: Sequence[Document]) -> dict[str, dict[str, Any]]:
     """Where each document read from a file came from (for ``psirag sync``)."""
     return {d.id: {"path": d.path, "sha256": d.sha256} for d in documents if d.path is not None}
-
-
-def fresh_lineage(n_leaves: int) -> dict[str, int]:
-    """The lineage of a full build: nothing added or removed since."""
-    return {"built_leaves": n_leaves, "added": 0, "removed": 0, "updates": 0}
 
 
 __all__ = [

@@ -76,4 +76,16 @@ def source_from_dict(data: dict[str, Any]) -> Source:
     )
 
 
-__all__ = ["Chunk", "Passage", "Source", "asdict", "source_from_dict"]
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def first_surrogate(text: str) -> int | None:
+    """Position of the first lone surrogate in ``text`` (a byte that was not UTF-8, as Python
+    decodes such command-line bytes, or a ``\\ud800`` escape in JSON), or None."""
+    for position, char in enumerate(text):
+        if ord(char) in _SURROGATES:
+            return position
+    return None
+
+
+__all__ = ["Chunk", "Passage", "Source", "asdict", "first_surrogate", "source_from_dict"]

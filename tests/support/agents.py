@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from psirag.agent import Node
-from psirag.agent import cli as agent_cli
+from psirag.cli import agent_cmds as agent_cli
 from psirag.hops import HOPS, LEXICAL_NAMES, HopModel
 from psirag.types import Passage, Source
 

@@ -17,8 +17,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for ``support``
 
 from psirag.cli import build_parser
+from psirag.cli.serve import run_mcp, run_serve
 from psirag.errors import PsiragError
-from psirag.server.cli import run_mcp, run_serve
 from support.embedders import HashEmbedder
 
 

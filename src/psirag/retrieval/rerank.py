@@ -12,7 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from psirag.embed.sentence_transformers import check_model_folder, force_offline, quiet_loading
+from psirag.embed.sentence_transformers import (
+    check_model_folder,
+    force_offline,
+    quiet_loading,
+    require_torch_extra,
+)
 from psirag.errors import InputError
 
 
@@ -28,6 +33,7 @@ class CrossEncoderReranker:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         folder = check_model_folder(Path(path), "cross-encoder model")
+        require_torch_extra(f"the cross-encoder {str(folder)!r}")
         force_offline()
         import torch
         from sentence_transformers import CrossEncoder

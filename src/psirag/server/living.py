@@ -18,22 +18,18 @@ def apply_write(
     index object in service is never changed; requests already running finish on the
     generation they took, and the new one is published only once it is saved.
     """
-    from psirag.index import open_for_update
+    from psirag.index import Index
 
     served = state.holder.get().index
     job.progress(0, 1)
     # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
     # from the command line since the last server write must not be overwritten.
-    writer, updated = open_for_update(state.holder.folder, embedder=served.embedder)
-    try:
-        summary = updated.add(payload) if kind == "add" else updated.remove(payload)
-        if summary.changed:
-            updated.save(state.holder.folder, writer=writer)
-        else:
-            writer.abort()
-    except BaseException:
-        writer.abort()
-        raise
+    updated, done = Index.update_saved(
+        state.holder.folder,
+        lambda index: index.add(payload) if kind == "add" else index.remove(payload),
+        embedder=served.embedder,
+    )
+    summary = done.summary
     prepare_index(updated)
     generation = state.holder.publish(updated)
     job.progress(1, 1)

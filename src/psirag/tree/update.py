@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from psirag.errors import IndexFormatError, InputError
 from psirag.tree.build import TreeMode, build_tree
@@ -444,6 +442,10 @@ def batch_groups(new: np.ndarray, best_old: np.ndarray) -> list[np.ndarray]:
         rows.append(r + lo)
         cols.append(c)
     r_all, c_all = np.concatenate(rows), np.concatenate(cols)
+    # here, not at module level: csgraph pulls in scipy.linalg, which no search needs
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     graph = coo_matrix((np.ones(r_all.size), (r_all, c_all)), shape=(m, m))
     n_comp, label = connected_components(graph, directed=False)
     groups = [np.flatnonzero(label == k) for k in range(n_comp)]

@@ -1,0 +1,134 @@
+"""Spec string -> embedder: the one place that knows every backend.
+
+Kept apart from :mod:`psirag.embed.base` (which the backends import) so that no import cycle
+exists, and so that a backend's heavy libraries load only when its spec is asked for: plain
+``minilm`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from psirag.embed.base import (
+    ACCEPTED_SPECS,
+    DEFAULT_BATCH_SIZES,
+    MINILM_NAME,
+    Embedder,
+    minilm_path,
+)
+from psirag.errors import EmbeddingError, InputError
+
+if TYPE_CHECKING:
+    from psirag.http import HttpPolicy
+
+MINILM_SPECS = ("minilm", "minilm-torch", "minilm-onnx", "minilm-onnx-int8")
+
+_ONNX_FAILED: dict[str, str] = {}
+"""Why ONNX could not run, per cache location, so that a process falls back (and warns) once."""
+
+
+def default_minilm_backend(device: str = "cpu") -> str:
+    """What plain ``minilm`` runs on: ONNX Runtime fp32 on CPU when onnxruntime imports.
+
+    It gives torch's vectors (cosine >= 0.99999 on all of 2Wiki) and embedder id, faster and
+    without torch. The graph is written once from the installed model's weights into the cache
+    folder; should that fail, :func:`load_embedder` falls back to torch with one warning when
+    psirag[torch] is installed. ``minilm-torch`` names torch; a GPU device stays on torch.
+    This function is the one switch.
+    """
+    if device != "cpu" or importlib.util.find_spec("onnxruntime") is None:
+        return "torch"
+    return "onnx"
+
+
+def _torch_embedder(folder: Path, spec: str, batch_size: int | None, device: str) -> Embedder:
+    from psirag.embed import sentence_transformers as st_module
+
+    st_module.require_torch_extra(f"embedder {spec!r}")
+    return st_module.SentenceTransformerEmbedder(
+        folder,
+        batch_size=batch_size or DEFAULT_BATCH_SIZES["torch"],
+        device=device,
+        name=MINILM_NAME if spec.startswith("minilm") else None,
+        spec=spec,
+    )
+
+
+def _load_minilm(spec: str, batch_size: int | None, device: str) -> Embedder:
+    """``minilm`` and its named backends; the default falls back to torch if ONNX fails."""
+    backend = default_minilm_backend(device) if spec == "minilm" else spec[len("minilm-") :]
+    folder = minilm_path()
+    if backend.startswith("onnx"):
+        from psirag.embed import onnx as onnx_module
+        from psirag.embed import sentence_transformers as st_module
+
+        key = str(onnx_module.cache_dir())
+        if spec != "minilm" or key not in _ONNX_FAILED:
+            try:
+                return onnx_module.OnnxEmbedder(
+                    folder,
+                    batch_size=batch_size or DEFAULT_BATCH_SIZES["onnx"],
+                    precision="int8" if backend == "onnx-int8" else "fp32",
+                    name=MINILM_NAME,
+                    spec=spec,
+                )
+            except (EmbeddingError, InputError, OSError) as exc:
+                if spec != "minilm" or not st_module.torch_extra_installed():
+                    if isinstance(exc, InputError):
+                        raise
+                    raise EmbeddingError(f"cannot run {spec}: {exc}") from exc
+                # plain minilm: torch gives the same vectors and id, only slower
+                _ONNX_FAILED[key] = str(exc)
+                print(
+                    f"psirag: warning: ONNX MiniLM unavailable ({exc}); embedding with torch "
+                    "instead (same vectors, slower; --embedder minilm-torch skips this try)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return _torch_embedder(folder, spec, batch_size, device)
+
+
+def _parse_openai(spec: str) -> tuple[str, str]:
+    rest = spec[len("openai:") :]
+    url, sep, model = rest.partition("#")
+    url, model = url.strip().rstrip("/"), model.strip()
+    if not sep or not model or not re.match(r"^https?://[^/\s]+", url):
+        raise InputError(f"cannot read embedder spec {spec!r}; " + ACCEPTED_SPECS)
+    return url, model
+
+
+def load_embedder(
+    spec: str,
+    *,
+    batch_size: int | None = None,
+    device: str = "cpu",
+    http: HttpPolicy | None = None,
+) -> Embedder:
+    """Build the embedder a spec names, touching no network except an explicit openai: URL
+    (called under ``http``, default :class:`psirag.http.HttpPolicy`). ``batch_size`` None: the
+    backend's own default (:data:`DEFAULT_BATCH_SIZES`). A spec read from an index goes through
+    :func:`psirag.embed.endpoints.load_index_embedder` instead."""
+    spec = spec.strip()
+    if spec in MINILM_SPECS:
+        return _load_minilm(spec, batch_size, device)
+    if spec.startswith("st:"):
+        raw = spec[3:].strip()
+        path = Path(raw).expanduser()
+        if not raw or not path.is_dir():
+            raise InputError(f"embedder model folder {raw!r} does not exist; " + ACCEPTED_SPECS)
+        return _torch_embedder(path, spec, batch_size, device)
+    if spec.startswith("openai:"):
+        url, model = _parse_openai(spec)
+        from psirag.embed.openai_compat import OpenAIEmbedder
+
+        return OpenAIEmbedder(
+            url, model, batch_size=batch_size or DEFAULT_BATCH_SIZES["openai"], spec=spec, http=http
+        )
+    raise InputError(f"unknown embedder {spec!r}; " + ACCEPTED_SPECS)
+
+
+__all__ = ["MINILM_SPECS", "default_minilm_backend", "load_embedder"]
