@@ -266,7 +266,7 @@ def section(r: dict[str, Any]) -> str:
         "## Embedders: MiniLM against mpnet (no LLM)",
         "",
         "`python benchmarks/bench_embedders.py --build minilm`, `--build mpnet`, `--throughput "
-        "128`, then `python benchmarks/bench_embedders.py`. all-MiniLM-L6-v2 (384-d, `minilm`) "
+        "64`, then `python benchmarks/bench_embedders.py`. all-MiniLM-L6-v2 (384-d, `minilm`) "
         "against all-mpnet-base-v2 (768-d, `mpnet`: `scripts/get_embedder.sh mpnet`, run by "
         "sentence-transformers under psirag[torch]; no ONNX path for it yet). Same corpus, same "
         "default index config, each set's index built with each embedder; Recall@k in %, by "
@@ -286,9 +286,9 @@ def section(r: dict[str, Any]) -> str:
                 f"{a['recall@5']:.2f} | {b['recall@5']:.2f} | "
                 f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] |"
             )
-    lines += ["", reading(r), ""]
     for name in r.get("not_run", []):
         lines.append(f"| {LABELS[name]} | not run: no mpnet index yet (`--build mpnet`) ||||||")
+    lines += ["", reading(r)]
     speed = r["throughput"].get("embedders", {})
     lines += [
         "",

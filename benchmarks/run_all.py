@@ -120,6 +120,13 @@ BENCHES: tuple[Bench, ...] = (
         ("living.json",),
         "~15 min: 2Wiki adds/removes vs rebuilds, LLM calls (loopback), a 2,000-file sync",
     ),
+    Bench(
+        "living_scale",
+        ("bench_living_scale.py",),
+        ("living_scale.json",),
+        "~20-40 min on the busy machine, 12 GiB peak: synthetic 20k and 200k chunks, one-document "
+        "adds and removes (section_living_scale.md is written by hand from it)",
+    ),
     Bench("ann_libs", ("bench_ann_libs.py",), ("ann_libs.json",), "~8 min: three HNSW builds"),
     Bench(
         "scale_ann",
@@ -178,6 +185,12 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench("tree_gather", ("bench_tree_gather.py",), ("tree_gather.json",), "~1 min"),
     Bench(
+        "chat_stream",
+        ("bench_chat_stream.py",),
+        ("chat_stream.json", "section_chat_stream.md"),
+        "~1 min: streamed and plain chats and Ollama client calls against a scripted LLM",
+    ),
+    Bench(
         "ray",
         ("bench_ray.py", "--limit", "1000", "--rounds", "2"),
         ("ray.json", "section_scale_ann_ray.md"),
@@ -219,7 +232,8 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
     (
         "web",
         "section_web.md",
-        "python benchmarks/bench_web.py --index DIR (a 2Wiki index; needs chromium)",
+        "python benchmarks/bench_web.py --index DIR --loads 3 --writes 2 (a 2Wiki index; needs "
+        "chromium)",
         "~3 min: ten page loads in headless Chromium; rerun by hand only",
     ),
 )

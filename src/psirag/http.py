@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from psirag import cancel
 from psirag.errors import InputError, PsiragError
 
 log = logging.getLogger("psirag.http")
@@ -226,8 +227,20 @@ class HttpClient:
 
     # -- the call -------------------------------------------------------------------------------
 
-    def post_json(self, payload: Any) -> Response:
-        """One call: attempts until a 2xx, a failure not worth retrying, or the deadline."""
+    def post_json(self, payload: Any, on_data: Callable[[bytes], None] | None = None) -> Response:
+        """One call: attempts until a 2xx, a failure not worth retrying, or the deadline.
+
+        ``on_data`` sees each piece of a 2xx body as it arrives (a streamed response); once a
+        piece has been passed on, a failure is not retried (that would repeat the pieces).
+        """
+        delivered = False
+
+        def deliver(chunk: bytes) -> None:
+            nonlocal delivered
+            delivered = True
+            if on_data is not None:
+                on_data(chunk)
+
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         if key:
             warn_plain_http_key(self.url, self.api_key_env or "")
@@ -235,13 +248,19 @@ class HttpClient:
         policy = self.policy
         deadline = self._clock() + policy.timeout
         attempt = 0
+        token = cancel.current()
         while True:
             attempt += 1
+            if token is not None:
+                token.check()  # a cancelled ask starts no new call
             try:
-                return Response(self._once(data, key, deadline), attempt)
+                sink = deliver if on_data is not None else None
+                return Response(self._once(data, key, deadline, sink), attempt)
             except HTTPCallError as exc:
+                if token is not None:
+                    token.check()  # cut off by a cancel, not by the server: no retry
                 exc.attempts = attempt
-                if not exc.retryable or attempt > policy.retries:
+                if not exc.retryable or attempt > policy.retries or delivered:
                     raise self._final(exc, attempt) from None
                 wait = self._wait(exc, attempt, deadline - self._clock())
                 if wait is None:
@@ -286,60 +305,88 @@ class HttpClient:
             exc.args = (f"{exc.args[0]} (gave up after {attempt} attempts)",)
         return exc
 
-    def _once(self, data: bytes, key: str, deadline: float) -> bytes:
+    def _once(
+        self,
+        data: bytes,
+        key: str,
+        deadline: float,
+        on_data: Callable[[bytes], None] | None = None,
+    ) -> bytes:
         left = deadline - self._clock()
         if left <= 0:
             raise self._timeout()
         headers = {
             "Content-Type": "application/json",
-            "Accept": "application/json",
+            "Accept": "text/event-stream" if on_data is not None else "application/json",
             "User-Agent": "psirag",
         }
         if key:
             headers["Authorization"] = f"Bearer {key}"
         conn, target = self._connection(left, headers)
         expired = threading.Event()
+        # Our own reference to the socket: after getresponse() on a reply that closes the
+        # connection (HTTP/1.0, "Connection: close"), http.client sets conn.sock to None while
+        # the response still reads from that socket, so conn.sock cannot be relied on.
+        held: list[socket.socket] = []
 
         def cut_off() -> None:
-            # The deadline passed mid-exchange: closing the socket ends any blocked read.
+            # The deadline passed mid-exchange: shutting the socket down ends any blocked read.
             expired.set()
-            sock = conn.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+            for sock in [*held, conn.sock]:
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
 
         watchdog = threading.Timer(left, cut_off)
         watchdog.daemon = True
         watchdog.start()
+        token = cancel.current()
+        forget = token.on_cancel(cut_off) if token is not None else None
         try:
+            conn.connect()
+            if conn.sock is not None:
+                held.append(conn.sock)
+                if expired.is_set():  # the deadline passed while connecting
+                    raise self._timeout()
             conn.request("POST", target, body=data, headers=headers)
             response = conn.getresponse()
             status = response.status
+            sock = held[0] if held else None
             if 200 <= status < 300:
-                return self._read(conn, response, deadline, self.policy.max_body_bytes, expired)
-            body = self._read(conn, response, deadline, _ERROR_BODY_BYTES, expired, strict=False)
+                return self._read(
+                    sock, response, deadline, self.policy.max_body_bytes, expired, on_data=on_data
+                )
+            body = self._read(sock, response, deadline, _ERROR_BODY_BYTES, expired, strict=False)
             raise self._status_error(status, body, response.getheader("Retry-After"), key)
         except HTTPCallError:
             raise
         except TimeoutError:
+            if token is not None:
+                token.check()
             raise self._timeout() from None
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            # ValueError: http.client's reading of a chunk size cut off by the watchdog
+            if token is not None:
+                token.check()  # cut off because the work was cancelled
             if expired.is_set() or self._clock() >= deadline:
                 raise self._timeout() from None
             raise self._connection_error(exc, key) from None
         finally:
+            if forget is not None:
+                forget()
             watchdog.cancel()
             conn.close()
 
     def _read(
         self,
-        conn: http.client.HTTPConnection,
+        sock: socket.socket | None,
         response: http.client.HTTPResponse,
         deadline: float,
         limit: int,
         expired: threading.Event,
         *,
         strict: bool = True,
+        on_data: Callable[[bytes], None] | None = None,
     ) -> bytes:
         """The body in chunks, each read bounded by the time left; at most ``limit`` bytes
         (``strict``: more is an error; else the rest is dropped, as for an error body)."""
@@ -352,8 +399,9 @@ class HttpClient:
             left = deadline - self._clock()
             if left <= 0:
                 raise self._timeout()
-            if conn.sock is not None:
-                conn.sock.settimeout(left)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.settimeout(left)
             chunk = response.read1(_CHUNK)
             if not chunk:
                 if expired.is_set():
@@ -365,6 +413,8 @@ class HttpClient:
                 if strict:
                     raise self._too_large(limit)
                 break
+            if on_data is not None:
+                on_data(chunk)
         return b"".join(parts)[:limit]
 
     def _connection(

@@ -39,9 +39,10 @@ def build_mcp_server(state: ServerState) -> Any:
         "psirag", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
 
-    async def run(fn: Any) -> Any:
+    async def run(fn: Any, *, llm: bool = False) -> Any:
+        """``fn`` in a worker thread; LLM work in the ask pool (admission control)."""
         try:
-            return await state.blocking(fn)
+            return await (state.llm_work(fn) if llm else state.blocking(fn))
         except PsiragError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -69,10 +70,11 @@ def build_mcp_server(state: ServerState) -> Any:
         docs: list[str] | None = None,
     ) -> dict[str, Any]:
         """Answer a question with the retrieve-and-answer agent: it retrieves, reads, may
-        retrieve again with a sub-question, then answers. Returns the answer, numbered
-        citations, the steps it took and the budget used. ``max_retrievals``: retrievals after
-        the first, or "auto" (from the question's predicted hops); by default the server's
-        setting."""
+        retrieve again with a sub-question, then answers. Returns the answer, its citations
+        (the passages the model cited, verified, with document, page and text), the top-k
+        retrieved passages as evidence, the steps it took and the budget used.
+        ``max_retrievals``: retrievals after the first, or "auto" (from the question's
+        predicted hops); by default the server's setting."""
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
         def go() -> dict[str, Any]:
@@ -84,14 +86,14 @@ def build_mcp_server(state: ServerState) -> Any:
             return {
                 "answer": result.answer,
                 "max_retrievals": agent.max_retrievals,
-                "citations": views.citations(result.evidence[:k]),
+                **views.answer_payload(result, k),
                 "steps": [
                     {"query": s.query, "thought": s.thought, "action": s.action}
                     for s in result.steps
                 ],
             }
 
-        return await run(go)
+        return await run(go, llm=True)
 
     @server.tool()
     async def inspect_node(node: int | None = None) -> dict[str, Any]:
@@ -106,11 +108,36 @@ def build_mcp_server(state: ServerState) -> Any:
         return await run(go)
 
     @server.tool()
-    async def list_documents() -> dict[str, Any]:
-        """Every indexed document: id, title and number of chunks."""
-        return await run(lambda: views.documents_payload(state.holder.get().index))
+    async def list_documents(
+        offset: int = 0, limit: int = 50, query: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the documents (id, title, chunks, status), in corpus order: ``total``
+        says how many match, ``offset + limit`` is the next page. ``query`` keeps those whose
+        id or title holds it."""
+        from psirag.server import catalog
 
+        def go() -> dict[str, Any]:
+            generation = state.holder.get()
+            rows = catalog.document_rows(generation.index, state.jobs.all())
+            body = catalog.page_of(rows, offset=offset, limit=min(limit, 200), query=query)
+            body["generation"] = generation.number
+            return body
+
+        return await run(go)
+
+    _refuse_unknown_arguments(server)
     return server
+
+
+def _refuse_unknown_arguments(server: Any) -> None:
+    """Make every tool refuse arguments it does not take, as the HTTP API refuses unknown
+    fields (the MCP library ignores them by default, so a misspelt ``max_retrieval`` would
+    silently be dropped). The schema says so too (``additionalProperties: false``)."""
+    for tool in server._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
+        tool.parameters = model.model_json_schema(by_alias=True)
 
 
 __all__ = ["INSTRUCTIONS", "build_mcp_server"]

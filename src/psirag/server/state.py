@@ -10,6 +10,7 @@ running keep the generation they started with, and later requests see the new on
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -21,12 +22,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from psirag import cancel
 from psirag.errors import InputError
+from psirag.server.admission import AskPool
 from psirag.server.errors import LLMNotConfiguredError, PayloadTooLargeError, RequestTimeoutError
 from psirag.server.jobs import JobRunner
 from psirag.server.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from psirag.embed import Embedder
     from psirag.hops import HopPredictor
     from psirag.index import Index
@@ -48,6 +53,13 @@ class Generation:
 
     number: int
     index: Index
+    boot: str = ""
+    """A token of this server process: numbers restart at 1, so an ETag names both."""
+
+    @property
+    def etag(self) -> str:
+        """The HTTP entity tag of everything read from this generation."""
+        return f'"g{self.number}-{self.boot}"'
 
 
 class IndexHolder:
@@ -56,7 +68,8 @@ class IndexHolder:
     def __init__(self, index: Index, folder: Path) -> None:
         self.folder = folder
         self._lock = threading.Lock()
-        self._current = Generation(1, index)
+        self.boot = secrets.token_hex(4)
+        self._current = Generation(1, index, self.boot)
 
     def get(self) -> Generation:
         """The generation a request works on (a single attribute read: never half-swapped)."""
@@ -65,7 +78,7 @@ class IndexHolder:
     def publish(self, index: Index) -> Generation:
         """Make ``index`` the one new requests get; running requests keep theirs."""
         with self._lock:
-            self._current = Generation(self._current.number + 1, index)
+            self._current = Generation(self._current.number + 1, index, self.boot)
             return self._current
 
 
@@ -245,8 +258,25 @@ class GatedLLM:
         return int(self.client.count_tokens(text))
 
     def chat(self, messages: list[Any], params: Any, stage: str = "agent") -> Any:
-        with self._gate:
+        """One call, once a place under the cap is free; a cancelled ask (psirag.cancel)
+        starts none, and gives up its wait for a place."""
+        token = cancel.current()
+        if token is None:
+            with self._gate:
+                return self.client.chat(messages, params, stage=stage)
+        while not self._gate.acquire(timeout=0.2):
+            token.check()
+        try:
+            token.check()
             return self.client.chat(messages, params, stage=stage)
+        finally:
+            self._gate.release()
+
+    def chat_stream(
+        self, messages: list[Any], params: Any, on_token: Any, stage: str = "agent"
+    ) -> Any:
+        with self._gate:
+            return self.client.chat_stream(messages, params, on_token, stage=stage)
 
     @property
     def usage(self) -> dict[str, dict[str, float]]:
@@ -265,8 +295,21 @@ class ServerState:
     llm: GatedLLM | None
     jobs: JobRunner
     started: float = field(default_factory=time.time)
+    asks: AskPool = field(init=False, repr=False)
     _hops: HopPredictor | None = field(default=None, repr=False)
     _hop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.asks = AskPool(self.settings.max_asks, self.settings.ask_queue)
+
+    async def llm_work(self, fn: Callable[[], T], request: Request | None = None) -> T:
+        """``fn`` (LLM work: an agent run, a summary) in the ask pool under the per-request
+        deadline: 503 when the pool is full, cancelled when the client goes away."""
+        admission = self.asks.admit()
+        try:
+            return await admission.run(fn, timeout=self.settings.request_timeout, request=request)
+        finally:
+            admission.close()
 
     def budget(self, question: str, asked: int | str | None) -> int:
         """Retrievals after the first for ``question``: the request's count, or the server's
