@@ -294,13 +294,15 @@ class Index:
         *,
         embedder: Embedder | None = None,
         save: bool = True,
+        wait: float = 0.0,
     ) -> tuple[Index, SavedUpdate]:
         """Change a saved index in place, safely against other writers: under the writer
         lock, load the generation on disk, run ``change(index)`` (``index.add``,
         ``index.remove``, ``index.update``...), save the result as the next generation and
         publish it; nothing is written when nothing changed, and an exception leaves the
         published index as it was (:func:`psirag.living.update_saved`); ``save=False`` (a dry
-        run) changes the index in memory only. Returns the changed index and what was done::
+        run) changes the index in memory only; ``wait``: seconds to wait for another writer's
+        lock. Returns the changed index and what was done::
 
             index, done = Index.update_saved("my-index", lambda ix: ix.add(["new.txt"]))
         """
@@ -314,7 +316,7 @@ class Index:
             summary = change(index)
             return index.data, summary
 
-        done = update_saved(folder, run, save=save)
+        done = update_saved(folder, run, save=save, wait=wait)
         return facades[0], done
 
     def _replace_data(self, data: IndexData) -> None:

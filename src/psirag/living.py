@@ -692,13 +692,16 @@ class SavedUpdate:
     save_seconds: float = 0.0
 
 
-def update_saved(folder: str | Path, change: Change, *, save: bool = True) -> SavedUpdate:
+def update_saved(
+    folder: str | Path, change: Change, *, save: bool = True, wait: float = 0.0
+) -> SavedUpdate:
     """The one update path of a saved index: take the writer lock, load the generation on
     disk, ``change`` it, save the result as the next generation and publish it. Every writer
     (the CLI, the server, :meth:`psirag.Index.update_saved`) goes through here, so a write
     always builds on what is on disk and never loses another writer's change. An exception
     anywhere (in ``change`` too), a change that changes nothing or ``save=False`` (a dry
-    run) leaves the published index as it was."""
+    run) leaves the published index as it was. ``wait``: seconds to wait for another
+    writer's lock before :class:`~psirag.errors.IndexLockedError`."""
     from psirag.storage import IndexStore, IndexWriter
     from psirag.storage_format import load_index_data, save_index_data
 
@@ -715,7 +718,7 @@ def update_saved(folder: str | Path, change: Change, *, save: bool = True) -> Sa
                 "psirag or rebuild the index"
             )
         raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
-    with IndexWriter(store) as writer:
+    with IndexWriter(store, wait=wait) as writer:
         base = writer.base
         from_legacy = base is not None and base.legacy
         data = store.read(

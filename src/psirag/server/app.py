@@ -22,7 +22,7 @@ from fastapi import FastAPI
 from psirag import __version__
 from psirag.server.errors import error_body, exception_response, install_error_handlers
 from psirag.server.jobs import JobRunner
-from psirag.server.middleware import install_middleware
+from psirag.server.middleware import install_middleware, install_worker_header
 from psirag.server.routes import ROUTERS
 from psirag.server.routes.mcp import mount_mcp
 from psirag.server.routes.pages import install_pages, swagger_assets, web_static
@@ -49,12 +49,14 @@ def create_app(
     embedder: Embedder | None = None,
     index: Index | None = None,
     mcp: bool = True,
+    jobs: JobRunner | None = None,
 ) -> FastAPI:
     """The application serving the index in ``index_dir``.
 
     ``llm`` is an :class:`psirag.llm.LLMClient` (None: the endpoints that need one answer 503);
     ``embedder`` replaces the index's own (it must have the same id); ``index`` serves an index
-    object already loaded from ``index_dir``.
+    object already loaded from ``index_dir``; ``jobs`` the write-job runner (one worker's of
+    ``psirag serve --workers N``; default: a new one).
     """
     from psirag.index import Index
 
@@ -65,7 +67,7 @@ def create_app(
         index = Index.load(folder, embedder=embedder)
     prepare_index(index)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
-    state = ServerState(IndexHolder(index, folder), settings, gated, JobRunner())
+    state = ServerState(IndexHolder(index, folder), settings, gated, jobs or JobRunner())
     web = web_static()
 
     mcp_server = None
@@ -96,6 +98,8 @@ def create_app(
     app.state.psirag = state
     install_error_handlers(app)
     install_middleware(app, settings, web_page=web is not None)
+    if settings.workers > 1:
+        install_worker_header(app)
     install_pages(app, web, swagger_assets())
     for router in ROUTERS:
         app.include_router(router)

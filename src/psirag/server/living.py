@@ -8,6 +8,10 @@ from typing import Any, Literal
 from psirag.server.jobs import Job
 from psirag.server.state import ServerState, prepare_index
 
+WRITER_LOCK_WAIT_S = 120.0
+"""How long a write job waits for the index's writer lock (another worker's write, or a
+``psirag add`` from the command line) before it fails."""
+
 
 def apply_write(
     state: ServerState, kind: Literal["add", "remove"], payload: Any, job: Job
@@ -23,18 +27,23 @@ def apply_write(
     served = state.holder.get().index
     job.progress(0, 1)
     # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
-    # from the command line since the last server write must not be overwritten.
-    updated, done = Index.update_saved(
-        state.holder.folder,
-        lambda index: index.add(payload) if kind == "add" else index.remove(payload),
-        embedder=served.embedder,
-    )
-    summary = done.summary
-    prepare_index(updated)
-    generation = state.holder.publish(updated)
+    # from the command line, or another worker's write, since the last one here must not be
+    # overwritten. Waits for the lock: with --workers N the other workers write too.
+    with state.holder.writing():
+        updated, done = Index.update_saved(
+            state.holder.folder,
+            lambda index: index.add(payload) if kind == "add" else index.remove(payload),
+            embedder=served.embedder,
+            wait=WRITER_LOCK_WAIT_S,
+        )
+        summary = done.summary
+        prepare_index(updated)
+        saved = done.generation if done.generation is not None else state.holder.get().saved
+        generation = state.holder.publish(updated, saved=saved)
     job.progress(1, 1)
     return {
         "generation": generation.number,
+        "saved_generation": generation.saved,
         "documents": len(updated.documents),
         "update": summary.to_dict(),
     }

@@ -55,7 +55,7 @@ def build_mcp_server(state: ServerState) -> Any:
         def go() -> dict[str, Any]:
             state.check_query(query)
             state.check_k(k)
-            index = state.holder.get().index
+            index = state.holder.latest().index
             passages = index.search(query, config=search_config(body), docs=docs)
             return views.search_payload(index, query, k, passages)
 
@@ -78,7 +78,7 @@ def build_mcp_server(state: ServerState) -> Any:
         def go() -> dict[str, Any]:
             state.check_query(question, "question")
             state.check_k(k)
-            index = state.holder.get().index
+            index = state.holder.latest().index
             agent = agent_for(state, index, body)
             result = agent.run(question)
             return {
@@ -99,7 +99,7 @@ def build_mcp_server(state: ServerState) -> Any:
         text), layer, path from the root, children with labels, and sample leaves."""
 
         def go() -> dict[str, Any]:
-            index = state.holder.get().index
+            index = state.holder.latest().index
             target = int(index.tree.roots[0]) if node is None else node
             return views.node_payload(index, target)
 
@@ -108,7 +108,7 @@ def build_mcp_server(state: ServerState) -> Any:
     @server.tool()
     async def list_documents() -> dict[str, Any]:
         """Every indexed document: id, title and number of chunks."""
-        return await run(lambda: views.documents_payload(state.holder.get().index))
+        return await run(lambda: views.documents_payload(state.holder.latest().index))
 
     return server
 

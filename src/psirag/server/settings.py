@@ -12,6 +12,8 @@ API_KEY_ENV = "PSIRAG_API_KEY"
 """Environment variable read when ``--api-key`` is not given."""
 MAX_RETRIEVALS = 10
 """The largest retrieval budget a server setting or a request may ask for."""
+MAX_WORKERS = 64
+"""The most server processes ``--workers`` may start (each holds its own query model)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -49,6 +51,9 @@ class ServerSettings:
     """Retrievals after the first for an ask that names none; ``auto``: from the question's
     predicted hops (the shipped query-hop discriminator), as ``psirag ask --max-retrievals
     auto``."""
+    workers: int = 1
+    """Server processes on the one listening socket (``psirag serve --workers N``); each loads
+    the index (arrays memory-mapped, so shared by the page cache) and its own query model."""
     exempt_paths: tuple[str, ...] = field(default=("/health",), repr=False)
 
     def check(self) -> None:
@@ -70,6 +75,8 @@ class ServerSettings:
         ):
             if value <= 0:
                 raise InputError(f"{name} must be positive, got {value}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise InputError(f"--workers must be 1..{MAX_WORKERS}, got {self.workers}")
         if self.llm_concurrency < 1:
             raise InputError(f"--llm-concurrency must be at least 1, got {self.llm_concurrency}")
         if self.max_retrievals != "auto" and not 0 <= int(self.max_retrievals) <= MAX_RETRIEVALS:
@@ -78,4 +85,4 @@ class ServerSettings:
             )
 
 
-__all__ = ["API_KEY_ENV", "MAX_RETRIEVALS", "ServerSettings", "is_loopback"]
+__all__ = ["API_KEY_ENV", "MAX_RETRIEVALS", "MAX_WORKERS", "ServerSettings", "is_loopback"]

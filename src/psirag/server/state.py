@@ -9,6 +9,8 @@ running keep the generation they started with, and later requests see the new on
 
 from __future__ import annotations
 
+import logging
+import os
 import queue
 import threading
 import time
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from psirag.llm.client import LLMClient
 
 T = TypeVar("T")
+log = logging.getLogger("psirag.server")
 
 MAX_BATCH = 64
 """Most queries embedded in one call of the model."""
@@ -44,29 +47,111 @@ QUERY_CACHE_SIZE = 4096
 
 @dataclass(frozen=True)
 class Generation:
-    """One published index object and its number (1 for the index loaded at start-up)."""
+    """One published index object and its number in this process (1 for the index loaded at
+    start-up); ``saved``: the generation on disk it was loaded from or saved as (the same in
+    every worker; None for a format-1 folder or when unknown)."""
 
     number: int
     index: Index
+    saved: int | None = None
+
+
+PointerStamp = tuple[int, int, int, int]
+"""What ``stat`` says of the index's pointer file (inode, size, mtime, ctime): a save replaces
+the file, so a new generation changes it."""
 
 
 class IndexHolder:
-    """An atomically swapped reference to the index being served."""
+    """An atomically swapped reference to the index being served, which follows the index
+    folder: when another writer (another worker of ``psirag serve --workers N``, or ``psirag
+    add`` from the command line) publishes a generation, :meth:`latest` loads it and publishes
+    it here. Checking costs one ``stat`` of the pointer file."""
 
-    def __init__(self, index: Index, folder: Path) -> None:
+    def __init__(self, index: Index, folder: Path, *, follow: bool = True) -> None:
         self.folder = folder
+        self.follow = follow
         self._lock = threading.Lock()
-        self._current = Generation(1, index)
+        self._reload = threading.RLock()
+        """Held while this process loads or writes a generation, so it does one at a time."""
+        self._seen = self._stamp()
+        self._current = Generation(1, index, _saved_generation(index, folder))
 
     def get(self) -> Generation:
         """The generation a request works on (a single attribute read: never half-swapped)."""
         return self._current
 
-    def publish(self, index: Index) -> Generation:
-        """Make ``index`` the one new requests get; running requests keep theirs."""
+    def publish(self, index: Index, saved: int | None = None) -> Generation:
+        """Make ``index`` the one new requests get; running requests keep theirs. A generation
+        older on disk than the one served is ignored (never go back)."""
         with self._lock:
-            self._current = Generation(self._current.number + 1, index)
+            current = self._current
+            if saved is not None and current.saved is not None and saved < current.saved:
+                return current
+            self._current = Generation(current.number + 1, index, saved)
             return self._current
+
+    # ------------------------------------------------------------ following the folder
+    def _stamp(self) -> PointerStamp | None:
+        try:
+            st = os.stat(self.folder / "manifest.json")
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def stale(self) -> bool:
+        """True when the pointer file changed since this process last looked (cheap)."""
+        return self.follow and self._stamp() != self._seen
+
+    def latest(self) -> Generation:
+        """The generation the folder's pointer names, loaded first if it is not the one served
+        (blocking: call it from a worker thread, not the event loop)."""
+        return self.refresh() if self.stale() else self._current
+
+    def refresh(self) -> Generation:
+        """Load and publish the generation the pointer names, if it is not the one served. A
+        generation that fails to load is logged and skipped until the pointer changes again;
+        the one served stays."""
+        from psirag.index import Index
+        from psirag.storage import IndexStore
+
+        with self._reload:
+            stamp = self._stamp()  # before reading the pointer: a later save changes it again
+            if stamp == self._seen:
+                return self._current
+            current = self._current
+            try:
+                number = IndexStore(self.folder).current()
+                if number is None or number == current.saved:
+                    self._seen = stamp
+                    return current
+                index = Index.load(self.folder, embedder=current.index.embedder, generation=number)
+                prepare_index(index)
+            except Exception as exc:  # keep serving what we have; the log says why
+                log.warning("could not load the new generation of %s: %s", self.folder, exc)
+                self._seen = stamp
+                return current
+            self._seen = stamp
+            log.info("serving generation %s of %s (published elsewhere)", number, self.folder)
+            return self.publish(index, saved=number)
+
+    def writing(self) -> threading.RLock:
+        """Held by this process's writer around a save and its publish, so that a request
+        does not load from disk the generation the writer is about to publish."""
+        return self._reload
+
+
+def _saved_generation(index: Index, folder: Path) -> int | None:
+    """The generation on disk ``index`` was loaded from (its origin), else the pointer's."""
+    origin = getattr(getattr(index, "data", None), "origin", None)
+    number = getattr(origin, "generation", None)
+    if isinstance(number, int):
+        return number
+    try:
+        from psirag.storage import IndexStore
+
+        return IndexStore(folder).current()
+    except Exception:  # not an index folder (a test's holder): nothing to follow
+        return None
 
 
 class QueryVectorCache:
