@@ -247,3 +247,18 @@ def test_job_status_is_shared_between_runners(tmp_path: Path) -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_workers_option_is_checked() -> None:
+    from psirag.cli import build_parser
+    from psirag.cli.serve import settings_from
+    from psirag.errors import InputError
+    from psirag.server.settings import MAX_WORKERS, ServerSettings
+
+    args = build_parser().parse_args(["serve", "some-index", "--workers", "3"])
+    assert settings_from(args).workers == 3
+    assert settings_from(build_parser().parse_args(["serve", "some-index"])).workers == 1
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "some-index", "--workers", "0"])
+    with pytest.raises(InputError, match="--workers"):
+        ServerSettings(workers=MAX_WORKERS + 1).check()

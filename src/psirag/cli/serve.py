@@ -220,6 +220,10 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     from psirag.server.jobs import JobRunner
     from psirag.server.workers import serve_workers
 
+    if not hasattr(os, "fork"):
+        from psirag.errors import InputError
+
+        raise InputError("--workers N needs a system with fork (Linux, macOS); leave it out here")
     index = Index.load(args.index, embedder=embedder)
     n = settings.workers
 
