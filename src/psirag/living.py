@@ -443,13 +443,14 @@ def update_documents(
             f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
             f"tree. Add with the index's own embedder ({config.embedder!r}) or rebuild."
         )
-    wanted = list(dict.fromkeys(str(d) for d in remove))
+    from psirag.ids import match, some
+
+    wanted, missing = match(remove, data.documents)
     known = set(data.documents)
-    missing = [d for d in wanted if d not in known]
     if missing:
         sample = ", ".join(repr(d) for d in data.documents[:5])
         raise InputError(
-            f"unknown document id(s) {missing[:10]}: this index holds {len(known):,} documents "
+            f"unknown document id(s) [{some(missing)}]: this index holds {len(known):,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
         )
     if wanted and len(wanted) >= len(known):
@@ -649,13 +650,14 @@ def rebuild_data(
 
 def rebuild_from_files(
     data: IndexData,
-    files: Sequence[str],
+    files: Sequence[Any],
     embedder: Embedder,
     *,
     llm: Any = None,
     progress: bool = False,
 ) -> tuple[IndexData, UpdateSummary]:
-    """A full build of ``files`` with the index's config (a sync that replaces everything)."""
+    """A full build of ``files`` (paths or documents) with the index's config (a sync that
+    replaces everything)."""
     from psirag.pipeline import build_index_data
 
     new, _ = build_index_data(
@@ -702,7 +704,8 @@ def update_saved(
     anywhere (in ``change`` too), a change that changes nothing or ``save=False`` (a dry
     run) leaves the published index as it was. ``wait``: seconds to wait for another
     writer's lock before :class:`~psirag.errors.IndexLockedError`."""
-    from psirag.storage import IndexStore, IndexWriter
+    from psirag.oserrors import saving
+    from psirag.storage import IndexReader, IndexStore, IndexWriter
     from psirag.storage_format import load_index_data, save_index_data
 
     store = IndexStore(folder)
@@ -712,11 +715,8 @@ def update_saved(
             raise IndexFormatError(
                 f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
             )
-        if state == "newer":
-            raise IndexFormatError(
-                f"{folder} holds an index in a format this psirag does not know; upgrade "
-                "psirag or rebuild the index"
-            )
+        if state in ("newer", "badversion"):
+            IndexReader(folder)  # raises the exact words for that format_version (formats.py)
         raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
     with IndexWriter(store, wait=wait) as writer:
         base = writer.base
@@ -729,5 +729,6 @@ def update_saved(
         if not (save and summary.changed):
             return SavedUpdate(data, summary, None, from_legacy)
         t0 = time.perf_counter()
-        generation = save_index_data(writer, new)
+        with saving(writer.target, had_index=base is not None):
+            generation = save_index_data(writer, new)
         return SavedUpdate(new, summary, generation, from_legacy, time.perf_counter() - t0)
