@@ -178,6 +178,12 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench("tree_gather", ("bench_tree_gather.py",), ("tree_gather.json",), "~1 min"),
     Bench(
+        "chat_stream",
+        ("bench_chat_stream.py",),
+        ("chat_stream.json", "section_chat_stream.md"),
+        "~1 min: streamed and plain chats and Ollama client calls against a scripted LLM",
+    ),
+    Bench(
         "ray",
         ("bench_ray.py", "--limit", "1000", "--rounds", "2"),
         ("ray.json", "section_scale_ann_ray.md"),
@@ -219,7 +225,8 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
     (
         "web",
         "section_web.md",
-        "python benchmarks/bench_web.py --index DIR (a 2Wiki index; needs chromium)",
+        "python benchmarks/bench_web.py --index DIR --loads 3 --writes 2 (a 2Wiki index; needs "
+        "chromium)",
         "~3 min: ten page loads in headless Chromium; rerun by hand only",
     ),
 )

@@ -78,12 +78,18 @@ API_ROUTES = {
     ("POST", "/summarize"),
     ("GET", "/tree"),
     ("GET", "/nodes/{node_id}"),
+    ("GET", "/generation"),
     ("GET", "/documents"),
     ("POST", "/documents"),
     ("DELETE", "/documents/{doc_id}"),
     ("GET", "/jobs/{job_id}"),
+    ("POST", "/jobs/{job_id}/retry"),
     ("GET", "/v1/models"),
     ("POST", "/v1/chat/completions"),
+    ("GET", "/api/version"),
+    ("GET", "/api/tags"),
+    ("POST", "/api/chat"),
+    ("POST", "/api/generate"),
 }
 """The JSON API, as the README's "HTTP API" table lists it."""
 

@@ -224,6 +224,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     """``--workers N``: load the index once here (a bad folder fails before anything starts),
     bind the port, then fork the workers (:mod:`psirag.server.workers`). Each worker loads its
     own query model and LLM client after the fork (a model's threads do not survive one)."""
+    import secrets
     from pathlib import Path
 
     import uvicorn
@@ -241,6 +242,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
         raise InputError("--workers N needs a system with fork (Linux, macOS); leave it out here")
     index = Index.load(args.index, embedder=embedder)
     n = settings.workers
+    boot = secrets.token_hex(4)  # one ETag token for all workers: their numbers agree
 
     def make_app(k: int, shared: Path) -> Any:
         if embedder is None:
@@ -248,7 +250,13 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
         jobs = JobRunner(first_id=k + 1, id_step=n, shared=shared)
         llm = _llm_client(args)
         return create_app(
-            args.index, settings=settings, llm=llm, index=index, mcp=not args.no_mcp, jobs=jobs
+            args.index,
+            settings=settings,
+            llm=llm,
+            index=index,
+            mcp=not args.no_mcp,
+            jobs=jobs,
+            boot=boot,
         )
 
     # uvicorn binds as it would itself (IPv6, SO_REUSEADDR); the app string is never imported

@@ -21,7 +21,8 @@ from fastapi import FastAPI
 
 from psirag import __version__
 from psirag.server.errors import error_body, exception_response, install_error_handlers
-from psirag.server.jobs import JobRunner
+from psirag.server.jobs import JOBS_FILE, JobRunner
+from psirag.server.living import run_job
 from psirag.server.middleware import install_middleware, install_worker_header
 from psirag.server.routes import ROUTERS
 from psirag.server.routes.mcp import mount_mcp
@@ -50,13 +51,15 @@ def create_app(
     index: Index | None = None,
     mcp: bool = True,
     jobs: JobRunner | None = None,
+    boot: str | None = None,
 ) -> FastAPI:
     """The application serving the index in ``index_dir``.
 
     ``llm`` is an :class:`psirag.llm.LLMClient` (None: the endpoints that need one answer 503);
     ``embedder`` replaces the index's own (it must have the same id); ``index`` serves an index
     object already loaded from ``index_dir``; ``jobs`` the write-job runner (one worker's of
-    ``psirag serve --workers N``; default: a new one).
+    ``psirag serve --workers N``; default: one that keeps its jobs in a file beside the index);
+    ``boot``: the server's token in ETags (the workers share one; default: a new one).
     """
     from psirag.index import Index
 
@@ -67,7 +70,10 @@ def create_app(
         index = Index.load(folder, embedder=embedder)
     prepare_index(index)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
-    state = ServerState(IndexHolder(index, folder), settings, gated, jobs or JobRunner())
+    if jobs is None:
+        jobs = JobRunner(folder / JOBS_FILE if folder.is_dir() else None)
+    state = ServerState(IndexHolder(index, folder, boot=boot), settings, gated, jobs)
+    jobs.perform = lambda job: run_job(state, job)
     web = web_static()
 
     mcp_server = None

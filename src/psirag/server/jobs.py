@@ -2,18 +2,24 @@
 
 A single writer means two writes never race on the index folder; readers are never blocked,
 because a write builds a new index object and publishes it only when it is saved
-(:class:`psirag.server.state.IndexHolder`). Jobs are kept in memory (a restart forgets them).
+(:class:`psirag.server.state.IndexHolder`).
+
+Jobs outlive the server: each change is written (atomically) to a small JSON file beside the
+index, holding what a retry needs (the documents of an add, the ids of a removal). On start a
+job the last server left queued or running is shown as failed ("interrupted") with a retry;
+nothing in the file is ever run by itself. The file is data: it is parsed as JSON, checked
+field by field, and a bad file is set aside with a warning.
 
 With ``psirag serve --workers N`` each worker has its own runner: the ids are disjoint (worker
 ``k`` numbers its jobs k+1, k+1+N, ...), the index's writer lock keeps the writes one at a time
-across workers, and each job's status is also written to a folder the workers share, so
-``GET /jobs/{id}`` answers on whichever worker the request reaches.
+across workers, and each job is written to a folder the workers share (one file per job), so
+``GET /jobs/{id}``, a retry and the document list answer on whichever worker a request reaches.
+The workers keep no jobs file: their jobs are forgotten when the server stops.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import logging
 import os
@@ -31,9 +37,14 @@ log = logging.getLogger("psirag.server")
 
 JobKind = Literal["add", "remove"]
 JobStatus = Literal["queued", "running", "done", "failed"]
-_JOB_ID = re.compile(r"^job-\d{1,12}$")
 KEEP_FINISHED = 1000
 """Finished jobs remembered for ``GET /jobs/{id}``; older ones are forgotten first."""
+KEEP_SAVED = 200
+"""Finished jobs kept in the jobs file (a failed one keeps its payload for a retry)."""
+JOBS_FILE = "server-jobs.json"
+JOBS_SCHEMA = "psirag.jobs/1"
+INTERRUPTED = "interrupted: the server stopped before this job finished; retry it"
+_JOB_ID = re.compile(r"^job-(\d+)$")
 
 
 @dataclass
@@ -47,9 +58,19 @@ class Job:
     result: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
     finished: float | None = None
+    documents: list[dict[str, str]] = field(default_factory=list)
+    """``{"id", "title"}`` of each document the job adds or removes (the document list shows
+    them as pending or failed)."""
+    payload: Any = field(default=None, repr=False)
+    """What the write needs, as JSON data: the documents of an add, the ids of a removal."""
+    retry_of: str | None = None
 
     def progress(self, done: int, total: int) -> None:
         self.done, self.total = int(done), int(total)
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == "failed" and self.payload is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,58 +82,125 @@ class Job:
             "result": self.result,
             "created": self.created,
             "finished": self.finished,
+            "documents": self.documents,
+            "retryable": self.retryable,
+            "retry_of": self.retry_of,
         }
+
+    def saved(self) -> dict[str, Any]:
+        """The job as the jobs file keeps it (the payload only while it may be retried)."""
+        keep = self.status != "done"
+        return {**self.to_dict(), "payload": self.payload if keep else None}
 
 
 Work = Callable[[Job], dict[str, Any]]
-_STATUSES = ("queued", "running", "done", "failed")
 
 
-def _job_from_dict(body: Any) -> Job | None:
-    """A job written by another worker, checked field by field (None: not a job)."""
-    if not isinstance(body, dict) or body.get("status") not in _STATUSES:
+def _job_from_saved(raw: Any, *, live: bool = False) -> Job | None:
+    """A job read back from the jobs file, or None when the entry is not one; ``live``: one
+    another worker is running now (not interrupted)."""
+    if not isinstance(raw, dict):
         return None
-    progress = body.get("progress") or {}
-    try:
-        return Job(
-            id=str(body["id"]),
-            kind="remove" if body.get("kind") == "remove" else "add",
-            status=body["status"],
-            done=int(progress.get("done", 0)),
-            total=int(progress.get("total", 0)),
-            error=None if body.get("error") is None else str(body["error"]),
-            result=body["result"] if isinstance(body.get("result"), dict) else None,
-            created=float(body.get("created") or 0.0),
-            finished=None if body.get("finished") is None else float(body["finished"]),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError):
+    job_id, kind, status = raw.get("id"), raw.get("kind"), raw.get("status")
+    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
         return None
+    if kind not in ("add", "remove") or status not in ("queued", "running", "done", "failed"):
+        return None
+    documents = [
+        {"id": str(d.get("id", "")), "title": str(d.get("title") or "")}
+        for d in raw.get("documents") or []
+        if isinstance(d, dict)
+    ]
+    progress: dict[str, Any] = raw.get("progress") or {}
+    if not isinstance(progress, dict):
+        progress = {}
+    job = Job(
+        id=job_id,
+        kind=kind,
+        status=status,
+        done=int(progress.get("done") or 0),
+        total=int(progress.get("total") or 0),
+        error=str(raw["error"]) if raw.get("error") else None,
+        result=raw.get("result") if isinstance(raw.get("result"), dict) else None,
+        created=float(raw.get("created") or 0.0),
+        finished=float(raw["finished"]) if raw.get("finished") else None,
+        documents=documents,
+        payload=raw.get("payload"),
+        retry_of=str(raw["retry_of"]) if raw.get("retry_of") else None,
+    )
+    if not live and job.status in ("queued", "running"):  # the last server stopped meanwhile
+        job.status, job.error, job.finished = "failed", INTERRUPTED, job.finished or time.time()
+    return job
 
 
 class JobRunner:
-    """A queue of write jobs and the one thread that runs them in order."""
+    """A queue of write jobs and the one thread that runs them in order.
 
-    def __init__(self, *, first_id: int = 1, id_step: int = 1, shared: Path | None = None) -> None:
+    ``path``: the jobs file (None: jobs live in memory only). ``perform`` runs a job from its
+    kind and payload (set by the app; needed for retries and for jobs submitted without work).
+    """
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        perform: Work | None = None,
+        *,
+        first_id: int = 1,
+        id_step: int = 1,
+        shared: Path | None = None,
+    ) -> None:
         """``first_id``/``id_step``: the job numbers this runner gives (disjoint per worker);
-        ``shared``: a folder where every job's status is also written, for the other workers."""
+        ``shared``: a folder where each job is also written, for the other workers."""
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()  # one writer of the jobs file at a time
         self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
-        self._ids = itertools.count(first_id, id_step)
+        self.path = path
+        self.perform = perform
         self.shared = shared
+        self._step = id_step
+        self._next = max(self._load() + 1, first_id)
+        if self._jobs:
+            self._save()  # interrupted jobs are failed from now on, also on disk
         self._thread = threading.Thread(target=self._run, name="psirag-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, kind: JobKind, work: Work) -> Job:
-        job = Job(id=f"job-{next(self._ids)}", kind=kind)
+    def submit(
+        self,
+        kind: JobKind,
+        work: Work | None = None,
+        *,
+        documents: list[dict[str, str]] | None = None,
+        payload: Any = None,
+        retry_of: str | None = None,
+    ) -> Job:
+        """Queue a write; ``work`` defaults to :attr:`perform` (which reads the payload)."""
+        run = work or self.perform
+        if run is None:
+            raise RuntimeError("a job needs work, or a runner with perform set")
         with self._lock:
+            job = Job(
+                id=f"job-{self._next}",
+                kind=kind,
+                documents=list(documents or []),
+                payload=payload,
+                retry_of=retry_of,
+            )
+            self._next += self._step
             self._jobs[job.id] = job
             finished = [j for j in self._jobs.values() if j.finished is not None]
             for old in finished[: max(0, len(finished) - KEEP_FINISHED)]:
                 del self._jobs[old.id]
-        self._share(job)
-        self._queue.put((job, work))
+        self._save(job)
+        self._queue.put((job, run))
         return job
+
+    def retry(self, job_id: str) -> Job | None:
+        """A new job doing what the failed job ``job_id`` should have done; None if it cannot."""
+        old = self.get(job_id)
+        if old is None or not old.retryable:
+            return None
+        return self.submit(old.kind, documents=old.documents, payload=old.payload, retry_of=old.id)
 
     def get(self, job_id: str) -> Job | None:
         """This runner's job, else (with a shared folder) one another worker wrote there."""
@@ -120,23 +208,39 @@ class JobRunner:
             job = self._jobs.get(job_id)
         if job is not None or self.shared is None or not _JOB_ID.match(job_id):
             return job
+        return self._read_shared(self.shared / f"{job_id}.json")
+
+    def all(self) -> list[Job]:
+        """Every remembered job, oldest first (with a shared folder: every worker's)."""
+        with self._lock:
+            jobs = list(self._jobs.values())
+        if self.shared is not None:
+            mine = {j.id for j in jobs}
+            with contextlib.suppress(OSError):
+                for path in self.shared.glob("job-*.json"):
+                    if path.stem not in mine and (job := self._read_shared(path)) is not None:
+                        jobs.append(job)
+            jobs.sort(key=lambda j: j.created)
+        return jobs
+
+    @staticmethod
+    def _read_shared(path: Path) -> Job | None:
         try:
-            body = json.loads((self.shared / f"{job_id}.json").read_text(encoding="utf-8"))
+            return _job_from_saved(json.loads(path.read_text(encoding="utf-8")), live=True)
         except (OSError, ValueError):
             return None
-        return _job_from_dict(body)
 
     def _share(self, job: Job) -> None:
-        """Write the job's status for the other workers (atomically: a reader never sees half)."""
+        """Write the job for the other workers (atomically: a reader never sees half)."""
         if self.shared is None:
             return
         target = self.shared / f"{job.id}.json"
         temp = target.with_name(f".{job.id}.{os.getpid()}.tmp")
         try:
-            temp.write_text(json.dumps(job.to_dict()), encoding="utf-8")
+            temp.write_text(json.dumps(job.saved(), ensure_ascii=False), encoding="utf-8")
             os.replace(temp, target)
         except (OSError, TypeError, ValueError) as exc:
-            log.warning("could not share the status of job %s: %s", job.id, exc)
+            log.warning("could not share job %s with the other workers: %s", job.id, exc)
             with contextlib.suppress(OSError):
                 temp.unlink()
 
@@ -151,7 +255,7 @@ class JobRunner:
                 return
             job, work = item
             job.status = "running"
-            self._share(job)
+            self._save(job)
             try:
                 job.result = work(job)
                 job.status = "done"
@@ -161,7 +265,57 @@ class JobRunner:
                 log.warning("job %s (%s) failed: %s", job.id, job.kind, job.error)
                 log.debug("%s", traceback.format_exc())
             job.finished = time.time()
-            self._share(job)
+            self._save(job)
+
+    def _save(self, changed: Job | None = None) -> None:
+        """Write the jobs file atomically (a temporary file, then a rename), and the job that
+        changed to the shared folder."""
+        if changed is not None:
+            self._share(changed)
+        path = self.path
+        if path is None:
+            return
+        with self._save_lock:
+            with self._lock:
+                jobs = list(self._jobs.values())
+            live = [j for j in jobs if j.finished is None]
+            finished = [j for j in jobs if j.finished is not None][-KEEP_SAVED:]
+            body = {"schema": JOBS_SCHEMA, "jobs": [j.saved() for j in finished + live]}
+            temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                temp.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
+                os.replace(temp, path)
+            except OSError as exc:
+                log.warning("cannot save the jobs file %s: %s", path, exc)
+                with contextlib.suppress(OSError):
+                    temp.unlink()
+
+    def _load(self) -> int:
+        """Read the jobs file; returns the highest job number in it (0: none)."""
+        if self.path is None or not self.path.exists():
+            return 0
+        try:
+            body = json.loads(self.path.read_text(encoding="utf-8"))
+            entries = body["jobs"] if isinstance(body, dict) else None
+            if body.get("schema") != JOBS_SCHEMA or not isinstance(entries, list):
+                raise ValueError(f"not a {JOBS_SCHEMA} file")
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            aside = self.path.with_name(self.path.name + ".bad")
+            log.warning(
+                "the jobs file %s is unreadable (%s); set aside as %s", self.path, exc, aside
+            )
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+            return 0
+        highest = 0
+        for raw in entries:
+            job = _job_from_saved(raw)
+            if job is None:
+                continue
+            self._jobs[job.id] = job
+            m = _JOB_ID.match(job.id)
+            highest = max(highest, int(m.group(1)) if m else 0)
+        return highest
 
 
-__all__ = ["Job", "JobKind", "JobRunner", "JobStatus"]
+__all__ = ["INTERRUPTED", "JOBS_FILE", "JOBS_SCHEMA", "Job", "JobKind", "JobRunner", "JobStatus"]

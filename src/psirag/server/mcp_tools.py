@@ -70,10 +70,11 @@ def build_mcp_server(state: ServerState) -> Any:
         docs: list[str] | None = None,
     ) -> dict[str, Any]:
         """Answer a question with the retrieve-and-answer agent: it retrieves, reads, may
-        retrieve again with a sub-question, then answers. Returns the answer, numbered
-        citations, the steps it took and the budget used. ``max_retrievals``: retrievals after
-        the first, or "auto" (from the question's predicted hops); by default the server's
-        setting."""
+        retrieve again with a sub-question, then answers. Returns the answer, its citations
+        (the passages the model cited, verified, with document, page and text), the top-k
+        retrieved passages as evidence, the steps it took and the budget used.
+        ``max_retrievals``: retrievals after the first, or "auto" (from the question's
+        predicted hops); by default the server's setting."""
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
         def go() -> dict[str, Any]:
@@ -85,7 +86,7 @@ def build_mcp_server(state: ServerState) -> Any:
             return {
                 "answer": result.answer,
                 "max_retrievals": agent.max_retrievals,
-                "citations": views.citations(result.evidence[:k]),
+                **views.answer_payload(result, k),
                 "steps": [
                     {"query": s.query, "thought": s.thought, "action": s.action}
                     for s in result.steps
@@ -107,9 +108,22 @@ def build_mcp_server(state: ServerState) -> Any:
         return await run(go)
 
     @server.tool()
-    async def list_documents() -> dict[str, Any]:
-        """Every indexed document: id, title and number of chunks."""
-        return await run(lambda: views.documents_payload(state.holder.latest().index))
+    async def list_documents(
+        offset: int = 0, limit: int = 50, query: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the documents (id, title, chunks, status), in corpus order: ``total``
+        says how many match, ``offset + limit`` is the next page. ``query`` keeps those whose
+        id or title holds it."""
+        from psirag.server import catalog
+
+        def go() -> dict[str, Any]:
+            generation = state.holder.latest()
+            rows = catalog.document_rows(generation.index, state.jobs.all())
+            body = catalog.page_of(rows, offset=offset, limit=min(limit, 200), query=query)
+            body["generation"] = generation.number
+            return body
+
+        return await run(go)
 
     _refuse_unknown_arguments(server)
     return server

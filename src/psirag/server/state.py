@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -41,13 +42,22 @@ log = logging.getLogger("psirag.server")
 
 @dataclass(frozen=True)
 class Generation:
-    """One published index object and its number in this process (1 for the index loaded at
-    start-up); ``saved``: the generation on disk it was loaded from or saved as (the same in
-    every worker; None for a format-1 folder or when unknown)."""
+    """One published index object and its number: the generation on disk when known (so every
+    worker gives the same), else counted in this process from 1."""
 
     number: int
     index: Index
+    boot: str = ""
+    """A token of this server: numbers restart, so an ETag names both (the workers of
+    ``psirag serve --workers N`` share one)."""
     saved: int | None = None
+    """The generation on disk this index was loaded from or saved as (None: a format-1 folder,
+    or not known); when known, ``number`` is this number, the same in every worker."""
+
+    @property
+    def etag(self) -> str:
+        """The HTTP entity tag of everything read from this generation."""
+        return f'"g{self.number}-{self.boot}"'
 
 
 PointerStamp = tuple[int, int, int, int]
@@ -61,14 +71,18 @@ class IndexHolder:
     add`` from the command line) publishes a generation, :meth:`latest` loads it and publishes
     it here. Checking costs one ``stat`` of the pointer file."""
 
-    def __init__(self, index: Index, folder: Path, *, follow: bool = True) -> None:
+    def __init__(
+        self, index: Index, folder: Path, *, follow: bool = True, boot: str | None = None
+    ) -> None:
         self.folder = folder
         self.follow = follow
         self._lock = threading.Lock()
         self._reload = threading.RLock()
         """Held while this process loads or writes a generation, so it does one at a time."""
         self._seen = self._stamp()
-        self._current = Generation(1, index, _saved_generation(index, folder))
+        self.boot = boot or secrets.token_hex(4)
+        saved = _saved_generation(index, folder)
+        self._current = Generation(saved or 1, index, self.boot, saved)
 
     def get(self) -> Generation:
         """The generation a request works on (a single attribute read: never half-swapped)."""
@@ -81,7 +95,13 @@ class IndexHolder:
             current = self._current
             if saved is not None and current.saved is not None and saved < current.saved:
                 return current
-            self._current = Generation(current.number + 1, index, saved)
+            if saved is not None and saved == current.saved:
+                number = current.number  # the same data on disk (a write that changed nothing)
+            elif saved is not None and saved > current.number:
+                number = saved
+            else:
+                number = current.number + 1
+            self._current = Generation(number, index, self.boot, saved)
             return self._current
 
     # ------------------------------------------------------------ following the folder
@@ -181,6 +201,12 @@ class GatedLLM:
             return self.client.chat(messages, params, stage=stage)
         finally:
             self._gate.release()
+
+    def chat_stream(
+        self, messages: list[Any], params: Any, on_token: Any, stage: str = "agent"
+    ) -> Any:
+        with self._gate:
+            return self.client.chat_stream(messages, params, on_token, stage=stage)
 
     @property
     def usage(self) -> dict[str, dict[str, float]]:
