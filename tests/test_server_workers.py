@@ -54,18 +54,17 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _workers_seen(url: str, rounds: int = 8, per_round: int = 16) -> dict[int, int]:
-    """Answers per worker pid from bursts of concurrent searches, each on its own connection
-    (a burst keeps one worker busy, so the other accepts too); bounded."""
-    seen: dict[int, int] = {}
+def _workers_seen(url: str, rounds: int = 8, per_round: int = 16) -> dict[int, set[str]]:
+    """The ETags each worker pid answered with, from bursts of concurrent searches, each on its
+    own connection (a burst keeps one worker busy, so the other accepts too); bounded."""
+    seen: dict[int, set[str]] = {}
     lock = threading.Lock()
 
     def one(i: int) -> None:
         r = httpx.post(f"{url}/search", json={"query": f"ocean waves {i}", "k": 2}, timeout=60)
         assert r.status_code == 200, r.text
         with lock:
-            pid = int(r.headers[WORKER_HEADER])
-            seen[pid] = seen.get(pid, 0) + 1
+            seen.setdefault(int(r.headers[WORKER_HEADER]), set()).add(r.headers["ETag"])
 
     for _ in range(rounds):
         threads = [threading.Thread(target=one, args=(i,)) for i in range(per_round)]
@@ -78,14 +77,14 @@ def _workers_seen(url: str, rounds: int = 8, per_round: int = 16) -> dict[int, i
     return seen
 
 
-def _search_everywhere(url: str, query: str, n: int = 24) -> list[tuple[int, list[str]]]:
-    """``n`` searches on fresh connections: (worker pid, documents of the passages)."""
+def _search_everywhere(url: str, query: str, n: int = 24) -> list[tuple[int, list[str], str]]:
+    """``n`` searches on fresh connections: (worker pid, passages' documents, ETag)."""
     out = []
     for _ in range(n):
         r = httpx.post(f"{url}/search", json={"query": query, "k": 3}, timeout=60)
         assert r.status_code == 200, r.text
         docs = [p["source"]["document"] for p in r.json()["passages"]]
-        out.append((int(r.headers[WORKER_HEADER]), docs))
+        out.append((int(r.headers[WORKER_HEADER]), docs, r.headers["ETag"]))
     return out
 
 
@@ -130,10 +129,14 @@ def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> No
         assert job["status"] == "done", job
         assert job["result"]["saved_generation"] == 2
         results = _search_everywhere(proc.url, "blue ice fjords glaciers")
-        assert all("glaciers" in docs for _, docs in results), results
+        assert all("glaciers" in docs for _, docs, _ in results), results
+        # the workers number the generation alike, so a page's ETag holds on either
+        tags = _workers_seen(proc.url)
+        assert set(tags) == workers and len(set().union(*tags.values())) == 1, tags
         for _ in range(6):
             body = httpx.get(f"{proc.url}/index", timeout=30).json()
-            assert body["saved_generation"] == 2 and body["documents"] == 4, body
+            assert body["saved_generation"] == 2 and body["generation"] == 2, body
+            assert body["documents"] == 4, body
 
         # a write from outside (the CLI's path) reaches both workers too
         beside = Index.load(folder, embedder=HashEmbedder())
@@ -141,7 +144,7 @@ def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> No
         beside.save(folder)
         (dunes,) = set(beside.documents) - {"glaciers", *TOPICS}
         results = _search_everywhere(proc.url, "red sand dunes desert plateau")
-        assert all(dunes in docs for _, docs in results), results
+        assert all(dunes in docs for _, docs, _ in results), results
 
         # job status answers on any worker, and a second write builds on the first
         removed = httpx.delete(f"{proc.url}/documents/glaciers", timeout=30)
