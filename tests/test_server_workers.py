@@ -7,6 +7,7 @@ the index holder following the folder's pointer and job status shared between ru
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -179,6 +180,8 @@ def test_killing_the_parent_leaves_no_worker(tmp_path: Path) -> None:
         for pid in left:  # do not leak them into the rest of the run
             os.kill(pid, signal.SIGKILL)
         assert not left, f"workers {left} outlived their parent"
+        shared = re.findall(r"jobs shared in (\S+)", proc.log())
+        assert shared and not Path(shared[0]).exists(), "the workers left their job folder"
     finally:
         proc.stop()
 

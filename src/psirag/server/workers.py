@@ -13,8 +13,9 @@ added through one worker is searched by all of them once it is published.
 
 The parent does nothing but supervise: it restarts a worker that dies (giving up when workers
 keep dying), and on SIGTERM, SIGINT or SIGHUP stops them all (SIGTERM, then SIGKILL after the
-grace period). A worker asks the kernel to send it SIGTERM when the parent dies (Linux
-``PR_SET_PDEATHSIG``) and also checks its parent every second, so no worker outlives it.
+grace period). A worker asks the kernel to signal it when the parent dies (Linux
+``PR_SET_PDEATHSIG``) and also checks its parent every second, so no worker outlives it; the
+last one out removes the folder of shared jobs the parent could not.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ RESTARTS_ALLOWED = 3
 """Workers that may die on their own within :data:`RESTART_WINDOW_S` before the server gives up."""
 RESTART_WINDOW_S = 60.0
 _PR_SET_PDEATHSIG = 1
+PARENT_GONE = signal.SIGUSR1
+"""The signal a worker gets when its parent dies."""
 
 MakeApp = Callable[[int, Path], Any]
 """Builds worker ``k``'s application (in the worker, after the fork), given the folder where the
@@ -59,6 +62,7 @@ def serve_workers(
     """Fork ``workers`` processes that serve ``make_app(k, shared)`` on ``sock`` and supervise
     them until a stop signal; the exit status (0: stopped by a signal)."""
     shared = Path(tempfile.mkdtemp(prefix="psirag-serve-jobs-"))
+    print(f"psirag serve: {workers} workers, jobs shared in {shared}", file=sys.stderr, flush=True)
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set())
@@ -168,6 +172,8 @@ def _fork_worker(
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+        if os.getppid() != parent:  # the parent was killed: nobody else removes the job files
+            shutil.rmtree(shared, ignore_errors=True)
         os._exit(code)
 
 
@@ -180,23 +186,28 @@ def _run_worker(
     config = uvicorn.Config(
         app, log_level=log_level, timeout_graceful_shutdown=int(GRACE_S), lifespan="on"
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    server = uvicorn.Server(config)
+    # the parent's death (PARENT_GONE) stops the server as SIGTERM would, but returns here
+    # instead of dying by the signal, so the worker can clean up after the parent
+    signal.signal(PARENT_GONE, lambda *_: setattr(server, "should_exit", True))
+    server.run(sockets=[sock])
     return 0
 
 
 def _die_with_parent(parent: int) -> None:
-    """Have the kernel send this worker SIGTERM when the parent dies (Linux); everywhere, a
-    thread that checks the parent every second does the same, and covers a parent that died
-    before this call."""
+    """Have the kernel send this worker :data:`PARENT_GONE` when the parent dies (Linux);
+    everywhere, a thread that checks the parent every second does the same, and covers a parent
+    that died before this call. Until the server runs, the signal's default action ends the
+    worker at once."""
     libc_name = ctypes.util.find_library("c")
     if sys.platform.startswith("linux") and libc_name:
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, PARENT_GONE)
 
     def watch() -> None:
         while True:
             if os.getppid() != parent:
-                os.kill(os.getpid(), signal.SIGTERM)
+                os.kill(os.getpid(), PARENT_GONE)
                 return
             time.sleep(1.0)
 
