@@ -3,10 +3,13 @@ thread (:class:`psirag.server.jobs.JobRunner`), saved, then published to new req
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from psirag.server.jobs import Job
 from psirag.server.state import ServerState, prepare_index
+
+log = logging.getLogger("psirag.server")
 
 
 def apply_write(
@@ -14,6 +17,8 @@ def apply_write(
 ) -> dict[str, Any]:
     """One write on the living index, run by the single writer: apply, save, publish.
 
+    The served index is changed in memory (see :func:`psirag.living.update_saved`'s ``base``)
+    and the index is read from disk only when another process wrote it meanwhile.
     The update runs on a new facade over the served data (``IndexData`` is immutable), so the
     index object in service is never changed; requests already running finish on the
     generation they took, and the new one is published only once it is saved.
@@ -22,13 +27,18 @@ def apply_write(
 
     served = state.holder.get().index
     job.progress(0, 1)
-    # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
-    # from the command line since the last server write must not be overwritten.
+    # Under the writer lock: the served index is the base when it is still the generation on
+    # disk (no reload); when another process (`psirag add` from the command line) published
+    # since, that generation is loaded instead, so its change is never overwritten.
     updated, done = Index.update_saved(
         state.holder.folder,
         lambda index: index.add(payload) if kind == "add" else index.remove(payload),
         embedder=served.embedder,
+        base=served,
     )
+    if done.loaded:
+        state.holder.count_load()
+        log.info("index: another process wrote %s; loaded it from disk", state.holder.folder)
     summary = done.summary
     prepare_index(updated)
     generation = state.holder.publish(updated)

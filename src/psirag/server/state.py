@@ -57,6 +57,14 @@ class IndexHolder:
         self.folder = folder
         self._lock = threading.Lock()
         self._current = Generation(1, index)
+        self.loads = 1
+        """Times this process read the index from disk: 1 at start-up, one more for each
+        write that found another process's generation on disk (a write on the served
+        generation changes it in memory)."""
+
+    def count_load(self) -> None:
+        with self._lock:
+            self.loads += 1
 
     def get(self) -> Generation:
         """The generation a request works on (a single attribute read: never half-swapped)."""
