@@ -47,6 +47,9 @@ def apply_write(
         "generation": generation.number,
         "documents": len(updated.documents),
         "update": summary.to_dict(),
+        "saved_generation": done.generation,
+        "loaded_from_disk": done.loaded,
+        "drift": updated.drift(),
     }
 
 
