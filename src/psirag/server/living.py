@@ -40,6 +40,8 @@ def apply_write(
         state.holder.count_load()
         log.info("index: another process wrote %s; loaded it from disk", state.holder.folder)
     summary = done.summary
+    if done.generation is not None:
+        summary.seconds["save"] = done.save_seconds  # as `psirag add` reports it
     prepare_index(updated)
     generation = state.holder.publish(updated)
     job.progress(1, 1)
