@@ -159,11 +159,12 @@ def main() -> None:
         memory = []
         for k in range(args.repeats):
             t0 = time.perf_counter()
-            Index.from_data(loaded.data, embedder=BenchHashEmbedder()).add(
+            summary = Index.from_data(loaded.data, embedder=BenchHashEmbedder()).add(
                 [_new_document(vocab, k)], texts=True
             )
             memory.append(time.perf_counter() - t0)
         out["in_memory"] = _summary(memory)
+        out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
 
         port = free_port()
         url = f"http://127.0.0.1:{port}"
