@@ -16,6 +16,7 @@ commands that embed a query cannot use it), ``setup`` to spoil things further.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -62,6 +63,11 @@ class Case:
     """Symbolic links to make: name -> target."""
     index: bool = False
     setup: Callable[[Path], None] | None = None
+    patch: Callable[[pytest.MonkeyPatch], None] | None = None
+    """Applied around the command only (e.g. an operating-system error at the write layer)."""
+    after: Callable[[Path], str] | None = None
+    """Checked after the command: a note for the table, starting with ``NOT`` when the check
+    failed (``test_case`` fails then)."""
 
 
 CASES: list[Case] = [
@@ -469,11 +475,216 @@ CASES: list[Case] = [
         ("add", "lx", "new.txt", "-q"),
         2,
         "IndexFormatError",
-        "in a format this psirag does not know",
+        "gives format_version 0; psirag index formats are 1 and 2",
         files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
         setup=lambda folder: _living(folder, ["docs"], format_version=0),
     ),
+    # --- exact words for a format_version (issue 26) ------------------------------------------
+    Case(
+        "format-version-string",
+        'search an index whose format_version is the string "2"',
+        ("search", "lx", "volcano"),
+        2,
+        "IndexFormatError",
+        'gives format_version "2", which is not a whole number',
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version="2"),
+    ),
+    Case(
+        "format-version-true",
+        "inspect an index whose format_version is true (once read as format 1)",
+        ("inspect", "lx"),
+        2,
+        "IndexFormatError",
+        "gives format_version true, which is not a whole number",
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version=True),
+    ),
+    Case(
+        "format-version-true-out",
+        "index --out a folder whose format_version is true (it is left as it was)",
+        ("index", "docs", "--out", "lx", "-q"),
+        2,
+        "IndexTargetError",
+        "psirag will not write over it: choose another folder (--out)",
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version=True),
+    ),
+    Case(
+        "format-version-newer",
+        "add to an index in a newer format (3)",
+        ("add", "lx", "docs/a.txt", "-q"),
+        2,
+        "IndexFormatError",
+        "it is in index format 3, newer than this psirag reads (formats 1 and 2); upgrade psirag",
+        files={"docs/a.txt": WORDS},
+        setup=lambda folder: _living(folder, ["docs"], format_version=3),
+    ),
+    # --- an index is never its own input (issue 26) -------------------------------------------
+    Case(
+        "out-inside-input",
+        "--out inside an input folder (the index would read itself on every later run)",
+        ("index", "docs", "--out", "docs/idx", "-q"),
+        2,
+        "IndexTargetError",
+        "--out docs/idx is inside the input folder docs",
+        files={"docs/a.txt": WORDS},
+    ),
+    Case(
+        "sync-skips-index-folder",
+        "an index folder inside the folder being synced (skipped, with a note)",
+        ("sync", "docs/lx", "docs", "-q"),
+        0,
+        NONE,
+        "docs: skipped lx, a psirag index folder",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living_inside(folder, "docs"),
+    ),
+    # --- the machine says no (issue 26): one line, exit 2, the index as it was ----------------
+    *[
+        Case(
+            f"os-{name}",
+            f"{what} while psirag add writes the next generation (simulated at the write layer; "
+            "tests/test_oserrors.py makes it happen for real)",
+            ("add", "lx", "new.txt", "-q"),
+            2,
+            error,
+            fragment,
+            files={"docs/a.txt": WORDS, "new.txt": OTHER},
+            setup=lambda folder: _living(folder, ["docs"]),
+            patch=lambda patch, exc=exc: _fail_array_writes(patch, exc),
+        )
+        for name, what, exc, error, fragment in [
+            (
+                "disk-full",
+                "the disk fills up (numpy's short write: 121344 requested and 15328 written)",
+                OSError("121344 requested and 15328 written"),
+                "SaveError",
+                "lx: the disk is full (No space left on device)",
+            ),
+            (
+                "read-only",
+                "the file system turns read-only",
+                OSError(errno.EROFS, os.strerror(errno.EROFS), "node_vectors.npy"),
+                "SaveError",
+                "lx: writing node_vectors.npy: the file system is read-only",
+            ),
+            (
+                "permission",
+                "permission to write is denied",
+                PermissionError(errno.EACCES, os.strerror(errno.EACCES), "node_vectors.npy"),
+                "SaveError",
+                "lx: writing node_vectors.npy: permission denied",
+            ),
+            (
+                "open-files",
+                "too many files are open",
+                OSError(errno.EMFILE, os.strerror(errno.EMFILE), "node_vectors.npy"),
+                "SaveError",
+                "too many open files",
+            ),
+        ]
+    ],
+    # --- an index's manifest names no endpoint psirag calls unconfirmed (issue 26) ----------
+    Case(
+        "trust-add",
+        "psirag add to an index whose manifest names an embedding endpoint nobody confirmed",
+        ("add", "lx", "new.txt", "-q"),
+        2,
+        "InputError",
+        "names the embedding endpoint http://127.0.0.1:9/v1",
+        files={"docs/a.txt": WORDS, "new.txt": OTHER},
+        setup=lambda folder: _planted(folder, embedder=PLANTED),
+    ),
+    Case(
+        "trust-sync",
+        "psirag sync of an index whose manifest names an embedding endpoint nobody confirmed",
+        ("sync", "lx", "docs", "new.txt", "-q"),
+        2,
+        "InputError",
+        "or allow this one with PSIRAG_ALLOW_ENDPOINTS=127.0.0.1:9",
+        files={"docs/a.txt": WORDS, "new.txt": OTHER},
+        setup=lambda folder: _planted(folder, embedder=PLANTED),
+    ),
+    Case(
+        "trust-remove-llm",
+        "psirag remove on an llm-summary index whose manifest names an LLM nobody confirmed",
+        ("remove", "lx", "--doc", "a.txt", "-q"),
+        2,
+        "InputError",
+        "manifest.json (config.llm) names the LLM endpoint http://127.0.0.1:9/v1",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _planted(folder, llm=PLANTED),
+    ),
+    # --- psirag deletes only what it made; one naming rule; one Unicode form (issue 26) -------
+    Case(
+        "look-alike-survives",
+        "psirag add beside a user's folder .lx.old-2024 (older than 15 minutes; once deleted)",
+        ("add", "lx", "new.txt", "-q"),
+        0,
+        NONE,
+        "",
+        files={"docs/a.txt": WORDS, "new.txt": OTHER, ".lx.old-2024/notes.txt": "mine"},
+        setup=lambda folder: (_living(folder, ["docs"]), os.utime(folder / ".lx.old-2024", (0, 0))),
+        after=lambda folder: (
+            ".lx.old-2024/notes.txt kept"
+            if (folder / ".lx.old-2024" / "notes.txt").is_file()
+            else "NOT kept: .lx.old-2024/notes.txt was deleted"
+        ),
+    ),
+    Case(
+        "sync-symlink-name",
+        "psirag sync of a folder holding a symbolic link (named by the link, as index names it)",
+        ("sync", "lx", "docs", "-q"),
+        0,
+        NONE,
+        "",
+        files={"docs/a.txt": WORDS, "elsewhere/target.txt": OTHER},
+        links={"docs/link.txt": "../elsewhere/target.txt"},
+        setup=lambda folder: _living(folder, ["docs/a.txt"]),
+        after=lambda folder: _documents_note(folder, {"a.txt", "link.txt"}),
+    ),
+    Case(
+        "remove-nfd-id",
+        "psirag remove --doc with an id typed decomposed (e + U+0301) for a composed one",
+        ("remove", "lx", "--doc", "re\u0301sume\u0301.txt", "-q"),
+        0,
+        NONE,
+        "",
+        files={"docs/r\u00e9sum\u00e9.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living(folder, ["docs"]),
+        after=lambda folder: _documents_note(folder, {"b.txt"}),
+    ),
+    Case(
+        "remove-many-unknown",
+        "psirag remove of 25 unknown document ids (the error lists 10 and a count)",
+        ("remove", "lx", "--doc", *[f"nope-{i}" for i in range(25)], "-q"),
+        2,
+        "InputError",
+        "'nope-9' and 15 more",
+        files={"docs/a.txt": WORDS, "docs/b.txt": OTHER},
+        setup=lambda folder: _living(folder, ["docs"]),
+    ),
+    Case(
+        "path-too-long",
+        "an --out name longer than the file system allows (256 characters)",
+        ("index", "a.txt", "--out", "x" * 256, "-q"),
+        2,
+        "OSError",
+        "the path is too long for the file system",
+        files={"a.txt": WORDS},
+    ),
 ]
+
+
+def _fail_array_writes(patch: pytest.MonkeyPatch, exc: OSError) -> None:
+    """Every array write of a save raises ``exc`` (as numpy's would)."""
+    from psirag import storage
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise exc
+
+    patch.setattr(storage.np, "save", fail)
 
 
 def _living(
@@ -482,7 +693,7 @@ def _living(
     *,
     tree_per_document: bool = False,
     format1: bool = False,
-    format_version: int | None = None,
+    format_version: object = None,
 ) -> None:
     """An index in ``lx/`` over ``inputs`` whose embedder spec the CLI loads as the test
     HashEmbedder (see ``run_case``), so ``psirag add`` can embed new text."""
@@ -503,6 +714,53 @@ def _living(
         pointer = json.loads((target / "manifest.json").read_text(encoding="utf-8"))
         pointer["format_version"] = format_version
         (target / "manifest.json").write_text(json.dumps(pointer), encoding="utf-8")
+
+
+PLANTED = "openai:http://127.0.0.1:9/v1#m"
+"""An endpoint a crafted manifest names (nothing listens on port 9; nothing may be sent)."""
+
+
+def _planted(folder: Path, *, embedder: str | None = None, llm: str | None = None) -> None:
+    """An index in ``lx/`` whose manifest was rewritten to name ``embedder`` / ``llm`` (with
+    llm-summary abstracts), in the generation's manifest and the pointer, hash made to match."""
+    import hashlib
+
+    _living(folder, ["docs"])
+
+    def planted(manifest: dict[str, object]) -> dict[str, object]:
+        config = manifest["config"]
+        assert isinstance(config, dict)
+        if embedder:
+            spec = manifest["embedder"]
+            assert isinstance(spec, dict)
+            spec["spec"] = config["embedder"] = embedder
+        if llm:
+            config["llm"], config["abstracts"] = llm, "llm-summary"
+        return manifest
+
+    index = folder / "lx"
+    pointer = json.loads((index / "manifest.json").read_text(encoding="utf-8"))
+    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
+    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
+    generation.write_bytes(raw)
+    pointer = planted(pointer)
+    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
+    (index / "manifest.json").write_text(json.dumps(pointer), encoding="utf-8")
+
+
+def _documents_note(folder: Path, expected: set[str]) -> str:
+    """The documents of ``lx/`` for the table, or ``NOT ...`` when they differ from ``expected``."""
+    from psirag import Index
+
+    got = set(Index.load(folder / "lx", embedder=HashEmbedder()).documents)
+    listed = ", ".join(sorted(got))
+    return f"documents: {listed}" if got == expected else f"NOT {sorted(expected)}: {listed}"
+
+
+def _living_inside(folder: Path, docs: str) -> None:
+    """An index over ``docs`` that then lives in ``docs/lx`` (inside its own input)."""
+    _living(folder, [docs])
+    (folder / "lx").rename(folder / docs / "lx")
 
 
 def _test_embedder(spec: str, batch_size: int | None = None, http: object = None) -> object:
@@ -535,12 +793,15 @@ class Outcome:
     stdout: str = ""
     changed: bool | None = None
     """Whether the case's index ``lx/`` changed (None: the case has none)."""
+    after: str = ""
+    """The note of the case's ``after`` check."""
 
     @property
     def message(self) -> str:
-        """The line the table shows: the last line of stderr."""
+        """The line the table shows: the last line of stderr, and the ``after`` note."""
         lines = [line.strip() for line in self.stderr.splitlines() if line.strip()]
-        return lines[-1] if lines else ""
+        last = lines[-1] if lines else ""
+        return f"{last} [{self.after}]" if self.after else last
 
 
 @pytest.fixture(scope="session")
@@ -587,6 +848,8 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
         patch.setattr(psirag.cli, "_eprint", spy)
         patch.setattr(psirag.cli.living_cmds, "load_embedder_for", _test_embedder)
         patch.delenv("PSIRAG_LLM", raising=False)
+        if case.patch is not None:
+            case.patch(patch)
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
             try:
                 code = main(list(case.argv))
@@ -600,6 +863,7 @@ def run_case(case: Case, folder: Path, valid_index: Callable[[], Path]) -> Outco
         err.getvalue().replace(str(folder), "."),
         out.getvalue().replace(str(folder), "."),
         None if before is None else before != _snapshot(folder / "lx"),
+        case.after(folder) if case.after is not None else "",
     )
 
 
@@ -642,6 +906,7 @@ def test_case(case: Case, outcomes: dict[str, Outcome]) -> None:
         assert got.message.startswith("psirag: error: "), got.stderr  # one clean line
     if case.exit_code != 0 and got.changed is not None:
         assert not got.changed, "a refused update changed the index"
+    assert not got.after.startswith("NOT"), got.after
 
 
 def test_jsonl_skip_keeps_the_other_lines(outcomes: dict[str, Outcome]) -> None:

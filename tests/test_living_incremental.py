@@ -206,8 +206,8 @@ def test_a_damaged_phrase_table_is_a_clear_error(tmp_path: Path) -> None:
     index.save(tmp_path / "ix")
     other = Index.build(_texts(14, 3), IndexConfig(max_children=4), texts=True, embedder=emb)
     other.save(tmp_path / "other")
-    gen = next((tmp_path / "ix" / "generations").iterdir())
-    other_gen = next((tmp_path / "other" / "generations").iterdir())
+    gen = next((tmp_path / "ix" / "generations").glob("[0-9]*"))
+    other_gen = next((tmp_path / "other" / "generations").glob("[0-9]*"))
     # a phrase table of another corpus, with the sizes the manifest expects patched in
     manifest_path = gen / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
@@ -275,8 +275,8 @@ def test_a_save_after_an_update_copies_the_lines_of_kept_chunks(tmp_path: Path) 
             index.save(tmp_path / "ix")
             assert copied[step] == expect > 0
             index.save(tmp_path / f"fresh{step}")  # a new folder: encoded from scratch
-            gen = max((tmp_path / "ix" / "generations").iterdir())
-            fresh = next((tmp_path / f"fresh{step}" / "generations").iterdir())
+            gen = max((tmp_path / "ix" / "generations").glob("[0-9]*"))
+            fresh = next((tmp_path / f"fresh{step}" / "generations").glob("[0-9]*"))
             assert (gen / "chunks.jsonl").read_bytes() == (fresh / "chunks.jsonl").read_bytes()
             again = Index.load(tmp_path / "ix", embedder=emb)
             assert [c.id for c in again.chunks] == [c.id for c in index.chunks]

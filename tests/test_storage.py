@@ -25,7 +25,7 @@ import pytest
 from support import TOPICS, HashEmbedder
 from support.corpora import write_format1
 
-from psirag import Index, IndexConfig
+from psirag import Index, IndexConfig, ownership
 from psirag import storage as storage_mod
 from psirag.cli import main
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
@@ -69,7 +69,8 @@ def corpus_of(index: Index) -> str:
 
 
 def generation_entries(folder: Path) -> list[str]:
-    return sorted(os.listdir(folder / "generations"))
+    """The generation folders and leftovers (not the store's token sidecar)."""
+    return sorted(e for e in os.listdir(folder / "generations") if e != ownership.OWNER)
 
 
 def assert_clean(folder: Path) -> None:
@@ -680,21 +681,72 @@ def test_a_user_file_named_lock_is_not_ours(tmp_path: Path, index_a: Index) -> N
     assert (folder / "lock").read_text() == "combination: 12-34-56\n"
 
 
-def test_leftovers_of_format1_saves_are_cleaned(tmp_path: Path, index_a: Index) -> None:
-    """A format-1 save killed long ago left ``.NAME.partial-*`` beside the index."""
+def test_look_alike_folders_beside_the_index_survive(tmp_path: Path, index_a: Index) -> None:
+    """``.NAME.partial-*`` / ``.NAME.old-*`` beside an index may be anyone's: psirag no longer
+    makes them, so it never removes them, however old (issue 26: it used to, after 15 min)."""
     folder = tmp_path / "idx"
     write_format1(index_a, folder)
-    old = tmp_path / ".idx.partial-1234abcd"
-    recent = tmp_path / ".idx.partial-feedbeef"
-    for p in (old, recent):
+    mine = [tmp_path / ".idx.partial-1234abcd", tmp_path / ".idx.old-2024"]
+    for p in mine:
         p.mkdir()
-        (p / "node_vectors.npy").write_bytes(b"half")
-    stale = time.time() - 2 * storage_mod.STALE_LEGACY_SECONDS
-    os.utime(old, (stale, stale))
+        (p / "thesis.txt").write_text("two years of work")
+        os.utime(p, (0, 0))
     index_a.save(folder)
-    assert not old.exists(), "a killed format-1 save's folder stayed"
-    assert recent.exists(), "a folder that may belong to a running save was removed"
+    IndexStore(folder).gc(keep=1)
+    for p in mine:
+        assert (p / "thesis.txt").read_text() == "two years of work"
     assert corpus_of(Index.load(folder)) == "alphatag"
+
+
+def test_cleanup_removes_only_marked_folders(tmp_path: Path, index_a: Index) -> None:
+    """Inside generations/, a staging-named folder goes only with this store's marker: a forged
+    marker, no marker (with files) and another store's token all survive; an empty unmarked
+    staging folder (a save killed before marking it) goes."""
+    folder = tmp_path / "idx"
+    index_a.save(folder)
+    gens = folder / "generations"
+    token = ownership.store_token(gens, create=False)
+    assert token
+    ours = gens / ".partial-000009-1-aaaa"
+    ours.mkdir()
+    ownership.mark(ours, token)
+    (ours / "chunks.jsonl").write_text("half")
+    empty = gens / ".partial-000010-1-bbbb"
+    empty.mkdir()
+    forged = gens / ".partial-000011-1-cccc"
+    forged.mkdir()
+    ownership.mark(forged, "0" * 32)
+    (forged / "keep.txt").write_text("mine")
+    unmarked = gens / ".trash-000001-dddd"
+    unmarked.mkdir()
+    (unmarked / "keep.txt").write_text("mine")
+    orphan = gens / "000050"
+    orphan.mkdir()
+    (orphan / "keep.txt").write_text("mine")
+    pointer_tmp = folder / ".manifest.json.tmp-notours"
+    pointer_tmp.write_text("{}")
+    index_a.save(folder)
+    assert not ours.exists() and not empty.exists()
+    for p in (forged, unmarked, orphan):
+        assert (p / "keep.txt").read_text() == "mine"
+    assert pointer_tmp.exists()
+
+
+def test_gc_leaves_an_unproven_generation(tmp_path: Path, index_a: Index) -> None:
+    """A published generation without the marker and with a manifest that is not its own is not
+    collected; one from before markers (its own manifest, no marker) is."""
+    folder = tmp_path / "idx"
+    index_a.save(folder)
+    first = folder / "generations" / "000001"
+    (first / ownership.MARKER).unlink()  # as written by an older psirag
+    index_a.save(folder)
+    index_a.save(folder)
+    assert not first.exists(), "a pre-marker generation of ours was not collected"
+    second = folder / "generations" / "000002"
+    (second / ownership.MARKER).write_text("f" * 32)
+    index_a.save(folder)
+    index_a.save(folder)
+    assert second.exists(), "a generation with a foreign marker was collected"
 
 
 def test_a_format1_read_retries_when_a_save_migrates_it(
@@ -734,3 +786,29 @@ def test_save_jsonl_copies_leading_lines_of_the_base(tmp_path: Path, index_a: In
     with IndexWriter(folder) as writer, pytest.raises(IndexFormatError, match="fewer than"):
         writer.save_jsonl("chunks.jsonl", [], base_lines=len(lines) + 1)
     assert IndexStore(folder).current() == 2
+
+
+def test_look_alike_survives_index_add_and_gc_from_the_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The failure of issue 26 as a user met it: `psirag index a.txt --out idx` and
+    `psirag add idx b.txt` deleted `.idx.old-2024/` (older than 15 minutes) beside the index."""
+    import psirag.cli.living_cmds as cli_living
+    import psirag.embed as embed
+
+    monkeypatch.setattr(embed, "load_embedder", lambda spec, **kw: HashEmbedder())
+    monkeypatch.setattr(cli_living, "load_embedder_for", lambda spec, *a, **kw: HashEmbedder())
+    monkeypatch.chdir(tmp_path)
+    Path("a.txt").write_text(" ".join(TOPICS["volcanoes"]))
+    Path("b.txt").write_text(" ".join(TOPICS["baking"]))
+    look_alikes = [Path(".idx.old-2024"), Path(".idx.partial-0001"), Path("idx.old-2024")]
+    for p in look_alikes:
+        p.mkdir()
+        (p / "notes.txt").write_text("mine")
+        os.utime(p, (0, 0))
+    assert main(["index", "a.txt", "--out", "idx", "-q"]) == 0
+    assert main(["index", "a.txt", "--out", "idx", "-q"]) == 0  # a rebuild
+    assert main(["add", "idx", "b.txt", "-q"]) == 0
+    IndexStore("idx").gc(keep=1)
+    for p in look_alikes:
+        assert (p / "notes.txt").read_text() == "mine", p

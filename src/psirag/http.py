@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from psirag import cancel
 from psirag.errors import InputError, PsiragError
 
 log = logging.getLogger("psirag.http")
@@ -235,11 +236,16 @@ class HttpClient:
         policy = self.policy
         deadline = self._clock() + policy.timeout
         attempt = 0
+        token = cancel.current()
         while True:
             attempt += 1
+            if token is not None:
+                token.check()  # a cancelled ask starts no new call
             try:
                 return Response(self._once(data, key, deadline), attempt)
             except HTTPCallError as exc:
+                if token is not None:
+                    token.check()  # cut off by a cancel, not by the server: no retry
                 exc.attempts = attempt
                 if not exc.retryable or attempt > policy.retries:
                     raise self._final(exc, attempt) from None
@@ -299,41 +305,60 @@ class HttpClient:
             headers["Authorization"] = f"Bearer {key}"
         conn, target = self._connection(left, headers)
         expired = threading.Event()
+        # Our own reference to the socket: after getresponse() on a reply that closes the
+        # connection (HTTP/1.0, "Connection: close"), http.client sets conn.sock to None while
+        # the response still reads from that socket, so conn.sock cannot be relied on.
+        held: list[socket.socket] = []
 
         def cut_off() -> None:
-            # The deadline passed mid-exchange: closing the socket ends any blocked read.
+            # The deadline passed mid-exchange: shutting the socket down ends any blocked read.
             expired.set()
-            sock = conn.sock
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+            for sock in [*held, conn.sock]:
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)
 
         watchdog = threading.Timer(left, cut_off)
         watchdog.daemon = True
         watchdog.start()
+        token = cancel.current()
+        forget = token.on_cancel(cut_off) if token is not None else None
         try:
+            conn.connect()
+            if conn.sock is not None:
+                held.append(conn.sock)
+                if expired.is_set():  # the deadline passed while connecting
+                    raise self._timeout()
             conn.request("POST", target, body=data, headers=headers)
             response = conn.getresponse()
             status = response.status
+            sock = held[0] if held else None
             if 200 <= status < 300:
-                return self._read(conn, response, deadline, self.policy.max_body_bytes, expired)
-            body = self._read(conn, response, deadline, _ERROR_BODY_BYTES, expired, strict=False)
+                return self._read(sock, response, deadline, self.policy.max_body_bytes, expired)
+            body = self._read(sock, response, deadline, _ERROR_BODY_BYTES, expired, strict=False)
             raise self._status_error(status, body, response.getheader("Retry-After"), key)
         except HTTPCallError:
             raise
         except TimeoutError:
+            if token is not None:
+                token.check()
             raise self._timeout() from None
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            # ValueError: http.client's reading of a chunk size cut off by the watchdog
+            if token is not None:
+                token.check()  # cut off because the work was cancelled
             if expired.is_set() or self._clock() >= deadline:
                 raise self._timeout() from None
             raise self._connection_error(exc, key) from None
         finally:
+            if forget is not None:
+                forget()
             watchdog.cancel()
             conn.close()
 
     def _read(
         self,
-        conn: http.client.HTTPConnection,
+        sock: socket.socket | None,
         response: http.client.HTTPResponse,
         deadline: float,
         limit: int,
@@ -352,8 +377,9 @@ class HttpClient:
             left = deadline - self._clock()
             if left <= 0:
                 raise self._timeout()
-            if conn.sock is not None:
-                conn.sock.settimeout(left)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.settimeout(left)
             chunk = response.read1(_CHUNK)
             if not chunk:
                 if expired.is_set():

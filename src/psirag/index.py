@@ -158,10 +158,13 @@ class Index:
         Refuses a folder that is not a psirag index, and a second writer (IndexLockedError).
         ``writer``: an :class:`IndexWriter` already holding the lock (an update reads the
         current generation and writes the next under one lock)."""
+        from psirag.oserrors import saving
+
         own = writer is None
         if writer is None:
-            writer = IndexWriter(Path(folder))
-        with writer:
+            with saving(folder, had_index=False):
+                writer = IndexWriter(Path(folder))
+        with saving(writer.target, had_index=writer.base is not None), writer:
             save_index_data(writer, self._data)
         return Path(folder) if own else writer.target
 

@@ -444,13 +444,14 @@ def update_documents(
             f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
             f"tree. Add with the index's own embedder ({config.embedder!r}) or rebuild."
         )
-    wanted = list(dict.fromkeys(str(d) for d in remove))
+    from psirag.ids import match, some
+
+    wanted, missing = match(remove, data.documents)
     known = set(data.documents)
-    missing = [d for d in wanted if d not in known]
     if missing:
         sample = ", ".join(repr(d) for d in data.documents[:5])
         raise InputError(
-            f"unknown document id(s) {missing[:10]}: this index holds {len(known):,} documents "
+            f"unknown document id(s) [{some(missing)}]: this index holds {len(known):,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
         )
     if wanted and len(wanted) >= len(known):
@@ -650,13 +651,14 @@ def rebuild_data(
 
 def rebuild_from_files(
     data: IndexData,
-    files: Sequence[str],
+    files: Sequence[Any],
     embedder: Embedder,
     *,
     llm: Any = None,
     progress: bool = False,
 ) -> tuple[IndexData, UpdateSummary]:
-    """A full build of ``files`` with the index's config (a sync that replaces everything)."""
+    """A full build of ``files`` (paths or documents) with the index's config (a sync that
+    replaces everything)."""
     from psirag.pipeline import build_index_data
 
     new, _ = build_index_data(
@@ -715,7 +717,8 @@ def update_saved(
     disk generation is loaded as usual. The saved result names the generation it became
     (:attr:`IndexData.origin`), so it can be the ``base`` of the next update."""
     from psirag.index_data import SavedOrigin
-    from psirag.storage import IndexStore, IndexWriter, _resolve
+    from psirag.oserrors import saving
+    from psirag.storage import IndexReader, IndexStore, IndexWriter, _resolve
     from psirag.storage_format import load_index_data, save_index_data
 
     store = IndexStore(folder)
@@ -725,11 +728,8 @@ def update_saved(
             raise IndexFormatError(
                 f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
             )
-        if state == "newer":
-            raise IndexFormatError(
-                f"{folder} holds an index in a format this psirag does not know; upgrade "
-                "psirag or rebuild the index"
-            )
+        if state in ("newer", "badversion"):
+            IndexReader(folder)  # raises the exact words for that format_version (formats.py)
         raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
     with IndexWriter(store) as writer:
         on_disk = writer.base
@@ -746,7 +746,8 @@ def update_saved(
         if not (save and summary.changed):
             return SavedUpdate(data, summary, None, from_legacy, loaded=loaded)
         t0 = time.perf_counter()
-        generation = save_index_data(writer, new)
+        with saving(writer.target, had_index=on_disk is not None):
+            generation = save_index_data(writer, new)
         new = replace(new, origin=SavedOrigin(str(_resolve(store.folder)), generation, new.chunks))
         return SavedUpdate(
             new, summary, generation, from_legacy, time.perf_counter() - t0, loaded=loaded

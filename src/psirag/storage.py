@@ -18,8 +18,10 @@ published generation intact. One writer at a time (an exclusive flock on ``lock`
 gets :class:`IndexLockedError`. Unchanged files can be hard-linked from the base generation
 (:meth:`IndexWriter.keep`) instead of being rewritten. Old generations and the leftovers of a
 killed save are removed by the next writer (:meth:`IndexStore.gc`), never one that a reader is
-loading. Folders in format version 1 (everything flat in ``DIR``) are read as they are; the next
-save writes the new layout and removes the old flat files.
+loading, and only folders that carry this index's marker (:mod:`psirag.ownership`): nothing a
+user put beside or inside the index is ever deleted. Folders in format version 1 (everything
+flat in ``DIR``) are read as they are; the next save writes the new layout and removes the old
+flat files.
 
 No pickle anywhere: arrays are plain .npy (``allow_pickle=False``), text is JSON.
 """
@@ -43,7 +45,9 @@ from typing import Any, Literal, TypeVar
 
 import numpy as np
 
+from psirag import formats, ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
+from psirag.oserrors import of_the_machine, with_path
 
 FORMAT_NAME = "psirag-index"
 FORMAT_VERSION = 2
@@ -55,8 +59,7 @@ LOCK = "lock"
 READERS = ".readers"
 DEFAULT_KEEP = 2
 """Generations kept by garbage collection: the current one and the one before it."""
-STALE_LEGACY_SECONDS = 900.0
-"""A format-1 staging folder (``.DIR.partial-*`` beside DIR) this old is a killed save's."""
+POINTER_TMP = ".manifest.json.tmp-"
 
 Verify = Literal["none", "size", "full"]
 T = TypeVar("T")
@@ -155,6 +158,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
     except OSError as exc:
+        if of_the_machine(exc):
+            raise with_path(exc, path) from exc
         raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
     try:
         data = json.loads(raw.decode("utf-8"))
@@ -248,7 +253,8 @@ class IndexStore:
     # -------------------------------------------------------------- what is there
     def state(self) -> str:
         """``missing``, ``file``, ``empty``, ``index`` (format 2), ``legacy`` (format 1),
-        ``newer`` (a later format), ``pending`` (a first save that never finished) or
+        ``newer`` (a later format), ``badversion`` (a format_version that is no whole number
+        of at least 1), ``pending`` (a first save that never finished) or
         ``foreign`` (anything else: never written over)."""
         p = self.folder
         if not p.exists():
@@ -266,11 +272,10 @@ class IndexStore:
             if manifest.get("format") != FORMAT_NAME:
                 return "foreign"
             version = manifest.get("format_version")
-            if version == FORMAT_VERSION:
-                return "index"
-            if version == LEGACY_VERSION:
-                return "legacy"
-            return "newer"
+            kind = formats.classify(version, READABLE_VERSIONS)
+            if kind != "ok":
+                return "newer" if kind == "newer" else "badversion"
+            return "index" if version == FORMAT_VERSION else "legacy"
         ours = {LOCK, GENERATIONS}
         if not all(e in ours or _POINTER_TMP_RE.match(e) for e in entries):
             return "foreign"
@@ -280,7 +285,10 @@ class IndexStore:
         if gens.exists():
             if not gens.is_dir():
                 return "foreign"
-            if not all(_GEN_RE.match(e) or _TEMP_RE.match(e) for e in os.listdir(gens)):
+            if not all(
+                _GEN_RE.match(e) or _TEMP_RE.match(e) or e.startswith(ownership.OWNER)
+                for e in os.listdir(gens)
+            ):
                 return "foreign"
         return "pending"
 
@@ -324,10 +332,12 @@ class IndexStore:
                 f"{where} is a folder that is not a psirag index ({why}); refusing to write "
                 "over it. Choose an empty or new folder for the index (--out)."
             )
-        if state == "newer":
+        if state in ("newer", "badversion"):
+            version = _read_json(where / MANIFEST).get("format_version")
             raise IndexTargetError(
-                f"{where} holds an index in a newer format than this psirag writes (format "
-                f"{FORMAT_VERSION}); upgrade psirag or choose another folder (--out)"
+                f"{where}: {formats.problem(version, READABLE_VERSIONS)}; psirag will not write "
+                "over it: choose another folder (--out)"
+                + (", or upgrade psirag" if state == "newer" else "")
             )
         if state not in ("index", "legacy"):
             real = _resolve(where)
@@ -396,36 +406,31 @@ class IndexStore:
         return IndexWriter(self, base=base, wait=wait)
 
     def cleanup(self) -> list[str]:
-        """Remove what killed saves left (staging and trash folders, pointer temp files,
-        generations never published). Call with the writer lock held."""
+        """Remove what killed saves of this store left (staging and trash folders, pointer temp
+        files, generations never published), and only that: a folder goes only when it carries
+        this store's marker, a temp file only when its name carries the store's token
+        (:mod:`psirag.ownership`). Nothing beside the index folder is touched. Call with the
+        writer lock held."""
         removed: list[str] = []
         current = self.current()
         gens = self.generations_dir
+        token = ownership.store_token(gens, create=False) if gens.is_dir() else None
         if gens.is_dir():
             for entry in sorted(os.listdir(gens)):
                 path = gens / entry
                 orphan = _GEN_RE.match(entry) and (current is None or int(entry) > current)
-                if _TEMP_RE.match(entry) or orphan:
-                    shutil.rmtree(path, ignore_errors=True)
+                if not (_TEMP_RE.match(entry) or orphan):
+                    continue
+                if ownership.made_here(path, token):
+                    ownership.remove_marked(path)
                     removed.append(f"{GENERATIONS}/{entry}")
+                elif _TEMP_RE.match(entry) and ownership.remove_if_empty(path):
+                    removed.append(f"{GENERATIONS}/{entry}")  # killed before it was marked
         for entry in os.listdir(self.folder):
-            if _POINTER_TMP_RE.match(entry):
+            if ownership.temp_is_ours(entry, POINTER_TMP, token):
                 with contextlib.suppress(OSError):
                     os.unlink(self.folder / entry)
                 removed.append(entry)
-        parent = _resolve(self.folder).parent
-        prefix = f".{_resolve(self.folder).name}."
-        with contextlib.suppress(OSError):
-            for entry in os.listdir(parent):
-                if entry.startswith(prefix + "partial-") or entry.startswith(prefix + "old-"):
-                    path = parent / entry
-                    try:
-                        age = time.time() - path.stat().st_mtime
-                    except OSError:
-                        continue
-                    if age > STALE_LEGACY_SECONDS:  # a format-1 save's leftover
-                        shutil.rmtree(path, ignore_errors=True)
-                        removed.append(str(path))
         return removed
 
     def gc(self, keep: int = DEFAULT_KEEP) -> list[int]:
@@ -435,12 +440,17 @@ class IndexStore:
         if current is None:
             return []
         published = [g for g in self.generations() if g <= current]
+        token = ownership.store_token(self.generations_dir, create=False)
         survivors = set(published[-max(1, keep) :]) | {current}
         removed: list[int] = []
         for g in published:
             if g in survivors:
                 continue
             folder = self.generations_dir / _generation_name(g)
+            if not ownership.made_here(folder, token):
+                if token is None or not ownership.legacy_generation(folder, g, FORMAT_NAME):
+                    continue  # not provably ours: left alone
+                ownership.mark(folder, token)  # ours from before markers: marked, then removed
             try:
                 fd = os.open(folder / READERS, os.O_RDONLY)
             except FileNotFoundError:
@@ -457,7 +467,7 @@ class IndexStore:
                     self.generations_dir / f".trash-{_generation_name(g)}-{uuid.uuid4().hex[:8]}"
                 )
                 os.rename(folder, trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                ownership.remove_marked(trash)
                 removed.append(g)
             finally:
                 if fd is not None:
@@ -533,10 +543,10 @@ class IndexReader:
         if pointer.get("format") != FORMAT_NAME:
             raise IndexFormatError(f"{mpath} does not describe a psirag index; rebuild the index")
         version = pointer.get("format_version")
-        if version not in READABLE_VERSIONS:
+        if formats.classify(version, READABLE_VERSIONS) != "ok":
             raise IndexFormatError(
-                f"{root} uses index format {version}, this psirag reads formats "
-                f"{', '.join(map(str, READABLE_VERSIONS))}; rebuild the index with this version"
+                f"{root}: {formats.problem(version, READABLE_VERSIONS)}; "
+                + formats.advice(version, READABLE_VERSIONS)
             )
         if version == LEGACY_VERSION:
             if generation is not None:
@@ -649,6 +659,8 @@ class IndexReader:
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except (ValueError, OSError) as exc:
+            if of_the_machine(exc):
+                raise with_path(exc, path) from exc
             raise IndexFormatError(f"{self.folder}: cannot read {name} ({exc}); rebuild") from exc
 
     def iter_jsonl(self, name: str) -> Iterator[dict[str, Any]]:
@@ -666,6 +678,8 @@ class IndexReader:
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except OSError as exc:
+            if of_the_machine(exc):
+                raise with_path(exc, path) from exc
             raise IndexFormatError(f"cannot read {path} ({exc.strerror or exc})") from exc
         except UnicodeDecodeError as exc:
             raise IndexFormatError(f"{path} is not UTF-8 text; the index is corrupted") from exc
@@ -743,10 +757,18 @@ class IndexWriter:
             current = self.store.current() or 0
             self.generation = max([current, *self.store.generations()]) + 1
             self.store.generations_dir.mkdir(exist_ok=True)
+            token = ownership.store_token(self.store.generations_dir, create=True)
+            if token is None:
+                raise IndexTargetError(
+                    f"{self.store.generations_dir / ownership.OWNER} is not a psirag store token; "
+                    "the index folder was changed by hand: rebuild it into a new folder (--out)"
+                )
+            self.token: str = token
             self.staging = self.store.generations_dir / (
                 f".partial-{_generation_name(self.generation)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
             )
             self.staging.mkdir()
+            ownership.mark(self.staging, self.token)
         except BaseException:
             self._release()
             raise
@@ -826,6 +848,8 @@ class IndexWriter:
                 if p.is_dir():
                     continue
                 rel = p.relative_to(self.staging).as_posix()
+                if rel == ownership.MARKER:
+                    continue
                 if rel in self._kept and p.stat().st_size == self._kept[rel].get("bytes"):
                     files[rel] = self._kept[rel]
                     continue
@@ -852,7 +876,7 @@ class IndexWriter:
             _fsync_dir(self.store.generations_dir)
             _checkpoint("renamed")
             pointer = {**full, "manifest_sha256": hashlib.sha256(raw).hexdigest()}
-            tmp = self.target / f".manifest.json.tmp-{uuid.uuid4().hex[:8]}"
+            tmp = self.target / ownership.temp_name(POINTER_TMP, self.token)
             _write_json(tmp, pointer)
             _checkpoint("before-pointer")
             os.replace(tmp, self.target / MANIFEST)
@@ -902,13 +926,14 @@ class IndexWriter:
             return
         self._done = True
         if not self._published:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            ownership.remove_marked(self.staging)
         if self.base is not None:
             self.base.close()
         if self._created and self.store.state() == "pending":
             gens = self.store.generations_dir
             with contextlib.suppress(OSError):
-                if gens.is_dir() and not os.listdir(gens):
+                if gens.is_dir() and set(os.listdir(gens)) <= {ownership.OWNER}:
+                    (gens / ownership.OWNER).unlink(missing_ok=True)  # ours: made by this writer
                     gens.rmdir()
             with contextlib.suppress(OSError):
                 if set(os.listdir(self.target)) <= {LOCK}:
@@ -931,16 +956,11 @@ class IndexWriter:
 
 def check_target(out: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     """Everything ``psirag index --out`` must refuse before a build starts: the checks of
-    :meth:`IndexStore.check_writable`, an output folder holding one of the inputs, and an
-    index another writer holds right now."""
-    real = _resolve(Path(out))
-    for item in inputs:
-        src = _resolve(Path(item))
-        if src == real or real in src.parents:
-            raise IndexTargetError(
-                f"--out {out} contains the input {item}; writing the index there would put it "
-                "among the documents. Choose a folder outside the inputs."
-            )
+    :meth:`IndexStore.check_writable`, an output folder holding one of the inputs or inside
+    one, and an index another writer holds right now."""
+    from psirag.ingest.index_folders import check_out_and_inputs
+
+    check_out_and_inputs(out, inputs)
     store = IndexStore(out)
     store.check_writable()
     store.probe_lock()

@@ -245,7 +245,9 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
     try:
         sparse = SparseIndex.load(reader.path(BM25.name))
     except (OSError, ValueError, KeyError) as exc:
-        if isinstance(exc, IndexFormatError):
+        from psirag.oserrors import of_the_machine
+
+        if isinstance(exc, IndexFormatError) or of_the_machine(exc):
             raise
         raise IndexFormatError(f"{where}: cannot read the BM25 index ({exc})") from exc
     bm25_docs = sparse.retriever.scores.get("num_docs")

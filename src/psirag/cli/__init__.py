@@ -66,6 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # disk full, permission denied, too many open files, ...
+        from psirag.oserrors import describe
+
+        _eprint(f"psirag: error: {describe(exc)}")
+        return 2
 
 
 __all__ = [

@@ -106,9 +106,11 @@ def register(sub: Any) -> None:
 
 # ---------------------------------------------------------------------------- helpers
 def _embedder(index: Any, spec: str | None, args: argparse.Namespace | None = None) -> Any:
+    from psirag.trust import embedder_spec
+
     config = index.config
     http = http_policy_from(args) if args is not None else None
-    embedder = load_embedder_for(spec or config.embedder, config.batch_size, http)
+    embedder = load_embedder_for(embedder_spec(config.embedder, spec), config.batch_size, http)
     if embedder.id != index.embedder_id:
         raise EmbedderMismatchError(
             f"{spec or config.embedder!r} embeds as {embedder.id!r} but this index was built "
@@ -122,11 +124,13 @@ def _embedder(index: Any, spec: str | None, args: argparse.Namespace | None = No
 def _llm(index: Any, args: argparse.Namespace) -> Any:
     from dataclasses import replace
 
+    from psirag.trust import llm_spec
+
     config = index.config
     if not config.abstracts.startswith("llm-"):
         return None
     return abstract_llm(
-        replace(config, llm=args.llm or config.llm), args.llm_cache, http_policy_from(args)
+        replace(config, llm=llm_spec(config.llm, args.llm)), args.llm_cache, http_policy_from(args)
     )
 
 
@@ -386,20 +390,26 @@ def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def scan_files(paths: Sequence[str]) -> dict[str, str]:
-    """Every supported file under ``paths`` (resolved) with the sha256 of its bytes."""
+def scan_files(
+    paths: Sequence[str], names: dict[str, tuple[Path, str]] | None = None
+) -> dict[str, str]:
+    """Every supported file under ``paths`` (resolved) with the sha256 of its bytes; ``names``
+    gets each one's path as found and the document id ``psirag index`` would give it."""
     from psirag.ingest.loaders import SUFFIXES, _walk
+    from psirag.ingest.naming import document_id
 
     found: dict[str, str] = {}
     for given in paths:
         p = Path(given)
         if not p.exists():
             raise InputError(f"{p}: no such file or folder; check the path")
-        files = _walk(p)[0] if p.is_dir() else [p]
+        files = _walk(p, _eprint)[0] if p.is_dir() else [p]
         for f in files:
             if f.suffix.lower() not in SUFFIXES:
                 raise InputError(f"{f}: unsupported file type {f.suffix!r}")
             r = f.resolve()
+            if names is not None:
+                names.setdefault(str(r), (f, document_id(p, f)))
             try:
                 found[str(r)] = hashlib.sha256(r.read_bytes()).hexdigest()
             except OSError as exc:
@@ -412,7 +422,14 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 
     out = stdout or sys.stdout
     started = time.perf_counter()
-    files = scan_files(args.paths)
+    names: dict[str, tuple[Path, str]] = {}
+    files = scan_files(args.paths, names)
+    from psirag.ingest.naming import load_named
+
+    def documents(found: Sequence[str]) -> Any:
+        """The files, named as ``psirag index`` names them (a link by its own name)."""
+        skip = "skip" if args.skip_bad_files else "fail"
+        return load_named([names[f] for f in found], on_bad_file=skip, warn=_eprint)
 
     def change(index: Index, run: _Run) -> UpdateSummary:
         sources = index.data.sources
@@ -444,7 +461,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             embedder = _embedder(index, args.embedder, args)
             data, summary = rebuild_from_files(
                 index.data,
-                sorted(files),
+                documents(sorted(files)),
                 embedder,
                 llm=run.open_llm(index),
                 progress=not args.quiet,
@@ -457,7 +474,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
             _embedder(index, args.embedder, args)
         return index.update(
             to_remove,
-            new + changed,
+            documents(new + changed) if new or changed else None,
             progress=not args.quiet,
             llm=run.open_llm(index),
             on_bad_file="skip" if args.skip_bad_files else "fail",

@@ -37,6 +37,19 @@ SETTINGS_FLAGS: dict[str, Flag] = {
         type=positive_int,
         metavar="N",
     ),
+    "max_asks": Flag(
+        "--max-asks",
+        "questions answered at once, on threads of their own (searches never wait for them; "
+        "default {default})",
+        type=positive_int,
+        metavar="N",
+    ),
+    "ask_queue": Flag(
+        "--ask-queue",
+        "questions that may wait for a place; beyond, 503 with Retry-After (default {default})",
+        type=int,
+        metavar="N",
+    ),
     "api_key": Flag(
         "--api-key",
         f"require this key on every request but /health (default ${API_KEY_ENV})",
@@ -92,7 +105,7 @@ def _llm_arguments(p: argparse.ArgumentParser) -> None:
     )
     add_query_embedder_option(p)
     add_http_options(p)
-    add_settings_options(p, ServerSettings, SETTINGS_FLAGS, ["llm_concurrency"])
+    add_settings_options(p, ServerSettings, SETTINGS_FLAGS, _LLM_FLAGS)
 
 
 def register(subparsers: Any) -> None:
@@ -123,6 +136,8 @@ def register(subparsers: Any) -> None:
     m.set_defaults(func=run_mcp)
 
 
+_LLM_FLAGS = ("llm_concurrency", "max_asks", "ask_queue")
+"""The options serve and mcp share: how many LLM calls and questions run at once."""
 _SERVE_FLAGS = (
     "api_key",
     "insecure",
@@ -132,7 +147,7 @@ _SERVE_FLAGS = (
     "max_query_chars",
     "max_retrievals",
 )
-_ALL_FLAGS = ("host", "port", "llm_concurrency", *_SERVE_FLAGS)
+_ALL_FLAGS = ("host", "port", *_LLM_FLAGS, *_SERVE_FLAGS)
 
 
 def _llm_client(args: argparse.Namespace) -> Any:
@@ -200,7 +215,9 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from psirag.server.mcp_tools import build_mcp_server
     from psirag.server.state import GatedLLM, IndexHolder
 
-    settings = ServerSettings(llm_concurrency=args.llm_concurrency)
+    settings = ServerSettings(
+        llm_concurrency=args.llm_concurrency, max_asks=args.max_asks, ask_queue=args.ask_queue
+    )
     index = prepare_index(_load_index(args, embedder))
     llm = _llm_client(args)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None

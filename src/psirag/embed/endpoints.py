@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from psirag.embed.base import Embedder
 from psirag.embed.factory import load_embedder
-from psirag.errors import InputError
 
 if TYPE_CHECKING:
     from psirag.http import HttpPolicy
@@ -62,18 +61,11 @@ def endpoint_allowed(endpoint: str) -> bool:
 def load_index_embedder(
     spec: str, *, batch_size: int | None = None, http: HttpPolicy | None = None
 ) -> Embedder:
-    """The embedder an index's manifest names, unless it is an endpoint nobody confirmed."""
-    endpoint = endpoint_of(spec)
-    if endpoint is not None and not endpoint_allowed(endpoint):
-        url = spec.strip()[len("openai:") :].partition("#")[0]
-        model = spec.partition("#")[2] or "MODEL"
-        raise InputError(
-            f"this index's manifest.json (embedder.spec) names the embedding endpoint {url}; "
-            "an index is data, so psirag sends your queries (and $OPENAI_API_KEY) only to an "
-            "endpoint you confirm: pass --embedder openai:<a URL you trust>#"
-            f"{model} (it must serve the index's model), or allow this one with "
-            f"{ALLOW_ENV}={endpoint}"
-        )
+    """The embedder an index's manifest names, unless it is an endpoint nobody confirmed
+    (the one rule of :mod:`psirag.trust`)."""
+    from psirag.trust import require_confirmed
+
+    require_confirmed(spec, kind="embedder")
     return load_embedder(spec, batch_size=batch_size, http=http)
 
 

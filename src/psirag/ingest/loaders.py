@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from psirag.errors import InputError
+from psirag.ids import nfc
 from psirag.ingest.chunking import chunk_spans
 from psirag.ingest.documents import (
     HTML_SUFFIXES,
@@ -56,6 +57,10 @@ class Document:
     """The sha256 of that file's bytes (a JSON file's records share it)."""
     page_starts: tuple[int, ...] = field(default=(), compare=False)
     """For a PDF: where each page starts in ``text`` (chunks record their page)."""
+
+    def __post_init__(self) -> None:
+        # one form for ids (psirag.ids): a decomposed file name and a composed one are one id
+        object.__setattr__(self, "id", nfc(self.id))
 
 
 def _default_warn(message: str) -> None:
@@ -292,10 +297,18 @@ def _is_hidden(relative: Path) -> bool:
     return any(part.startswith(".") for part in relative.parts)
 
 
-def _walk(folder: Path) -> tuple[list[Path], list[Path]]:
-    """Supported and unsupported files under ``folder``, hidden ones left out, sorted."""
+def _walk(folder: Path, note: Callable[[str], None] | None = None) -> tuple[list[Path], list[Path]]:
+    """Supported and unsupported files under ``folder``, hidden ones and psirag index folders
+    left out (each index folder reported to ``note``), sorted."""
+    from psirag.ingest.index_folders import looks_like_index, skip_note
+
     found: list[Path] = []
     for root, dirs, files in os.walk(folder):
+        if looks_like_index(Path(root)):
+            if note is not None:
+                note(skip_note(folder, Path(root)))
+            dirs[:] = []
+            continue
         dirs[:] = [d for d in dirs if not d.startswith(".")]
         found.extend(Path(root, name) for name in files if not name.startswith("."))
     found.sort(key=lambda p: p.relative_to(folder).parts)
@@ -331,7 +344,7 @@ def load_documents(
                 )
             raise InputError(f"{path}: no such file or folder; check the path")
         if path.is_dir():
-            usable, other = _walk(path)
+            usable, other = _walk(path, reader.warn)
             if other:
                 names = ", ".join(str(p.relative_to(path)) for p in other[:5])
                 more = f" and {len(other) - 5} more" if len(other) > 5 else ""

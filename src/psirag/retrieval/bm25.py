@@ -14,6 +14,7 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
 from psirag.errors import InputError
+from psirag.ids import nfc
 from psirag.retrieval.duplicates import first_copy_of
 from psirag.retrieval.ranking import first_copies, top_k
 
@@ -32,7 +33,7 @@ def has_indexable_word(texts: Iterable[str]) -> bool:
     English stopword), read the way bm25s tokenizes. Stops at the first such word, so a real
     corpus costs a few regex matches."""
     for text in texts:
-        for match in _TOKEN.finditer(text.lower()):
+        for match in _TOKEN.finditer(nfc(text).lower()):
             if match.group() not in _STOPWORDS:
                 return True
     return False
@@ -49,9 +50,15 @@ def check_indexable(texts: Sequence[str]) -> None:
         )
 
 
-def _tokenize(texts: Sequence[str]) -> list[list[str]]:
+def _tokenize(texts: Sequence[str], *, progress: bool = False) -> list[list[str]]:
+    """bm25s's tokens of ``texts``, for the index and for queries alike. NFC first: a word
+    typed composed (U+00E9) and decomposed (e + U+0301) is one token."""
     return bm25s.tokenize(
-        list(texts), stopwords="en", stemmer=_STEMMER, return_ids=False, show_progress=False
+        [nfc(t) for t in texts],
+        stopwords="en",
+        stemmer=_STEMMER,
+        return_ids=False,
+        show_progress=progress,
     )
 
 
@@ -83,13 +90,7 @@ class TermCounts:
 
     def append(self, texts: Sequence[str], *, progress: bool = False) -> TermCounts:
         """These counts with ``texts`` added as new chunks at the end."""
-        tokens = bm25s.tokenize(
-            list(texts),
-            stopwords="en",
-            stemmer=_STEMMER,
-            return_ids=False,
-            show_progress=progress,
-        )
+        tokens = _tokenize(texts, progress=progress)
         vocab = self.vocab
         fresh = {t for doc in tokens for t in doc if t not in vocab}
         if fresh:

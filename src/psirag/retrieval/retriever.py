@@ -199,15 +199,16 @@ class Retriever:
         """The masks of ``docs`` (None or empty: no restriction); unknown ids fail clearly."""
         if not docs:
             return None
+        from psirag.ids import match, some
+
         data = self.data
         documents = data.documents
-        known = set(documents)
-        missing = [d for d in docs if d not in known]
+        docs, missing = match(docs, documents)
         if missing:
             sample = ", ".join(repr(d) for d in documents[:5])
             raise InputError(
-                f"unknown document id(s) {missing}; this index holds {len(known):,} documents, "
-                f"e.g. {sample} (see `psirag inspect`)"
+                f"unknown document id(s) [{some(missing)}]; this index holds "
+                f"{len(documents):,} documents, e.g. {sample} (see `psirag inspect`)"
             )
         leaves = np.isin(data.leaf_documents, list(docs))
         nodes = np.asarray(data.tree.leaf_membership @ leaves.astype(np.float32)).ravel() > 0

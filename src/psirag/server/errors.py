@@ -16,6 +16,9 @@ if TYPE_CHECKING:  # the web framework loads only when a server is built (see se
 
 log = logging.getLogger("psirag.server")
 
+MAX_LISTED = 10
+"""Problems an error body lists before it says "and N more"."""
+
 
 class PayloadTooLargeError(PsiragError):
     """A request body, URL or query is over the server's limit (413)."""
@@ -74,6 +77,11 @@ _HTTP_KINDS = {
 
 def exception_response(exc: BaseException, *, log_it: bool = True) -> JSONResponse:
     """The JSON error for any exception a route raises (what the user can fix, or a 500)."""
+    from psirag.server.admission import ServerBusyError
+
+    if isinstance(exc, ServerBusyError):
+        headers = {"Retry-After": str(exc.retry_after)}
+        return error_response(503, "ServerBusyError", str(exc), headers=headers)
     for kind, status in _STATUS_OF:
         if isinstance(exc, kind):
             return error_response(status, type(exc).__name__, str(exc))
@@ -87,11 +95,13 @@ def exception_response(exc: BaseException, *, log_it: bool = True) -> JSONRespon
 def _validation_message(exc: RequestValidationError) -> tuple[str, list[dict[str, Any]]]:
     details = []
     parts = []
-    for err in exc.errors():
+    errors = exc.errors()
+    for err in errors[:MAX_LISTED]:  # 20,000 bad list items must not make a 2 MB answer
         where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
         details.append({"field": where, "message": str(err.get("msg", ""))})
         parts.append(f"{where}: {err.get('msg', '')}")
-    return "invalid request: " + "; ".join(parts), details
+    more = f"; and {len(errors) - MAX_LISTED:,} more" if len(errors) > MAX_LISTED else ""
+    return "invalid request: " + "; ".join(parts) + more, details
 
 
 def install_error_handlers(app: FastAPI) -> None:

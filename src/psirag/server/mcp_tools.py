@@ -39,9 +39,10 @@ def build_mcp_server(state: ServerState) -> Any:
         "psirag", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
 
-    async def run(fn: Any) -> Any:
+    async def run(fn: Any, *, llm: bool = False) -> Any:
+        """``fn`` in a worker thread; LLM work in the ask pool (admission control)."""
         try:
-            return await state.blocking(fn)
+            return await (state.llm_work(fn) if llm else state.blocking(fn))
         except PsiragError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -91,7 +92,7 @@ def build_mcp_server(state: ServerState) -> Any:
                 ],
             }
 
-        return await run(go)
+        return await run(go, llm=True)
 
     @server.tool()
     async def inspect_node(node: int | None = None) -> dict[str, Any]:
@@ -110,7 +111,19 @@ def build_mcp_server(state: ServerState) -> Any:
         """Every indexed document: id, title and number of chunks."""
         return await run(lambda: views.documents_payload(state.holder.get().index))
 
+    _refuse_unknown_arguments(server)
     return server
+
+
+def _refuse_unknown_arguments(server: Any) -> None:
+    """Make every tool refuse arguments it does not take, as the HTTP API refuses unknown
+    fields (the MCP library ignores them by default, so a misspelt ``max_retrieval`` would
+    silently be dropped). The schema says so too (``additionalProperties: false``)."""
+    for tool in server._tool_manager.list_tools():
+        model = tool.fn_metadata.arg_model
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
+        tool.parameters = model.model_json_schema(by_alias=True)
 
 
 __all__ = ["INSTRUCTIONS", "build_mcp_server"]

@@ -87,6 +87,7 @@ class ChatRequest(BaseModel):
         default=None, ge=1, description="the same, newer name"
     )
     stream_options: dict[str, Any] | None = None
+    n: int = Field(default=1, description="answers per question: psirag gives one (n must be 1)")
     max_retrievals: Budget | None = Field(
         default=None,
         description="psirag extension (extra_body): a count or 'auto'; default: the server's",

@@ -12,6 +12,7 @@ from psirag.agent.loop import RetrieveAndAnswer, Step
 from psirag.config import SearchConfig, profile_config
 from psirag.errors import InputError
 from psirag.server import views
+from psirag.server.admission import Admission
 from psirag.server.errors import exception_response
 from psirag.server.models import AskRequest, SearchRequest
 from psirag.server.state import ServerState
@@ -83,10 +84,15 @@ async def agent_events(
     run: Callable[[Callable[[Step], None]], Any],
     k: int,
     max_retrievals: int | None = None,
+    admission: Admission | None = None,
 ) -> AsyncIterator[bytes]:
     """Run the agent in a thread; yield an SSE ``step`` event as each step completes, then the
     ``answer`` (or an ``error``). ``run(on_step)`` runs the episode and returns its result;
-    ``max_retrievals``, the episode's budget, goes into the answer."""
+    ``max_retrievals``, the episode's budget, goes into the answer. ``admission``: the ask's
+    place in the ask pool (taken before the stream starts, so a full pool answers 503); when
+    the stream ends, the client gone included, it is closed and the agent cancelled."""
+    if admission is None:
+        admission = state.asks.admit()
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -95,7 +101,9 @@ async def agent_events(
 
     async def worker() -> None:
         try:
-            result = await state.blocking(lambda: run(on_step))
+            result = await admission.run(
+                lambda: run(on_step), timeout=state.settings.request_timeout
+            )
             await events.put(("answer", ask_document(result, k, max_retrievals)))
         except Exception as exc:  # reported to the client as an event, never raised
             response = exception_response(exc)
@@ -113,6 +121,7 @@ async def agent_events(
             if kind in ("answer", "error"):
                 break
     finally:
+        admission.close()  # the client may be gone: no LLM call of this ask starts again
         if not task.done():
             task.cancel()
 

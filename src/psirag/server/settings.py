@@ -43,6 +43,10 @@ class ServerSettings:
     max_url_bytes: int = 8192
     max_k: int = 100
     llm_concurrency: int = 4
+    max_asks: int = 8
+    """LLM requests (asks, chat completions, summaries) running at once, on their own threads."""
+    ask_queue: int = 32
+    """LLM requests waiting for a place; beyond these, 503 with Retry-After."""
     model_name: str = "psirag"
     """The model id ``/v1/models`` lists."""
     max_retrievals: int | Literal["auto"] = 1
@@ -70,6 +74,11 @@ class ServerSettings:
         ):
             if value <= 0:
                 raise InputError(f"{name} must be positive, got {value}")
+        if self.max_asks < 1 or self.ask_queue < 0:
+            raise InputError(
+                f"--max-asks must be at least 1 and --ask-queue 0 or more, got {self.max_asks} "
+                f"and {self.ask_queue}"
+            )
         if self.llm_concurrency < 1:
             raise InputError(f"--llm-concurrency must be at least 1, got {self.llm_concurrency}")
         if self.max_retrievals != "auto" and not 0 <= int(self.max_retrievals) <= MAX_RETRIEVALS:

@@ -21,12 +21,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from psirag import cancel
 from psirag.errors import InputError
+from psirag.server.admission import AskPool
 from psirag.server.errors import LLMNotConfiguredError, PayloadTooLargeError, RequestTimeoutError
 from psirag.server.jobs import JobRunner
 from psirag.server.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from psirag.embed import Embedder
     from psirag.hops import HopPredictor
     from psirag.index import Index
@@ -253,8 +257,19 @@ class GatedLLM:
         return int(self.client.count_tokens(text))
 
     def chat(self, messages: list[Any], params: Any, stage: str = "agent") -> Any:
-        with self._gate:
+        """One call, once a place under the cap is free; a cancelled ask (psirag.cancel)
+        starts none, and gives up its wait for a place."""
+        token = cancel.current()
+        if token is None:
+            with self._gate:
+                return self.client.chat(messages, params, stage=stage)
+        while not self._gate.acquire(timeout=0.2):
+            token.check()
+        try:
+            token.check()
             return self.client.chat(messages, params, stage=stage)
+        finally:
+            self._gate.release()
 
     @property
     def usage(self) -> dict[str, dict[str, float]]:
@@ -273,8 +288,21 @@ class ServerState:
     llm: GatedLLM | None
     jobs: JobRunner
     started: float = field(default_factory=time.time)
+    asks: AskPool = field(init=False, repr=False)
     _hops: HopPredictor | None = field(default=None, repr=False)
     _hop_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.asks = AskPool(self.settings.max_asks, self.settings.ask_queue)
+
+    async def llm_work(self, fn: Callable[[], T], request: Request | None = None) -> T:
+        """``fn`` (LLM work: an agent run, a summary) in the ask pool under the per-request
+        deadline: 503 when the pool is full, cancelled when the client goes away."""
+        admission = self.asks.admit()
+        try:
+            return await admission.run(fn, timeout=self.settings.request_timeout, request=request)
+        finally:
+            admission.close()
 
     def budget(self, question: str, asked: int | str | None) -> int:
         """Retrievals after the first for ``question``: the request's count, or the server's

@@ -7,6 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from psirag.agent.summarize import Summarizer, node_to_dict
 from psirag.retrieval.retriever import NodeHit
@@ -26,22 +27,27 @@ async def ask(body: AskRequest, request: Request, state: State, index: IndexDep)
     # In a worker thread: with max_retrievals auto, the first ask loads the hop model.
     agent = await state.blocking(lambda: agent_for(state, index, body))
     if "text/event-stream" in request.headers.get("accept", ""):
+        admission = state.asks.admit()  # a full ask pool answers 503 before the stream starts
         return StreamingResponse(
             agent_events(
                 state,
                 lambda on_step: agent.run(query, on_step=on_step),
                 body.k,
                 agent.max_retrievals,
+                admission,
             ),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            background=BackgroundTask(admission.close),  # also when the stream never started
         )
-    result = await state.blocking(lambda: agent.run(query))
+    result = await state.llm_work(lambda: agent.run(query), request)
     return ask_document(result, body.k, agent.max_retrievals)
 
 
 @router.post("/summarize", tags=["query"])
-async def summarize(body: SummarizeRequest, state: State, index: IndexDep) -> dict[str, Any]:
+async def summarize(
+    body: SummarizeRequest, request: Request, state: State, index: IndexDep
+) -> dict[str, Any]:
     """Summarization mode: one tree visit, the top nodes given to the LLM in document
     order."""
     query = state.check_query(body.query)
@@ -51,7 +57,7 @@ async def summarize(body: SummarizeRequest, state: State, index: IndexDep) -> di
         return index.visit(q, docs=body.docs, beam=body.top_k, k=body.top_k)
 
     summarizer = Summarizer(llm, visit, top_k=body.top_k, max_tokens=body.max_tokens)
-    result = await state.blocking(lambda: summarizer.run(query))
+    result = await state.llm_work(lambda: summarizer.run(query), request)
     return {
         "summary": result.answer,
         "query": result.query,

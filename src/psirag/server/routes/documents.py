@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from psirag.errors import InputError
+from psirag.ids import match
 from psirag.server import views
 from psirag.server.deps import IndexDep, State
 from psirag.server.errors import NotFoundError, NotImplementedYetError
@@ -49,16 +50,19 @@ async def add_document(request: Request, state: State, index: IndexDep) -> dict[
     return {"job": job.to_dict()}
 
 
-@router.delete("/documents/{doc_id}", status_code=202)
+@router.delete("/documents/{doc_id:path}", status_code=202)
 async def remove_document(doc_id: str, state: State, index: IndexDep) -> dict[str, Any]:
-    """Remove a document as a background job."""
+    """Remove a document as a background job. The id may hold ``/`` (a file in a folder, or an
+    upload named ``../../etc/passwd``): send it percent-encoded or as it is."""
     if not callable(getattr(index, "remove", None)):
         raise NotImplementedYetError(
             "removing documents needs the living index (Index.remove), which this psirag "
             "version does not have; rebuild the index without the document instead"
         )
-    if doc_id not in set(index.documents):
+    found, _ = match([doc_id], index.documents)  # compared in NFC (psirag.ids)
+    if not found:
         raise NotFoundError(f"document {doc_id!r} is not in this index (see GET /documents)")
+    doc_id = found[0]
 
     def work(job: Job) -> dict[str, Any]:
         return apply_write(state, "remove", [doc_id], job)

@@ -10,10 +10,12 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from starlette.background import BackgroundTask
 
 from psirag.agent.loop import AgentResult
+from psirag.errors import InputError
 from psirag.server import views
 from psirag.server.deps import IndexDep, State
 from psirag.server.errors import exception_response
@@ -47,9 +49,13 @@ async def models(state: State) -> dict[str, Any]:
 
 
 @router.post("/v1/chat/completions", response_model=None)
-async def chat(body: ChatRequest, state: State, index: IndexDep) -> Any:
+async def chat(body: ChatRequest, request: Request, state: State, index: IndexDep) -> Any:
     """OpenAI chat completions; ``stream: true`` answers with ``chat.completion.chunk``
     events and ``data: [DONE]``."""
+    if body.n != 1:
+        raise InputError(
+            f"n is {body.n}: psirag gives one answer per question, so n must be 1 (omit it)"
+        )
     for m in body.messages:
         state.check_length(message_text(m), f"{m.role} message")
     question = question_from(body.messages)
@@ -75,7 +81,7 @@ async def chat(body: ChatRequest, state: State, index: IndexDep) -> Any:
         return reply_text(result.answer, cites), cites, usage
 
     if not body.stream:
-        result = await state.blocking(lambda: agent.run(question))
+        result = await state.llm_work(lambda: agent.run(question), request)
         text, cites, usage = finish(result)
         return {
             "id": completion_id,
@@ -106,10 +112,13 @@ async def chat(body: ChatRequest, state: State, index: IndexDep) -> Any:
         }
         return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
+    admission = state.asks.admit()  # a full ask pool answers 503 before the stream starts
+
     async def events() -> AsyncIterator[bytes]:
-        yield chunk({"role": "assistant", "content": ""})
-        task = asyncio.create_task(state.blocking(lambda: agent.run(question)))
+        timeout = state.settings.request_timeout
+        task = asyncio.create_task(admission.run(lambda: agent.run(question), timeout=timeout))
         try:
+            yield chunk({"role": "assistant", "content": ""})
             while not task.done():
                 done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_S)
                 if not done:
@@ -120,6 +129,10 @@ async def chat(body: ChatRequest, state: State, index: IndexDep) -> Any:
             yield f"data: {json.dumps(error)}\n\n".encode()
             yield b"data: [DONE]\n\n"
             return
+        finally:  # the client may be gone: no LLM call of this ask starts again
+            admission.close()
+            if not task.done():
+                task.cancel()
         text, cites, usage = finish(result)
         head, _, sources = text.partition("\n\n")
         yield chunk({"content": head})
@@ -142,4 +155,5 @@ async def chat(body: ChatRequest, state: State, index: IndexDep) -> Any:
         events(),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        background=BackgroundTask(admission.close),  # also when the stream never started
     )

@@ -1,0 +1,177 @@
+"""OS errors are one clear line, exit status 2, and the old generation stays (issue 26).
+
+The conditions are real where this machine allows: a full 1 MiB tmpfs, the same tmpfs remounted
+read-only (both need root and ``mount``; skipped otherwise), a user without write access (a child
+process that drops root), a low open-file limit and a name longer than the file system takes.
+The table in docs/bad-inputs.md shows the same messages through simulated errors at the write
+layer (tests/test_bad_inputs.py), so that it reads the same on any machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support import TOPICS, HashEmbedder
+
+import psirag.cli.living_cmds as cli_living
+from psirag import Index, IndexConfig
+from psirag.cli import main
+from psirag.storage import IndexStore
+
+TEXTS = [t for texts in TOPICS.values() for t in texts]
+
+
+def build(folder: Path) -> None:
+    config = IndexConfig(embedder="test:hash", max_children=3)
+    Index.build(TEXTS, config, embedder=HashEmbedder(), texts=True).save(folder)
+
+
+def run(argv: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    return code, err.getvalue()
+
+
+def leftovers(index: Path) -> list[str]:
+    gens = index / "generations"
+    return [e for e in os.listdir(gens) if e.startswith(".partial") or e.startswith(".trash")]
+
+
+@pytest.fixture(autouse=True)
+def test_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli_living, "load_embedder_for", lambda spec, *a, **kw: HashEmbedder())
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs (root only)."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
+        capture_output=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(disk: Path, leave: int = 0) -> None:
+    """Fill ``disk`` up to ``leave`` bytes."""
+    with open(disk / "filler", "wb", buffering=0) as fh, contextlib.suppress(OSError):
+        while True:
+            fh.write(b"\0" * 4096)
+    if leave:
+        size = (disk / "filler").stat().st_size
+        os.truncate(disk / "filler", max(0, size - leave))
+
+
+def big_file(folder: Path) -> Path:
+    path = folder / "big.txt"
+    path.write_text(" ".join(f"volcano{i} lava{i} ash{i}." for i in range(20000)))
+    return path
+
+
+def test_disk_full_on_a_real_tmpfs(small_disk: Path, tmp_path: Path) -> None:
+    index = small_disk / "lx"
+    build(index)
+    before = Index.load(index).tree.n_leaves
+    fill(small_disk, leave=16 * 1024)
+    code, err = run(["add", str(index), str(big_file(tmp_path)), "-q"])
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"psirag: error: {index}: "), err
+    assert "the disk is full" in err and f"the index in {index} is unchanged" in err, err
+    assert Index.load(index, verify="full").tree.n_leaves == before
+    assert leftovers(index) == []
+
+
+def test_read_only_file_system(small_disk: Path, tmp_path: Path) -> None:
+    index = small_disk / "lx"
+    build(index)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    code, err = run(["add", str(index), str(big_file(tmp_path)), "-q"])
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Read-only file system" in err, err
+    assert Index.load(index).tree.n_leaves == len(TEXTS)
+
+
+def test_permission_denied(tmp_path: Path) -> None:
+    """A user who may read the index but not write it (a child that drops root, when root)."""
+    shared = Path(tempfile.mkdtemp(prefix="psirag-perm-"))
+    try:
+        os.chmod(shared, 0o755)
+        index = shared / "lx"
+        build(index)
+        new = shared / "new.txt"
+        new.write_text("Mount Etna erupted again.")
+        for p in [shared, *shared.rglob("*")]:
+            os.chmod(p, 0o755 if p.is_dir() else 0o644)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 99
+            try:
+                os.close(read)
+                if os.geteuid() == 0:
+                    os.setgid(65534)
+                    os.setuid(65534)
+                else:
+                    os.chmod(index, 0o555)
+                code, err = run(["add", str(index), str(new), "-q"])
+                os.write(write, f"{code}\n{err}".encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as fh:
+            got = fh.read()
+        os.waitpid(pid, 0)
+        code_text, _, err = got.partition("\n")
+        assert code_text == "2", got
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert "Permission denied" in err and str(index) in err, err
+        assert Index.load(index).tree.n_leaves == len(TEXTS)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_too_many_open_files(tmp_path: Path) -> None:
+    index = tmp_path / "lx"
+    build(index)
+    new = big_file(tmp_path)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 2, hard))
+    try:
+        code, err = run(["add", str(index), str(new), "-q"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert code == 2, err
+    assert err.count("\n") == 1 and "too many open files" in err, err
+    assert f"{index}/generations/" in err, err  # the file it could not open
+    assert "ulimit -n" in err
+    assert Index.load(index).tree.n_leaves == len(TEXTS)
+    assert leftovers(index) == []
+
+
+def test_path_too_long(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text(" ".join(TEXTS))
+    out = tmp_path / ("x" * 300)
+    code, err = run(["index", str(tmp_path / "a.txt"), "--out", str(out), "-q"])
+    assert code == 2, err
+    assert err.count("\n") == 1 and "the path is too long" in err and "x" * 300 in err, err
+    assert not IndexStore(tmp_path).generations()
