@@ -7,7 +7,8 @@ a fast hashed bag-of-words embedder (embedding stays out of the figures) and the
 ``IndexConfig`` (keyword abstracts, BM25, default tree mode). Then, each ``--repeats`` times,
 one new 8-paragraph document is added:
 
-- ``in_memory``: ``Index.add`` on a loaded index (the floor: no load, no save);
+- ``in_memory``: ``Index.add`` on a loaded index (the floor: no load, no save), each time on
+  the loaded index, and ``in_memory_chained``: each add on the previous add's result;
 - ``server_api``: ``POST /documents`` to a ``psirag serve`` child (same embedder) and polling
   its job until done (in-memory add + save + publish; the served index is not reloaded);
 - ``server_cli``: ``psirag add --server URL FILE`` in a fresh process (the above plus the
@@ -165,6 +166,13 @@ def main() -> None:
             memory.append(time.perf_counter() - t0)
         out["in_memory"] = _summary(memory)
         out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+        chained, index = [], Index.from_data(loaded.data, embedder=BenchHashEmbedder())
+        for k in range(args.repeats):  # each add on the previous one's result, as a server does
+            t0 = time.perf_counter()
+            summary = index.add([_new_document(vocab, 50 + k)], texts=True)
+            chained.append(time.perf_counter() - t0)
+        out["in_memory_chained"] = _summary(chained)
+        out["in_memory_chained_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
 
         port = free_port()
         url = f"http://127.0.0.1:{port}"
