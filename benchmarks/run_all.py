@@ -178,6 +178,12 @@ BENCHES: tuple[Bench, ...] = (
     ),
     Bench("tree_gather", ("bench_tree_gather.py",), ("tree_gather.json",), "~1 min"),
     Bench(
+        "chat_stream",
+        ("bench_chat_stream.py",),
+        ("chat_stream.json", "section_chat_stream.md"),
+        "~1 min: streamed and plain chats and Ollama client calls against a scripted LLM",
+    ),
+    Bench(
         "ray",
         ("bench_ray.py", "--limit", "1000", "--rounds", "2"),
         ("ray.json", "section_scale_ann_ray.md"),

@@ -12,6 +12,7 @@ Chromium, and writes web-<view>-<width>.png. Needs ``apt-get install chromium`` 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import tempfile
@@ -38,7 +39,12 @@ def scripted_llm(body: dict[str, Any]) -> str:
             "Thought: Lothair II's mother is Ermengarde of Tours; these passages do not give "
             "her date of death.\nRetrieve: Ermengarde of Tours date of death"
         )
-    return "Thought: Ermengarde of Tours died on 20 March 851 [1].\nAnswer: 20 March 851"
+    # cite, as a model does, the documents of this turn that give the date (their labels)
+    users = [str(m.get("content", "")) for m in body.get("messages", []) if m.get("role") == "user"]
+    blocks = re.split(r"(?m)^\[(\d+)\] ", users[-1] if users else "")
+    labels = [blocks[i] for i in range(1, len(blocks) - 1, 2) if "851" in blocks[i + 1]]
+    cites = "".join(f" [{n}]" for n in labels[:2]) or " [1]"
+    return f"Thought: Ermengarde of Tours died on 20 March 851.\nAnswer: 20 March 851{cites}"
 
 
 def shoot(page: Any, path: Path) -> None:

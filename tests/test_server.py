@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -174,7 +175,7 @@ def test_search_bad_input(server: ServerProcess) -> None:
     assert "k" in message
     assert_error(call("POST", url, json={"query": "x", "kk": 3}), 422)  # a typo is not ignored
     bad = call("POST", url, content=b"{not json", headers={"content-type": "application/json"})
-    assert_error(bad, 422)
+    assert assert_error(bad, 400, "InvalidJSON") == "request body is not valid JSON"
     assert_error(call("GET", f"{server.url}/nowhere"), 404, "NotFound")
     assert_error(call("PUT", f"{server.url}/search"), 405, "MethodNotAllowed")
 
@@ -239,12 +240,20 @@ def test_ask_json(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLL
     assert [s["action"] for s in body["steps"]] == ["retrieve", "answer"]
     assert body["steps"][0]["query"] == QUESTION
     assert body["steps"][1]["query"] == "Mount Etna Sicily"
-    assert body["steps"][1]["raw"] == ANSWER_REPLY
-    assert body["evidence"] and len(body["citations"]) <= 3
-    assert (
-        body["citations"][0]["n"] == 1
-        and body["citations"][0]["passage"] == body["evidence"][0]["id"]
-    )
+    assert body["steps"][1]["raw"].startswith(ANSWER_REPLY + " [")
+    # The citations are the model's own labels, verified: passages it was shown that say
+    # "Sicily", numbered 1.. in the order cited; the top-k retrieved passages are the evidence.
+    cites = body["citations"]
+    assert cites and body["stats"]["cited"] == len(cites)
+    assert [c["n"] for c in cites] == list(range(1, len(cites) + 1))
+    assert all("Sicily" in c["text"] and c["label"] >= 1 for c in cites)
+    labels = [int(x) for x in re.findall(r"\[(\d+)\]", body["steps"][1]["raw"])]
+    assert [c["label"] for c in cites] == labels
+    shown = {p["id"] for step in body["steps"] for p in step["passages"]}
+    assert {c["passage"] for c in cites} <= shown
+    assert all(c["node"] >= 0 and c["document"] == "volcanoes" for c in cites)
+    assert len(body["evidence"]) == 3 and body["evidence"][0]["n"] == 1
+    assert body["evidence"][0]["passage"] == body["evidence"][0]["id"]
     requests = fake.requests[before:]
     assert len(requests) == 2
     # The real agent sent the retrieved passages to the model, with the LLM's own key.
@@ -306,9 +315,18 @@ def test_ask_streams_steps_as_they_happen(
                 lines.append((time.monotonic() - start, line))
     finally:
         script.delay = 0.0
-    events = sse_events(lines)
+    everything = sse_events(lines)
+    events = [e for e in everything if e[1] != "token"]
     assert [name for _, name, _ in events] == ["step", "step", "answer"]
     first, second, answer = (json.loads(data) for _, _, data in events)
+    # The model's replies streamed as token events, each call's before its step, and they
+    # join into the replies the agent parsed.
+    tokens = [json.loads(data) for _, name, data in everything if name == "token"]
+    for call, step in enumerate((first, second)):
+        assert "".join(t["text"] for t in tokens if t["call"] == call) == step["raw"]
+    names = [name for _, name, _ in everything]
+    assert names.index("step") > names.index("token") and names[-1] == "answer"
+    assert len(tokens) > 2  # in pieces, not one event per reply
     assert first["action"] == "retrieve" and first["query"] == QUESTION
     assert second["action"] == "answer" and second["query"] == "Mount Etna Sicily"
     assert answer["answer"] == "Sicily" and [s["action"] for s in answer["steps"]] == [
@@ -387,23 +405,35 @@ def test_concurrent_searches(server: ServerProcess, built: tuple[Path, Index]) -
 
 
 # ---------------------------------------------------------------------------- OpenAI API
-def test_openai_client(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]) -> None:
+def test_openai_client(
+    server: ServerProcess,
+    llm: tuple[FakeOpenAIServer, ScriptedLLM],
+    built: tuple[Path, Index],
+) -> None:
     openai = pytest.importorskip("openai")
     fake, _ = llm
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
-    assert [m.id for m in client.models.list()] == ["psirag"]
+    # psirag and the index folder's name, both the agent over this index
+    assert [m.id for m in client.models.list()] == ["psirag", built[0].name]
+    with pytest.raises(openai.NotFoundError, match="not served here"):
+        client.chat.completions.create(
+            model="llama3", messages=[{"role": "user", "content": QUESTION}]
+        )
 
     reply = client.chat.completions.create(
         model="psirag", messages=[{"role": "user", "content": QUESTION}]
     )
     text = reply.choices[0].message.content or ""
-    assert text.startswith("Sicily [")
+    assert text.startswith("Sicily [1]")
     assert "Sources:\n[1] volcanoes (volcanoes, chunk" in text
     citations = reply.model_extra["citations"]
     assert citations[0]["n"] == 1 and citations[0]["document"] == "volcanoes"
     assert reply.usage is not None and reply.usage.total_tokens > 0
-    cited = [c for c in citations if f"[{c['n']}]" in text.split("\n\n")[0]]
-    assert cited and all("Sicily" in c["text"] for c in cited)
+    # Each [n] marker is a citation the model gave, and the sources list is exactly those.
+    head, _, sources = text.partition("\n\n")
+    assert head == "Sicily " + "".join(f"[{c['n']}]" for c in citations)
+    assert sources.count("\n[") == len(citations) and all("Sicily" in c["text"] for c in citations)
+    assert len(reply.model_extra["evidence"]) == SearchConfig.k
 
     conversation = [
         {"role": "system", "content": "be brief"},
@@ -440,7 +470,7 @@ def test_openai_client_needs_the_key(guarded: ServerProcess) -> None:
     with pytest.raises(openai.AuthenticationError):
         wrong.models.list()
     right = openai.OpenAI(base_url=f"{guarded.url}/v1", api_key=API_KEY, max_retries=0)
-    assert [m.id for m in right.models.list()] == ["psirag"]
+    assert [m.id for m in right.models.list()] == ["psirag", "index"]
 
 
 # ---------------------------------------------------------------------------- MCP
@@ -478,6 +508,9 @@ def _check_mcp(out: dict[str, Any], index: Index) -> None:
     assert [d["id"] for d in out["docs"]["documents"]] == ["volcanoes", "football", "baking"]
     assert out["bad"].is_error and "does not exist" in out["bad"].content[0].text
     assert out["answer"]["answer"] == "Sicily" and out["answer"]["citations"]
+    # MCP's citations are the model's verified ones too, with the top-k evidence apart.
+    assert all("Sicily" in c["text"] and c["label"] >= 1 for c in out["answer"]["citations"])
+    assert len(out["answer"]["evidence"]) == SearchConfig.k
     assert out["answer"]["max_retrievals"] == 1  # the server's default
     assert out["auto"]["max_retrievals"] == 3  # COMPARISON reads as 4 hops
     assert out["nonsense"].is_error

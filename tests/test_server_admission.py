@@ -176,7 +176,10 @@ def test_unknown_doc_ids_in_a_search_are_listed_short(app_client: Any) -> None:
 def test_validation_errors_are_listed_short(app_client: Any) -> None:
     got = app_client.post("/search", json={"query": "volcano", "docs": list(range(20000))})
     assert got.status_code == 422
-    assert "and 19,990 more" in got.text and len(got.content) < 4000, len(got.content)
+    body = got.json()["error"]
+    assert "and 19,997 more" in body["message"], body["message"]
+    assert len(body["fields"]) == 10 and body["more_fields"] == 19990
+    assert len(got.content) < 4000, len(got.content)
 
 
 def test_mcp_refuses_unknown_arguments(tmp_path: Path) -> None:

@@ -84,6 +84,10 @@ API_ROUTES = {
     ("GET", "/jobs/{job_id}"),
     ("GET", "/v1/models"),
     ("POST", "/v1/chat/completions"),
+    ("GET", "/api/version"),
+    ("GET", "/api/tags"),
+    ("POST", "/api/chat"),
+    ("POST", "/api/generate"),
 }
 """The JSON API, as the README's "HTTP API" table lists it."""
 

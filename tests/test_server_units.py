@@ -212,7 +212,7 @@ def test_gated_llm_caps_concurrency() -> None:
 
 def test_chat_question_and_citations() -> None:
     pytest.importorskip("fastapi")
-    from psirag.server.openai_api import ChatMessage, cited_numbers, question_from, reply_text
+    from psirag.server.openai_api import ChatMessage, question_from, reply_text
 
     msgs = [
         ChatMessage(role="system", content="be nice"),
@@ -228,28 +228,18 @@ def test_chat_question_and_citations() -> None:
     cites = [
         {
             "n": 1,
-            "text": "Paris is big.",
-            "title": "P",
-            "document": "p",
-            "chunk": 0,
-            "span": [0, 1],
-        },
-        {
-            "n": 2,
             "text": "Etna is on Sicily.",
             "title": "",
             "document": "e",
             "chunk": 3,
             "span": [5, 9],
+            "page": 4,
         },
     ]
-    assert cited_numbers("Sicily", cites) == [2]
-    assert cited_numbers("Rome", cites) == [1]  # none contains it: the top source
+    # The markers are the verified citations, numbered as the sources list: no guessing.
     text = reply_text("Sicily", cites)
-    assert (
-        text
-        == "Sicily [2]\n\nSources:\n[1] P (p, chunk 0, chars 0-1)\n[2] e (e, chunk 3, chars 5-9)"
-    )
+    assert text == "Sicily [1]\n\nSources:\n[1] e (e, chunk 3, chars 5-9, page 4)"
+    assert reply_text("Sicily", []) == "Sicily"  # no citation: no markers, no sources list
 
 
 def test_job_runner_runs_one_at_a_time() -> None:

@@ -295,13 +295,16 @@ def test_search_lists_results_and_highlights_their_paths(page: Page, server: Ser
 
 
 def test_ask_streams_steps_then_the_answer_with_citations(
-    page: Page, server: ServerProcess, llm: FakeOpenAIServer
+    page: Page, server: ServerProcess, llm: FakeOpenAIServer, request: pytest.FixtureRequest
 ) -> None:
     p = page.open()
+    second_reply = "Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon [1]"
     llm.script(
         Reply(f"Thought: the hotel belongs to the Calder Group.\nRetrieve: {SUB_QUESTION}"),
-        Reply("Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon", delay=2.0),
+        Reply(second_reply, delay=2.0),
     )
+    llm.token_delay = 0.15
+    request.addfinalizer(lambda: setattr(llm, "token_delay", 0.0))
     p.click("#tab-ask")
     p.fill("#ask-query", "Where is the head office of the company that owns the Calder Hotel?")
     p.fill("#ask-retrievals", "1")
@@ -310,6 +313,10 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     p.wait_for_selector("#ask-steps .step:not(.waiting)", timeout=20_000)
     assert p.locator("#ask-answer").is_hidden()
     assert p.locator("#ask-steps .step:not(.waiting)").count() == 1
+    # the second reply shows as the model writes it (one piece every 0.15 s)
+    live = p.wait_for_selector("#ask-live:has-text('Calder')", timeout=20_000)
+    assert live is not None and p.locator("#ask-answer").is_hidden()
+    assert second_reply.startswith(live.inner_text().strip()[:20])
     p.wait_for_selector("#answer-text", timeout=30_000)
     assert p.inner_text("#answer-text").strip().startswith("Lisbon")
     steps = p.locator("#ask-steps .step:not(.waiting)")
@@ -319,12 +326,29 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     first_step_passages = steps.nth(0).locator(".passage")
     assert first_step_passages.count() > 0
     assert "chunk" in first_step_passages.nth(0).inner_text()
+    # the model's own citation: one marker, linked to the passage it labels [1] (the first
+    # passage of the first step), with the top-k evidence listed apart
     cites = p.locator("#ask-answer .citations > li")
-    assert cites.count() > 0
-    chips = p.locator("#ask-answer .chips a.cite")
-    assert chips.count() == cites.count()
-    chips.nth(0).click()
+    assert cites.count() == 1
+    assert (
+        cites.nth(0).locator(".text").inner_text()
+        == first_step_passages.nth(0).locator(".text").inner_text()
+    )
+    markers = p.locator("#answer-text a.cite")
+    assert markers.count() == 1 and markers.nth(0).inner_text() == "[1]"
+    assert p.locator("#ask-answer .evidence-list > li").count() == 5
+    markers.nth(0).click()
     assert p.evaluate("location.hash") == "#cite-1"
+    # the marker also lights up the cited passage's leaf in the tree, the answer still in view
+    p.wait_for_selector("#sunburst path.hit", timeout=10_000)
+    assert p.locator("#sunburst path.hit").count() == 1
+    assert "cited passage [1]" in p.inner_text("#highlight-text")
+    assert p.locator("#answer-text").is_visible()
+    # and to the tree: "show in tree" opens the cited passage's leaf
+    cites.nth(0).locator("button.reveal").click()
+    same_text = "t => (document.querySelector('#node-abstract')?.textContent || '')"
+    same_text += ".replace(/\\s+/g, ' ').trim() === t.replace(/\\s+/g, ' ').trim()"
+    p.wait_for_function(same_text, arg=cites.nth(0).locator(".text").inner_text())
     assert page.errors == []
 
 

@@ -227,8 +227,20 @@ class HttpClient:
 
     # -- the call -------------------------------------------------------------------------------
 
-    def post_json(self, payload: Any) -> Response:
-        """One call: attempts until a 2xx, a failure not worth retrying, or the deadline."""
+    def post_json(self, payload: Any, on_data: Callable[[bytes], None] | None = None) -> Response:
+        """One call: attempts until a 2xx, a failure not worth retrying, or the deadline.
+
+        ``on_data`` sees each piece of a 2xx body as it arrives (a streamed response); once a
+        piece has been passed on, a failure is not retried (that would repeat the pieces).
+        """
+        delivered = False
+
+        def deliver(chunk: bytes) -> None:
+            nonlocal delivered
+            delivered = True
+            if on_data is not None:
+                on_data(chunk)
+
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         if key:
             warn_plain_http_key(self.url, self.api_key_env or "")
@@ -242,12 +254,13 @@ class HttpClient:
             if token is not None:
                 token.check()  # a cancelled ask starts no new call
             try:
-                return Response(self._once(data, key, deadline), attempt)
+                sink = deliver if on_data is not None else None
+                return Response(self._once(data, key, deadline, sink), attempt)
             except HTTPCallError as exc:
                 if token is not None:
                     token.check()  # cut off by a cancel, not by the server: no retry
                 exc.attempts = attempt
-                if not exc.retryable or attempt > policy.retries:
+                if not exc.retryable or attempt > policy.retries or delivered:
                     raise self._final(exc, attempt) from None
                 wait = self._wait(exc, attempt, deadline - self._clock())
                 if wait is None:
@@ -292,13 +305,19 @@ class HttpClient:
             exc.args = (f"{exc.args[0]} (gave up after {attempt} attempts)",)
         return exc
 
-    def _once(self, data: bytes, key: str, deadline: float) -> bytes:
+    def _once(
+        self,
+        data: bytes,
+        key: str,
+        deadline: float,
+        on_data: Callable[[bytes], None] | None = None,
+    ) -> bytes:
         left = deadline - self._clock()
         if left <= 0:
             raise self._timeout()
         headers = {
             "Content-Type": "application/json",
-            "Accept": "application/json",
+            "Accept": "text/event-stream" if on_data is not None else "application/json",
             "User-Agent": "psirag",
         }
         if key:
@@ -334,7 +353,9 @@ class HttpClient:
             status = response.status
             sock = held[0] if held else None
             if 200 <= status < 300:
-                return self._read(sock, response, deadline, self.policy.max_body_bytes, expired)
+                return self._read(
+                    sock, response, deadline, self.policy.max_body_bytes, expired, on_data=on_data
+                )
             body = self._read(sock, response, deadline, _ERROR_BODY_BYTES, expired, strict=False)
             raise self._status_error(status, body, response.getheader("Retry-After"), key)
         except HTTPCallError:
@@ -365,6 +386,7 @@ class HttpClient:
         expired: threading.Event,
         *,
         strict: bool = True,
+        on_data: Callable[[bytes], None] | None = None,
     ) -> bytes:
         """The body in chunks, each read bounded by the time left; at most ``limit`` bytes
         (``strict``: more is an error; else the rest is dropped, as for an error body)."""
@@ -391,6 +413,8 @@ class HttpClient:
                 if strict:
                     raise self._too_large(limit)
                 break
+            if on_data is not None:
+                on_data(chunk)
         return b"".join(parts)[:limit]
 
     def _connection(

@@ -9,6 +9,7 @@ server tests.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -73,6 +74,15 @@ ANSWER_REPLY = (
 SUMMARY_REPLY = "Volcanoes such as Etna and Vesuvius erupt lava and ash."
 
 
+def cite_sicily(messages: list[dict[str, Any]]) -> str:
+    """:data:`ANSWER_REPLY` ending with the labels of the documents of the last user turn
+    that say "Sicily", as a model cites its support (none: no labels)."""
+    users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
+    blocks = re.split(r"(?m)^\[(\d+)\] ", users[-1] if users else "")
+    labels = [blocks[i] for i in range(1, len(blocks) - 1, 2) if "Sicily" in blocks[i + 1]]
+    return ANSWER_REPLY + "".join(f" [{n}]" for n in labels[:2])
+
+
 class ScriptedLLM:
     """Replies of the fake OpenAI server for the agent and the summarizer, with an optional
     delay and a count of calls in flight (to check the server's concurrency cap)."""
@@ -98,7 +108,7 @@ class ScriptedLLM:
             if "Excerpts:" in text:
                 return SUMMARY_REPLY
             if RETRIEVE_REPLY.splitlines()[1] in text:
-                return ANSWER_REPLY
+                return cite_sicily(messages)
             return RETRIEVE_REPLY
         finally:
             with self.lock:
@@ -117,6 +127,7 @@ __all__ = [
     "ScriptedLLM",
     "ScriptedServer",
     "bag_of_words",
+    "cite_sicily",
     "client_for",
     "echo_prompt",
 ]

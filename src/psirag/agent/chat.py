@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message, token_counter
+from psirag.llm.base import (
+    ChatModel,
+    ChatResult,
+    GenerationParams,
+    Message,
+    TokenSink,
+    token_counter,
+)
 from psirag.llm.client import as_client
 from psirag.prompts import format_documents
 from psirag.types import Passage
@@ -107,10 +114,18 @@ def fit_messages(
 
 
 def call_model(
-    llm: ChatModel, messages: list[Message], params: GenerationParams, stage: str
+    llm: ChatModel,
+    messages: list[Message],
+    params: GenerationParams,
+    stage: str,
+    on_token: TokenSink | None = None,
 ) -> ChatResult:
-    """One chat call, through an ``LLMClient`` (a bare ChatModel is wrapped), labelled ``stage``."""
-    return as_client(llm).chat(messages, params, stage=stage)
+    """One chat call, through an ``LLMClient`` (a bare ChatModel is wrapped), labelled ``stage``;
+    with ``on_token``, the reply is passed on as the model writes it (where it streams)."""
+    client = as_client(llm)
+    if on_token is None:
+        return client.chat(messages, params, stage=stage)
+    return client.chat_stream(messages, params, on_token, stage=stage)
 
 
 __all__ = [

@@ -46,6 +46,7 @@ Retrieval is a plain callable so the agent does not depend on how the index work
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
@@ -96,6 +97,8 @@ NamesCheck = Literal["lookup", "ask", "off"]
 NAMES_CHECKS: tuple[NamesCheck, ...] = ("lookup", "ask", "off")
 EvidenceMerge = Literal["rank_fusion", "best_score"]
 Retriever = Callable[[str], Sequence[Passage]]
+TokenEvents = Callable[[int, str], None]
+"""``(call, text)``: a piece of the episode's model call number ``call`` as it is written."""
 
 
 @dataclass
@@ -360,6 +363,7 @@ class RetrieveAndAnswer:
             stop=AGENT_TURN_STOPS,
         )
         self.stage = stage
+        self._episode = threading.local()  # this thread's episode's token callback
 
     # -- conversation ---------------------------------------------------------------------------
 
@@ -415,7 +419,15 @@ class RetrieveAndAnswer:
                 stats.clipped_passages,
                 sum(1 for t in turns for p in t.passages if len(passage_body(p)) > limit),
             )
-        result = call_model(self.llm, messages, self.params, self.stage)
+        sink = getattr(self._episode, "on_token", None)
+        on_token = None
+        if sink is not None:
+            call = stats.llm_calls
+
+            def on_token(text: str) -> None:
+                sink(call, text)
+
+        result = call_model(self.llm, messages, self.params, self.stage, on_token)
         stats.record_call(result)
         return result
 
@@ -426,12 +438,28 @@ class RetrieveAndAnswer:
         question: str,
         on_step: Callable[[Step], None] | None = None,
         on_retrieval: Callable[[Step], None] | None = None,
+        on_token: TokenEvents | None = None,
     ) -> AgentResult:
         """Answer ``question``.
 
         ``on_retrieval`` sees each step when its passages arrive (before the model reads them),
         ``on_step`` when the model's reply to it has been read: a slow model is then visibly busy.
+        ``on_token(call, text)`` sees each model reply as it is written (``call`` counts the
+        episode's model calls from 0); the reply is parsed only once whole, so the result is
+        the same with or without it.
         """
+        self._episode.on_token = on_token
+        try:
+            return self._run(question, on_step, on_retrieval)
+        finally:
+            self._episode.on_token = None
+
+    def _run(
+        self,
+        question: str,
+        on_step: Callable[[Step], None] | None,
+        on_retrieval: Callable[[Step], None] | None,
+    ) -> AgentResult:
         question = question.strip()
         if not question:
             raise InputError("the question is empty")
@@ -663,6 +691,7 @@ __all__ = [
     "RetrieveAndAnswer",
     "Retriever",
     "Step",
+    "TokenEvents",
     "answer_in_documents",
     "is_not_mentioned",
     "lookup_query",

@@ -51,6 +51,36 @@ class ChatModel(Protocol):
     def chat(self, messages: list[Message], params: GenerationParams) -> ChatResult: ...
 
 
+TokenSink = Callable[[str], None]
+"""Receives the pieces of a reply as the model writes them (their concatenation is the text)."""
+
+
+@runtime_checkable
+class TokenStreamer(Protocol):
+    """A model that can pass its reply on piece by piece while it writes it (OpenAI-compatible
+    servers, llama.cpp). Optional: :func:`chat_streaming` falls back to one ``chat`` call."""
+
+    def chat_stream(
+        self, messages: list[Message], params: GenerationParams, on_token: TokenSink
+    ) -> ChatResult: ...
+
+
+def chat_streaming(
+    model: ChatModel, messages: list[Message], params: GenerationParams, on_token: TokenSink
+) -> ChatResult:
+    """One call whose reply goes to ``on_token`` as it is written, where the model streams;
+    else one ``chat`` call and the whole reply in one piece. The result is the same either way
+    (the whole reply, for the caller to parse)."""
+    stream = getattr(model, "chat_stream", None)
+    if callable(stream):
+        result: ChatResult = stream(messages, params, on_token)
+        return result
+    result = model.chat(messages, params)
+    if result.text:
+        on_token(result.text)
+    return result
+
+
 @runtime_checkable
 class TokenCounter(Protocol):
     """A model that counts tokens with its own tokenizer (local backends; HTTP ones estimate)."""

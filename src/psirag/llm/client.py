@@ -23,7 +23,15 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from psirag.llm.base import ChatModel, ChatResult, GenerationParams, Message, token_counter
+from psirag.llm.base import (
+    ChatModel,
+    ChatResult,
+    GenerationParams,
+    Message,
+    TokenSink,
+    chat_streaming,
+    token_counter,
+)
 from psirag.llm.errors import LLMError
 
 CACHE_FORMAT = 1
@@ -243,6 +251,29 @@ class LLMClient:
         start = time.perf_counter()
         try:
             result = self.model.chat(messages, params)
+        except LLMError as exc:
+            self.record_failure(stage, exc, time.perf_counter() - start)
+            raise
+        self.record(messages, params, stage, result, time.perf_counter() - start)
+        return result
+
+    def chat_stream(
+        self,
+        messages: list[Message],
+        params: GenerationParams,
+        on_token: TokenSink,
+        stage: str = "agent",
+    ) -> ChatResult:
+        """:meth:`chat` with the reply passed to ``on_token`` as the model writes it (a cached
+        reply, or a model that does not stream, in one piece); the result is the same."""
+        hit = self.lookup(messages, params, stage)
+        if hit is not None:
+            if hit.text:
+                on_token(hit.text)
+            return hit
+        start = time.perf_counter()
+        try:
+            result = chat_streaming(self.model, messages, params, on_token)
         except LLMError as exc:
             self.record_failure(stage, exc, time.perf_counter() - start)
             raise

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from psirag.errors import InputError
-from psirag.llm.base import ChatResult, GenerationParams, Message
+from psirag.llm.base import ChatResult, GenerationParams, Message, TokenSink
 from psirag.llm.errors import LLMBackendMissingError, LLMError, LLMResponseError
 
 INSTALL_HINT = "pip install 'psirag[local]'"
@@ -121,6 +121,39 @@ class LlamaCppChat:
             completion_tokens=int(usage.get("completion_tokens") or 0),
             finish_reason=choice.get("finish_reason"),
         )
+
+    def chat_stream(
+        self, messages: list[Message], params: GenerationParams, on_token: TokenSink
+    ) -> ChatResult:
+        """:meth:`chat` with each generated piece passed to ``on_token`` as llama.cpp makes it
+        (the same sampling, so the same reply)."""
+        parts: list[str] = []
+        finish: str | None = None
+        try:
+            with self._lock:
+                chunks = self._llm.create_chat_completion(
+                    messages=messages,
+                    temperature=params.temperature,
+                    max_tokens=params.max_tokens,
+                    repeat_penalty=params.repeat_penalty,
+                    stop=list(params.stop) or None,
+                    stream=True,
+                )
+                for chunk in chunks:
+                    choice = (chunk.get("choices") or [{}])[0]
+                    text = (choice.get("delta") or {}).get("content")
+                    if isinstance(text, str) and text:
+                        parts.append(text)
+                        on_token(text)
+                    finish = choice.get("finish_reason") or finish
+        except ValueError as exc:
+            raise LLMError(
+                f"llama.cpp refused the request for {self.model_path.name} "
+                f"(context {self.context_tokens} tokens): {exc}"
+            ) from None
+        # A stream reports no usage: the reply's tokens are counted; the prompt's are not.
+        text = "".join(parts)
+        return ChatResult(text=text, completion_tokens=len(parts), finish_reason=finish)
 
 
 __all__ = ["INSTALL_HINT", "LlamaCppChat", "default_threads", "import_llama_cpp"]

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from psirag.http import HTTPCallError, HttpClient, HttpPolicy, scrub
-from psirag.llm.base import ChatResult, GenerationParams, Message
+from psirag.llm.base import ChatResult, GenerationParams, Message, TokenSink
 from psirag.llm.errors import (
     LLMConnectionError,
     LLMError,
@@ -108,6 +108,36 @@ class OpenAIChat:
             result.extra["retries"] = response.attempts - 1
         return result
 
+    def chat_stream(
+        self, messages: list[Message], params: GenerationParams, on_token: TokenSink
+    ) -> ChatResult:
+        """One call with ``stream: true``: each content delta goes to ``on_token`` as the
+        server sends it; the result holds the whole reply. A server that answers with one JSON
+        body instead (it ignored ``stream``) is read as :meth:`chat` reads it."""
+        body = self.request_body(messages, params)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        reader = _StreamReader(on_token, self.url)
+        try:
+            response = self._http.post_json(body, on_data=reader.feed)
+        except HTTPCallError as exc:
+            raise _llm_error(exc) from None
+        if not reader.events:
+            result = self._parse(response.body)
+            if result.text:
+                on_token(result.text)
+        else:
+            reader.feed(b"\n")  # a last line without its newline
+            if not reader.ended:
+                raise LLMResponseError(
+                    f"LLM server at {self.url} ended its stream before the reply's end "
+                    "(no finish_reason, no [DONE]); the connection may have dropped"
+                )
+            result = reader.result()
+        if response.attempts > 1:
+            result.extra["retries"] = response.attempts - 1
+        return result
+
     def _scrub(self, text: str) -> str:
         key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
         return scrub(text, key)
@@ -139,6 +169,70 @@ class OpenAIChat:
             if isinstance(usage, dict)
             else 0,
             finish_reason=finish if isinstance(finish, str) else None,
+        )
+
+
+class _StreamReader:
+    """Reads an OpenAI server-sent event stream (``data: {chunk}`` lines, ``data: [DONE]``)
+    piece by piece, passing each content delta on as it arrives."""
+
+    def __init__(self, on_token: TokenSink, url: str) -> None:
+        self.on_token = on_token
+        self.url = url
+        self.buffer = b""
+        self.events = 0
+        self.parts: list[str] = []
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.ended = False
+        """A finish_reason or ``[DONE]`` came: the reply is whole."""
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            self._line(line.strip())
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return  # a comment, an event name or a blank line between events
+        self.events += 1
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            self.ended = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise LLMResponseError(
+                f"LLM server at {self.url} streamed an event that is not JSON"
+            ) from None
+        if not isinstance(chunk, dict):
+            return
+        if "error" in chunk:
+            error = chunk["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise LLMResponseError(f"LLM server at {self.url} reported an error: {message}")
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content") if isinstance(delta, dict) else None
+            if isinstance(text, str) and text:
+                self.parts.append(text)
+                self.on_token(text)
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish = choice["finish_reason"]
+                self.ended = True
+
+    def result(self) -> ChatResult:
+        return ChatResult(
+            text="".join(self.parts),
+            prompt_tokens=_int(self.usage.get("prompt_tokens")),
+            completion_tokens=_int(self.usage.get("completion_tokens")),
+            finish_reason=self.finish,
         )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import ssl
 import threading
 from collections import deque
@@ -110,6 +111,12 @@ def _default_embed(texts: Sequence[str]) -> list[list[float]]:
     return [bag_of_words(t) for t in texts]
 
 
+def pieces(text: str) -> list[str]:
+    """``text`` cut into the pieces a streaming server would send: each word with the spaces
+    after it (leading spaces stay a piece of their own); they join back into ``text``."""
+    return re.findall(r"^\s+|\S+\s*", text)
+
+
 def echo_prompt(body: dict[str, Any], *, whole: bool = False) -> str:
     """Echo mode (a responder): reply with the request's last user message verbatim, or with every
     message's text when ``whole``. It plays a model that repeats its prompt, documents and all, so
@@ -132,6 +139,12 @@ class FakeOpenAIServer:
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.responder: Responder = responder or _default_responder
+        self.streams = True
+        """Answer ``stream: true`` with server-sent events (False: one JSON body, as a server
+        that ignores ``stream`` does)."""
+        self.token_delay = 0.0
+        """Seconds between the pieces of a streamed reply (a model writing slowly); a reply not
+        streamed waits as long for all its pieces before it is sent."""
         self.embed: EmbedFn = embed or _default_embed
         self.usage = usage
         self.requests: list[Recorded] = []
@@ -168,7 +181,39 @@ class FakeOpenAIServer:
                     self._send(Reply(status=404, body={"error": {"message": "unknown path"}}))
                     return
                 reply = scripted if scripted is not None else server._answer(kind, record)
+                streamed = kind == "chat" and record.get("stream") is True and server.streams
+                if streamed and reply.content is not None and reply.status == 200:
+                    self._stream(reply, record)
+                    return
+                # a model that does not stream takes as long to write the whole reply
+                writing = server.token_delay * len(pieces(reply.content or ""))
+                if kind == "chat" and writing and server._closing.wait(writing):
+                    return
                 self._send(reply)
+
+            def _stream(self, reply: Reply, record: Recorded) -> None:
+                """The reply as server-sent ``chat.completion.chunk`` events, one per piece,
+                ``token_delay`` seconds apart."""
+                if reply.delay and server._closing.wait(reply.delay):
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.close_connection = True
+                options = record.get("stream_options") or {}
+                words = len(pieces(reply.content or ""))
+                events = server.stream_events(reply, bool(options.get("include_usage")))
+                try:
+                    for i, event in enumerate(events):
+                        # each piece is written token_delay after the one before it
+                        writing = 1 <= i <= words and server.token_delay
+                        if writing and server._closing.wait(server.token_delay):
+                            return
+                        self.wfile.write(event)
+                        self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def _send(self, reply: Reply) -> None:
                 if reply.drop:
@@ -280,6 +325,26 @@ class FakeOpenAIServer:
             completion(reply.content or "", prompt, done, finish=reply.finish_reason)
         ).encode()
 
+    def stream_events(self, reply: Reply, include_usage: bool) -> list[bytes]:
+        """The SSE events of a streamed reply: a role chunk, one chunk per piece of the
+        content (a word and the space after it), the finish chunk, usage if asked, [DONE]."""
+
+        def event(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake"}
+            return f"data: {json.dumps({**chunk, 'choices': [choice]})}\n\n".encode()
+
+        events = [event({"role": "assistant", "content": ""})]
+        events += [event({"content": piece}) for piece in pieces(reply.content or "")]
+        events.append(event({}, reply.finish_reason))
+        if include_usage:
+            prompt, done = self.usage
+            usage = {"prompt_tokens": prompt, "completion_tokens": done}
+            usage["total_tokens"] = prompt + done
+            events.append(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n".encode())
+        events.append(b"data: [DONE]\n\n")
+        return events
+
     def script(self, *replies: Reply | str) -> None:
         """Queue replies, used in order (on either endpoint) before the responders."""
         with self._lock:
@@ -316,4 +381,5 @@ __all__ = [
     "bag_of_words",
     "completion",
     "echo_prompt",
+    "pieces",
 ]

@@ -1,9 +1,11 @@
 """The server's errors and the one JSON shape every non-2xx answer has:
-``{"error": {"type", "message"}}``. A traceback goes to the server log, never to the client."""
+``{"error": {"type", "message"}}`` (a validation error adds ``fields``: each bad field with its
+message). A traceback goes to the server log, never to the client."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError, PsiragError
@@ -11,13 +13,15 @@ from psirag.llm.errors import LLMError
 
 if TYPE_CHECKING:  # the web framework loads only when a server is built (see server/__init__)
     from fastapi import FastAPI
-    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
 
 log = logging.getLogger("psirag.server")
 
+MAX_FIELD_ERRORS = 3
+"""Bad fields named in a validation message."""
 MAX_LISTED = 10
-"""Problems an error body lists before it says "and N more"."""
+"""Problems an error body lists (its ``fields``) before it gives only their count: 20,000 bad
+list items must not make a 2 MB answer."""
 
 
 class PayloadTooLargeError(PsiragError):
@@ -92,16 +96,37 @@ def exception_response(exc: BaseException, *, log_it: bool = True) -> JSONRespon
     )
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, list[dict[str, Any]]]:
-    details = []
-    parts = []
-    errors = exc.errors()
-    for err in errors[:MAX_LISTED]:  # 20,000 bad list items must not make a 2 MB answer
+NOT_JSON = "request body is not valid JSON"
+"""The message of every body that does not parse as JSON (400)."""
+
+
+def field_errors(errors: Sequence[Any]) -> tuple[str, list[dict[str, str]]]:
+    """A short message naming the first bad fields (and how many more there are), and the
+    first :data:`MAX_LISTED` fields with their messages, from pydantic's error list (never its
+    raw dump: no input values, no documentation links)."""
+    fields = []
+    for err in errors[:MAX_LISTED]:
         where = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-        details.append({"field": where, "message": str(err.get("msg", ""))})
-        parts.append(f"{where}: {err.get('msg', '')}")
-    more = f"; and {len(errors) - MAX_LISTED:,} more" if len(errors) > MAX_LISTED else ""
-    return "invalid request: " + "; ".join(parts) + more, details
+        fields.append({"field": where, "message": str(err.get("msg", "")).rstrip(".")})
+    parts = [f"{f['field']}: {f['message']}" for f in fields[:MAX_FIELD_ERRORS]]
+    more = len(errors) - len(parts)
+    message = "invalid request: " + "; ".join(parts) + (f"; and {more:,} more" if more else "")
+    return message, fields
+
+
+def is_json_error(errors: Sequence[Any]) -> bool:
+    return any(err.get("type") == "json_invalid" for err in errors)
+
+
+def validation_response(errors: Sequence[Any]) -> JSONResponse:
+    """The 400 of a body that is not JSON, or the 422 of one whose fields are wrong."""
+    if is_json_error(errors):
+        return error_response(400, "InvalidJSON", NOT_JSON)
+    message, fields = field_errors(errors)
+    extra: dict[str, Any] = {"fields": fields}
+    if len(errors) > len(fields):
+        extra["more_fields"] = len(errors) - len(fields)
+    return error_response(422, "ValidationError", message, **extra)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -125,8 +150,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        message, details = _validation_message(exc)
-        return error_response(422, "ValidationError", message, details=details)
+        return validation_response(exc.errors())
 
     @app.exception_handler(PsiragError)
     async def psirag_error(request: Request, exc: PsiragError) -> JSONResponse:
@@ -139,6 +163,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 
 __all__ = [
+    "NOT_JSON",
     "LLMNotConfiguredError",
     "NotFoundError",
     "NotImplementedYetError",
@@ -147,5 +172,7 @@ __all__ = [
     "error_body",
     "error_response",
     "exception_response",
+    "field_errors",
     "install_error_handlers",
+    "validation_response",
 ]

@@ -70,10 +70,11 @@ def build_mcp_server(state: ServerState) -> Any:
         docs: list[str] | None = None,
     ) -> dict[str, Any]:
         """Answer a question with the retrieve-and-answer agent: it retrieves, reads, may
-        retrieve again with a sub-question, then answers. Returns the answer, numbered
-        citations, the steps it took and the budget used. ``max_retrievals``: retrievals after
-        the first, or "auto" (from the question's predicted hops); by default the server's
-        setting."""
+        retrieve again with a sub-question, then answers. Returns the answer, its citations
+        (the passages the model cited, verified, with document, page and text), the top-k
+        retrieved passages as evidence, the steps it took and the budget used.
+        ``max_retrievals``: retrievals after the first, or "auto" (from the question's
+        predicted hops); by default the server's setting."""
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
         def go() -> dict[str, Any]:
@@ -85,7 +86,7 @@ def build_mcp_server(state: ServerState) -> Any:
             return {
                 "answer": result.answer,
                 "max_retrievals": agent.max_retrievals,
-                "citations": views.citations(result.evidence[:k]),
+                **views.answer_payload(result, k),
                 "steps": [
                     {"query": s.query, "thought": s.thought, "action": s.action}
                     for s in result.steps

@@ -79,7 +79,7 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: str = "psirag"
+    model: str = ""
     messages: list[ChatMessage]
     stream: bool = False
     max_tokens: int | None = Field(default=None, ge=1, description="cap on each agent reply")
@@ -98,11 +98,43 @@ class ChatRequest(BaseModel):
     docs: list[str] | None = Field(default=None, description="psirag extension (extra_body)")
 
 
+class OllamaRequest(BaseModel):
+    """The Ollama fields psirag reads (``/api/chat``, ``/api/generate``); the others
+    (``format``, ``keep_alive``, most ``options``) are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = ""
+    stream: bool = Field(
+        default=True, description="NDJSON, one object per piece (Ollama's default)"
+    )
+    think: bool | str | None = Field(
+        default=None, description="false: no 'thinking' pieces (the agent's live output)"
+    )
+    options: dict[str, Any] | None = Field(
+        default=None, description="num_predict caps each agent reply; the rest is ignored"
+    )
+    max_retrievals: Budget | None = Field(default=None, description="psirag extension")
+    k: int = Field(default=SearchConfig.k, ge=1, le=100, description="psirag extension")
+    docs: list[str] | None = Field(default=None, description="psirag extension")
+
+
+class OllamaChatRequest(OllamaRequest):
+    messages: list[ChatMessage] = Field(default_factory=list)
+
+
+class OllamaGenerateRequest(OllamaRequest):
+    prompt: str = ""
+    system: str | None = None
+
+
 __all__ = [
     "AddDocumentRequest",
     "AskRequest",
     "ChatMessage",
     "ChatRequest",
+    "OllamaChatRequest",
+    "OllamaGenerateRequest",
     "SearchRequest",
     "SummarizeRequest",
 ]

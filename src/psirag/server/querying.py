@@ -8,7 +8,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from psirag.agent.loop import RetrieveAndAnswer, Step
+from psirag.agent.loop import RetrieveAndAnswer, Step, TokenEvents
 from psirag.config import SearchConfig, profile_config
 from psirag.errors import InputError
 from psirag.server import views
@@ -68,8 +68,11 @@ def agent_for(state: ServerState, index: Index, body: AskRequest) -> RetrieveAnd
 
 
 def ask_document(result: AgentResult, k: int, max_retrievals: int | None = None) -> dict[str, Any]:
+    """The agent's answer as JSON: its ``citations`` are the ones the model gave and the
+    agent verified, ``evidence`` the episode's top ``k`` passages (see
+    :func:`psirag.server.views.answer_payload`)."""
     document = result.to_dict()
-    document["citations"] = views.citations(result.evidence[:k])
+    document.update(views.answer_payload(result, k))
     if max_retrievals is not None:
         document["max_retrievals"] = max_retrievals
     return document
@@ -79,46 +82,52 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
 
 
-async def agent_events(
+AgentRun = Callable[[Callable[[Step], None], TokenEvents], "AgentResult"]
+"""``run(on_step, on_token)``: one agent episode with its callbacks; returns its result."""
+
+
+async def agent_stream(
     state: ServerState,
-    run: Callable[[Callable[[Step], None]], Any],
-    k: int,
-    max_retrievals: int | None = None,
+    run: AgentRun,
+    keepalive: float = SSE_KEEPALIVE_S,
     admission: Admission | None = None,
-) -> AsyncIterator[bytes]:
-    """Run the agent in a thread; yield an SSE ``step`` event as each step completes, then the
-    ``answer`` (or an ``error``). ``run(on_step)`` runs the episode and returns its result;
-    ``max_retrievals``, the episode's budget, goes into the answer. ``admission``: the ask's
-    place in the ask pool (taken before the stream starts, so a full pool answers 503); when
-    the stream ends, the client gone included, it is closed and the agent cancelled."""
+) -> AsyncIterator[tuple[str, Any]]:
+    """Run the agent in the ask pool and yield what happens as it happens:
+    ``("token", (call, text))`` while the model writes, ``("step", Step)`` as each step is
+    read, ``("keepalive", None)`` after ``keepalive`` quiet seconds, then ``("result",
+    AgentResult)`` or ``("error", exception)``, last. ``admission``: the ask's place in the
+    pool (take it before the response starts, so a full pool answers 503); when the stream
+    ends, the client gone included, it is closed and the agent cancelled."""
     if admission is None:
         admission = state.asks.admit()
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
     def on_step(step: Step) -> None:
-        loop.call_soon_threadsafe(events.put_nowait, ("step", step.to_dict()))
+        loop.call_soon_threadsafe(events.put_nowait, ("step", step))
+
+    def on_token(call: int, text: str) -> None:
+        loop.call_soon_threadsafe(events.put_nowait, ("token", (call, text)))
 
     async def worker() -> None:
         try:
             result = await admission.run(
-                lambda: run(on_step), timeout=state.settings.request_timeout
+                lambda: run(on_step, on_token), timeout=state.settings.request_timeout
             )
-            await events.put(("answer", ask_document(result, k, max_retrievals)))
-        except Exception as exc:  # reported to the client as an event, never raised
-            response = exception_response(exc)
-            await events.put(("error", json.loads(bytes(response.body))))
+            await events.put(("result", result))
+        except Exception as exc:  # handed to the caller as an event, never raised
+            await events.put(("error", exc))
 
     task = asyncio.create_task(worker())
     try:
         while True:
             try:
-                kind, data = await asyncio.wait_for(events.get(), SSE_KEEPALIVE_S)
+                kind, data = await asyncio.wait_for(events.get(), keepalive)
             except TimeoutError:
-                yield b": working\n\n"
+                yield "keepalive", None
                 continue
-            yield _sse(kind, data)
-            if kind in ("answer", "error"):
+            yield kind, data
+            if kind in ("result", "error"):
                 break
     finally:
         admission.close()  # the client may be gone: no LLM call of this ask starts again
@@ -126,4 +135,42 @@ async def agent_events(
             task.cancel()
 
 
-__all__ = ["SSE_KEEPALIVE_S", "agent_events", "agent_for", "ask_document", "search_config"]
+def error_document(exc: BaseException) -> dict[str, Any]:
+    """The JSON error body of an exception raised after a stream has started."""
+    return dict(json.loads(bytes(exception_response(exc).body)))
+
+
+async def agent_events(
+    state: ServerState,
+    run: AgentRun,
+    k: int,
+    max_retrievals: int | None = None,
+    admission: Admission | None = None,
+) -> AsyncIterator[bytes]:
+    """The ``/ask`` event stream: a ``token`` event (``{"call", "text"}``) per piece of each
+    model reply as it is written, a ``step`` event as each step is read, then the ``answer``
+    (or an ``error``); ``max_retrievals``, the episode's budget, goes into the answer.
+    ``admission``: as for :func:`agent_stream`."""
+    async for kind, data in agent_stream(state, run, admission=admission):
+        if kind == "keepalive":
+            yield b": working\n\n"
+        elif kind == "token":
+            yield _sse("token", {"call": data[0], "text": data[1]})
+        elif kind == "step":
+            yield _sse("step", data.to_dict())
+        elif kind == "result":
+            yield _sse("answer", ask_document(data, k, max_retrievals))
+        else:
+            yield _sse("error", error_document(data))
+
+
+__all__ = [
+    "SSE_KEEPALIVE_S",
+    "AgentRun",
+    "agent_events",
+    "agent_for",
+    "agent_stream",
+    "ask_document",
+    "error_document",
+    "search_config",
+]

@@ -271,6 +271,12 @@ class GatedLLM:
         finally:
             self._gate.release()
 
+    def chat_stream(
+        self, messages: list[Any], params: Any, on_token: Any, stage: str = "agent"
+    ) -> Any:
+        with self._gate:
+            return self.client.chat_stream(messages, params, on_token, stage=stage)
+
     @property
     def usage(self) -> dict[str, dict[str, float]]:
         return dict(self.client.usage)

@@ -16,6 +16,8 @@ from psirag.schemas import SEARCH_SCHEMA
 from psirag.types import Passage
 
 if TYPE_CHECKING:
+    from psirag.agent.citations import Citation
+    from psirag.agent.loop import AgentResult
     from psirag.index import Index
 
 LABEL_WORDS = 8
@@ -173,20 +175,48 @@ def documents_payload(index: Index) -> dict[str, Any]:
     }
 
 
+def passage_entry(n: int, p: Passage) -> dict[str, Any]:
+    """One numbered passage of an answer: the passage's own fields (``id``, ``text``, ``score``,
+    ``source``, ``also``), its provenance flattened (``document``, ``title``, ``chunk``,
+    ``span``, ``page`` of a PDF), and its leaf in the tree (``node``; -1 when unknown)."""
+    entry = p.to_dict()
+    entry.update(n=n, passage=p.id, node=int(p.leaf), **p.source.to_dict())
+    entry.setdefault("page", None)
+    return entry
+
+
 def citations(passages: Sequence[Passage]) -> list[dict[str, Any]]:
-    """Numbered sources of an answer: ``[n]`` in the text is ``citations[n - 1]``."""
-    return [
-        {
-            "n": i,
-            "passage": p.id,
-            "document": p.source.document,
-            "title": p.source.title,
-            "chunk": p.source.chunk,
-            "span": [p.source.start, p.source.end],
-            "text": p.text,
-        }
-        for i, p in enumerate(passages, start=1)
-    ]
+    """Numbered passages: ``[n]`` in the text is ``entries[n - 1]`` (see :func:`passage_entry`).
+    Used for the top-k ``evidence`` of an answer."""
+    return [passage_entry(i, p) for i, p in enumerate(passages, start=1)]
+
+
+def verified_citations(cited: Sequence[Citation]) -> list[dict[str, Any]]:
+    """The citations the model gave and the agent verified (each names a passage it was
+    shown), numbered 1.. in the order cited; ``label`` is the model's own label and
+    ``passage_id`` the passage's id, as ``psirag ask --json`` has them."""
+    out = []
+    for i, c in enumerate(cited, start=1):
+        entry = passage_entry(i, c.passage)
+        entry.update(c.to_dict())  # label and passage_id, as in ``psirag ask --json``
+        out.append(entry)
+    return out
+
+
+def answer_payload(result: AgentResult, k: int) -> dict[str, Any]:
+    """``citations`` (verified, the model's) and ``evidence`` (the episode's top ``k``) of an
+    agent answer, as the HTTP API, the chat endpoints and MCP return them."""
+    return {
+        "citations": verified_citations(result.citations),
+        "evidence": citations(result.evidence[:k]),
+    }
+
+
+def marked_answer(answer: str, cites: Sequence[dict[str, Any]]) -> str:
+    """The answer with a ``[n]`` marker per verified citation (``n`` numbers the sources
+    list)."""
+    marks = "".join(f"[{c['n']}]" for c in cites)
+    return f"{answer} {marks}".strip()
 
 
 def sources_text(cites: Sequence[dict[str, Any]]) -> str:
@@ -195,18 +225,24 @@ def sources_text(cites: Sequence[dict[str, Any]]) -> str:
     for c in cites:
         title = c["title"] or c["document"]
         where = f"{c['document']}, chunk {c['chunk']}, chars {c['span'][0]}-{c['span'][1]}"
+        if c.get("page") is not None:
+            where += f", page {c['page']}"
         lines.append(f"[{c['n']}] {title} ({where})")
     return "Sources:\n" + "\n".join(lines) if lines else ""
 
 
 __all__ = [
+    "answer_payload",
     "check_node",
     "citations",
     "documents_payload",
+    "marked_answer",
     "node_label",
     "node_path",
     "node_payload",
+    "passage_entry",
     "search_payload",
     "sources_text",
     "tree_payload",
+    "verified_citations",
 ]

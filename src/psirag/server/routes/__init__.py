@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from psirag.server.routes import ask, documents, info, openai, search, tree
+from psirag.server.routes import ask, documents, info, ollama, openai, search, tree
 
 ROUTERS: tuple[APIRouter, ...] = (
     info.router,
@@ -18,6 +18,7 @@ ROUTERS: tuple[APIRouter, ...] = (
     tree.router,
     documents.router,
     openai.router,
+    ollama.router,
 )
 """The routers of the JSON API, in the order they are included."""
 

@@ -20,8 +20,9 @@ router = APIRouter()
 
 @router.post("/ask", tags=["query"], response_model=None)
 async def ask(body: AskRequest, request: Request, state: State, index: IndexDep) -> Any:
-    """The retrieve-and-answer agent. ``Accept: text/event-stream`` streams a ``step`` event
-    per agent step as it happens, then ``answer`` (or ``error``)."""
+    """The retrieve-and-answer agent. ``Accept: text/event-stream`` streams ``token`` events
+    (``{"call", "text"}``: the model's reply as it is written, where the LLM streams), a
+    ``step`` event per agent step as it is read, then ``answer`` (or ``error``)."""
     query = state.check_query(body.query)
     state.check_k(body.k)
     # In a worker thread: with max_retrievals auto, the first ask loads the hop model.
@@ -31,7 +32,7 @@ async def ask(body: AskRequest, request: Request, state: State, index: IndexDep)
         return StreamingResponse(
             agent_events(
                 state,
-                lambda on_step: agent.run(query, on_step=on_step),
+                lambda on_step, on_token: agent.run(query, on_step=on_step, on_token=on_token),
                 body.k,
                 agent.max_retrievals,
                 admission,

@@ -7,12 +7,19 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import ValidationError
 
 from psirag.errors import InputError
 from psirag.ids import match
 from psirag.server import views
 from psirag.server.deps import IndexDep, State
-from psirag.server.errors import NotFoundError, NotImplementedYetError
+from psirag.server.errors import (
+    NOT_JSON,
+    NotFoundError,
+    NotImplementedYetError,
+    field_errors,
+    is_json_error,
+)
 from psirag.server.jobs import Job
 from psirag.server.living import apply_write
 from psirag.server.models import AddDocumentRequest
@@ -99,10 +106,14 @@ async def _document_from_request(request: Request) -> tuple[str, str | None, str
         return text, str(doc_id) if doc_id else upload.filename, None
     try:
         body = AddDocumentRequest.model_validate_json(await request.body())
-    except ValueError as exc:
-        raise InputError(
-            f'send JSON {{"text": "...", "id"?: "..."}} or a multipart file field "file": {exc}'
-        ) from exc
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        if is_json_error(errors):
+            raise InputError(
+                f'{NOT_JSON}: send JSON {{"text": "...", "id"?: "..."}} or a multipart file '
+                'field "file"'
+            ) from None
+        raise InputError(field_errors(errors)[0]) from None
     if not body.text.strip():
         raise InputError("the document text is empty")
     return body.text, body.id, body.title

@@ -1,9 +1,14 @@
 """The OpenAI-compatible routes: ``GET /v1/models`` and ``POST /v1/chat/completions`` (plain or
-streamed). The conversation handling lives in :mod:`psirag.server.openai_api`."""
+streamed). The conversation handling lives in :mod:`psirag.server.openai_api`.
+
+A streamed chat sends the model's output as it is written, as ``reasoning_content`` deltas
+(the agent's working: its thoughts and sub-questions, which chat front ends show as
+"thinking"), then the reply itself as ``content`` deltas once the agent has accepted the
+answer, so the streamed ``content`` is exactly the non-streamed reply.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
@@ -16,49 +21,55 @@ from starlette.background import BackgroundTask
 
 from psirag.agent.loop import AgentResult
 from psirag.errors import InputError
-from psirag.server import views
 from psirag.server.deps import IndexDep, State
-from psirag.server.errors import exception_response
 from psirag.server.models import AskRequest, ChatRequest
 from psirag.server.openai_api import (
     KEEPALIVE_S,
     MAX_REPLY_TOKENS,
-    message_text,
-    question_from,
-    reply_text,
+    ThinkingText,
+    chat_question,
+    check_model,
+    reply_of,
+    reply_pieces,
+    served_models,
 )
-from psirag.server.querying import agent_for
+from psirag.server.querying import agent_for, agent_stream, error_document
 
 router = APIRouter(tags=["openai"])
 
 
 @router.get("/v1/models")
 async def models(state: State) -> dict[str, Any]:
-    """The one model this server offers: the index, answered by the agent."""
+    """The models this server offers: ``psirag`` and the index's name, both the index
+    answered by the agent."""
     return {
         "object": "list",
         "data": [
-            {
-                "id": state.settings.model_name,
-                "object": "model",
-                "created": int(state.started),
-                "owned_by": "psirag",
-            }
+            {"id": name, "object": "model", "created": int(state.started), "owned_by": "psirag"}
+            for name in served_models(state)
         ],
     }
+
+
+def _usage(result: AgentResult) -> dict[str, int]:
+    usage = {
+        "prompt_tokens": int(result.stats.prompt_tokens),
+        "completion_tokens": int(result.stats.completion_tokens),
+    }
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    return usage
 
 
 @router.post("/v1/chat/completions", response_model=None)
 async def chat(body: ChatRequest, request: Request, state: State, index: IndexDep) -> Any:
     """OpenAI chat completions; ``stream: true`` answers with ``chat.completion.chunk``
-    events and ``data: [DONE]``."""
+    events and ``data: [DONE]``. An unknown ``model`` is 404; ``n`` other than 1 is 400."""
+    model = check_model(state, body.model)
     if body.n != 1:
         raise InputError(
             f"n is {body.n}: psirag gives one answer per question, so n must be 1 (omit it)"
         )
-    for m in body.messages:
-        state.check_length(message_text(m), f"{m.role} message")
-    question = question_from(body.messages)
+    question = chat_question(state, body.messages)
     ask = AskRequest(
         query=question,
         max_retrievals=body.max_retrievals,
@@ -69,20 +80,10 @@ async def chat(body: ChatRequest, request: Request, state: State, index: IndexDe
     agent = await state.blocking(lambda: agent_for(state, index, ask))
     completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     created = int(time.time())
-    model = body.model or state.settings.model_name
-
-    def finish(result: AgentResult) -> tuple[str, list[dict[str, Any]], dict[str, int]]:
-        cites = views.citations(result.evidence[: body.k])
-        usage = {
-            "prompt_tokens": int(result.stats.prompt_tokens),
-            "completion_tokens": int(result.stats.completion_tokens),
-        }
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        return reply_text(result.answer, cites), cites, usage
 
     if not body.stream:
         result = await state.llm_work(lambda: agent.run(question), request)
-        text, cites, usage = finish(result)
+        text, payload = reply_of(result, body.k)
         return {
             "id": completion_id,
             "object": "chat.completion",
@@ -95,60 +96,63 @@ async def chat(body: ChatRequest, request: Request, state: State, index: IndexDe
                     "finish_reason": "stop",
                 }
             ],
-            "usage": usage,
-            "citations": cites,
+            "usage": _usage(result),
+            **payload,
         }
 
     include_usage = bool((body.stream_options or {}).get("include_usage"))
 
-    def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
-        payload = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-            **extra,
-        }
+    def event(payload: dict[str, Any]) -> bytes:
         return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
 
-    admission = state.asks.admit()  # a full ask pool answers 503 before the stream starts
-
-    async def events() -> AsyncIterator[bytes]:
-        timeout = state.settings.request_timeout
-        task = asyncio.create_task(admission.run(lambda: agent.run(question), timeout=timeout))
-        try:
-            yield chunk({"role": "assistant", "content": ""})
-            while not task.done():
-                done, _ = await asyncio.wait({task}, timeout=KEEPALIVE_S)
-                if not done:
-                    yield b": working\n\n"
-            result = task.result()
-        except Exception as exc:  # the stream has started: the error goes in a chunk
-            error = json.loads(bytes(exception_response(exc).body))
-            yield f"data: {json.dumps(error)}\n\n".encode()
-            yield b"data: [DONE]\n\n"
-            return
-        finally:  # the client may be gone: no LLM call of this ask starts again
-            admission.close()
-            if not task.done():
-                task.cancel()
-        text, cites, usage = finish(result)
-        head, _, sources = text.partition("\n\n")
-        yield chunk({"content": head})
-        if sources:
-            yield chunk({"content": "\n\n" + sources})
-        yield chunk({}, "stop", citations=cites)
-        if include_usage:
-            payload: dict[str, Any] = {
+    def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> bytes:
+        return event(
+            {
                 "id": completion_id,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model,
-                "choices": [],
-                "usage": usage,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+                **extra,
             }
-            yield f"data: {json.dumps(payload)}\n\n".encode()
+        )
+
+    admission = state.asks.admit()  # a full ask pool answers 503 before the stream starts
+
+    async def events() -> AsyncIterator[bytes]:
+        yield chunk({"role": "assistant", "content": ""})
+        thinking = ThinkingText()
+        run = agent.run
+        async for kind, data in agent_stream(
+            state,
+            lambda on_step, on_token: run(question, on_step=on_step, on_token=on_token),
+            KEEPALIVE_S,
+            admission,
+        ):
+            if kind == "keepalive":
+                yield b": working\n\n"
+            elif kind == "token":
+                yield chunk({"reasoning_content": thinking.piece(*data)})
+            elif kind == "error":  # the stream has started: the error goes in an event
+                yield event(error_document(data))
+                yield b"data: [DONE]\n\n"
+                return
+            elif kind == "result":
+                text, payload = reply_of(data, body.k)
+                for piece in reply_pieces(text):
+                    yield chunk({"content": piece})
+                yield chunk({}, "stop", **payload)
+                if include_usage:
+                    yield event(
+                        {
+                            "id": completion_id,
+                            "object": "chat.completion.chunk",
+                            "created": created,
+                            "model": model,
+                            "choices": [],
+                            "usage": _usage(data),
+                        }
+                    )
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(

@@ -167,6 +167,7 @@ function passageItem(p, { index = null, reveal = true, id = null } = {}) {
     el("span", { class: "doc", title: "document", text: src.title || src.document || "?" }),
     el("span", { text: `chunk ${src.chunk ?? "?"}` }),
     span ? el("span", { title: "character span in the document", text: `chars ${span}` }) : null,
+    Number.isInteger(src.page) ? el("span", { class: "page", text: `page ${src.page}` }) : null,
   );
   const text = el("p", { class: "text", text: p.text || "" });
   const item = el("li", { class: "passage", id, "data-passage": p.id }, meta, text);
@@ -184,21 +185,43 @@ function passageItem(p, { index = null, reveal = true, id = null } = {}) {
 
 const leafOfPassage = new Map(); // passage id -> {node, path} from /search hits
 
-async function revealPassage(p) {
+/** The leaf of a passage, {node, path}: from a search hit, from the node an answer's passage
+ *  names, else found by a search for the passage's own text; null when not in the tree. */
+async function leafOf(p) {
   let hit = leafOfPassage.get(p.id);
+  if (!hit && Number.isInteger(p.node) && p.node >= 0) {
+    // an answer's passage names its leaf: the node's path places it in the tree
+    const node = await api.getJSON(`nodes/${p.node}`);
+    if (node.path) hit = { node: p.node, path: node.path, passage: p.id };
+  }
   if (!hit) {
-    // the passage came from /ask: find its leaf with a search for its own text
+    // the passage came from elsewhere: find its leaf with a search for its own text
     const res = await api.postJSON("search", { query: p.text.slice(0, 500), k: 10 });
     rememberHits(res.hits || []);
     hit = leafOfPassage.get(p.id);
   }
-  if (!hit) {
-    $("#tree-status").textContent = "That passage's leaf was not found in the tree.";
-    return;
-  }
+  if (!hit) $("#tree-status").textContent = "That passage's leaf was not found in the tree.";
+  return hit || null;
+}
+
+async function revealPassage(p) {
+  const hit = await leafOf(p);
+  if (!hit) return;
   state.chart.setHighlight(hit.path, [hit.node]);
   showHighlightNote(`Showing one passage's leaf.`);
   await revealNode(hit.node, hit.path);
+}
+
+/** A citation marker's second link: its passage's leaf lit up in the tree, zoomed to the leaf's
+ *  parent, while the answer stays in view. */
+async function highlightCited(p, n) {
+  const hit = await leafOf(p);
+  if (!hit) return;
+  await loadPath(hit.path);
+  state.chart.setHighlight(hit.path, [hit.node]);
+  const parent = hit.path.length > 1 ? hit.path[hit.path.length - 2] : state.model.rootId;
+  await state.chart.zoomTo(state.model.get(parent) ? parent : state.model.rootId);
+  showHighlightNote(`Showing the leaf of cited passage [${n}].`);
 }
 
 /** Highlight the hits and their paths, zoomed to the deepest node above all of them. */
@@ -377,6 +400,8 @@ $("#ask-form").addEventListener("submit", async (e) => {
   const waiting = el("li", { class: "step waiting", text: "retrieving…" });
   steps.append(waiting);
   let count = 0;
+  let liveCall = null;
+  const live = el("span", { id: "ask-live", class: "live" });
   const body = {
     query,
     max_retrievals: budget,
@@ -387,10 +412,20 @@ $("#ask-form").addEventListener("submit", async (e) => {
       "ask",
       body,
       (event, data) => {
-        if (event === "step") {
+        if (event === "token") {
+          // the model's reply as it is written; a new call starts a new text
+          if (data.call !== liveCall) {
+            liveCall = data.call;
+            waiting.textContent = "";
+            waiting.append(el("span", { class: "muted", text: "The model is writing: " }), live);
+            live.textContent = "";
+          }
+          live.textContent += data.text;
+        } else if (event === "step") {
           count += 1;
           steps.insertBefore(renderStep(data, count), waiting);
           waiting.textContent = "retrieving and reading…";
+          liveCall = null;
         } else if (event === "answer") {
           if (!count) (data.steps || []).forEach((s, i) => steps.insertBefore(renderStep(s, i + 1), waiting));
           renderAnswer(data);
@@ -431,58 +466,49 @@ function renderStep(step, n) {
   return item;
 }
 
-/** The citation list: the server's `citations` if any (passages, ids or indices), else evidence. */
-function citationsOf(result) {
-  const evidence = result.evidence || [];
-  const byId = new Map(evidence.map((p) => [p.id, p]));
-  if (Array.isArray(result.citations) && result.citations.length) {
-    return result.citations
-      .map((c) => {
-        if (typeof c === "number") return evidence[c - 1];
-        if (typeof c === "string") return byId.get(c);
-        if (!c) return null;
-        const known = byId.get(c.passage || c.id);
-        if (known) return known;
-        if (c.source) return c;
-        // a citation record {n, passage, document, title, chunk, span, text}
-        const source = { document: c.document, title: c.title, chunk: c.chunk, span: c.span };
-        return { id: c.passage || c.id, text: c.text || "", score: c.score, source };
-      })
-      .filter(Boolean);
-  }
-  return evidence;
+/** An answer's passage as passageItem takes it: a passage record ({id, text, score, source,
+ *  node}), from the server's citation/evidence entries or an older server's bare fields. */
+function passageOf(c) {
+  if (c.source) return { ...c, id: c.id || c.passage };
+  const source = { document: c.document, title: c.title, chunk: c.chunk, span: c.span, page: c.page };
+  return { id: c.passage || c.id, text: c.text || "", score: c.score, source, node: c.node };
 }
 
 function renderAnswer(result) {
   const box = $("#ask-answer");
   box.textContent = "";
   box.hidden = false;
-  const cites = citationsOf(result);
+  // citations: the passages the model cited and psirag verified; evidence: the top-k retrieved
+  const cites = (result.citations || []).filter((c) => c && typeof c === "object").map(passageOf);
+  const evidence = (result.evidence || []).map(passageOf);
   box.append(el("h3", { text: "Answer" }));
-  const text = el("p", { id: "answer-text", class: "answer-text" });
-  // link "[n]" markers the model wrote; always add the citation chips after the answer
-  const parts = String(result.answer ?? "").split(/(\[\d+\])/);
-  for (const part of parts) {
-    const m = /^\[(\d+)\]$/.exec(part);
-    if (m && Number(m[1]) >= 1 && Number(m[1]) <= cites.length) {
-      text.append(el("a", { href: `#cite-${m[1]}`, class: "cite" }, part));
-    } else {
-      text.append(part);
-    }
-  }
+  const text = el("p", { id: "answer-text", class: "answer-text" }, String(result.answer ?? ""));
+  cites.forEach((p, i) => {
+    // the marker jumps to its passage and lights up the passage's leaf in the tree
+    const marker = el("a", { href: `#cite-${i + 1}`, class: "cite", title: "the cited passage, and its leaf in the tree" }, `[${i + 1}]`);
+    marker.addEventListener("click", () => highlightCited(p, i + 1).catch((err) => showError($("#ask-error"), err)));
+    text.append(" ", marker);
+  });
   box.append(text);
   if (Number.isInteger(result.max_retrievals)) {
     const n = result.max_retrievals;
     box.append(el("p", { id: "answer-budget", class: "muted", text: `Budget: ${n} retrieval${n === 1 ? "" : "s"} after the first.` }));
   }
   if (cites.length) {
-    const chips = el("p", { class: "chips", "aria-label": "Citations" });
-    cites.forEach((_, i) => chips.append(el("a", { href: `#cite-${i + 1}`, class: "cite" }, `[${i + 1}]`), " "));
-    box.append(chips);
-    box.append(el("h3", { text: "Evidence" }));
+    box.append(el("h3", { text: "Cited passages" }));
     const list = el("ol", { class: "passages citations" });
     cites.forEach((p, i) => list.append(passageItem(p, { index: i + 1, id: `cite-${i + 1}` })));
     box.append(list);
+  } else {
+    box.append(el("p", { id: "answer-uncited", class: "muted", text: "The model cited no passage for this answer." }));
+  }
+  if (evidence.length) {
+    const details = el("details", { class: "evidence" });
+    details.append(el("summary", { text: `Retrieved evidence (top ${evidence.length})` }));
+    const list = el("ol", { class: "passages evidence-list" });
+    evidence.forEach((p, i) => list.append(passageItem(p, { index: i + 1 })));
+    details.append(list);
+    box.append(details);
   }
 }
 
