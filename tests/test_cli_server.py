@@ -95,13 +95,17 @@ def test_add_and_remove_through_the_server(served: Any, tmp_path: Path) -> None:
     assert _stats(proc)["index_loads"] == 1
 
 
-def test_a_wrong_key_is_one_line(served: Any, tmp_path: Path) -> None:
+def test_a_wrong_key_and_an_unknown_document_are_one_line(served: Any, tmp_path: Path) -> None:
     folder, proc = served
     note = tmp_path / "note.txt"
     note.write_text("A short note about tides.", encoding="utf-8")
     line = _one_error_line(_cli("add", str(folder), str(note), "--server", proc.url, key="nope"))
     assert "answered 401" in line and "PSIRAG_API_KEY" in line, line
     assert not any("note" in d for d in Index.load(folder, embedder=HashEmbedder()).documents)
+    line = _one_error_line(
+        _cli("remove", str(folder), "--doc", "no-such-doc", "--server", proc.url, key=KEY)
+    )
+    assert "answered 404" in line and "'no-such-doc' is not in this index" in line, line
 
 
 def test_no_server_and_a_bad_url_are_one_line(tmp_path: Path) -> None:
