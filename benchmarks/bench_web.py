@@ -13,7 +13,16 @@ cache). Every number comes from the page's own clock (``performance.now``, the
   ``requestAnimationFrame`` timestamps (what a person sees: 16.7 ms is 60 fps) and the script
   time of the frame (arc geometry; the last frame also draws the labels).
 
-Usage: python benchmarks/bench_web.py --index DIR [--loads 5]
+- a reload after a foreign write (``--writes N``, on a copy of the index): another client adds
+  a document through the API while the page is open (polling ``GET /generation`` every 250 ms),
+  then removes it; the page's own time from noticing the new generation to the redrawn tree
+  (``GET /generation``, ``/index``, ``/tree``, the path back to the node in focus), and the wall
+  time from the write's job finishing to the page showing the new generation.
+
+Usage: python benchmarks/bench_web.py --index DIR [--loads 5] [--writes 3] [--hash-embedder]
+       python benchmarks/bench_web.py --hash-corpus CORPUS.json [--loads 2] [--writes 2]
+       (--hash-embedder: DIR was built with the tests' HashEmbedder, as a quick stand-in for the
+       MiniLM tree when no model can run; the page's work depends on the tree, not the vectors)
        (DIR: a 2Wiki index, e.g. ``psirag index <data>/2wikimultihopqa/corpus.json --out DIR``)
 Writes benchmarks/results/web.json and benchmarks/results/section_web.md.
 """
@@ -23,8 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,24 +138,114 @@ def zoom_summary(loads: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def build_hash_index(corpus: str) -> str:
+    """The corpus indexed with the tests' HashEmbedder in a temporary folder (no model)."""
+    from support import HashEmbedder
+
+    from psirag import Index, IndexConfig
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-web-")) / "index"
+    Index.build([corpus], IndexConfig(embedder="test:hash"), embedder=HashEmbedder()).save(folder)
+    return str(folder)
+
+
+def reload_after_writes(browser: Any, server: Any, writes: int) -> list[dict[str, Any]]:
+    """Foreign writes while one page is open: add a document, then remove it, ``writes``
+    times each; per write, the page's reload time and the wall time to the new generation."""
+    import httpx
+
+    context = browser.new_context(viewport={"width": VIEWPORT[0], "height": VIEWPORT[1]})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.goto(server.url + "/?poll=250")
+    page.wait_for_selector("body[data-tree-ready=true]", timeout=120_000)
+    out = []
+
+    def follow(response: httpx.Response, what: str) -> None:
+        assert response.status_code == 202, response.text
+        job_id = response.json()["job"]["id"]
+        while True:
+            job = httpx.get(f"{server.url}/jobs/{job_id}", timeout=60).json()
+            if job["status"] in ("done", "failed"):
+                break
+            time.sleep(0.05)
+        if job["status"] != "done":
+            raise SystemExit(f"the {what} failed: {job['error']}")
+        done = time.monotonic()
+        generation = job["result"]["generation"]
+        page.wait_for_selector(f"body[data-generation='{generation}']", timeout=120_000)
+        seen = time.monotonic()
+        reload = page.evaluate("window.psirag.lastReload")
+        out.append(
+            {
+                "write": what,
+                "job_s": round(done - started, 3),
+                "page_reload_ms": round(reload["ms"], 1),
+                "write_done_to_page_s": round(seen - done, 3),
+                "arcs": page.evaluate("window.psirag.chart.elements.size"),
+            }
+        )
+
+    for i in range(writes):
+        text = f"Benchmark note {i}: a film directed by a director born in a city of rivers."
+        started = time.monotonic()
+        follow(
+            httpx.post(
+                f"{server.url}/documents", json={"text": text, "id": f"bench-{i}"}, timeout=60
+            ),
+            "add",
+        )
+        started = time.monotonic()
+        follow(httpx.delete(f"{server.url}/documents/bench-{i}", timeout=60), "remove")
+    context.close()
+    if errors:
+        raise SystemExit(f"console errors on the page: {errors}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", required=True, help="a saved 2Wiki index folder")
+    parser.add_argument("--index", help="a saved 2Wiki index folder")
+    parser.add_argument(
+        "--hash-corpus",
+        help="instead of --index: index this corpus with the tests' HashEmbedder first (~15 s)",
+    )
     parser.add_argument("--loads", type=int, default=5, help="page loads per renderer (default 5)")
+    parser.add_argument(
+        "--writes", type=int, default=0, help="foreign writes (add + remove) while the page is open"
+    )
+    parser.add_argument(
+        "--hash-embedder", action="store_true", help="DIR was built with the tests' HashEmbedder"
+    )
     args = parser.parse_args()
     if chromium_path() is None:
         raise SystemExit("no Chromium: apt-get install -y chromium (or set PSIRAG_CHROMIUM)")
     from playwright.sync_api import sync_playwright
 
+    if args.hash_corpus:
+        args.index, args.hash_embedder = build_hash_index(args.hash_corpus), True
+    elif not args.index:
+        parser.error("give --index DIR or --hash-corpus FILE")
     manifest = json.loads((Path(args.index) / "manifest.json").read_text(encoding="utf-8"))
     loadavg_start = [round(x, 2) for x in os.getloadavg()]
     runs: dict[str, list[dict[str, Any]]] = {r: [] for r in RENDERERS}
-    with ServerProcess(args.index) as server, sync_playwright() as p:
+    reloads: list[dict[str, Any]] = []
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ServerProcess(
+            shutil.copytree(args.index, Path(tmp) / "index") if args.writes else args.index,
+            hash_embedder=args.hash_embedder,
+        ) as server,
+        sync_playwright() as p,
+    ):
         browser = launch_chromium(p)
         one_load(browser, server.url + "/")  # warm-up: the server's first calls, disk caches
         for _ in range(args.loads):  # the renderers alternate, so machine load hits both alike
             for renderer in RENDERERS:
                 runs[renderer].append(one_load(browser, f"{server.url}/?render={renderer}"))
+        if args.writes:
+            reloads = reload_after_writes(browser, server, args.writes)
         version = browser.version
         browser.close()
 
@@ -164,19 +266,74 @@ def main() -> None:
         "nodes_loaded_at_first_render": firsts[0]["nodes_loaded"],
         "arcs_at_first_render": firsts[0]["arcs"],
         "zoom": {r: zoom_summary(runs[r]) for r in RENDERERS},
+        "embedder": "tests' HashEmbedder" if args.hash_embedder else manifest.get("embedder"),
+        "reload_after_foreign_write": {
+            "writes": reloads,
+            "page_reload_ms": stats([w["page_reload_ms"] for w in reloads]) if reloads else None,
+            "write_done_to_page_s": (
+                stats([w["write_done_to_page_s"] for w in reloads]) if reloads else None
+            ),
+        },
         "machine": machine_info(),
         "loadavg_at_start": loadavg_start,
         "runs": runs,
     }
-    path = write_result("web.json", result)
+    name = "web_hash" if args.hash_embedder else "web"  # a stand-in tree keeps its own files
+    path = write_result(f"{name}.json", result)
     from report import reflow  # the line width of BENCHMARKS.md
 
-    (RESULTS / "section_web.md").write_text(reflow(section(result)), encoding="utf-8")
+    (RESULTS / f"section_{name}.md").write_text(reflow(section(result)), encoding="utf-8")
     print(f"wrote {path}")
     print(section(result))
 
 
+def stand_in_section(r: dict[str, Any]) -> str:
+    """First render and reloads on a 2Wiki tree built with the tests' HashEmbedder (when the
+    MiniLM index cannot be built in time): the same page work, a differently shaped tree."""
+    nav, resp = (
+        r["first_render_ms"]["navigation_to_render_ms"],
+        r["first_render_ms"]["tree_response_ms"],
+    )
+    return "\n".join(
+        [
+            "## Web page: reload after a foreign write (2Wiki corpus, stand-in tree)",
+            "",
+            "`python benchmarks/bench_web.py --hash-corpus <data>/2wikimultihopqa/corpus.json "
+            "--loads 2 --writes 2` "
+            f"serves the 2Wiki corpus indexed with the tests' HashEmbedder "
+            f"({r['index']['nodes']:,} nodes; the MiniLM tree of the section above has a "
+            "different shape) and opens the page "
+            f"{r['loads']} times in {r['browser']}. First render p50 {nav['p50']} ms (max "
+            f"{nav['max']}), of which the `/tree` response ({r['tree_response_bytes'] or 0:,} "
+            f"bytes, {r['nodes_loaded_at_first_render']:,} nodes) p50 {resp['p50']} ms.",
+            "",
+            *reload_lines(r),
+            f"Load average at the start: {r['loadavg_at_start']}, on 2 cores shared with other "
+            "jobs: the absolute times are pessimistic for a laptop.",
+            "",
+        ]
+    )
+
+
+def reload_lines(r: dict[str, Any]) -> list[str]:
+    """The paragraph on reloads after foreign writes, when the run made some."""
+    re_ = r.get("reload_after_foreign_write") or {}
+    if not re_.get("writes"):
+        return []
+    page, wall = re_["page_reload_ms"], re_["write_done_to_page_s"]
+    return [
+        f"Reload after a foreign write ({len(re_['writes'])} writes through the API, an add "
+        "and a remove in turn, while the page polls `GET /generation` every 250 ms): the "
+        f"page's reload, from noticing the new generation to the redrawn tree, p50 "
+        f"{page['p50']} ms (max {page['max']}); from the write's job finishing to the page "
+        f"showing the new generation, p50 {wall['p50']} s (max {wall['max']}).",
+        "",
+    ]
+
+
 def section(r: dict[str, Any]) -> str:
+    if str(r.get("embedder", "")).startswith("tests'"):
+        return stand_in_section(r)
     f = r["first_render_ms"]
     nav, tree, resp = (
         f["navigation_to_render_ms"],
@@ -184,6 +341,7 @@ def section(r: dict[str, Any]) -> str:
         f["tree_response_ms"],
     )
     canvas, svg = r["zoom"]["canvas"], r["zoom"]["svg"]
+    writes = (r.get("reload_after_foreign_write") or {}).get("writes") or []
 
     def cell(z: dict[str, Any], key: str, q: str) -> str:
         return str(z[key][q]) if z.get(key) else "-"
@@ -202,7 +360,8 @@ def section(r: dict[str, Any]) -> str:
         [
             "## Web page on the 2Wiki tree (headless Chromium)",
             "",
-            f"`python benchmarks/bench_web.py --index DIR` serves the 2Wiki index "
+            f"`python benchmarks/bench_web.py --index DIR --loads {r['loads'] // 2} --writes "
+            f"{len(writes) // 2}` serves the 2Wiki index "
             f"({r['index']['nodes']:,} nodes) with `psirag serve` and opens the page "
             f"{r['loads']} times in {r['browser']} at {r['viewport'][0]}x{r['viewport'][1]}, "
             "each load in a fresh context after one warm-up load. The times are the page's own "
@@ -235,6 +394,7 @@ def section(r: dict[str, Any]) -> str:
             "|---|---|---|---|---|",
             *rows,
             "",
+            *reload_lines(r),
             f"Load average at the start: {r['loadavg_at_start']}, on 2 cores shared with other "
             "jobs: the absolute times are pessimistic for a laptop; the ratio comes from the "
             "same run.",

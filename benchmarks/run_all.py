@@ -225,7 +225,8 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
     (
         "web",
         "section_web.md",
-        "python benchmarks/bench_web.py --index DIR (a 2Wiki index; needs chromium)",
+        "python benchmarks/bench_web.py --index DIR --loads 3 --writes 2 (a 2Wiki index; needs "
+        "chromium)",
         "~3 min: ten page loads in headless Chromium; rerun by hand only",
     ),
 )

@@ -124,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             page.evaluate("window.scrollTo(0, 0)")
             page.click("#tab-docs")
             page.wait_for_selector("#docs-table tbody tr")
-            note = Path(tmp) / "notes.txt"
+            note = Path(tmp) / f"notes-{name}.txt"  # one upload per width: ids stay unique
             note.write_text("A note to add to the index.\n", encoding="utf-8")
             page.set_input_files("#doc-file", str(note))
-            page.wait_for_selector("#docs-error:not([hidden]), #jobs li", timeout=60_000)
+            page.wait_for_selector(
+                "#docs-error:not([hidden]), #jobs li[data-status]", timeout=120_000
+            )
             if name == "phone":
                 page.evaluate("document.querySelector('.panel').scrollIntoView()")
             shoot(page, out / f"web-docs-{name}.png")

@@ -484,6 +484,7 @@ async def _use_mcp(client: Any, index: Index) -> dict[str, Any]:
         found = await client.call_tool("search", {"query": "volcano lava ash", "k": 3})
         root = await client.call_tool("inspect_node", {})
         docs = await client.call_tool("list_documents", {})
+        page = await client.call_tool("list_documents", {"offset": 1, "limit": 1})
         bad = await client.call_tool("inspect_node", {"node": 10**6})
         answer = await client.call_tool("ask", {"question": QUESTION})
         auto = await client.call_tool("ask", {"question": COMPARISON, "max_retrievals": "auto"})
@@ -495,6 +496,7 @@ async def _use_mcp(client: Any, index: Index) -> dict[str, Any]:
         "search": found.structured_content,
         "root": root.structured_content,
         "docs": docs.structured_content,
+        "page": page.structured_content,
         "bad": bad,
         "answer": answer.structured_content,
     }
@@ -506,6 +508,8 @@ def _check_mcp(out: dict[str, Any], index: Index) -> None:
     assert out["search"]["passages"] == [p.to_dict() for p in expected]
     assert out["root"]["id"] == index.tree.root and out["root"]["path"] == [index.tree.root]
     assert [d["id"] for d in out["docs"]["documents"]] == ["volcanoes", "football", "baking"]
+    assert [d["id"] for d in out["page"]["documents"]] == ["football"]  # paged
+    assert out["page"]["total"] == 3 and out["page"]["documents"][0]["status"] == "indexed"
     assert out["bad"].is_error and "does not exist" in out["bad"].content[0].text
     assert out["answer"]["answer"] == "Sicily" and out["answer"]["citations"]
     # MCP's citations are the model's verified ones too, with the top-k evidence apart.

@@ -120,8 +120,8 @@ class Page:
         )
         self.server = server
 
-    def open(self) -> Any:
-        self.page.goto(self.server.url + "/")
+    def open(self, query: str = "") -> Any:
+        self.page.goto(self.server.url + "/" + query)
         self.page.wait_for_selector("body[data-tree-ready=true]", timeout=30_000)
         return self.page
 
@@ -425,6 +425,7 @@ def test_drop_zone_uploads_dropped_files(page: Page, server: ServerProcess) -> N
         """() => { const dt = new DataTransfer();
                    dt.items.add(new File(['Dropped text about glaciers.'], 'glaciers.txt',
                                          {type: 'text/plain'}));
+                   dt.items.add(new File(['PK'], 'letter.docx', {type: 'application/zip'}));
                    return dt; }"""
     )
     with p.expect_request(lambda r: r.url.endswith("/documents") and r.method == "POST") as req:
@@ -433,12 +434,13 @@ def test_drop_zone_uploads_dropped_files(page: Page, server: ServerProcess) -> N
     raw = req.value.post_data_buffer  # Chromium may keep a dropped file's bytes to itself
     if raw is not None:
         assert b'filename="glaciers.txt"' in raw and b"Dropped text about glaciers." in raw
+        assert b"letter.docx" not in raw  # a type psirag does not read is not sent
+    assert "letter.docx: not a type psirag reads" in p.inner_text("#docs-rejected")
     response = req.value.response()
     assert response is not None and response.status == 202, response and response.text()
     # wait for the job, then take the document out again
     p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
-    status, _ = server.request("DELETE", "/documents/glaciers.txt", key=KEY)
-    assert status == 202
+    remove(server, "glaciers.txt")
 
 
 @pytest.mark.parametrize("viewport", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
@@ -455,7 +457,7 @@ def test_layout_fits_laptop_and_phone(
         for tab in ("#tab-node", "#tab-ask", "#tab-search", "#tab-docs"):
             t = p.locator(tab).bounding_box()
             assert t and t["x"] >= 0 and t["x"] + t["width"] <= viewport[0] + 1
-        assert page.errors == []
+        assert page.errors == [], (page.errors, page.failed)
     finally:
         page.close()
 
@@ -471,3 +473,303 @@ def test_zoom_animation_finishes_in_frames(page: Page, server: ServerProcess) ->
     )
     assert time.monotonic() - started < 10
     assert len(frames) >= 3  # it animated, frame by frame
+
+
+def remove(server: ServerProcess, doc_id: str) -> None:
+    """Take a document out again and wait for the job, so the next test sees a still index."""
+    status, body = server.request("DELETE", f"/documents/{doc_id}", key=KEY)
+    assert status == 202, body
+    deadline = time.monotonic() + 120
+    while api(server, "GET", f"/jobs/{body['job']['id']}")["status"] not in ("done", "failed"):
+        assert time.monotonic() < deadline, "the removal did not finish"
+        time.sleep(0.2)
+
+
+def upload(server: ServerProcess, files: list[tuple[str, bytes]]) -> dict[str, Any]:
+    """A write by another client: multipart files through the API, waited for."""
+    import httpx
+
+    response = httpx.post(
+        f"{server.url}/documents",
+        files=[("file", (name, data)) for name, data in files],
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=60,
+    )
+    assert response.status_code == 202, response.text
+    job_id = response.json()["job"]["id"]
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        job = api(server, "GET", f"/jobs/{job_id}")
+        if job["status"] in ("done", "failed"):
+            assert job["status"] == "done", job
+            return dict(job)
+        time.sleep(0.2)
+    raise AssertionError("the upload job did not finish")
+
+
+def server_tree(server: ServerProcess) -> dict[int, dict[str, Any]]:
+    tree = api(server, "GET", "/tree?depth=6")
+    assert all(n["layer"] == 0 or not n["has_children"] or n["layer"] > 0 for n in tree["nodes"])
+    return {n["id"]: n for n in tree["nodes"]}
+
+
+def test_a_foreign_write_reloads_the_page_onto_the_new_generation(
+    page: Page, server: ServerProcess
+) -> None:
+    """Another client adds two documents while the page shows a search: the page notices the
+    new generation, redraws from it alone (every drawn parent one layer up, as the server
+    says), says what changed, and its counts, search results and highlights are the new
+    index's."""
+    p = page.open("?poll=300")
+    before = int(p.evaluate("document.body.dataset.generation"))
+    p.click("#tab-search")
+    p.fill("#search-query", "volcano eruption ash")
+    p.click("#search-submit")
+    p.wait_for_selector("#highlight-note:not([hidden])")
+    tree = api(server, "GET", "/tree?depth=1")
+    place = next(n for n in tree["nodes"] if n["parent"] == tree["root"] and n["has_children"])
+    p.evaluate("id => window.psirag.chart.zoomTo(id, false)", place["id"])
+    files = [
+        ("krakatoa.txt", b"Krakatoa is a volcano whose eruption in 1883 spread ash worldwide."),
+        ("pinatubo.txt", b"Pinatubo erupted in 1991; its volcanic ash cooled the planet."),
+    ]
+    job = upload(server, files)
+    after = job["result"]["generation"]
+    assert after > before
+    p.wait_for_selector(f"body[data-generation='{after}']", timeout=30_000)
+    p.wait_for_selector("#generation-note:not([hidden])")
+    assert "2 documents added" in p.inner_text("#generation-text")
+
+    truth = server_tree(server)
+    # the place is kept exactly when the new root still has a child that is the same node
+    # (same layer and label; ids shift when leaves are added)
+    root = next(n for n in truth.values() if n["parent"] < 0)
+    same = [
+        n["id"]
+        for n in truth.values()
+        if n["parent"] == root["id"]
+        and (n["layer"], n["label"]) == (place["layer"], place["label"])
+    ]
+    focus = p.evaluate("window.psirag.chart.focus")
+    note = p.inner_text("#generation-text")
+    if same:
+        assert focus == same[0] and "Your place was kept" in note
+    else:
+        assert focus == root["id"] and "back at the root" in note
+    drawn = p.evaluate(
+        """() => { const m = window.psirag.model;
+                   return [...window.psirag.chart.elements.keys()].map(id => {
+                     const n = m.get(id); const up = n.parent === null ? null : m.get(n.parent);
+                     return [id, n.layer, n.parent, up ? up.layer : null, n.label]; }); }"""
+    )
+    assert len(drawn) > 5
+    for node_id, layer, parent, parent_layer, label in drawn:
+        if node_id < 0:
+            continue
+        assert node_id in truth, node_id
+        assert (layer, label) == (truth[node_id]["layer"], truth[node_id]["label"])
+        if truth[node_id]["parent"] >= 0:
+            assert parent == truth[node_id]["parent"], node_id
+            assert parent_layer == layer + 1, (node_id, layer, parent_layer)
+
+    index = api(server, "GET", "/index")
+    summary = p.inner_text("#index-summary")
+    assert (
+        f"{index['documents']:,} documents" in summary and f"{index['chunks']:,} chunks" in summary
+    )
+    fresh = api(server, "POST", "/search", {"query": "volcano eruption ash", "k": 10})
+    assert fresh["generation"] == after
+    p.wait_for_function(
+        "g => document.querySelector('#search-results').dataset.generation === String(g)", arg=after
+    )
+    shown = p.eval_on_selector_all("#search-results li", "els => els.map(e => e.dataset.passage)")
+    assert shown == [x["id"] for x in fresh["passages"]]
+    hits = set(p.evaluate("[...window.psirag.chart.hits]"))
+    assert hits == {h["node"] for h in fresh["hits"]}  # no highlight left from the old tree
+    assert page.errors == [] and page.failed == []
+    for name, _ in files:  # leave the shared server as it was
+        remove(server, name)
+
+
+def make_pdf(pages: list[str]) -> bytes:
+    fpdf = pytest.importorskip("fpdf")
+    pdf = fpdf.FPDF()
+    pdf.set_title("Harbour report")
+    pdf.set_font("helvetica", size=12)
+    for text in pages:
+        pdf.add_page()
+        pdf.multi_cell(0, 8, text)
+    return bytes(pdf.output())
+
+
+def test_uploads_take_the_types_psirag_add_reads(
+    page: Page, server: ServerProcess, tmp_path: Path
+) -> None:
+    from psirag.ingest.loaders import SUFFIXES
+
+    p = page.open()
+    p.click("#tab-docs")
+    accept = p.get_attribute("#doc-file", "accept")
+    assert accept is not None and set(accept.split(",")) == set(SUFFIXES)
+    told = p.inner_text("#drop-zone")
+    assert all(word in told for word in ("PDF", "HTML", ".txt", ".md", "JSON", "JSONL"))
+    pdf = tmp_path / "harbour.pdf"
+    pdf.write_bytes(make_pdf(["Cranes unload ships in the harbour.", "Tugboats guide tankers."]))
+    records = tmp_path / "birds.jsonl"
+    records.write_text(
+        json.dumps({"title": "Puffin", "text": "Puffins nest on cliffs."}) + "\n", encoding="utf-8"
+    )
+    broken = tmp_path / "broken.json"
+    broken.write_text("[{", encoding="utf-8")
+    p.set_input_files("#doc-file", [str(pdf), str(records), str(broken)])
+    p.wait_for_selector("#docs-rejected:not([hidden])")
+    assert "broken.json" in p.inner_text("#docs-rejected")
+    assert "malformed JSON" in p.inner_text("#docs-rejected")
+    p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
+    p.fill("#docs-filter", "harbour")
+    p.wait_for_selector("#docs-table tbody tr[data-doc='harbour.pdf'][data-status=indexed]")
+    assert "Harbour report" in p.inner_text("#docs-table tbody")
+    found = api(server, "POST", "/search", {"query": "tugboats", "k": 5, "docs": ["harbour.pdf"]})
+    [passage] = found["passages"]  # one chunk of ~100 tokens: it starts on page 1
+    assert passage["source"]["page"] == 1 and "Tugboats guide tankers" in passage["text"]
+    for doc in ("harbour.pdf", "birds.jsonl:0"):
+        remove(server, doc)
+
+
+@pytest.mark.parametrize("viewport", [(1366, 768), (390, 844)], ids=["laptop", "phone"])
+def test_documents_page_sort_and_filter_on_the_server(
+    browser: Any, server: ServerProcess, viewport: tuple[int, int], tmp_path: Path
+) -> None:
+    page = Page(browser, server, viewport=viewport)
+    try:
+        p = page.open("?docs=5")
+        p.click("#tab-docs")
+        p.wait_for_selector("#docs-table tbody tr")
+        total = api(server, "GET", "/documents")["total"]
+        assert p.locator("#docs-table tbody tr").count() == 5
+        assert p.inner_text("#docs-range") == f"1–5 of {total}"
+        p.click("#docs-next")
+        p.wait_for_function(
+            "() => document.querySelector('#docs-range').textContent.startsWith('6–')"
+        )
+        second = api(server, "GET", "/documents?offset=5&limit=5")["documents"]
+        rows = p.eval_on_selector_all("#docs-table tbody tr", "els => els.map(e => e.dataset.doc)")
+        assert rows == [d["id"] for d in second]
+        p.select_option("#docs-sort", "title")
+        p.select_option("#docs-order", "desc")
+        p.fill("#docs-filter", "CA")
+        expected = api(server, "GET", "/documents?q=ca&sort=title&order=desc&limit=5")
+        assert 1 < expected["total"] < total
+        p.wait_for_function(
+            "n => document.querySelector('#docs-range').textContent.endsWith(` of ${n}`)",
+            arg=expected["total"],
+        )
+        rows = p.eval_on_selector_all("#docs-table tbody tr", "els => els.map(e => e.dataset.doc)")
+        assert rows == [d["id"] for d in expected["documents"]]
+        titles = [d["title"] for d in expected["documents"]]
+        assert titles == sorted(titles, key=str.lower, reverse=True)
+        statuses = p.eval_on_selector_all(
+            "#docs-table td.status", "els => els.map(e => e.innerText)"
+        )
+        assert statuses and all(s.strip() == "indexed" for s in statuses)
+        assert p.evaluate("document.scrollingElement.scrollWidth") <= viewport[0]
+        for row in p.locator("#docs-table tbody tr").all():
+            box = row.bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= viewport[0] + 1
+        name = "laptop" if viewport[0] > 800 else "phone"
+        p.screenshot(path=str(tmp_path / f"docs-{name}.png"))
+        assert page.errors == [], page.errors
+    finally:
+        page.close()
+
+
+def test_the_phone_view_labels_its_rings(browser: Any, server: ServerProcess) -> None:
+    page = Page(browser, server, viewport=(390, 844))
+    try:
+        p = page.open()
+        labels = p.eval_on_selector_all(
+            "#sunburst .labels text", "els => els.map(e => [e.dataset.id, e.textContent])"
+        )
+        assert len(labels) >= 4, labels
+        assert all(len(text) >= 5 for _, text in labels)
+        rings = p.evaluate(
+            "ids => ids.map(id => window.psirag.model.get(Number(id)).depth)",
+            [i for i, _ in labels],
+        )
+        assert len(set(rings)) >= 2  # more than one ring has labels
+    finally:
+        page.close()
+
+
+def test_an_interrupted_job_shows_failed_and_the_page_retries_it(
+    browser: Any, index_dir: Path, llm: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """A server stopped during an add leaves the job 'running' in its jobs file; the next
+    server shows the document as failed (interrupted) with a Retry button, and Retry adds it."""
+    import shutil
+
+    from psirag.ingest import documents_from_strings
+    from psirag.server.jobs import INTERRUPTED, JOBS_FILE, JOBS_SCHEMA
+    from psirag.server.uploads import document_to_json
+
+    folder = Path(shutil.copytree(index_dir, tmp_path / "index"))
+    [doc] = documents_from_strings(
+        ["Lighthouses guide ships past the rocks at night."], titles=["Lighthouses"], ids=["lh"]
+    )
+    left = {
+        "id": "job-7",
+        "kind": "add",
+        "status": "running",
+        "progress": {"done": 0, "total": 1},
+        "created": time.time(),
+        "documents": [{"id": "lh", "title": "Lighthouses"}],
+        "payload": [document_to_json(doc)],
+    }
+    (folder / JOBS_FILE).write_text(
+        json.dumps({"schema": JOBS_SCHEMA, "jobs": [left]}), encoding="utf-8"
+    )
+    with ServerProcess(folder, ["--api-key", KEY]) as second:
+        page = Page(browser, second)
+        try:
+            p = page.open()
+            p.click("#tab-docs")
+            p.select_option("#docs-status", "failed")
+            row = p.locator("#docs-table tbody tr[data-doc='lh']")
+            row.wait_for()
+            assert row.get_attribute("data-status") == "failed"
+            assert INTERRUPTED in row.inner_text()
+            row.get_by_role("button", name="Retry Lighthouses").click()
+            p.wait_for_selector("#jobs li[data-status=done]", timeout=120_000)
+            p.select_option("#docs-status", "indexed")
+            p.fill("#docs-filter", "lighthouse")
+            p.wait_for_selector("#docs-table tbody tr[data-doc='lh'][data-status=indexed]")
+            status, job = second.request("GET", "/jobs/job-7", key=KEY)
+            assert status == 200 and job["status"] == "failed" and job["error"] == INTERRUPTED
+            assert page.errors == [], page.errors
+        finally:
+            page.close()
+
+
+def test_a_write_while_the_page_loads_is_drawn_from_the_new_generation(
+    page: Page, server: ServerProcess
+) -> None:
+    """The index summary comes from one generation and the first /tree answer from the next
+    (a write lands in between, held there by the test): the page draws the newer one and asks
+    for nothing that is not there."""
+    writes: list[dict[str, Any]] = []
+
+    def write_then_continue(route: Any) -> None:
+        if not writes:
+            writes.append(upload(server, [("tides.txt", b"Tides follow the moon's pull.")]))
+        route.continue_()
+
+    page.page.route("**/tree?depth=*", write_then_continue)
+    p = page.open()
+    after = writes[0]["result"]["generation"]
+    p.wait_for_selector(f"body[data-generation='{after}']", timeout=30_000)
+    p.wait_for_selector("#node-title")
+    drawn = drawn_ids(p, "#sunburst path[data-id]")
+    truth = server_tree(server)
+    assert drawn and drawn <= set(truth)
+    assert page.errors == [] and page.failed == [], (page.errors, page.failed)
+    remove(server, "tides.txt")

@@ -21,7 +21,8 @@ from fastapi import FastAPI
 
 from psirag import __version__
 from psirag.server.errors import error_body, exception_response, install_error_handlers
-from psirag.server.jobs import JobRunner
+from psirag.server.jobs import JOBS_FILE, JobRunner
+from psirag.server.living import run_job
 from psirag.server.middleware import install_middleware
 from psirag.server.routes import ROUTERS
 from psirag.server.routes.mcp import mount_mcp
@@ -65,7 +66,9 @@ def create_app(
         index = Index.load(folder, embedder=embedder)
     prepare_index(index)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
-    state = ServerState(IndexHolder(index, folder), settings, gated, JobRunner())
+    jobs = JobRunner(folder / JOBS_FILE if folder.is_dir() else None)
+    state = ServerState(IndexHolder(index, folder), settings, gated, jobs)
+    jobs.perform = lambda job: run_job(state, job)
     web = web_static()
 
     mcp_server = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
 
 from psirag.index import Index
 from psirag.server.state import Generation, ServerState
@@ -42,6 +42,23 @@ async def current_index(generation: CurrentGeneration) -> Index:
 IndexDep = Annotated[Index, Depends(current_index)]
 
 
+def tag_response(
+    request: Request, response: Response, generation: Generation, etag: str | None = None
+) -> Response | None:
+    """Name the generation a response is read from (``ETag`` and ``X-Psirag-Generation``), and
+    the 304 to send instead when the client already holds that generation (If-None-Match).
+    ``etag``: a tag that also covers what else the answer depends on."""
+    etag = etag or generation.etag
+    headers = {"ETag": etag, "X-Psirag-Generation": str(generation.number)}
+    response.headers.update(headers)
+    wanted = request.headers.get("if-none-match")
+    if wanted and request.method in ("GET", "HEAD"):
+        tags = {t.strip().removeprefix("W/") for t in wanted.split(",")}
+        if etag in tags or "*" in tags:
+            return Response(status_code=304, headers=headers)
+    return None
+
+
 __all__ = [
     "CurrentGeneration",
     "IndexDep",
@@ -49,4 +66,5 @@ __all__ = [
     "current_generation",
     "current_index",
     "server_state",
+    "tag_response",
 ]

@@ -2,19 +2,29 @@
 
 A single writer means two writes never race on the index folder; readers are never blocked,
 because a write builds a new index object and publishes it only when it is saved
-(:class:`psirag.server.state.IndexHolder`). Jobs are kept in memory (a restart forgets them).
+(:class:`psirag.server.state.IndexHolder`).
+
+Jobs outlive the server: each change is written (atomically) to a small JSON file beside the
+index, holding what a retry needs (the documents of an add, the ids of a removal). On start a
+job the last server left queued or running is shown as failed ("interrupted") with a retry;
+nothing in the file is ever run by itself. The file is data: it is parsed as JSON, checked
+field by field, and a bad file is set aside with a warning.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
+import json
 import logging
+import os
 import queue
+import re
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 log = logging.getLogger("psirag.server")
@@ -23,6 +33,12 @@ JobKind = Literal["add", "remove"]
 JobStatus = Literal["queued", "running", "done", "failed"]
 KEEP_FINISHED = 1000
 """Finished jobs remembered for ``GET /jobs/{id}``; older ones are forgotten first."""
+KEEP_SAVED = 200
+"""Finished jobs kept in the jobs file (a failed one keeps its payload for a retry)."""
+JOBS_FILE = "server-jobs.json"
+JOBS_SCHEMA = "psirag.jobs/1"
+INTERRUPTED = "interrupted: the server stopped before this job finished; retry it"
+_JOB_ID = re.compile(r"^job-(\d+)$")
 
 
 @dataclass
@@ -36,9 +52,19 @@ class Job:
     result: dict[str, Any] | None = None
     created: float = field(default_factory=time.time)
     finished: float | None = None
+    documents: list[dict[str, str]] = field(default_factory=list)
+    """``{"id", "title"}`` of each document the job adds or removes (the document list shows
+    them as pending or failed)."""
+    payload: Any = field(default=None, repr=False)
+    """What the write needs, as JSON data: the documents of an add, the ids of a removal."""
+    retry_of: str | None = None
 
     def progress(self, done: int, total: int) -> None:
         self.done, self.total = int(done), int(total)
+
+    @property
+    def retryable(self) -> bool:
+        return self.status == "failed" and self.payload is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,36 +76,122 @@ class Job:
             "result": self.result,
             "created": self.created,
             "finished": self.finished,
+            "documents": self.documents,
+            "retryable": self.retryable,
+            "retry_of": self.retry_of,
         }
+
+    def saved(self) -> dict[str, Any]:
+        """The job as the jobs file keeps it (the payload only while it may be retried)."""
+        keep = self.status != "done"
+        return {**self.to_dict(), "payload": self.payload if keep else None}
 
 
 Work = Callable[[Job], dict[str, Any]]
 
 
-class JobRunner:
-    """A queue of write jobs and the one thread that runs them in order."""
+def _job_from_saved(raw: Any) -> Job | None:
+    """A job read back from the jobs file, or None when the entry is not one."""
+    if not isinstance(raw, dict):
+        return None
+    job_id, kind, status = raw.get("id"), raw.get("kind"), raw.get("status")
+    if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        return None
+    if kind not in ("add", "remove") or status not in ("queued", "running", "done", "failed"):
+        return None
+    documents = [
+        {"id": str(d.get("id", "")), "title": str(d.get("title") or "")}
+        for d in raw.get("documents") or []
+        if isinstance(d, dict)
+    ]
+    progress: dict[str, Any] = raw.get("progress") or {}
+    if not isinstance(progress, dict):
+        progress = {}
+    job = Job(
+        id=job_id,
+        kind=kind,
+        status=status,
+        done=int(progress.get("done") or 0),
+        total=int(progress.get("total") or 0),
+        error=str(raw["error"]) if raw.get("error") else None,
+        result=raw.get("result") if isinstance(raw.get("result"), dict) else None,
+        created=float(raw.get("created") or 0.0),
+        finished=float(raw["finished"]) if raw.get("finished") else None,
+        documents=documents,
+        payload=raw.get("payload"),
+        retry_of=str(raw["retry_of"]) if raw.get("retry_of") else None,
+    )
+    if job.status in ("queued", "running"):  # the last server stopped during this job
+        job.status, job.error, job.finished = "failed", INTERRUPTED, job.finished or time.time()
+    return job
 
-    def __init__(self) -> None:
+
+class JobRunner:
+    """A queue of write jobs and the one thread that runs them in order.
+
+    ``path``: the jobs file (None: jobs live in memory only). ``perform`` runs a job from its
+    kind and payload (set by the app; needed for retries and for jobs submitted without work).
+    """
+
+    def __init__(self, path: Path | None = None, perform: Work | None = None) -> None:
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()  # one writer of the jobs file at a time
         self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
-        self._ids = itertools.count(1)
+        self.path = path
+        self.perform = perform
+        first = self._load() + 1
+        self._next = first
+        if self._jobs:
+            self._save()  # interrupted jobs are failed from now on, also on disk
         self._thread = threading.Thread(target=self._run, name="psirag-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, kind: JobKind, work: Work) -> Job:
-        job = Job(id=f"job-{next(self._ids)}", kind=kind)
+    def submit(
+        self,
+        kind: JobKind,
+        work: Work | None = None,
+        *,
+        documents: list[dict[str, str]] | None = None,
+        payload: Any = None,
+        retry_of: str | None = None,
+    ) -> Job:
+        """Queue a write; ``work`` defaults to :attr:`perform` (which reads the payload)."""
+        run = work or self.perform
+        if run is None:
+            raise RuntimeError("a job needs work, or a runner with perform set")
         with self._lock:
+            job = Job(
+                id=f"job-{self._next}",
+                kind=kind,
+                documents=list(documents or []),
+                payload=payload,
+                retry_of=retry_of,
+            )
+            self._next += 1
             self._jobs[job.id] = job
             finished = [j for j in self._jobs.values() if j.finished is not None]
             for old in finished[: max(0, len(finished) - KEEP_FINISHED)]:
                 del self._jobs[old.id]
-        self._queue.put((job, work))
+        self._save()
+        self._queue.put((job, run))
         return job
+
+    def retry(self, job_id: str) -> Job | None:
+        """A new job doing what the failed job ``job_id`` should have done; None if it cannot."""
+        old = self.get(job_id)
+        if old is None or not old.retryable:
+            return None
+        return self.submit(old.kind, documents=old.documents, payload=old.payload, retry_of=old.id)
 
     def get(self, job_id: str) -> Job | None:
         with self._lock:
             return self._jobs.get(job_id)
+
+    def all(self) -> list[Job]:
+        """Every remembered job, oldest first."""
+        with self._lock:
+            return list(self._jobs.values())
 
     def close(self) -> None:
         self._queue.put(None)
@@ -92,6 +204,7 @@ class JobRunner:
                 return
             job, work = item
             job.status = "running"
+            self._save()
             try:
                 job.result = work(job)
                 job.status = "done"
@@ -101,6 +214,54 @@ class JobRunner:
                 log.warning("job %s (%s) failed: %s", job.id, job.kind, job.error)
                 log.debug("%s", traceback.format_exc())
             job.finished = time.time()
+            self._save()
+
+    def _save(self) -> None:
+        """Write the jobs file atomically (a temporary file, then a rename)."""
+        path = self.path
+        if path is None:
+            return
+        with self._save_lock:
+            with self._lock:
+                jobs = list(self._jobs.values())
+            live = [j for j in jobs if j.finished is None]
+            finished = [j for j in jobs if j.finished is not None][-KEEP_SAVED:]
+            body = {"schema": JOBS_SCHEMA, "jobs": [j.saved() for j in finished + live]}
+            temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            try:
+                temp.write_text(json.dumps(body, ensure_ascii=False), encoding="utf-8")
+                os.replace(temp, path)
+            except OSError as exc:
+                log.warning("cannot save the jobs file %s: %s", path, exc)
+                with contextlib.suppress(OSError):
+                    temp.unlink()
+
+    def _load(self) -> int:
+        """Read the jobs file; returns the highest job number in it (0: none)."""
+        if self.path is None or not self.path.exists():
+            return 0
+        try:
+            body = json.loads(self.path.read_text(encoding="utf-8"))
+            entries = body["jobs"] if isinstance(body, dict) else None
+            if body.get("schema") != JOBS_SCHEMA or not isinstance(entries, list):
+                raise ValueError(f"not a {JOBS_SCHEMA} file")
+        except (OSError, ValueError, KeyError, AttributeError) as exc:
+            aside = self.path.with_name(self.path.name + ".bad")
+            log.warning(
+                "the jobs file %s is unreadable (%s); set aside as %s", self.path, exc, aside
+            )
+            with contextlib.suppress(OSError):
+                os.replace(self.path, aside)
+            return 0
+        highest = 0
+        for raw in entries:
+            job = _job_from_saved(raw)
+            if job is None:
+                continue
+            self._jobs[job.id] = job
+            m = _JOB_ID.match(job.id)
+            highest = max(highest, int(m.group(1)) if m else 0)
+        return highest
 
 
-__all__ = ["Job", "JobKind", "JobRunner", "JobStatus"]
+__all__ = ["INTERRUPTED", "JOBS_FILE", "JOBS_SCHEMA", "Job", "JobKind", "JobRunner", "JobStatus"]

@@ -55,4 +55,14 @@ def apply_write(
     }
 
 
-__all__ = ["apply_write"]
+def run_job(state: ServerState, job: Job) -> dict[str, Any]:
+    """A job from its kind and JSON payload (a new one, a retry, or one the jobs file kept)."""
+    from psirag.server.uploads import document_from_json
+
+    if job.kind == "add":
+        documents = [document_from_json(raw) for raw in job.payload or []]
+        return apply_write(state, "add", documents, job)
+    return apply_write(state, "remove", [str(doc_id) for doc_id in job.payload or []], job)
+
+
+__all__ = ["apply_write", "run_job"]

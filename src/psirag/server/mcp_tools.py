@@ -108,9 +108,22 @@ def build_mcp_server(state: ServerState) -> Any:
         return await run(go)
 
     @server.tool()
-    async def list_documents() -> dict[str, Any]:
-        """Every indexed document: id, title and number of chunks."""
-        return await run(lambda: views.documents_payload(state.holder.get().index))
+    async def list_documents(
+        offset: int = 0, limit: int = 50, query: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the documents (id, title, chunks, status), in corpus order: ``total``
+        says how many match, ``offset + limit`` is the next page. ``query`` keeps those whose
+        id or title holds it."""
+        from psirag.server import catalog
+
+        def go() -> dict[str, Any]:
+            generation = state.holder.get()
+            rows = catalog.document_rows(generation.index, state.jobs.all())
+            body = catalog.page_of(rows, offset=offset, limit=min(limit, 200), query=query)
+            body["generation"] = generation.number
+            return body
+
+        return await run(go)
 
     _refuse_unknown_arguments(server)
     return server

@@ -10,6 +10,7 @@ running keep the generation they started with, and later requests see the new on
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
 from collections import OrderedDict
@@ -52,6 +53,13 @@ class Generation:
 
     number: int
     index: Index
+    boot: str = ""
+    """A token of this server process: numbers restart at 1, so an ETag names both."""
+
+    @property
+    def etag(self) -> str:
+        """The HTTP entity tag of everything read from this generation."""
+        return f'"g{self.number}-{self.boot}"'
 
 
 class IndexHolder:
@@ -60,7 +68,8 @@ class IndexHolder:
     def __init__(self, index: Index, folder: Path) -> None:
         self.folder = folder
         self._lock = threading.Lock()
-        self._current = Generation(1, index)
+        self.boot = secrets.token_hex(4)
+        self._current = Generation(1, index, self.boot)
         self.loads = 1
         """Times this process read the index from disk: 1 at start-up, one more for each
         write that found another process's generation on disk (a write on the served
@@ -77,7 +86,7 @@ class IndexHolder:
     def publish(self, index: Index) -> Generation:
         """Make ``index`` the one new requests get; running requests keep theirs."""
         with self._lock:
-            self._current = Generation(self._current.number + 1, index)
+            self._current = Generation(self._current.number + 1, index, self.boot)
             return self._current
 
 

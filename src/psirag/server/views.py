@@ -13,6 +13,7 @@ import numpy as np
 
 from psirag.errors import InputError
 from psirag.schemas import SEARCH_SCHEMA
+from psirag.server import labels
 from psirag.types import Passage
 
 if TYPE_CHECKING:
@@ -20,10 +21,6 @@ if TYPE_CHECKING:
     from psirag.agent.loop import AgentResult
     from psirag.index import Index
 
-LABEL_WORDS = 8
-"""Words of a leaf without a title shown as its label in the tree view."""
-LABEL_PHRASES = 4
-"""Keyword phrases of an abstract (broad themes first) shown as its label."""
 SAMPLE_LEAVES = 5
 
 
@@ -43,24 +40,8 @@ def check_node(index: Index, node: int) -> None:
 
 
 def node_label(index: Index, node: int) -> str:
-    """A short name for a node: a leaf's title (or its first words), an abstract's first
-    keywords."""
-    if node < index.tree.n_leaves:
-        source = index.source(node)
-        if source.title:
-            return f"{source.title} #{source.chunk}"
-        text = index.node_text(node)
-    else:
-        phrases = [x.strip() for x in index.node_text(node).split(",") if x.strip()]
-        if phrases:
-            head = ", ".join(phrases[:LABEL_PHRASES])
-            return head + (", …" if len(phrases) > LABEL_PHRASES else "")
-        text = ""
-    words = text.split()
-    if not words:
-        return f"node {node}"
-    label = " ".join(words[:LABEL_WORDS])
-    return label + ("…" if len(words) > LABEL_WORDS else "")
+    """A short name for a node that tells it apart from its siblings (:mod:`.labels`)."""
+    return labels.node_label(index, node)
 
 
 def node_document(index: Index, node: int) -> str | None:
@@ -102,17 +83,20 @@ def tree_payload(index: Index, node: int | None, depth: int) -> dict[str, Any]:
         start = [int(node)]
     nodes: list[dict[str, Any]] = []
     level = start
+    names = labels.sibling_labels(index, labels.siblings_of(index, start[0]))
     for d in range(depth + 1):
         below: list[int] = []
         for u in level:
             children = tree.children(u).tolist() if u >= tree.n_leaves else []
+            if d < depth and children:
+                names.update(labels.sibling_labels(index, children))
             nodes.append(
                 {
                     "id": u,
                     "parent": int(tree.parent[u]),
                     "layer": int(tree.layer[u]),
                     "leaves": int(tree.leaf_counts[u]),
-                    "label": node_label(index, u),
+                    "label": names[u],
                     "document": node_document(index, u),
                     "has_children": bool(children),
                 }
@@ -130,6 +114,7 @@ def node_payload(index: Index, node: int) -> dict[str, Any]:
     tree = index.tree
     is_leaf = node < tree.n_leaves
     children = [] if is_leaf else tree.children(node).tolist()
+    child_names = labels.sibling_labels(index, children)
     if is_leaf:
         sample = [index.passage(node, 1.0)]
     else:
@@ -151,7 +136,7 @@ def node_payload(index: Index, node: int) -> dict[str, Any]:
                 "id": int(c),
                 "layer": int(tree.layer[c]),
                 "leaves": int(tree.leaf_counts[c]),
-                "label": node_label(index, int(c)),
+                "label": child_names[int(c)],
             }
             for c in children
         ],

@@ -1,18 +1,20 @@
-"""``GET/POST /documents``, ``DELETE /documents/{id}`` and ``GET /jobs/{id}``: the documents
-of the index and the background jobs that add or remove them (on the living index)."""
+"""``GET/POST /documents``, ``DELETE /documents/{id}``, ``GET /jobs/{id}`` and
+``POST /jobs/{id}/retry``: the documents of the index (paged, sorted, filtered, each with its
+status) and the background jobs that add or remove them (on the living index)."""
 
 from __future__ import annotations
 
 import time
+import zlib
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
 from psirag.errors import InputError
 from psirag.ids import match
-from psirag.server import views
-from psirag.server.deps import IndexDep, State
+from psirag.server import catalog
+from psirag.server.deps import CurrentGeneration, IndexDep, State, tag_response
 from psirag.server.errors import (
     NOT_JSON,
     NotFoundError,
@@ -20,41 +22,67 @@ from psirag.server.errors import (
     field_errors,
     is_json_error,
 )
-from psirag.server.jobs import Job
-from psirag.server.living import apply_write
 from psirag.server.models import AddDocumentRequest
+from psirag.server.uploads import UPLOAD_TYPES, UploadedFile, document_to_json, read_uploads
 
 router = APIRouter(tags=["documents"])
 
 
-@router.get("/documents")
-async def documents(index: IndexDep) -> dict[str, Any]:
-    """Every indexed document with its title and chunk count."""
-    return views.documents_payload(index)
+@router.get("/documents", response_model=None)
+async def documents(
+    request: Request,
+    response: Response,
+    state: State,
+    generation: CurrentGeneration,
+    offset: int = Query(0, ge=0, description="first document of the page"),
+    limit: int = Query(catalog.DEFAULT_LIMIT, ge=1, le=catalog.MAX_LIMIT),
+    sort: str = Query("order", description="order (corpus order), id, title, chunks or status"),
+    order: str = Query("asc", description="asc or desc"),
+    q: str | None = Query(None, description="keep documents whose id or title holds this"),
+    status: str | None = Query(None, description="indexed, pending or failed"),
+) -> dict[str, Any] | Response:
+    """A page of documents with title, chunk count and status (indexed; pending while a job
+    adds or removes it; failed, with the job's reason and whether it can be retried)."""
+    jobs = state.jobs.all()
+    seen = ",".join(f"{j.id}:{j.status}" for j in jobs)  # the statuses change apart from the index
+    etag = f'{generation.etag[:-1]}-j{zlib.crc32(seen.encode()):08x}"'
+    if (unchanged := tag_response(request, response, generation, etag)) is not None:
+        return unchanged
+    rows = await state.blocking(lambda: catalog.document_rows(generation.index, jobs))
+    body = catalog.page_of(
+        rows, offset=offset, limit=limit, sort=sort, order=order, query=q, status=status
+    )
+    body["generation"] = generation.number
+    body["upload_types"] = list(UPLOAD_TYPES)
+    return body
 
 
 @router.post("/documents", status_code=202)
 async def add_document(request: Request, state: State, index: IndexDep) -> dict[str, Any]:
-    """Add a document (JSON ``{"text", "id"?, "title"?}`` or a multipart ``file``) as a
-    background job; ``GET /jobs/{id}`` follows it."""
+    """Add documents as one background job: JSON ``{"text", "id"?, "title"?}``, or multipart
+    ``file`` fields (any of the types ``psirag add`` reads; ``id``/``title`` name a single
+    document). ``GET /jobs/{id}`` follows the job; unreadable files are listed in
+    ``rejected`` with the reason."""
     if not callable(getattr(index, "add", None)):
         raise NotImplementedYetError(
             "adding documents needs the living index (Index.add), which this psirag "
             "version does not have; rebuild the index with `psirag index` instead"
         )
-    text, doc_id, title = await _document_from_request(request)
-    from psirag.ingest import documents_from_strings
-
-    doc_id = doc_id or f"doc-{int(time.time() * 1000)}"
-    if doc_id in set(index.documents):
-        raise InputError(f"document {doc_id!r} is already indexed; DELETE it first")
-    document = documents_from_strings([text], titles=[title or doc_id], ids=[doc_id])
-
-    def work(job: Job) -> dict[str, Any]:
-        return apply_write(state, "add", document, job)
-
-    job = state.jobs.submit("add", work)
-    return {"job": job.to_dict()}
+    documents, rejected = await _documents_from_request(request, state)
+    taken = set(index.documents)
+    clash = [d.id for d in documents if d.id in taken]
+    if clash:
+        more = f" and {len(clash) - 3} more" if len(clash) > 3 else ""
+        raise InputError(
+            f"document {', '.join(repr(c) for c in clash[:3])}{more} is already indexed; "
+            "DELETE it first, or send it under another id"
+        )
+    job = state.jobs.submit(
+        "add",
+        documents=[{"id": d.id, "title": d.title} for d in documents],
+        payload=[document_to_json(d) for d in documents],
+    )
+    return {"job": job.to_dict(), "rejected": rejected}
 
 
 @router.delete("/documents/{doc_id:path}", status_code=202)
@@ -70,11 +98,7 @@ async def remove_document(doc_id: str, state: State, index: IndexDep) -> dict[st
     if not found:
         raise NotFoundError(f"document {doc_id!r} is not in this index (see GET /documents)")
     doc_id = found[0]
-
-    def work(job: Job) -> dict[str, Any]:
-        return apply_write(state, "remove", [doc_id], job)
-
-    job = state.jobs.submit("remove", work)
+    job = state.jobs.submit("remove", documents=[{"id": doc_id, "title": ""}], payload=[doc_id])
     return {"job": job.to_dict()}
 
 
@@ -83,27 +107,43 @@ async def job_status(job_id: str, state: State) -> dict[str, Any]:
     """A write job: queued, running, done or failed, with its progress."""
     job = state.jobs.get(job_id)
     if job is None:
-        raise NotFoundError(f"no job {job_id!r} (jobs are forgotten when the server stops)")
+        raise NotFoundError(f"no job {job_id!r} (the server keeps the last jobs only)")
     return job.to_dict()
 
 
-async def _document_from_request(request: Request) -> tuple[str, str | None, str | None]:
-    """The text, id and title of a document sent as JSON or as a multipart file upload."""
+@router.post("/jobs/{job_id}/retry", status_code=202)
+async def retry_job(job_id: str, state: State) -> dict[str, Any]:
+    """Run a failed (or interrupted) job again, as a new job."""
+    job = state.jobs.get(job_id)
+    if job is None:
+        raise NotFoundError(f"no job {job_id!r} (the server keeps the last jobs only)")
+    again = state.jobs.retry(job_id)
+    if again is None:
+        raise InputError(f"job {job_id!r} is {job.status}; only a failed job can be retried")
+    return {"job": again.to_dict()}
+
+
+async def _documents_from_request(request: Request, state: State) -> tuple[list[Any], list[Any]]:
+    """The documents of a JSON body or of multipart file uploads, and the files refused."""
     content_type = request.headers.get("content-type", "")
     if content_type.startswith("multipart/form-data"):
         form = await request.form()
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
+        uploads = [f for f in form.getlist("file") if not isinstance(f, str)]
+        if not uploads:
             raise InputError("the multipart upload has no file field named 'file'")
-        raw = await upload.read()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InputError(
-                f"the uploaded file {upload.filename!r} is not UTF-8 text (byte {exc.start})"
-            ) from exc
-        doc_id = form.get("id")
-        return text, str(doc_id) if doc_id else upload.filename, None
+        files = [UploadedFile(f.filename or "upload", await f.read()) for f in uploads]
+        doc_id, title = form.get("id"), form.get("title")
+        result = await state.blocking(
+            lambda: read_uploads(
+                files,
+                doc_id=str(doc_id) if doc_id else None,
+                title=str(title) if title else None,
+            )
+        )
+        if not result.documents:
+            reasons = "; ".join(f"{r['file']}: {r['error']}" for r in result.rejected)
+            raise InputError(f"no document could be read from the upload ({reasons})")
+        return result.documents, result.rejected
     try:
         body = AddDocumentRequest.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -116,4 +156,7 @@ async def _document_from_request(request: Request) -> tuple[str, str | None, str
         raise InputError(field_errors(errors)[0]) from None
     if not body.text.strip():
         raise InputError("the document text is empty")
-    return body.text, body.id, body.title
+    from psirag.ingest import documents_from_strings
+
+    doc_id = body.id or f"doc-{int(time.time() * 1000)}"
+    return documents_from_strings([body.text], titles=[body.title or doc_id], ids=[doc_id]), []

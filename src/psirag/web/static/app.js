@@ -46,6 +46,11 @@ const state = {
   index: null,
   ready: null, // Promise of the first tree render
   loading: new Map(), // "node:depth" -> Promise
+  generation: null, // the index generation the model was read from (GET /generation)
+  counts: null, // {documents, chunks} of that generation
+  reloading: null, // Promise of a reload onto a newer generation
+  lastSearch: null, // {query, k, bm25} of the search on screen
+  pollMs: Number(new URLSearchParams(location.search).get("poll")) || 4000,
 };
 window.psirag = state; // for debugging and the browser tests' benchmarks
 
@@ -108,10 +113,17 @@ async function loadTree(node, depth) {
   const key = `${node}:${depth}`;
   if (!state.loading.has(key)) {
     const query = node === null || node === FOREST ? `depth=${depth}` : `node=${node}&depth=${depth}`;
+    const model = state.model;
     const p = api
       .getJSON(`tree?${query}`)
-      .then((resp) => state.model.merge(resp))
-      .finally(() => state.loading.delete(key));
+      .then((resp) => {
+        // never merge nodes of another generation into this model: reload instead
+        if (noticeGeneration(resp.generation)) return;
+        if (model === state.model) model.merge(resp);
+      })
+      .finally(() => {
+        if (state.loading.get(key) === p) state.loading.delete(key);
+      });
     state.loading.set(key, p);
   }
   return state.loading.get(key);
@@ -274,6 +286,7 @@ async function openNode(id) {
     box.removeAttribute("aria-busy");
   }
   if (ticket !== nodeRequest) return;
+  if (noticeGeneration(data.generation)) return;
   box.textContent = "";
   const known = state.model.get(id);
   const isLeaf = data.layer === 0;
@@ -335,10 +348,11 @@ function showHighlightNote(text) {
   $("#highlight-note").hidden = false;
   $("#highlight-text").textContent = text;
 }
-$("#clear-highlight").addEventListener("click", () => {
-  state.chart.setHighlight([], []);
+function clearHighlight() {
+  if (state.chart) state.chart.setHighlight([], []);
   $("#highlight-note").hidden = true;
-});
+}
+$("#clear-highlight").addEventListener("click", clearHighlight);
 $("#colour-by").addEventListener("change", (e) => state.chart.setColourBy(e.target.value));
 
 // ------------------------------------------------------------------ search
@@ -354,12 +368,11 @@ $("#search-form").addEventListener("submit", async (e) => {
   list.textContent = "";
   try {
     const k = Number($("#search-k").value) || 10;
-    const res = await api.postJSON("search", { query, k, bm25: $("#search-bm25").checked });
-    const hits = res.hits || [];
-    rememberHits(hits);
-    res.passages.forEach((p, i) => list.append(passageItem(p, { index: i + 1 })));
-    $("#search-summary").textContent = `${res.passages.length} passages for “${query}”.`;
-    await showHits(hits);
+    state.lastSearch = { query, k, bm25: $("#search-bm25").checked };
+    const res = await api.postJSON("search", state.lastSearch);
+    if (noticeGeneration(res.generation)) await state.reloading;
+    showSearchResults(res);
+    await showHits(res.hits || []);
   } catch (err) {
     $("#search-summary").textContent = "";
     showError($("#search-error"), err);
@@ -367,6 +380,15 @@ $("#search-form").addEventListener("submit", async (e) => {
     button.disabled = false;
   }
 });
+
+function showSearchResults(res) {
+  const list = $("#search-results");
+  list.textContent = "";
+  rememberHits(res.hits || []);
+  res.passages.forEach((p, i) => list.append(passageItem(p, { index: i + 1 })));
+  $("#search-results").dataset.generation = String(res.generation ?? "");
+  $("#search-summary").textContent = `${res.passages.length} passages for “${res.query}”.`;
+}
 
 // ------------------------------------------------------------------ ask
 let askAbort = null;
@@ -513,63 +535,143 @@ function renderAnswer(result) {
 }
 
 // ------------------------------------------------------------------ documents
-let allDocuments = [];
-const DOCS_SHOWN = 200;
+// The server pages, sorts and filters (GET /documents?offset&limit&sort&order&q&status); the
+// page shows one page at a time, with each document's status (indexed, pending, failed).
+const DOCS_PAGE = Number(new URLSearchParams(location.search).get("docs")) || 50; // ?docs=N
+const docsView = { offset: 0, total: 0, timer: null, ticket: 0 };
+const STATUS_TEXT = { indexed: "indexed", pending: "pending", failed: "failed" };
+
+function docsQuery() {
+  const params = new URLSearchParams({
+    offset: String(docsView.offset),
+    limit: String(DOCS_PAGE),
+    sort: $("#docs-sort").value,
+    order: $("#docs-order").value,
+  });
+  const q = $("#docs-filter").value.trim();
+  if (q) params.set("q", q);
+  const status = $("#docs-status").value;
+  if (status) params.set("status", status);
+  return `documents?${params}`;
+}
 
 async function loadDocuments() {
   showError($("#docs-error"), null);
+  const ticket = ++docsView.ticket;
   try {
-    const res = await api.getJSON("documents");
-    allDocuments = res.documents || [];
-    renderDocuments();
+    const res = await api.getJSON(docsQuery());
+    if (ticket !== docsView.ticket) return;
+    renderDocuments(res);
+    noticeGeneration(res.generation);
   } catch (err) {
     showError($("#docs-error"), err);
   }
 }
 
-function renderDocuments() {
+function statusCell(d) {
+  const cell = el("td", { class: `status ${d.status}`, "data-label": "Status" });
+  let text = STATUS_TEXT[d.status] || d.status;
+  if (d.status === "pending") text = d.action === "remove" ? "removing…" : "adding…";
+  cell.append(el("span", { class: "badge", text }));
+  if (d.status === "failed" && d.error) cell.append(el("span", { class: "reason", text: d.error }));
+  return cell;
+}
+
+function actionCell(d) {
+  const cell = el("td", { class: "actions" });
+  if (d.status === "indexed") {
+    cell.append(el("button", { type: "button", class: "danger", "aria-label": `Remove ${d.title || d.id}`, onclick: () => removeDocument(d) }, "Remove"));
+  } else if (d.status === "failed" && d.retryable && d.job) {
+    cell.append(el("button", { type: "button", "aria-label": `Retry ${d.title || d.id}`, onclick: () => retryJob(d.job, d.title || d.id) }, "Retry"));
+  }
+  return cell;
+}
+
+function renderDocuments(res) {
   const body = $("#docs-table tbody");
   body.textContent = "";
-  const needle = $("#docs-filter").value.trim().toLowerCase();
-  const docs = needle
-    ? allDocuments.filter((d) => `${d.title || ""}\n${d.id}`.toLowerCase().includes(needle))
-    : allDocuments;
-  {
-    const chunks = allDocuments.reduce((s, d) => s + (d.chunks || 0), 0);
-    $("#docs-summary").textContent =
-      `${allDocuments.length.toLocaleString()} documents, ${chunks.toLocaleString()} chunks.` +
-      (needle ? ` ${docs.length.toLocaleString()} match.` : "");
-    const shown = docs.slice(0, DOCS_SHOWN);
-    for (const d of shown) {
-      body.append(
-        el(
-          "tr",
-          { "data-doc": d.id },
-          el("td", {}, el("span", { class: "doc", text: d.title || d.id }), d.title && d.title !== d.id ? el("span", { class: "muted", title: "document id", text: ` · id ${d.id}` }) : null),
-          el("td", { class: "num", text: String(d.chunks ?? "") }),
-          el("td", {}, el("button", { type: "button", class: "danger", "aria-label": `Remove ${d.title || d.id}`, onclick: () => removeDocument(d) }, "Remove")),
-        ),
-      );
-    }
-    if (docs.length > shown.length) {
-      $("#docs-summary").textContent += ` The first ${shown.length} are listed; filter to find others.`;
-    }
+  docsView.total = res.total;
+  for (const d of res.documents || []) {
+    body.append(
+      el(
+        "tr",
+        { "data-doc": d.id, "data-status": d.status },
+        el("td", { class: "name", "data-label": "Document" }, el("span", { class: "doc", text: d.title || d.id }), d.title && d.title !== d.id ? el("span", { class: "muted id", title: "document id", text: ` · id ${d.id}` }) : null),
+        el("td", { class: "num", "data-unit": d.chunks === 1 ? " chunk" : " chunks", text: String(d.chunks ?? "") }),
+        statusCell(d),
+        actionCell(d),
+      ),
+    );
   }
+  const c = res.counts || {};
+  const parts = [`${(c.indexed || 0).toLocaleString()} indexed`];
+  if (c.pending) parts.push(`${c.pending.toLocaleString()} pending`);
+  if (c.failed) parts.push(`${c.failed.toLocaleString()} failed`);
+  $("#docs-summary").textContent = parts.join(" · ") + ".";
+  const first = res.total ? res.offset + 1 : 0;
+  const last = res.offset + (res.documents || []).length;
+  $("#docs-range").textContent = `${first.toLocaleString()}–${last.toLocaleString()} of ${res.total.toLocaleString()}`;
+  $("#docs-prev").disabled = res.offset <= 0;
+  $("#docs-next").disabled = last >= res.total;
+  const busy = (res.counts || {}).pending > 0;
+  clearTimeout(docsView.timer);
+  if (busy && !$("#view-docs").hidden) docsView.timer = setTimeout(loadDocuments, 1000);
 }
-$("#docs-filter").addEventListener("input", () => renderDocuments());
 
-async function uploadFiles(files) {
+function reloadDocsFromStart() {
+  docsView.offset = 0;
+  loadDocuments();
+}
+let filterTimer = null;
+$("#docs-filter").addEventListener("input", () => {
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(reloadDocsFromStart, 250);
+});
+for (const id of ["#docs-status", "#docs-sort", "#docs-order"]) $(id).addEventListener("change", reloadDocsFromStart);
+$("#docs-prev").addEventListener("click", () => {
+  docsView.offset = Math.max(0, docsView.offset - DOCS_PAGE);
+  loadDocuments();
+});
+$("#docs-next").addEventListener("click", () => {
+  if (docsView.offset + DOCS_PAGE < docsView.total) docsView.offset += DOCS_PAGE;
+  loadDocuments();
+});
+
+/** All chosen files in one upload (one job); files the server could not read are listed. */
+/** The file types uploads take: the picker's accept list (what `psirag add` reads). */
+const UPLOAD_TYPES = $("#doc-file").accept.split(",").map((t) => t.trim().toLowerCase());
+
+function showRejected(rejected) {
+  if (!rejected.length) return;
+  const box = $("#docs-rejected");
+  box.hidden = false;
+  box.textContent = "";
+  box.append(el("strong", { text: `${rejected.length} file${rejected.length === 1 ? "" : "s"} not added:` }));
+  const list = el("ul", { class: "rejected" });
+  for (const r of rejected) list.append(el("li", {}, el("strong", { text: r.file }), `: ${r.error}`));
+  box.append(list);
+}
+
+async function uploadFiles(chosen) {
   showError($("#docs-error"), null);
-  for (const file of files) {
-    const form = new FormData();
-    form.append("file", file, file.name);
-    try {
-      const res = await api.postForm("documents", form);
-      watchJob(res.job, `add ${file.name}`);
-    } catch (err) {
-      showError($("#docs-error"), err);
-      return;
-    }
+  showError($("#docs-rejected"), null);
+  const suffix = (name) => (name.includes(".") ? name.slice(name.lastIndexOf(".")).toLowerCase() : "");
+  const files = chosen.filter((f) => UPLOAD_TYPES.includes(suffix(f.name)));
+  const refused = chosen
+    .filter((f) => !files.includes(f))
+    .map((f) => ({ file: f.name, error: `not a type psirag reads (${UPLOAD_TYPES.join(", ")})` }));
+  showRejected(refused);
+  if (!files.length) return;
+  const form = new FormData();
+  for (const file of files) form.append("file", file, file.name);
+  const title = files.length === 1 ? `add ${files[0].name}` : `add ${files.length} files`;
+  try {
+    const res = await api.postForm("documents", form);
+    watchJob(res.job, title);
+    showRejected([...refused, ...(res.rejected || [])]);
+    loadDocuments();
+  } catch (err) {
+    showError($("#docs-error"), err);
   }
 }
 
@@ -579,6 +681,18 @@ async function removeDocument(doc) {
   try {
     const res = await api.del(`documents/${encodeURIComponent(doc.id)}`);
     watchJob(res.job, `remove ${doc.title || doc.id}`);
+    loadDocuments();
+  } catch (err) {
+    showError($("#docs-error"), err);
+  }
+}
+
+async function retryJob(jobId, title) {
+  showError($("#docs-error"), null);
+  try {
+    const res = await api.postJSON(`jobs/${encodeURIComponent(jobId)}/retry`, {});
+    watchJob(res.job, `retry ${title}`);
+    loadDocuments();
   } catch (err) {
     showError($("#docs-error"), err);
   }
@@ -605,25 +719,25 @@ function watchJob(job, title) {
       bar.value = p.done || 0;
     }
     status.textContent = current.status + (p.total ? ` ${p.done}/${p.total}` : "");
-    item.dataset.status = current.status;
     if (current.status === "done") {
       bar.max = 1;
       bar.value = 1;
-      await refreshAfterChange();
+      await checkGeneration();
+      await loadDocuments();
     } else if (current.status === "failed") {
       status.textContent = `failed: ${current.error || "unknown error"}`;
       item.classList.add("failed");
+      if (current.retryable) {
+        status.append(" ", el("button", { type: "button", class: "linkish", onclick: () => retryJob(current.id, title) }, "retry"));
+      }
+      await loadDocuments();
     } else {
       setTimeout(poll, 400);
+      return;
     }
+    item.dataset.status = current.status;
   };
   poll();
-}
-
-async function refreshAfterChange() {
-  await Promise.all([loadDocuments(), loadIndexSummary()]);
-  state.model = new TreeModel();
-  await startTree();
 }
 
 const zone = $("#drop-zone");
@@ -642,10 +756,136 @@ $("#doc-file").addEventListener("change", (e) => {
   e.target.value = "";
 });
 
+// ------------------------------------------------------------------ a newer generation
+// Another client (the API, the CLI through a server write, a second tab) may change the index
+// while the page is open. Every read names its generation; a cheap poll of GET /generation
+// (304 while unchanged) notices writes the page did not ask for. The page then reloads its
+// model instead of mixing two generations, keeps the node in focus where it still exists, says
+// what changed, and drops highlights that belonged to the old tree.
+
+/** True (and a reload starts) when `generation` is newer than the model's. */
+function noticeGeneration(generation) {
+  if (typeof generation !== "number" || state.generation === null) return false;
+  if (generation === state.generation) return false;
+  if (!state.reloading) {
+    state.reloading = reloadGeneration()
+      .catch((err) => showError($("#docs-error"), err))
+      .finally(() => {
+        state.reloading = null;
+        checkGeneration(); // a write during the reload: reload once more
+      });
+  }
+  return true;
+}
+
+async function checkGeneration() {
+  if (state.generation === null || state.reloading) return;
+  try {
+    const info = await api.getJSON("generation");
+    noticeGeneration(info.generation);
+  } catch {
+    // the next poll tries again
+  }
+}
+
+function changeText(before, after) {
+  const parts = [];
+  const docs = (after.documents ?? 0) - (before.documents ?? 0);
+  const plural = (n, word) => `${n.toLocaleString()} ${word}${n === 1 ? "" : "s"}`;
+  if (docs > 0) parts.push(`${plural(docs, "document")} added`);
+  if (docs < 0) parts.push(`${plural(-docs, "document")} removed`);
+  if (!docs && after.chunks !== before.chunks) parts.push("documents changed");
+  return parts.length ? parts.join(", ") : "the index changed";
+}
+
+/** The old focus path followed down the new tree: at each level, the child with the same layer
+ * and label (a label comes from the node's abstract and its siblings', so an unchanged label
+ * is an unchanged node; ids shift when leaves are added). The deepest node found, or null. */
+async function followPath(oldPath) {
+  let here = state.model.rootId;
+  let found = null;
+  for (const old of oldPath.slice(1)) {
+    if (!state.model.childrenLoaded(here)) await loadTree(here, 1);
+    const match = state.model.children(here).find((c) => c && c.layer === old.layer && c.label === old.label);
+    if (!match) break;
+    here = match.id;
+    found = match.id;
+  }
+  return found;
+}
+
+async function reloadGeneration() {
+  const started = performance.now();
+  const info = await api.getJSON("generation");
+  const before = state.counts || {};
+  const oldModel = state.model;
+  const focus = state.chart ? state.chart.focus : null;
+  const selected = state.chart ? state.chart.selected : null;
+  const oldPath = focus === null ? [] : oldModel.path(focus).map((id) => oldModel.get(id));
+  clearHighlight();
+  leafOfPassage.clear();
+  state.loading.clear();
+  state.generation = info.generation;
+  state.counts = { documents: info.documents, chunks: info.chunks };
+  state.model = new TreeModel();
+  if (!(await startTree())) return; // newer still: the next check reloads again
+  const kept = oldPath.length > 1 ? await followPath(oldPath) : null;
+  if (kept !== null) await state.chart.zoomTo(kept, false);
+  const what = changeText(before, info);
+  let where = "";
+  if (oldPath.length > 1) {
+    if (kept !== null && oldPath.length === state.model.path(kept).length) where = " Your place was kept.";
+    else if (kept !== null) where = " The node you were on changed; showing its nearest unchanged parent.";
+    else where = " The node you were on changed; back at the root.";
+  }
+  const note = $("#generation-note");
+  note.hidden = false;
+  note.dataset.generation = String(info.generation);
+  $("#generation-text").textContent = `Index updated: ${what}.${where}`;
+  await loadIndexSummary();
+  if (state.lastSearch) {
+    try {
+      const res = await api.postJSON("search", state.lastSearch);
+      showSearchResults(res);
+      const paths = (res.hits || []).map((h) => h.path || []).filter((p) => p.length);
+      await Promise.all(paths.map((p) => loadPath(p)));
+      state.chart.setHighlight(new Set(paths.flat()), (res.hits || []).map((h) => h.node));
+      if (paths.length) showHighlightNote(`${paths.length} hits of the new index highlighted.`);
+    } catch (err) {
+      showError($("#search-error"), err);
+    }
+  }
+  if (!$("#view-docs").hidden) loadDocuments();
+  if (selected !== null && !$("#view-node").hidden) openNode(kept ?? state.chart.focus);
+  // read by the web benchmark: how long the page took from noticing to redrawn
+  state.lastReload = { generation: info.generation, ms: performance.now() - started, kept };
+  document.body.dataset.generation = String(info.generation);
+}
+$("#generation-dismiss").addEventListener("click", () => {
+  $("#generation-note").hidden = true;
+});
+
+function startPolling() {
+  const tick = () => {
+    if (!document.hidden) checkGeneration();
+    setTimeout(tick, state.pollMs);
+  };
+  setTimeout(tick, state.pollMs);
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden) checkGeneration();
+  });
+}
+
 // ------------------------------------------------------------------ boot
 async function loadIndexSummary() {
   const info = await api.getJSON("index");
   state.index = info;
+  if (state.generation === null && typeof info.generation === "number") {
+    const counts = info.counts || info;
+    state.generation = info.generation;
+    state.counts = { documents: counts.documents, chunks: counts.chunks };
+    document.body.dataset.generation = String(info.generation);
+  }
   const c = info.counts || info; // psirag inspect's summary: counts at the top level
   const parts = [];
   if (c.documents !== undefined) parts.push(`${c.documents.toLocaleString()} documents`);
@@ -655,10 +895,13 @@ async function loadIndexSummary() {
   $("#index-summary").textContent = parts.join(" · ");
 }
 
+/** Load and draw the top of the tree; false when the answer came from a newer generation than
+ * the page knew (nothing drawn: the reload that started draws it). */
 async function startTree() {
   const t0 = performance.now();
   await loadTree(null, RINGS); // the levels the first view draws; deeper ones load on zoom
   const model = state.model;
+  if (model.rootId === null) return false;
   if (state.chart) {
     state.chart.model = model;
     state.chart.focus = model.rootId;
@@ -667,7 +910,7 @@ async function startTree() {
     state.chart.elements.clear();
     state.chart.redraw();
     renderBreadcrumb(model.rootId);
-    return;
+    return true;
   }
   state.chart = new Sunburst($("#sunburst"), model, {
     onOpen: (id) => openNode(id),
@@ -687,13 +930,15 @@ async function startTree() {
   performance.measure("psirag:first-render", { start: t0, end: t1 });
   state.firstRender = { treeStart: t0, painted: t1, arcs: state.chart.elements.size };
   document.body.dataset.treeReady = "true";
+  return true;
 }
 
 async function boot() {
   try {
     await loadIndexSummary();
-    await startTree();
-    if (state.model.rootId !== FOREST) await openNode(state.model.rootId);
+    if (!(await startTree())) await state.reloading; // the index changed while the page loaded
+    if (state.model.rootId !== null && state.model.rootId !== FOREST) await openNode(state.model.rootId);
+    startPolling();
   } catch (err) {
     $("#index-summary").textContent = "";
     const box = el("div", { class: "error", role: "alert" });

@@ -436,6 +436,9 @@ export class Sunburst {
     this.gLabels.textContent = "";
     const span = this.view.x1 - this.view.x0;
     const frag = document.createDocumentFragment();
+    const small = g.radius < 240; // a phone: smaller type, so the thin rings get labels too
+    const charWidth = small ? 5.3 : 6.2;
+    this.gLabels.classList.toggle("small", small);
     for (const id of this.elements.keys()) {
       const node = this.model.get(id);
       const s = node.depth - this.view.depth;
@@ -443,18 +446,34 @@ export class Sunburst {
       const a0 = Math.max(0, (node.x0 - this.view.x0) / span) * TAU;
       const a1 = Math.min(1, (node.x1 - this.view.x0) / span) * TAU;
       const mid = (a0 + a1) / 2;
-      const rMid = (this.radiusAt(s, g) + this.radiusAt(s + 1, g)) / 2;
-      if ((a1 - a0) * rMid < 12 || g.ring < 30) continue;
-      const chars = Math.floor((g.ring - 6) / 6.2);
+      const rIn = this.radiusAt(s, g);
+      const rOut = this.radiusAt(s + 1, g);
+      const rMid = (rIn + rOut) / 2;
+      const thick = rOut - rIn;
+      if (thick < 11) continue;
+      // along the radius (fits the ring's thickness) or across it (fits the arc's chord):
+      // whichever shows more of the label
+      const chord = 2 * rMid * Math.sin(Math.min(a1 - a0, Math.PI) / 2);
+      const width = (a1 - a0) * rMid; // the arc's length at mid-ring
+      const radial = width >= (small ? 10 : 12) ? Math.floor((thick - 6) / charWidth) : 0;
+      const across = width >= 24 ? Math.floor((chord - 8) / charWidth) : 0;
+      const tangent = across > radial;
+      const chars = Math.max(radial, across);
       let text = node.label || "";
-      if (!text || chars < 6) continue; // a label cut to a few letters says nothing
-      if (text.length > chars) text = `${text.slice(0, chars - 1)}…`;
+      if (!text || chars < 5) continue; // a label cut to a few letters says nothing
+      if (text.length > chars) {
+        // cut at a phrase or word boundary where one is near, else mid-word
+        const cut = text.slice(0, chars - 1);
+        const stop = Math.max(cut.lastIndexOf(", "), cut.lastIndexOf(" "));
+        text = `${stop >= chars / 2 ? cut.slice(0, stop).replace(/,$/, "") : cut}…`;
+      }
       const x = g.cx + rMid * Math.sin(mid);
       const y = g.cy - rMid * Math.cos(mid);
-      let deg = (mid * 180) / Math.PI - 90;
-      if (mid > Math.PI) deg += 180;
+      let deg = (mid * 180) / Math.PI - (tangent ? 0 : 90);
+      if (tangent ? mid > Math.PI / 2 && mid < (3 * Math.PI) / 2 : mid > Math.PI) deg += 180;
       const t = document.createElementNS(SVG, "text");
       t.setAttribute("transform", `translate(${x.toFixed(1)},${y.toFixed(1)}) rotate(${deg.toFixed(1)})`);
+      t.dataset.id = String(id);
       t.textContent = text;
       frag.append(t);
     }
