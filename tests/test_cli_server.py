@@ -120,3 +120,23 @@ def test_no_server_and_a_bad_url_are_one_line(tmp_path: Path) -> None:
     assert "--server must be the psirag server's http://" in line, line
     line = _one_error_line(_cli("add", str(folder), str(note), "--server", down, "--rebuild"))
     assert "--rebuild cannot go through --server" in line, line
+
+
+def test_a_folder_goes_up_as_one_job_and_a_refused_file_is_named(
+    served: Any, tmp_path: Path
+) -> None:
+    folder, proc = served
+    docs = tmp_path / "more"
+    docs.mkdir()
+    (docs / "tides.md").write_text("# Tides\n\nThe moon pulls the sea into tides.", "utf-8")
+    (docs / "rivers.txt").write_text("Rivers carry silt down to the delta.", "utf-8")
+    (docs / "empty.txt").write_text("   ", "utf-8")
+    before = set(Index.load(folder, embedder=HashEmbedder()).documents)
+    done = _cli("add", str(folder), str(docs), "--server", proc.url, "-q", key=KEY)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "documents: +2 added" in done.stdout, done.stdout
+    assert "empty.txt: the file is empty" in done.stderr, done.stderr
+    assert "--skip-bad-files" in done.stderr.splitlines()[-1], done.stderr
+    added = set(Index.load(folder, embedder=HashEmbedder()).documents) - before
+    assert len(added) == 2, added
+    assert _stats(proc)["index_loads"] == 1
