@@ -50,7 +50,8 @@ WEIGHTS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)
 
 def with_first_copy(retriever: Retriever, first: np.ndarray) -> Retriever:
     data = retriever.data
-    sparse = SparseIndex(data.sparse.retriever, first, data.sparse.counts)
+    old = data.sparse
+    sparse = SparseIndex(old.retriever, first, old._counts, postings=old.postings)
     return Retriever(data.replace(sparse=sparse))
 
 

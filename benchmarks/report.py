@@ -737,7 +737,10 @@ def section_living(r: dict[str, Any]) -> str:
             "An update reads only its own chunks: keyword abstracts keep a per-chunk phrase "
             "table (new chunks are extracted, removed ones' counts subtracted) and BM25 is "
             "rescored in numpy from per-chunk term counts; the refreshed abstracts and every BM25 "
-            "score equal a full recompute's (tested on random add/remove sequences)."
+            "score equal a full recompute's (tested on random add/remove sequences). (These rows "
+            "predate issue 24's changes: BM25 now keeps counts and applies idf at query time, "
+            "and a big node's keyword abstract may wait under a drift rule; see the scale "
+            "section below.)"
         )
         lines.append("")
         one = cost.get("add 1%")

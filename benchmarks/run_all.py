@@ -120,6 +120,13 @@ BENCHES: tuple[Bench, ...] = (
         ("living.json",),
         "~15 min: 2Wiki adds/removes vs rebuilds, LLM calls (loopback), a 2,000-file sync",
     ),
+    Bench(
+        "living_scale",
+        ("bench_living_scale.py",),
+        ("living_scale.json",),
+        "~20-40 min on the busy machine, 12 GiB peak: synthetic 20k and 200k chunks, one-document "
+        "adds and removes (section_living_scale.md is written by hand from it)",
+    ),
     Bench("ann_libs", ("bench_ann_libs.py",), ("ann_libs.json",), "~8 min: three HNSW builds"),
     Bench(
         "scale_ann",

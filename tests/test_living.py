@@ -40,7 +40,7 @@ def check_consistent(index: Index, expected: dict[str, str]) -> None:
     assert len(data.chunks) == tree.n_leaves
     assert len(data.abstracts) == tree.n_nodes - tree.n_leaves
     assert data.node_vectors.shape == (tree.n_nodes, 64)
-    assert index.sparse.retriever.scores["num_docs"] == len(data.chunks)
+    assert index.sparse.n_docs == len(data.chunks)
     assert index.sparse.first_copy.size == len(data.chunks)
     ids = [c.id for c in data.chunks]
     assert len(set(ids)) == len(ids)

@@ -84,7 +84,7 @@ def _run(
 def _loadable(folder: Path) -> Index:
     index = Index.load(folder, embedder=HashEmbedder(), verify="full")
     assert index.search("volcano lava", k=2)
-    assert index.sparse.retriever.scores["num_docs"] == len(index.chunks)
+    assert index.sparse.n_docs == len(index.chunks)
     return index
 
 

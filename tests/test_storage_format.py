@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from psirag import Index
+from psirag.ownership import MARKER
 from psirag.storage import FORMAT_VERSION, LEGACY_VERSION, IndexStore
 from psirag.storage_format import FILES, PHRASES_DIR, load_index_data, save_index_data
 
@@ -20,10 +21,11 @@ format moved out of index.py."""
 
 
 def _data_files(generation: Path) -> dict[str, bytes]:
+    """The data files of a generation (not its manifest, reader list or ownership marker)."""
     return {
         p.relative_to(generation).as_posix(): p.read_bytes()
         for p in sorted(generation.rglob("*"))
-        if p.is_file() and p.name not in ("manifest.json", ".readers")
+        if p.is_file() and p.name not in ("manifest.json", ".readers", MARKER)
     }
 
 

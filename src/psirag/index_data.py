@@ -90,17 +90,26 @@ class IndexData:
     """Since the last full build: ``built_leaves`` (the leaves it had), leaves ``added`` and
     ``removed`` by updates, and the number of ``updates`` (the drift rule reads it)."""
     phrase_table: PhraseTable | None = None
+    """The keyword abstracts' per-leaf phrase data (``abstracts="keywords"``), kept so an
+    update extracts phrases from its new leaves only; None: recomputed when first needed."""
     origin: SavedOrigin | None = None
     """The saved generation these chunks were loaded from (carried through updates), so a save
     on top of it copies the lines of the chunks still there instead of encoding them again."""
-    """The keyword abstracts' per-leaf phrase data (``abstracts="keywords"``), kept so an
-    update extracts phrases from its new leaves only; None: recomputed when first needed."""
+    abstract_drift: np.ndarray | None = None
+    """Per inner node (``abstracts`` order): leaves that entered or left its subtree since its
+    keyword abstract was last scored (what :class:`psirag.living.AbstractDriftRule` bounds);
+    None: every abstract is as scored for its current leaves (a build)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chunks", tuple(self.chunks))
         object.__setattr__(self, "abstracts", tuple(self.abstracts))
         object.__setattr__(self, "node_vectors", _read_only(self.node_vectors))
         tree = self.tree
+        drift = self.abstract_drift
+        if drift is not None and drift.shape != (tree.n_nodes - tree.n_leaves,):
+            raise ValueError(
+                f"abstract drift of {drift.shape} for {tree.n_nodes - tree.n_leaves} inner nodes"
+            )
         if (
             self.node_vectors.ndim != 2
             or self.node_vectors.shape[0] != tree.n_nodes

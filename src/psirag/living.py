@@ -2,15 +2,17 @@
 
 An update runs the build pipeline's stages on what changed only: new chunks are chunked and
 embedded, the tree is changed by :mod:`psirag.tree.update`, and only the inner nodes whose
-subtree changed (the dirty ancestors) get new abstracts and routing vectors, parents after
-children, each exactly what a full recompute over the new tree gives that node. Every other
-node keeps its abstract and vector (a clean node's keyword abstract is not re-scored against
-the new corpus-wide counts: that drift is what the rebuild rule bounds). What the corpus-wide
+subtree changed (the dirty ancestors) get new routing vectors and abstracts, parents after
+children, each exactly what a full recompute over the new tree gives that node, except that a
+big node's keyword abstract may wait until enough of its leaves changed
+(:class:`AbstractDriftRule`, a stated bound). Every other node keeps its abstract and vector
+(a clean node's keyword abstract is not re-scored against the new corpus-wide counts: that
+drift is what the rebuild rule bounds). What the corpus-wide
 parts need is kept per leaf, so an update works on its own chunks only: the keyword phrase
 table (:mod:`psirag.abstracts.phrases`) extracts phrases from the new leaves and adds or
-subtracts their counts, and BM25 is rescored in numpy from each chunk's cached term counts
-(bm25s cannot add documents in place; idf and the mean length move with the corpus, so every
-score is recomputed, giving the index a fresh build gives). The result is a new immutable
+subtracts their counts, and BM25's counts (document frequencies, chunk count, total length)
+are adjusted by the changed chunks only, their postings kept in segments with tombstones; idf
+is applied at query time, so the scores are those a fresh build gives. The result is a new immutable
 :class:`IndexData`; the old value stays valid for readers holding it.
 
 Document ids stay unique across everything added: a new document whose id is taken by a
@@ -51,10 +53,12 @@ from psirag.types import Chunk
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
-    from psirag.retrieval.bm25 import TermCounts
+    from psirag.retrieval.bm25 import Postings
     from psirag.storage import IndexReader
 
 __all__ = [
+    "EXACT_ABSTRACTS",
+    "AbstractDriftRule",
     "SavedUpdate",
     "UpdateSummary",
     "add_documents",
@@ -80,6 +84,8 @@ class UpdateSummary:
     chunks_removed: int = 0
     nodes_refreshed: int = 0
     """Inner nodes whose abstract and routing vector were recomputed."""
+    abstracts_waiting: int = 0
+    """Changed inner nodes whose keyword abstract the drift rule let stay (vector refreshed)."""
     tree: dict[str, int] = field(default_factory=dict)
     """How the tree changed (chunks by insert path, subtrees grafted, nodes re-homed, splits)."""
     llm_calls: int = 0
@@ -101,6 +107,7 @@ class UpdateSummary:
             chunks_added=self.chunks_added + other.chunks_added,
             chunks_removed=self.chunks_removed + other.chunks_removed,
             nodes_refreshed=self.nodes_refreshed + other.nodes_refreshed,
+            abstracts_waiting=self.abstracts_waiting + other.abstracts_waiting,
             llm_calls=self.llm_calls + other.llm_calls,
             llm_cached=self.llm_cached + other.llm_cached,
             full_rebuild=self.full_rebuild or other.full_rebuild,
@@ -125,12 +132,71 @@ class UpdateSummary:
             "chunks_added": self.chunks_added,
             "chunks_removed": self.chunks_removed,
             "nodes_refreshed": self.nodes_refreshed,
+            "abstracts_waiting": self.abstracts_waiting,
             "tree": dict(self.tree),
             "llm_calls": self.llm_calls,
             "llm_cached": self.llm_cached,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "full_rebuild": self.full_rebuild,
         }
+
+
+@dataclass(frozen=True)
+class AbstractDriftRule:
+    """When an update may leave a changed node's keyword abstract as it is (issue 24).
+
+    A keyword abstract of a node over most of the corpus is scored from every leaf under it:
+    refreshing the root's after each one-document add cost 14.7 of 18.8 s at 200k chunks.
+    Every inner node counts the leaves that entered or left its subtree since its abstract was
+    last scored (its drift). A dirty node of at least ``min_leaves`` leaves keeps its abstract
+    while that count is at most ``share`` of its leaves; past it, or for a smaller node, the
+    abstract is rescored at once, exactly as a full recompute over the current tree gives.
+
+    Bound: every keyword abstract is the exact abstract its node had when its leaf set differed
+    from today's by at most ``max(share * leaves, 0)`` leaves for nodes of ``min_leaves`` or
+    more, and by none for smaller ones (a clean node's abstract is not rescored for the
+    corpus-wide counts either; the rebuild rule bounds that). Rescoring a big node costs in
+    proportion to its leaves and happens once per ``share`` of them changed, so its cost per
+    changed leaf is constant. ``share=0`` rescores every dirty node (the exact behaviour). LLM
+    abstracts are always rescored (they are paid per call, not per leaf).
+    """
+
+    share: float = 0.02
+    min_leaves: int = 2000
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.share < 1.0) or self.min_leaves < 1:
+            raise ValueError(
+                f"abstract drift rule needs 0 <= share < 1 and min_leaves >= 1, got {self}"
+            )
+
+    def may_wait(self, drift: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+        """Per node: whether its abstract may stay as it is."""
+        return (leaves >= self.min_leaves) & (drift <= self.share * leaves)
+
+
+EXACT_ABSTRACTS = AbstractDriftRule(share=0.0)
+"""Rescore every changed node's abstract at once."""
+
+
+def _changed_leaves(
+    old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray, olds: np.ndarray
+) -> np.ndarray:
+    """For each new-tree node ``nodes[i]`` that was old node ``olds[i]``: how many leaves
+    entered or left its subtree (the size of the two leaf sets' symmetric difference)."""
+    leaf_map = node_map[: old.n_leaves]
+    m_old, m_new = old.leaf_membership, new.leaf_membership
+    mark = np.zeros(new.n_leaves, dtype=bool)
+    out = np.zeros(nodes.size, dtype=np.int64)
+    for i, (u, v) in enumerate(zip(nodes.tolist(), olds.tolist(), strict=True)):
+        now = m_new.indices[m_new.indptr[u] : m_new.indptr[u + 1]]
+        before = leaf_map[m_old.indices[m_old.indptr[v] : m_old.indptr[v + 1]]]
+        before = before[before >= 0]
+        mark[now] = True
+        common = int(np.count_nonzero(mark[before]))
+        mark[now] = False
+        out[i] = now.size + (m_old.indptr[v + 1] - m_old.indptr[v]) - 2 * common
+    return out
 
 
 # ------------------------------------------------------------------ documents
@@ -188,8 +254,12 @@ class _State:
     dirty: np.ndarray
     phrases: PhraseTable | None = None
     """Keyword abstracts' phrase table of ``chunks`` (None: built at refresh)."""
-    terms: TermCounts | None = None
-    """BM25 term counts of ``chunks`` (None: counted at refresh)."""
+    terms: Postings | None = None
+    """BM25 counts of ``chunks`` (None: counted at refresh)."""
+    drift: np.ndarray | None = None
+    """Per node of ``tree``: leaves changed under it since its abstract was scored."""
+    fresh: np.ndarray | None = None
+    """Nodes that must get an abstract now (new nodes: nothing to keep)."""
     seconds: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -204,7 +274,16 @@ class _State:
             np.array(data.node_vectors, dtype=np.float32),
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
-            data.sparse.counts,
+            _postings(data),
+            np.concatenate(
+                [
+                    np.zeros(n, dtype=np.int64),
+                    np.zeros(data.tree.n_nodes - n, dtype=np.int64)
+                    if data.abstract_drift is None
+                    else np.asarray(data.abstract_drift, dtype=np.int64),
+                ]
+            ),
+            np.empty(0, dtype=np.int64),
         )
 
     def _timed(self, key: str, t0: float) -> None:
@@ -218,7 +297,7 @@ class _State:
         self._timed("abstracts", t0)
         t0 = time.perf_counter()
         if self.terms is not None:
-            self.terms = self.terms.select(keep)
+            self.terms = self.terms.remove(keep)
         self._timed("bm25", t0)
 
     def append_leaves(self, texts: list[str]) -> None:
@@ -229,7 +308,7 @@ class _State:
         self._timed("abstracts", t0)
         t0 = time.perf_counter()
         if self.terms is not None:
-            self.terms = self.terms.append(texts)
+            self.terms = self.terms.add(texts)
         self._timed("bm25", t0)
 
     def apply(self, update: TreeUpdate, chunks: list[Chunk], leaf_vectors: np.ndarray) -> None:
@@ -248,6 +327,17 @@ class _State:
         vectors[target[keep]] = self.vectors[old_inner[keep]]
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
+        assert self.drift is not None and self.fresh is not None
+        drift = np.zeros(tree.n_nodes, dtype=np.int64)
+        drift[target[keep]] = self.drift[old_inner[keep]]
+        fresh = update.node_map[self.fresh] if self.fresh.size else self.fresh
+        was = np.full(tree.n_nodes, -1, dtype=np.int64)
+        was[target[keep]] = old_inner[keep]
+        dirty = np.asarray(update.dirty, dtype=np.int64)
+        kept = dirty[was[dirty] >= 0]
+        drift[kept] += _changed_leaves(self.tree, tree, update.node_map, kept, was[kept])
+        self.fresh = np.union1d(fresh[fresh >= n_new], dirty[was[dirty] < 0]).astype(np.int64)
+        self.drift = drift
         self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaf_vectors
         self.abstracts, self.vectors = abstracts, vectors
         self.dirty = np.union1d(update.dirty, carried).astype(np.int64)
@@ -259,6 +349,7 @@ class _State:
         llm: Any,
         summary: UpdateSummary,
         progress: bool,
+        rule: AbstractDriftRule = AbstractDriftRule(),
     ) -> Any:
         """Recompute the abstracts and routing vectors of the dirty nodes (parents after
         children), each exactly as a full recompute over this tree; rescore BM25 from the
@@ -268,7 +359,13 @@ class _State:
         # Only the dirty nodes: a clean node's keyword abstract also reads corpus-wide counts
         # (idf) and its parent's, which any update shifts a little; refreshing the siblings of
         # every dirty node too tripled the refreshed nodes on 2Wiki for that drift.
+        assert self.drift is not None and self.fresh is not None
         refresh = self.dirty
+        waiting = np.empty(0, dtype=np.int64)
+        if config.abstracts == "keywords" and refresh.size and rule.share > 0:
+            leaves = np.diff(tree.leaf_membership.indptr)[refresh]
+            wait = rule.may_wait(self.drift[refresh], leaves) & ~np.isin(refresh, self.fresh)
+            waiting, refresh = refresh[wait], refresh[~wait]
         leaf_texts = [c.text for c in self.chunks]
         t0 = time.perf_counter()
         if config.abstracts == "keywords" and self.phrases is None:
@@ -291,21 +388,41 @@ class _State:
             summary.llm_calls += int(written.llm.get("calls", 0) or 0)
             summary.llm_cached += int(written.llm.get("cached", 0) or 0)
         summary.seconds["abstracts"] = time.perf_counter() - t0 + self.seconds.get("abstracts", 0.0)
+        self.drift[refresh] = 0
+        self.fresh = np.empty(0, dtype=np.int64)
+        # routing vectors of every changed node: their leaves changed, waiting or not
+        vectors_of = np.union1d(refresh, waiting).astype(np.int64)
         t0 = time.perf_counter()
-        if refresh.size:
-            self.vectors[refresh] = routing_vectors(
-                tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=refresh.tolist()
+        if vectors_of.size:
+            self.vectors[vectors_of] = routing_vectors(
+                tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=vectors_of.tolist()
             )
         summary.seconds["routing"] = time.perf_counter() - t0
         summary.nodes_refreshed = int(refresh.size)
+        summary.abstracts_waiting = int(waiting.size)
         t0 = time.perf_counter()
-        if self.terms is None:
-            from psirag.retrieval.bm25 import TermCounts
+        from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
 
-            self.terms = TermCounts.of(leaf_texts)  # an index saved without them
-        sparse = sparse_index(leaf_texts, config, counts=self.terms)
+        if self.terms is None:  # an index saved without term counts
+            counts = TermCounts.of(leaf_texts)
+            self.terms = Postings.of_counts(counts, k1=config.bm25_k1, b=config.bm25_b)
+        sparse = SparseIndex.from_postings(self.terms, leaf_texts)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
+
+
+def _postings(data: IndexData) -> Postings | None:
+    """The BM25 counts an update adjusts: the index's own, or made from the term counts an
+    index saved before them kept (None: the chunks are tokenised at refresh)."""
+    sparse = data.sparse
+    if sparse.postings is not None:
+        return sparse.postings
+    counts = sparse.counts
+    if counts is None:
+        return None
+    from psirag.retrieval.bm25 import Postings
+
+    return Postings.of_counts(counts, k1=data.config.bm25_k1, b=data.config.bm25_b)
 
 
 def _lineage(data: IndexData, added: int, removed: int) -> dict[str, int]:
@@ -413,13 +530,16 @@ def remove_documents(
     *,
     llm: Any = None,
     progress: bool = False,
+    drift_rule: AbstractDriftRule | None = None,
 ) -> tuple[IndexData, UpdateSummary]:
     """``data`` without the documents ``doc_ids`` (every one must be in the index)."""
     if isinstance(doc_ids, str):
         doc_ids = [doc_ids]
     if not list(doc_ids):
         raise InputError("no document id given to remove; name at least one (--doc ID)")
-    return update_documents(data, doc_ids, None, embedder, llm=llm, progress=progress)
+    return update_documents(
+        data, doc_ids, None, embedder, llm=llm, progress=progress, drift_rule=drift_rule
+    )
 
 
 def update_documents(
@@ -434,9 +554,12 @@ def update_documents(
     on_bad_file: str = "fail",
     rule: InsertRule = "auto",
     report: Any = None,
+    drift_rule: AbstractDriftRule | None = None,
 ) -> tuple[IndexData, UpdateSummary]:
     """Remove the documents ``remove``, then add those of ``corpus`` (a re-indexed file is
-    both), changing the tree twice but refreshing the dirty nodes and BM25 once."""
+    both), changing the tree twice but refreshing the dirty nodes and BM25 once.
+    ``drift_rule``: which changed keyword abstracts may wait (default
+    :class:`AbstractDriftRule`; :data:`EXACT_ABSTRACTS` rescores them all)."""
     config = data.config
     if corpus is not None and embedder is not None and embedder.id != data.embedder_id:
         raise EmbedderMismatchError(
@@ -536,7 +659,11 @@ def update_documents(
         summary.chunks_added = len(new_chunks)
     if not wanted and not new_chunks:
         return data, summary
-    sparse = state.refresh(config, embedder, llm, summary, progress)
+    sparse = state.refresh(
+        config, embedder, llm, summary, progress, drift_rule or AbstractDriftRule()
+    )
+    assert state.drift is not None
+    inner_drift = state.drift[state.tree.n_leaves :]
     n_docs = len(known) - len(wanted) + len(documents)
     stats = replace(data.stats, documents=n_docs, truncated=data.stats.truncated + truncated)
     new = IndexData(
@@ -552,6 +679,7 @@ def update_documents(
         lineage=_lineage(data, len(new_chunks), summary.chunks_removed),
         phrase_table=state.phrases,
         origin=data.origin,
+        abstract_drift=inner_drift if inner_drift.any() else None,
     )
     return new, summary
 

@@ -324,10 +324,9 @@ def sparse_index(
     progress: bool = False,
     counts: TermCounts | None = None,
 ) -> SparseIndex:
-    """BM25 over the leaf texts (SPEC 1.7). bm25s cannot add documents in place; an update
-    passes the leaves' term ``counts`` (the old ones plus its new chunks'), from which every
-    score is recomputed in numpy (idf and the mean length change with the corpus), the same
-    index a full build gives."""
+    """BM25 over the leaf texts (SPEC 1.7), kept as counts and scored at query time
+    (:class:`~psirag.retrieval.bm25.Postings`); ``counts``: the leaves' term counts when known,
+    so they are not tokenised again."""
     if counts is not None:
         return SparseIndex.from_counts(counts, leaf_texts, k1=config.bm25_k1, b=config.bm25_b)
     return SparseIndex.build(leaf_texts, k1=config.bm25_k1, b=config.bm25_b, progress=progress)

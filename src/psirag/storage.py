@@ -958,7 +958,7 @@ def check_target(out: str | Path, inputs: Sequence[str | Path] = ()) -> None:
     """Everything ``psirag index --out`` must refuse before a build starts: the checks of
     :meth:`IndexStore.check_writable`, an output folder holding one of the inputs or inside
     one, and an index another writer holds right now."""
-    from psirag.ingest.index_folders import check_out_and_inputs
+    from psirag.index_folders import check_out_and_inputs
 
     check_out_and_inputs(out, inputs)
     store = IndexStore(out)

@@ -48,6 +48,9 @@ class FormatFile:
 
 
 PHRASES_DIR = "keywords"
+DRIFT_FILE = "abstract_drift.npy"
+"""Per inner node, the leaves changed under it since its keyword abstract was scored (see
+:class:`psirag.living.AbstractDriftRule`); written only when some abstract is waiting."""
 """The keyword phrase table's folder (absent in indexes saved before it, or without keyword
 abstracts: such an index loads as before and its first update builds the table once)."""
 
@@ -102,6 +105,8 @@ def save_index_data(writer: IndexWriter, data: IndexData) -> int:
     writer.save_array(NODE_VECTORS.name, data.node_vectors)
     writer.save_array(PARENT.name, data.tree.parent)
     writer.save_array(LAYER.name, data.tree.layer)
+    if data.abstract_drift is not None:  # absent: every abstract is current
+        writer.save_array(DRIFT_FILE, data.abstract_drift)
     chunks = data.chunks
     kept = _kept_chunk_lines(writer, data)
     writer.save_jsonl(
@@ -136,6 +141,8 @@ def _save_phrase_table(writer: IndexWriter, table: PhraseTable) -> None:
         for name, array in vocab_arrays.items():
             writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
         _write_json_list(writer.path(PHRASE_STEMS.name), stems)
+        for name, array in (table.derived_arrays() or {}).items():
+            writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
 
 
 def _write_json_list(path: Path, words: list[str]) -> None:
@@ -250,13 +257,21 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if isinstance(exc, IndexFormatError) or of_the_machine(exc):
             raise
         raise IndexFormatError(f"{where}: cannot read the BM25 index ({exc})") from exc
-    bm25_docs = sparse.retriever.scores.get("num_docs")
+    bm25_docs = sparse.n_docs
     if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
         raise IndexFormatError(
             f"{where}: the BM25 index holds {bm25_docs} documents but the index has "
             f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
         )
     phrase_table = _load_phrase_table(reader, where, len(chunks))
+    drift = None
+    if DRIFT_FILE in reader.files:
+        drift = np.asarray(reader.load_array(DRIFT_FILE, mmap=False), dtype=np.int64)
+        if drift.shape != (len(abstracts),) or (drift.size and int(drift.min()) < 0):
+            raise IndexFormatError(
+                f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
+                "abstracts; the index is corrupted or mixed, rebuild it"
+            )
     sources: dict[str, dict[str, Any]] = {}
     if DOCUMENTS.name in reader.files:
         try:
@@ -285,6 +300,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         sources=sources,
         lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
         phrase_table=phrase_table,
+        abstract_drift=drift,
         origin=None
         if reader.legacy or reader.generation is None
         else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),
@@ -295,7 +311,7 @@ def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -
     """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
     if PHRASE_WORDS.name not in reader.files:
         return None
-    from psirag.abstracts.phrases import ARRAYS, VOCAB_ARRAYS, PhraseTable
+    from psirag.abstracts.phrases import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, PhraseTable
 
     path = reader.path(PHRASE_WORDS.name)
     try:
@@ -309,6 +325,10 @@ def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -
             if not isinstance(stems, list) or not all(isinstance(w, str) for w in stems):
                 raise ValueError("stems.json is not a list of stems")
             arrays.update({a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in VOCAB_ARRAYS})
+            if all(f"{PHRASES_DIR}/{a}.npy" in reader.files for a in DERIVED_ARRAYS):
+                arrays.update(
+                    {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in DERIVED_ARRAYS}
+                )
         table = PhraseTable.from_arrays(words, arrays, stems)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):

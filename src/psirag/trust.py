@@ -17,8 +17,40 @@ search, ask, chat, summarize, serve and mcp reach this rule through
 
 from __future__ import annotations
 
-from psirag.embed.endpoints import ALLOW_ENV, endpoint_allowed, endpoint_of
+import os
+import urllib.parse
+
 from psirag.errors import InputError
+
+ALLOW_ENV = "PSIRAG_ALLOW_ENDPOINTS"
+
+
+def endpoint_of(spec: str) -> str | None:
+    """``host:port`` of a spec that names a network endpoint; None for local models."""
+    spec = spec.strip()
+    if not spec.startswith("openai:"):
+        return None
+    url = spec[len("openai:") :].partition("#")[0].strip()
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = 0
+    host = (parts.hostname or "").lower()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def allowed_endpoints() -> frozenset[str]:
+    """The entries of ``$PSIRAG_ALLOW_ENDPOINTS``, lower-cased."""
+    raw = os.environ.get(ALLOW_ENV, "")
+    return frozenset(e.strip().lower() for e in raw.split(",") if e.strip())
+
+
+def endpoint_allowed(endpoint: str) -> bool:
+    """True when ``$PSIRAG_ALLOW_ENDPOINTS`` lists this ``host:port`` or its host."""
+    allowed = allowed_endpoints()
+    host = endpoint.rpartition(":")[0]
+    return endpoint in allowed or host in allowed or host.strip("[]") in allowed
 
 
 def _url_and_model(spec: str) -> tuple[str, str]:
@@ -67,4 +99,12 @@ def llm_spec(manifest_spec: str | None, given: str | None) -> str | None:
     return require_confirmed(manifest_spec, kind="llm")
 
 
-__all__ = ["embedder_spec", "llm_spec", "require_confirmed"]
+__all__ = [
+    "ALLOW_ENV",
+    "allowed_endpoints",
+    "embedder_spec",
+    "endpoint_allowed",
+    "endpoint_of",
+    "llm_spec",
+    "require_confirmed",
+]

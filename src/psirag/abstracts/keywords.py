@@ -109,12 +109,9 @@ def keyword_abstracts(
     if phrases.pid_of.size == 0:
         return [[] for _ in range(targets.size)]
 
-    row_of = np.full(tree.n_nodes, -1, dtype=np.int64)
-    row_of[rows] = np.arange(rows.size)
-    if nodes is None:
-        membership = tree.leaf_membership[n_leaves:].astype(np.int32)
-    else:
-        membership = tree.leaf_membership[rows].astype(np.int32)
+    row_of = {u: i for i, u in enumerate(rows.tolist())}
+    full = tree.leaf_membership
+    membership = (full[n_leaves:] if nodes is None else full[rows]).astype(np.int32)
     # node x phrase leaf counts, columns by persistent phrase id (unsorted within a row: a
     # parent's counts are read through a dense scratch row, ties break by column id); a node
     # over every leaf (a single tree's root) has the corpus's counts, no product needed
@@ -122,25 +119,36 @@ def keyword_abstracts(
     global_df = phrases.df
     whole = leaf_counts == n_leaves
     part = np.flatnonzero(~whole)
-    node_df = (membership[part] @ phrases.leaf_pid).tocsr()
-    sub_of = np.full(rows.size, -1, dtype=np.int64)
-    sub_of[part] = np.arange(part.size)
-    every = np.flatnonzero(global_df > 0)
-    every_df = global_df[every]
-    idf = np.log((1.0 + n_leaves) / (1.0 + global_df)) + 1.0
-    is_multi = phrases.words > 1
+    if nodes is None:  # every node: one sparse product
+        node_df = (membership[part] @ phrases.leaf_pid).tocsr()
+        sub_of = np.full(rows.size, -1, dtype=np.int64)
+        sub_of[part] = np.arange(part.size)
+        sub_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    else:  # a few nodes (an update): each from its own leaves' rows, no corpus-wide matrix
+        sub_rows = {
+            int(a): phrases.node_counts(
+                membership.indices[membership.indptr[a] : membership.indptr[a + 1]]
+            )
+            for a in part.tolist()
+        }
+    every_rows: list[tuple[np.ndarray, np.ndarray]] = []
+    if whole.any():
+        every = np.flatnonzero(global_df > 0)
+        every_rows.append((every, global_df[every]))
     col_of = phrases.col_of
 
     def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
         if whole[a]:
-            return every, every_df
+            return every_rows[0]
+        if nodes is not None:
+            return sub_rows[a]
         b = int(sub_of[a])
         lo, hi = node_df.indptr[b], node_df.indptr[b + 1]
         return node_df.indices[lo:hi], node_df.data[lo:hi]
 
     # children grouped under each parent, so the parent's row is scattered once
     order = np.argsort(tree.parent[targets], kind="stable")
-    scratch = np.zeros(col_of.size, dtype=np.float64)
+    scratch = np.zeros(col_of.size, dtype=np.float64) if nodes is None else None
     done: dict[int, list[str]] = {}
     bar = None
     if progress:
@@ -153,10 +161,12 @@ def keyword_abstracts(
         for u in targets[order].tolist():
             p = int(tree.parent[u])
             if p != current:
-                scratch[parent_pids] = 0.0
+                if scratch is not None:
+                    scratch[parent_pids] = 0.0
                 if p >= 0:
                     parent_pids, pdata = node_row(int(row_of[p]))
-                    scratch[parent_pids] = pdata
+                    if scratch is not None:
+                        scratch[parent_pids] = pdata
                 else:
                     parent_pids = np.empty(0, dtype=np.int64)
                 current = p
@@ -172,14 +182,17 @@ def keyword_abstracts(
                 done[u] = []
                 continue
             if p >= 0:
-                df_p = scratch[pids]
+                # a parent's row holds every phrase of its child's (sorted when read per node)
+                if scratch is not None:
+                    df_p = scratch[pids]
+                else:
+                    df_p = pdata[parent_pids.searchsorted(pids)]
                 n_p = float(leaf_counts[row_of[p]])
             else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
                 df_p = global_df[pids]
                 n_p = float(n_leaves)
-            done[u] = _node_phrases(
-                phrases, pids, cols, df_u, n_u, df_p, n_p, idf, is_multi, max_phrases
-            )
+            idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[pids])) + 1.0
+            done[u] = _node_phrases(phrases, pids, cols, df_u, n_u, df_p, n_p, idf_u, max_phrases)
     if bar is not None:
         bar.close()
     return [done[u] for u in targets.tolist()]
@@ -209,7 +222,6 @@ def _node_phrases(
     df_p: np.ndarray,
     n_p: float,
     idf: np.ndarray,
-    is_multi: np.ndarray,
     max_phrases: int,
 ) -> list[str]:
     """Score one node's phrases (vectorised) and pick a deduplicated, ordered list.
@@ -219,10 +231,10 @@ def _node_phrases(
     n_rest = n_p - n_u
     cov_rest = (df_p - df_u) / n_rest if n_rest > 0 else np.zeros_like(cov)
     dist = (cov / (cov + cov_rest)) ** DIST_POWER
-    weight = idf[pids] * dist
+    weight = idf * dist
     theme = cov * weight
     specific = np.sqrt(cov) * weight
-    multi = is_multi[pids]
+    multi = phrases.words[pids] > 1
 
     pool = CANDIDATE_POOL * max_phrases
     shared = df_u >= min(2.0, n_u)  # a theme is shared by at least two of the node's leaves

@@ -83,7 +83,8 @@ class Phrases:
     (:attr:`leaf_phrase`, :attr:`stems`, ...) are what a test compares across tables.
     """
 
-    leaf_pid: sp.csr_matrix  # n_leaves x n_pids, 0/1 int32: the phrases each leaf holds
+    lp_ptr: np.ndarray  # n_leaves + 1: CSR rows of lp_pid
+    lp_pid: np.ndarray  # the distinct phrases of each leaf, leaf by leaf
     col_of: np.ndarray  # n_pids: column of a kept phrase, -1 otherwise
     pid_of: np.ndarray  # n_columns: the phrase of each column
     df: np.ndarray  # n_pids: leaves holding each phrase (float64)
@@ -106,6 +107,32 @@ class Phrases:
             cached = " ".join(self.vocab[t] for t in self.surface_ids[pid].tolist() if t >= 0)
             self._surface[pid] = cached
         return cached
+
+    @cached_property
+    def leaf_pid(self) -> sp.csr_matrix:
+        """n_leaves x n_pids, 0/1 int32: the phrases each leaf holds (made on first use: an
+        update reads the rows of its few nodes' leaves instead)."""
+        return sp.csr_matrix(
+            (np.ones(self.lp_pid.size, dtype=np.int32), self.lp_pid, self.lp_ptr),
+            shape=(self.lp_ptr.size - 1, self.key.size),
+        )
+
+    def node_counts(self, leaves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The phrases of a set of leaves, ascending, with how many of the leaves hold each
+        (what a row of ``membership @ leaf_pid`` holds), read from those leaves' rows only."""
+        starts, ends = self.lp_ptr[leaves], self.lp_ptr[leaves + 1]
+        lengths = ends - starts
+        total = int(lengths.sum())
+        if total == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        pids = self.lp_pid[np.arange(total) + shift]
+        if total * 8 > self.key.size:  # most of the corpus: a dense count is cheaper
+            counts = np.bincount(pids, minlength=self.key.size)
+            at = np.flatnonzero(counts)
+            return at, counts[at].astype(np.float64)
+        at, counts = np.unique(pids, return_counts=True)
+        return at.astype(np.int64), counts.astype(np.float64)
 
     @cached_property
     def info(self) -> PhraseInfo:

@@ -21,13 +21,13 @@ first-appearance ranks: the ranks are recomputed from the per-leaf word lists af
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import Stemmer
 
 from psirag.abstracts.phrase_model import (
@@ -54,6 +54,10 @@ ARRAYS = ("lw_ptr", "lw", "ls_ptr", "ls_key", "ls_cnt", "lp_ptr", "lp_pid", "p_k
 VOCAB_ARRAYS = ("w_stem", "w_flags")
 """Optional saved arrays (with the stem list): each word's stem id and its flags as bits, so a
 loaded table does not stem and test every word of the corpus again on its first update."""
+
+DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_rank", "n_ranked")
+"""Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
+arrays add up to, so the first update after a load does not sort the corpus to derive them."""
 
 _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
 
@@ -374,7 +378,23 @@ class PhraseTable:
             raise ValueError("phrase table arrays disagree in size")
         if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
             table._cache["vocab"] = (list(stems), {a: arrays[a] for a in VOCAB_ARRAYS})
+            if all(a in arrays for a in DERIVED_ARRAYS):
+                table._cache["saved_derived"] = {a: arrays[a] for a in DERIVED_ARRAYS}
         return table
+
+    def derived_arrays(self) -> dict[str, np.ndarray] | None:
+        """What to save besides :meth:`vocab` so a load need not derive the corpus counts
+        (:data:`DERIVED_ARRAYS`; None when they are not at hand)."""
+        d = self._cache.get("derived")
+        if d is None:
+            return None
+        out = {name: getattr(d, name) for name in DERIVED_ARRAYS if name != "n_ranked"}
+        for name in ("p_sorted", "p_df", "s_cnt", "s_pid", "w_rank"):  # ids and counts
+            x = out[name]
+            if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
+                out[name] = x.astype(np.int32)
+        out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
+        return out
 
     def vocab(self) -> tuple[list[str], dict[str, np.ndarray]] | None:
         """What to save besides :meth:`arrays` so a load need not redo the words: the stem list
@@ -409,6 +429,9 @@ class PhraseTable:
         saved = self._cache.get("vocab")
         if saved is not None:
             vocab = _Vocab.restore(self.words, *saved)
+            kept = self._cache.pop("saved_derived", None)
+            if kept is not None:
+                return self._restore_derived(vocab, kept)
         else:
             vocab, _ = _Vocab.empty().extend(self.words)
             if len(vocab.index) != len(self.words):
@@ -432,25 +455,60 @@ class PhraseTable:
         _best_forms(d, None)
         return d
 
+    def _restore_derived(self, vocab: _Vocab, a: dict[str, np.ndarray]) -> _Derived:
+        """Saved corpus counts, checked against the per-leaf arrays' sizes and ranges (copied:
+        an update changes them in place)."""
+        got = {name: np.array(a[name], dtype=np.int64) for name in DERIVED_ARRAYS}
+        n_p, n_w = self.p_key.size, len(self.words)
+        p_sorted, s_pid, w_rank = got["p_sorted"], got["s_pid"], got["w_rank"]
+        n_ranked = int(got["n_ranked"][0]) if got["n_ranked"].shape == (1,) else -1
+        ok = (
+            p_sorted.shape == got["p_df"].shape == got["p_best"].shape == (n_p,)
+            and got["s_key"].shape == got["s_cnt"].shape == s_pid.shape
+            and w_rank.shape == (n_w,)
+            and (n_p == 0 or np.array_equal(np.bincount(p_sorted, minlength=n_p), np.ones(n_p)))
+            and (s_pid.size == 0 or (int(s_pid.min()) >= 0 and int(s_pid.max()) < n_p))
+            and (n_p == 0 or int(got["p_df"].min()) >= 0)
+            and (n_w == 0 or n_ranked > int(w_rank.max()))
+        )
+        if not ok:
+            raise IndexFormatError(_DAMAGED.format("the saved corpus counts disagree"))
+        return _Derived(
+            vocab,
+            p_sorted,
+            got["p_df"],
+            got["s_key"],
+            got["s_cnt"],
+            s_pid,
+            got["p_best"],
+            w_rank,
+            n_ranked,
+        )
+
     # ------------------------------------------------------------------ updates
     def add(self, leaf_texts: Sequence[str]) -> PhraseTable:
         """This table with ``leaf_texts`` appended as new leaves."""
         d = self._derived()
+        # this table gives its counts up to the new one (and remakes them if asked again), so
+        # they are changed in place; its per-leaf arrays are only appended to, in the spare
+        # room of their buffers while no other table was made from this one
+        del self._cache["derived"]
+        own = not self._cache.get("extended", False)
+        self._cache["extended"] = True
         vocab, b = _extract(leaf_texts, d.vocab)
         n_old = self.n_leaves
         # phrase ids: the stem keys seen before keep theirs, new ones are numbered on
         uniq, inv = _unique_inverse(b.ls_stem)
-        sorted_keys = self.p_key[d.p_sorted]
-        pos = np.searchsorted(sorted_keys, uniq)
+        pos = np.searchsorted(self.p_key, uniq, sorter=d.p_sorted)
         found = np.zeros(uniq.size, dtype=bool)
-        inside = pos < sorted_keys.size
-        found[inside] = sorted_keys[pos[inside]] == uniq[inside]
+        inside = np.flatnonzero(pos < d.p_sorted.size)
+        found[inside] = self.p_key[d.p_sorted[pos[inside]]] == uniq[inside]
         pid_u = np.empty(uniq.size, dtype=np.int64)
         pid_u[found] = d.p_sorted[pos[found]]
         n_p_old = self.p_key.size
         fresh = np.flatnonzero(~found)
         pid_u[fresh] = n_p_old + np.arange(fresh.size)
-        p_key = np.concatenate([self.p_key, uniq[fresh]])
+        p_key = _append(self.p_key, uniq[fresh], own)
         n_p = p_key.size
         p_sorted = np.insert(d.p_sorted, pos[fresh], pid_u[fresh])
         ls_pid = pid_u[inv]
@@ -459,8 +517,8 @@ class PhraseTable:
         ls_leaf = _rows(b.ls_ptr)
         pair = _distinct(ls_leaf * max(n_p, 1) + ls_pid)
         lp_leaf, lp_pid = pair // max(n_p, 1), pair % max(n_p, 1)
-        p_df = np.concatenate([d.p_df, np.zeros(fresh.size, dtype=np.int64)])
-        p_df += np.bincount(lp_pid, minlength=n_p)
+        p_df = _grown(d.p_df, n_p, 0)
+        np.add.at(p_df, lp_pid, 1)
 
         # corpus surface counts
         u_key, u_inv = _unique_inverse(b.ls_key)
@@ -471,7 +529,7 @@ class PhraseTable:
         hit = np.zeros(u_key.size, dtype=bool)
         ok = at < d.s_key.size
         hit[ok] = d.s_key[at[ok]] == u_key[ok]
-        s_cnt = d.s_cnt.copy()
+        s_cnt = d.s_cnt  # given up by the old table: changed in place
         s_cnt[at[hit]] += u_cnt[hit]
         miss = ~hit
         s_key = np.insert(d.s_key, at[miss], u_key[miss])
@@ -479,23 +537,21 @@ class PhraseTable:
         s_pid = np.insert(d.s_pid, at[miss], u_pid[miss])
 
         # first-appearance ranks: words new to the corpus come after every word it had
-        w_rank = np.concatenate(
-            [d.w_rank, np.full(len(vocab.words) - d.w_rank.size, -1, dtype=np.int64)]
-        )
+        w_rank = _grown(d.w_rank, len(vocab.words), -1)
         newcomers = b.first_words[w_rank[b.first_words] < 0]
         w_rank[newcomers] = d.n_ranked + np.arange(newcomers.size)
         n_ranked = d.n_ranked + int(newcomers.size)
 
-        p_best = np.concatenate([d.p_best, np.zeros(fresh.size, dtype=np.int64)])
+        p_best = _grown(d.p_best, n_p, 0)
         table = PhraseTable(
             vocab.words,
-            np.concatenate([self.lw_ptr, self.lw_ptr[-1] + b.lw_ptr[1:]]),
-            np.concatenate([self.lw, b.lw]),
-            np.concatenate([self.ls_ptr, self.ls_ptr[-1] + b.ls_ptr[1:]]),
-            np.concatenate([self.ls_key, b.ls_key]),
-            np.concatenate([self.ls_cnt, b.ls_cnt]),
-            np.concatenate([self.lp_ptr, self.lp_ptr[-1] + _ptr(lp_leaf, b.n)[1:]]),
-            np.concatenate([self.lp_pid, lp_pid]),
+            _append(self.lw_ptr, self.lw_ptr[-1] + b.lw_ptr[1:], own),
+            _append(self.lw, b.lw, own),
+            _append(self.ls_ptr, self.ls_ptr[-1] + b.ls_ptr[1:], own),
+            _append(self.ls_key, b.ls_key, own),
+            _append(self.ls_cnt, b.ls_cnt, own),
+            _append(self.lp_ptr, self.lp_ptr[-1] + _ptr(lp_leaf, b.n)[1:], own),
+            _append(self.lp_pid, lp_pid, own),
             p_key,
         )
         new = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
@@ -504,7 +560,7 @@ class PhraseTable:
         table._cache["derived"] = new
         prev = self._cache.get("layout")
         if prev is not None:
-            table._cache["pending"] = (prev, touched, newcomers)
+            table._cache["pending"] = (prev, touched, newcomers, self._cache)
         assert table.n_leaves == n_old + b.n
         return table
 
@@ -563,7 +619,17 @@ class PhraseTable:
         if got is None:
             pending = self._cache.pop("pending", None)
             d = self._derived()
-            got = _layout(self, d) if pending is None else _layout_after_add(self, d, *pending)
+            if pending is None:
+                got = _layout(self, d)
+            else:
+                prev, touched, newcomers, source = pending
+                if source.get("layout") is prev:
+                    # the table added to gives its layout up (it remakes one if asked again),
+                    # so its arrays' spare room can be written here instead of copied
+                    del source["layout"]
+                    got = _layout_after_add(self, d, prev, touched, newcomers)
+                else:  # another table was made from that layout already
+                    got = _layout(self, d)
             self._cache["layout"] = got
         return got.phrases
 
@@ -613,12 +679,9 @@ def _finish(
     n_p = table.p_key.size
     col_of = np.full(n_p, -1, dtype=np.int64)
     col_of[pid_of] = np.arange(pid_of.size)
-    leaf_pid = sp.csr_matrix(
-        (np.ones(table.lp_pid.size, dtype=np.int32), table.lp_pid, table.lp_ptr),
-        shape=(table.n_leaves, n_p),
-    )
     ph = Phrases(
-        leaf_pid=leaf_pid,
+        lp_ptr=table.lp_ptr,
+        lp_pid=table.lp_pid,
         col_of=col_of,
         pid_of=pid_of,
         df=d.p_df.astype(np.float64),
@@ -660,9 +723,55 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     kept = np.flatnonzero(keep)
     # present phrases have distinct stems, and so distinct order keys: no ties to break
     kept = kept[np.argsort(ckey[kept], kind="stable")]
-    return _finish(
-        table, d, stem_first, ckey, kept, ckey[kept], (stems, surface, words, entity, content)
-    )
+    # in buffers with room to spare, so the adds that follow grow them in place
+    arrays = tuple(_new_buffer(a, n_p, 0) for a in (stems, surface, words, entity, content))
+    return _finish(table, d, stem_first, _new_buffer(ckey, n_p, 0), kept, ckey[kept], arrays)
+
+
+def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
+    """``a`` with ``extra`` after it: in the spare room of ``a``'s buffer when ``own`` (no
+    other array was appended there), else in a new buffer (earlier views stay as they are)."""
+    m = a.shape[0]
+    n = m + extra.shape[0]
+    out = _grown(a, n, 0) if own else _new_buffer(a, n, 0)
+    out[m:] = extra
+    return out
+
+
+def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
+    """``a`` extended to ``n`` rows of ``fill``, in the spare room of the array it is a view of
+    when there is room (the caller owns ``a``: a layout given up), else copied into a new one
+    with a quarter to spare: appending one row at a time costs O(1) amortised, not O(n)."""
+    m = a.shape[0]
+    buf = a.base
+    if (
+        isinstance(buf, np.ndarray)
+        and _SPARE.get(id(buf)) is buf
+        and buf.shape[1:] == a.shape[1:]
+        and buf.shape[0] >= n
+        and buf.dtype == a.dtype
+        and a.size
+        and np.shares_memory(a[:1], buf[:1])
+        and buf.flags.writeable
+    ):
+        out = buf[:n]
+        out[m:] = fill
+        return out
+    return _new_buffer(a, n, fill)
+
+
+def _new_buffer(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
+    """``a`` extended to ``n`` rows of ``fill`` in a new buffer with a quarter to spare."""
+    m = a.shape[0]
+    buf = np.empty((n + n // 4 + 1024, *a.shape[1:]), dtype=a.dtype)
+    buf[:m] = a
+    buf[m:n] = fill
+    _SPARE[id(buf)] = buf
+    return buf[:n]
+
+
+_SPARE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+"""The arrays :func:`_grown` made (only their spare room is ever written in place)."""
 
 
 def _layout_after_add(
@@ -685,11 +794,12 @@ def _layout_after_add(
         np.minimum.at(stem_first, v.stem_of[newcomers], d.w_rank[newcomers])
 
     def grow(a: np.ndarray, fill: Any) -> np.ndarray:
-        extra = np.full((n_p - n_old, *a.shape[1:]), fill, dtype=a.dtype)
-        return np.concatenate([a, extra])
+        return _grown(a, n_p, fill)
 
-    stems = np.concatenate([old.stem_ids, unpack_keys(table.p_key[n_old:])])
-    words = np.concatenate([old.words, (stems[n_old:] >= 0).sum(axis=1).astype(np.int64)])
+    stems = grow(old.stem_ids, -1)
+    stems[n_old:] = unpack_keys(table.p_key[n_old:])
+    words = grow(old.words, 0)
+    words[n_old:] = (stems[n_old:] >= 0).sum(axis=1)
     surface, entity, content = (
         grow(old.surface_ids, -1),
         grow(old.entity, False),
@@ -737,7 +847,9 @@ def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
     else:
         if pids.size == 0:
             return
-        sel = np.flatnonzero(np.isin(d.s_pid, pids))
+        wanted = np.zeros(d.p_best.size, dtype=bool)
+        wanted[pids] = True
+        sel = np.flatnonzero(wanted[d.s_pid])
     keys = d.s_key[sel]
     words = unpack_keys(keys)
     rkey = _pack(np.where(words >= 0, d.w_rank[words], -1))

@@ -16,46 +16,21 @@ Loopback is not trusted by default: on a shared machine another user can listen 
 
 from __future__ import annotations
 
-import os
-import urllib.parse
 from typing import TYPE_CHECKING
 
 from psirag.embed.base import Embedder
 from psirag.embed.factory import load_embedder
+from psirag.trust import (
+    ALLOW_ENV,
+    allowed_endpoints,
+    endpoint_allowed,
+    endpoint_of,
+    require_confirmed,
+)
 
 if TYPE_CHECKING:
     from psirag.http import HttpPolicy
     from psirag.index import Index
-
-ALLOW_ENV = "PSIRAG_ALLOW_ENDPOINTS"
-
-
-def endpoint_of(spec: str) -> str | None:
-    """``host:port`` of a spec that names a network endpoint; None for local models."""
-    spec = spec.strip()
-    if not spec.startswith("openai:"):
-        return None
-    url = spec[len("openai:") :].partition("#")[0].strip()
-    parts = urllib.parse.urlsplit(url)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        port = 0
-    host = (parts.hostname or "").lower()
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def allowed_endpoints() -> frozenset[str]:
-    """The entries of ``$PSIRAG_ALLOW_ENDPOINTS``, lower-cased."""
-    raw = os.environ.get(ALLOW_ENV, "")
-    return frozenset(e.strip().lower() for e in raw.split(",") if e.strip())
-
-
-def endpoint_allowed(endpoint: str) -> bool:
-    """True when ``$PSIRAG_ALLOW_ENDPOINTS`` lists this ``host:port`` or its host."""
-    allowed = allowed_endpoints()
-    host = endpoint.rpartition(":")[0]
-    return endpoint in allowed or host in allowed or host.strip("[]") in allowed
 
 
 def load_index_embedder(
@@ -63,8 +38,6 @@ def load_index_embedder(
 ) -> Embedder:
     """The embedder an index's manifest names, unless it is an endpoint nobody confirmed
     (the one rule of :mod:`psirag.trust`)."""
-    from psirag.trust import require_confirmed
-
     require_confirmed(spec, kind="embedder")
     return load_embedder(spec, batch_size=batch_size, http=http)
 

@@ -300,7 +300,7 @@ def _is_hidden(relative: Path) -> bool:
 def _walk(folder: Path, note: Callable[[str], None] | None = None) -> tuple[list[Path], list[Path]]:
     """Supported and unsupported files under ``folder``, hidden ones and psirag index folders
     left out (each index folder reported to ``note``), sorted."""
-    from psirag.ingest.index_folders import looks_like_index, skip_note
+    from psirag.index_folders import looks_like_index, skip_note
 
     found: list[Path] = []
     for root, dirs, files in os.walk(folder):

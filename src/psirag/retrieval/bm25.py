@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Literal
 
 import bm25s
 import numpy as np
@@ -163,17 +165,350 @@ class TermCounts:
 _EMPTY_I32 = np.empty(0, dtype=np.int32)
 
 
+def _gather_rows(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The entries of CSR ``rows`` (in row order), without a pass over the whole array."""
+    starts, ends = ptr[rows], ptr[rows + 1]
+    lengths = ends - starts
+    if not lengths.sum():
+        return values[:0]
+    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return values[np.arange(int(lengths.sum())) + offsets]
+
+
+@dataclass(frozen=True, eq=False)
+class _Segment:
+    """The postings of a run of consecutive chunks: their term counts (doc-major, what a merge
+    and a removal read) and the same counts term-major (what a query reads), with a tombstone
+    mask. Immutable; a removal makes a new mask, so an older index value stays valid."""
+
+    counts: TermCounts
+    term_ptr: np.ndarray  # int64, one row per term id known when the segment was made
+    post_doc: np.ndarray  # int32 local chunk number, term-major, chunks in order within a term
+    post_tf: np.ndarray  # int32
+    doc_len: np.ndarray  # int64 tokens per chunk
+    alive: np.ndarray  # bool per chunk: False once removed
+
+    @classmethod
+    def of(cls, counts: TermCounts, n_terms: int) -> _Segment:
+        n = counts.n_docs
+        doc = np.repeat(np.arange(n, dtype=np.int32), np.diff(counts.doc_ptr))
+        order = np.argsort(counts.terms, kind="stable")
+        term_ptr = np.concatenate(([0], np.cumsum(np.bincount(counts.terms, minlength=n_terms))))
+        doc_len = np.bincount(doc, weights=counts.tf, minlength=n).astype(np.int64)
+        return cls(
+            counts,
+            term_ptr.astype(np.int64),
+            doc[order],
+            np.asarray(counts.tf)[order].astype(np.int32),
+            doc_len,
+            np.ones(n, dtype=bool),
+        )
+
+    @property
+    def n_alive(self) -> int:
+        return int(self._cache()["n_alive"])
+
+    def _cache(self) -> dict[str, Any]:
+        got = self.__dict__.get("_memo")
+        if got is None:
+            alive = self.alive
+            got = {"n_alive": int(np.count_nonzero(alive)), "rank": None}
+            if got["n_alive"] != alive.size:
+                got["rank"] = np.cumsum(alive) - 1
+            object.__setattr__(self, "_memo", got)
+        return got
+
+    def rank(self, local: np.ndarray) -> np.ndarray:
+        """Position among this segment's live chunks of live chunks ``local``."""
+        r = self._cache()["rank"]
+        return local.astype(np.int64) if r is None else r[local]
+
+    def live(self) -> TermCounts:
+        """The term counts of the live chunks."""
+        if self.n_alive == self.alive.size:
+            return self.counts
+        return self.counts.select(self.alive)
+
+
+POSTINGS_FORMAT = 1
+SEGMENT_FILES = (
+    "doc_ptr",
+    "doc_terms",
+    "doc_tf",
+    "term_ptr",
+    "post_doc",
+    "post_tf",
+    "doc_len",
+    "alive",
+)
+"""Per segment ``seg{i}.{name}.npy``: everything a load needs, so it derives nothing."""
+
+COMPACT_DEAD_SHARE = 0.25
+"""A segment is rewritten without its removed chunks once they are this share of it."""
+MERGE_RATIO = 2
+"""After an add, the newest segment is merged into the one before it while that one holds at
+most this many times its chunks: O(log n) segments, each chunk merged O(log n) times."""
+
+
+@dataclass(frozen=True, eq=False)
+class Postings:
+    """BM25 statistics kept as counts, scored at query time (issue 24).
+
+    Document frequencies, the number of chunks and their total length are counts an update
+    adjusts by its own chunks; idf and the length norm are applied when a query is scored, to
+    the postings of its terms only. Chunks live in segments (log-structured: an add makes a
+    segment of its chunks and merges small ones, a removal sets tombstones), so an update costs
+    in proportion to what it changes, and scores equal a fresh build's bit for bit (the same
+    float32 / float64 arithmetic as ``bm25s`` lucene). Immutable.
+    """
+
+    vocab: dict[str, int]
+    segments: tuple[_Segment, ...]
+    df: np.ndarray  # int64 per term id: live chunks holding it
+    n_docs: int
+    total_len: int
+    k1: float = 1.5
+    b: float = 0.75
+
+    @classmethod
+    def of_counts(cls, counts: TermCounts, *, k1: float = 1.5, b: float = 0.75) -> Postings:
+        n_terms = len(counts.vocab)
+        seg = _Segment.of(counts, n_terms)
+        return cls(
+            counts.vocab,
+            (seg,),
+            np.diff(seg.term_ptr).astype(np.int64),
+            counts.n_docs,
+            int(seg.doc_len.sum()),
+            k1,
+            b,
+        )
+
+    def add(self, texts: Sequence[str]) -> Postings:
+        """These postings with ``texts`` appended as new chunks."""
+        counts = TermCounts(self.vocab, np.zeros(1, dtype=np.int64), _EMPTY_I32, _EMPTY_I32)
+        counts = counts.append(texts)
+        vocab = counts.vocab
+        seg = _Segment.of(counts, len(vocab))
+        df = self.df
+        if len(vocab) > df.size:
+            df = np.concatenate([df, np.zeros(len(vocab) - df.size, dtype=np.int64)])
+        else:
+            df = df.copy()
+        df += np.diff(seg.term_ptr)
+        segments = [*self.segments, seg]
+        while len(segments) > 1 and (segments[-2].n_alive <= MERGE_RATIO * segments[-1].n_alive):
+            last = segments.pop()
+            segments[-1] = _merge(segments[-1], last, len(vocab))
+        return replace(
+            self,
+            vocab=vocab,
+            segments=tuple(segments),
+            df=df,
+            n_docs=self.n_docs + counts.n_docs,
+            total_len=self.total_len + int(seg.doc_len.sum()),
+        )
+
+    def remove(self, keep: np.ndarray) -> Postings:
+        """These postings with only the live chunks where ``keep`` is true (chunk order)."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.size != self.n_docs:
+            raise ValueError(f"keep has {keep.size} entries for {self.n_docs} chunks")
+        df = self.df.copy()
+        total = self.total_len
+        out = []
+        at = 0
+        for seg in self.segments:
+            mine = keep[at : at + seg.n_alive]
+            at += seg.n_alive
+            if mine.all():
+                out.append(seg)
+                continue
+            live = np.flatnonzero(seg.alive)
+            gone = live[~mine]
+            terms = _gather_rows(seg.counts.doc_ptr, seg.counts.terms, gone)
+            df -= np.bincount(terms, minlength=df.size)
+            total -= int(seg.doc_len[gone].sum())
+            alive = seg.alive.copy()
+            alive[gone] = False
+            seg = replace(seg, alive=alive)
+            if seg.n_alive == 0:
+                continue
+            if seg.alive.size - seg.n_alive > COMPACT_DEAD_SHARE * seg.alive.size:
+                seg = _Segment.of(seg.live(), len(self.vocab))
+            out.append(seg)
+        return replace(self, segments=tuple(out), df=df, n_docs=int(keep.sum()), total_len=total)
+
+    def counts(self) -> TermCounts:
+        """The term counts of the live chunks, in chunk order."""
+        parts = [seg.live() for seg in self.segments]
+        ptr = [np.zeros(1, dtype=np.int64)]
+        base = 0
+        for c in parts:
+            ptr.append(base + c.doc_ptr[1:])
+            base += int(c.doc_ptr[-1])
+        return TermCounts(
+            self.vocab,
+            np.concatenate(ptr).astype(np.int64),
+            np.concatenate([c.terms for c in parts]) if parts else _EMPTY_I32,
+            np.concatenate([c.tf for c in parts]) if parts else _EMPTY_I32,
+        )
+
+    def scores(self, term_ids: Sequence[int]) -> np.ndarray:
+        """BM25 of every live chunk for a query's term ids (in query order, repeats counted),
+        float32: what ``bm25s`` gives for the same corpus built afresh."""
+        out = np.zeros(self.n_docs, dtype=np.float32)
+        n = self.n_docs
+        if n == 0:
+            return out
+        avg = np.float64(self.total_len / n)
+        k1, b = self.k1, self.b
+        for t in term_ids:
+            df = float(self.df[t])
+            if df <= 0:
+                continue
+            idf = np.float32(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
+            offset = 0
+            for seg in self.segments:
+                if t + 1 < seg.term_ptr.size:
+                    lo, hi = seg.term_ptr[t], seg.term_ptr[t + 1]
+                    if hi > lo:
+                        local = seg.post_doc[lo:hi]
+                        tf = seg.post_tf[lo:hi].astype(np.float32)
+                        ok = seg.alive[local]
+                        if not ok.all():
+                            local, tf = local[ok], tf[ok]
+                        norm = k1 * ((1 - b) + b * seg.doc_len[local].astype(np.float64) / avg)
+                        norm = norm + tf
+                        s = (np.float64(idf) * (tf / norm)).astype(np.float32)
+                        out[offset + seg.rank(local)] += s
+                offset += seg.n_alive
+        return out
+
+    # ------------------------------------------------------------------ saving
+    def save(self, folder: Path) -> None:
+        for i, seg in enumerate(self.segments):
+            c = seg.counts
+            arrays = (c.doc_ptr, c.terms, c.tf, seg.term_ptr, seg.post_doc, seg.post_tf)
+            for name, array in zip(SEGMENT_FILES, (*arrays, seg.doc_len, seg.alive), strict=True):
+                np.save(folder / f"seg{i}.{name}.npy", np.ascontiguousarray(array))
+        np.save(folder / "df.npy", self.df, allow_pickle=False)
+        terms = sorted(self.vocab, key=self.vocab.__getitem__)
+        meta = {
+            "format": POSTINGS_FORMAT,
+            "k1": self.k1,
+            "b": self.b,
+            "n_docs": self.n_docs,
+            "total_len": self.total_len,
+            "segments": len(self.segments),
+            "terms": terms,
+        }
+        (folder / "postings.json").write_text(json.dumps(meta, ensure_ascii=False), "utf-8")
+
+    @classmethod
+    def load(cls, folder: Path, *, mmap: bool = True) -> Postings:
+        """Saved postings; arrays that contradict each other are a ValueError naming the file."""
+        meta = json.loads((folder / "postings.json").read_text("utf-8"))
+        if meta.get("format") != POSTINGS_FORMAT:
+            raise ValueError(f"{folder}/postings.json: unknown format {meta.get('format')!r}")
+        terms = meta["terms"]
+        vocab = {str(t): i for i, t in enumerate(terms)}
+        if len(vocab) != len(terms):
+            raise ValueError(f"{folder}/postings.json lists a term twice")
+        mode: Literal["r"] | None = "r" if mmap else None
+        segments = []
+        for i in range(int(meta["segments"])):
+            a = {
+                name: np.load(folder / f"seg{i}.{name}.npy", mmap_mode=mode, allow_pickle=False)
+                for name in SEGMENT_FILES
+            }
+            n = a["doc_ptr"].size - 1
+            if (
+                n < 0
+                or int(a["doc_ptr"][-1]) != a["doc_terms"].size
+                or a["doc_terms"].size != a["doc_tf"].size
+                or a["post_doc"].size != a["doc_terms"].size
+                or a["post_tf"].size != a["doc_terms"].size
+                or int(a["term_ptr"][-1]) != a["post_doc"].size
+                or a["term_ptr"].size - 1 > len(vocab)
+                or a["alive"].shape != (n,)
+                or a["doc_len"].shape != (n,)
+                or (a["doc_terms"].size and int(a["doc_terms"].max()) >= a["term_ptr"].size - 1)
+            ):
+                raise ValueError(f"{folder}: segment {i}'s arrays disagree; rebuild the index")
+            counts = TermCounts(vocab, a["doc_ptr"], a["doc_terms"], a["doc_tf"])
+            segments.append(
+                _Segment(
+                    counts,
+                    a["term_ptr"],
+                    a["post_doc"],
+                    a["post_tf"],
+                    a["doc_len"],
+                    np.asarray(a["alive"], dtype=bool),
+                )
+            )
+        df = np.load(folder / "df.npy", allow_pickle=False)
+        got = cls(
+            vocab,
+            tuple(segments),
+            np.asarray(df, dtype=np.int64),
+            int(meta["n_docs"]),
+            int(meta["total_len"]),
+            float(meta["k1"]),
+            float(meta["b"]),
+        )
+        if df.shape != (len(vocab),) or got.n_docs != sum(s.n_alive for s in segments):
+            raise ValueError(f"{folder}: the BM25 counts disagree with its segments")
+        return got
+
+
+def _merge(a: _Segment, b: _Segment, n_terms: int) -> _Segment:
+    """One segment of ``a``'s then ``b``'s live chunks."""
+    ca, cb = a.live(), b.live()
+    counts = TermCounts(
+        cb.vocab,
+        np.concatenate([ca.doc_ptr, ca.doc_ptr[-1] + cb.doc_ptr[1:]]).astype(np.int64),
+        np.concatenate([ca.terms, cb.terms]),
+        np.concatenate([ca.tf, cb.tf]),
+    )
+    return _Segment.of(counts, n_terms)
+
+
 class SparseIndex:
-    """A bm25s index plus the duplicate map that lets search drop repeated texts, and the
-    per-chunk term counts it was computed from (None for an index saved without them)."""
+    """BM25 over the leaves plus the duplicate map that lets search drop repeated texts.
+
+    Scored from :class:`Postings` (counts, idf at query time); an index saved before them is
+    read through its precomputed ``bm25s`` scores (``retriever``) until its first update."""
 
     def __init__(
-        self, retriever: bm25s.BM25, first_copy: np.ndarray, counts: TermCounts | None = None
+        self,
+        retriever: bm25s.BM25 | None,
+        first_copy: np.ndarray,
+        counts: TermCounts | None = None,
+        *,
+        postings: Postings | None = None,
     ) -> None:
+        if retriever is None and postings is None:
+            raise ValueError("a sparse index needs bm25s scores or postings")
         self.retriever = retriever
+        self.postings = postings
         self.first_copy = np.asarray(first_copy, dtype=np.int64)
         self._is_first = first_copies(self.first_copy)
-        self.counts = counts
+        self._counts = counts
+
+    @property
+    def counts(self) -> TermCounts | None:
+        """Per-chunk term counts (None for an index saved without them)."""
+        if self.postings is not None:
+            return self.postings.counts()
+        return self._counts
+
+    @property
+    def n_docs(self) -> int:
+        if self.postings is not None:
+            return self.postings.n_docs
+        assert self.retriever is not None
+        return int(self.retriever.scores["num_docs"])
 
     @classmethod
     def build(
@@ -190,12 +525,24 @@ class SparseIndex:
         for the duplicate map): what :meth:`build` gives, without tokenising again."""
         if counts.n_docs != len(texts):
             raise ValueError(f"term counts of {counts.n_docs} chunks for {len(texts)} texts")
+        return cls.from_postings(Postings.of_counts(counts, k1=k1, b=b), texts)
+
+    @classmethod
+    def from_postings(cls, postings: Postings, texts: Sequence[str]) -> SparseIndex:
+        """BM25 of ``postings`` over chunks ``texts`` (for the duplicate map)."""
+        if postings.n_docs != len(texts):
+            raise ValueError(f"postings of {postings.n_docs} chunks for {len(texts)} texts")
         check_indexable(texts)
         first = first_copy_of(texts)  # texts equal up to layout count once (duplicates.py)
-        return cls(counts.retriever(k1=k1, b=b), first, counts)
+        return cls(None, first, postings=postings)
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every leaf (0 where no query term occurs)."""
+        if self.postings is not None:
+            vocab = self.postings.vocab
+            ids = [vocab[t] for t in _tokenize([query])[0] if t in vocab]
+            return self.postings.scores(ids)
+        assert self.retriever is not None
         vocab = self.retriever.vocab_dict
         terms = [t for t in _tokenize([query])[0] if t in vocab]
         if not terms:
@@ -218,10 +565,14 @@ class SparseIndex:
 
     def save(self, folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.retriever.save(str(folder), show_progress=False)
         np.save(folder / "first_copy.npy", self.first_copy, allow_pickle=False)
-        if self.counts is not None:
-            c = self.counts
+        if self.postings is not None:
+            self.postings.save(folder)
+            return
+        assert self.retriever is not None
+        self.retriever.save(str(folder), show_progress=False)
+        if self._counts is not None:
+            c = self._counts
             for name, array in zip(COUNT_FILES, (c.doc_ptr, c.terms, c.tf), strict=True):
                 np.save(folder / name, np.ascontiguousarray(array), allow_pickle=False)
 
@@ -229,6 +580,12 @@ class SparseIndex:
     def load(cls, folder: Path, *, mmap: bool = True) -> SparseIndex:
         """A saved index; its term counts too where they were saved (an index from before
         they were gets them from its first update, which tokenises every chunk once)."""
+        if (folder / "postings.json").is_file():
+            postings = Postings.load(folder, mmap=mmap)
+            first = np.load(folder / "first_copy.npy", allow_pickle=False)
+            if first.shape != (postings.n_docs,):
+                raise ValueError(f"{folder}: first_copy.npy disagrees with the BM25 counts")
+            return cls(None, first, postings=postings)
         retriever = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
         first = np.load(folder / "first_copy.npy", allow_pickle=False)
         counts = None

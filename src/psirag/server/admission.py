@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from psirag.cancel import CancelToken
-from psirag.errors import PsiragError
+from psirag.server.errors import RequestTimeoutError, ServerBusyError
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -35,14 +35,6 @@ T = TypeVar("T")
 
 DISCONNECT_POLL_S = 0.25
 """How often a plain (non-streaming) request checks whether its client is still there."""
-
-
-class ServerBusyError(PsiragError):
-    """Too many asks are running or waiting (503, with ``Retry-After``)."""
-
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class Admission:
@@ -61,8 +53,6 @@ class Admission:
         when ``request``'s client disconnects or ``timeout`` seconds pass."""
         import anyio
         import anyio.to_thread
-
-        from psirag.server.errors import RequestTimeoutError
 
         watcher = asyncio.create_task(self._watch(request)) if request is not None else None
         try:

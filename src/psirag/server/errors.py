@@ -24,6 +24,14 @@ MAX_LISTED = 10
 list items must not make a 2 MB answer."""
 
 
+class ServerBusyError(PsiragError):
+    """Too many asks are running or waiting (503, with ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class PayloadTooLargeError(PsiragError):
     """A request body, URL or query is over the server's limit (413)."""
 
@@ -81,8 +89,6 @@ _HTTP_KINDS = {
 
 def exception_response(exc: BaseException, *, log_it: bool = True) -> JSONResponse:
     """The JSON error for any exception a route raises (what the user can fix, or a 500)."""
-    from psirag.server.admission import ServerBusyError
-
     if isinstance(exc, ServerBusyError):
         headers = {"Retry-After": str(exc.retry_after)}
         return error_response(503, "ServerBusyError", str(exc), headers=headers)

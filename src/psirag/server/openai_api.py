@@ -14,15 +14,18 @@ routes are in :mod:`psirag.server.routes.openai`, the request body in :mod:`psir
 from __future__ import annotations
 
 import re
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from psirag.errors import InputError
 from psirag.server import views
 from psirag.server.errors import NotFoundError
 from psirag.server.models import ChatMessage, ChatRequest
+from psirag.server.querying import agent_stream
 
 if TYPE_CHECKING:
-    from psirag.agent.loop import AgentResult
+    from psirag.agent.loop import AgentResult, RetrieveAndAnswer
+    from psirag.server.admission import Admission
     from psirag.server.state import ServerState
 
 CONTEXT_TURNS = 4
@@ -108,6 +111,23 @@ def chat_question(state: ServerState, messages: list[ChatMessage]) -> str:
     for m in messages:
         state.check_length(message_text(m), f"{m.role} message")
     return question_from(messages)
+
+
+def chat_stream(
+    state: ServerState, agent: RetrieveAndAnswer, question: str
+) -> tuple[Admission, AsyncIterator[tuple[str, Any]]]:
+    """A streamed chat's agent episode (for the OpenAI and Ollama routes): its place in the ask
+    pool, taken now so that a full pool answers 503 before the response starts (close it when
+    the response ends), and the episode's events (:func:`psirag.server.querying.agent_stream`)."""
+    admission = state.asks.admit()
+    run = agent.run
+    events = agent_stream(
+        state,
+        lambda on_step, on_token: run(question, on_step=on_step, on_token=on_token),
+        KEEPALIVE_S,
+        admission,
+    )
+    return admission, events
 
 
 def reply_of(result: AgentResult, k: int) -> tuple[str, dict[str, Any]]:

@@ -28,16 +28,16 @@ from psirag.index import Index
 from psirag.server.deps import IndexDep, State
 from psirag.server.models import AskRequest, ChatMessage, OllamaChatRequest, OllamaGenerateRequest
 from psirag.server.openai_api import (
-    KEEPALIVE_S,
     MAX_REPLY_TOKENS,
     ThinkingText,
     chat_question,
+    chat_stream,
     check_model,
     reply_of,
     reply_pieces,
     served_models,
 )
-from psirag.server.querying import agent_for, agent_stream, error_document
+from psirag.server.querying import agent_for, error_document
 from psirag.server.state import ServerState
 
 router = APIRouter(tags=["ollama"])
@@ -130,17 +130,11 @@ async def _answer(
 
     think = body.think is not False
 
-    admission = state.asks.admit()  # a full ask pool answers 503 before the stream starts
+    admission, stream = chat_stream(state, agent, question)
 
     async def lines() -> AsyncIterator[bytes]:
         thinking = ThinkingText()
-        run = agent.run
-        async for kind, data in agent_stream(
-            state,
-            lambda on_step, on_token: run(question, on_step=on_step, on_token=on_token),
-            KEEPALIVE_S,
-            admission,
-        ):
+        async for kind, data in stream:
             if kind == "keepalive":
                 yield line(frame("", "", False))
             elif kind == "token" and think:

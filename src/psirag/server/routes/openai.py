@@ -24,16 +24,16 @@ from psirag.errors import InputError
 from psirag.server.deps import IndexDep, State
 from psirag.server.models import AskRequest, ChatRequest
 from psirag.server.openai_api import (
-    KEEPALIVE_S,
     MAX_REPLY_TOKENS,
     ThinkingText,
     chat_question,
+    chat_stream,
     check_model,
     reply_of,
     reply_pieces,
     served_models,
 )
-from psirag.server.querying import agent_for, agent_stream, error_document
+from psirag.server.querying import agent_for, error_document
 
 router = APIRouter(tags=["openai"])
 
@@ -117,18 +117,12 @@ async def chat(body: ChatRequest, request: Request, state: State, index: IndexDe
             }
         )
 
-    admission = state.asks.admit()  # a full ask pool answers 503 before the stream starts
+    admission, stream = chat_stream(state, agent, question)
 
     async def events() -> AsyncIterator[bytes]:
         yield chunk({"role": "assistant", "content": ""})
         thinking = ThinkingText()
-        run = agent.run
-        async for kind, data in agent_stream(
-            state,
-            lambda on_step, on_token: run(question, on_step=on_step, on_token=on_token),
-            KEEPALIVE_S,
-            admission,
-        ):
+        async for kind, data in stream:
             if kind == "keepalive":
                 yield b": working\n\n"
             elif kind == "token":

@@ -1,0 +1,274 @@
+"""The living index at scale (issue 24): what adding and removing one document costs at 20k,
+200k (and, given the time, 1M) chunks, against the build.
+
+The corpus is synthetic (``_common.synthetic_texts``: pseudo-word passages, 60% of each
+passage's words from its topic's vocabulary, a few capitalised names per passage so keyword
+abstracts see entities), one record per chunk. The embedder is a fast deterministic hashed bag
+of words (a fixed random vector per word, summed and normalised: passages of one topic get
+similar vectors), so embedding is not in the figures. The default ``IndexConfig`` is used:
+keyword abstracts, BM25 and the default tree mode.
+
+Each size runs in a fresh child process (its peak RSS is its own): build, add one document
+(8 passages of a topic, chunked by the index's settings) in memory, remove one document in
+memory, then save / load / add / save through the ``Index`` API (what ``psirag add`` does) and
+the bytes that save wrote. Per-stage seconds are the update summary's own timers. ``--src``
+runs the same script against another checkout's sources (``git archive <commit> src | tar -x``),
+for an old-versus-new table in one run.
+
+Usage: nice python benchmarks/bench_living_scale.py [--sizes 20000 200000] [--src DIR]
+       [--label new] [--out living_scale.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+N_TOPICS_PER_10K = 40
+DIM = 64
+
+
+class LoopbackHashEmbedder:
+    """Hashed bag of words with a fixed random unit vector per word (seeded by the word's
+    hash): deterministic, no model, ~1 µs a word."""
+
+    spec = "bench:hash"
+    max_tokens = None
+    last_truncated = 0
+    id = f"bench:hash-{DIM}"
+
+    def __init__(self) -> None:
+        self._vectors: dict[str, np.ndarray] = {}
+
+    @property
+    def dim(self) -> int:
+        return DIM
+
+    def _word(self, word: str) -> np.ndarray:
+        got = self._vectors.get(word)
+        if got is None:
+            seed = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big")
+            got = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+            self._vectors[word] = got
+        return got
+
+    def embed(
+        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
+    ) -> np.ndarray:
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                out[i] += self._word(word.strip(".,"))
+            out[i, 0] += 0.01
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        return 0
+
+
+def corpus(n: int, seed: int = 0) -> tuple[list[str], list[int], list[list[str]]]:
+    """``n`` passages with their topic labels and each topic's vocabulary."""
+    sys.path.insert(0, str(HERE))
+    from _common import synthetic_texts
+
+    topics = max(8, n * N_TOPICS_PER_10K // 10_000)
+    labels = np.random.default_rng(seed).integers(0, topics, n)
+    texts, vocab = synthetic_texts(labels, seed=seed)
+    rng = np.random.default_rng(seed + 7)
+    names = [w.capitalize() for w in vocab[0][:40]] + [w.capitalize() for w in vocab[-1][:40]]
+    out = []
+    for i, text in enumerate(texts):
+        # a name (a topic word capitalised) in two passages of three: entities for the abstracts
+        if i % 3:
+            topic_words = vocab[int(labels[i])]
+            name = " ".join(w.capitalize() for w in rng.choice(topic_words, 2).tolist())
+            text = f"{name} {text}. {names[i % len(names)]} said"
+        out.append(text)
+    return out, labels.tolist(), vocab
+
+
+def _du(folder: Path) -> int:
+    """Bytes of every file under ``folder``."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for f in files:
+            total += (Path(root) / f).stat().st_size
+    return total
+
+
+def _inodes(folder: Path) -> dict[int, int]:
+    """Size per inode under ``folder``: a save's new inodes are the bytes it wrote (a hard
+    link to the base generation's file is no new inode)."""
+    got: dict[int, int] = {}
+    for root, _, files in os.walk(folder):
+        for f in files:
+            st = (Path(root) / f).stat()
+            got[st.st_ino] = st.st_size
+    return got
+
+
+def worker(n: int) -> dict[str, Any]:
+    from _common import current_rss_mib, peak_rss_mib
+
+    from psirag import Index, IndexConfig
+    from psirag.eval.harness import single_thread_blas
+    from psirag.ingest import Document
+
+    texts, labels, vocab = corpus(n)
+    docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(texts)]
+    rng = np.random.default_rng(99)
+    topic = int(labels[0])
+    new_text = "\n\n".join(
+        " ".join(rng.choice(vocab[topic], 12).tolist() + rng.choice(vocab[-1], 8).tolist()) + "."
+        for _ in range(8)
+    )
+    new_doc = Document("new-doc", "", new_text, is_record=False)
+    emb = LoopbackHashEmbedder()
+    out: dict[str, Any] = {"n": n}
+    before = current_rss_mib()
+    with single_thread_blas():
+        t0 = time.perf_counter()
+        index = Index.build(docs, IndexConfig(), embedder=emb)
+        out["build_seconds"] = round(time.perf_counter() - t0, 3)
+        out["build_stages"] = {k: round(v, 3) for k, v in index.stats.seconds.items()}
+        out["peak_rss_build_mib"] = round(peak_rss_mib(), 1)
+        out["rss_before_mib"] = round(before, 1)
+        base = index.data
+        for name, act in (
+            ("add_1_doc", lambda ix: ix.add([new_doc])),
+            ("remove_1_doc", lambda ix: ix.remove(["17"])),
+        ):
+            runs = []
+            for _ in range(2):
+                ix = Index.from_data(base, embedder=emb)
+                t0 = time.perf_counter()
+                summary = act(ix)
+                total = time.perf_counter() - t0
+                runs.append((total, summary))
+            total, summary = min(runs, key=lambda r: r[0])
+            out[name] = {
+                "seconds": round(total, 3),
+                "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+                "chunks": summary.chunks_added + summary.chunks_removed,
+                "nodes_refreshed": summary.nodes_refreshed,
+            }
+        # a running process adds one document after another (each reuses what the one
+        # before left: the phrase layout's spare room, the BM25 segments)
+        updated = Index.from_data(base, embedder=emb)
+        updated.add([new_doc])
+        steady = []
+        for k in range(4):
+            doc = Document(f"next-{k}", "", new_text.replace(".", f" extra{k}."), is_record=False)
+            t0 = time.perf_counter()
+            summary = updated.add([doc])
+            steady.append((time.perf_counter() - t0, summary))
+        steady.sort(key=lambda r: r[0])
+        total, summary = steady[len(steady) // 2]
+        out["add_1_doc_steady"] = {
+            "seconds": round(total, 3),
+            "all_seconds": sorted(round(t, 3) for t, _ in steady),
+            "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+        }
+        # BM25 is scored at query time from counts now: what a query costs, after the adds
+        qrng = np.random.default_rng(5)
+        queries = [
+            " ".join(qrng.choice(vocab[int(qrng.integers(len(vocab)))], 3).tolist())
+            for _ in range(40)
+        ]
+        ms = []
+        for q in queries:
+            t0 = time.perf_counter()
+            updated.sparse.search(q, k=10)
+            ms.append(1000 * (time.perf_counter() - t0))
+        out["bm25_query_ms"] = {
+            "p50": round(float(np.percentile(ms, 50)), 2),
+            "p95": round(float(np.percentile(ms, 95)), 2),
+        }
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+            folder = Path(tmp) / "ix"
+            t0 = time.perf_counter()
+            Index.from_data(base, embedder=emb).save(folder)
+            out["save_seconds"] = round(time.perf_counter() - t0, 3)
+            out["index_bytes"] = _du(folder)
+            t0 = time.perf_counter()
+            ix = Index.load(folder, embedder=emb)
+            t1 = time.perf_counter()
+            ix.add([new_doc])
+            t2 = time.perf_counter()
+            seen = _inodes(folder)
+            ix.save(folder)
+            t3 = time.perf_counter()
+            written = sum(s for i, s in _inodes(folder).items() if i not in seen)
+            out["cli_like_add_1_doc"] = {
+                "load_seconds": round(t1 - t0, 3),
+                "add_seconds": round(t2 - t1, 3),
+                "save_seconds": round(t3 - t2, 3),
+                "bytes_written": written,
+            }
+    out["peak_rss_mib"] = round(peak_rss_mib(), 1)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000])
+    p.add_argument("--src", type=Path, default=None, help="sources to run (default: this repo)")
+    p.add_argument("--label", default="new")
+    p.add_argument("--out", default="living_scale.json")
+    p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker is not None:
+        print(json.dumps(worker(args.worker)))
+        return
+    src = (args.src or HERE.parent / "src").resolve()
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
+    rows = []
+    for n in args.sizes:
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(n)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"size {n} failed (exit {done.returncode})")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        row["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    result: dict[str, Any] = {"label": args.label, "src": str(src.name), "rows": rows}
+    adds = {r["n"]: r["add_1_doc"]["seconds"] for r in rows}
+    if 20_000 in adds and 200_000 in adds:
+        result["add_1_doc_ratio_200k_20k"] = round(adds[200_000] / adds[20_000], 2)
+    sys.path.insert(0, str(HERE))
+    from _common import machine_info
+
+    result["machine"] = machine_info()
+    target = HERE / "results" / args.out if "/" not in args.out else Path(args.out)
+    old = json.loads(target.read_text()) if target.exists() else {}
+    old[args.label] = result
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(old, indent=1) + "\n")
+    shutil.move(tmp, target)
+    print(f"wrote {target}")
+
+
+if __name__ == "__main__":
+    main()
