@@ -83,6 +83,14 @@ class IndexHolder:
         self.boot = boot or secrets.token_hex(4)
         saved = _saved_generation(index, folder)
         self._current = Generation(saved or 1, index, self.boot, saved)
+        self.loads = 1
+        """Times this process read the index from disk: 1 at start-up, one more for each
+        generation another process published (loaded by :meth:`refresh`, or by a write that
+        found it on disk; a write on the served generation changes it in memory)."""
+
+    def count_load(self) -> None:
+        with self._lock:
+            self.loads += 1
 
     def get(self) -> Generation:
         """The generation a request works on (a single attribute read: never half-swapped)."""
@@ -145,6 +153,7 @@ class IndexHolder:
                 self._seen = stamp
                 return current
             self._seen = stamp
+            self.count_load()
             log.info("serving generation %s of %s (published elsewhere)", number, self.folder)
             return self.publish(index, saved=number)
 
