@@ -14,8 +14,13 @@ The headline ratio: server requests per second at 32 clients (cold) over a singl
 loop of ``Index.search`` on the same queries (embedding included), i.e. what concurrency and
 the query micro-batch add over one process embedding queries one after another.
 
-Usage: nice -n 10 python benchmarks/bench_server.py --index DIR   (an index of 2Wiki built with
-the default MiniLM embedder; without --index one is built under bench-out/ first)
+With ``--workers N`` the server runs as ``psirag serve --workers N`` (N processes on one port);
+the memory is then given per process (the supervising parent and each worker), RSS and PSS
+(proportional set size: pages shared by the workers, such as the memory-mapped index, counted
+once in all).
+
+Usage: nice -n 10 python benchmarks/bench_server.py --index DIR [--workers 2] (an index of 2Wiki
+built with the default MiniLM embedder; without --index one is built under bench-out/ first)
 """
 
 from __future__ import annotations
@@ -66,14 +71,17 @@ def ensure_index(folder: Path | None) -> Path:
 class Server:
     """``psirag serve`` (the real command) in a subprocess on 127.0.0.1."""
 
-    def __init__(self, index: Path) -> None:
+    def __init__(self, index: Path, workers: int = 1) -> None:
         self.port = free_port()
+        self.workers = workers
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
         env.pop("PSIRAG_API_KEY", None)
         self.log = open(OUT / "bench_server.log", "wb")  # noqa: SIM115 - closed in stop()
         command = [sys.executable, "-m", "psirag.cli", "serve", str(index)]
         command += ["--port", str(self.port), "--no-mcp", "--log-level", "warning"]
+        if workers > 1:
+            command += ["--workers", str(workers)]
         self.proc = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -89,18 +97,45 @@ class Server:
                 time.sleep(0.2)
         raise SystemExit("the server did not start within 300 s")
 
-    def rss_mib(self) -> float:
+    def processes(self) -> list[Any]:
+        """The server's processes: the command's, then its workers (with --workers)."""
         import psutil
 
-        return psutil.Process(self.proc.pid).memory_info().rss / 2**20
+        main = psutil.Process(self.proc.pid)
+        return [main, *main.children()]
+
+    def rss_mib(self) -> float:
+        """Resident memory of all the server's processes together (shared pages counted in
+        each: an upper bound with workers)."""
+        return sum(p.memory_info().rss for p in self.processes()) / 2**20
+
+    def memory(self) -> dict[str, Any]:
+        """RSS and PSS (MiB) of each process: ``main`` (with workers: the supervisor) and each
+        worker; PSS shares the pages the processes share among them."""
+        rows = []
+        for i, p in enumerate(self.processes()):
+            info = p.memory_full_info()
+            rows.append(
+                {
+                    "process": "main" if i == 0 else f"worker {i}",
+                    "rss_mib": round(info.rss / 2**20, 1),
+                    "pss_mib": round(getattr(info, "pss", 0) / 2**20, 1),
+                }
+            )
+        return {
+            "processes": rows,
+            "total_rss_mib": round(sum(r["rss_mib"] for r in rows), 1),
+            "total_pss_mib": round(sum(r["pss_mib"] for r in rows), 1),
+        }
 
     def cpu_s(self) -> float:
-        """CPU seconds the server process has used (all its threads): unlike wall time, this
-        barely depends on what else runs on the machine."""
-        import psutil
-
-        times = psutil.Process(self.proc.pid).cpu_times()
-        return float(times.user + times.system)
+        """CPU seconds the server's processes have used (all their threads): unlike wall time,
+        this barely depends on what else runs on the machine."""
+        total = 0.0
+        for p in self.processes():
+            times = p.cpu_times()
+            total += float(times.user + times.system)
+        return total
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -237,6 +272,8 @@ def main() -> None:
     ap.add_argument("--index", type=Path, help="a saved 2Wiki index (MiniLM)")
     ap.add_argument("--queries", type=int, default=200, help="2Wiki questions used (200)")
     ap.add_argument("--quick", action="store_true", help="a tenth of the requests (a smoke run)")
+    ap.add_argument("--workers", type=int, default=1, help="psirag serve --workers N (1)")
+    ap.add_argument("--out", default=None, help="result file (server.json; server_workersN.json)")
     args = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     index_dir = ensure_index(args.index)
@@ -248,8 +285,10 @@ def main() -> None:
 
     index = Index.load(index_dir)
     index.search("warm up the model")
-    server = Server(index_dir)
+    server = Server(index_dir, args.workers)
     try:
+        time.sleep(2.0)  # every worker has loaded (the first /health answered from one)
+        idle_memory = server.memory()
         rss_loaded = server.rss_mib()
         client = Client(server.port)
         for q in queries[:WARMUP]:
@@ -302,6 +341,7 @@ def main() -> None:
                     f"/health max {level['health']['max_ms']} ms",
                     flush=True,
                 )
+        idle_after = server.memory()
     finally:
         server.stop()
     base, over = stats_ms(inproc), stats_ms(served)
@@ -310,11 +350,11 @@ def main() -> None:
         "chunks": index.tree.n_leaves,
         "queries": len(queries),
         "protocol": (
-            "psirag serve (uvicorn, one process) on 127.0.0.1, POST /search k=5 with the default "
-            "SearchConfig and real MiniLM query embedding; clients are http.client keep-alive "
-            f"connections in threads of the benchmark process (same 2 cores); {WARMUP} warm-up "
-            "requests; baseline: in-process Index.search alternating with one server client in "
-            f"{BASELINE_BLOCKS} blocks over the same queries"
+            f"psirag serve (uvicorn, {args.workers} process(es)) on 127.0.0.1, POST /search "
+            "k=5 with the default SearchConfig and real MiniLM query embedding; clients are "
+            "http.client keep-alive connections in threads of the benchmark process (same 2 "
+            f"cores); {WARMUP} warm-up requests; baseline: in-process Index.search alternating "
+            f"with one server client in {BASELINE_BLOCKS} blocks over the same queries"
         ),
         "baseline": {
             "in_process_ms": base,
@@ -341,10 +381,16 @@ def main() -> None:
             <= GOAL_P95_MS,
         },
         "server_rss_mib": {"after_load": round(rss_loaded, 1), "peak_sampled": round(rss_peak, 1)},
+        "workers": args.workers,
+        "memory_idle_after_load": idle_memory,
+        "memory_idle_after_load_levels": idle_after,
         "quick": bool(args.quick),
         "machine": info,
     }
-    path = write_result("server.json", result)
+    name = args.out or (
+        "server.json" if args.workers == 1 else f"server_workers{args.workers}.json"
+    )
+    path = write_result(name, result)
     print(
         f"in-process p50 {base['p50']:.1f} ms, server (1 client) p50 {over['p50']:.1f} ms "
         f"(x{result['baseline']['overhead_ratio_p50']}); server RSS {rss_loaded:.0f} MiB; "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from psirag.cli import local_model_cmd
 from psirag.errors import InputError
 from psirag.llm import LLMBackendMissingError, load_chat_model
 from psirag.llm import local_model as lm
@@ -65,9 +66,11 @@ def test_missing_parts_say_how_to_install(tmp_path):
 
 def test_cli_main(small_model, tmp_path, capsys):
     parts, _ = small_model
-    assert lm.main(["--dest", str(tmp_path / "m"), "--parts-dir", str(parts)]) == 0
+    assert local_model_cmd.main(["--dest", str(tmp_path / "m"), "--parts-dir", str(parts)]) == 0
     assert capsys.readouterr().out.strip().endswith(lm.LOCAL_MODEL_FILE)
-    assert lm.main(["--dest", str(tmp_path / "other"), "--parts-dir", str(tmp_path)]) == 1
+    assert (
+        local_model_cmd.main(["--dest", str(tmp_path / "other"), "--parts-dir", str(tmp_path)]) == 1
+    )
 
 
 def test_default_path_and_env_override(monkeypatch, tmp_path):

@@ -30,6 +30,7 @@ from psirag.eval.settings import EvalSettings
 from psirag.eval.skew import dasgupta_cost
 from psirag.index import Index
 from psirag.llm import LLMClient, OpenAIChat
+from psirag.ownership import MARKER, OWNER
 
 TOPIC_WORDS = ["volcano lava ash", "football club goal", "bread oven yeast", "river delta flood"]
 
@@ -285,7 +286,8 @@ def test_save_load_roundtrip(tree: RaptorTree, tmp_path: Path) -> None:
         a, b = getattr(tree, search)(q, k=5), getattr(loaded, search)(q, k=5)
         assert np.array_equal(a.leaves, b.leaves) and np.array_equal(a.nodes, b.nodes)
     # nothing but .npy arrays and JSON on disk
-    files = [p for p in folder.rglob("*") if p.is_file() and p.name not in ("lock", ".readers")]
+    store_files = ("lock", ".readers", OWNER, MARKER)  # the store's own, not the tree's data
+    files = [p for p in folder.rglob("*") if p.is_file() and p.name not in store_files]
     assert {p.suffix for p in files} == {".npy", ".jsonl", ".json"}
 
 

@@ -46,6 +46,9 @@ def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
         job = _job(url, added)
         assert job["status"] == "done", job
         assert job["result"]["update"]["chunks_added"] >= 1
+        # the served index was the generation on disk: changed in memory, not read again
+        assert job["result"]["loaded_from_disk"] is False
+        assert job["result"]["saved_generation"] == 2
         ids = [d["id"] for d in httpx.get(f"{url}/documents", timeout=30).json()["documents"]]
         assert ids[-1] == "glaciers" and len(ids) == 4
         hits = httpx.post(
@@ -59,6 +62,15 @@ def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
         removed = _job(url, httpx.delete(f"{url}/documents/football", timeout=30))
         assert removed["status"] == "done", removed
         assert removed["result"]["update"]["documents_removed"] == 1
+        assert removed["result"]["loaded_from_disk"] is False
+        assert httpx.get(f"{url}/index", timeout=30).json()["index_loads"] == 1
+        # what the server holds in memory answers as the saved generation does
+        query = {"query": "blue ice volcano ash", "k": 5}
+        served = httpx.post(f"{url}/search", json=query, timeout=30).json()["passages"]
+        fresh = Index.load(folder, embedder=HashEmbedder()).search(query["query"], k=5)
+        assert [(p["id"], round(p["score"], 5)) for p in served] == [
+            (p.id, round(p.score, 5)) for p in fresh
+        ]
         ids = [d["id"] for d in httpx.get(f"{url}/documents", timeout=30).json()["documents"]]
         assert "football" not in ids and "glaciers" in ids
         assert "football" not in Index.load(folder, embedder=HashEmbedder()).documents
@@ -87,7 +99,12 @@ def test_a_server_write_keeps_a_write_made_beside_it(tmp_path: Path) -> None:
         added = httpx.post(
             f"{proc.url}/documents", json={"text": text, "id": "glaciers"}, timeout=30
         )
-        assert _job(proc.url, added)["status"] == "done"
+        job = _job(proc.url, added)
+        assert job["status"] == "done"
+        # the POST already followed the folder to the other writer's generation (one load),
+        # so the write built on that one in memory without reading the folder again
+        assert job["result"]["loaded_from_disk"] is False
+        assert httpx.get(f"{proc.url}/index", timeout=30).json()["index_loads"] == 2
         on_disk = set(Index.load(folder, embedder=HashEmbedder()).documents)
         assert direct <= on_disk and "glaciers" in on_disk and before <= on_disk
         served = {

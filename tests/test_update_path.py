@@ -115,3 +115,63 @@ def test_a_format1_folder_is_reported_and_migrated(tmp_path: Path, embedder: Any
     assert done.from_legacy and done.generation == 1
     assert IndexStore(old).state() == "index"
     assert len(Index.load(old).documents) == 4
+
+
+def _fingerprint(index: Index) -> tuple[Any, ...]:
+    """What an update could change in place: ids, texts, vectors, tree, BM25 scores."""
+    data = index.data
+    return (
+        data.documents,
+        tuple(c.text for c in data.chunks),
+        data.node_vectors.tobytes(),
+        data.tree.parent.tobytes(),
+        data.abstracts,
+        [(p.id, round(p.score, 6)) for p in index.search("dried leaves tea", k=5)],
+    )
+
+
+def test_a_base_that_is_the_disk_generation_is_changed_without_loading(
+    folder: Path, embedder: Any
+) -> None:
+    served = Index.load(folder, embedder=embedder)
+    before = _fingerprint(served)
+    index, done = Index.update_saved(
+        folder, lambda ix: ix.add(["Tea is brewed from dried leaves."], texts=True), base=served
+    )
+    assert not done.loaded and done.generation == 3
+    assert _fingerprint(served) == before  # the served object is never changed
+    # the result names its generation, so it is the base of the next update, still no load
+    assert index.data.origin is not None and index.data.origin.generation == 3
+    again, second = Index.update_saved(
+        folder, lambda ix: ix.add(["Coffee beans are roasted."], texts=True), base=index
+    )
+    assert not second.loaded and second.generation == 4
+    fresh = Index.load(folder, embedder=embedder)
+    assert _fingerprint(fresh) == _fingerprint(again)  # memory equals what a load reads
+
+
+def test_a_stale_base_falls_back_to_the_generation_on_disk(folder: Path, embedder: Any) -> None:
+    served = Index.load(folder, embedder=embedder)
+    # another writer (a `psirag add` from the command line) publishes meanwhile
+    Index.update_saved(
+        folder, lambda ix: ix.add(["Milk is added by some."], texts=True), embedder=embedder
+    )
+    index, done = Index.update_saved(
+        folder, lambda ix: ix.add(["Tea is brewed from dried leaves."], texts=True), base=served
+    )
+    assert done.loaded and done.generation == 4
+    texts = " ".join(c.text for c in Index.load(folder).chunks)
+    assert "Milk is added" in texts and "Tea is brewed" in texts
+    assert index.documents == Index.load(folder).documents
+
+
+def test_a_base_from_another_folder_is_not_used(
+    folder: Path, tmp_path: Path, embedder: Any
+) -> None:
+    other = tmp_path / "copy"
+    shutil.copytree(folder, other)
+    elsewhere = Index.load(other, embedder=embedder)  # same generation number, other folder
+    _, done = Index.update_saved(
+        folder, lambda ix: ix.add(["Tea is brewed from dried leaves."], texts=True), base=elsewhere
+    )
+    assert done.loaded

@@ -297,13 +297,18 @@ class Index:
         *,
         embedder: Embedder | None = None,
         save: bool = True,
+        wait: float = 0.0,
+        base: Index | None = None,
     ) -> tuple[Index, SavedUpdate]:
         """Change a saved index in place, safely against other writers: under the writer
         lock, load the generation on disk, run ``change(index)`` (``index.add``,
         ``index.remove``, ``index.update``...), save the result as the next generation and
         publish it; nothing is written when nothing changed, and an exception leaves the
         published index as it was (:func:`psirag.living.update_saved`); ``save=False`` (a dry
-        run) changes the index in memory only. Returns the changed index and what was done::
+        run) changes the index in memory only. ``base``: an index this process holds (a
+        server's); when it is still the generation on disk it is changed without reading the
+        folder (``done.loaded`` is False). ``wait``: seconds to wait for another writer's lock.
+        Returns the changed index and what was done::
 
             index, done = Index.update_saved("my-index", lambda ix: ix.add(["new.txt"]))
         """
@@ -317,8 +322,15 @@ class Index:
             summary = change(index)
             return index.data, summary
 
-        done = update_saved(folder, run, save=save)
-        return facades[0], done
+        if base is not None and embedder is None:
+            embedder = base.embedder_or_none()
+
+        done = update_saved(
+            folder, run, save=save, base=base.data if base is not None else None, wait=wait
+        )
+        index = facades[0]
+        index._replace_data(done.data)  # saved: it now names its generation (next ``base``)
+        return index, done
 
     def _replace_data(self, data: IndexData) -> None:
         """Point this facade at new data; the old value (and retrievers over it) stay valid."""

@@ -54,6 +54,7 @@ from psirag.types import Chunk
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
     from psirag.retrieval.bm25 import Postings
+    from psirag.storage import IndexReader
 
 __all__ = [
     "EXACT_ABSTRACTS",
@@ -820,17 +821,34 @@ class SavedUpdate:
     generation: int | None
     from_legacy: bool
     save_seconds: float = 0.0
+    loaded: bool = True
+    """Whether the generation on disk was read (False: the caller's ``base`` was it)."""
 
 
-def update_saved(folder: str | Path, change: Change, *, save: bool = True) -> SavedUpdate:
+def update_saved(
+    folder: str | Path,
+    change: Change,
+    *,
+    save: bool = True,
+    base: IndexData | None = None,
+    wait: float = 0.0,
+) -> SavedUpdate:
     """The one update path of a saved index: take the writer lock, load the generation on
     disk, ``change`` it, save the result as the next generation and publish it. Every writer
     (the CLI, the server, :meth:`psirag.Index.update_saved`) goes through here, so a write
     always builds on what is on disk and never loses another writer's change. An exception
     anywhere (in ``change`` too), a change that changes nothing or ``save=False`` (a dry
-    run) leaves the published index as it was."""
+    run) leaves the published index as it was. ``wait``: seconds to wait for another
+    writer's lock before :class:`~psirag.errors.IndexLockedError`.
+
+    ``base``: data the caller holds in memory (a server's served index). When, under the
+    lock, it is the very generation on disk (same folder and generation number), it is
+    changed directly and nothing is read; when another process published meanwhile, the
+    disk generation is loaded as usual. The saved result names the generation it became
+    (:attr:`IndexData.origin`), so it can be the ``base`` of the next update."""
+    from psirag.index_data import SavedOrigin
     from psirag.oserrors import saving
-    from psirag.storage import IndexReader, IndexStore, IndexWriter
+    from psirag.storage import IndexReader, IndexStore, IndexWriter, _resolve
     from psirag.storage_format import load_index_data, save_index_data
 
     store = IndexStore(folder)
@@ -843,17 +861,34 @@ def update_saved(folder: str | Path, change: Change, *, save: bool = True) -> Sa
         if state in ("newer", "badversion"):
             IndexReader(folder)  # raises the exact words for that format_version (formats.py)
         raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
-    with IndexWriter(store) as writer:
-        base = writer.base
-        from_legacy = base is not None and base.legacy
-        data = store.read(
-            lambda reader: load_index_data(reader, folder),
-            generation=base.generation if base is not None else None,
-        )
+    with IndexWriter(store, wait=wait) as writer:
+        on_disk = writer.base
+        from_legacy = on_disk is not None and on_disk.legacy
+        loaded = not _is_generation(base, on_disk)
+        if base is not None and not loaded:
+            data = base
+        else:
+            data = store.read(
+                lambda reader: load_index_data(reader, folder),
+                generation=on_disk.generation if on_disk is not None else None,
+            )
         new, summary = change(data)
         if not (save and summary.changed):
-            return SavedUpdate(data, summary, None, from_legacy)
+            return SavedUpdate(data, summary, None, from_legacy, loaded=loaded)
         t0 = time.perf_counter()
-        with saving(writer.target, had_index=base is not None):
+        with saving(writer.target, had_index=on_disk is not None):
             generation = save_index_data(writer, new)
-        return SavedUpdate(new, summary, generation, from_legacy, time.perf_counter() - t0)
+        new = replace(new, origin=SavedOrigin(str(_resolve(store.folder)), generation, new.chunks))
+        return SavedUpdate(
+            new, summary, generation, from_legacy, time.perf_counter() - t0, loaded=loaded
+        )
+
+
+def _is_generation(data: IndexData | None, on_disk: IndexReader | None) -> bool:
+    """Whether ``data`` was loaded from (or saved as) the generation ``on_disk`` reads."""
+    from psirag.storage import _resolve
+
+    if data is None or on_disk is None or on_disk.legacy or data.origin is None:
+        return False
+    origin = data.origin
+    return origin.generation == on_disk.generation and origin.folder == str(_resolve(on_disk.root))

@@ -24,6 +24,7 @@ from psirag.cli.options import (
     add_http_options,
     add_index_argument,
     add_llm_options,
+    add_server_options,
     add_update_embedder_option,
     http_policy_from,
 )
@@ -76,6 +77,7 @@ def register(sub: Any) -> None:
     add_index_argument(p)
     p.add_argument("paths", nargs="+", metavar="PATH")
     common(p)
+    add_server_options(p)
     p.set_defaults(func=run_add)
 
     p = sub.add_parser("remove", help="remove documents from an index by id")
@@ -84,6 +86,7 @@ def register(sub: Any) -> None:
         "--doc", action="extend", nargs="+", required=True, metavar="ID", help="document id"
     )
     common(p, embeds=False)
+    add_server_options(p)
     p.set_defaults(func=run_remove)
 
     p = sub.add_parser(
@@ -179,24 +182,39 @@ def _update(
     generation = done.generation
     if generation is not None:
         summary.seconds["save"] = done.save_seconds
-    plan = run.plan
-    total = time.perf_counter() - started
-    drift = index.drift()
-    for skipped in summary.skipped[:20]:
-        _eprint(f"already indexed, skipped: {skipped}")
-    for old, new in list(summary.renamed.items())[:20]:
-        _eprint(f"document id {old!r} is taken by another document: added as {new!r}")
-    if summary.tree.get("trees_added"):
-        _eprint(f"tree-per-document index: {summary.tree['trees_added']} new tree(s)")
     if generation is not None and done.from_legacy:
         _eprint(f"{args.index} was in format 1; it is now written in format 2 (migrated)")
+    return _report(args, summary.to_dict(), generation, index.drift(), run.plan, started, out)
+
+
+def _report(
+    args: argparse.Namespace,
+    summary: dict[str, Any],
+    generation: int | None,
+    drift: dict[str, Any],
+    plan: dict[str, Any] | None,
+    started: float,
+    out: TextIO,
+    *,
+    server: str | None = None,
+) -> int:
+    """What an update did (``summary``: :meth:`UpdateSummary.to_dict`), the same whether it
+    ran here or on a server."""
+    total = time.perf_counter() - started
+    for skipped in summary["skipped"][:20]:
+        _eprint(f"already indexed, skipped: {skipped}")
+    for old, new in list(summary["renamed"].items())[:20]:
+        _eprint(f"document id {old!r} is taken by another document: added as {new!r}")
+    if summary["tree"].get("trees_added"):
+        _eprint(f"tree-per-document index: {summary['tree']['trees_added']} new tree(s)")
     payload = {
         "schema": UPDATE_SCHEMA,
         "index": str(args.index),
         "generation": generation,
         "dry_run": bool(getattr(args, "dry_run", False)),
+        **({"server": server} if server is not None else {}),
         **({"plan": plan} if plan is not None else {}),
-        **summary.to_dict(),
+        **summary,
         "total_seconds": round(total, 3),
         "drift": drift,
     }
@@ -215,21 +233,23 @@ def _update(
         if payload["dry_run"]:
             print("dry run: nothing changed", file=out)
             return 0
-    if not summary.changed:
-        print(f"nothing changed in {args.index}", file=out)
+    changed = summary["documents_added"] or summary["documents_removed"]
+    via = f" through {server}" if server is not None else ""
+    if not (changed or summary["full_rebuild"]):
+        print(f"nothing changed in {args.index}{via}", file=out)
     else:
-        print(f"updated {args.index} (generation {generation})", file=out)
+        print(f"updated {args.index}{via} (generation {generation})", file=out)
     s = summary
     print(
-        f"  documents: +{len(s.added):,} added, -{len(s.removed):,} removed, "
-        f"{len(s.skipped):,} already indexed (skipped)",
+        f"  documents: +{s['documents_added']:,} added, -{s['documents_removed']:,} removed, "
+        f"{s['documents_skipped']:,} already indexed (skipped)",
         file=out,
     )
-    print(f"  chunks:    +{s.chunks_added:,} / -{s.chunks_removed:,}", file=out)
-    print(f"  nodes refreshed: {s.nodes_refreshed:,}", file=out)
-    if s.llm_calls or s.llm_cached:
-        print(f"  LLM calls: {s.llm_calls:,} paid, {s.llm_cached:,} from the cache", file=out)
-    stages = ", ".join(f"{k} {v:.2f}s" for k, v in s.seconds.items())
+    print(f"  chunks:    +{s['chunks_added']:,} / -{s['chunks_removed']:,}", file=out)
+    print(f"  nodes refreshed: {s['nodes_refreshed']:,}", file=out)
+    if s["llm_calls"] or s["llm_cached"]:
+        print(f"  LLM calls: {s['llm_calls']:,} paid, {s['llm_cached']:,} from the cache", file=out)
+    stages = ", ".join(f"{k} {v:.2f}s" for k, v in s["seconds"].items())
     print(f"  seconds:   {stages} (total {total:.2f}s)", file=out)
     due = "yes: run again with --rebuild" if drift["rebuild_due"] else "no"
     print(
@@ -248,6 +268,8 @@ _VERB = {"new": "added", "changed": "re-indexed", "gone": "removed"}
 def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
+    if args.server:
+        return _remote_add(args, started, out)
     for p in args.paths:
         if not Path(p).exists():
             raise InputError(f"{p}: no such file or folder; check the path")
@@ -270,6 +292,8 @@ def run_add(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
 def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     out = stdout or sys.stdout
     started = time.perf_counter()
+    if args.server:
+        return _remote_remove(args, started, out)
 
     def change(index: Index, run: _Run) -> UpdateSummary:
         if index.config.routing != "leaf_mean":
@@ -277,6 +301,93 @@ def run_remove(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int
         return index.remove(args.doc, llm=run.open_llm(index), progress=not args.quiet)
 
     return _update(args, change, started, out)
+
+
+# ---------------------------------------------------------------------------- --server
+def _server_client(args: argparse.Namespace) -> Any:
+    """The client of ``--server``, after refusing the options only a local update has."""
+    from psirag.cli.remote import ServerClient
+
+    local_only = [
+        flag
+        for flag, given in (
+            ("--rebuild", args.rebuild),
+            ("--embedder", getattr(args, "embedder", None)),
+            ("--llm", args.llm),
+            ("--insert", getattr(args, "insert", "auto") != "auto"),
+        )
+        if given
+    ]
+    if local_only:
+        raise InputError(
+            f"{', '.join(local_only)} cannot go through --server (the server uses its own "
+            "models and rules); run the command without --server to use them"
+        )
+    client = ServerClient(args.server, args.api_key)
+    client.check_serves(args.index)
+    return client
+
+
+def _remote_add(args: argparse.Namespace, started: float, out: TextIO) -> int:
+    """``psirag add --server``: upload the files (the server reads them with ``psirag add``'s
+    loaders), wait for the job, print the same summary as a local add."""
+    from psirag.cli.remote import files_under
+
+    files = files_under(args.paths)
+    client = _server_client(args)
+    answer = client.upload(files)
+    rejected = answer.get("rejected") or []
+    for refused in rejected:
+        _eprint(f"psirag: {refused.get('file')}: {refused.get('error')}")
+    job = client.wait(answer["job"])
+    code = _remote_report(args, [job], started, out, client.url)
+    if rejected and not args.skip_bad_files:
+        _eprint(
+            f"psirag: error: the server refused {len(rejected)} file(s) (above); the others "
+            "were added. Fix or leave them out, or pass --skip-bad-files"
+        )
+        return 1
+    return code
+
+
+def _remote_remove(args: argparse.Namespace, started: float, out: TextIO) -> int:
+    """``psirag remove --server``: one server job per document, waited for in turn."""
+    client = _server_client(args)
+    jobs = [client.wait(client.remove(doc)["job"]) for doc in dict.fromkeys(args.doc)]
+    return _remote_report(args, jobs, started, out, client.url)
+
+
+def _remote_report(
+    args: argparse.Namespace, jobs: list[dict[str, Any]], started: float, out: TextIO, url: str
+) -> int:
+    from psirag.living import UpdateSummary
+
+    results = [job["result"] for job in jobs]
+    summary = UpdateSummary().to_dict()
+    for result in results:
+        summary = _merged(summary, result["update"])
+    last = results[-1]
+    return _report(
+        args, summary, last.get("saved_generation"), last["drift"], None, started, out, server=url
+    )
+
+
+def _merged(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Two :meth:`UpdateSummary.to_dict` as one (a remove of several documents)."""
+    out = dict(a)
+    for key, value in b.items():
+        if isinstance(value, bool):
+            out[key] = bool(a.get(key)) or value
+        elif isinstance(value, (int, float)):
+            out[key] = a.get(key, 0) + value
+        elif isinstance(value, list):
+            out[key] = [*a.get(key, []), *value]
+        elif isinstance(value, dict):
+            merged = dict(a.get(key, {}))
+            for k, v in value.items():
+                merged[k] = merged.get(k, 0) + v if isinstance(v, (int, float)) else v
+            out[key] = merged
+    return out
 
 
 def scan_files(

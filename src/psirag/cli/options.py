@@ -141,6 +141,28 @@ def add_index_argument(p: Parser) -> None:
     p.add_argument("index", metavar="DIR", help="index folder (from psirag index)")
 
 
+SERVER_KEY_ENV = "PSIRAG_API_KEY"
+"""The key a client of a running ``psirag serve`` sends when ``--api-key`` is not given."""
+
+
+def add_server_options(p: Parser) -> None:
+    """``--server URL`` and ``--api-key KEY``: send a write to a running ``psirag serve``
+    instead of loading the index here (the server applies it to the index in its memory)."""
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        default=None,
+        help="send the change to the psirag server at URL (which serves DIR) instead of "
+        "loading the index here; it waits for the server's job and prints its summary",
+    )
+    p.add_argument(
+        "--api-key",
+        metavar="KEY",
+        default=None,
+        help=f"the server's API key with --server (default ${SERVER_KEY_ENV})",
+    )
+
+
 def add_build_embedder_option(p: Parser) -> None:
     """``--embedder SPEC`` of the commands that build an index (index, eval)."""
     from psirag.config import DEFAULT_EMBEDDER
@@ -368,6 +390,7 @@ def settings_values(
 
 __all__ = [
     "LLM_ENV",
+    "SERVER_KEY_ENV",
     "Flag",
     "add_abstracts_option",
     "add_answer_check_option",
@@ -381,6 +404,7 @@ __all__ = [
     "add_profile_option",
     "add_query_embedder_option",
     "add_routing_option",
+    "add_server_options",
     "add_settings_options",
     "add_tree_mode_options",
     "add_update_embedder_option",

@@ -83,6 +83,14 @@ SETTINGS_FLAGS: dict[str, Flag] = {
         type=positive_int,
         metavar="N",
     ),
+    "workers": Flag(
+        "--workers",
+        "server processes on the one port (default {default}); each loads the query model, the "
+        "index's arrays are shared; writes stay one at a time and every worker serves the "
+        "newest generation",
+        type=positive_int,
+        metavar="N",
+    ),
     "max_retrievals": Flag(
         "--max-retrievals",
         "retrievals after the first for an ask that names none (default {default}); auto: "
@@ -146,6 +154,7 @@ _SERVE_FLAGS = (
     "max_body_bytes",
     "max_query_chars",
     "max_retrievals",
+    "workers",
 )
 _ALL_FLAGS = ("host", "port", *_LLM_FLAGS, *_SERVE_FLAGS)
 
@@ -184,17 +193,12 @@ def run_serve(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from psirag.server.app import create_app
 
     logging.getLogger("psirag").setLevel(args.log_level.upper())
+    if settings.workers > 1:
+        return _serve_workers(args, settings, embedder)
     index = _load_index(args, embedder)
     llm = _llm_client(args)
     app = create_app(args.index, settings=settings, llm=llm, index=index, mcp=not args.no_mcp)
-    where = f"http://{settings.host}:{settings.port}"
-    auth = "an API key" if settings.api_key else "no API key (loopback only)"
-    print(
-        f"psirag serve: {args.index} at {where} (docs {where}/docs), {auth}, "
-        f"LLM {llm.id if llm is not None else 'none'}",
-        file=sys.stderr,
-        flush=True,
-    )
+    _announce(args, settings, settings.port, llm.id if llm is not None else "none")
     uvicorn.run(
         app,
         host=settings.host,
@@ -203,6 +207,62 @@ def run_serve(args: argparse.Namespace, *, embedder: Any = None) -> int:
         timeout_graceful_shutdown=5,
     )
     return 0
+
+
+def _announce(args: argparse.Namespace, settings: ServerSettings, port: int, llm: str) -> None:
+    where = f"http://{settings.host}:{port}"
+    auth = "an API key" if settings.api_key else "no API key (loopback only)"
+    workers = f", {settings.workers} workers" if settings.workers > 1 else ""
+    print(
+        f"psirag serve: {args.index} at {where} (docs {where}/docs), {auth}, LLM {llm}{workers}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder: Any) -> int:
+    """``--workers N``: load the index once here (a bad folder fails before anything starts),
+    bind the port, then fork the workers (:mod:`psirag.server.workers`). Each worker loads its
+    own query model and LLM client after the fork (a model's threads do not survive one)."""
+    import secrets
+    from pathlib import Path
+
+    import uvicorn
+
+    from psirag.cli.common import http_policy_from
+    from psirag.embed.endpoints import confirm_index_embedder
+    from psirag.index import Index
+    from psirag.server.app import create_app
+    from psirag.server.jobs import JobRunner
+    from psirag.server.workers import serve_workers
+
+    if not hasattr(os, "fork"):
+        from psirag.errors import InputError
+
+        raise InputError("--workers N needs a system with fork (Linux, macOS); leave it out here")
+    index = Index.load(args.index, embedder=embedder)
+    n = settings.workers
+    boot = secrets.token_hex(4)  # one ETag token for all workers: their numbers agree
+
+    def make_app(k: int, shared: Path) -> Any:
+        if embedder is None:
+            confirm_index_embedder(index, args.embedder, http_policy_from(args))
+        jobs = JobRunner(first_id=k + 1, id_step=n, shared=shared)
+        llm = _llm_client(args)
+        return create_app(
+            args.index,
+            settings=settings,
+            llm=llm,
+            index=index,
+            mcp=not args.no_mcp,
+            jobs=jobs,
+            boot=boot,
+        )
+
+    # uvicorn binds as it would itself (IPv6, SO_REUSEADDR); the app string is never imported
+    sock = uvicorn.Config("psirag", host=settings.host, port=settings.port).bind_socket()
+    _announce(args, settings, int(sock.getsockname()[1]), llm_spec(args) or "none")
+    return serve_workers(n, make_app, sock, log_level=args.log_level)
 
 
 def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:

@@ -23,7 +23,7 @@ from psirag import __version__
 from psirag.server.errors import error_body, exception_response, install_error_handlers
 from psirag.server.jobs import JOBS_FILE, JobRunner
 from psirag.server.living import run_job
-from psirag.server.middleware import install_middleware
+from psirag.server.middleware import install_middleware, install_worker_header
 from psirag.server.routes import ROUTERS
 from psirag.server.routes.mcp import mount_mcp
 from psirag.server.routes.pages import install_pages, swagger_assets, web_static
@@ -50,12 +50,16 @@ def create_app(
     embedder: Embedder | None = None,
     index: Index | None = None,
     mcp: bool = True,
+    jobs: JobRunner | None = None,
+    boot: str | None = None,
 ) -> FastAPI:
     """The application serving the index in ``index_dir``.
 
     ``llm`` is an :class:`psirag.llm.LLMClient` (None: the endpoints that need one answer 503);
     ``embedder`` replaces the index's own (it must have the same id); ``index`` serves an index
-    object already loaded from ``index_dir``.
+    object already loaded from ``index_dir``; ``jobs`` the write-job runner (one worker's of
+    ``psirag serve --workers N``; default: one that keeps its jobs in a file beside the index);
+    ``boot``: the server's token in ETags (the workers share one; default: a new one).
     """
     from psirag.index import Index
 
@@ -66,8 +70,9 @@ def create_app(
         index = Index.load(folder, embedder=embedder)
     prepare_index(index)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
-    jobs = JobRunner(folder / JOBS_FILE if folder.is_dir() else None)
-    state = ServerState(IndexHolder(index, folder), settings, gated, jobs)
+    if jobs is None:
+        jobs = JobRunner(folder / JOBS_FILE if folder.is_dir() else None)
+    state = ServerState(IndexHolder(index, folder, boot=boot), settings, gated, jobs)
     jobs.perform = lambda job: run_job(state, job)
     web = web_static()
 
@@ -99,6 +104,8 @@ def create_app(
     app.state.psirag = state
     install_error_handlers(app)
     install_middleware(app, settings, web_page=web is not None)
+    if settings.workers > 1:
+        install_worker_header(app)
     install_pages(app, web, swagger_assets())
     for router in ROUTERS:
         app.include_router(router)

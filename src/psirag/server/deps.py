@@ -27,8 +27,15 @@ State = Annotated[ServerState, Depends(server_state)]
 
 
 async def current_generation(state: State) -> Generation:
-    """The published generation when the request arrived."""
-    return state.holder.get()
+    """The published generation when the request arrived; when another process (a worker of
+    ``--workers N``, a ``psirag add``) has published a newer one on disk, that one, loaded in
+    a worker thread first."""
+    holder = state.holder
+    if holder.stale():
+        import anyio.to_thread
+
+        return await anyio.to_thread.run_sync(holder.refresh)
+    return holder.get()
 
 
 CurrentGeneration = Annotated[Generation, Depends(current_generation)]

@@ -9,6 +9,12 @@ index, holding what a retry needs (the documents of an add, the ids of a removal
 job the last server left queued or running is shown as failed ("interrupted") with a retry;
 nothing in the file is ever run by itself. The file is data: it is parsed as JSON, checked
 field by field, and a bad file is set aside with a warning.
+
+With ``psirag serve --workers N`` each worker has its own runner: the ids are disjoint (worker
+``k`` numbers its jobs k+1, k+1+N, ...), the index's writer lock keeps the writes one at a time
+across workers, and each job is written to a folder the workers share (one file per job), so
+``GET /jobs/{id}``, a retry and the document list answer on whichever worker a request reaches.
+The workers keep no jobs file: their jobs are forgotten when the server stops.
 """
 
 from __future__ import annotations
@@ -90,8 +96,9 @@ class Job:
 Work = Callable[[Job], dict[str, Any]]
 
 
-def _job_from_saved(raw: Any) -> Job | None:
-    """A job read back from the jobs file, or None when the entry is not one."""
+def _job_from_saved(raw: Any, *, live: bool = False) -> Job | None:
+    """A job read back from the jobs file, or None when the entry is not one; ``live``: one
+    another worker is running now (not interrupted)."""
     if not isinstance(raw, dict):
         return None
     job_id, kind, status = raw.get("id"), raw.get("kind"), raw.get("status")
@@ -121,7 +128,7 @@ def _job_from_saved(raw: Any) -> Job | None:
         payload=raw.get("payload"),
         retry_of=str(raw["retry_of"]) if raw.get("retry_of") else None,
     )
-    if job.status in ("queued", "running"):  # the last server stopped during this job
+    if not live and job.status in ("queued", "running"):  # the last server stopped meanwhile
         job.status, job.error, job.finished = "failed", INTERRUPTED, job.finished or time.time()
     return job
 
@@ -133,15 +140,26 @@ class JobRunner:
     kind and payload (set by the app; needed for retries and for jobs submitted without work).
     """
 
-    def __init__(self, path: Path | None = None, perform: Work | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        perform: Work | None = None,
+        *,
+        first_id: int = 1,
+        id_step: int = 1,
+        shared: Path | None = None,
+    ) -> None:
+        """``first_id``/``id_step``: the job numbers this runner gives (disjoint per worker);
+        ``shared``: a folder where each job is also written, for the other workers."""
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # one writer of the jobs file at a time
         self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
         self.path = path
         self.perform = perform
-        first = self._load() + 1
-        self._next = first
+        self.shared = shared
+        self._step = id_step
+        self._next = max(self._load() + 1, first_id)
         if self._jobs:
             self._save()  # interrupted jobs are failed from now on, also on disk
         self._thread = threading.Thread(target=self._run, name="psirag-writer", daemon=True)
@@ -168,12 +186,12 @@ class JobRunner:
                 payload=payload,
                 retry_of=retry_of,
             )
-            self._next += 1
+            self._next += self._step
             self._jobs[job.id] = job
             finished = [j for j in self._jobs.values() if j.finished is not None]
             for old in finished[: max(0, len(finished) - KEEP_FINISHED)]:
                 del self._jobs[old.id]
-        self._save()
+        self._save(job)
         self._queue.put((job, run))
         return job
 
@@ -185,13 +203,46 @@ class JobRunner:
         return self.submit(old.kind, documents=old.documents, payload=old.payload, retry_of=old.id)
 
     def get(self, job_id: str) -> Job | None:
+        """This runner's job, else (with a shared folder) one another worker wrote there."""
         with self._lock:
-            return self._jobs.get(job_id)
+            job = self._jobs.get(job_id)
+        if job is not None or self.shared is None or not _JOB_ID.match(job_id):
+            return job
+        return self._read_shared(self.shared / f"{job_id}.json")
 
     def all(self) -> list[Job]:
-        """Every remembered job, oldest first."""
+        """Every remembered job, oldest first (with a shared folder: every worker's)."""
         with self._lock:
-            return list(self._jobs.values())
+            jobs = list(self._jobs.values())
+        if self.shared is not None:
+            mine = {j.id for j in jobs}
+            with contextlib.suppress(OSError):
+                for path in self.shared.glob("job-*.json"):
+                    if path.stem not in mine and (job := self._read_shared(path)) is not None:
+                        jobs.append(job)
+            jobs.sort(key=lambda j: j.created)
+        return jobs
+
+    @staticmethod
+    def _read_shared(path: Path) -> Job | None:
+        try:
+            return _job_from_saved(json.loads(path.read_text(encoding="utf-8")), live=True)
+        except (OSError, ValueError):
+            return None
+
+    def _share(self, job: Job) -> None:
+        """Write the job for the other workers (atomically: a reader never sees half)."""
+        if self.shared is None:
+            return
+        target = self.shared / f"{job.id}.json"
+        temp = target.with_name(f".{job.id}.{os.getpid()}.tmp")
+        try:
+            temp.write_text(json.dumps(job.saved(), ensure_ascii=False), encoding="utf-8")
+            os.replace(temp, target)
+        except (OSError, TypeError, ValueError) as exc:
+            log.warning("could not share job %s with the other workers: %s", job.id, exc)
+            with contextlib.suppress(OSError):
+                temp.unlink()
 
     def close(self) -> None:
         self._queue.put(None)
@@ -204,7 +255,7 @@ class JobRunner:
                 return
             job, work = item
             job.status = "running"
-            self._save()
+            self._save(job)
             try:
                 job.result = work(job)
                 job.status = "done"
@@ -214,10 +265,13 @@ class JobRunner:
                 log.warning("job %s (%s) failed: %s", job.id, job.kind, job.error)
                 log.debug("%s", traceback.format_exc())
             job.finished = time.time()
-            self._save()
+            self._save(job)
 
-    def _save(self) -> None:
-        """Write the jobs file atomically (a temporary file, then a rename)."""
+    def _save(self, changed: Job | None = None) -> None:
+        """Write the jobs file atomically (a temporary file, then a rename), and the job that
+        changed to the shared folder."""
+        if changed is not None:
+            self._share(changed)
         path = self.path
         if path is None:
             return

@@ -3,10 +3,16 @@ thread (:class:`psirag.server.jobs.JobRunner`), saved, then published to new req
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Literal
 
 from psirag.server.jobs import Job
 from psirag.server.state import ServerState, prepare_index
+
+log = logging.getLogger("psirag.server")
+WRITER_LOCK_WAIT_S = 120.0
+"""How long a write job waits for the index's writer lock (another worker's write, or a
+``psirag add`` from the command line) before it fails."""
 
 
 def apply_write(
@@ -14,6 +20,8 @@ def apply_write(
 ) -> dict[str, Any]:
     """One write on the living index, run by the single writer: apply, save, publish.
 
+    The served index is changed in memory (see :func:`psirag.living.update_saved`'s ``base``)
+    and the index is read from disk only when another process wrote it meanwhile.
     The update runs on a new facade over the served data (``IndexData`` is immutable), so the
     index object in service is never changed; requests already running finish on the
     generation they took, and the new one is published only once it is saved.
@@ -22,21 +30,35 @@ def apply_write(
 
     served = state.holder.get().index
     job.progress(0, 1)
-    # Under the writer lock, build on what is on disk, not on what is served: a `psirag add`
-    # from the command line since the last server write must not be overwritten.
-    updated, done = Index.update_saved(
-        state.holder.folder,
-        lambda index: index.add(payload) if kind == "add" else index.remove(payload),
-        embedder=served.embedder,
-    )
-    summary = done.summary
-    prepare_index(updated)
-    generation = state.holder.publish(updated)
+    # Under the writer lock: the served index is the base when it is still the generation on
+    # disk (no reload); when another process (`psirag add` from the command line, another
+    # worker of --workers N) published since, that generation is loaded instead, so its change
+    # is never overwritten. Waits for the lock: with --workers N the other workers write too.
+    with state.holder.writing():
+        updated, done = Index.update_saved(
+            state.holder.folder,
+            lambda index: index.add(payload) if kind == "add" else index.remove(payload),
+            embedder=served.embedder,
+            base=served,
+            wait=WRITER_LOCK_WAIT_S,
+        )
+        if done.loaded:
+            state.holder.count_load()
+            log.info("index: another process wrote %s; loaded it from disk", state.holder.folder)
+        summary = done.summary
+        if done.generation is not None:
+            summary.seconds["save"] = done.save_seconds  # as `psirag add` reports it
+        prepare_index(updated)
+        saved = done.generation if done.generation is not None else state.holder.get().saved
+        generation = state.holder.publish(updated, saved=saved)
     job.progress(1, 1)
     return {
         "generation": generation.number,
         "documents": len(updated.documents),
         "update": summary.to_dict(),
+        "saved_generation": done.generation,
+        "loaded_from_disk": done.loaded,
+        "drift": updated.drift(),
     }
 
 

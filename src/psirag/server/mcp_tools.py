@@ -56,7 +56,7 @@ def build_mcp_server(state: ServerState) -> Any:
         def go() -> dict[str, Any]:
             state.check_query(query)
             state.check_k(k)
-            index = state.holder.get().index
+            index = state.holder.latest().index
             passages = index.search(query, config=search_config(body), docs=docs)
             return views.search_payload(index, query, k, passages)
 
@@ -80,7 +80,7 @@ def build_mcp_server(state: ServerState) -> Any:
         def go() -> dict[str, Any]:
             state.check_query(question, "question")
             state.check_k(k)
-            index = state.holder.get().index
+            index = state.holder.latest().index
             agent = agent_for(state, index, body)
             result = agent.run(question)
             return {
@@ -101,7 +101,7 @@ def build_mcp_server(state: ServerState) -> Any:
         text), layer, path from the root, children with labels, and sample leaves."""
 
         def go() -> dict[str, Any]:
-            index = state.holder.get().index
+            index = state.holder.latest().index
             target = int(index.tree.roots[0]) if node is None else node
             return views.node_payload(index, target)
 
@@ -117,7 +117,7 @@ def build_mcp_server(state: ServerState) -> Any:
         from psirag.server import catalog
 
         def go() -> dict[str, Any]:
-            generation = state.holder.get()
+            generation = state.holder.latest()
             rows = catalog.document_rows(generation.index, state.jobs.all())
             body = catalog.page_of(rows, offset=offset, limit=min(limit, 200), query=query)
             body["generation"] = generation.number

@@ -187,10 +187,46 @@ def declare_bearer_auth(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
+WORKER_HEADER = "X-Psirag-Worker"
+"""With ``psirag serve --workers N``: the process id of the worker that answered."""
+
+
+class WorkerHeaderMiddleware:
+    """Names the answering worker (its pid) on every HTTP response, so a client or a test can
+    see how requests spread over the workers."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        import os
+
+        self.app = app
+        self.pid = str(os.getpid()).encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", ()), (WORKER_HEADER.lower().encode(), self.pid)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_header)
+
+
+def install_worker_header(app: FastAPI) -> None:
+    """:class:`WorkerHeaderMiddleware`, outermost (added last)."""
+    app.add_middleware(WorkerHeaderMiddleware)
+
+
 __all__ = [
     "DOCS_ASSETS",
+    "WORKER_HEADER",
     "AuthMiddleware",
     "LimitsMiddleware",
+    "WorkerHeaderMiddleware",
     "declare_bearer_auth",
     "install_middleware",
+    "install_worker_header",
 ]

@@ -12,6 +12,8 @@ API_KEY_ENV = "PSIRAG_API_KEY"
 """Environment variable read when ``--api-key`` is not given."""
 MAX_RETRIEVALS = 10
 """The largest retrieval budget a server setting or a request may ask for."""
+MAX_WORKERS = 64
+"""The most server processes ``--workers`` may start (each holds its own query model)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -53,6 +55,9 @@ class ServerSettings:
     """Retrievals after the first for an ask that names none; ``auto``: from the question's
     predicted hops (the shipped query-hop discriminator), as ``psirag ask --max-retrievals
     auto``."""
+    workers: int = 1
+    """Server processes on the one listening socket (``psirag serve --workers N``); each loads
+    the index (arrays memory-mapped, so shared by the page cache) and its own query model."""
     exempt_paths: tuple[str, ...] = field(default=("/health",), repr=False)
 
     def check(self) -> None:
@@ -74,6 +79,8 @@ class ServerSettings:
         ):
             if value <= 0:
                 raise InputError(f"{name} must be positive, got {value}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise InputError(f"--workers must be 1..{MAX_WORKERS}, got {self.workers}")
         if self.max_asks < 1 or self.ask_queue < 0:
             raise InputError(
                 f"--max-asks must be at least 1 and --ask-queue 0 or more, got {self.max_asks} "
@@ -87,4 +94,4 @@ class ServerSettings:
             )
 
 
-__all__ = ["API_KEY_ENV", "MAX_RETRIEVALS", "ServerSettings", "is_loopback"]
+__all__ = ["API_KEY_ENV", "MAX_RETRIEVALS", "MAX_WORKERS", "ServerSettings", "is_loopback"]

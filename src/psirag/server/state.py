@@ -1,6 +1,7 @@
-"""What the server holds between requests: the index (swappable), the embedder (serialised and
-batched), the LLM (under a concurrency cap) and the background writer, together in one
-:class:`ServerState` that the routes get through :mod:`psirag.server.deps`.
+"""What the server holds between requests: the index (swappable, following the folder), the
+embedder (serialised and batched: :mod:`psirag.server.embedding`), the LLM (under a
+concurrency cap) and the background writer, together in one :class:`ServerState` that the
+routes get through :mod:`psirag.server.deps`.
 
 Each request takes the index once (:meth:`IndexHolder.get`) and works on that object to the end.
 A write builds and publishes a new object with :meth:`IndexHolder.publish`; requests already
@@ -9,22 +10,20 @@ running keep the generation they started with, and later requests see the new on
 
 from __future__ import annotations
 
-import queue
+import logging
+import os
 import secrets
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-
 from psirag import cancel
 from psirag.errors import InputError
 from psirag.server.admission import AskPool
+from psirag.server.embedding import BatchingEmbedder, QueryVectorCache, prepare_index
 from psirag.server.errors import LLMNotConfiguredError, PayloadTooLargeError, RequestTimeoutError
 from psirag.server.jobs import JobRunner
 from psirag.server.settings import ServerSettings
@@ -38,23 +37,22 @@ if TYPE_CHECKING:
     from psirag.llm.client import LLMClient
 
 T = TypeVar("T")
-
-MAX_BATCH = 64
-"""Most queries embedded in one call of the model."""
-MAX_WAIT_S = 0.004
-"""Longest a micro-batch waits for callers already inside ``embed`` (never for a lone query)."""
-QUERY_CACHE_SIZE = 4096
-"""Query vectors kept (384 float32 each for MiniLM: about 6 MB)."""
+log = logging.getLogger("psirag.server")
 
 
 @dataclass(frozen=True)
 class Generation:
-    """One published index object and its number (1 for the index loaded at start-up)."""
+    """One published index object and its number: the generation on disk when known (so every
+    worker gives the same), else counted in this process from 1."""
 
     number: int
     index: Index
     boot: str = ""
-    """A token of this server process: numbers restart at 1, so an ETag names both."""
+    """A token of this server: numbers restart, so an ETag names both (the workers of
+    ``psirag serve --workers N`` share one)."""
+    saved: int | None = None
+    """The generation on disk this index was loaded from or saved as (None: a format-1 folder,
+    or not known); when known, ``number`` is this number, the same in every worker."""
 
     @property
     def etag(self) -> str:
@@ -62,180 +60,121 @@ class Generation:
         return f'"g{self.number}-{self.boot}"'
 
 
-class IndexHolder:
-    """An atomically swapped reference to the index being served."""
+PointerStamp = tuple[int, int, int, int]
+"""What ``stat`` says of the index's pointer file (inode, size, mtime, ctime): a save replaces
+the file, so a new generation changes it."""
 
-    def __init__(self, index: Index, folder: Path) -> None:
+
+class IndexHolder:
+    """An atomically swapped reference to the index being served, which follows the index
+    folder: when another writer (another worker of ``psirag serve --workers N``, or ``psirag
+    add`` from the command line) publishes a generation, :meth:`latest` loads it and publishes
+    it here. Checking costs one ``stat`` of the pointer file."""
+
+    def __init__(
+        self, index: Index, folder: Path, *, follow: bool = True, boot: str | None = None
+    ) -> None:
         self.folder = folder
+        self.follow = follow
         self._lock = threading.Lock()
-        self.boot = secrets.token_hex(4)
-        self._current = Generation(1, index, self.boot)
+        self._reload = threading.RLock()
+        """Held while this process loads or writes a generation, so it does one at a time."""
+        self._seen = self._stamp()
+        self.boot = boot or secrets.token_hex(4)
+        saved = _saved_generation(index, folder)
+        self._current = Generation(saved or 1, index, self.boot, saved)
+        self.loads = 1
+        """Times this process read the index from disk: 1 at start-up, one more for each
+        generation another process published (loaded by :meth:`refresh`, or by a write that
+        found it on disk; a write on the served generation changes it in memory)."""
+
+    def count_load(self) -> None:
+        with self._lock:
+            self.loads += 1
 
     def get(self) -> Generation:
         """The generation a request works on (a single attribute read: never half-swapped)."""
         return self._current
 
-    def publish(self, index: Index) -> Generation:
-        """Make ``index`` the one new requests get; running requests keep theirs."""
+    def publish(self, index: Index, saved: int | None = None) -> Generation:
+        """Make ``index`` the one new requests get; running requests keep theirs. A generation
+        older on disk than the one served is ignored (never go back)."""
         with self._lock:
-            self._current = Generation(self._current.number + 1, index, self.boot)
+            current = self._current
+            if saved is not None and current.saved is not None and saved < current.saved:
+                return current
+            if saved is not None and saved == current.saved:
+                number = current.number  # the same data on disk (a write that changed nothing)
+            elif saved is not None and saved > current.number:
+                number = saved
+            else:
+                number = current.number + 1
+            self._current = Generation(number, index, self.boot, saved)
             return self._current
 
-
-class QueryVectorCache:
-    """A bounded LRU of query text -> vector, shared by all requests (a lock guards it).
-
-    Queries repeat (the same question from several users, a page reloaded, an agent retrying):
-    a hit costs a dictionary lookup instead of a forward pass. The vectors are read-only copies,
-    so no caller can change what another one gets.
-    """
-
-    def __init__(self, capacity: int = QUERY_CACHE_SIZE) -> None:
-        self.capacity = capacity
-        self.hits = 0
-        self.misses = 0
-        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, text: str) -> np.ndarray | None:
-        with self._lock:
-            vector = self._items.get(text)
-            if vector is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(text)
-            self.hits += 1
-            return vector
-
-    def put(self, text: str, vector: np.ndarray) -> None:
-        if self.capacity <= 0:
-            return
-        kept = np.array(vector, dtype=np.float32)
-        kept.setflags(write=False)
-        with self._lock:
-            self._items[text] = kept
-            self._items.move_to_end(text)
-            while len(self._items) > self.capacity:
-                self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
-class BatchingEmbedder:
-    """The index's embedder behind one worker thread: concurrent queries are embedded in one
-    batch, so the model is never called from two threads at once (sentence-transformers does not
-    promise thread safety) and a burst costs one forward pass instead of one per query.
-
-    The micro-batch: the worker takes the first waiting request at once and everything already
-    queued behind it; when more callers are known to be on their way (counted as they enter
-    :meth:`embed`), it waits up to ``max_wait`` seconds (a few ms) for them, flushing early at
-    ``max_batch`` texts. A lone query never waits. Vectors of recent queries come from a
-    :class:`QueryVectorCache` without reaching the model."""
-
-    def __init__(
-        self,
-        inner: Embedder,
-        max_batch: int = MAX_BATCH,
-        *,
-        max_wait: float = MAX_WAIT_S,
-        cache_size: int = QUERY_CACHE_SIZE,
-    ) -> None:
-        self.inner = inner
-        self.spec = inner.spec
-        self.id = inner.id
-        self.max_tokens = getattr(inner, "max_tokens", None)
-        self.last_truncated = 0
-        self.max_batch = max_batch
-        self.max_wait = max_wait
-        self.cache = QueryVectorCache(cache_size)
-        self.batches = 0
-        self.embedded = 0
-        self._arriving = 0
-        self._arriving_lock = threading.Lock()
-        self._queue: queue.Queue[tuple[list[str], Future[np.ndarray]] | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._work, name="psirag-embed", daemon=True)
-        self._thread.start()
-
-    @property
-    def dim(self) -> int:
-        return int(self.inner.dim)
-
-    def count_truncated(self, texts: Sequence[str]) -> int:
-        return int(self.inner.count_truncated(texts))
-
-    def embed(
-        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
-    ) -> np.ndarray:
-        texts = [str(t) for t in texts]
-        cached = [self.cache.get(t) for t in texts]
-        missing = [t for t, v in zip(texts, cached, strict=True) if v is None]
-        if missing:
-            with self._arriving_lock:
-                self._arriving += 1
-            future: Future[np.ndarray] = Future()
-            self._queue.put((missing, future))
-            fresh = iter(future.result())
-        rows = []
-        for text, vector in zip(texts, cached, strict=True):
-            if vector is None:
-                vector = next(fresh)
-                self.cache.put(text, vector)
-            rows.append(vector)
-        if not rows:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack(rows).astype(np.float32, copy=False)
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=5)
-
-    def _take(self, pending: list[tuple[list[str], Future[np.ndarray]]], timeout: float) -> bool:
-        """Append one queued request (waiting up to ``timeout``); False when none or closing."""
+    # ------------------------------------------------------------ following the folder
+    def _stamp(self) -> PointerStamp | None:
         try:
-            more = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
-        except queue.Empty:
-            return False
-        if more is None:
-            self._queue.put(None)
-            return False
-        pending.append(more)
-        return True
+            st = os.stat(self.folder / "manifest.json")
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    def _gather(self, first: tuple[list[str], Future[np.ndarray]]) -> list[Any]:
-        pending = [first]
-        deadline = time.monotonic() + self.max_wait
-        while sum(len(t) for t, _ in pending) < self.max_batch:
-            if self._take(pending, 0):
-                continue  # whatever is already queued joins at once
-            with self._arriving_lock:
-                coming = self._arriving > len(pending)
-            left = deadline - time.monotonic()
-            if not coming or left <= 0 or not self._take(pending, left):
-                break
-        with self._arriving_lock:
-            self._arriving -= len(pending)
-        return pending
+    def stale(self) -> bool:
+        """True when the pointer file changed since this process last looked (cheap)."""
+        return self.follow and self._stamp() != self._seen
 
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            pending = self._gather(item)
-            texts = [t for texts_, _ in pending for t in texts_]
+    def latest(self) -> Generation:
+        """The generation the folder's pointer names, loaded first if it is not the one served
+        (blocking: call it from a worker thread, not the event loop)."""
+        return self.refresh() if self.stale() else self._current
+
+    def refresh(self) -> Generation:
+        """Load and publish the generation the pointer names, if it is not the one served. A
+        generation that fails to load is logged and skipped until the pointer changes again;
+        the one served stays."""
+        from psirag.index import Index
+        from psirag.storage import IndexStore
+
+        with self._reload:
+            stamp = self._stamp()  # before reading the pointer: a later save changes it again
+            if stamp == self._seen:
+                return self._current
+            current = self._current
             try:
-                vectors = np.asarray(self.inner.embed(texts))
-            except BaseException as exc:  # handed to every waiting request
-                for _, future in pending:
-                    future.set_exception(exc)
-                continue
-            self.batches += 1
-            self.embedded += len(texts)
-            start = 0
-            for texts_, future in pending:
-                future.set_result(vectors[start : start + len(texts_)])
-                start += len(texts_)
+                number = IndexStore(self.folder).current()
+                if number is None or number == current.saved:
+                    self._seen = stamp
+                    return current
+                index = Index.load(self.folder, embedder=current.index.embedder, generation=number)
+                prepare_index(index)
+            except Exception as exc:  # keep serving what we have; the log says why
+                log.warning("could not load the new generation of %s: %s", self.folder, exc)
+                self._seen = stamp
+                return current
+            self._seen = stamp
+            self.count_load()
+            log.info("serving generation %s of %s (published elsewhere)", number, self.folder)
+            return self.publish(index, saved=number)
+
+    def writing(self) -> threading.RLock:
+        """Held by this process's writer around a save and its publish, so that a request
+        does not load from disk the generation the writer is about to publish."""
+        return self._reload
+
+
+def _saved_generation(index: Index, folder: Path) -> int | None:
+    """The generation on disk ``index`` was loaded from (its origin), else the pointer's."""
+    origin = getattr(getattr(index, "data", None), "origin", None)
+    number = getattr(origin, "generation", None)
+    if isinstance(number, int):
+        return number
+    try:
+        from psirag.storage import IndexStore
+
+        return IndexStore(folder).current()
+    except Exception:  # not an index folder (a test's holder): nothing to follow
+        return None
 
 
 class GatedLLM:
@@ -373,24 +312,13 @@ class ServerState:
             ) from exc
 
 
-def prepare_index(index: Index) -> Index:
-    """Put the embedder behind the batching worker and compute the tree's lazy tables once, so
-    the first requests are not the slow ones and threads never race to fill a cache."""
-    inner = index.embedder
-    if not isinstance(inner, BatchingEmbedder):
-        index.embedder = BatchingEmbedder(inner)
-    index.embed_query("warm up")
-    tree = index.tree
-    _ = (tree.leaf_counts, tree.leaf_membership, tree.fan_out, tree.roots)
-    return index
-
-
 __all__ = [
     "BatchingEmbedder",
     "GatedLLM",
     "Generation",
     "IndexHolder",
     "LLMNotConfiguredError",
+    "QueryVectorCache",
     "ServerState",
     "prepare_index",
 ]

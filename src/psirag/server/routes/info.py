@@ -24,5 +24,7 @@ async def describe(state: State, generation: CurrentGeneration) -> dict[str, Any
     """What ``psirag inspect --json`` prints under "index", plus the served generation."""
     body = inspect_summary(generation.index, state.holder.folder)
     body["generation"] = generation.number
+    body["saved_generation"] = generation.saved
+    body["index_loads"] = state.holder.loads
     body["llm"] = state.llm.id if state.llm is not None else None
     return body

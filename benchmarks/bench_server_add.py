@@ -1,0 +1,249 @@
+"""Adding one document to a running server against doing it from the command line (issue 24
+item 7): ``psirag serve`` applies the write to the index it holds in memory, where ``psirag
+add`` loads the index, adds and saves.
+
+A synthetic index of ``--chunks`` one-chunk records (``_common.synthetic_texts``) is built with
+a fast hashed bag-of-words embedder (embedding stays out of the figures) and the default
+``IndexConfig`` (keyword abstracts, BM25, default tree mode). Then, each ``--repeats`` times,
+one new 8-paragraph document is added:
+
+- ``in_memory``: ``Index.add`` on a loaded index (the floor: no load, no save), each time on
+  the loaded index, and ``in_memory_chained``: each add on the previous add's result;
+- ``server_api``: ``POST /documents`` to a ``psirag serve`` child (same embedder) and polling
+  its job until done (in-memory add + save + publish; the served index is not reloaded);
+- ``server_cli``: ``psirag add --server URL FILE`` in a fresh process (the above plus the
+  client's start-up and upload);
+- ``cli_local``: ``psirag add INDEX FILE`` in a fresh process (start-up, load, add, save),
+  its embedder swapped for the hash one through the command's embedder seam.
+
+Usage: nice python benchmarks/bench_server_add.py [--chunks 20000] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+DIM = 64
+
+
+class BenchHashEmbedder:
+    """Hashed bag of words, a fixed random unit vector per word: deterministic, no model."""
+
+    spec = "bench:hash"
+    max_tokens = None
+    last_truncated = 0
+    id = f"bench:hash-{DIM}"
+
+    def __init__(self) -> None:
+        self._vectors: dict[str, np.ndarray] = {}
+
+    @property
+    def dim(self) -> int:
+        return DIM
+
+    def _word(self, word: str) -> np.ndarray:
+        got = self._vectors.get(word)
+        if got is None:
+            seed = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big")
+            got = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+            self._vectors[word] = got
+        return got
+
+    def embed(
+        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
+    ) -> np.ndarray:
+        out = np.zeros((len(texts), DIM), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for word in text.lower().split():
+                out[i] += self._word(word.strip(".,"))
+            out[i, 0] += 0.01
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        return 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(HERE), env.get("PYTHONPATH", "")])
+    env.pop("PSIRAG_API_KEY", None)
+    return env
+
+
+def _new_document(vocab: list[list[str]], k: int) -> str:
+    rng = np.random.default_rng(1000 + k)
+    topic = vocab[k % len(vocab)]
+    return "\n\n".join(
+        " ".join(rng.choice(topic, 12).tolist() + rng.choice(vocab[-1], 8).tolist()) + "."
+        for _ in range(8)
+    )
+
+
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=60) as r:
+        body: dict[str, Any] = json.loads(r.read())
+        return body
+
+
+def _post_and_wait(url: str, text: str, doc_id: str) -> dict[str, Any]:
+    data = json.dumps({"text": text, "id": doc_id}).encode()
+    request = urllib.request.Request(
+        f"{url}/documents", data=data, headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as r:
+        job = json.loads(r.read())["job"]
+    while job["status"] not in ("done", "failed"):
+        time.sleep(0.01)
+        job = _get(f"{url}/jobs/{job['id']}")
+    if job["status"] != "done":
+        raise RuntimeError(f"job failed: {job['error']}")
+    return job
+
+
+def _timed_run(command: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(command, check=True, env=_env(), capture_output=True, timeout=1800)
+    return time.perf_counter() - t0
+
+
+def _summary(seconds: list[float]) -> dict[str, float]:
+    return {"median_s": round(statistics.median(seconds), 3), "min_s": round(min(seconds), 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--chunks", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    sys.path.insert(0, str(SRC))
+    from _common import machine_info, synthetic_texts, write_result
+
+    from psirag import Index, IndexConfig
+    from psirag.ingest import Document
+
+    labels = np.random.default_rng(0).integers(0, max(8, args.chunks // 250), args.chunks)
+    texts, vocab = synthetic_texts(labels, seed=0)
+    docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(texts)]
+    out: dict[str, Any] = {"chunks": args.chunks, "repeats": args.repeats}
+    with tempfile.TemporaryDirectory(prefix="psirag-bench-server-") as tmp:
+        folder = Path(tmp) / "index"
+        t0 = time.perf_counter()
+        Index.build(docs, IndexConfig(), embedder=BenchHashEmbedder()).save(folder)
+        out["build_and_save_s"] = round(time.perf_counter() - t0, 2)
+        print(f"built {args.chunks:,} chunks in {out['build_and_save_s']} s", flush=True)
+
+        loaded = Index.load(folder, embedder=BenchHashEmbedder())
+        memory = []
+        for k in range(args.repeats):
+            t0 = time.perf_counter()
+            summary = Index.from_data(loaded.data, embedder=BenchHashEmbedder()).add(
+                [_new_document(vocab, k)], texts=True
+            )
+            memory.append(time.perf_counter() - t0)
+        out["in_memory"] = _summary(memory)
+        out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+        chained, index = [], Index.from_data(loaded.data, embedder=BenchHashEmbedder())
+        for k in range(args.repeats):  # each add on the previous one's result, as a server does
+            t0 = time.perf_counter()
+            summary = index.add([_new_document(vocab, 50 + k)], texts=True)
+            chained.append(time.perf_counter() - t0)
+        out["in_memory_chained"] = _summary(chained)
+        out["in_memory_chained_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        server = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(folder), str(port)],
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 600
+            while True:
+                try:
+                    _get(f"{url}/health")
+                    break
+                except OSError:
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the benchmark server did not start") from None
+                    time.sleep(0.2)
+            api, job_seconds = [], []
+            for k in range(args.repeats):
+                t0 = time.perf_counter()
+                job = _post_and_wait(url, _new_document(vocab, 100 + k), f"api-{k}")
+                api.append(time.perf_counter() - t0)
+                job_seconds.append(job["result"]["update"]["seconds"])
+                assert job["result"]["loaded_from_disk"] is False
+            out["server_api"] = _summary(api)
+            out["server_api_stages"] = job_seconds[-1]
+            cli_server = []
+            for k in range(args.repeats):
+                path = Path(tmp) / f"via-server-{k}.txt"
+                path.write_text(_new_document(vocab, 200 + k), encoding="utf-8")
+                command = ["-m", "psirag.cli", "add", str(folder), str(path), "--server", url]
+                cli_server.append(_timed_run([sys.executable, *command, "-q"]))
+            out["server_cli"] = _summary(cli_server)
+            out["server_index_loads"] = _get(f"{url}/index")["index_loads"]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+        local = []
+        for k in range(args.repeats):
+            path = Path(tmp) / f"local-{k}.txt"
+            path.write_text(_new_document(vocab, 300 + k), encoding="utf-8")
+            local.append(_timed_run([sys.executable, __file__, "--cli", str(folder), str(path)]))
+        out["cli_local"] = _summary(local)
+    out["machine"] = machine_info()
+    print(json.dumps(out, indent=2))
+    write_result(f"server_add_{args.chunks}.json", out)
+
+
+def _serve(folder: str, port: str) -> int:
+    """The benchmark's server: the real ``psirag serve`` with the hash embedder."""
+    from psirag.cli import build_parser
+    from psirag.cli.serve import run_serve
+
+    argv = ["serve", folder, "--port", port, "--host", "127.0.0.1", "--log-level", "warning"]
+    return run_serve(build_parser().parse_args(argv), embedder=BenchHashEmbedder())
+
+
+def _cli_add(folder: str, path: str) -> int:
+    """``psirag add`` with the hash embedder behind the command's embedder seam."""
+    from psirag.cli import living_cmds, main
+
+    living_cmds.load_embedder_for = lambda *a, **k: BenchHashEmbedder()  # type: ignore[assignment]
+    return main(["add", folder, path, "-q"])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve":
+        sys.exit(_serve(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) > 1 and sys.argv[1] == "--cli":
+        sys.exit(_cli_add(sys.argv[2], sys.argv[3]))
+    main()

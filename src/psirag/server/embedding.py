@@ -1,0 +1,204 @@
+"""The server's query embedding: concurrent queries embedded together by one worker thread
+(:class:`BatchingEmbedder`, a micro-batch), recent query vectors kept in an LRU
+(:class:`QueryVectorCache`), and :func:`prepare_index`, which puts an index behind them."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from psirag.embed import Embedder
+    from psirag.index import Index
+
+MAX_BATCH = 64
+"""Most queries embedded in one call of the model."""
+MAX_WAIT_S = 0.004
+"""Longest a micro-batch waits for callers already inside ``embed`` (never for a lone query)."""
+QUERY_CACHE_SIZE = 4096
+"""Query vectors kept (384 float32 each for MiniLM: about 6 MB)."""
+
+
+class QueryVectorCache:
+    """A bounded LRU of query text -> vector, shared by all requests (a lock guards it).
+
+    Queries repeat (the same question from several users, a page reloaded, an agent retrying):
+    a hit costs a dictionary lookup instead of a forward pass. The vectors are read-only copies,
+    so no caller can change what another one gets.
+    """
+
+    def __init__(self, capacity: int = QUERY_CACHE_SIZE) -> None:
+        self.capacity = capacity
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> np.ndarray | None:
+        with self._lock:
+            vector = self._items.get(text)
+            if vector is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(text)
+            self.hits += 1
+            return vector
+
+    def put(self, text: str, vector: np.ndarray) -> None:
+        if self.capacity <= 0:
+            return
+        kept = np.array(vector, dtype=np.float32)
+        kept.setflags(write=False)
+        with self._lock:
+            self._items[text] = kept
+            self._items.move_to_end(text)
+            while len(self._items) > self.capacity:
+                self._items.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class BatchingEmbedder:
+    """The index's embedder behind one worker thread: concurrent queries are embedded in one
+    batch, so the model is never called from two threads at once (sentence-transformers does not
+    promise thread safety) and a burst costs one forward pass instead of one per query.
+
+    The micro-batch: the worker takes the first waiting request at once and everything already
+    queued behind it; when more callers are known to be on their way (counted as they enter
+    :meth:`embed`), it waits up to ``max_wait`` seconds (a few ms) for them, flushing early at
+    ``max_batch`` texts. A lone query never waits. Vectors of recent queries come from a
+    :class:`QueryVectorCache` without reaching the model."""
+
+    def __init__(
+        self,
+        inner: Embedder,
+        max_batch: int = MAX_BATCH,
+        *,
+        max_wait: float = MAX_WAIT_S,
+        cache_size: int = QUERY_CACHE_SIZE,
+    ) -> None:
+        self.inner = inner
+        self.spec = inner.spec
+        self.id = inner.id
+        self.max_tokens = getattr(inner, "max_tokens", None)
+        self.last_truncated = 0
+        self.max_batch = max_batch
+        self.max_wait = max_wait
+        self.cache = QueryVectorCache(cache_size)
+        self.batches = 0
+        self.embedded = 0
+        self._arriving = 0
+        self._arriving_lock = threading.Lock()
+        self._queue: queue.Queue[tuple[list[str], Future[np.ndarray]] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._work, name="psirag-embed", daemon=True)
+        self._thread.start()
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    def count_truncated(self, texts: Sequence[str]) -> int:
+        return int(self.inner.count_truncated(texts))
+
+    def embed(
+        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
+    ) -> np.ndarray:
+        texts = [str(t) for t in texts]
+        cached = [self.cache.get(t) for t in texts]
+        missing = [t for t, v in zip(texts, cached, strict=True) if v is None]
+        if missing:
+            with self._arriving_lock:
+                self._arriving += 1
+            future: Future[np.ndarray] = Future()
+            self._queue.put((missing, future))
+            fresh = iter(future.result())
+        rows = []
+        for text, vector in zip(texts, cached, strict=True):
+            if vector is None:
+                vector = next(fresh)
+                self.cache.put(text, vector)
+            rows.append(vector)
+        if not rows:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack(rows).astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=5)
+
+    def _take(self, pending: list[tuple[list[str], Future[np.ndarray]]], timeout: float) -> bool:
+        """Append one queued request (waiting up to ``timeout``); False when none or closing."""
+        try:
+            more = self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait()
+        except queue.Empty:
+            return False
+        if more is None:
+            self._queue.put(None)
+            return False
+        pending.append(more)
+        return True
+
+    def _gather(self, first: tuple[list[str], Future[np.ndarray]]) -> list[Any]:
+        pending = [first]
+        deadline = time.monotonic() + self.max_wait
+        while sum(len(t) for t, _ in pending) < self.max_batch:
+            if self._take(pending, 0):
+                continue  # whatever is already queued joins at once
+            with self._arriving_lock:
+                coming = self._arriving > len(pending)
+            left = deadline - time.monotonic()
+            if not coming or left <= 0 or not self._take(pending, left):
+                break
+        with self._arriving_lock:
+            self._arriving -= len(pending)
+        return pending
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            pending = self._gather(item)
+            texts = [t for texts_, _ in pending for t in texts_]
+            try:
+                vectors = np.asarray(self.inner.embed(texts))
+            except BaseException as exc:  # handed to every waiting request
+                for _, future in pending:
+                    future.set_exception(exc)
+                continue
+            self.batches += 1
+            self.embedded += len(texts)
+            start = 0
+            for texts_, future in pending:
+                future.set_result(vectors[start : start + len(texts_)])
+                start += len(texts_)
+
+
+def prepare_index(index: Index) -> Index:
+    """Put the embedder behind the batching worker and compute the tree's lazy tables once, so
+    the first requests are not the slow ones and threads never race to fill a cache."""
+    inner = index.embedder
+    if not isinstance(inner, BatchingEmbedder):
+        index.embedder = BatchingEmbedder(inner)
+    index.embed_query("warm up")
+    tree = index.tree
+    _ = (tree.leaf_counts, tree.leaf_membership, tree.fan_out, tree.roots)
+    return index
+
+
+__all__ = [
+    "MAX_BATCH",
+    "MAX_WAIT_S",
+    "QUERY_CACHE_SIZE",
+    "BatchingEmbedder",
+    "QueryVectorCache",
+    "prepare_index",
+]
