@@ -701,7 +701,8 @@ def test_look_alike_folders_beside_the_index_survive(tmp_path: Path, index_a: In
 def test_cleanup_removes_only_marked_folders(tmp_path: Path, index_a: Index) -> None:
     """Inside generations/, a staging-named folder goes only with this store's marker: a forged
     marker, no marker (with files) and another store's token all survive; an empty unmarked
-    staging folder (a save killed before marking it) goes."""
+    staging folder (a save killed before marking it) goes, and so does one holding only an
+    unfinished marker (killed while marking it)."""
     folder = tmp_path / "idx"
     index_a.save(folder)
     gens = folder / "generations"
@@ -713,6 +714,13 @@ def test_cleanup_removes_only_marked_folders(tmp_path: Path, index_a: Index) -> 
     (ours / "chunks.jsonl").write_text("half")
     empty = gens / ".partial-000010-1-bbbb"
     empty.mkdir()
+    half_marked = gens / ".partial-000012-1-eeee"  # killed while writing its marker
+    half_marked.mkdir()
+    (half_marked / f"{ownership.MARKER_TMP}1234").write_text(token[:7])
+    not_only_ours = gens / ".partial-000013-1-ffff"
+    not_only_ours.mkdir()
+    (not_only_ours / f"{ownership.MARKER_TMP}1234").write_text(token[:7])
+    (not_only_ours / "keep.txt").write_text("mine")
     forged = gens / ".partial-000011-1-cccc"
     forged.mkdir()
     ownership.mark(forged, "0" * 32)
@@ -726,8 +734,8 @@ def test_cleanup_removes_only_marked_folders(tmp_path: Path, index_a: Index) -> 
     pointer_tmp = folder / ".manifest.json.tmp-notours"
     pointer_tmp.write_text("{}")
     index_a.save(folder)
-    assert not ours.exists() and not empty.exists()
-    for p in (forged, unmarked, orphan):
+    assert not ours.exists() and not empty.exists() and not half_marked.exists()
+    for p in (forged, unmarked, orphan, not_only_ours):
         assert (p / "keep.txt").read_text() == "mine"
     assert pointer_tmp.exists()
 

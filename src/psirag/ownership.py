@@ -25,6 +25,8 @@ OWNER = ".owner"
 """The store's sidecar in ``generations/``: the index folder's token."""
 MARKER = ".psirag-made"
 """The marker file in each folder a writer makes (never listed in a manifest)."""
+MARKER_TMP = f"{MARKER}.tmp-"
+"""The name a marker is written under before it is renamed into place."""
 
 
 def store_token(generations: Path, *, create: bool) -> str | None:
@@ -57,8 +59,12 @@ def _well_formed(token: str) -> bool:
 
 
 def mark(folder: Path, token: str) -> None:
-    """Record that this writer made ``folder``."""
-    (folder / MARKER).write_text(token + "\n", encoding="ascii")
+    """Record that this writer made ``folder``. The marker appears whole or not at all (written
+    under a temp name, then renamed): a save killed while marking leaves a folder holding only
+    that temp file, which :func:`remove_if_empty` may remove."""
+    tmp = folder / f"{MARKER_TMP}{secrets.token_hex(4)}"
+    tmp.write_text(token + "\n", encoding="ascii")
+    os.replace(tmp, folder / MARKER)
 
 
 def made_here(folder: Path, token: str | None) -> bool:
@@ -108,9 +114,19 @@ def remove_marked(folder: Path) -> None:
 
 
 def remove_if_empty(folder: Path) -> bool:
-    """Remove ``folder`` only if it is an empty folder (nothing of anyone's is lost)."""
-    if folder.is_symlink():
+    """Remove ``folder`` only if it holds nothing but an unfinished marker of a save killed
+    while marking it (nothing of anyone's is lost)."""
+    if folder.is_symlink() or not folder.is_dir():
         return False
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return False
+    if any(not e.startswith(MARKER_TMP) for e in entries):
+        return False
+    for entry in entries:
+        with contextlib.suppress(OSError):
+            (folder / entry).unlink()
     with contextlib.suppress(OSError):
         folder.rmdir()
         return True
