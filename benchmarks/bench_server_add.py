@@ -22,7 +22,6 @@ Usage: nice python benchmarks/bench_server_add.py [--chunks 20000] [--repeats 3]
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import socket
@@ -32,52 +31,14 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_living_scale import LoopbackHashEmbedder  # the same fast embedder, one copy
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
-DIM = 64
-
-
-class BenchHashEmbedder:
-    """Hashed bag of words, a fixed random unit vector per word: deterministic, no model."""
-
-    spec = "bench:hash"
-    max_tokens = None
-    last_truncated = 0
-    id = f"bench:hash-{DIM}"
-
-    def __init__(self) -> None:
-        self._vectors: dict[str, np.ndarray] = {}
-
-    @property
-    def dim(self) -> int:
-        return DIM
-
-    def _word(self, word: str) -> np.ndarray:
-        got = self._vectors.get(word)
-        if got is None:
-            seed = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big")
-            got = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
-            self._vectors[word] = got
-        return got
-
-    def embed(
-        self, texts: Sequence[str], *, progress: bool = False, desc: str = "embedding"
-    ) -> np.ndarray:
-        out = np.zeros((len(texts), DIM), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in text.lower().split():
-                out[i] += self._word(word.strip(".,"))
-            out[i, 0] += 0.01
-        return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-    def count_truncated(self, texts: Sequence[str]) -> int:
-        return 0
 
 
 def free_port() -> int:
@@ -152,21 +113,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="psirag-bench-server-") as tmp:
         folder = Path(tmp) / "index"
         t0 = time.perf_counter()
-        Index.build(docs, IndexConfig(), embedder=BenchHashEmbedder()).save(folder)
+        Index.build(docs, IndexConfig(), embedder=LoopbackHashEmbedder()).save(folder)
         out["build_and_save_s"] = round(time.perf_counter() - t0, 2)
         print(f"built {args.chunks:,} chunks in {out['build_and_save_s']} s", flush=True)
 
-        loaded = Index.load(folder, embedder=BenchHashEmbedder())
+        loaded = Index.load(folder, embedder=LoopbackHashEmbedder())
         memory = []
         for k in range(args.repeats):
             t0 = time.perf_counter()
-            summary = Index.from_data(loaded.data, embedder=BenchHashEmbedder()).add(
+            summary = Index.from_data(loaded.data, embedder=LoopbackHashEmbedder()).add(
                 [_new_document(vocab, k)], texts=True
             )
             memory.append(time.perf_counter() - t0)
         out["in_memory"] = _summary(memory)
         out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
-        chained, index = [], Index.from_data(loaded.data, embedder=BenchHashEmbedder())
+        chained, index = [], Index.from_data(loaded.data, embedder=LoopbackHashEmbedder())
         for k in range(args.repeats):  # each add on the previous one's result, as a server does
             t0 = time.perf_counter()
             summary = index.add([_new_document(vocab, 50 + k)], texts=True)
@@ -230,14 +191,14 @@ def _serve(folder: str, port: str) -> int:
     from psirag.cli.serve import run_serve
 
     argv = ["serve", folder, "--port", port, "--host", "127.0.0.1", "--log-level", "warning"]
-    return run_serve(build_parser().parse_args(argv), embedder=BenchHashEmbedder())
+    return run_serve(build_parser().parse_args(argv), embedder=LoopbackHashEmbedder())
 
 
 def _cli_add(folder: str, path: str) -> int:
     """``psirag add`` with the hash embedder behind the command's embedder seam."""
     from psirag.cli import living_cmds, main
 
-    living_cmds.load_embedder_for = lambda *a, **k: BenchHashEmbedder()  # type: ignore[assignment]
+    living_cmds.load_embedder_for = lambda *a, **k: LoopbackHashEmbedder()  # type: ignore[assignment]
     return main(["add", folder, path, "-q"])
 
 
