@@ -60,25 +60,25 @@ def nonnegative_int(value: str) -> int:
     return number
 
 
-def positive_float(value: str) -> float:
-    """A number of seconds (or another amount) above 0."""
+def _above_zero(value: str, expected: str, must: str) -> float:
+    """``value`` as a number above 0; the errors say ``expected X, got ...`` and ``must be
+    ..., got ...`` in the caller's words."""
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}") from None
     if not number > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+        raise argparse.ArgumentTypeError(f"must be {must}, got {value}")
     return number
 
 
+def positive_float(value: str) -> float:
+    """A number of seconds (or another amount) above 0."""
+    return _above_zero(value, "a number", "positive")
+
+
 def positive_seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {value!r}") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
-    return seconds
+    return _above_zero(value, "seconds", "more than 0 seconds")
 
 
 def text(value: str) -> str:
