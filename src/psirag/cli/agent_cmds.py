@@ -45,6 +45,14 @@ _LLM_HELP = (
 _SNIPPET = 100
 
 
+def _step_arguments(p: Any) -> None:
+    """How much of the agent's steps ``ask`` and ``chat`` show on stderr."""
+    p.add_argument(
+        "--trace", action="store_true", help="also show passages and raw replies on stderr"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="show no steps on stderr")
+
+
 def register(subparsers: Any) -> None:
     """Add ``ask``, ``chat``, ``hops`` and ``summarize`` to the main CLI's subparsers."""
     ask = subparsers.add_parser(
@@ -58,10 +66,7 @@ def register(subparsers: Any) -> None:
     ask.add_argument("question", type=text, help="the question to answer")
     _agent_arguments(ask)
     ask.add_argument("--json", action="store_true", help="print the full result as JSON")
-    ask.add_argument(
-        "--trace", action="store_true", help="also show passages and raw replies on stderr"
-    )
-    ask.add_argument("-q", "--quiet", action="store_true", help="show no steps on stderr")
+    _step_arguments(ask)
     ask.set_defaults(func=run_ask)
 
     chat = subparsers.add_parser(
@@ -75,10 +80,7 @@ def register(subparsers: Any) -> None:
     add_index_argument(chat)
     _agent_arguments(chat)
     chat.add_argument("--json", action="store_true", help="one JSON object a turn on stdout")
-    chat.add_argument(
-        "--trace", action="store_true", help="also show passages and raw replies on stderr"
-    )
-    chat.add_argument("-q", "--quiet", action="store_true", help="show no steps on stderr")
+    _step_arguments(chat)
     chat.set_defaults(func=run_chat)
 
     hops = subparsers.add_parser(
