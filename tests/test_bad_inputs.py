@@ -378,13 +378,13 @@ CASES: list[Case] = [
     ),
     Case(
         "missing-chunks",
-        "an index whose chunks.jsonl is missing",
+        "an index whose chunk segment is missing",
         ("inspect", "index"),
         2,
         "IndexFormatError",
-        "chunks.jsonl is missing",
+        "seg/chunks.000001.jsonl is missing",
         index=True,
-        setup=lambda folder: next((folder / "index").rglob("chunks.jsonl")).unlink(),
+        setup=lambda folder: next((folder / "index").rglob("chunks.000001.jsonl")).unlink(),
     ),
     Case(
         "node-out-of-range",
@@ -475,7 +475,7 @@ CASES: list[Case] = [
         ("add", "lx", "new.txt", "-q"),
         2,
         "IndexFormatError",
-        "gives format_version 0; psirag index formats are 1 and 2",
+        "gives format_version 0; psirag index formats are 1, 2 and 3",
         files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
         setup=lambda folder: _living(folder, ["docs"], format_version=0),
     ),
@@ -512,13 +512,14 @@ CASES: list[Case] = [
     ),
     Case(
         "format-version-newer",
-        "add to an index in a newer format (3)",
+        "add to an index in a newer format (4)",
         ("add", "lx", "docs/a.txt", "-q"),
         2,
         "IndexFormatError",
-        "it is in index format 3, newer than this psirag reads (formats 1 and 2); upgrade psirag",
+        "it is in index format 4, newer than this psirag reads (formats 1, 2 and 3); "
+        "upgrade psirag",
         files={"docs/a.txt": WORDS},
-        setup=lambda folder: _living(folder, ["docs"], format_version=3),
+        setup=lambda folder: _living(folder, ["docs"], format_version=4),
     ),
     # --- an index is never its own input (issue 26) -------------------------------------------
     Case(

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
+from support.corpora import segment_of
 
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.errors import EmbedderMismatchError, EmbeddingError, IndexFormatError, InputError
@@ -46,7 +47,7 @@ def test_build_search_round_trip(tmp_path: Path, topic_texts: list[str]) -> None
 
     index.save(tmp_path / "idx")
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 2
+    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 3
     assert manifest["counts"]["chunks"] == len(topic_texts)
     assert manifest["embedder"]["id"] == "test:hash-64"
     assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())
@@ -218,7 +219,7 @@ def test_corrupted_and_foreign_folders(tmp_path: Path, topic_texts: list[str]) -
     target = tmp_path / "idx"
     build(topic_texts).save(target)
     generation = target / "generations" / "000001"
-    vec = generation / "node_vectors.npy"
+    vec = generation / segment_of(generation, "leaf_vectors")
     original = vec.read_bytes()
     data = bytearray(original)
     data[-3] ^= 0xFF
@@ -226,7 +227,7 @@ def test_corrupted_and_foreign_folders(tmp_path: Path, topic_texts: list[str]) -
     with pytest.raises(IndexFormatError, match="checksum"):
         Index.load(target, verify="full")
     vec.write_bytes(original)
-    (generation / "parent.npy").write_bytes(b"short")
+    (generation / "tree" / "inner_parent.npy").write_bytes(b"short")
     with pytest.raises(IndexFormatError, match="bytes"):
         Index.load(target)
     foreign = tmp_path / "foreign"

@@ -89,7 +89,8 @@ def _loadable(folder: Path) -> Index:
 
 
 @pytest.mark.parametrize(
-    "point", ["file:chunks.jsonl", "file:documents.jsonl", "staged", "renamed", "before-pointer"]
+    "point",
+    ["file:seg/chunks.000002.jsonl", "file:tree/inner_order.npy", "staged", "renamed", "before-pointer"],
 )
 def test_sigkill_during_add_keeps_the_last_generation(
     setup: tuple[Path, Path, Path], point: str

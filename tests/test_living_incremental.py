@@ -245,7 +245,8 @@ def test_an_index_saved_without_the_caches_loads_and_updates(tmp_path: Path) -> 
     assert np.abs(old.sparse.scores(q) - index.sparse.scores(q)).max() <= 1e-6
     old.save(tmp_path / "old")
     files = json.loads((tmp_path / "old" / "manifest.json").read_text())["files"]
-    assert "keywords/words.json" in files and "bm25/seg0.doc_tf.npy" in files
+    tables = json.loads((tmp_path / "old" / "manifest.json").read_text())["tables"]
+    assert "keywords/words" in tables and "bm25/seg0.doc_tf.npy" in files
 
 
 def test_a_damaged_phrase_table_is_a_clear_error(tmp_path: Path) -> None:
@@ -259,11 +260,16 @@ def test_a_damaged_phrase_table_is_a_clear_error(tmp_path: Path) -> None:
     # a phrase table of another corpus, with the sizes the manifest expects patched in
     manifest_path = gen / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    for f in sorted((other_gen / "keywords").iterdir()):
-        target = gen / "keywords" / f.name
+    other_tables = json.loads((other_gen / "manifest.json").read_text())["tables"]
+    for name, table in manifest["tables"].items():
+        if not name.startswith("keywords/"):
+            continue
+        (mine, _), (theirs, rows) = table["segments"][0], other_tables[name]["segments"][0]
+        target = gen / mine
         target.unlink()
-        shutil.copy(f, target)
-        manifest["files"][f"keywords/{f.name}"]["bytes"] = target.stat().st_size
+        shutil.copy(other_gen / theirs, target)
+        manifest["files"][mine]["bytes"] = target.stat().st_size
+        table["segments"][0][1] = rows
     raw = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     manifest_path.write_text(raw)
     pointer = json.loads((tmp_path / "ix" / "manifest.json").read_text())
@@ -292,46 +298,41 @@ def test_a_phrase_is_shown_in_its_most_frequent_form_ties_to_the_first_seen() ->
     assert "volcano" in {ph.text(i) for i in range(ph.leaf_phrase.shape[1])}
 
 
-def test_a_save_after_an_update_copies_the_lines_of_kept_chunks(tmp_path: Path) -> None:
-    """A loaded index updated and saved copies the chunk lines still there from the base
-    generation; the file is byte-equal to a fresh encoding of the same index."""
-    import psirag.storage as storage
-
+def test_a_save_after_an_update_writes_only_the_changed_chunk_rows(tmp_path: Path) -> None:
+    """A loaded index updated and saved keeps the base generation's chunk segments (hard
+    links) and writes a segment of the new chunks (add) or tombstones of the gone ones
+    (remove); what loads back equals the index in memory and a fresh save of it."""
     emb = HashEmbedder()
     docs = _texts(30, 8)
     Index.build(docs[:20], IndexConfig(max_children=4), texts=True, embedder=emb).save(
         tmp_path / "ix"
     )
-    copied: list[int] = []
-    original = storage.IndexWriter._copy_lines
-
-    def spy(self: storage.IndexWriter, name: str, n_lines: int, out: object) -> None:
-        copied.append(n_lines)
-        original(self, name, n_lines, out)
-
-    storage.IndexWriter._copy_lines = spy  # type: ignore[method-assign]
-    try:
-        for step, change in enumerate(("add", "remove")):
-            index = Index.load(tmp_path / "ix", embedder=emb)
-            if change == "add":
-                expect = len(index.chunks)
-                index.add(docs[20:], texts=True)
-            else:
-                victim = index.chunks[5].source.document
-                expect = next(i for i, c in enumerate(index.chunks) if c.source.document == victim)
-                index.remove([victim])
-            index.save(tmp_path / "ix")
-            assert copied[step] == expect > 0
-            index.save(tmp_path / f"fresh{step}")  # a new folder: encoded from scratch
-            gen = max((tmp_path / "ix" / "generations").glob("[0-9]*"))
-            fresh = next((tmp_path / f"fresh{step}" / "generations").glob("[0-9]*"))
-            assert (gen / "chunks.jsonl").read_bytes() == (fresh / "chunks.jsonl").read_bytes()
-            again = Index.load(tmp_path / "ix", embedder=emb)
-            assert [c.id for c in again.chunks] == [c.id for c in index.chunks]
-    finally:
-        storage.IndexWriter._copy_lines = original  # type: ignore[method-assign]
-    assert len(copied) == 2
-
+    for step, change in enumerate(("add", "remove")):
+        index = Index.load(tmp_path / "ix", embedder=emb)
+        before = len(index.chunks)
+        if change == "add":
+            index.add(docs[20:], texts=True)
+        else:
+            index.remove([index.chunks[5].source.document])
+        index.save(tmp_path / "ix")
+        gens = sorted((tmp_path / "ix" / "generations").glob("[0-9]*"))
+        old_m, new_m = (json.loads((g / "manifest.json").read_text()) for g in gens[-2:])
+        old_t, new_t = old_m["tables"]["chunks"], new_m["tables"]["chunks"]
+        for name, _ in old_t["segments"]:  # the base's segments: the very same files
+            assert (gens[-1] / name).stat().st_ino == (gens[-2] / name).stat().st_ino
+        if change == "add":
+            added = new_t["segments"][len(old_t["segments"]) :]
+            assert sum(n for _, n in added) == len(index.chunks) - before > 0
+            assert new_t["n_dead"] == old_t["n_dead"]
+        else:
+            assert new_t["segments"] == old_t["segments"]
+            assert new_t["n_dead"] == old_t["n_dead"] + before - len(index.chunks) > 0
+        index.save(tmp_path / f"fresh{step}")  # a new folder: written from scratch
+        again = Index.load(tmp_path / "ix", embedder=emb)
+        fresh = Index.load(tmp_path / f"fresh{step}", embedder=emb)
+        assert again.chunks == index.chunks == fresh.chunks
+        assert again.abstracts == index.abstracts == fresh.abstracts
+        assert np.asarray(again.node_vectors).tobytes() == np.asarray(fresh.node_vectors).tobytes()
 
 def test_a_table_whose_arrays_disagree_fails_clearly_on_first_use() -> None:
     table = PhraseTable.build(_texts(10, 1))

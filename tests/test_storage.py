@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -23,13 +24,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
-from support.corpora import write_format1
+from support.corpora import segment_of, write_format1
 
 from psirag import Index, IndexConfig, ownership
 from psirag import storage as storage_mod
 from psirag.cli import main
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 from psirag.storage import IndexStore, IndexWriter, sha256_file
+from psirag.storage_format import load_index_data
 
 BASE_TEXTS = [t for texts in TOPICS.values() for t in texts]
 CORPUS_A = [f"alphatag {t}" for t in BASE_TEXTS]  # 12 documents
@@ -110,9 +112,15 @@ def wait(pid: int, deadline: float) -> int:
         time.sleep(0.005)
 
 
+def _any_generation(point: str) -> str:
+    """A save point with the generation number in segment file names blanked (a segment's
+    name carries the number of the generation that wrote it)."""
+    return re.sub(r"\.\d{6}\.", ".N.", point)
+
+
 def kill_at(point: str) -> Callable[[str], None]:
     def hook(name: str) -> None:
-        if name == point:
+        if _any_generation(name) == _any_generation(point):
             os.kill(os.getpid(), signal.SIGKILL)
 
     return hook
@@ -400,7 +408,7 @@ def test_reader_keeps_its_generation_while_the_next_is_written(
     store = IndexStore(folder)
     held = store.open()
     g = held.generation
-    vectors = held.load_array("node_vectors.npy")
+    vectors = held.load_array(segment_of(held.folder, "leaf_vectors"))
     expected = np.array(vectors)
     for i in range(3):
         (index_a if i % 2 == 0 else index_b).save(folder)
@@ -431,14 +439,15 @@ def test_gc_keeps_the_last_generations(tmp_path: Path, index_a: Index) -> None:
         assert store.gc(keep=1) == [4]
     assert store.generations() == [5]
     with IndexWriter(folder, keep_generations=3) as writer:
-        writer.keep("node_vectors.npy")
-        for name in ("parent.npy", "layer.npy", "chunks.jsonl", "abstracts.jsonl", "bm25"):
+        assert writer.base is not None
+        for name in sorted({f.split("/")[0] for f in writer.base.files}):
             writer.keep(name)
         writer.commit(json.loads((folder / "manifest.json").read_text()))
     assert store.generations() == [5, 6]
     six = folder / "generations" / "000006"
     five = folder / "generations" / "000005"
-    assert os.stat(six / "chunks.jsonl").st_ino == os.stat(five / "chunks.jsonl").st_ino
+    chunks = segment_of(five, "chunks")
+    assert os.stat(six / chunks).st_ino == os.stat(five / chunks).st_ino
     assert corpus_of(Index.load(folder, verify="full")) == "alphatag"
     assert Index.load(folder, generation=5).tree.n_leaves == len(CORPUS_A)
 
@@ -559,7 +568,7 @@ def test_format1_loads_and_the_next_save_migrates(
     ]
     assert (folder / "llm-cache.sqlite").read_bytes() == b"user data"
     assert corpus_of(Index.load(folder, verify="full")) == "betatag"
-    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 2
+    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 3
 
 
 def test_default_load_does_not_hash(
@@ -574,7 +583,8 @@ def test_default_load_does_not_hash(
     monkeypatch.setattr(storage_mod, "sha256_file", no_hashing)
     assert corpus_of(Index.load(folder)) == "alphatag"
     monkeypatch.undo()
-    vec = folder / "generations" / "000001" / "node_vectors.npy"
+    vectors_file = segment_of(folder / "generations" / "000001", "leaf_vectors")
+    vec = folder / "generations" / "000001" / vectors_file
     data = bytearray(vec.read_bytes())
     data[-5] ^= 0x55  # same size, other bytes: only a full check sees it
     vec.write_bytes(bytes(data))
@@ -585,7 +595,7 @@ def test_default_load_does_not_hash(
     assert main(["inspect", str(folder)]) == 0
     assert "generation 1" in capsys.readouterr().out
     assert main(["inspect", str(folder), "--verify"]) == 2
-    assert "node_vectors.npy does not match its checksum" in capsys.readouterr().err
+    assert f"{vectors_file} does not match its checksum" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- manifest trust
@@ -770,29 +780,27 @@ def test_a_format1_read_retries_when_a_save_migrates_it(
         seen.append(reader.legacy)
         if len(seen) == 1:
             index_b.save(folder)  # the flat files go now
-        return len(list(reader.iter_jsonl("chunks.jsonl")))
+        return len(load_index_data(reader).chunks)
 
     assert IndexStore(folder).read(read) == len(CORPUS_B)
     assert seen == [True, False]
 
 
-def test_save_jsonl_copies_leading_lines_of_the_base(tmp_path: Path, index_a: Index) -> None:
-    """``base_lines`` copies that many lines of the base generation's file before the new rows
-    (an update's kept chunks); asking for more lines than the base has is a clear error."""
-    folder = tmp_path / "idx"
-    index_a.save(folder)
-    base = folder / "generations" / "000001" / "chunks.jsonl"
-    lines = base.read_bytes().splitlines(keepends=True)
-    manifest = json.loads((folder / "manifest.json").read_text())
+def test_save_jsonl_copies_leading_lines_of_the_base(tmp_path: Path) -> None:
+    """``base_lines`` copies that many lines of the base generation's file before the new rows;
+    asking for more lines than the base has is a clear error."""
+    folder = tmp_path / "store"
+    rows = [{"n": i, "text": f"row {i}"} for i in range(5)]
     with IndexWriter(folder) as writer:
-        for name in ("node_vectors.npy", "parent.npy", "layer.npy", "abstracts.jsonl", "bm25"):
-            writer.keep(name)
-        writer.save_jsonl("chunks.jsonl", [json.loads(lines[-1])], base_lines=len(lines) - 1)
-        writer.commit(manifest)
-    assert (folder / "generations" / "000002" / "chunks.jsonl").read_bytes() == b"".join(lines)
-    assert corpus_of(Index.load(folder, verify="full")) == "alphatag"
+        writer.save_jsonl("rows.jsonl", rows[:4])
+        writer.commit({"what": "rows"})
+    with IndexWriter(folder) as writer:
+        writer.save_jsonl("rows.jsonl", rows[4:], base_lines=3)
+        writer.commit({"what": "rows"})
+    lines = (folder / "generations" / "000002" / "rows.jsonl").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == rows[:3] + rows[4:]
     with IndexWriter(folder) as writer, pytest.raises(IndexFormatError, match="fewer than"):
-        writer.save_jsonl("chunks.jsonl", [], base_lines=len(lines) + 1)
+        writer.save_jsonl("rows.jsonl", [], base_lines=len(lines) + 1)
     assert IndexStore(folder).current() == 2
 
 

@@ -1,5 +1,5 @@
-"""The storage format module: an index saved before it existed loads, and saving it again
-writes the same bytes; the table of files is what a save actually writes."""
+"""The storage format module: an index saved in format 2 loads, and saving it again writes
+format 3 with the same data; the table of files is what a save actually writes."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from psirag import Index
+from psirag.index_data import IndexData
 from psirag.ownership import MARKER
 from psirag.storage import FORMAT_VERSION, LEGACY_VERSION, IndexStore
 from psirag.storage_format import FILES, PHRASES_DIR, load_index_data, save_index_data
@@ -48,41 +49,79 @@ def test_old_index_loads_with_every_field(old_index: Path) -> None:
     assert index.abstracts and all(isinstance(a, str) and a for a in index.abstracts)
 
 
-def test_resave_writes_the_same_bytes_as_the_old_code(old_index: Path, tmp_path: Path) -> None:
-    """Every data file a fresh save writes equals the one the old code wrote, and the
-    manifest bodies agree but for the version that wrote them."""
+def _same_data(a: IndexData, b: IndexData) -> None:
+    """Every field a search or an update reads, equal (vectors bit for bit)."""
+    assert a.chunks == b.chunks and a.abstracts == b.abstracts
+    assert np.array_equal(a.tree.parent, b.tree.parent)
+    assert np.array_equal(a.tree.layer, b.tree.layer)
+    assert a.node_vectors.dtype == b.node_vectors.dtype
+    assert a.node_vectors.tobytes() == b.node_vectors.tobytes()
+    assert a.sources == b.sources and a.lineage == b.lineage and a.config == b.config
+    assert (a.phrase_table is None) == (b.phrase_table is None)
+    if a.phrase_table is not None and b.phrase_table is not None:
+        assert a.phrase_table.words == b.phrase_table.words
+        for name, array in a.phrase_table.arrays().items():
+            assert np.array_equal(array, b.phrase_table.arrays()[name]), name
+
+
+def test_a_format2_index_resaves_as_format3_with_the_same_data(
+    old_index: Path, tmp_path: Path
+) -> None:
+    """Saving a format-2 index writes format 3 (segments) holding the very same data; BM25's
+    files, whose format did not change, are the same bytes, and the manifest bodies agree
+    but for the version that wrote them and the new table list."""
     index = Index.load(old_index)
     out = tmp_path / "new"
     index.save(out)
     old_gen = old_index / "generations" / "000002"
     new_gen = out / "generations" / "000001"
-    assert _data_files(new_gen) == _data_files(old_gen)
+    old_files, new_files = _data_files(old_gen), _data_files(new_gen)
+    bm25 = {k: v for k, v in old_files.items() if k.startswith("bm25/")}
+    assert bm25 and bm25 == {k: v for k, v in new_files.items() if k.startswith("bm25/")}
+    assert not {"node_vectors.npy", "chunks.jsonl", "abstracts.jsonl"} & set(new_files)
+    _same_data(Index.load(out, verify="full").data, index.data)
     old_m = json.loads((old_gen / "manifest.json").read_text())
     new_m = json.loads((new_gen / "manifest.json").read_text())
+    assert old_m["format_version"] == 2 and new_m["format_version"] == FORMAT_VERSION == 3
+    assert set(new_m.pop("tables")) >= {"leaf_vectors", "chunks", "inner_vectors"}
     for m in (old_m, new_m):
-        for key in ("psirag_version", "generation", "created", "base_generation"):
+        for key in ("psirag_version", "generation", "created", "base_generation", "files"):
             m.pop(key, None)
+        m.pop("format_version")
     assert new_m == old_m
 
 
-def test_save_on_the_loaded_generation_links_every_unchanged_file(old_index: Path) -> None:
+def test_a_save_of_unchanged_data_links_every_file(old_index: Path) -> None:
+    """The first save on a format-2 generation migrates it; the next save of the same data
+    writes nothing new: every data file is a hard link to the generation before."""
     index = Index.load(old_index)
-    index.save(old_index)
-    two, three = (old_index / "generations" / g for g in ("000002", "000003"))
-    files = _data_files(three)
-    assert files == _data_files(two)
-    for name in files:  # unchanged: hard links to generation 2's files
-        assert (three / name).stat().st_ino == (two / name).stat().st_ino, name
+    index.save(old_index)  # generation 3: format 3
+    index = Index.load(old_index)
+    index.save(old_index)  # generation 4
+    three, four = (old_index / "generations" / g for g in ("000003", "000004"))
+    files = _data_files(four)
+    assert files == _data_files(three)
+    for name in files:  # unchanged: hard links to generation 3's files
+        assert (four / name).stat().st_ino == (three / name).stat().st_ino, name
 
 
-def test_the_table_names_every_file_a_save_writes(old_index: Path) -> None:
-    written = set(_data_files(old_index / "generations" / "000002"))
-    tops = {f.name for f in FILES if f.kind != "folder"}
-    folders = {f.name for f in FILES if f.kind == "folder"} | {PHRASES_DIR}
+def _names_in_table(written: set[str], version: int) -> None:
+    files = [f for f in FILES if f.since <= version <= (f.until or FORMAT_VERSION)]
+    tops = {f.name for f in files if f.kind != "folder"}
+    folders = {f.name for f in files if f.kind == "folder"} | {PHRASES_DIR}
     for name in written:
         assert name in tops or name.split("/")[0] in folders, name
-    assert {f.name for f in FILES if f.required} <= {n.split("/")[0] for n in written} | tops
-    assert all(LEGACY_VERSION <= f.since <= FORMAT_VERSION for f in FILES)
+    required = {f.name for f in files if f.required}
+    assert required <= {n.split("/")[0] for n in written} | tops, required
+    assert all(LEGACY_VERSION <= f.since <= (f.until or FORMAT_VERSION) for f in FILES)
+
+
+def test_the_table_names_every_file_a_save_writes(old_index: Path, tmp_path: Path) -> None:
+    _names_in_table(set(_data_files(old_index / "generations" / "000002")), 2)
+    Index.load(old_index).save(tmp_path / "new")
+    written = set(_data_files(tmp_path / "new" / "generations" / "000001"))
+    _names_in_table(written, 3)
+    assert any(n.startswith("tree/") for n in written)
 
 
 def test_load_and_save_index_data_round_trip(old_index: Path, tmp_path: Path) -> None:

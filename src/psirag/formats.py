@@ -27,7 +27,8 @@ def classify(version: object, readable: tuple[int, ...]) -> Kind:
 def problem(version: object, readable: tuple[int, ...]) -> str:
     """What is wrong with ``version``, in words (for a version :func:`classify` refuses)."""
     shown = json.dumps(version)
-    formats = " and ".join(map(str, readable))
+    names = list(map(str, readable))
+    formats = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     if classify(version, readable) == "newer":
         return f"it is in index format {version}, newer than this psirag reads (formats {formats})"
     if isinstance(version, bool) or not isinstance(version, int):

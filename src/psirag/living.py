@@ -54,14 +54,16 @@ from psirag.types import Chunk
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
     from psirag.retrieval.bm25 import Postings
-    from psirag.storage import IndexReader
+    from psirag.storage import IndexReader, IndexStore
 
 __all__ = [
     "EXACT_ABSTRACTS",
     "AbstractDriftRule",
+    "Compaction",
     "SavedUpdate",
     "UpdateSummary",
     "add_documents",
+    "compact_saved",
     "document_digests",
     "drift_report",
     "remove_documents",
@@ -848,19 +850,10 @@ def update_saved(
     (:attr:`IndexData.origin`), so it can be the ``base`` of the next update."""
     from psirag.index_data import SavedOrigin
     from psirag.oserrors import saving
-    from psirag.storage import IndexReader, IndexStore, IndexWriter, _resolve
+    from psirag.storage import IndexWriter, _resolve
     from psirag.storage_format import load_index_data, save_index_data
 
-    store = IndexStore(folder)
-    state = store.state()
-    if state not in ("index", "legacy"):
-        if state in ("missing", "empty", "pending"):
-            raise IndexFormatError(
-                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
-            )
-        if state in ("newer", "badversion"):
-            IndexReader(folder)  # raises the exact words for that format_version (formats.py)
-        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
+    store = _writable_store(folder)
     with IndexWriter(store, wait=wait) as writer:
         on_disk = writer.base
         from_legacy = on_disk is not None and on_disk.legacy
@@ -882,6 +875,64 @@ def update_saved(
         return SavedUpdate(
             new, summary, generation, from_legacy, time.perf_counter() - t0, loaded=loaded
         )
+
+
+def _writable_store(folder: str | Path) -> IndexStore:
+    """The store of an index that an update may write (a clear error for anything else)."""
+    from psirag.storage import IndexReader, IndexStore
+
+    store = IndexStore(folder)
+    state = store.state()
+    if state not in ("index", "legacy"):
+        if state in ("missing", "empty", "pending"):
+            raise IndexFormatError(
+                f"{folder} holds no index; build one first with `psirag index PATH --out {folder}`"
+            )
+        if state in ("newer", "badversion"):
+            IndexReader(folder)  # raises the exact words for that format_version (formats.py)
+        raise IndexFormatError(f"{folder} is not a psirag index; build one with `psirag index`")
+    return store
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What :func:`compact_saved` did."""
+
+    generation: int
+    seconds: float
+    bytes_before: int
+    """Bytes of the generation it started from (every file it lists)."""
+    bytes_after: int
+
+
+def compact_saved(folder: str | Path, *, wait: float = 0.0) -> Compaction:
+    """Write the saved index again as a new generation whose tables are each one segment:
+    patches applied, removed rows dropped, appended segments merged (``psirag compact``; saves
+    also do it on their own for a table whose changes outgrow :data:`psirag.segments.
+    COMPACT_FRACTION`). A format 1 or 2 index is migrated to the current format. Garbage
+    collection then drops the files no kept generation uses. The same lock, publish and crash
+    safety as every update (:func:`update_saved`)."""
+    from psirag.oserrors import saving
+    from psirag.storage import IndexWriter
+    from psirag.storage_format import load_index_data, save_index_data
+
+    store = _writable_store(folder)
+    t0 = time.perf_counter()
+    with IndexWriter(store, wait=wait) as writer:
+        on_disk = writer.base
+        if on_disk is None:
+            raise IndexFormatError(f"{folder} holds no index to compact")
+        before = sum(int(meta.get("bytes", 0)) for meta in on_disk.files.values())
+        data = store.read(
+            lambda reader: load_index_data(reader, folder), generation=on_disk.generation
+        )
+        with saving(writer.target, had_index=True):
+            generation = save_index_data(writer, data, compact=True)
+    after = store.read(
+        lambda reader: sum(int(meta.get("bytes", 0)) for meta in reader.files.values()),
+        generation=generation,
+    )
+    return Compaction(generation, time.perf_counter() - t0, before, after)
 
 
 def _is_generation(data: IndexData | None, on_disk: IndexReader | None) -> bool:

@@ -1,6 +1,7 @@
 """A saved index is a folder of immutable generations behind one atomic pointer.
 
-Layout (format version 2)::
+Layout (format versions 2 and 3; 3 stores the data in shared segments, see
+:mod:`psirag.segments`)::
 
     DIR/
       manifest.json        the pointer: names the current generation and carries a copy of its
@@ -50,9 +51,11 @@ from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 from psirag.oserrors import of_the_machine, with_path
 
 FORMAT_NAME = "psirag-index"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+"""Format 3 keeps the data of a generation in segments shared with other generations
+(:mod:`psirag.segments`); the layout of generations is format 2's."""
 LEGACY_VERSION = 1
-READABLE_VERSIONS = (LEGACY_VERSION, FORMAT_VERSION)
+READABLE_VERSIONS = (LEGACY_VERSION, 2, FORMAT_VERSION)
 MANIFEST = "manifest.json"
 GENERATIONS = "generations"
 LOCK = "lock"
@@ -275,7 +278,7 @@ class IndexStore:
             kind = formats.classify(version, READABLE_VERSIONS)
             if kind != "ok":
                 return "newer" if kind == "newer" else "badversion"
-            return "index" if version == FORMAT_VERSION else "legacy"
+            return "legacy" if version == LEGACY_VERSION else "index"
         ours = {LOCK, GENERATIONS}
         if not all(e in ours or _POINTER_TMP_RE.match(e) for e in entries):
             return "foreign"
@@ -480,7 +483,7 @@ class IndexStore:
         info: dict[str, Any] = {"layout": state}
         if state == "index":
             info.update(
-                format_version=FORMAT_VERSION,
+                format_version=self._pointer()[1].get("format_version"),
                 generation=self.current(),
                 generations=self.generations(),
             )
@@ -788,7 +791,7 @@ class IndexWriter:
             np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
         _checkpoint(f"file:{name}")
 
-    def save_jsonl(self, name: str, rows: Iterable[dict[str, Any]], *, base_lines: int = 0) -> None:
+    def save_jsonl(self, name: str, rows: Iterable[Any], *, base_lines: int = 0) -> None:
         """Write ``rows`` as JSON lines; ``base_lines``: first copy that many lines of the base
         generation's ``name`` unchanged (bytes copied, not encoded again)."""
         with open(self.path(name), "w", encoding="utf-8") as fh:

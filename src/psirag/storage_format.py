@@ -10,9 +10,10 @@ belong to :class:`~psirag.retrieval.bm25.SparseIndex` and
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -26,6 +27,7 @@ from psirag.types import Chunk, source_from_dict
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
+    from psirag.segments import Kind, Table
 
 FileKind = Literal["npy", "jsonl", "json", "folder", "manifest"]
 
@@ -45,6 +47,8 @@ class FormatFile:
     """The first format version that has it."""
     required: bool
     """False: an index saved before it loads without it (and gets it from its next save)."""
+    until: int | None = None
+    """The last format version that has it (None: the current one still does)."""
 
 
 PHRASES_DIR = "keywords"
@@ -54,21 +58,25 @@ DRIFT_FILE = "abstract_drift.npy"
 """The keyword phrase table's folder (absent in indexes saved before it, or without keyword
 abstracts: such an index loads as before and its first update builds the table once)."""
 
-NODE_VECTORS = FormatFile("node_vectors.npy", "node_vectors", "npy", "float32", 1, True)
-PARENT = FormatFile("parent.npy", "tree.parent", "npy", "int64", 1, True)
-LAYER = FormatFile("layer.npy", "tree.layer", "npy", "int32", 1, True)
-CHUNKS = FormatFile("chunks.jsonl", "chunks", "jsonl", None, 1, True)
+NODE_VECTORS = FormatFile("node_vectors.npy", "node_vectors", "npy", "float32", 1, True, until=2)
+PARENT = FormatFile("parent.npy", "tree.parent", "npy", "int64", 1, True, until=2)
+LAYER = FormatFile("layer.npy", "tree.layer", "npy", "int32", 1, True, until=2)
+CHUNKS = FormatFile("chunks.jsonl", "chunks", "jsonl", None, 1, True, until=2)
 """One line per leaf: ``{"id", **source, "text"}``; a save on top of the generation the chunks
 came from copies the lines of the chunks still there."""
-ABSTRACTS = FormatFile("abstracts.jsonl", "abstracts", "jsonl", None, 1, True)
+ABSTRACTS = FormatFile("abstracts.jsonl", "abstracts", "jsonl", None, 1, True, until=2)
 """One line per inner node: ``{"node", "text"}``."""
-DOCUMENTS = FormatFile("documents.jsonl", "sources", "jsonl", None, 2, False)
+DOCUMENTS = FormatFile("documents.jsonl", "sources", "jsonl", None, 2, False, until=2)
 """One line per document read from a file: ``{"id", "path", "sha256"}``."""
 BM25 = FormatFile("bm25", "sparse", "folder", None, 1, True)
 """bm25s's files, ``first_copy.npy`` and (since the living index) the term counts."""
-PHRASE_WORDS = FormatFile(f"{PHRASES_DIR}/words.json", "phrase_table", "json", None, 2, False)
+PHRASE_WORDS = FormatFile(
+    f"{PHRASES_DIR}/words.json", "phrase_table", "json", None, 2, False, until=2
+)
 """With ``keywords/<array>.npy`` for each of :data:`psirag.abstracts.phrases.ARRAYS`."""
-PHRASE_STEMS = FormatFile(f"{PHRASES_DIR}/stems.json", "phrase_table", "json", None, 2, False)
+PHRASE_STEMS = FormatFile(
+    f"{PHRASES_DIR}/stems.json", "phrase_table", "json", None, 2, False, until=2
+)
 """With ``keywords/<array>.npy`` for each of :data:`psirag.abstracts.phrases.VOCAB_ARRAYS`."""
 MANIFEST_FIELDS = (
     FormatFile("config", "config", "manifest", None, 1, True),
@@ -80,6 +88,17 @@ MANIFEST_FIELDS = (
 )
 """Fields kept in the generation's manifest body (see :func:`manifest_body`)."""
 
+INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 3, True)
+"""Per inner node (memory order: by layer), its physical row in the ``inner_*`` tables."""
+INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True)
+"""Per inner node, its parent's inner index (``node - n_leaves``; -1: a root)."""
+INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True)
+SEGMENT_TABLES = FormatFile("seg", "node_vectors, chunks, abstracts, ...", "folder", None, 3, True)
+"""Segment files of the manifest's ``tables`` (:mod:`psirag.segments`): ``leaf_vectors``,
+``leaf_parent`` (each leaf's parent as a physical row of the inner tables), ``chunks``,
+``inner_vectors``, ``inner_abstracts``, ``documents`` and the phrase table's
+``keywords/<array>``, ``keywords/words`` and ``keywords/stems``."""
+
 FILES: tuple[FormatFile, ...] = (
     NODE_VECTORS,
     PARENT,
@@ -90,64 +109,291 @@ FILES: tuple[FormatFile, ...] = (
     BM25,
     PHRASE_WORDS,
     PHRASE_STEMS,
+    SEGMENT_TABLES,
+    INNER_ORDER,
+    INNER_PARENT,
+    INNER_LAYER,
 )
-"""Every file of a generation besides its manifest, in the order a save writes them."""
+"""Every file of a generation besides its manifest, in any format version (``since`` and
+``until`` say which)."""
 
 SAVES_VERSION = FORMAT_VERSION
 """The format version :func:`save_index_data` writes (storage reads it and format 1)."""
 
 
 # ---------------------------------------------------------------------------- saving
-def save_index_data(writer: IndexWriter, data: IndexData) -> int:
-    """Every file of ``data`` into ``writer``'s new generation, then publish it (the
-    generation number). A file whose bytes equal the base generation's becomes a hard link to
-    it, so unchanged data is stored once across generations."""
-    writer.save_array(NODE_VECTORS.name, data.node_vectors)
-    writer.save_array(PARENT.name, data.tree.parent)
-    writer.save_array(LAYER.name, data.tree.layer)
+def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = False) -> int:
+    """Every field of ``data`` into ``writer``'s new generation (format 3), then publish it
+    (the generation number). The per-row data is kept in segment tables
+    (:mod:`psirag.segments`): what the base generation already holds is hard-linked, and only
+    new, changed and removed rows are written. ``compact``: every table is written again as
+    one segment (``psirag compact``; a format-2 base is migrated this way on its first save)."""
+    from psirag.segments import segment_file, tables_of
+
+    base = writer.base
+    base_tables = {} if base is None or base.legacy else tables_of(base.manifest, str(base.folder))
+    tables = _TableSaver(writer, base_tables, compact)
+    n = data.tree.n_leaves
+    leaf_src = _leaf_sources(writer, data) if base_tables else "none"
+    vectors_file = None
+    if compact or isinstance(leaf_src, str):  # one file in memory order: a load maps it as is
+        vectors_file = segment_file("node_vectors", writer.generation, "npy")
+        writer.save_array(vectors_file, data.node_vectors)
+    inner_order = _save_inner(tables, data, vectors_file)
+    tables.save(
+        "leaf_vectors",
+        "npy",
+        data.node_vectors[:n],
+        src=leaf_src,
+        prewritten=None if vectors_file is None else (vectors_file, 0),
+    )
+    parent = data.tree.parent
+    leaf_parent = np.full(n, -1, dtype=np.int64)
+    has = parent[:n] >= 0
+    leaf_parent[has] = inner_order[parent[:n][has] - n]
+    tables.save("leaf_parent", "npy", leaf_parent, src=leaf_src)
+    tables.save("chunks", "jsonl", _ChunkRows(data.chunks), src=leaf_src, compare=False)
+    inner_parent = parent[n:]
+    writer.save_array(INNER_ORDER.name, _small_ints(inner_order))
+    writer.save_array(
+        INNER_PARENT.name, _small_ints(np.where(inner_parent >= 0, inner_parent - n, -1))
+    )
+    writer.save_array(INNER_LAYER.name, np.asarray(data.tree.layer[n:], dtype=np.int32))
     if data.abstract_drift is not None:  # absent: every abstract is current
         writer.save_array(DRIFT_FILE, data.abstract_drift)
-    chunks = data.chunks
-    kept = _kept_chunk_lines(writer, data)
-    writer.save_jsonl(
-        CHUNKS.name,
-        ({"id": c.id, **c.source.to_dict(), "text": c.text} for c in chunks[kept:]),
-        base_lines=kept,
-    )
-    n = data.tree.n_leaves
-    writer.save_jsonl(
-        ABSTRACTS.name,
-        ({"node": n + i, "text": a} for i, a in enumerate(data.abstracts)),
-    )
     sources = data.sources
-    writer.save_jsonl(
-        DOCUMENTS.name,
-        ({"id": d, **sources[d]} for d in data.documents if d in sources),
-    )
+    docs = [{"id": d, **sources[d]} for d in data.documents if d in sources]
+    tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
     data.sparse.save(writer.path(BM25.name))
     if data.phrase_table is not None:
-        _save_phrase_table(writer, data.phrase_table)
+        _save_phrase_table(tables, data.phrase_table)
     _link_unchanged(writer)
-    return writer.commit(manifest_body(data))
+    body = manifest_body(data)
+    body["tables"] = {k: t.to_json() for k, t in tables.written.items()}
+    return writer.commit(body)
 
 
-def _save_phrase_table(writer: IndexWriter, table: PhraseTable) -> None:
+def _small_ints(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.int64)
+    fits = a.size == 0 or (int(a.max()) < 2**31 and int(a.min()) >= -(2**31))
+    return a.astype(np.int32) if fits else a
+
+
+class _ChunkRows(Sequence[dict[str, Any]]):
+    """The chunks as chunks.jsonl rows, encoded only where a save reads them (new rows)."""
+
+    def __init__(self, chunks: tuple[Chunk, ...]) -> None:
+        self.chunks = chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self._row(c) for c in self.chunks[i]]
+        return self._row(self.chunks[i])
+
+    @staticmethod
+    def _row(c: Chunk) -> dict[str, Any]:
+        return {"id": c.id, **c.source.to_dict(), "text": c.text}
+
+
+class _TableSaver:
+    """Saves tables on top of the base generation's tables of the same name."""
+
+    def __init__(self, writer: IndexWriter, base: dict[str, Table], compact: bool) -> None:
+        self.writer = writer
+        self.base = base
+        self.compact = compact
+        self.written: dict[str, Table] = {}
+
+    def save(
+        self,
+        name: str,
+        kind: Kind,
+        rows: Any,
+        *,
+        src: np.ndarray | Literal["none"] | None = None,
+        compare: bool = True,
+        prewritten: tuple[str, int] | None = None,
+    ) -> np.ndarray:
+        """Write one table; ``src``: see :func:`psirag.segments.write_table` ("none": no row
+        continues a base row). Returns each row's physical row."""
+        from psirag.segments import write_table
+
+        old = self.base.get(name)
+        reader = self.writer.base
+        usable = old is not None and reader is not None and not isinstance(src, str)
+        table, physical = write_table(
+            self.writer,
+            name,
+            kind,
+            rows,
+            base=(old, reader) if usable and old is not None and reader is not None else None,
+            src=None if isinstance(src, str) else src,
+            compare=compare,
+            compact=self.compact,
+            prewritten=prewritten,
+        )
+        self.written[name] = table
+        return physical
+
+    def read(self, name: str, *, physical: bool = False) -> Any:
+        """The base generation's rows of table ``name`` (None: it has none)."""
+        from psirag.segments import read_logical, read_physical
+
+        old = self.base.get(name)
+        reader = self.writer.base
+        if old is None or reader is None:
+            return None
+        where = f"{reader.folder} table {name}"
+        return read_physical(reader, old, where) if physical else read_logical(reader, old, where)
+
+    def keyed_sources(self, name: str, rows: list[dict[str, Any]]) -> np.ndarray | Literal["none"]:
+        """For rows with an ``id``: the base row of the same id (-1: new)."""
+        old = self.read(name)
+        if old is None:
+            return "none"
+        at = {row.get("id"): j for j, row in enumerate(old) if isinstance(row, dict)}
+        return np.asarray([at.get(row["id"], -1) for row in rows], dtype=np.int64)
+
+
+def _leaf_sources(writer: IndexWriter, data: IndexData) -> np.ndarray | Literal["none"]:
+    """Per leaf, the base generation's leaf row it continues (-1: a new leaf): the loaded
+    chunk objects still there are those rows. "none" when ``data`` was not loaded from (or
+    saved as) the base generation."""
+    origin = data.origin
+    base = writer.base
+    if origin is None or base is None or base.legacy or base.generation != origin.generation:
+        return "none"
+    if str(_resolve(base.root)) != origin.folder:
+        return "none"
+    at = {id(c): j for j, c in enumerate(origin.chunks)}
+    return np.fromiter((at.get(id(c), -1) for c in data.chunks), np.int64, len(data.chunks))
+
+
+def _fingerprints(vectors: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row's bytes (equal rows, equal hashes)."""
+    rows = np.ascontiguousarray(vectors)
+    if rows.shape[0] == 0:
+        return np.empty(0, dtype=np.uint64)
+    words = rows.view(np.uint8).reshape(rows.shape[0], -1)
+    pad = (-words.shape[1]) % 4
+    if pad:
+        words = np.pad(words, ((0, 0), (0, pad)))
+    words32 = words.view(np.uint32)
+    weights = np.random.default_rng(24).integers(1, 2**63, words32.shape[1], dtype=np.uint64) | 1
+    out = np.empty(rows.shape[0], dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for lo in range(0, rows.shape[0], 4096):
+            block = words32[lo : lo + 4096].astype(np.uint64)
+            out[lo : lo + 4096] = (block * weights).sum(axis=1, dtype=np.uint64)
+    return out
+
+
+def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) -> np.ndarray:
+    """Save the inner nodes' vectors and abstracts as tables whose rows are addressed by
+    content: an inner node whose (vector, abstract) a row of the base holds keeps that row,
+    whatever its id now (ids of inner nodes move whenever the tree gains or loses a node);
+    a new or changed node gets a new row, and rows no node uses any more are removed. Returns
+    each inner node's physical row."""
+    n = data.tree.n_leaves
+    vectors = np.ascontiguousarray(data.node_vectors[n:])
+    abstracts = data.abstracts
+    k = len(abstracts)
+    matched = np.full(k, -1, dtype=np.int64)
+    old_vectors = tables.read("inner_vectors", physical=True)
+    old_texts = tables.read("inner_abstracts", physical=True)
+    base = tables.base.get("inner_vectors")
+    texts_base = tables.base.get("inner_abstracts")
+    reader = tables.writer.base
+    usable = (
+        old_vectors is not None
+        and old_texts is not None
+        and base is not None
+        and texts_base is not None
+        and reader is not None
+        and vectors_file is None
+        and texts_base.physical == base.physical
+        and old_vectors.dtype == vectors.dtype
+        and old_vectors.shape[1:] == vectors.shape[1:]
+        and len(old_texts) == old_vectors.shape[0]
+    )
+    if usable and reader is not None and base is not None and texts_base is not None:
+        from psirag.segments import live_rows
+
+        where = f"{reader.folder} table inner_vectors"
+        live = live_rows(reader, base, where)
+        if not np.array_equal(live, live_rows(reader, texts_base, where)):
+            raise IndexFormatError(
+                f"{reader.folder}: the inner_vectors and inner_abstracts tables disagree; "
+                "the index is corrupted, rebuild it"
+            )
+        old_fp = _fingerprints(old_vectors[live])
+        slots: dict[tuple[int, str], list[int]] = {}
+        for j, (fp, p) in enumerate(zip(old_fp.tolist(), live.tolist(), strict=True)):
+            slots.setdefault((fp, old_texts[p]), []).append(j)
+        new_fp = _fingerprints(vectors).tolist()
+        for i, (fp, text) in enumerate(zip(new_fp, abstracts, strict=True)):
+            free = slots.get((fp, text))
+            if free:
+                matched[i] = free.pop(0)
+        hit = np.flatnonzero(matched >= 0)
+        if hit.size:  # a hash collision must not reuse a different row
+            same = np.all(
+                vectors[hit].view(np.uint8).reshape(hit.size, -1)
+                == np.ascontiguousarray(old_vectors[live[matched[hit]]])
+                .view(np.uint8)
+                .reshape(hit.size, -1),
+                axis=1,
+            )
+            matched[hit[~same]] = -1
+        kept = np.flatnonzero(matched >= 0)
+        kept = kept[np.argsort(matched[kept], kind="stable")]
+        fresh = np.flatnonzero(matched < 0)
+        perm = np.concatenate([kept, fresh])
+        src: np.ndarray | Literal["none"] = np.concatenate(
+            [matched[kept], np.full(fresh.size, -1, dtype=np.int64)]
+        )
+    else:
+        perm = np.arange(k)
+        src = "none"
+    physical = tables.save(
+        "inner_vectors",
+        "npy",
+        vectors[perm],
+        src=src,
+        compare=False,
+        prewritten=None if vectors_file is None else (vectors_file, n),
+    )
+    also = tables.save(
+        "inner_abstracts", "jsonl", [abstracts[i] for i in perm.tolist()], src=src, compare=False
+    )
+    if not np.array_equal(physical, also):  # the two tables must keep one row numbering
+        raise RuntimeError("inner_vectors and inner_abstracts were saved with different rows")
+    order = np.empty(k, dtype=np.int64)
+    order[perm] = physical
+    return order
+
+
+def _save_phrase_table(tables: _TableSaver, table: PhraseTable) -> None:
+    """Each array of the phrase table as a table ``keywords/<array>`` (row ``i`` continues the
+    base's row ``i``: per-leaf arrays grow at the end), and the word and stem lists likewise."""
     for name, array in table.arrays().items():
-        writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
-    _write_json_list(writer.path(PHRASE_WORDS.name), table.words)
+        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
+    tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words))
     vocab = table.vocab()
     if vocab is not None:
         stems, vocab_arrays = vocab
         for name, array in vocab_arrays.items():
-            writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
-        _write_json_list(writer.path(PHRASE_STEMS.name), stems)
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
+        tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems))
         for name, array in (table.derived_arrays() or {}).items():
-            writer.save_array(f"{PHRASES_DIR}/{name}.npy", array)
-
-
-def _write_json_list(path: Path, words: list[str]) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(words, ensure_ascii=False))  # dumps: the C encoder
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
 
 
 def manifest_body(data: IndexData) -> dict[str, Any]:
@@ -177,18 +423,6 @@ def manifest_body(data: IndexData) -> dict[str, Any]:
         "llm_abstracts": stats.llm or None,
         "lineage": dict(data.lineage) or fresh_lineage(tree.n_leaves),
     }
-
-
-def _kept_chunk_lines(writer: IndexWriter, data: IndexData) -> int:
-    """How many leading lines of the base generation's chunks.jsonl this save can copy: the
-    chunks still there, in order, since ``data`` was loaded from that generation."""
-    origin = data.origin
-    base = writer.base
-    if origin is None or base is None or base.legacy or base.generation != origin.generation:
-        return 0
-    if str(_resolve(base.root)) != origin.folder or CHUNKS.name not in base.files:
-        return 0
-    return origin.prefix(data.chunks)
 
 
 def _link_unchanged(writer: IndexWriter) -> None:
@@ -225,21 +459,13 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         dim = int(m["embedder"]["dim"])
     except (KeyError, TypeError, ValueError) as exc:
         raise IndexFormatError(f"{where}: manifest field {exc} is missing or invalid") from exc
-    node_vectors = reader.load_array(NODE_VECTORS.name)
-    tree = Tree(
-        parent=np.asarray(reader.load_array(PARENT.name, mmap=False), dtype=np.int64),
-        layer=np.asarray(reader.load_array(LAYER.name, mmap=False), dtype=np.int32),
-    )
-    try:
-        chunks = [
-            Chunk(row["id"], row["text"], source_from_dict(row))
-            for row in reader.iter_jsonl(CHUNKS.name)
-        ]
-        abstracts = [row["text"] for row in reader.iter_jsonl(ABSTRACTS.name)]
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, IndexFormatError):
-            raise
-        raise IndexFormatError(f"{where}: a chunk or abstract record lacks {exc}") from exc
+    from psirag.segments import tables_of
+
+    tables = tables_of(m, f"{reader.folder / 'manifest.json'}")
+    if tables:
+        node_vectors, tree, chunks, abstracts = _load_core_v3(reader, tables, where)
+    else:
+        node_vectors, tree, chunks, abstracts = _load_core_v2(reader, where)
     if (
         node_vectors.ndim != 2
         or node_vectors.shape != (tree.n_nodes, dim)
@@ -263,7 +489,11 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
             f"{where}: the BM25 index holds {bm25_docs} documents but the index has "
             f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
         )
-    phrase_table = _load_phrase_table(reader, where, len(chunks))
+    phrase_table = (
+        _load_phrase_table_v3(reader, tables, where, len(chunks))
+        if tables
+        else _load_phrase_table(reader, where, len(chunks))
+    )
     drift = None
     if DRIFT_FILE in reader.files:
         drift = np.asarray(reader.load_array(DRIFT_FILE, mmap=False), dtype=np.int64)
@@ -273,12 +503,16 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
                 "abstracts; the index is corrupted or mixed, rebuild it"
             )
     sources: dict[str, dict[str, Any]] = {}
-    if DOCUMENTS.name in reader.files:
-        try:
-            for row in reader.iter_jsonl(DOCUMENTS.name):
-                sources[str(row["id"])] = {"path": row.get("path"), "sha256": row.get("sha256")}
-        except (KeyError, TypeError) as exc:
-            raise IndexFormatError(f"{where}: a documents.jsonl record lacks {exc}") from exc
+    doc_rows: Any = ()
+    if "documents" in tables:
+        doc_rows = _read_table(reader, tables, "documents", where)
+    elif DOCUMENTS.name in reader.files:
+        doc_rows = reader.iter_jsonl(DOCUMENTS.name)
+    try:
+        for row in doc_rows:
+            sources[str(row["id"])] = {"path": row.get("path"), "sha256": row.get("sha256")}
+    except (KeyError, TypeError) as exc:
+        raise IndexFormatError(f"{where}: a documents record lacks {exc}") from exc
     lineage = m.get("lineage")
     if not isinstance(lineage, dict):
         lineage = fresh_lineage(len(chunks))
@@ -305,6 +539,165 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if reader.legacy or reader.generation is None
         else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),
     )
+
+
+Core = tuple[np.ndarray, Tree, list[Chunk], list[str]]
+
+
+def _load_core_v2(reader: IndexReader, where: str | Path) -> Core:
+    """node_vectors, tree, chunks and abstracts of a format 1 or 2 generation."""
+    node_vectors = reader.load_array(NODE_VECTORS.name)
+    tree = Tree(
+        parent=np.asarray(reader.load_array(PARENT.name, mmap=False), dtype=np.int64),
+        layer=np.asarray(reader.load_array(LAYER.name, mmap=False), dtype=np.int32),
+    )
+    try:
+        chunks = [_chunk(row) for row in reader.iter_jsonl(CHUNKS.name)]
+        abstracts = [row["text"] for row in reader.iter_jsonl(ABSTRACTS.name)]
+    except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, IndexFormatError):
+            raise
+        raise IndexFormatError(f"{where}: a chunk or abstract record lacks {exc}") from exc
+    return node_vectors, tree, chunks, abstracts
+
+
+def _chunk(row: dict[str, Any]) -> Chunk:
+    return Chunk(row["id"], row["text"], source_from_dict(row))
+
+
+def _read_table(
+    reader: IndexReader,
+    tables: dict[str, Table],
+    name: str,
+    where: str | Path,
+    *,
+    physical: bool = False,
+) -> Any:
+    from psirag.segments import read_logical, read_physical
+
+    table = tables.get(name)
+    if table is None:
+        raise IndexFormatError(
+            f"{where}: the manifest lists no table {name}; the index is incomplete, rebuild it"
+        )
+    label = f"{where} table {name}"
+    return read_physical(reader, table, label) if physical else read_logical(reader, table, label)
+
+
+def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Core:
+    """node_vectors, tree, chunks and abstracts of a format-3 generation, assembled from its
+    tables: leaf rows in order, inner rows picked by ``tree/inner_order.npy``."""
+    leaf_vectors = np.asarray(_read_table(reader, tables, "leaf_vectors", where))
+    leaf_parent = np.asarray(_read_table(reader, tables, "leaf_parent", where), dtype=np.int64)
+    inner_vectors = _read_table(reader, tables, "inner_vectors", where, physical=True)
+    inner_texts = _read_table(reader, tables, "inner_abstracts", where, physical=True)
+    order = np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64)
+    inner_parent = np.asarray(reader.load_array(INNER_PARENT.name, mmap=False), dtype=np.int64)
+    inner_layer = np.asarray(reader.load_array(INNER_LAYER.name, mmap=False), dtype=np.int32)
+    n, k = leaf_vectors.shape[0], order.size
+    n_rows = len(inner_texts)
+
+    def bad(what: str) -> IndexFormatError:
+        return IndexFormatError(f"{where}: {what}; the index is corrupted or mixed, rebuild it")
+
+    if (
+        leaf_vectors.ndim != 2
+        or inner_vectors.ndim != 2
+        or inner_vectors.shape[1:] != leaf_vectors.shape[1:]
+        or inner_vectors.shape[0] != n_rows
+        or leaf_parent.shape != (n,)
+        or order.ndim != 1
+        or inner_parent.shape != (k,)
+        or inner_layer.shape != (k,)
+    ):
+        raise bad("its tables and tree arrays disagree in size")
+    if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or np.unique(order).size != k):
+        raise bad("tree/inner_order.npy does not name distinct rows of the inner tables")
+    if k and (int(inner_parent.min()) < -1 or int(inner_parent.max()) >= k):
+        raise bad("tree/inner_parent.npy names a parent that does not exist")
+    slot_of = np.full(n_rows + 1, -1, dtype=np.int64)  # the last: a leaf that is a root
+    slot_of[order] = np.arange(k)
+    slot_of[n_rows] = -2
+    if n and (int(leaf_parent.min()) < -1 or int(leaf_parent.max()) >= n_rows):
+        raise bad("a leaf's parent is not a row of the inner tables")
+    leaf_parent_mem = slot_of[np.where(leaf_parent >= 0, leaf_parent, n_rows)]
+    if bool(np.any(leaf_parent_mem == -1)):
+        raise bad("a leaf's parent is a row no inner node uses")
+    parent = np.concatenate(
+        [
+            np.where(leaf_parent_mem >= 0, leaf_parent_mem + n, -1),
+            np.where(inner_parent >= 0, inner_parent + n, -1),
+        ]
+    ).astype(np.int64)
+    layer = np.concatenate([np.zeros(n, dtype=np.int32), inner_layer])
+    node_vectors = _mapped_node_vectors(reader, tables, order, n)
+    if node_vectors is None:
+        node_vectors = np.empty((n + k, leaf_vectors.shape[1]), dtype=leaf_vectors.dtype)
+        node_vectors[:n] = leaf_vectors
+        node_vectors[n:] = inner_vectors[order]
+    try:
+        chunks = [_chunk(row) for row in _read_table(reader, tables, "chunks", where)]
+        abstracts = [inner_texts[i] for i in order.tolist()]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise IndexFormatError(f"{where}: a chunk record lacks {exc}") from exc
+    if not all(isinstance(a, str) for a in abstracts):
+        raise bad("an abstract is not text")
+    return node_vectors, Tree(parent=parent, layer=layer), chunks, abstracts
+
+
+def _mapped_node_vectors(
+    reader: IndexReader, tables: dict[str, Table], order: np.ndarray, n: int
+) -> np.ndarray | None:
+    """The node vectors as one memory map, when a fresh save or a compaction wrote them as one
+    file in memory order and no update has changed them since (else None: assemble them)."""
+    leaves, inner = tables["leaf_vectors"], tables["inner_vectors"]
+    plain = all(len(t.segments) == 1 and not t.patches and not t.n_dead for t in (leaves, inner))
+    if not plain or leaves.segments[0][0] != inner.segments[0][0]:
+        return None
+    if leaves.start != 0 or inner.start != n or not np.array_equal(order, np.arange(order.size)):
+        return None
+    mapped = reader.load_array(leaves.segments[0][0])
+    return mapped if mapped.shape[0] == n + order.size else None
+
+
+def _load_phrase_table_v3(
+    reader: IndexReader, tables: dict[str, Table], folder: str | Path, n_chunks: int
+) -> Any:
+    """The phrase table of a format-3 generation (its ``keywords/...`` tables), or None."""
+    words_table = f"{PHRASES_DIR}/words"
+    if words_table not in tables:
+        return None
+    from psirag.abstracts.phrases import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, PhraseTable
+
+    def arr(name: str) -> np.ndarray:
+        return np.asarray(_read_table(reader, tables, f"{PHRASES_DIR}/{name}", folder))
+
+    try:
+        words = _read_table(reader, tables, words_table, folder)
+        if not all(isinstance(w, str) for w in words):
+            raise ValueError("the word list holds something other than words")
+        arrays = {a: arr(a) for a in ARRAYS}
+        stems = None
+        if f"{PHRASES_DIR}/stems" in tables:
+            stems = _read_table(reader, tables, f"{PHRASES_DIR}/stems", folder)
+            if not all(isinstance(w, str) for w in stems):
+                raise ValueError("the stem list holds something other than stems")
+            arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
+            if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
+                arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
+        table = PhraseTable.from_arrays(words, arrays, stems)
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        if isinstance(exc, IndexFormatError):
+            raise
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
+        ) from exc
+    if table.n_leaves != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {table.n_leaves} leaves but the index "
+            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+    return table
 
 
 def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:

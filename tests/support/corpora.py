@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
+
 from psirag.config import IndexConfig
 from psirag.index import Index
 from psirag.ingest import documents_from_strings
@@ -46,19 +48,33 @@ def build_index(folder: Path) -> Index:
 
 
 def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None) -> None:
-    """The flat layout today's main writes (format 1), made from a format-2 generation."""
+    """The flat layout of format 1 (node_vectors.npy, parent.npy, layer.npy, chunks.jsonl,
+    abstracts.jsonl and bm25/ beside manifest.json), written from ``index``'s data; BM25's
+    files are those of a saved generation (their format never changed)."""
     tmp = folder.parent / (folder.name + "-v2")
     index.save(tmp)
     gen = tmp / "generations" / f"{IndexStore(tmp).current():06d}"
-    shutil.copytree(gen, folder)
-    (folder / ".readers").unlink()
+    manifest = json.loads((gen / "manifest.json").read_text())
+    folder.mkdir(parents=True)
+    shutil.copytree(gen / "bm25", folder / "bm25")
     if bm25_from is not None:
         other = folder.parent / (folder.name + "-other")
         bm25_from.save(other)
         shutil.rmtree(folder / "bm25")
         shutil.copytree(other / "generations" / "000001" / "bm25", folder / "bm25")
-    manifest = json.loads((folder / "manifest.json").read_text())
+    data = index.data
+    n = data.tree.n_leaves
+    np.save(folder / "node_vectors.npy", np.asarray(data.node_vectors), allow_pickle=False)
+    np.save(folder / "parent.npy", np.asarray(data.tree.parent), allow_pickle=False)
+    np.save(folder / "layer.npy", np.asarray(data.tree.layer), allow_pickle=False)
+    with open(folder / "chunks.jsonl", "w", encoding="utf-8") as fh:
+        for c in data.chunks:
+            fh.write(json.dumps({"id": c.id, **c.source.to_dict(), "text": c.text}) + "\n")
+    with open(folder / "abstracts.jsonl", "w", encoding="utf-8") as fh:
+        for i, a in enumerate(data.abstracts):
+            fh.write(json.dumps({"node": n + i, "text": a}) + "\n")
     manifest.pop("generation")
+    manifest.pop("tables")
     manifest["format_version"] = 1
     manifest["files"] = {
         p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
@@ -67,3 +83,10 @@ def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None)
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     shutil.rmtree(tmp)
+
+
+def segment_of(generation: Path, table: str) -> str:
+    """The first segment file of ``table`` (``leaf_vectors``, ``chunks`` ...) in a format-3
+    generation folder, as its manifest names it."""
+    manifest = json.loads((generation / "manifest.json").read_text())
+    return str(manifest["tables"][table]["segments"][0][0])

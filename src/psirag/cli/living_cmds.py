@@ -1,4 +1,5 @@
-"""``psirag add``, ``psirag remove`` and ``psirag sync``: change a saved index in place.
+"""``psirag add``, ``psirag remove``, ``psirag sync`` and ``psirag compact``: change a saved
+index in place.
 
 Each command takes the index's writer lock first (a second writer gets IndexLockedError at
 once), reads the current generation, applies the update (:mod:`psirag.living`) and writes the
@@ -45,7 +46,7 @@ def load_embedder_for(spec: str, batch_size: int | None = None, http: Any = None
 
 
 def register(sub: Any) -> None:
-    """Add the three commands to the ``psirag`` parser."""
+    """Add the four commands to the ``psirag`` parser."""
     from psirag.tree.update import InsertRule
 
     def common(p: argparse.ArgumentParser, *, embeds: bool = True) -> None:
@@ -102,6 +103,42 @@ def register(sub: Any) -> None:
     )
     common(p)
     p.set_defaults(func=run_sync)
+
+    p = sub.add_parser(
+        "compact",
+        help="rewrite an index's segments as one each (drops removed rows; migrates old formats)",
+    )
+    add_index_argument(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=run_compact)
+
+
+def run_compact(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
+    """``psirag compact INDEX``: see :func:`psirag.living.compact_saved`."""
+    from psirag.living import compact_saved
+
+    out = stdout or sys.stdout
+    done = compact_saved(args.index)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "generation": done.generation,
+                    "seconds": round(done.seconds, 3),
+                    "bytes_before": done.bytes_before,
+                    "bytes_after": done.bytes_after,
+                }
+            ),
+            file=out,
+        )
+    else:
+        print(
+            f"compacted {args.index}: generation {done.generation}, "
+            f"{done.bytes_before / 2**20:,.1f} MiB -> {done.bytes_after / 2**20:,.1f} MiB "
+            f"in {done.seconds:.1f} s",
+            file=out,
+        )
+    return 0
 
 
 # ---------------------------------------------------------------------------- helpers
