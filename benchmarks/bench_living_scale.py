@@ -17,6 +17,9 @@ for an old-versus-new table in one run.
 
 Usage: nice python benchmarks/bench_living_scale.py [--sizes 20000 200000] [--src DIR]
        [--label new] [--out living_scale.json]
+(``BENCH_SAVES_ONLY=1``: only the build and the saves, loads and bytes written: no in-memory
+update timings.) After the CLI-like add, a second add and a removal go through load + save
+too, and ``psirag compact`` (where the sources have it) is timed with the bytes it writes.
 """
 
 from __future__ import annotations
@@ -121,6 +124,21 @@ def _inodes(folder: Path) -> dict[int, int]:
     return got
 
 
+def _compact(folder: Path) -> dict[str, Any] | None:
+    """``psirag compact``'s time and bytes written (None: sources without it)."""
+    try:
+        from psirag.living import compact_saved  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    seen = _inodes(folder)
+    t0 = time.perf_counter()
+    compact_saved(folder)
+    return {
+        "seconds": round(time.perf_counter() - t0, 3),
+        "bytes_written": sum(s for i, s in _inodes(folder).items() if i not in seen),
+    }
+
+
 def worker(n: int) -> dict[str, Any]:
     from _common import current_rss_mib, peak_rss_mib
 
@@ -148,10 +166,13 @@ def worker(n: int) -> dict[str, Any]:
         out["peak_rss_build_mib"] = round(peak_rss_mib(), 1)
         out["rss_before_mib"] = round(before, 1)
         base = index.data
+        in_memory = os.environ.get("BENCH_SAVES_ONLY") != "1"
         for name, act in (
             ("add_1_doc", lambda ix: ix.add([new_doc])),
             ("remove_1_doc", lambda ix: ix.remove(["17"])),
         ):
+            if not in_memory:
+                break
             runs = []
             for _ in range(2):
                 ix = Index.from_data(base, embedder=emb)
@@ -171,18 +192,19 @@ def worker(n: int) -> dict[str, Any]:
         updated = Index.from_data(base, embedder=emb)
         updated.add([new_doc])
         steady = []
-        for k in range(4):
+        for k in range(4 if in_memory else 0):
             doc = Document(f"next-{k}", "", new_text.replace(".", f" extra{k}."), is_record=False)
             t0 = time.perf_counter()
             summary = updated.add([doc])
             steady.append((time.perf_counter() - t0, summary))
         steady.sort(key=lambda r: r[0])
-        total, summary = steady[len(steady) // 2]
-        out["add_1_doc_steady"] = {
-            "seconds": round(total, 3),
-            "all_seconds": sorted(round(t, 3) for t, _ in steady),
-            "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
-        }
+        if steady:
+            total, summary = steady[len(steady) // 2]
+            out["add_1_doc_steady"] = {
+                "seconds": round(total, 3),
+                "all_seconds": sorted(round(t, 3) for t, _ in steady),
+                "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+            }
         # BM25 is scored at query time from counts now: what a query costs, after the adds
         qrng = np.random.default_rng(5)
         queries = [
@@ -190,14 +212,15 @@ def worker(n: int) -> dict[str, Any]:
             for _ in range(40)
         ]
         ms = []
-        for q in queries:
+        for q in queries if in_memory else []:
             t0 = time.perf_counter()
             updated.sparse.search(q, k=10)
             ms.append(1000 * (time.perf_counter() - t0))
-        out["bm25_query_ms"] = {
-            "p50": round(float(np.percentile(ms, 50)), 2),
-            "p95": round(float(np.percentile(ms, 95)), 2),
-        }
+        if ms:
+            out["bm25_query_ms"] = {
+                "p50": round(float(np.percentile(ms, 50)), 2),
+                "p95": round(float(np.percentile(ms, 95)), 2),
+            }
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
             folder = Path(tmp) / "ix"
             t0 = time.perf_counter()
@@ -219,6 +242,35 @@ def worker(n: int) -> dict[str, Any]:
                 "save_seconds": round(t3 - t2, 3),
                 "bytes_written": written,
             }
+            # what the next saves write: another add (on the saved add), a removal
+            for name, act in (
+                (
+                    "cli_like_add_again",
+                    lambda ix: ix.add(
+                        [
+                            new_doc.__class__(
+                                "again-doc", "", new_text.replace(".", " again."), is_record=False
+                            )
+                        ]
+                    ),
+                ),
+                ("cli_like_remove_1_doc", lambda ix: ix.remove(["17"])),
+            ):
+                t0 = time.perf_counter()
+                ix = Index.load(folder, embedder=emb)
+                act(ix)
+                seen = _inodes(folder)
+                t1 = time.perf_counter()
+                ix.save(folder)
+                t2 = time.perf_counter()
+                out[name] = {
+                    "load_add_seconds": round(t1 - t0, 3),
+                    "save_seconds": round(t2 - t1, 3),
+                    "bytes_written": sum(s for i, s in _inodes(folder).items() if i not in seen),
+                }
+            compact = _compact(folder)
+            if compact is not None:
+                out["compact"] = compact
     out["peak_rss_mib"] = round(peak_rss_mib(), 1)
     return out
 
@@ -254,7 +306,7 @@ def main() -> None:
         print(json.dumps(row), flush=True)
         rows.append(row)
     result: dict[str, Any] = {"label": args.label, "src": str(src.name), "rows": rows}
-    adds = {r["n"]: r["add_1_doc"]["seconds"] for r in rows}
+    adds = {r["n"]: r["add_1_doc"]["seconds"] for r in rows if "add_1_doc" in r}
     if 20_000 in adds and 200_000 in adds:
         result["add_1_doc_ratio_200k_20k"] = round(adds[200_000] / adds[20_000], 2)
     sys.path.insert(0, str(HERE))

@@ -311,6 +311,7 @@ def write_table(
     compare: bool = True,
     compact: bool = False,
     prewritten: tuple[str, int] | None = None,
+    fresh_rows: Rows | None = None,
 ) -> tuple[Table, np.ndarray]:
     """Save ``rows`` as table ``name`` of ``writer``'s generation; returns the table and the
     physical row of each row (stable across generations until the table is compacted).
@@ -321,7 +322,8 @@ def write_table(
     removed. ``None``: row ``i`` continues base row ``i`` where both exist. ``compare=False``:
     trust that continued rows are unchanged (the chunks, whose identity says so). Without a
     usable base (or with ``compact``), the table is written as one new segment
-    (``prewritten``: rows ``start ..`` of a file this generation wrote already hold it)."""
+    (``prewritten``: rows ``start ..`` of a file this generation wrote already hold it;
+    ``fresh_rows``: the rows to write then, in another order than ``rows``)."""
     n = _length(rows)
     generation = writer.generation
 
@@ -329,7 +331,7 @@ def write_table(
         if prewritten is not None:
             return Table(kind, ((prewritten[0], n),), start=prewritten[1]), np.arange(n)
         seg = segment_file(name, generation, kind)
-        _write_rows(writer, seg, kind, rows)
+        _write_rows(writer, seg, kind, rows if fresh_rows is None else fresh_rows)
         return Table(kind, ((seg, n),)), np.arange(n, dtype=np.int64)
 
     if base is None or compact or prewritten is not None or base[0].kind != kind:
@@ -338,7 +340,7 @@ def write_table(
     where = f"{reader.folder} table {name}"
     old_n = table.rows
     if src is None:
-        src = np.arange(min(n, old_n), dtype=np.int64)
+        src = np.concatenate([np.arange(min(n, old_n)), np.full(max(0, n - old_n), -1)])
     src = np.asarray(src, dtype=np.int64)
     m = int(np.count_nonzero(src >= 0))
     kept = src[:m]
@@ -425,6 +427,62 @@ def write_table(
     return new, physical
 
 
+def is_fresh(table: Table, name: str, generation: int) -> bool:
+    """Whether ``table`` is one segment that generation ``generation`` wrote itself."""
+    return len(table.segments) == 1 and table.segments[0][0] == segment_file(
+        name, generation, table.kind
+    )
+
+
+def sorted_rows(
+    old_keys: np.ndarray | None, new_keys: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a table kept in order of a unique key (new rows anywhere in that order): which new
+    rows to store in which order, and their ``src`` for :func:`write_table`, so rows whose key
+    the base holds stay where they are stored and new keys are appended. ``old_keys``: the
+    base's keys in stored order. None: keys not unique (store it as a plain table)."""
+    if new_keys.size > 1 and not bool(np.all(np.diff(new_keys) > 0)):
+        return None
+    if old_keys is None:
+        return np.arange(new_keys.size), np.full(new_keys.size, -1, dtype=np.int64)
+    by_key = np.argsort(old_keys, kind="stable")
+    ordered = old_keys[by_key]
+    if ordered.size > 1 and not bool(np.all(np.diff(ordered) > 0)):
+        return None
+    at = np.minimum(np.searchsorted(ordered, new_keys), max(ordered.size - 1, 0))
+    matched = ordered[at] == new_keys if ordered.size else np.zeros(new_keys.size, dtype=bool)
+    stored = by_key[at[matched]]  # the base's stored row of each matched new row
+    new_of_stored = np.empty(old_keys.size, dtype=np.int64)
+    new_of_stored[stored] = np.flatnonzero(matched)
+    kept = np.sort(stored)
+    rows = np.concatenate([new_of_stored[kept], np.flatnonzero(~matched)])
+    src = np.concatenate([kept, np.full(int(np.count_nonzero(~matched)), -1)])
+    return rows.astype(np.int64), src.astype(np.int64)
+
+
+def key_order(keys: np.ndarray, head: int) -> np.ndarray | None:
+    """The order that sorts stored rows by their unique ``keys``, given that the first
+    ``head`` are sorted already (the base segment): the rest sorted and merged in, O(n + d log
+    d). None: they are in order."""
+    if keys.size < 2 or bool(np.all(np.diff(keys) >= 0)):
+        return None  # in order already (also what a plain table of equal keys holds)
+    h = keys[:head]
+    if head > 1 and not bool(np.all(np.diff(h) > 0)):
+        return np.argsort(keys, kind="stable")
+    if head == keys.size:
+        return None
+    tail = head + np.argsort(keys[head:], kind="stable")
+    return np.insert(np.arange(head), np.searchsorted(h, keys[tail]), tail)
+
+
+def head_rows(reader: IndexReader, table: Table, where: str) -> int:
+    """Logical rows that come from the first segment."""
+    if table.n_dead == 0:
+        return table.segments[0][1]
+    dead = _dead_rows(reader, table, where)
+    return table.segments[0][1] - int(np.count_nonzero(dead < table.segments[0][1]))
+
+
 def tables_of(manifest: dict[str, Any], where: str) -> dict[str, Table]:
     """The ``tables`` of a format-3 manifest (empty for older formats)."""
     raw = manifest.get("tables")
@@ -439,10 +497,14 @@ __all__ = [
     "COMPACT_FRACTION",
     "SEGMENTS_DIR",
     "Table",
+    "head_rows",
+    "is_fresh",
+    "key_order",
     "live_rows",
     "read_logical",
     "read_physical",
     "segment_file",
+    "sorted_rows",
     "tables_of",
     "write_table",
 ]

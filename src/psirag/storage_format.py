@@ -220,6 +220,7 @@ class _TableSaver:
         src: np.ndarray | Literal["none"] | None = None,
         compare: bool = True,
         prewritten: tuple[str, int] | None = None,
+        fresh_rows: Any = None,
     ) -> np.ndarray:
         """Write one table; ``src``: see :func:`psirag.segments.write_table` ("none": no row
         continues a base row). Returns each row's physical row."""
@@ -238,6 +239,7 @@ class _TableSaver:
             compare=compare,
             compact=self.compact,
             prewritten=prewritten,
+            fresh_rows=fresh_rows,
         )
         self.written[name] = table
         return physical
@@ -380,20 +382,87 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     return order
 
 
+SORTED_GROUPS: dict[str, tuple[str, ...]] = {"s_key": ("s_key", "s_cnt", "s_pid"), "p_sorted": ()}
+"""Phrase-table arrays kept in the order of a unique key (``s_key``'s own values; for
+``p_sorted``, ``p_key`` of its values) with their parallel arrays: an update inserts new keys
+anywhere in that order, so they are stored with new keys appended and sorted again on load
+(a merge of the sorted base segment with the few appended rows)."""
+
+
 def _save_phrase_table(tables: _TableSaver, table: PhraseTable) -> None:
     """Each array of the phrase table as a table ``keywords/<array>`` (row ``i`` continues the
-    base's row ``i``: per-leaf arrays grow at the end), and the word and stem lists likewise."""
-    for name, array in table.arrays().items():
-        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
+    base's row ``i``: per-leaf and per-phrase arrays grow at the end; the sorted ones, see
+    :data:`SORTED_GROUPS`, by key), and the word and stem lists likewise."""
+    arrays = {name: np.asarray(a) for name, a in table.arrays().items()}
+    for name, array in arrays.items():
+        tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
     tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words))
     vocab = table.vocab()
-    if vocab is not None:
-        stems, vocab_arrays = vocab
-        for name, array in vocab_arrays.items():
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
-        tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems))
-        for name, array in (table.derived_arrays() or {}).items():
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
+    if vocab is None:
+        return
+    stems, vocab_arrays = vocab
+    for name, array in vocab_arrays.items():
+        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
+    tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems))
+    derived = {name: np.asarray(a) for name, a in (table.derived_arrays() or {}).items()}
+    if not derived:
+        return
+    p_key = arrays["p_key"]
+    old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
+
+    def p_sorted_keys(values: np.ndarray, keys: Any) -> np.ndarray | None:
+        keys = np.asarray(keys) if keys is not None else None
+        if keys is None or (values.size and (values.min() < 0 or values.max() >= keys.size)):
+            return None
+        return np.asarray(keys[values])
+
+    _save_sorted(
+        tables,
+        derived,
+        ("p_sorted",),
+        p_sorted_keys(derived["p_sorted"], p_key),
+        lambda old: p_sorted_keys(old["p_sorted"], old_p_key),
+    )
+    _save_sorted(
+        tables, derived, SORTED_GROUPS["s_key"], derived["s_key"], lambda old: old["s_key"]
+    )
+    for name, array in derived.items():
+        if name != "p_sorted" and name not in SORTED_GROUPS["s_key"]:
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
+
+
+def _save_sorted(
+    tables: _TableSaver,
+    arrays: dict[str, np.ndarray],
+    group: tuple[str, ...],
+    keys: np.ndarray | None,
+    old_keys_of: Any,
+) -> None:
+    """Save the arrays ``group`` (sorted by ``keys``) in stored order: the base's rows where
+    they are, new keys appended (see :func:`psirag.segments.sorted_rows`)."""
+    from psirag.segments import is_fresh, sorted_rows
+
+    names = [f"{PHRASES_DIR}/{c}" for c in group]
+    old_keys = None
+    if not tables.compact and all(n in tables.base for n in names):
+        old = {c: np.asarray(tables.read(n)) for c, n in zip(group, names, strict=True)}
+        if len({a.shape[0] for a in old.values()}) == 1:
+            old_keys = old_keys_of(old)
+    plan = None if keys is None else sorted_rows(old_keys, keys)
+    if plan is None:  # keys not unique (or not readable): plain tables
+        for c, n in zip(group, names, strict=True):
+            tables.save(n, "npy", arrays[c])
+        return
+    rows, src = plan
+    src_arg: np.ndarray | Literal["none"] = src if old_keys is not None else "none"
+    first = arrays[group[0]]
+    tables.save(names[0], "npy", first[rows], src=src_arg, fresh_rows=first)
+    fresh = is_fresh(tables.written[names[0]], names[0], tables.writer.generation)
+    for c, n in zip(group[1:], names[1:], strict=True):
+        if fresh:  # the key's table is one segment in key order: so is each of its columns
+            tables.save(n, "npy", arrays[c], src="none")
+        else:
+            tables.save(n, "npy", arrays[c][rows], src=src_arg)
 
 
 def manifest_body(data: IndexData) -> dict[str, Any]:
@@ -685,6 +754,7 @@ def _load_phrase_table_v3(
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
                 arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
+                _in_key_order(reader, tables, arrays, folder)
         table = PhraseTable.from_arrays(words, arrays, stems)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
@@ -698,6 +768,27 @@ def _load_phrase_table_v3(
             f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
         )
     return table
+
+
+def _in_key_order(
+    reader: IndexReader, tables: dict[str, Table], arrays: dict[str, np.ndarray], folder: Any
+) -> None:
+    """Put the arrays of :data:`SORTED_GROUPS` back in key order (they are stored with new
+    keys appended)."""
+    from psirag.segments import head_rows, key_order
+
+    p_sorted, p_key = arrays["p_sorted"], arrays["p_key"]
+    if p_sorted.size and (int(p_sorted.min()) < 0 or int(p_sorted.max()) >= p_key.size):
+        raise ValueError("p_sorted names phrases the table does not have")
+    for first, keys in (("p_sorted", p_key[p_sorted]), ("s_key", arrays["s_key"])):
+        group = SORTED_GROUPS[first] or (first,)
+        if len({arrays[c].shape[0] for c in group}) != 1:
+            raise ValueError(f"the arrays {group} differ in length")
+        head = head_rows(reader, tables[f"{PHRASES_DIR}/{first}"], str(folder))
+        order = key_order(keys, head)
+        if order is not None:
+            for c in group:
+                arrays[c] = arrays[c][order]
 
 
 def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:
