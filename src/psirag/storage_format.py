@@ -166,7 +166,7 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
     data.sparse.save(writer.path(BM25.name))
     if data.phrase_table is not None:
-        _save_phrase_table(tables, data.phrase_table)
+        _save_phrase_table(tables, data.phrase_table, leaf_src)
     _link_unchanged(writer)
     body = manifest_body(data)
     body["tables"] = {k: t.to_json() for k, t in tables.written.items()}
@@ -389,13 +389,36 @@ anywhere in that order, so they are stored with new keys appended and sorted aga
 (a merge of the sorted base segment with the few appended rows)."""
 
 
-def _save_phrase_table(tables: _TableSaver, table: PhraseTable) -> None:
-    """Each array of the phrase table as a table ``keywords/<array>`` (row ``i`` continues the
-    base's row ``i``: per-leaf and per-phrase arrays grow at the end; the sorted ones, see
-    :data:`SORTED_GROUPS`, by key), and the word and stem lists likewise."""
+CSR_GROUPS: dict[str, tuple[str, ...]] = {
+    "lw_ptr": ("lw",),
+    "ls_ptr": ("ls_key", "ls_cnt"),
+    "lp_ptr": ("lp_pid",),
+}
+"""The phrase table's per-leaf lists (row pointers and the arrays they point into). Stored as
+each leaf's list length (table ``<ptr>_len``, rows follow the leaves) and the entries (rows
+follow their leaf's), so a removed leaf is tombstones and shifts no other row."""
+
+
+def _save_phrase_table(
+    tables: _TableSaver, table: PhraseTable, leaf_src: np.ndarray | Literal["none"]
+) -> None:
+    """Each array of the phrase table as a table ``keywords/<array>``: per-leaf lists follow
+    the leaves (:data:`CSR_GROUPS`), per-phrase and per-word arrays grow at the end (row ``i``
+    continues the base's row ``i``), the sorted ones go by key (:data:`SORTED_GROUPS`); the
+    word and stem lists likewise."""
     arrays = {name: np.asarray(a) for name, a in table.arrays().items()}
+    for ptr_name, entries in CSR_GROUPS.items():
+        lengths = np.diff(np.asarray(arrays[ptr_name], dtype=np.int64))
+        len_table = f"{PHRASES_DIR}/{ptr_name}_len"
+        old = tables.read(len_table)
+        entry_src = _entry_sources(leaf_src, None if old is None else np.asarray(old), lengths)
+        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src)
+        for name in entries:
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", arrays[name], src=entry_src)
+    in_groups = {n for group in CSR_GROUPS.values() for n in group} | set(CSR_GROUPS)
     for name, array in arrays.items():
-        tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
+        if name not in in_groups:
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
     tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words))
     vocab = table.vocab()
     if vocab is None:
@@ -429,6 +452,29 @@ def _save_phrase_table(tables: _TableSaver, table: PhraseTable) -> None:
     for name, array in derived.items():
         if name != "p_sorted" and name not in SORTED_GROUPS["s_key"]:
             tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
+
+
+def _entry_sources(
+    leaf_src: np.ndarray | Literal["none"], old_lengths: np.ndarray | None, lengths: np.ndarray
+) -> np.ndarray | Literal["none"] | None:
+    """The base's entry row that each entry of the per-leaf lists continues (-1: a new leaf's
+    entry), from the leaves' ``leaf_src``; None (row ``i`` continues row ``i``) when the
+    leaves were only appended, "none" without a base."""
+    if isinstance(leaf_src, str) or old_lengths is None or leaf_src.size != lengths.size:
+        return "none"
+    kept = leaf_src >= 0
+    m = int(np.count_nonzero(kept))
+    old_lengths = np.asarray(old_lengths, dtype=np.int64)
+    if m == old_lengths.size and bool(np.all(leaf_src[:m] == np.arange(m))):
+        return None  # leaves appended: entries appended
+    if bool(np.any(old_lengths[leaf_src[kept]] != lengths[kept])):
+        return None  # a kept leaf's list changed: compare row by row
+    old_start = np.concatenate([[0], np.cumsum(old_lengths)])[:-1]
+    start = np.concatenate([[0], np.cumsum(lengths)])[:-1]
+    leaf_of = np.repeat(np.arange(lengths.size), lengths)
+    offset = np.arange(leaf_of.size) - start[leaf_of]
+    src_start = np.where(kept, old_start[np.maximum(leaf_src, 0)], -1)
+    return np.where(kept[leaf_of], src_start[leaf_of] + offset, -1)
 
 
 def _save_sorted(
@@ -745,7 +791,12 @@ def _load_phrase_table_v3(
         words = _read_table(reader, tables, words_table, folder)
         if not all(isinstance(w, str) for w in words):
             raise ValueError("the word list holds something other than words")
-        arrays = {a: arr(a) for a in ARRAYS}
+        arrays = {a: arr(a) for a in ARRAYS if a not in CSR_GROUPS}
+        for ptr_name in CSR_GROUPS:
+            lengths = np.asarray(arr(f"{ptr_name}_len"), dtype=np.int64)
+            if lengths.size and int(lengths.min()) < 0:
+                raise ValueError(f"{ptr_name}_len holds a negative length")
+            arrays[ptr_name] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         stems = None
         if f"{PHRASES_DIR}/stems" in tables:
             stems = _read_table(reader, tables, f"{PHRASES_DIR}/stems", folder)
