@@ -36,8 +36,9 @@ class BuildStats:
 @dataclass(frozen=True, eq=False)
 class SavedOrigin:
     """Where an index's chunks were loaded from: folder, generation, and the chunk objects
-    read from its chunks.jsonl (a later value's leading chunks that are these very objects
-    are those lines, unchanged)."""
+    read from its chunk rows, in order (a later value's chunks that are these very objects
+    are those rows, unchanged: a save on top of that generation keeps them and writes only
+    the new ones)."""
 
     folder: str
     generation: int
@@ -94,7 +95,7 @@ class IndexData:
     update extracts phrases from its new leaves only; None: recomputed when first needed."""
     origin: SavedOrigin | None = None
     """The saved generation these chunks were loaded from (carried through updates), so a save
-    on top of it copies the lines of the chunks still there instead of encoding them again."""
+    on top of it keeps the rows of the chunks still there instead of writing them again."""
     abstract_drift: np.ndarray | None = None
     """Per inner node (``abstracts`` order): leaves that entered or left its subtree since its
     keyword abstract was last scored (what :class:`psirag.living.AbstractDriftRule` bounds);
