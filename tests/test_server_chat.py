@@ -21,19 +21,12 @@ from support import (
     ANSWER_REPLY,
     RETRIEVE_REPLY,
     FakeOpenAIServer,
-    ScriptedLLM,
     ServerProcess,
     build_index,
 )
 
 QUESTION = "Where is Mount Etna?"
 INDEX_NAME = "wiki"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(responder=ScriptedLLM()) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

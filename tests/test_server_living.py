@@ -4,7 +4,6 @@ server answers from it; the saved index on disk agrees."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +14,16 @@ pytest.importorskip("uvicorn")
 
 import httpx
 from support import HashEmbedder, ServerProcess, build_index
+from support.processes import wait_for_job
 
 from psirag.index import Index
 from psirag.storage import IndexStore
 
 
 def _job(url: str, response: httpx.Response) -> dict[str, Any]:
+    """The job ``response`` (a 202) started, once it has ended."""
     assert response.status_code == 202, response.text
-    job_id = response.json()["job"]["id"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        job = httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()
-        if job["status"] in ("done", "failed"):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish")
+    return wait_for_job(url, response.json()["job"]["id"])
 
 
 def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:

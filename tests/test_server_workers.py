@@ -21,6 +21,7 @@ pytest.importorskip("uvicorn")
 
 import httpx
 from support import TOPICS, HashEmbedder, ServerProcess, build_index
+from support.processes import wait_for_job
 
 from psirag.index import Index
 from psirag.server.jobs import JobRunner
@@ -93,16 +94,10 @@ def _wait_job(url: str, job_id: str) -> tuple[dict[str, Any], set[int]]:
     """Poll ``GET /jobs/{id}`` on fresh connections (so on any worker) until it ends; every
     poll must find the job. Returns the job and the workers that answered."""
     answered: set[int] = set()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        r = httpx.get(f"{url}/jobs/{job_id}", timeout=10)
-        assert r.status_code == 200, (r.status_code, r.text)
-        answered.add(int(r.headers[WORKER_HEADER]))
-        job = r.json()
-        if job["status"] in ("done", "failed"):
-            return job, answered
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not finish")
+    job = wait_for_job(
+        url, job_id, lambda r: answered.add(int(r.headers[WORKER_HEADER])), pause=0.05
+    )
+    return job, answered
 
 
 def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> None:

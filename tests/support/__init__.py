@@ -22,10 +22,10 @@ from support.fake_llm import (
     FakeOpenAIServer,
     Reply,
     ScriptedLLM,
-    ScriptedServer,
     bag_of_words,
     client_for,
     echo_prompt,
+    no_more_replies,
 )
 from support.processes import (
     LAUNCHER,
@@ -49,7 +49,6 @@ __all__ = [
     "HashEmbedder",
     "Reply",
     "ScriptedLLM",
-    "ScriptedServer",
     "ServerProcess",
     "bag_of_words",
     "build_index",
@@ -57,6 +56,7 @@ __all__ = [
     "client_for",
     "echo_prompt",
     "free_port",
+    "no_more_replies",
     "sse_events",
     "stop_process",
 ]

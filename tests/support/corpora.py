@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from psirag.config import IndexConfig
 from psirag.index import Index
@@ -67,3 +69,25 @@ def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None)
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
     shutil.rmtree(tmp)
+
+
+def plant_endpoint(index: Path, spec: str, *, llm: bool = False) -> None:
+    """What an attacker sharing an index would do: point its embedder (and, with ``llm``, its
+    LLM) at ``spec``, in the current generation's manifest and in the pointer, with the
+    pointer's hash made to match."""
+
+    def planted(manifest: dict[str, Any]) -> dict[str, Any]:
+        manifest["embedder"]["spec"] = spec
+        manifest["config"]["embedder"] = spec
+        if llm:
+            manifest["config"]["llm"] = spec
+        return manifest
+
+    pointer_path = index / "manifest.json"
+    pointer = json.loads(pointer_path.read_text(encoding="utf-8"))
+    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
+    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
+    generation.write_bytes(raw)
+    pointer = planted(pointer)
+    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
+    pointer_path.write_text(json.dumps(pointer), encoding="utf-8")

@@ -18,7 +18,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -167,6 +167,27 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_for_job(
+    url: str, job_id: str, on_poll: Callable[[Any], None] | None = None, pause: float = 0.1
+) -> dict[str, Any]:
+    """Poll ``GET /jobs/{id}`` of the server at ``url`` on fresh connections until the job is
+    done or failed (within 60 s); every poll must find it. ``on_poll`` sees each reply (an
+    ``httpx.Response``)."""
+    import httpx  # the server tests' client; not needed by every test that imports support
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        reply = httpx.get(f"{url}/jobs/{job_id}", timeout=10)
+        assert reply.status_code == 200, (reply.status_code, reply.text)
+        if on_poll is not None:
+            on_poll(reply)
+        job: dict[str, Any] = reply.json()
+        if job["status"] in ("done", "failed"):
+            return job
+        time.sleep(pause)
+    raise AssertionError(f"job {job_id} did not finish")
 
 
 def sse_events(lines: list[tuple[float, str]]) -> list[tuple[float, str, str]]:
