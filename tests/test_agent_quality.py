@@ -23,6 +23,7 @@ from support.agents import (
     length_model,
     parse,
 )
+from support.datasets import write_dataset
 
 from psirag.agent import RetrieveAndAnswer
 from psirag.agent.citations import Labels, split_citations
@@ -300,11 +301,7 @@ def test_eval_counts_repeats_citations_and_auto_budget(
     monkeypatch.delenv("PSIRAG_LLM", raising=False)
     embedder = HashEmbedder()
     monkeypatch.setattr(hops, "load_hop_model", lambda: length_model(embedder.id, embedder.dim))
-    folder = tmp_path / "tiny"
-    folder.mkdir()
-    records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(CORPUS)]
-    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
-    (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    folder = write_dataset(tmp_path / "tiny", CORPUS, QUESTIONS)
     out = tmp_path / "qa.json"
     argv = ["eval", str(folder), "--methods", "hybrid+agent", "--llm", server.spec]
     argv += ["--embedder", "test:hash", "--cache-dir", str(tmp_path / "cache")]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support import FakeOpenAIServer, HashEmbedder
+from support.datasets import CORPUS as EVAL_CORPUS
 from support.datasets import write_dataset
 
 from psirag.cli import main
@@ -25,17 +26,12 @@ from psirag.index import Index
 from psirag.ingest import Document
 
 CORPUS = [
-    ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
-    ("Vesuvius", "Vesuvius is the volcano that destroyed Pompeii with ash in the year 79."),
-    ("Arsenal F.C.", "Arsenal is a football club based in north London."),
-    ("Liverpool F.C.", "Liverpool won the football league title with a record points total."),
-    ("Sourdough", "Sourdough bread uses a starter of wild yeast instead of baker's yeast."),
-    ("Croissant", "Croissants are baked from laminated dough with butter layers."),
+    *EVAL_CORPUS[:6],
     ("Calder Group", "The Calder Group is a hospitality company. Its head office is in Lisbon."),
     ("Blue Harbour Hotel", "The Blue Harbour Hotel in Portmere is owned by the Calder Group."),
-    ("Portmere", "Portmere is a fishing town on the west coast with a seaside promenade."),
-    ("Lisbon", "Lisbon is the capital and largest city of Portugal."),
+    *EVAL_CORPUS[8:],
 ]
+"""The evaluation tests' passages, with shorter Calder Group and hotel pages."""
 QUESTIONS = [
     {
         "id": "q0",

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 from support import FakeOpenAIServer, HashEmbedder, client_for
-from support.agents import CORPUS, Q_OFFICE, Q_VOLCANO, QUESTIONS, FakeIndex, ids
-from support.datasets import write_dataset
+from support.agents import CORPUS, Q_OFFICE, QUESTIONS, FakeIndex, ids
+from support.agents import DOCS as AGENT_DOCS
+from support.datasets import Q_VOLCANO, write_dataset
 
 from psirag.agent import NOT_MENTIONED, merge_evidence
 from psirag.agent.ircot import IRCoT, first_sentence, read_sentence, says_answer
@@ -31,28 +32,14 @@ from psirag.prompts import AGENT_TURN_STOPS, agent_system_prompt, ircot_system_p
 # --- the scripted server and the stand-in index ---------------------------------------------------
 
 
-DOCS = {
-    "hotel": (
-        "Blue Harbour Hotel",
-        "The Blue Harbour Hotel is a seaside hotel in Portmere. Since 1987 it has been owned "
-        "by the Calder Group.",
-    ),
-    "calder": (
-        "Calder Group",
-        "The Calder Group is a hospitality company founded in 1952. Its head office is in Lisbon.",
-    ),
-    "portmere": (
-        "Portmere",
-        "Portmere is a fishing town on the west coast with a seaside promenade and a hotel.",
-    ),
-    "bridge": ("Old Bridge", "The Old Bridge in Portmere was rebuilt in 1911 after a flood."),
+DOCS = {key: doc for key, doc in AGENT_DOCS.items() if key != "quiz"} | {
     "lisbon": ("Lisbon", "Lisbon is the capital of Portugal, on the Tagus estuary."),
 }
+"""The agent tests' documents with a Lisbon page and no quiz sheet."""
 
 
 def stand_in(k: int = 2) -> FakeIndex:
-    """The agent tests' lexical stand-in index over this file's DOCS (a Lisbon page, no quiz
-    sheet)."""
+    """The agent tests' lexical stand-in index over this file's DOCS."""
     return FakeIndex(k, DOCS)
 
 

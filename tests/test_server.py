@@ -31,6 +31,7 @@ from support import (
     FakeOpenAIServer,
     ScriptedLLM,
     ServerProcess,
+    ask_stream,
     build_index,
     child_env,
     free_port,
@@ -295,20 +296,8 @@ def test_ask_auto_budget_comes_from_the_predicted_hops(
 def test_ask_streams_steps_as_they_happen(server: ServerProcess, llm: FakeOpenAIServer) -> None:
     script = script_of(llm)
     script.delay = 0.6  # each model call takes 0.6 s: the first step must arrive before the end
-    lines: list[tuple[float, str]] = []
-    start = time.monotonic()
     try:
-        with httpx.stream(
-            "POST",
-            f"{server.url}/ask",
-            json={"query": QUESTION},
-            headers={"Accept": "text/event-stream"},
-            timeout=30,
-        ) as response:
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/event-stream")
-            for line in response.iter_lines():
-                lines.append((time.monotonic() - start, line))
+        lines = ask_stream(server.url, {"query": QUESTION})
     finally:
         script.delay = 0.0
     everything = sse_events(lines)

@@ -13,8 +13,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 import httpx
-from support import HashEmbedder, ServerProcess, build_index
-from support.processes import wait_for_job
+from support import HashEmbedder
+from support.processes import serve_new_index, wait_for_job
 
 from psirag.index import Index
 from psirag.storage import IndexStore
@@ -27,11 +27,7 @@ def _job(url: str, response: httpx.Response) -> dict[str, Any]:
 
 
 def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--retries", "0"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    folder, proc = serve_new_index(tmp_path, "--retries", "0")
     try:
         proc.wait_ready()
         url = proc.url
@@ -76,11 +72,7 @@ def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
 def test_a_server_write_keeps_a_write_made_beside_it(tmp_path: Path) -> None:
     """A write made outside the server (the CLI, another process) after it started is on disk
     only; the server's next write must build on it, not on the generation it serves."""
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--retries", "0"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    folder, proc = serve_new_index(tmp_path, "--retries", "0")
     try:
         proc.wait_ready()
         beside = Index.load(folder, embedder=HashEmbedder())

@@ -20,8 +20,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 import httpx
-from support import TOPICS, HashEmbedder, ServerProcess, build_index
-from support.processes import wait_for_job
+from support import TOPICS, HashEmbedder, build_index
+from support.processes import serve_new_index, wait_for_job
 
 from psirag.index import Index
 from psirag.server.jobs import JobRunner
@@ -101,14 +101,7 @@ def _wait_job(url: str, job_id: str) -> tuple[dict[str, Any], set[int]]:
 
 
 def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder,
-        ["--retries", "0", "--workers", "2"],
-        log_path=tmp_path / "serve.log",
-        hash_embedder=True,
-    )
+    folder, proc = serve_new_index(tmp_path, "--retries", "0", "--workers", "2")
     try:
         proc.wait_ready()
         workers = _children(proc.proc.pid)
@@ -157,11 +150,7 @@ def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> No
 
 
 def test_killing_the_parent_leaves_no_worker(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--workers", "2"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    _, proc = serve_new_index(tmp_path, "--workers", "2")
     try:
         proc.wait_ready()
         workers = _children(proc.proc.pid)
@@ -182,11 +171,7 @@ def test_killing_the_parent_leaves_no_worker(tmp_path: Path) -> None:
 
 
 def test_a_worker_that_dies_is_replaced(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--workers", "2"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    _, proc = serve_new_index(tmp_path, "--workers", "2")
     try:
         proc.wait_ready()
         first = _children(proc.proc.pid)

@@ -30,6 +30,7 @@ from support.fake_llm import (
 from support.processes import (
     LAUNCHER,
     ServerProcess,
+    ask_stream,
     child_env,
     free_port,
     sse_events,
@@ -50,6 +51,7 @@ __all__ = [
     "Reply",
     "ScriptedLLM",
     "ServerProcess",
+    "ask_stream",
     "bag_of_words",
     "build_index",
     "child_env",

@@ -53,12 +53,19 @@ def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None)
     index.save(tmp)
     gen = tmp / "generations" / f"{IndexStore(tmp).current():06d}"
     shutil.copytree(gen, folder)
-    (folder / ".readers").unlink()
     if bm25_from is not None:
         other = folder.parent / (folder.name + "-other")
         bm25_from.save(other)
         shutil.rmtree(folder / "bm25")
         shutil.copytree(other / "generations" / "000001" / "bm25", folder / "bm25")
+    as_format1(folder)
+    shutil.rmtree(tmp)
+
+
+def as_format1(folder: Path) -> None:
+    """Make ``folder``, a copy of a saved generation's folder, a format-1 index: no readers'
+    file, a manifest without a generation and with every file's size and hash."""
+    (folder / ".readers").unlink()
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest.pop("generation")
     manifest["format_version"] = 1
@@ -68,7 +75,6 @@ def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None)
         if p.is_file() and p.name != "manifest.json"
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    shutil.rmtree(tmp)
 
 
 def plant_endpoint(index: Path, spec: str, *, llm: bool = False) -> None:

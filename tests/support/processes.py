@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from support.corpora import build_index
 from support.fake_llm import LLM_SECRET
 
 LAUNCHER = Path(__file__).resolve().parent / "serve_launcher.py"
@@ -169,6 +170,16 @@ class ServerProcess:
         self.stop()
 
 
+def serve_new_index(tmp_path: Path, *args: str) -> tuple[Path, ServerProcess]:
+    """The tests' three-topic index built in ``tmp_path/index`` and ``psirag serve`` (with the
+    HashEmbedder) started on it with ``args``, logging to ``tmp_path/serve.log``. Not waited
+    for: call :meth:`ServerProcess.wait_ready`, and stop it."""
+    folder = tmp_path / "index"
+    build_index(folder)
+    log = tmp_path / "serve.log"
+    return folder, ServerProcess(folder, args, log_path=log, hash_embedder=True)
+
+
 def wait_for_job(
     url: str, job_id: str, on_poll: Callable[[Any], None] | None = None, pause: float = 0.1
 ) -> dict[str, Any]:
@@ -188,6 +199,22 @@ def wait_for_job(
             return job
         time.sleep(pause)
     raise AssertionError(f"job {job_id} did not finish")
+
+
+def ask_stream(url: str, body: dict[str, Any], timeout: float = 30) -> list[tuple[float, str]]:
+    """``POST /ask`` of the server at ``url`` as server-sent events: each line with the seconds
+    from the request to its arrival (read them with :func:`sse_events`)."""
+    import httpx  # the server tests' client; not needed by every test that imports support
+
+    lines: list[tuple[float, str]] = []
+    start = time.monotonic()
+    headers = {"Accept": "text/event-stream"}
+    with httpx.stream("POST", f"{url}/ask", json=body, headers=headers, timeout=timeout) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            lines.append((time.monotonic() - start, line))
+    return lines
 
 
 def sse_events(lines: list[tuple[float, str]]) -> list[tuple[float, str, str]]:
