@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -90,3 +92,40 @@ def segment_of(generation: Path, table: str) -> str:
     generation folder, as its manifest names it."""
     manifest = json.loads((generation / "manifest.json").read_text())
     return str(manifest["tables"][table]["segments"][0][0])
+
+
+def as_format1(folder: Path) -> None:
+    """Make ``folder``, a copy of a saved generation's folder, a format-1 index: no readers'
+    file, a manifest without a generation and with every file's size and hash."""
+    (folder / ".readers").unlink()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest.pop("generation")
+    manifest["format_version"] = 1
+    manifest["files"] = {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def plant_endpoint(index: Path, spec: str, *, llm: bool = False) -> None:
+    """What an attacker sharing an index would do: point its embedder (and, with ``llm``, its
+    LLM) at ``spec``, in the current generation's manifest and in the pointer, with the
+    pointer's hash made to match."""
+
+    def planted(manifest: dict[str, Any]) -> dict[str, Any]:
+        manifest["embedder"]["spec"] = spec
+        manifest["config"]["embedder"] = spec
+        if llm:
+            manifest["config"]["llm"] = spec
+        return manifest
+
+    pointer_path = index / "manifest.json"
+    pointer = json.loads(pointer_path.read_text(encoding="utf-8"))
+    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
+    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
+    generation.write_bytes(raw)
+    pointer = planted(pointer)
+    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
+    pointer_path.write_text(json.dumps(pointer), encoding="utf-8")
