@@ -90,7 +90,13 @@ def _loadable(folder: Path) -> Index:
 
 @pytest.mark.parametrize(
     "point",
-    ["file:seg/chunks.000002.jsonl", "file:tree/inner_order.npy", "staged", "renamed", "before-pointer"],
+    [
+        "file:seg/chunks.000002.jsonl",
+        "file:tree/inner_order.npy",
+        "staged",
+        "renamed",
+        "before-pointer",
+    ],
 )
 def test_sigkill_during_add_keeps_the_last_generation(
     setup: tuple[Path, Path, Path], point: str

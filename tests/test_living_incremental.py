@@ -334,6 +334,7 @@ def test_a_save_after_an_update_writes_only_the_changed_chunk_rows(tmp_path: Pat
         assert again.abstracts == index.abstracts == fresh.abstracts
         assert np.asarray(again.node_vectors).tobytes() == np.asarray(fresh.node_vectors).tobytes()
 
+
 def test_a_table_whose_arrays_disagree_fails_clearly_on_first_use() -> None:
     table = PhraseTable.build(_texts(10, 1))
     arrays = table.arrays()
