@@ -839,6 +839,10 @@ class IndexWriter:
         _checkpoint(f"file:{name}")
         return names
 
+    def is_kept(self, name: str) -> bool:
+        """Whether ``name`` was carried over from the base generation by :meth:`keep`."""
+        return name in self._kept
+
     # -------------------------------------------------------------- publish
     def commit(self, manifest: dict[str, Any]) -> int:
         """Checksum and fsync the new files, write the generation's manifest, rename the

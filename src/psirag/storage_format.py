@@ -542,7 +542,8 @@ def manifest_body(data: IndexData) -> dict[str, Any]:
 
 def _link_unchanged(writer: IndexWriter) -> None:
     """Replace each staged file that is byte-equal to the base generation's by a hard link to
-    it (sizes compared first, then sha256), so unchanged files are stored once."""
+    it (sizes compared first, then sha256), so unchanged files are stored once (files kept
+    from the base already are not read)."""
     base = writer.base
     if base is None or base.legacy:
         return
@@ -553,6 +554,8 @@ def _link_unchanged(writer: IndexWriter) -> None:
         if not p.is_file():
             continue
         rel = p.relative_to(writer.staging).as_posix()
+        if writer.is_kept(rel):
+            continue  # a hard link to the base's file already
         old = files.get(rel)
         if not old or p.stat().st_size != old.get("bytes"):
             continue
