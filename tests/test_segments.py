@@ -29,7 +29,15 @@ from psirag import Index, IndexConfig
 from psirag.cli import main
 from psirag.errors import IndexFormatError
 from psirag.living import UpdateSummary, compact_saved
-from psirag.segments import COMPACT_FRACTION, Table, read_logical, tables_of, write_table
+from psirag.segments import (
+    COMPACT_FRACTION,
+    Table,
+    key_order,
+    read_logical,
+    sorted_rows,
+    tables_of,
+    write_table,
+)
 from psirag.storage import IndexStore, IndexWriter
 
 LINES = [line for topic in TOPICS.values() for line in topic]
@@ -334,3 +342,43 @@ def test_sigkill_at_random_moments_of_add_remove_and_compact(tmp_path: Path) -> 
         assert after.search("volcano lava", k=2)
     assert outcomes["old"] > 0 and outcomes["new"] > 0, outcomes
     print(f"\nrandom SIGKILL during add/remove/compact: {rounds} rounds, {outcomes}")
+
+
+def test_key_sorted_rows_keep_their_place_and_sort_back_on_load() -> None:
+    """A table kept in key order stores new keys after the base's rows (wherever they fall in
+    key order) and :func:`key_order` sorts them back: a merge of the sorted head."""
+    rng = np.random.default_rng(3)
+    old = np.sort(rng.choice(10_000, 300, replace=False))
+    stored = old.copy()
+    for _ in range(20):
+        keep = np.sort(rng.choice(old.size, old.size - 3, replace=False))
+        fresh = np.setdiff1d(rng.choice(10_000, 5, replace=False), old)
+        new = np.union1d(old[keep], fresh)
+        plan = sorted_rows(stored, new)
+        assert plan is not None
+        rows, src = plan
+        kept = src >= 0
+        assert np.array_equal(stored[src[kept]], new[rows[kept]])  # a kept row is its key's
+        assert bool(np.all(np.diff(src[kept]) > 0)) and not bool(np.any(kept[kept.sum() :]))
+        stored, old = new[rows], new
+        head = int(kept.sum())
+        order = key_order(stored, head)
+        assert np.array_equal(stored if order is None else stored[order], new)
+    assert sorted_rows(None, np.array([1, 1, 2])) is None  # keys not unique: a plain table
+
+
+def test_a_removal_writes_tombstones_not_the_phrase_lists(tmp_path: Path) -> None:
+    folder = tmp_path / "ix"
+    index = _index(folder)
+    g1, g2 = (folder / "generations" / g for g in ("000001", "000002"))
+    total = _new_bytes(g1)
+    index.remove([index.documents[7]])
+    index.save(folder)
+    tables = json.loads((g2 / "manifest.json").read_text())["tables"]
+    for name in ("chunks", "leaf_vectors", "keywords/ls_key", "keywords/lp_pid", "keywords/lw"):
+        t = tables[name]
+        assert t["n_dead"] > 0, name
+        (first, _), *rest = t["segments"]
+        assert not rest and (g1 / first).stat().st_ino == (g2 / first).stat().st_ino, name
+    assert _new_bytes(g2) < total / 3
+    _same(Index.load(folder, verify="full"), index)
