@@ -68,6 +68,8 @@ ABSTRACTS = FormatFile("abstracts.jsonl", "abstracts", "jsonl", None, 1, True, u
 """One line per inner node: ``{"node", "text"}``."""
 DOCUMENTS = FormatFile("documents.jsonl", "sources", "jsonl", None, 2, False, until=2)
 """One line per document read from a file: ``{"id", "path", "sha256"}``."""
+FIRST_COPY_FILE = "first_copy.npy"
+"""Inside ``bm25/`` up to format 2; in format 3 the table ``first_copy`` (as offsets)."""
 BM25 = FormatFile("bm25", "sparse", "folder", None, 1, True)
 """bm25s's files, ``first_copy.npy`` and (since the living index) the term counts."""
 PHRASE_WORDS = FormatFile(
@@ -165,6 +167,11 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     docs = [{"id": d, **sources[d]} for d in data.documents if d in sources]
     tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
     data.sparse.save(writer.path(BM25.name))
+    # each chunk's first copy (itself unless its text repeats an earlier one's), as an offset
+    # that a removal elsewhere does not change, in a table that follows the leaves
+    (writer.staging / BM25.name / FIRST_COPY_FILE).unlink()
+    first = np.asarray(data.sparse.first_copy, dtype=np.int64)
+    tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     if data.phrase_table is not None:
         _save_phrase_table(tables, data.phrase_table, leaf_src)
     _link_unchanged(writer)
@@ -593,8 +600,14 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         raise IndexFormatError(f"{where}: arrays and records disagree in size; rebuild it")
     from psirag.retrieval.bm25 import SparseIndex
 
+    first_copy = None
+    if "first_copy" in tables:
+        offsets = np.asarray(_read_table(reader, tables, "first_copy", where), dtype=np.int64)
+        first_copy = offsets + np.arange(offsets.size)
+        if offsets.ndim != 1 or (first_copy.size and int(first_copy.min()) < 0):
+            raise IndexFormatError(f"{where}: the first_copy table is damaged; rebuild the index")
     try:
-        sparse = SparseIndex.load(reader.path(BM25.name))
+        sparse = SparseIndex.load(reader.path(BM25.name), first_copy=first_copy)
     except (OSError, ValueError, KeyError) as exc:
         from psirag.oserrors import of_the_machine
 

@@ -585,17 +585,20 @@ class SparseIndex:
                 np.save(folder / name, np.ascontiguousarray(array), allow_pickle=False)
 
     @classmethod
-    def load(cls, folder: Path, *, mmap: bool = True) -> SparseIndex:
+    def load(
+        cls, folder: Path, *, mmap: bool = True, first_copy: np.ndarray | None = None
+    ) -> SparseIndex:
         """A saved index; its term counts too where they were saved (an index from before
-        they were gets them from its first update, which tokenises every chunk once)."""
+        they were gets them from its first update, which tokenises every chunk once).
+        ``first_copy``: the first copies, kept by the caller (else read from the folder)."""
         if (folder / "postings.json").is_file():
             postings = Postings.load(folder, mmap=mmap)
-            first = _load_array(folder / "first_copy.npy")
+            first = _load_array(folder / "first_copy.npy") if first_copy is None else first_copy
             if first.shape != (postings.n_docs,):
                 raise ValueError(f"{folder}: first_copy.npy disagrees with the BM25 counts")
             return cls(None, first, postings=postings)
         retriever = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
-        first = _load_array(folder / "first_copy.npy")
+        first = _load_array(folder / "first_copy.npy") if first_copy is None else first_copy
         counts = None
         if all((folder / name).is_file() for name in COUNT_FILES):
             ptr, terms, tf = (
