@@ -47,7 +47,7 @@ REUSE_FRACTION = 0.5
 unchanged (else it is written as one new segment)."""
 MAX_FILES = 48
 """A table with more segment and patch files than this is written again as one segment."""
-_BLOCK = 1 << 16
+_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -282,14 +282,20 @@ def _changed(kind: Kind, new: Rows, old: Rows, src: np.ndarray) -> np.ndarray:
         return np.asarray(
             [i for i, j in enumerate(src.tolist()) if new[i] != old[j]], dtype=np.int64
         )
+    m = src.size
+    identity = m == 0 or (int(src[0]) == 0 and int(src[-1]) == m - 1)  # src is increasing
+    bits = np.dtype(f"u{new.dtype.itemsize}") if new.dtype.itemsize in (1, 2, 4, 8) else None
     out: list[np.ndarray] = []
-    for lo in range(0, src.size, _BLOCK):
-        hi = min(src.size, lo + _BLOCK)
+    for lo in range(0, m, _BLOCK):
+        hi = min(m, lo + _BLOCK)
         a = np.ascontiguousarray(new[lo:hi])
-        b = np.ascontiguousarray(old[src[lo:hi]])
-        a8 = a.view(np.uint8).reshape(hi - lo, -1)
-        b8 = b.view(np.uint8).reshape(hi - lo, -1)
-        diff = np.any(a8 != b8, axis=1) if a8.shape[1] else np.zeros(hi - lo, dtype=bool)
+        b = np.ascontiguousarray(old[lo:hi] if identity else old[src[lo:hi]])
+        if bits is not None:  # bit for bit, in the arrays' own word size
+            diff = a.view(bits) != b.view(bits)
+        else:
+            diff = a.view(np.uint8).reshape(hi - lo, -1) != b.view(np.uint8).reshape(hi - lo, -1)
+        if diff.ndim > 1:
+            diff = diff.reshape(hi - lo, -1).any(axis=1)
         out.append(lo + np.flatnonzero(diff))
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
@@ -435,18 +441,20 @@ def is_fresh(table: Table, name: str, generation: int) -> bool:
 
 
 def sorted_rows(
-    old_keys: np.ndarray | None, new_keys: np.ndarray
+    old_keys: np.ndarray | None, new_keys: np.ndarray, old_head: int = 0
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """For a table kept in order of a unique key (new rows anywhere in that order): which new
     rows to store in which order, and their ``src`` for :func:`write_table`, so rows whose key
     the base holds stay where they are stored and new keys are appended. ``old_keys``: the
-    base's keys in stored order. None: keys not unique (store it as a plain table)."""
+    base's keys in stored order, the first ``old_head`` of them sorted. None: keys not
+    unique (store it as a plain table)."""
     if new_keys.size > 1 and not bool(np.all(np.diff(new_keys) > 0)):
         return None
     if old_keys is None:
         return np.arange(new_keys.size), np.full(new_keys.size, -1, dtype=np.int64)
-    by_key = np.argsort(old_keys, kind="stable")
-    ordered = old_keys[by_key]
+    order = key_order(old_keys, old_head)
+    by_key = np.arange(old_keys.size) if order is None else order
+    ordered = old_keys if order is None else old_keys[order]
     if ordered.size > 1 and not bool(np.all(np.diff(ordered) > 0)):
         return None
     at = np.minimum(np.searchsorted(ordered, new_keys), max(ordered.size - 1, 0))
@@ -454,7 +462,7 @@ def sorted_rows(
     stored = by_key[at[matched]]  # the base's stored row of each matched new row
     new_of_stored = np.empty(old_keys.size, dtype=np.int64)
     new_of_stored[stored] = np.flatnonzero(matched)
-    kept = np.sort(stored)
+    kept = stored if stored.size < 2 or bool(np.all(np.diff(stored) > 0)) else np.sort(stored)
     rows = np.concatenate([new_of_stored[kept], np.flatnonzero(~matched)])
     src = np.concatenate([kept, np.full(int(np.count_nonzero(~matched)), -1)])
     return rows.astype(np.int64), src.astype(np.int64)

@@ -501,7 +501,12 @@ def _save_sorted(
         old = {c: np.asarray(tables.read(n)) for c, n in zip(group, names, strict=True)}
         if len({a.shape[0] for a in old.values()}) == 1:
             old_keys = old_keys_of(old)
-    plan = None if keys is None else sorted_rows(old_keys, keys)
+    head = 0
+    if old_keys is not None and tables.writer.base is not None:
+        from psirag.segments import head_rows
+
+        head = head_rows(tables.writer.base, tables.base[names[0]], str(tables.writer.base.folder))
+    plan = None if keys is None else sorted_rows(old_keys, keys, head)
     if plan is None:  # keys not unique (or not readable): plain tables
         for c, n in zip(group, names, strict=True):
             tables.save(n, "npy", arrays[c])
