@@ -64,6 +64,8 @@ def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None)
         bm25_from.save(other)
         shutil.rmtree(folder / "bm25")
         shutil.copytree(other / "generations" / "000001" / "bm25", folder / "bm25")
+    first_copy = (bm25_from or index).data.sparse.first_copy  # a table of its own in format 3
+    np.save(folder / "bm25" / "first_copy.npy", np.asarray(first_copy), allow_pickle=False)
     data = index.data
     n = data.tree.n_leaves
     np.save(folder / "node_vectors.npy", np.asarray(data.node_vectors), allow_pickle=False)
