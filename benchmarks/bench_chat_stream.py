@@ -200,7 +200,8 @@ def section(r: dict[str, Any]) -> str:
 
 `nice -n 10 python benchmarks/bench_chat_stream.py` serves the tests' three-document index with
 the real agent and a scripted OpenAI-compatible LLM on 127.0.0.1 that streams its replies one
-word at a time (two model calls per question: a retrieval, then the answer). Through the
+word at a time (two model calls per question: a retrieval, then a reply whose last line is a
+nine-word answer after a nine-word thought). Through the
 official `openai` client, {r["repeats"]} streamed and {r["repeats"]} plain chats per writing
 speed, medians: the first streamed piece (the model's output as `reasoning_content`), the first
 piece of the answer (`content`), the whole streamed answer, and the same chat not streamed (the

@@ -298,7 +298,10 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     page: Page, server: ServerProcess, llm: FakeOpenAIServer, request: pytest.FixtureRequest
 ) -> None:
     p = page.open()
-    second_reply = "Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon [1]"
+    second_reply = (
+        "Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon, the capital "
+        "of Portugal [1]"
+    )
     llm.script(
         Reply(f"Thought: the hotel belongs to the Calder Group.\nRetrieve: {SUB_QUESTION}"),
         Reply(second_reply, delay=2.0),
@@ -317,8 +320,12 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     live = p.wait_for_selector("#ask-live:has-text('Calder')", timeout=20_000)
     assert live is not None and p.locator("#ask-answer").is_hidden()
     assert second_reply.startswith(live.inner_text().strip()[:20])
+    # the answer shows as a draft while the model writes it, then as the accepted answer
+    p.wait_for_selector("#ask-draft:has-text('Lisbon, the')", timeout=20_000)
+    assert p.locator("#answer-text").count() == 0
     p.wait_for_selector("#answer-text", timeout=30_000)
-    assert p.inner_text("#answer-text").strip().startswith("Lisbon")
+    assert p.inner_text("#answer-text").strip().startswith("Lisbon, the capital of Portugal")
+    assert p.locator("#ask-draft").count() == 0
     steps = p.locator("#ask-steps .step:not(.waiting)")
     assert steps.count() == 2
     assert steps.nth(1).locator(".sub-question").inner_text() == SUB_QUESTION
