@@ -453,6 +453,8 @@ $("#ask-form").addEventListener("submit", async (e) => {
             answer.hidden = false;
           }
           $("#ask-draft").textContent += data.text;
+          // below the steps (and the model's live text, which grows above it): keep it in view
+          answer.scrollIntoView({ block: "nearest" });
         } else if (event === "answer_revised") {
           // the agent turned the draft down: the answer it accepts follows
           const draft = $("#ask-draft");
@@ -550,6 +552,7 @@ function renderAnswer(result) {
     details.append(list);
     box.append(details);
   }
+  text.scrollIntoView({ block: "nearest" }); // the answer sits below the steps
 }
 
 // ------------------------------------------------------------------ documents
