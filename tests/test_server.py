@@ -316,7 +316,7 @@ def test_ask_streams_steps_as_they_happen(
     finally:
         script.delay = 0.0
     everything = sse_events(lines)
-    events = [e for e in everything if e[1] != "token"]
+    events = [e for e in everything if e[1] not in ("token", "answer_token")]
     assert [name for _, name, _ in events] == ["step", "step", "answer"]
     first, second, answer = (json.loads(data) for _, _, data in events)
     # The model's replies streamed as token events, each call's before its step, and they
@@ -329,6 +329,10 @@ def test_ask_streams_steps_as_they_happen(
     assert len(tokens) > 2  # in pieces, not one event per reply
     assert first["action"] == "retrieve" and first["query"] == QUESTION
     assert second["action"] == "answer" and second["query"] == "Mount Etna Sicily"
+    said = "".join(
+        json.loads(data)["text"] for _, name, data in everything if name == "answer_token"
+    )
+    assert said == answer["answer"]  # the answer's own pieces join into it
     assert answer["answer"] == "Sicily" and [s["action"] for s in answer["steps"]] == [
         "retrieve",
         "answer",
