@@ -645,13 +645,21 @@ def choose_cascade(
     grids = [recipe.first_l2, recipe.deep_l2, recipe.deep_l2]
     oof = {l2s: np.full((len(rows), 3), np.nan) for l2s in itertools.product(*grids)}
     per_l2: dict[tuple[int, float], np.ndarray] = {}
+    # Step 1 is also scored on the fold's written single facts (synthetic, kept out of that
+    # fit): without them a training part that lacks real 1-hop questions (leave-PopQA-out)
+    # would judge step 1 on multi-hop questions alone and always pick the weakest penalty.
+    first_scored = train & np.isin(folds, inner)
     for fold in inner:
         test = train & real & (folds == fold)
-        tr = purge(keys, test, train & ~test)
+        tr = purge(keys, test, train & ~test) & (folds != fold)
+        first_test = first_scored & (folds == fold)
         for k, grid in enumerate(grids):
+            rows_scored = first_test if k == 0 else test
             for l2 in grid:
                 stage = fit_stage(recipe, k + 1, x, y, rows, tr, l2, dim)
-                per_l2.setdefault((k, l2), np.full(len(rows), np.nan))[test] = stage.score(x[test])
+                per_l2.setdefault((k, l2), np.full(len(rows), np.nan))[rows_scored] = stage.score(
+                    x[rows_scored]
+                )
     scored = train & real & np.isin(folds, inner)
     for l2s, table in oof.items():
         for k in range(3):
@@ -660,9 +668,14 @@ def choose_cascade(
     yy = y[idx]
 
     # Step 1: balanced accuracy of "1 hop" against "more" at threshold 0.
+    first_idx = np.flatnonzero(first_scored)
+    first_y = y[first_idx]
+
     def balanced_first(l2: float) -> float:
-        right = (per_l2[(0, l2)][idx] > 0) == (yy > 0)
-        return float(np.mean([right[sel].mean() for sel in (yy == 0, yy > 0) if sel.any()]))
+        right = (per_l2[(0, l2)][first_idx] > 0) == (first_y > 0)
+        return float(
+            np.mean([right[sel].mean() for sel in (first_y == 0, first_y > 0) if sel.any()])
+        )
 
     best1 = max(recipe.first_l2, key=balanced_first)
     mu = src[idx] == "musique"
