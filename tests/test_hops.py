@@ -491,3 +491,19 @@ def test_fit_binary_learns_a_separable_rule() -> None:
     coef, bias = train.fit_binary(x, yes, 1e-3, np.ones(300), True)  # type: ignore[attr-defined]
     assert ((x @ coef + bias > 0) == yes).mean() > 0.95
     assert coef[0] > abs(coef[2]) and coef[0] > abs(coef[3])
+
+
+def _named_features(question: str) -> dict[str, float]:
+    return dict(zip(LEXICAL_NAMES, hops.lexical_features(question).tolist(), strict=True))
+
+
+def test_masked_counts_set_names_aside_and_count_relations() -> None:
+    fact = _named_features("What genre is The Count of Monte Cristo?")
+    assert hops.masked_template("What genre is The Count of Monte Cristo?") == "what genre is x"
+    # The title's "of" is masked away: a short single fact, not a chain.
+    assert fact["masked_of"] == 0 and fact["masked_entities"] == 1
+    assert fact["masked_words"] == pytest.approx(0.4)
+    chain = _named_features("Who is the spouse of the mayor of the city where Ann Lee was born?")
+    assert chain["relation_nouns"] == 3  # spouse, mayor, city
+    assert chain["masked_relative"] == 1 and chain["masked_of"] == 2
+    assert chain["masked_words"] > fact["masked_words"]
