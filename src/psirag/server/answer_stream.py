@@ -16,6 +16,8 @@ says so when it was wrong. The rules (:class:`AnswerTap`):
   turned out not to be that answer), a *revision*: a marked break, then the whole final reply.
   The reply is the text after the last revision mark (:data:`REVISED`); the OpenAI chunk, the
   Ollama line and the ``/ask`` event that start a revision say so in a field of their own.
+- An error after the answer began to stream ends the stream with the error, as before: the
+  text sent early is then no answer.
 """
 
 from __future__ import annotations
