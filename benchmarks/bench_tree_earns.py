@@ -1,0 +1,489 @@
+"""Where the tree earns its place against flat search (issue 27 item 5), retrieval side, no LLM.
+
+Three sets, each against flat (exact cosine) search on the same vectors (MiniLM, cached):
+
+- ``qmsum``: each of QMSum's 35 meetings split into ~100-token chunks, one tree per meeting (as
+  ``psirag eval --split --tree-per-document``). For the meeting's query, a context of a fixed
+  number of nodes (10 and 20; 20 is the paper's QMSum setting) is gathered by: flat dense top-k
+  leaves; psi's default search (its dense list is an exact scan at this size, fused with BM25);
+  the tree visit summarization reads (``Index.visit`` + ``select_nodes``: abstracts and leaves
+  ranked by cosine); the same visit filled to the flat context's word count; and, as a
+  query-free reference point, k leaves spaced evenly through the meeting. Scored by ROUGE-1/2
+  recall of the reference summary against the context and by how much of the meeting it spans.
+- ``branch``: 2Wiki (6,119 passages, one tree). (a) The 1,000 questions, grouped by whether
+  their supporting passages sit together under one small inner node (lowest common ancestor
+  with at most ``BRANCH_MAX`` leaves); recall@5/10 of flat dense, tree search, a node-level
+  retrieval (the best-scoring visited inner node that fits the budget, expanded to its leaves,
+  then the tree's top leaves), psi's default and hybrid. (b) A set built from the tree itself:
+  inner nodes of 5-20 leaves, queried by the first phrases of their own keyword abstract;
+  recall of the node's leaves at a budget of its size. (b) favours the tree by construction.
+- ``skew``: 2Wiki mixtures of films (major) and one minor topic at a 1-20% share (as
+  ``bench_skew.py``; the held-out medical set is not available here), minor passages taken
+  from those some 2Wiki question needs first. Each (question, supporting passage in the
+  mixture) pair is a query: hit@5 by flat dense vs tree search at beams 5/20/160.
+
+Usage: python benchmarks/bench_tree_earns.py [--parts qmsum branch skew] [--redo]
+Each finished part is written to benchmarks/results/tree_earns.json at once; a rerun skips the
+parts already there (``--redo`` runs them again). QMSum's chunk vectors are kept in
+bench-out/cache/qmsum-minilm.npz (embedding them takes ~15 minutes on 2 busy cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from _common import DATA, OUT, RESULTS, CachedVectors, dataset, documents, machine, passage_text
+
+from psirag import Index, IndexConfig, SearchConfig
+from psirag.agent.summarize import select_nodes
+from psirag.eval.metrics import paired_bootstrap_ci, rouge_n_recall, segment_coverage
+from psirag.eval.skew import label_2wiki
+from psirag.retrieval.tree_search import TreeSearcher
+from psirag.tree import Tree, build_tree
+
+RESULT = RESULTS / "tree_earns.json"
+QMSUM_CACHE = OUT / "cache" / "qmsum-minilm.npz"
+QMSUM_BUDGETS = (10, 20)
+BRANCH_MAX = 40
+"""A question "spans a branch" when its supporting passages' lowest common ancestor holds at
+most this many leaves (one layer-1 node, or a small layer-2 one, at fan-out 40)."""
+BRANCH_KS = (5, 10)
+NODE_SET_SIZES = (5, 20)
+NODE_SET_COUNT = 200
+NODE_QUERY_PHRASES = 8
+SKEW_N = 400
+SKEW_SHARES = (0.01, 0.02, 0.05, 0.10, 0.20)
+SKEW_MINORS = ("football", "music", "politics", "geography")
+SKEW_SEEDS = (0, 1, 2)
+SKEW_BEAMS = (5, 20, 160)
+SKEW_K = 5
+SKEW_MAJOR_CAP = 150
+"""Major-topic pairs scored per mixture (a random subset; the minor pairs are all scored)."""
+
+
+def load_results() -> dict[str, Any]:
+    return json.loads(RESULT.read_text()) if RESULT.exists() else {}
+
+
+def save_part(name: str, part: dict[str, Any]) -> None:
+    """Write one part into the results file atomically, keeping the others."""
+    results = load_results()
+    results[name] = part
+    results["machine"] = machine()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tmp = RESULT.with_name(f".{RESULT.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(tmp, RESULT)
+
+
+def ci(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    return paired_bootstrap_ci(a, b).to_dict()
+
+
+def mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+# ------------------------------------------------------------------ QMSum
+
+
+def ranked_leaves(
+    retriever: Any, vector: np.ndarray, query: str, doc: str, config: SearchConfig
+) -> list[int]:
+    """A search's leaves inside one document, best first."""
+    return [int(i) for i, _ in retriever.ranked(vector, query, config=config, docs=[doc])]
+
+
+def qmsum_part() -> dict[str, Any]:
+    from psirag.embed import load_embedder
+    from psirag.eval.data import load_dataset
+    from psirag.eval.embedcache import CachingEmbedder
+
+    data = load_dataset(DATA / "qmsum")
+    embedder = CachingEmbedder(load_embedder("minilm"), QMSUM_CACHE)
+    t0 = time.perf_counter()
+    index = Index.build(
+        data.documents, IndexConfig(split_records=True, tree_per_document=True), embedder=embedder
+    )
+    build_s = time.perf_counter() - t0
+    docs_of = {text: doc for doc, text in data.passage_of.items()}
+    retriever = index.retriever
+    tree = index.tree
+    n_leaves = tree.n_leaves
+    leaf_docs = index.data.leaf_documents
+    membership = tree.leaf_membership
+    rows: list[dict[str, Any]] = []
+    for q in data.questions:
+        doc = docs_of[q.gold_passages[0]]
+        meeting = np.flatnonzero(leaf_docs == doc)
+        first, total = int(meeting[0]), int(meeting.size)
+        vector = index.embed_query(q.question)
+        ref = q.answers[0]
+        row: dict[str, Any] = {"id": q.id, "meeting_chunks": total, "ref_words": len(ref.split())}
+        for budget in QMSUM_BUDGETS:
+            flat = ranked_leaves(
+                retriever,
+                vector,
+                q.question,
+                doc,
+                SearchConfig(
+                    k=budget,
+                    candidates=budget,
+                    use_tree=False,
+                    use_bm25=False,
+                    use_dense=True,
+                    merge_duplicates=False,
+                ),
+            )
+            psi_config = SearchConfig(k=budget, candidates=budget, fusion="rrf")
+            psi = ranked_leaves(retriever, vector, q.question, doc, psi_config)
+            visited = retriever.visit_vector(vector, docs=[doc], beam=budget, k=budget)
+            visit = [int(h.node) for h in select_nodes(visited, budget)]
+            flat_words = sum(len(index.node_text(u).split()) for u in flat)
+            filled: list[int] = []
+            words = 0
+            for hit in visited:  # best first
+                if words >= flat_words:
+                    break
+                filled.append(int(hit.node))
+                words += len(hit.text.split())
+            even = [first + (i * total) // budget for i in range(min(budget, total))]
+            for name, nodes in (
+                ("flat", flat),
+                ("psi_default", psi),
+                ("tree_visit", visit),
+                ("tree_visit_words", filled),
+                ("even", even),
+            ):
+                context = "\n".join(index.node_text(u) for u in nodes)
+                verbatim = [u - first for u in nodes if u < n_leaves]
+                spanned = sorted(
+                    {int(v) - first for u in nodes for v in membership[u].indices if u >= n_leaves}
+                    | set(verbatim)
+                )
+                row[f"{name}@{budget}"] = {
+                    "rouge1": rouge_n_recall(context, ref, 1),
+                    "rouge2": rouge_n_recall(context, ref, 2),
+                    "words": len(context.split()),
+                    "abstracts": sum(1 for u in nodes if u >= n_leaves),
+                    "verbatim_share": len(set(verbatim)) / total,
+                    "deciles_verbatim": segment_coverage(verbatim, total),
+                    "deciles_spanned": segment_coverage(spanned, total),
+                }
+        rows.append(row)
+    summary: dict[str, Any] = {}
+    metrics = ("rouge1", "rouge2", "words", "abstracts", "verbatim_share", "deciles_verbatim")
+    metrics += ("deciles_spanned",)
+    for budget in QMSUM_BUDGETS:
+        names = ("flat", "psi_default", "tree_visit", "tree_visit_words", "even")
+        table = {
+            name: {m: mean([r[f"{name}@{budget}"][m] for r in rows]) for m in metrics}
+            for name in names
+        }
+
+        def col(name: str, metric: str, b: int = budget) -> list[float]:
+            return [r[f"{name}@{b}"][metric] for r in rows]
+
+        diffs = {
+            f"{a}-{b}": {
+                m: ci(col(a, m), col(b, m)) for m in ("rouge1", "rouge2", "deciles_verbatim")
+            }
+            for a, b in (
+                ("tree_visit", "flat"),
+                ("tree_visit_words", "flat"),
+                ("psi_default", "flat"),
+                ("even", "flat"),
+            )
+        }
+        summary[str(budget)] = {"means": table, "diffs": diffs}
+    return {
+        "questions": len(rows),
+        "chunks": n_leaves,
+        "abstract_nodes": tree.n_nodes - n_leaves,
+        "build_seconds": build_s,
+        "summary": summary,
+        "rows": rows,
+    }
+
+
+# ------------------------------------------------------------------ branch questions
+
+
+def lowest_common_ancestor(tree: Tree, leaves: Sequence[int]) -> int:
+    """The deepest node above all ``leaves`` (-1 when they sit in different trees)."""
+    paths = []
+    for leaf in leaves:
+        path = [int(leaf)]
+        while tree.parent[path[-1]] >= 0:
+            path.append(int(tree.parent[path[-1]]))
+        paths.append(path)
+    common = set(paths[0]).intersection(*paths[1:])
+    return next((u for u in paths[0] if u in common), -1)
+
+
+def node_level(
+    visited: Sequence[Any], sizes: np.ndarray, leaf_scores: np.ndarray, tree: Tree, budget: int
+) -> list[int]:
+    """Node-level retrieval: the best-scoring visited inner node holding at most ``budget``
+    leaves, its leaves by cosine, then the visit's best leaves until ``budget``."""
+    out: list[int] = []
+    inner = [h for h in visited if h.layer > 0 and 2 <= sizes[h.node] <= budget]
+    if inner:
+        best = max(inner, key=lambda h: h.score)
+        under = tree.leaves_under(int(best.node))
+        out = [int(u) for u in under[np.argsort(-leaf_scores[under], kind="stable")]]
+    for h in visited:
+        if len(out) >= budget:
+            break
+        if h.layer == 0 and int(h.node) not in out:
+            out.append(int(h.node))
+    return out[:budget]
+
+
+def branch_part() -> dict[str, Any]:
+    corpus, questions = dataset("2wikimultihopqa")
+    vectors = CachedVectors()
+    index = Index.build(documents(corpus), IndexConfig(), embedder=vectors)
+    tree = index.tree
+    n = tree.n_leaves
+    if n != len(corpus):
+        raise SystemExit(f"expected one leaf per 2Wiki record, got {n} for {len(corpus)}")
+    leaf_vecs = np.asarray(index.node_vectors[:n])
+    sizes = np.asarray(tree.leaf_membership.sum(axis=1)).ravel()
+    texts = [c.text for c in index.chunks]
+    retriever = index.retriever
+    kmax = max(BRANCH_KS)
+    hybrid = SearchConfig(k=kmax, candidates=kmax, use_tree=False, use_dense=True)
+    default = SearchConfig(k=kmax, candidates=kmax)
+    q_vecs = vectors.embed([q["question"] for q in questions])
+    rows: list[dict[str, Any]] = []
+    for q, vec in zip(questions, q_vecs, strict=True):
+        gold_ids = [int(i) for i in q["supporting_passage_ids"]]
+        gold = {texts[i] for i in gold_ids}
+        lca = lowest_common_ancestor(tree, sorted(set(gold_ids)))
+        scores = leaf_vecs @ vec
+        visited = retriever.visit_vector(vec, beam=160, k=kmax)
+        ranked: dict[str, list[int]] = {
+            "flat": [int(i) for i in np.argsort(-scores, kind="stable")[:kmax]],
+            "tree_b160": retriever.searcher.search(vec, k=kmax, beam=160).leaves.tolist(),
+            "tree_b40": retriever.searcher.search(vec, k=kmax, beam=40).leaves.tolist(),
+            "psi_default": [i for i, _ in retriever.ranked(vec, q["question"], config=default)],
+            "hybrid": [i for i, _ in retriever.ranked(vec, q["question"], config=hybrid)],
+        }
+        row: dict[str, Any] = {
+            "id": q["id"],
+            "gold": len(gold),
+            "lca_leaves": int(sizes[lca]) if lca >= 0 else None,
+        }
+        for k in BRANCH_KS:
+            ranked_k = dict(ranked)
+            ranked_k["tree_node"] = node_level(visited, sizes, scores, tree, k)
+            for name, ids in ranked_k.items():
+                got = {texts[int(i)] for i in ids[:k]}
+                row[f"{name}@{k}"] = len(gold & got) / len(gold)
+        rows.append(row)
+    names = ("flat", "tree_b160", "tree_b40", "tree_node", "psi_default", "hybrid")
+    groups = {
+        "one_branch": [
+            r for r in rows if r["lca_leaves"] is not None and r["lca_leaves"] <= BRANCH_MAX
+        ],
+        "spread": [r for r in rows if r["lca_leaves"] is None or r["lca_leaves"] > BRANCH_MAX],
+        "all": rows,
+    }
+    questions_summary: dict[str, Any] = {}
+    for gname, grows in groups.items():
+        entry: dict[str, Any] = {"questions": len(grows)}
+        for k in BRANCH_KS:
+            entry[f"recall@{k}"] = {m: mean([r[f"{m}@{k}"] for r in grows]) for m in names}
+            entry[f"diffs@{k}"] = {
+                f"{a}-{b}": ci([r[f"{a}@{k}"] for r in grows], [r[f"{b}@{k}"] for r in grows])
+                for a, b in (
+                    ("tree_node", "flat"),
+                    ("tree_b160", "flat"),
+                    ("psi_default", "hybrid"),
+                )
+            }
+        questions_summary[gname] = entry
+
+    # (b) the set built from the tree: a node's own keyword phrases as the query
+    rng = np.random.default_rng(0)
+    lo, hi = NODE_SET_SIZES
+    pool = np.flatnonzero((np.arange(tree.n_nodes) >= n) & (sizes >= lo) & (sizes <= hi))
+    picked = np.sort(rng.choice(pool, size=min(NODE_SET_COUNT, pool.size), replace=False))
+    queries = [", ".join(index.node_text(int(u)).split(", ")[:NODE_QUERY_PHRASES]) for u in picked]
+    from psirag.embed import load_embedder
+    from psirag.eval.embedcache import CachingEmbedder
+
+    node_q = CachingEmbedder(load_embedder("minilm"), OUT / "cache" / "tree-earns-queries.npz")
+    node_vecs = node_q.embed(queries)
+    node_rows: list[dict[str, Any]] = []
+    for u, query, vec in zip(picked.tolist(), queries, node_vecs, strict=True):
+        want = set(tree.leaves_under(u).tolist())
+        budget = len(want)
+        scores = leaf_vecs @ vec
+        visited = retriever.visit_vector(vec, beam=160, k=budget)
+        got = {
+            "flat": np.argsort(-scores, kind="stable")[:budget].tolist(),
+            "tree_b160": retriever.searcher.search(vec, k=budget, beam=160).leaves.tolist(),
+            "tree_b40": retriever.searcher.search(vec, k=budget, beam=40).leaves.tolist(),
+            "tree_node": node_level(visited, sizes, scores, tree, budget),
+        }
+        node_rows.append(
+            {
+                "node": u,
+                "layer": int(tree.layer[u]),
+                "leaves": budget,
+                "query": query,
+                **{m: len(want & set(ids)) / budget for m, ids in got.items()},
+            }
+        )
+    node_names = ("flat", "tree_b160", "tree_b40", "tree_node")
+    node_summary = {
+        "nodes": len(node_rows),
+        "recall": {m: mean([r[m] for r in node_rows]) for m in node_names},
+        "diffs": {
+            f"{a}-flat": ci([r[a] for r in node_rows], [r["flat"] for r in node_rows])
+            for a in ("tree_node", "tree_b160")
+        },
+    }
+    return {
+        "leaves": n,
+        "layers": tree.layer_sizes(),
+        "branch_max": BRANCH_MAX,
+        "questions": questions_summary,
+        "node_set": node_summary,
+        "rows": rows,
+        "node_rows": node_rows,
+    }
+
+
+# ------------------------------------------------------------------ skewed corpora
+
+
+def leaf_mean_vectors(tree: Tree, e: np.ndarray) -> np.ndarray:
+    """psi's default routing: leaves keep their vectors, abstract nodes the normalised mean."""
+    mean_vecs = np.asarray(tree.leaf_membership[tree.n_leaves :] @ e)
+    mean_vecs /= np.linalg.norm(mean_vecs, axis=1, keepdims=True)
+    return np.concatenate([e, mean_vecs]).astype(np.float32)
+
+
+def skew_sample(
+    labels: Sequence[str | None], needed: set[int], minor: str, share: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """A film/minor mixture of ``SKEW_N`` passages: minor passages some question needs first
+    (so that the minor topic has queries), the rest at random."""
+    rng = np.random.default_rng(seed)
+    lab = np.asarray(labels, dtype=object)
+    n_minor = round(SKEW_N * share)
+    films = np.flatnonzero(lab == "film")
+    minors = np.flatnonzero(lab == minor)
+    gold_minors = rng.permutation([i for i in minors.tolist() if i in needed])
+    other_minors = rng.permutation([i for i in minors.tolist() if i not in needed])
+    chosen_minor = np.concatenate([gold_minors, other_minors])[:n_minor].astype(np.int64)
+    chosen_major = rng.choice(films, size=SKEW_N - n_minor, replace=False)
+    idx = np.sort(np.concatenate([chosen_major, chosen_minor]))
+    return idx, np.isin(idx, chosen_minor)
+
+
+def skew_part() -> dict[str, Any]:
+    corpus, questions = dataset("2wikimultihopqa")
+    labels = label_2wiki(corpus)
+    vectors = CachedVectors()
+    all_e = vectors.embed([passage_text(r) for r in corpus])
+    q_e = vectors.embed([q["question"] for q in questions])
+    asked: dict[int, list[int]] = {}
+    for qi, q in enumerate(questions):
+        for p in {int(i) for i in q["supporting_passage_ids"]}:
+            asked.setdefault(p, []).append(qi)
+    pairs_all: list[dict[str, Any]] = []
+    for minor in SKEW_MINORS:
+        for share in SKEW_SHARES:
+            for seed in SKEW_SEEDS:
+                idx, is_minor = skew_sample(labels, set(asked), minor, share, seed)
+                e = all_e[idx]
+                tree = build_tree(e, max_children=40)
+                searcher = TreeSearcher(tree, leaf_mean_vectors(tree, e))
+                rng = np.random.default_rng(seed + 1000)
+                pairs = [(pos, qi) for pos, p in enumerate(idx.tolist()) for qi in asked.get(p, [])]
+                major = [pq for pq in pairs if not is_minor[pq[0]]]
+                if len(major) > SKEW_MAJOR_CAP:
+                    keep = rng.choice(len(major), size=SKEW_MAJOR_CAP, replace=False)
+                    major = [major[i] for i in sorted(keep.tolist())]
+                chosen = [pq for pq in pairs if is_minor[pq[0]]] + major
+                for pos, qi in chosen:
+                    vec = q_e[qi]
+                    flat = np.argsort(-(e @ vec), kind="stable")[:SKEW_K]
+                    row = {
+                        "minor": minor,
+                        "share": share,
+                        "seed": seed,
+                        "is_minor": bool(is_minor[pos]),
+                        "flat": float(pos in flat),
+                    }
+                    for beam in SKEW_BEAMS:
+                        hits = searcher.search(vec, k=SKEW_K, beam=beam).leaves
+                        row[f"tree_b{beam}"] = float(pos in hits)
+                    pairs_all.append(row)
+                print(f"skew {minor} {share:.0%} seed {seed}: {len(chosen)} pairs", flush=True)
+    names = ("flat", *(f"tree_b{b}" for b in SKEW_BEAMS))
+    summary: dict[str, Any] = {}
+    for share in SKEW_SHARES:
+        entry: dict[str, Any] = {}
+        for side, flag in (("minor", True), ("major", False)):
+            rows = [r for r in pairs_all if r["share"] == share and r["is_minor"] == flag]
+            entry[side] = {
+                "pairs": len(rows),
+                "hit@5": {m: mean([r[m] for r in rows]) for m in names},
+                "diffs": {
+                    f"tree_b{b}-flat": ci(
+                        [r[f"tree_b{b}"] for r in rows], [r["flat"] for r in rows]
+                    )
+                    for b in SKEW_BEAMS
+                }
+                if rows
+                else {},
+            }
+        summary[f"{share:g}"] = entry
+    return {
+        "n": SKEW_N,
+        "shares": list(SKEW_SHARES),
+        "minors": list(SKEW_MINORS),
+        "seeds": list(SKEW_SEEDS),
+        "k": SKEW_K,
+        "summary": summary,
+        "pairs": pairs_all,
+    }
+
+
+PARTS: dict[str, Callable[[], dict[str, Any]]] = {
+    "qmsum": qmsum_part,
+    "branch": branch_part,
+    "skew": skew_part,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS))
+    ap.add_argument("--redo", action="store_true", help="run parts already in the results again")
+    args = ap.parse_args()
+    done = load_results()
+    for name in args.parts:
+        if name in done and not args.redo:
+            print(f"{name}: already in {RESULT.name}, skipped (--redo to run again)")
+            continue
+        t0 = time.perf_counter()
+        part = PARTS[name]()
+        part["seconds"] = time.perf_counter() - t0
+        save_part(name, part)
+        print(f"{name}: done in {part['seconds']:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
