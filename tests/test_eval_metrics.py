@@ -146,7 +146,6 @@ def test_rouge_l_max_over_references() -> None:
 # --- paired bootstrap ----------------------------------------------------------------------------
 
 
-
 def test_rouge_n_recall_by_hand() -> None:
     ref = "the cat sat on the mat"
     # unigrams: the x2, cat, sat, on, mat = 6; the context holds "the" once, cat, mat
@@ -172,6 +171,7 @@ def test_segment_coverage_counts_stretches_touched() -> None:
     assert segment_coverage(range(5), total=5, parts=10) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         segment_coverage([100], total=100)
+
 
 def test_bootstrap_of_identical_scores_is_zero() -> None:
     a = [1.0, 0.0, 1.0, 1.0]
