@@ -649,6 +649,8 @@ def render_verdicts(results: dict[str, Any]) -> list[str]:
             for b in ("low", "high")
         )
         user = every["diffs@10"]["tree_node-flat"]
+        above = any(every[f"diffs@{k}"]["tree_b160-flat"]["diff"] > 0 for k in BRANCH_KS)
+        side = "above it at some k" if above else "never above it"
         out.append(
             "- **Branch questions (2Wiki).** Node-level retrieval "
             f"{verdict(one['diffs@10']['tree_node-flat'])} on the one-branch questions at k = 10 "
@@ -661,7 +663,7 @@ def render_verdicts(results: dict[str, Any]) -> list[str]:
             f"({interval(every['diffs@5']['tree_node-flat'])}). On the set built from the tree's "
             f"own nodes it {verdict(ns)} ({interval(ns)}), which mostly shows that the set "
             "favours the tree. The tree's leaf search (beam 160) stays within "
-            f"{leaf_gap:.1f} points of flat (never above it), and psi's default (which "
+            f"{leaf_gap:.1f} points of flat ({side}), and psi's default (which "
             f"searches the tree at this size) within {psi_gap:.1f} of hybrid."
         )
     if "skew" in results:
@@ -694,7 +696,8 @@ def render() -> str:
     lines = [
         "## Where the tree earns its place (issue 27 item 5)",
         "",
-        "`python benchmarks/bench_tree_earns.py` (then `--render`), MiniLM vectors, no LLM: "
+        "`python benchmarks/bench_tree_earns.py` (writes this section; `--render` redraws it "
+        "from the saved results), MiniLM vectors, no LLM: "
         "the tree against flat search on the same vectors, on the three kinds of task where "
         "the tree might give what flat top-k cannot. A flat scan *is* the exact top-k by "
         "cosine; the tree's leaf search can only beat it on gold recall when its pruning "
