@@ -21,6 +21,7 @@ import psirag.tree.update as tree_update
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.eval.metrics import recall_at_k
 from psirag.ingest import Document
+from psirag.tree import check_invariants
 
 N_DOCS = 300
 TOPICS = 20
@@ -104,3 +105,31 @@ def test_the_bound_fails_when_new_chunks_go_under_random_leaves(
 
     gaps = cycles(monkeypatch, random_leaves)
     assert min(g["narrow"] for g in gaps) < -BOUND, gaps
+
+
+def test_one_update_that_removes_and_adds_descends_over_the_changed_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A re-indexed file is removed and added in one update: the descent then runs over the tree
+    the removal left, whose changed nodes are not refreshed yet (new ones, if any, are passed as
+    stale; tests/test_tree_descent.py checks what the descent does with them)."""
+    monkeypatch.setattr(tree_update, "SCAN_BELOW", 0)
+    seen: list[Any] = []
+    real = tree_update.descend
+
+    def spy(tree: Any, node_vectors: np.ndarray, queries: np.ndarray, **kw: Any) -> Any:
+        seen.append(kw.get("stale"))
+        return real(tree, node_vectors, queries, **kw)
+
+    monkeypatch.setattr(tree_update, "descend", spy)
+    docs, questions = corpus()
+    emb = HashEmbedder(64)
+    index = Index.build(docs, IndexConfig(max_children=3), embedder=emb)
+    gone = [d.id for d in docs[:40]]
+    summary = index.update(gone, docs[:40])
+    assert summary.chunks_removed == 40 and summary.chunks_added == 40
+    assert summary.tree["descended"] == 40 and len(seen) == 1 and seen[0] is not None
+    check_invariants(index.data.tree, 3)
+    assert index.data.tree.n_leaves == N_DOCS
+    fresh = Index.build(docs, IndexConfig(max_children=3), embedder=emb)
+    assert abs(recall5(index, questions, PSI) - recall5(fresh, questions, PSI)) <= BOUND
