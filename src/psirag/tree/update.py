@@ -35,7 +35,7 @@ import numpy as np
 from psirag.errors import IndexFormatError, InputError
 from psirag.tree.build import TreeMode, build_tree
 from psirag.tree.dasgupta import dasgupta_terms
-from psirag.tree.model import Tree
+from psirag.tree.model import Tree, gather_ranges
 from psirag.tree.rebalance import renumber_order, reorder, split_overfull
 
 __all__ = [
@@ -453,17 +453,6 @@ def _trusted(name: str, x: np.ndarray, rows: int, dim: int | None) -> np.ndarray
     return a if a.dtype == np.float32 else a.astype(np.float32)
 
 
-def _gather_children(offsets: np.ndarray, order: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """The children of ``nodes``, concatenated, as one fancy index."""
-    starts, ends = offsets[nodes], offsets[nodes + 1]
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return order[:0]
-    first = np.cumsum(lengths) - lengths
-    return order[np.repeat(starts - first, lengths) + np.arange(total)]
-
-
 def _stale_vectors(
     tree: Tree, node_vectors: np.ndarray, stale: np.ndarray | None
 ) -> dict[int, np.ndarray]:
@@ -511,7 +500,7 @@ def descend(
         q = queries[j]
         cands = root
         while True:
-            kids = _gather_children(offsets, order, cands)
+            kids = gather_ranges(order, offsets[cands], offsets[cands + 1])
             if kids.size == 0:  # a lone leaf is the whole tree
                 idx[j], best[j] = int(cands[0]), float(np.take(node_vectors, cands, axis=0)[0] @ q)
                 break
