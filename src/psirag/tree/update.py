@@ -265,10 +265,24 @@ class _Work:
         """Remove leaves, prune emptied nodes, re-home only-children, drop one-child roots."""
         leaf_vecs = self.vectors[: self.old.n_leaves].astype(np.float64)
         sums = np.asarray(self.old.leaf_membership @ leaf_vecs)
-        tree_of = np.asarray([self.top(u) for u in range(len(self.parent))])
-        by_layer: dict[int, set[int]] = {}
-        for u, lv in enumerate(self.layer):
-            by_layer.setdefault(lv, set()).add(u)
+        # each node's root, by array steps (a Python walk per node cost seconds at 200k)
+        parent = np.asarray(self.parent, dtype=np.int64)
+        tree_of = np.arange(parent.size)
+        while True:
+            up = parent[tree_of]
+            moves = up >= 0
+            if not moves.any():
+                break
+            tree_of[moves] = up[moves]
+        layer_arr = np.asarray(self.layer, dtype=np.int64)
+        by_layer: dict[int, set[int]] = {}  # alive nodes per layer, made when a layer is read
+
+        def layer_set(lv: int) -> set[int]:
+            got = by_layer.get(lv)
+            if got is None:
+                got = {v for v in np.flatnonzero(layer_arr == lv).tolist() if self.alive[v]}
+                by_layer[lv] = got
+            return got
 
         def shift(u: int, delta: np.ndarray) -> None:
             while u >= 0:
@@ -278,7 +292,8 @@ class _Work:
         def drop(u: int) -> int:
             p = self.parent[u]
             self.kill(u)
-            by_layer[self.layer[u]].discard(u)
+            if self.layer[u] in by_layer:
+                by_layer[self.layer[u]].discard(u)
             return p
 
         touched: set[int] = set()
@@ -300,7 +315,8 @@ class _Work:
                 if not self.alive[u] or len(self.kids[u]) != 1 or self.parent[u] < 0:
                     continue
                 cands = np.asarray(
-                    [v for v in by_layer[lv] if v != u and tree_of[v] == tree_of[u]], dtype=np.int64
+                    sorted(v for v in layer_set(lv) if v != u and tree_of[v] == tree_of[u]),
+                    dtype=np.int64,
                 )
                 if cands.size == 0:
                     continue  # u is alone in its layer: the root collapse below removes it
@@ -319,7 +335,7 @@ class _Work:
                 self.bump("rehomed")
                 if p >= 0:
                     touched.add(p)
-        for r in sorted({tree_of[u] for u in range(len(self.parent)) if self.alive[u]}):
+        for r in np.unique(tree_of[np.asarray(self.alive, dtype=bool)]).tolist():
             while self.alive[r] and self.layer[r] > 0 and len(self.kids[r]) == 1:
                 c = self.kids[r][0]
                 self.kill(r)
