@@ -279,6 +279,8 @@ def main() -> None:
         r = compare(f"synthetic, {args.clusters} clusters", e, q, with_hnswlib=args.hnswlib)
         rows[(r["set"], r["n"])] = r
         del e
+        partial = {"rows": list(rows.values()), "machine": machine_info()}
+        write_result("tree_vs_hnsw.json", {**old, **partial})  # a later size may not finish
     for r in rows.values():
         r["at_equal_latency"] = equal_latency(r)
         print(r["set"], r["n"], r["at_equal_latency"])
