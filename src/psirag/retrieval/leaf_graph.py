@@ -9,7 +9,7 @@ vectors. A saved graph is opened memory-mapped and read-only (usearch's ``view``
 never writes, and an update copies it into memory first.
 
 usearch is a binary wheel on PyPI (no compiler), but with its numkong dependency it adds about
-57 MiB to an install (BENCHMARKS.md, "Tree against HNSW as a nearest-leaf index"), so it is an
+56 MiB to an install (BENCHMARKS.md, "Tree against HNSW as a nearest-leaf index"), so it is an
 extra: without it an index is built without a graph and searches as before.
 """
 
