@@ -15,6 +15,7 @@ extra: without it an index is built without a graph and searches as before.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,9 @@ class LeafGraph:
         self.keys = np.asarray(keys, dtype=np.int64)
         self.read_only = read_only
         """A memory-mapped view of a saved graph: usearch cannot change it (it would crash)."""
+        self._breadth = threading.Lock()
+        """usearch takes ``ef`` as a property of the graph, not of one search: held while one
+        is set and used, so that concurrent searches with different beams get their own."""
 
     @property
     def n_leaves(self) -> int:
@@ -147,8 +151,10 @@ class LeafGraph:
         count = min(count, self.n_leaves)
         if count <= 0:
             return np.empty(0, dtype=np.int64)
-        self.graph.expansion_search = max(int(ef), count)
-        found = self.graph.search(np.asarray(vector, dtype=np.float32).ravel(), count, threads=1)
+        query = np.asarray(vector, dtype=np.float32).ravel()
+        with self._breadth:
+            self.graph.expansion_search = max(int(ef), count)
+            found = self.graph.search(query, count, threads=1)
         keys = np.asarray(found.keys, dtype=np.int64)
         leaves = np.minimum(np.searchsorted(self.keys, keys), self.keys.size - 1)
         return leaves[self.keys[leaves] == keys]  # every found key is a leaf's
