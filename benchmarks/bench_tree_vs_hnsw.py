@@ -185,15 +185,10 @@ def compare(
 
 
 def two_wiki(with_hnswlib: bool) -> dict[str, Any]:
-    from psirag import Index
-
-    folder = OUT / "index-2wikimultihopqa"
-    if not folder.exists():
-        raise SystemExit(f"{folder} not found: run benchmarks/bench_retrieval_variants.py first")
     from _common import MINILM_CACHE, dataset
-    from bench_retrieval_variants import question_vectors
+    from bench_retrieval_variants import load_index, question_vectors
 
-    index = Index.load(folder)
+    index = load_index("2wikimultihopqa", {})  # built (and its passages embedded) if missing
     n = index.data.n_leaves
     e = np.asarray(index.data.node_vectors[:n], dtype=np.float32)
     _, questions = dataset("2wikimultihopqa")
