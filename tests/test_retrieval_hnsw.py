@@ -203,3 +203,18 @@ def test_missing_usearch_names_the_extra_and_the_index_falls_back_to_the_tree(
     loaded = Index.load(folder, embedder=HashEmbedder())  # saved with a graph: loads without
     assert loaded.data.leaf_graph is None
     assert loaded.search("w1 w2 w3", config=SearchConfig(exact_dense_leaves=100))
+
+
+def test_an_index_without_a_graph_gets_one_at_its_first_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(psirag.pipeline, "GRAPH_MIN_LEAVES", 10_000)
+    index = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    assert index.data.leaf_graph is None  # built before the graph (or below its size)
+    monkeypatch.setattr(psirag.pipeline, "GRAPH_MIN_LEAVES", 50)
+    summary = index.add(["w1 w2 w3 w4 w5 w6 w7 w8 fresh"], texts=True)
+    graph = index.data.leaf_graph
+    assert graph is not None and graph.n_leaves == index.data.n_leaves == 401
+    assert "hnsw" in summary.seconds
+    hits = index.search("w1 w2 w3 w4 w5 w6 w7 w8 fresh", config=SearchConfig(lists=("hnsw",)))
+    assert hits[0].text == "w1 w2 w3 w4 w5 w6 w7 w8 fresh"
