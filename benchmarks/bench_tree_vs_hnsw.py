@@ -319,6 +319,7 @@ def main() -> None:
         print(r["set"], r["n"], r["at_equal_latency"])
     result: dict[str, Any] = {"rows": list(rows.values()), "machine": machine_info()}
     if args.end_to_end:
+        write_result("tree_vs_hnsw.json", {**old, **result})  # the rows, whatever follows
         result["end_to_end"] = end_to_end()
     elif "end_to_end" in old:
         result["end_to_end"] = old["end_to_end"]
