@@ -169,7 +169,33 @@ def test_damaged_cached_model_is_written_again(
     Path(str(target) + ".sha256").unlink()
     assert onnx_module.export_onnx(folder) == target
     assert Path(str(target) + ".sha256").read_text().strip() == digest
-    assert sorted(p.name for p in target.parent.iterdir()) == [target.name, target.name + ".sha256"]
+    names = sorted(p.name for p in target.parent.iterdir())
+    assert names == [target.name, target.name + ".checked", target.name + ".sha256"]
+
+
+@needs_ort
+def test_checked_model_is_not_hashed_again_until_it_changes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Once the cached graph matched its hash, later loads trust its size, time and inode; a
+    change of any of them (here: the same bytes flipped in place, same size) hashes again and
+    refuses the file."""
+    monkeypatch.setenv("PSIRAG_CACHE", str(tmp_path))
+    target = onnx_module.export_onnx(embed_base.minilm_path())
+    hashed: list[Path] = []
+    real_digest = onnx_module._file_digest
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real_digest(path)
+
+    monkeypatch.setattr(onnx_module, "_file_digest", counting)
+    assert onnx_module.cached_model_ok(target) and len(hashed) == 1
+    assert onnx_module.cached_model_ok(target) and len(hashed) == 1
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    assert not onnx_module.cached_model_ok(target) and len(hashed) == 2
 
 
 @needs_ort
@@ -319,6 +345,7 @@ def test_int8_is_close_but_has_its_own_id(backends: dict[str, Any]) -> None:
     assert int8.id != backends["torch"].id
     assert int8.id.startswith(backends["torch"].id)
     names = sorted(p.name.split("-")[-1] for p in (backends["cache"] / "onnx").iterdir())
+    names = [n for n in names if not n.endswith(".checked")]
     assert names == ["fp32.onnx", "fp32.onnx.sha256", "int8.onnx", "int8.onnx.sha256"]
 
 
