@@ -46,8 +46,11 @@ def main() -> None:
     ap.add_argument("--slice", type=int, default=50, help="texts per interleaved slice")
     ap.add_argument("--batch-sizes", type=int, nargs="+", default=[32])
     ap.add_argument("--quality", action="store_true")
+    ap.add_argument("--no-int8", action="store_true", help="fp32 against torch only (faster)")
     ap.add_argument("--out", default="embed_onnx.json", help="results file in benchmarks/results")
     args = ap.parse_args()
+    if args.quality and args.no_int8:
+        ap.error("--quality compares int8 vectors: drop --no-int8")
 
     import torch
 
@@ -55,7 +58,8 @@ def main() -> None:
     corpus, _ = dataset("2wikimultihopqa")
     texts = [passage_text(r) for r in corpus[: args.sample]]
     runs: list[tuple[str, int]] = [("minilm-torch", 16)]
-    runs += [(s, b) for s in SPECS[1:] for b in args.batch_sizes]
+    specs = SPECS[1:2] if args.no_int8 else SPECS[1:]
+    runs += [(s, b) for s in specs for b in args.batch_sizes]
     embedders: dict[tuple[str, int], Any] = {}
     for spec, batch in runs:
         if spec == "minilm-torch":
