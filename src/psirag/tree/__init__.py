@@ -8,6 +8,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+# ``rebalance`` is also a submodule's name: importing that submodule (as the builders do) binds
+# the package attribute to the module, so the function is bound here, before any such import
+from psirag.tree.rebalance import rebalance
+
 if TYPE_CHECKING:
     from psirag.tree.approx import knn_candidates, spanning_edges_knn
     from psirag.tree.build import (
@@ -15,7 +19,6 @@ if TYPE_CHECKING:
         build_forest,
         build_tree,
         merge_walk,
-        rebalance,
         similarity_matrix,
         spanning_edges,
     )
@@ -37,7 +40,6 @@ _WHERE = {
     "build_forest": "build",
     "build_tree": "build",
     "merge_walk": "build",
-    "rebalance": "build",
     "similarity_matrix": "build",
     "spanning_edges": "build",
     "Tree": "model",
