@@ -395,3 +395,20 @@ def test_int8_without_the_onnx_package_names_the_extra(
     with pytest.raises(InputError, match=r"pip install 'psirag\[onnx\]'"):
         load_embedder("minilm-onnx-int8")
     assert not list((tmp_path / "onnx").glob("*int8*"))
+
+
+@needs_ort
+def test_idle_threads_sleep_unless_spinning_is_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """psirag's sessions let idle intra-op threads sleep (ONNX Runtime's default spins, which
+    took CPU from the computing thread on shared cores); ``spinning=True`` restores it, with
+    the same vectors."""
+    monkeypatch.setenv("PSIRAG_CACHE", str(tmp_path))
+    folder = embed_base.minilm_path()
+    key = "session.intra_op.allow_spinning"
+    quiet = onnx_module.OnnxEmbedder(folder, threads=2)
+    busy = onnx_module.OnnxEmbedder(folder, threads=2, spinning=True)
+    assert quiet._session.get_session_options().get_session_config_entry(key) == "0"
+    assert busy._session.get_session_options().get_session_config_entry(key) == "1"
+    np.testing.assert_allclose(quiet.embed(SAMPLE[:4]), busy.embed(SAMPLE[:4]), atol=1e-6)

@@ -253,6 +253,7 @@ class OnnxEmbedder(LengthSortedEmbedder):
         batch_size: int = 8,
         precision: Precision = "fp32",
         threads: int | None = None,
+        spinning: bool = False,
         name: str | None = None,
         spec: str | None = None,
         torch_id: str | None = None,
@@ -269,9 +270,12 @@ class OnnxEmbedder(LengthSortedEmbedder):
             options.intra_op_num_threads = threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only: no shape-merge chatter on stderr
-        # idle worker threads sleep instead of spinning: on 2 shared cores the spinning thread
-        # took CPU from the one computing (20% more chunks/s without it, BENCHMARKS.md)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # idle worker threads sleep instead of spinning (``spinning``, ONNX Runtime's default,
+        # for comparison): on 2 shared cores the spinning thread took CPU from the one
+        # computing, and a served query cost 1.7x the CPU (BENCHMARKS.md)
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if spinning else "0"
+        )
         model_file = onnx_path(self.path, precision)
         # a cached file's hash is checked while the tokenizer and the session load (hashlib and
         # ONNX Runtime release the GIL); a mismatch writes the file again and reloads
