@@ -299,6 +299,36 @@ def test_labels_tell_siblings_apart() -> None:
     assert distinctive(["", "x"]) == ["", "x"]
 
 
+def test_node_documents_match_each_nodes_own_leaves(tmp_path: Path) -> None:
+    """The document the tree view gives each node (computed once per index, bottom-up) is the
+    one all its leaves share, else none, as gathering its leaves says; also after an add."""
+    from psirag.server.labels import sibling_labels
+    from psirag.server.views import node_document
+
+    index = build_index(tmp_path / "index")
+    text = "Kilauea is a shield volcano in Hawaii. Its lava lake glowed for years."
+    for change in ("none", "remove", "add"):  # the same Index object, holding new data
+        if change == "remove":
+            index.remove(["football"])
+        elif change == "add":  # node ids an earlier tree had, now other nodes
+            index.add(documents_from_strings([text], ids=["kilauea"]))
+        tree = index.tree
+        named = [node_document(index, u) for u in range(tree.n_nodes)]
+        for u in range(tree.n_nodes):
+            leaves = tree.leaves_under(u) if u >= tree.n_leaves else [u]
+            docs = {index.source(int(leaf)).document for leaf in leaves}
+            assert named[u] == (docs.pop() if len(docs) == 1 else None), u
+        assert any(d is not None for d in named[tree.n_leaves :])  # a one-document subtree
+        assert any(d is None for d in named[tree.n_leaves :])
+        # and the labels are those of the data it holds now
+        for u in range(tree.n_leaves, tree.n_nodes):
+            group = [int(c) for c in tree.children(u) if c >= tree.n_leaves]
+            texts = [index.node_text(c) for c in group]
+            want = [x or f"node {c}" for c, x in zip(group, distinctive(texts), strict=True)]
+            assert [sibling_labels(index, group)[c] for c in group] == want
+    assert "kilauea" in named and "football" not in named
+
+
 def test_sibling_labels_in_the_tree_differ(client: TestClient) -> None:
     tree = client.get("/tree?depth=3").json()
     by_parent: dict[int, list[str]] = {}
