@@ -635,6 +635,8 @@ def update_documents(
             groups = [n_old + np.flatnonzero(doc_of == d) for d in dict.fromkeys(doc_of.tolist())]
             update = _append_trees(state.tree, embedded.vectors, groups, config)
         else:
+            # the insertion point by descent over the stored routing vectors (new nodes of a
+            # removal in this same update have none yet: they are `fresh`)
             update = insert_leaves(
                 state.tree,
                 state.leaf_vectors,
@@ -643,6 +645,8 @@ def update_documents(
                 rule=rule,
                 mode=resolve_tree_mode(config.tree_mode, len(new_chunks)),
                 neighbors=config.tree_neighbors,
+                node_vectors=state.vectors,
+                stale=state.fresh,
             )
         # insert_leaves keeps the old leaf ids and appends the new ones in input order
         state.apply(
