@@ -4,8 +4,11 @@ search's place at scale, and never written by a search."""
 
 from __future__ import annotations
 
+import importlib.util
 import random
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,9 +18,12 @@ from support import TOPICS, HashEmbedder
 import psirag.pipeline
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.errors import InputError
-from psirag.retrieval.leaf_graph import LeafGraph
+from psirag.retrieval.leaf_graph import LeafGraph, usearch_available
 
-pytest.importorskip("usearch")
+# usearch_available loads onnxruntime first: pytest.importorskip("usearch") would import usearch
+# (and numkong, with global symbols) first, and onnxruntime would then crash the process.
+if not usearch_available():
+    pytest.skip("usearch is not installed", allow_module_level=True)
 
 TEXTS = [t for texts in TOPICS.values() for t in texts]
 WORDS = [f"w{i}" for i in range(200)]
@@ -218,3 +224,24 @@ def test_an_index_without_a_graph_gets_one_at_its_first_update(
     assert "hnsw" in summary.seconds
     hits = index.search("w1 w2 w3 w4 w5 w6 w7 w8 fresh", config=SearchConfig(lists=("hnsw",)))
     assert hits[0].text == "w1 w2 w3 w4 w5 w6 w7 w8 fresh"
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("usearch") is None,
+    reason="needs onnxruntime and usearch",
+)
+def test_the_onnx_embedder_loads_after_the_graph_library() -> None:
+    """usearch 2.26 loads numkong with global symbols, after which importing onnxruntime 1.32
+    crashes the process; psirag loads usearch only through ``require_usearch``, which loads
+    onnxruntime first."""
+    script = (
+        "from psirag.retrieval.leaf_graph import usearch_available\n"
+        "assert usearch_available()\n"
+        "import onnxruntime\n"
+        "print('both loaded')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "both loaded" in done.stdout

@@ -15,6 +15,8 @@ extra: without it an index is built without a graph and searches as before.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ INSTALL_HINT = "pip install 'psirag[hnsw]'"
 
 def require_usearch() -> Any:
     """usearch's ``Index`` class, or one line naming the extra that provides it."""
+    _onnxruntime_first()
     try:
         from usearch.index import Index
     except ImportError as exc:
@@ -42,6 +45,16 @@ def require_usearch() -> Any:
             f"{INSTALL_HINT} (or search with the tree or dense list)"
         ) from exc
     return Index
+
+
+def _onnxruntime_first() -> None:
+    """Load onnxruntime (the default embedder's runtime) before usearch: usearch 2.26 loads
+    numkong's library with global symbols, and onnxruntime 1.32 imported after that crashes
+    the process (SIGSEGV in its module init) on Linux; the other order works."""
+    if "usearch" in sys.modules or "onnxruntime" in sys.modules:
+        return
+    if importlib.util.find_spec("onnxruntime") is not None:
+        import onnxruntime  # noqa: F401
 
 
 def usearch_available() -> bool:
