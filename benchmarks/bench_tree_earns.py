@@ -358,6 +358,7 @@ def branch_part() -> dict[str, Any]:
         "leaves": n,
         "layers": tree.layer_sizes(),
         "branch_max": BRANCH_MAX,
+        "leaf_graph": index.data.leaf_graph is not None,
         "questions": questions_summary,
         "node_set": node_summary,
         "rows": rows,
@@ -651,6 +652,12 @@ def render_verdicts(results: dict[str, Any]) -> list[str]:
         user = every["diffs@10"]["tree_node-flat"]
         above = any(every[f"diffs@{k}"]["tree_b160-flat"]["diff"] > 0 for k in BRANCH_KS)
         side = "above it at some k" if above else "never above it"
+        graph = results["branch"].get("leaf_graph")
+        dense_list = {
+            True: "the index's HNSW graph",
+            False: "the tree search",
+            None: "the tree search or an HNSW graph",
+        }[graph]
         out.append(
             "- **Branch questions (2Wiki).** Node-level retrieval "
             f"{verdict(one['diffs@10']['tree_node-flat'])} on the one-branch questions at k = 10 "
@@ -663,8 +670,8 @@ def render_verdicts(results: dict[str, Any]) -> list[str]:
             f"({interval(every['diffs@5']['tree_node-flat'])}). On the set built from the tree's "
             f"own nodes it {verdict(ns)} ({interval(ns)}), which mostly shows that the set "
             "favours the tree. The tree's leaf search (beam 160) stays within "
-            f"{leaf_gap:.1f} points of flat ({side}), and psi's default (which "
-            f"searches the tree at this size) within {psi_gap:.1f} of hybrid."
+            f"{leaf_gap:.1f} points of flat ({side}), and psi's default (whose dense list "
+            f"at this size is {dense_list}) within {psi_gap:.1f} of hybrid."
         )
     if "skew" in results:
         summ = results["skew"]["summary"]
