@@ -95,6 +95,12 @@ BENCHES: tuple[Bench, ...] = (
         "~10 min (UMAP + GMM for the RAPTOR-style trees)",
     ),
     Bench(
+        "tree_earns",
+        ("bench_tree_earns.py",),
+        ("tree_earns.json", "section_tree_earns.md"),
+        "~15 min on the busy machine with cached vectors (+~20 min to embed QMSum's chunks once)",
+    ),
+    Bench(
         "latency",
         ("bench_latency.py",),
         ("latency.json",),

@@ -18,6 +18,19 @@ import pytest
 FIXTURE = Path(__file__).parent / "fixtures" / "minilm_index" / "index"
 HEAVY = ("torch", "transformers", "sentence_transformers")
 MODEL = ("onnxruntime", "tokenizers", "onnx")
+NOT_FOR_SEARCH = (
+    "psirag.agent",
+    "psirag.llm",
+    "psirag.eval",
+    "psirag.server",
+    "psirag.pipeline",
+    "psirag.ingest",
+    "psirag.tree.build",
+    "psirag.cli.agent_cmds",
+    "psirag.cli.serve",
+)
+"""What a search has no use for: the agent, the LLM clients, evaluation, the server, the build
+pipeline and the tree builders."""
 
 _RUN = """
 import json, sys
@@ -27,18 +40,21 @@ try:
 except SystemExit as exc:
     rc = exc.code
 print(json.dumps({"rc": rc, "loaded": sorted(m for m in %r if m in sys.modules)}))
+print(json.dumps(sorted(m for m in %r if m in sys.modules)), file=sys.stderr)
 """
 
 
 def _run_cli(args: list[str], cache: Path) -> tuple[dict, str]:
     env = {**os.environ, "PSIRAG_CACHE": str(cache)}
-    code = _RUN % (HEAVY + MODEL,)
+    code = _RUN % (HEAVY + MODEL, NOT_FOR_SEARCH)
     proc = subprocess.run(
         [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
     *out, last = proc.stdout.strip().splitlines()
-    return json.loads(last), "\n".join(out)
+    result = json.loads(last)
+    result["unneeded"] = json.loads(proc.stderr.strip().splitlines()[-1])
+    return result, "\n".join(out)
 
 
 @pytest.fixture
@@ -63,6 +79,28 @@ def test_cli_search_runs_without_torch(
     assert "onnxruntime" in result["loaded"] and "tokenizers" in result["loaded"]
     assert not set(result["loaded"]) & set(HEAVY)
     assert "onnx" not in result["loaded"]  # the cached graph is read by ONNX Runtime alone
+    assert result["unneeded"] == []
+
+
+def test_each_command_is_registered_by_its_listed_module() -> None:
+    """``COMMAND_MODULES`` names every command of the full parser, and a parser built for one
+    command line (which loads only that command's module) gives the same help."""
+    import argparse
+
+    from psirag.cli import COMMAND_MODULES, build_parser
+
+    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return dict(action.choices)
+
+    full = commands(build_parser())
+    assert sorted(full) == sorted(COMMAND_MODULES)
+    for name in ("search", "serve", "ask", "add"):
+        lean = commands(build_parser([name, "--help"]))
+        assert name in lean and len(lean) < len(full)
+        assert lean[name].format_help() == full[name].format_help()
+    assert sorted(commands(build_parser(["--version"]))) == sorted(full)
+    assert sorted(commands(build_parser(["no-such-command"]))) == sorted(full)
 
 
 def test_cli_inspect_loads_no_model(index_dir: Path, tmp_path: Path) -> None:
@@ -85,3 +123,23 @@ def test_command_modules_import_no_torch() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("package", ["psirag", "psirag.tree"])
+def test_lazy_exports_are_the_objects_not_submodules(package: str) -> None:
+    """Every name the package exports resolves (on first use) to what its module defines, never
+    to a submodule of the same name, even after every submodule was imported (a fresh
+    interpreter, so that import order is the one a user gets)."""
+    code = (
+        "import importlib, pkgutil, types, sys\n"
+        f"pkg = importlib.import_module({package!r})\n"
+        "for info in pkgutil.iter_modules(pkg.__path__):\n"
+        "    importlib.import_module(f'{pkg.__name__}.{info.name}')\n"
+        "bad = [n for n in pkg.__all__ if isinstance(getattr(pkg, n), types.ModuleType)]\n"
+        "print(bad, sorted(set(pkg.__all__) - set(dir(pkg))))\n"
+    )
+    if package == "psirag":  # importing every subpackage of psirag needs the extras
+        code = code.replace("for info in", "for info in [] and")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] []"

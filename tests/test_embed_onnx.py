@@ -169,7 +169,33 @@ def test_damaged_cached_model_is_written_again(
     Path(str(target) + ".sha256").unlink()
     assert onnx_module.export_onnx(folder) == target
     assert Path(str(target) + ".sha256").read_text().strip() == digest
-    assert sorted(p.name for p in target.parent.iterdir()) == [target.name, target.name + ".sha256"]
+    names = sorted(p.name for p in target.parent.iterdir())
+    assert names == [target.name, target.name + ".checked", target.name + ".sha256"]
+
+
+@needs_ort
+def test_checked_model_is_not_hashed_again_until_it_changes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Once the cached graph matched its hash, later loads trust its size, time and inode; a
+    change of any of them (here: the same bytes flipped in place, same size) hashes again and
+    refuses the file."""
+    monkeypatch.setenv("PSIRAG_CACHE", str(tmp_path))
+    target = onnx_module.export_onnx(embed_base.minilm_path())
+    hashed: list[Path] = []
+    real_digest = onnx_module._file_digest
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real_digest(path)
+
+    monkeypatch.setattr(onnx_module, "_file_digest", counting)
+    assert onnx_module.cached_model_ok(target) and len(hashed) == 1
+    assert onnx_module.cached_model_ok(target) and len(hashed) == 1
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    assert not onnx_module.cached_model_ok(target) and len(hashed) == 2
 
 
 @needs_ort
@@ -319,6 +345,7 @@ def test_int8_is_close_but_has_its_own_id(backends: dict[str, Any]) -> None:
     assert int8.id != backends["torch"].id
     assert int8.id.startswith(backends["torch"].id)
     names = sorted(p.name.split("-")[-1] for p in (backends["cache"] / "onnx").iterdir())
+    names = [n for n in names if not n.endswith(".checked")]
     assert names == ["fp32.onnx", "fp32.onnx.sha256", "int8.onnx", "int8.onnx.sha256"]
 
 
@@ -368,3 +395,20 @@ def test_int8_without_the_onnx_package_names_the_extra(
     with pytest.raises(InputError, match=r"pip install 'psirag\[onnx\]'"):
         load_embedder("minilm-onnx-int8")
     assert not list((tmp_path / "onnx").glob("*int8*"))
+
+
+@needs_ort
+def test_idle_threads_sleep_unless_spinning_is_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """psirag's sessions let idle intra-op threads sleep (ONNX Runtime's default spins, which
+    took CPU from the computing thread on shared cores); ``spinning=True`` restores it, with
+    the same vectors."""
+    monkeypatch.setenv("PSIRAG_CACHE", str(tmp_path))
+    folder = embed_base.minilm_path()
+    key = "session.intra_op.allow_spinning"
+    quiet = onnx_module.OnnxEmbedder(folder, threads=2)
+    busy = onnx_module.OnnxEmbedder(folder, threads=2, spinning=True)
+    assert quiet._session.get_session_options().get_session_config_entry(key) == "0"
+    assert busy._session.get_session_options().get_session_config_entry(key) == "1"
+    np.testing.assert_allclose(quiet.embed(SAMPLE[:4]), busy.embed(SAMPLE[:4]), atol=1e-6)

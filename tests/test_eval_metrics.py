@@ -17,7 +17,9 @@ from psirag.eval.metrics import (
     recall_at_k,
     rouge_l,
     rouge_l_max,
+    rouge_n_recall,
     rouge_tokens,
+    segment_coverage,
 )
 
 # --- Recall@k ------------------------------------------------------------------------------------
@@ -142,6 +144,33 @@ def test_rouge_l_max_over_references() -> None:
 
 
 # --- paired bootstrap ----------------------------------------------------------------------------
+
+
+def test_rouge_n_recall_by_hand() -> None:
+    ref = "the cat sat on the mat"
+    # unigrams: the x2, cat, sat, on, mat = 6; the context holds "the" once, cat, mat
+    assert rouge_n_recall("a cat and the mat", ref, 1) == pytest.approx(3 / 6)
+    # bigrams of ref: the-cat, cat-sat, sat-on, on-the, the-mat; context has the-mat only
+    assert rouge_n_recall("a cat and the mat", ref, 2) == pytest.approx(1 / 5)
+    assert rouge_n_recall(ref + " and more words", ref, 2) == pytest.approx(1.0)
+    assert rouge_n_recall("anything", "", 1) == 0.0
+    with pytest.raises(ValueError):
+        rouge_n_recall("a", "a", 0)
+
+
+def test_rouge_n_recall_clips_repeats_and_stems() -> None:
+    # a context repeating "cat" does not cover the reference's two cats twice over
+    assert rouge_n_recall("Cats cats cats", "cat cat dog dog", 1) == pytest.approx(2 / 4)
+
+
+def test_segment_coverage_counts_stretches_touched() -> None:
+    assert segment_coverage([0, 1, 2], total=100, parts=10) == pytest.approx(0.1)
+    assert segment_coverage([0, 15, 99], total=100, parts=10) == pytest.approx(0.3)
+    assert segment_coverage(range(0, 100, 10), total=100, parts=10) == pytest.approx(1.0)
+    assert segment_coverage([], total=100) == 0.0
+    assert segment_coverage(range(5), total=5, parts=10) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        segment_coverage([100], total=100)
 
 
 def test_bootstrap_of_identical_scores_is_zero() -> None:

@@ -367,3 +367,34 @@ def test_llm_abstracts_are_labelled_by_their_first_words(tmp_path: Path) -> None
     labels = sibling_labels(index, inner)
     assert labels and all(x.startswith("A summary about ") for x in labels.values()), labels
     assert all(x.endswith("…") and len(x.split()) == 6 for x in labels.values())
+
+
+def test_sync_removes_and_adds_in_one_job_and_checks_its_ids(client: TestClient) -> None:
+    sources = client.get("/sources").json()
+    assert sources["documents"] == 3 and sources["sources"] == {}  # built from strings
+    assert "rebuild_due" in sources["drift"]
+    doc = {"id": "notes/tides.txt", "text": "The moon pulls the sea into tides.", "title": "Tides"}
+    doc |= {"path": "/data/notes/tides.txt", "sha256": "ab" * 32}
+    response = client.post("/sync", json={"remove": ["baking"], "documents": [doc]})
+    assert response.status_code == 202, response.text
+    job = wait_job(client, response.json()["job"]["id"])
+    assert job["status"] == "done" and job["kind"] == "sync", job
+    assert job["result"]["update"]["documents_removed"] == 1
+    assert job["result"]["update"]["documents_added"] == 1
+    assert job["result"]["generation"] == 2  # one generation for both changes
+    after = client.get("/sources").json()
+    assert after["sources"] == {
+        "notes/tides.txt": {"path": "/data/notes/tides.txt", "sha256": "ab" * 32}
+    }
+    ids = {row["id"] for row in client.get("/documents").json()["documents"]}
+    assert ids == {"volcanoes", "football", "notes/tides.txt"}
+
+    unknown = client.post("/sync", json={"remove": ["no-such-doc"], "documents": []})
+    assert unknown.status_code == 404 and "no-such-doc" in unknown.text
+    clash = client.post("/sync", json={"documents": [{"id": "football", "text": "x"}]})
+    assert clash.status_code == 400 and "'football' is already indexed" in clash.text
+    empty = client.post("/sync", json={})
+    assert empty.status_code == 400 and "nothing to sync" in empty.text
+    bad = client.post("/sync", json={"documents": [{"text": "no id"}]})
+    assert bad.status_code in (400, 422) and "id" in bad.text
+    assert client.get("/generation").json()["generation"] == 2

@@ -14,19 +14,19 @@ import numpy as np
 from psirag.config import IndexConfig, SearchConfig
 from psirag.embed import Embedder
 from psirag.index_data import BuildStats, IndexData
-from psirag.ingest import Document
-from psirag.pipeline import BatchBackend, Reporter, build_index_data
-from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.retriever import NodeHit, Retriever
 from psirag.storage import IndexReader, IndexWriter, Verify, read_index
 from psirag.storage_format import load_index_data, manifest_body, save_index_data
 from psirag.tree import Tree
-from psirag.tree.update import InsertRule
 from psirag.types import Chunk, Passage, Source
 
 if TYPE_CHECKING:
+    from psirag.ingest import Document
     from psirag.living import SavedUpdate, UpdateSummary
     from psirag.llm.client import LLMClient
+    from psirag.pipeline import BatchBackend, Reporter
+    from psirag.retrieval.bm25 import SparseIndex
+    from psirag.tree.update import InsertRule
 
 log = logging.getLogger("psirag")
 
@@ -138,6 +138,8 @@ class Index:
         ``llm-summary`` or ``llm-keywords``; its response cache makes a killed build resumable.
         ``batch`` (:class:`psirag.ray_backend.RayBackend`) runs the batch work on a cluster.
         """
+        from psirag.pipeline import build_index_data  # building needs what a search does not
+
         data, embedder = build_index_data(
             corpus,
             config,

@@ -80,6 +80,10 @@ PHRASE_STEMS = FormatFile(
     f"{PHRASES_DIR}/stems.json", "phrase_table", "json", None, 2, False, until=2
 )
 """With ``keywords/<array>.npy`` for each of :data:`psirag.abstracts.phrases.VOCAB_ARRAYS`."""
+HNSW = FormatFile("hnsw", "leaf_graph", "folder", None, 2, False)
+"""The leaves' HNSW graph (usearch's own file ``graph.usearch`` and ``keys.npy``, see
+:mod:`psirag.retrieval.leaf_graph`); only in indexes past the exact scan's size built or updated
+with ``psirag[hnsw]``. Without usearch an index loads without it."""
 MANIFEST_FIELDS = (
     FormatFile("config", "config", "manifest", None, 1, True),
     FormatFile("embedder.id", "embedder_id", "manifest", None, 1, True),
@@ -111,6 +115,7 @@ FILES: tuple[FormatFile, ...] = (
     BM25,
     PHRASE_WORDS,
     PHRASE_STEMS,
+    HNSW,
     SEGMENT_TABLES,
     INNER_ORDER,
     INNER_PARENT,
@@ -174,6 +179,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     if data.phrase_table is not None:
         _save_phrase_table(tables, data.phrase_table, leaf_src)
+    if data.leaf_graph is not None:
+        data.leaf_graph.save(writer.path(HNSW.name))
     _link_unchanged(writer)
     body = manifest_body(data)
     body["tables"] = {k: t.to_json() for k, t in tables.written.items()}
@@ -638,6 +645,11 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
                 f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
                 "abstracts; the index is corrupted or mixed, rebuild it"
             )
+    graph = None
+    if any(name.startswith(HNSW.name + "/") for name in reader.files):
+        from psirag.retrieval.leaf_graph import LeafGraph
+
+        graph = LeafGraph.open(reader.path(HNSW.name), len(chunks), dim)
     sources: dict[str, dict[str, Any]] = {}
     doc_rows: Any = ()
     if "documents" in tables:
@@ -671,6 +683,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
         phrase_table=phrase_table,
         abstract_drift=drift,
+        leaf_graph=graph,
         origin=None
         if reader.legacy or reader.generation is None
         else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),

@@ -10,8 +10,10 @@ fix are printed as one line on stderr with exit status 2, never as a traceback. 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Sequence
 
@@ -32,23 +34,55 @@ from psirag.cli.index_cmds import (
 )
 from psirag.errors import PsiragError
 
+COMMAND_MODULES: dict[str, str] = {
+    "index": "index_cmds",
+    "search": "index_cmds",
+    "inspect": "index_cmds",
+    "demo": "index_cmds",
+    "add": "living_cmds",
+    "remove": "living_cmds",
+    "sync": "living_cmds",
+    "ask": "agent_cmds",
+    "chat": "agent_cmds",
+    "hops": "agent_cmds",
+    "summarize": "agent_cmds",
+    "eval": "eval_cmd",
+    "serve": "serve",
+    "mcp": "serve",
+}
+"""Which module of this package registers each command, so that a command line loads only the
+module of its own command (``psirag search`` does not import the agent, the LLM clients, the
+evaluation or the server settings). Every command is listed; a test compares this table with
+the full parser."""
+_MODULE_ORDER = ("index_cmds", "living_cmds", "agent_cmds", "eval_cmd", "serve")
 
-def build_parser() -> argparse.ArgumentParser:
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command a command line names (its first word), or None (``--help``, ``--version``,
+    nothing, or a word that is no command: the full parser answers those)."""
+    first = next(iter(argv), None)
+    return first if first in COMMAND_MODULES else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``psirag`` parser: every command, or, given a command line that names one, only the
+    commands of that command's module (its help and errors are the same either way)."""
     parser = argparse.ArgumentParser(
         prog="psirag",
         description="Ψ-RAG: hierarchical abstract tree indexes for retrieval-augmented generation.",
     )
     parser.add_argument("--version", action="version", version=f"psirag {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    from psirag.cli import agent_cmds, eval_cmd, index_cmds, living_cmds, serve
-
-    for module in (index_cmds, living_cmds, agent_cmds, eval_cmd, serve):
-        module.register(sub)
+    command = None if argv is None else _command_of(argv)
+    names = _MODULE_ORDER if command is None else (COMMAND_MODULES[command],)
+    for name in names:
+        importlib.import_module(f"psirag.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -71,9 +105,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         _eprint(f"psirag: error: {describe(exc)}")
         return 2
+    finally:
+        factory = sys.modules.get("psirag.embed.factory")  # loaded only by commands that embed
+        if factory is not None:  # a model prefetched for this command but never used
+            factory.discard_prefetched()
 
 
 __all__ = [
+    "COMMAND_MODULES",
     "INDEX_SCHEMA",
     "INSPECT_SCHEMA",
     "SEARCH_SCHEMA",

@@ -54,9 +54,11 @@ def load_query_index(args: argparse.Namespace, embedder: Any = None) -> Index:
     """The index at ``args.index``, with the query embedder the user confirmed (``--embedder``)
     under ``--timeout``, unless ``embedder`` is given here. The index layer is imported only
     when a command runs (it loads numpy, models, ...)."""
-    from psirag.embed.endpoints import confirm_index_embedder
+    from psirag.embed.endpoints import confirm_index_embedder, prefetch_index_embedder
     from psirag.index import Index
 
+    if embedder is None and not args.embedder:
+        prefetch_index_embedder(args.index)  # the model loads while the index does
     index = Index.load(args.index, embedder=embedder)
     if embedder is None:
         confirm_index_embedder(index, args.embedder, http_policy_from(args))

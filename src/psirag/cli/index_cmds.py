@@ -305,14 +305,20 @@ def _layers(sizes: Sequence[int]) -> str:
 
 # ---------------------------------------------------------------------------- search
 def run_search(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
-    from psirag.embed.endpoints import confirm_index_embedder
+    from psirag.embed.endpoints import confirm_index_embedder, prefetch_index_embedder
+    from psirag.embed.factory import discard_prefetched
     from psirag.index import Index
 
     out = stdout or sys.stdout
     config = search_config_from(args)
-    index = Index.load(args.index)
-    confirm_index_embedder(index, args.embedder, http_policy_from(args))
-    passages = index.search(args.query, config=config, docs=args.doc)
+    if not args.embedder:
+        prefetch_index_embedder(args.index)  # the model loads while the index does
+    try:
+        index = Index.load(args.index)
+        confirm_index_embedder(index, args.embedder, http_policy_from(args))
+        passages = index.search(args.query, config=config, docs=args.doc)
+    finally:
+        discard_prefetched()
     if args.json:
         payload = {
             "schema": SEARCH_SCHEMA,

@@ -218,7 +218,7 @@ def add_max_children_option(p: Parser, *, help: str) -> None:
 def add_tree_mode_options(p: Parser) -> None:
     """``--tree-mode``, ``--tree-neighbors`` and ``--tree-bucket-size``, shared by ``psirag
     index`` and ``psirag eval``; the mode choices are the config's ``TreeMode`` values."""
-    from psirag.tree.build import TREE_MODES
+    from psirag.tree.modes import TREE_MODES
 
     p.add_argument(
         "--tree-mode",

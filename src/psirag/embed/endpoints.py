@@ -16,10 +16,12 @@ Loopback is not trusted by default: on a shared machine another user can listen 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from psirag.embed.base import Embedder
-from psirag.embed.factory import load_embedder
+from psirag.embed.factory import load_embedder, prefetch_embedder
 from psirag.trust import (
     ALLOW_ENV,
     allowed_endpoints,
@@ -40,6 +42,22 @@ def load_index_embedder(
     (the one rule of :mod:`psirag.trust`)."""
     require_confirmed(spec, kind="embedder")
     return load_embedder(spec, batch_size=batch_size, http=http)
+
+
+def prefetch_index_embedder(folder: str | Path) -> bool:
+    """Start loading the local model an index's ``manifest.json`` names, while the caller loads
+    the index itself (:func:`psirag.embed.factory.prefetch_embedder`: local MiniLM only, so an
+    endpoint named by a manifest is never contacted here). A manifest that cannot be read
+    prefetches nothing; loading the index then reports the problem."""
+    try:
+        manifest = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
+        config = manifest["config"]
+        spec, batch_size = config["embedder"], config.get("batch_size")
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not isinstance(spec, str) or not (batch_size is None or type(batch_size) is int):
+        return False
+    return prefetch_embedder(spec, batch_size)
 
 
 def confirm_index_embedder(index: Index, spec: str | None, http: HttpPolicy | None = None) -> None:
@@ -65,4 +83,5 @@ __all__ = [
     "endpoint_allowed",
     "endpoint_of",
     "load_index_embedder",
+    "prefetch_index_embedder",
 ]

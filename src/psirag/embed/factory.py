@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ from psirag.embed.base import (
     Embedder,
     minilm_path,
     mpnet_path,
+    psirag_cache_dir,
 )
 from psirag.errors import EmbeddingError, InputError
 
@@ -96,6 +98,66 @@ def _load_minilm(spec: str, batch_size: int | None, device: str) -> Embedder:
     return _torch_embedder(folder, spec, batch_size, device)
 
 
+class _Prefetch:
+    """A local embedder loading in a daemon thread (ONNX Runtime builds its session without
+    holding the GIL), so that a command loads its index and the model at the same time."""
+
+    def __init__(self, spec: str, batch_size: int | None) -> None:
+        self._result: Embedder | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(spec, batch_size), name="psirag-embedder", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, spec: str, batch_size: int | None) -> None:
+        try:
+            self._result = _load_minilm(spec, batch_size, "cpu")
+        except BaseException as exc:  # handed to the caller of load_embedder, as if loaded there
+            self._error = exc
+
+    def result(self) -> Embedder:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+_PREFETCHED: dict[tuple[str, int | None, str], _Prefetch] = {}
+"""Keyed by spec, batch size and cache folder: a model prefetched under another cache setting
+is not handed out."""
+_PREFETCH_LOCK = threading.Lock()
+
+
+def prefetch_embedder(spec: str, batch_size: int | None = None) -> bool:
+    """Start loading a local MiniLM embedder (``minilm``, ``minilm-onnx``...) in the background;
+    the next :func:`load_embedder` of the same spec and batch size on CPU takes it. Other specs
+    (torch models, endpoints) are not prefetched: False. Nothing is sent anywhere."""
+    spec = spec.strip()
+    if spec not in MINILM_SPECS or spec == "minilm-torch":
+        return False
+    if spec == "minilm" and default_minilm_backend() != "onnx":
+        return False
+    with _PREFETCH_LOCK:
+        key = (spec, batch_size, str(psirag_cache_dir()))
+        if key not in _PREFETCHED:
+            _PREFETCHED[key] = _Prefetch(spec, batch_size)
+    return True
+
+
+def _take_prefetched(spec: str, batch_size: int | None) -> _Prefetch | None:
+    with _PREFETCH_LOCK:
+        return _PREFETCHED.pop((spec, batch_size, str(psirag_cache_dir())), None)
+
+
+def discard_prefetched() -> None:
+    """Forget prefetched embedders nobody took (the command ended without embedding), so that
+    a later load in the same process builds its own under the settings of that time."""
+    with _PREFETCH_LOCK:
+        _PREFETCHED.clear()
+
+
 def _parse_openai(spec: str) -> tuple[str, str]:
     rest = spec[len("openai:") :]
     url, sep, model = rest.partition("#")
@@ -118,7 +180,8 @@ def load_embedder(
     :func:`psirag.embed.endpoints.load_index_embedder` instead."""
     spec = spec.strip()
     if spec in MINILM_SPECS:
-        return _load_minilm(spec, batch_size, device)
+        pending = _take_prefetched(spec, batch_size) if device == "cpu" else None
+        return pending.result() if pending is not None else _load_minilm(spec, batch_size, device)
     if spec == "mpnet":  # sentence-transformers for now; an ONNX graph for MPNet is not written
         return _torch_embedder(mpnet_path(), spec, batch_size, device, MPNET_NAME)
     if spec.startswith("st:"):
@@ -137,4 +200,10 @@ def load_embedder(
     raise InputError(f"unknown embedder {spec!r}; " + ACCEPTED_SPECS)
 
 
-__all__ = ["MINILM_SPECS", "default_minilm_backend", "load_embedder"]
+__all__ = [
+    "MINILM_SPECS",
+    "default_minilm_backend",
+    "discard_prefetched",
+    "load_embedder",
+    "prefetch_embedder",
+]

@@ -11,8 +11,9 @@ The file is cached in the user cache folder (``$PSIRAG_CACHE`` or ``$XDG_CACHE_H
 default ``~/.cache/psirag``), not beside the model: a file inside the model folder would change
 its fingerprint, and so the embedder id of every existing index. Writes go to a temporary file in
 the same folder and are renamed into place, so a crash or two processes writing at once never
-leave a half-written model; a ``.sha256`` file beside it is checked on every load, and a file that
-does not match (damaged, or cut short) is written again.
+leave a half-written model; a ``.sha256`` file beside it is checked on load (a full hash when the
+file's size, time or inode changed since the last check), and a file that does not match
+(damaged, or cut short) is written again.
 
 Embedder id: fp32 vectors agree with torch's to about 1e-7 (minimum cosine >= 0.99999 over all
 2Wiki passages and questions, BENCHMARKS.md), so ``minilm-onnx`` has the torch embedder's id and
@@ -97,11 +98,42 @@ def _file_digest(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+def _checked_path(target: Path) -> Path:
+    return target.with_name(target.name + ".checked")
+
+
+def _stamp(target: Path, digest: str) -> str:
+    """What :func:`cached_model_ok` last saw match: the file's size, modification time and
+    inode with the digest it matched."""
+    st = target.stat()
+    return f"{st.st_size} {st.st_mtime_ns} {st.st_ino} {digest}"
+
+
 def cached_model_ok(target: Path) -> bool:
-    """True when ``target`` exists and matches the SHA-256 recorded beside it."""
+    """True when ``target`` exists and matches the SHA-256 recorded beside it.
+
+    Hashing the 90 MB file costs about 0.1 s of CPU on every start, so once it matched, its size,
+    modification time and inode are noted beside it (``.checked``) and the hash is computed again
+    only when one of them changes (a file cut short, rewritten or replaced)."""
     try:
         expected = _digest_path(target).read_text(encoding="ascii").strip()
-        return bool(expected) and _file_digest(target) == expected
+        if not expected:
+            return False
+        checked = _checked_path(target)
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            if checked.read_text(encoding="ascii").strip() == _stamp(target, expected):
+                return True
+        if _file_digest(target) != expected:
+            return False
+        with contextlib.suppress(OSError):  # a read-only cache only costs the hash next time
+            tmp, _ = _atomic_target(checked)
+            try:
+                tmp.write_text(_stamp(target, expected) + "\n", encoding="ascii")
+                os.replace(tmp, checked)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+        return True
     except (OSError, UnicodeDecodeError):
         return False
 
@@ -221,6 +253,7 @@ class OnnxEmbedder(LengthSortedEmbedder):
         batch_size: int = 8,
         precision: Precision = "fp32",
         threads: int | None = None,
+        spinning: bool = False,
         name: str | None = None,
         spec: str | None = None,
         torch_id: str | None = None,
@@ -237,6 +270,12 @@ class OnnxEmbedder(LengthSortedEmbedder):
             options.intra_op_num_threads = threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only: no shape-merge chatter on stderr
+        # idle worker threads sleep instead of spinning (``spinning``, ONNX Runtime's default,
+        # for comparison): on 2 shared cores the spinning thread took CPU from the one
+        # computing, and a served query cost 1.7x the CPU (BENCHMARKS.md)
+        options.add_session_config_entry(
+            "session.intra_op.allow_spinning", "1" if spinning else "0"
+        )
         model_file = onnx_path(self.path, precision)
         # a cached file's hash is checked while the tokenizer and the session load (hashlib and
         # ONNX Runtime release the GIL); a mismatch writes the file again and reloads

@@ -150,6 +150,38 @@ def rouge_l_max(pred: str, refs: Iterable[str]) -> float:
     return _best(pred, refs, rouge_l)
 
 
+def rouge_n_recall(context: str, ref: str, n: int = 1) -> float:
+    """ROUGE-N recall of a reference against a retrieved context: the share of the reference's
+    n-grams (counted with multiplicity, clipped by the context's counts) the context holds.
+
+    Measures how much of a reference summary the text handed to a summarizer could supply,
+    before any LLM: recall, not F, because the context is meant to be much longer.
+    """
+    if n < 1:
+        raise ValueError(f"n must be positive, got {n}")
+    r = rouge_tokens(ref)
+    c = rouge_tokens(context)
+    ref_grams = Counter(tuple(r[i : i + n]) for i in range(len(r) - n + 1))
+    if not ref_grams:
+        return 0.0
+    ctx_grams = Counter(tuple(c[i : i + n]) for i in range(len(c) - n + 1))
+    hit = sum(min(count, ctx_grams[g]) for g, count in ref_grams.items())
+    return hit / sum(ref_grams.values())
+
+
+def segment_coverage(positions: Iterable[int], total: int, parts: int = 10) -> float:
+    """Share of ``parts`` equal stretches of a ``total``-long sequence (a meeting's chunks in
+    order) that hold at least one of ``positions``: how evenly a context spans a document."""
+    if total < 1 or parts < 1:
+        raise ValueError(f"total and parts must be positive, got {total} and {parts}")
+    touched = set()
+    for p in positions:
+        if not 0 <= p < total:
+            raise ValueError(f"position {p} lies outside 0..{total - 1}")
+        touched.add(p * parts // total)
+    return len(touched) / min(parts, total)
+
+
 # --- significance ---------------------------------------------------------------------------------
 
 
@@ -227,5 +259,7 @@ __all__ = [
     "recall_at_k",
     "rouge_l",
     "rouge_l_max",
+    "rouge_n_recall",
     "rouge_tokens",
+    "segment_coverage",
 ]

@@ -41,7 +41,8 @@ from typing import Any, Literal
 
 log = logging.getLogger("psirag.server")
 
-JobKind = Literal["add", "remove"]
+JobKind = Literal["add", "remove", "sync"]
+"""``sync``: documents removed and others added in one update (``psirag sync --server``)."""
 JobStatus = Literal["queued", "running", "done", "failed"]
 KEEP_FINISHED = 1000
 """Finished jobs remembered for ``GET /jobs/{id}``; older ones are forgotten first."""
@@ -66,7 +67,7 @@ class Job:
     finished: float | None = None
     documents: list[dict[str, str]] = field(default_factory=list)
     """``{"id", "title"}`` of each document the job adds or removes (the document list shows
-    them as pending or failed)."""
+    them as pending or failed); a sync job's removals also hold ``"action": "remove"``."""
     payload: Any = field(default=None, repr=False)
     """What the write needs, as JSON data: the documents of an add, the ids of a removal."""
     retry_of: str | None = None
@@ -110,10 +111,19 @@ def _job_from_saved(raw: Any, *, live: bool = False) -> Job | None:
     job_id, kind, status = raw.get("id"), raw.get("kind"), raw.get("status")
     if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
         return None
-    if kind not in ("add", "remove") or status not in ("queued", "running", "done", "failed"):
+    if kind not in ("add", "remove", "sync") or status not in (
+        "queued",
+        "running",
+        "done",
+        "failed",
+    ):
         return None
     documents = [
-        {"id": str(d.get("id", "")), "title": str(d.get("title") or "")}
+        {
+            "id": str(d.get("id", "")),
+            "title": str(d.get("title") or ""),
+            **({"action": "remove"} if d.get("action") == "remove" else {}),
+        }
         for d in raw.get("documents") or []
         if isinstance(d, dict)
     ]

@@ -1,25 +1,70 @@
-"""The pure core: arrays in, arrays out. No I/O, no models, no LLM."""
+"""The pure core: arrays in, arrays out. No I/O, no models, no LLM.
 
-from psirag.tree.approx import knn_candidates, spanning_edges_knn
-from psirag.tree.build import (
-    TreeMode,
-    build_forest,
-    build_tree,
-    merge_walk,
-    rebalance,
-    similarity_matrix,
-    spanning_edges,
-)
-from psirag.tree.model import Tree
-from psirag.tree.update import (
-    RebuildRule,
-    TreeUpdate,
-    check_invariants,
-    insert_leaves,
-    remove_leaves,
-    tree_drift,
-    tree_shape,
-)
+Names load on first use (PEP 562): loading a saved index needs :class:`Tree` alone, not the
+builders (process pools, neighbour search) that building one needs."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# ``rebalance`` is also a submodule's name: importing that submodule (as the builders do) binds
+# the package attribute to the module, so the function is bound here, before any such import
+from psirag.tree.rebalance import rebalance
+
+if TYPE_CHECKING:
+    from psirag.tree.approx import knn_candidates, spanning_edges_knn
+    from psirag.tree.build import (
+        TreeMode,
+        build_forest,
+        build_tree,
+        merge_walk,
+        similarity_matrix,
+        spanning_edges,
+    )
+    from psirag.tree.model import Tree
+    from psirag.tree.update import (
+        RebuildRule,
+        TreeUpdate,
+        check_invariants,
+        insert_leaves,
+        remove_leaves,
+        tree_drift,
+        tree_shape,
+    )
+
+_WHERE = {
+    "knn_candidates": "approx",
+    "spanning_edges_knn": "approx",
+    "TreeMode": "build",
+    "build_forest": "build",
+    "build_tree": "build",
+    "merge_walk": "build",
+    "similarity_matrix": "build",
+    "spanning_edges": "build",
+    "Tree": "model",
+    "RebuildRule": "update",
+    "TreeUpdate": "update",
+    "check_invariants": "update",
+    "insert_leaves": "update",
+    "remove_leaves": "update",
+    "tree_drift": "update",
+    "tree_shape": "update",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
     "RebuildRule",

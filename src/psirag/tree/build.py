@@ -13,7 +13,7 @@ and merges them on top (paper App. E.1).
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Literal
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from psirag.tree.exact import (
 from psirag.tree.machine import available_memory_bytes
 from psirag.tree.merge import merge_walk
 from psirag.tree.model import Tree
+from psirag.tree.modes import MODES_TEXT, TREE_MODES, TreeMode, check_tree_mode
 from psirag.tree.rebalance import (
     rebalance,
     renumber,
@@ -39,11 +40,6 @@ from psirag.tree.rebalance import (
 )
 from psirag.tree.walk import build_walk_tree
 
-TreeMode = Literal["auto", "exact", "knn", "ann", "bucketed"]
-"""How the spanning edges are found: the exact n x n walk, k nearest neighbours found exactly
-(knn) or through an HNSW graph (ann, the ``psirag[ann]`` extra), one tree per k-means bucket
-merged on top (bucketed), or chosen by size and free memory (auto, :func:`resolve_tree_mode`)."""
-TREE_MODES: tuple[str, ...] = get_args(TreeMode)
 ResolvedTreeMode = Literal["exact", "knn", "ann", "bucketed"]
 
 AUTO_EXACT_MAX = 30_000
@@ -52,24 +48,6 @@ O(n²) time at 30k (the exact build took 10.6 CPU s at 25k, bench_knn.py), while
 build took 12 CPU s for 100k leaves (164 s wall, 3.0 GiB for 1M) and kept 2Wiki's Recall@5
 within +0.2..+0.4 points of the exact tree for every bucket bound from 512 to 4,096
 (BENCHMARKS.md "Scale")."""
-
-
-def check_tree_mode(
-    mode: str, neighbors: int, *, names: tuple[str, str] = ("tree mode", "tree neighbours")
-) -> None:
-    """Reject an unknown tree mode or a neighbour count below one, naming the allowed values.
-
-    ``names`` are the two settings as the caller's user knows them (``IndexConfig`` passes its
-    field names), so one check serves the config and the pure builder alike.
-    """
-    mode_name, neighbors_name = names
-    if mode not in TREE_MODES:
-        raise InputError(f"{mode_name} must be one of {_MODES_TEXT}, got {mode!r}")
-    if isinstance(neighbors, bool) or not isinstance(neighbors, (int, np.integer)) or neighbors < 1:
-        raise InputError(f"{neighbors_name} must be a positive integer, got {neighbors!r}")
-
-
-_MODES_TEXT = ", ".join(TREE_MODES)
 
 
 def resolve_tree_mode(mode: str, n: int) -> ResolvedTreeMode:
@@ -82,7 +60,7 @@ def resolve_tree_mode(mode: str, n: int) -> ResolvedTreeMode:
     measured in BENCHMARKS.md "Scale").
     """
     if mode not in TREE_MODES:
-        raise InputError(f"tree mode must be one of {_MODES_TEXT}, got {mode!r}")
+        raise InputError(f"tree mode must be one of {MODES_TEXT}, got {mode!r}")
     if mode == "auto":
         if n <= AUTO_EXACT_MAX:
             return "exact" if exact_fits(n) else "knn"
