@@ -42,6 +42,7 @@ COMMAND_MODULES: dict[str, str] = {
     "add": "living_cmds",
     "remove": "living_cmds",
     "sync": "living_cmds",
+    "compact": "living_cmds",
     "ask": "agent_cmds",
     "chat": "agent_cmds",
     "hops": "agent_cmds",
