@@ -87,7 +87,7 @@ class Phrases:
     lp_pid: np.ndarray  # the distinct phrases of each leaf, leaf by leaf
     col_of: np.ndarray  # n_pids: column of a kept phrase, -1 otherwise
     pid_of: np.ndarray  # n_columns: the phrase of each column
-    df: np.ndarray  # n_pids: leaves holding each phrase (float64)
+    df: np.ndarray  # n_pids: leaves holding each phrase (int32)
     key: np.ndarray  # n_pids: packed stem ids, the phrase's identity
     stem_ids: np.ndarray  # n_pids x 3 stem ids (-1 pad)
     content_ids: np.ndarray  # n_pids x 3: the stems of words that are not stopwords, else -1

@@ -59,7 +59,27 @@ DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_ra
 """Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
 arrays add up to, so the first update after a load does not sort the corpus to derive them."""
 
+BUILD_BATCH = 50_000
+"""Leaves a build extracts at a time: a single pass over a 1M-leaf corpus held every token and
+candidate occurrence of the corpus at once, several times the finished table."""
+
+_LAYOUT_BLOCK = 1 << 20
+"""Phrases a layout unpacks and flags at a time (each step makes n x 3 int64 temporaries)."""
+
 _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
+
+
+_ID_ARRAYS = ("lw", "ls_cnt", "lp_pid")
+"""Per-leaf arrays of ids and counts, held (and saved) as int32."""
+
+
+def _ints(x: Any, *, small: bool) -> np.ndarray:
+    """A saved array as int64, or as it is when it is int32 and ``small`` (no copy: a loaded
+    array stays memory-mapped)."""
+    x = np.asarray(x)
+    if small and x.dtype == np.int32:
+        return x
+    return x.astype(np.int64, copy=False)
 
 
 def _ptr(row_of_entry: np.ndarray, n_rows: int) -> np.ndarray:
@@ -332,14 +352,60 @@ class PhraseTable:
     # ------------------------------------------------------------------ making one
     @classmethod
     def build(cls, leaf_texts: Sequence[str]) -> PhraseTable:
-        """The table of a corpus, extracted in one pass."""
+        """The table of a corpus, extracted :data:`BUILD_BATCH` leaves at a time (the same
+        table a single pass gives: phrase ids are numbered by key at the end)."""
         none = np.empty(0, dtype=np.int64)
+        ids = np.empty(0, dtype=np.int32)
         zero = np.zeros(1, dtype=np.int64)
-        empty = cls([], zero, none, zero, none, none, zero, none, none)
-        empty._cache["derived"] = _Derived(
+        table = cls([], zero, ids, zero, none, ids, zero, ids, none)
+        table._cache["derived"] = _Derived(
             _Vocab.empty(), none, none, none, none, none, none, none, 0
         )
-        return empty.add(leaf_texts)
+        if len(leaf_texts) <= BUILD_BATCH:
+            return table.add(leaf_texts)
+        for lo in range(0, len(leaf_texts), BUILD_BATCH):
+            table = table.add(leaf_texts[lo : lo + BUILD_BATCH])
+        return table._numbered_by_key()
+
+    def _numbered_by_key(self) -> PhraseTable:
+        """This table with its phrase ids renumbered in key order, as a single extraction
+        numbers them (a build that added its leaves in batches numbered them batch by batch);
+        each leaf's phrase list is sorted again, a batch of leaves at a time."""
+        d = self._derived()
+        n_p = self.p_key.size
+        order = d.p_sorted
+        new_of = np.empty(n_p, dtype=np.int64)
+        new_of[order] = np.arange(n_p)
+        lp_pid = np.empty_like(self.lp_pid)
+        for lo in range(0, self.n_leaves, BUILD_BATCH):
+            ptr = self.lp_ptr[lo : lo + BUILD_BATCH + 1]
+            a, b = int(ptr[0]), int(ptr[-1])
+            key = _rows(ptr - a) * max(n_p, 1) + new_of[self.lp_pid[a:b]]
+            key.sort()
+            lp_pid[a:b] = key % max(n_p, 1)
+        table = PhraseTable(
+            self.words,
+            self.lw_ptr,
+            self.lw,
+            self.ls_ptr,
+            self.ls_key,
+            self.ls_cnt,
+            self.lp_ptr,
+            lp_pid,
+            self.p_key[order],
+        )
+        table._cache["derived"] = _Derived(
+            d.vocab,
+            np.arange(n_p, dtype=np.int64),
+            d.p_df[order],
+            d.s_key,
+            d.s_cnt,
+            new_of[d.s_pid],
+            d.p_best[order],
+            d.w_rank,
+            d.n_ranked,
+        )
+        return table
 
     @classmethod
     def from_arrays(
@@ -351,7 +417,7 @@ class PhraseTable:
         missing = [a for a in ARRAYS if a not in arrays]
         if missing:
             raise ValueError(f"phrase table lacks {missing}")
-        a = {name: np.asarray(arrays[name], dtype=np.int64) for name in ARRAYS}
+        a = {name: _ints(arrays[name], small=name in _ID_ARRAYS) for name in ARRAYS}
         table = cls(
             list(words),
             a["lw_ptr"],
@@ -409,10 +475,10 @@ class PhraseTable:
         """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
         packed keys as int64."""
         out = {a: getattr(self, a) for a in ARRAYS}
-        for name in ("lw", "ls_cnt", "lp_pid"):
+        for name in _ID_ARRAYS:
             x = out[name]
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= 0):
-                out[name] = x.astype(np.int32)
+                out[name] = x.astype(np.int32, copy=False)
         return out
 
     # ------------------------------------------------------------------ derived counts
@@ -677,14 +743,14 @@ def _finish(
 ) -> _Layout:
     stem_ids, surface, words, entity, content = arrays
     n_p = table.p_key.size
-    col_of = np.full(n_p, -1, dtype=np.int64)
+    col_of = np.full(n_p, -1, dtype=np.int32)
     col_of[pid_of] = np.arange(pid_of.size)
     ph = Phrases(
         lp_ptr=table.lp_ptr,
         lp_pid=table.lp_pid,
         col_of=col_of,
-        pid_of=pid_of,
-        df=d.p_df.astype(np.float64),
+        pid_of=pid_of.astype(np.int32),
+        df=d.p_df.astype(np.int32),  # a copy: an add changes the counts in place
         key=table.p_key,
         stem_ids=stem_ids,
         content_ids=content,
@@ -697,7 +763,8 @@ def _finish(
 
 
 def _layout(table: PhraseTable, d: _Derived) -> _Layout:
-    """The layout of every phrase (a load, a build, after a removal)."""
+    """The layout of every phrase (a load, a build, after a removal), unpacked and flagged
+    :data:`_LAYOUT_BLOCK` phrases at a time into int32 arrays."""
     v = d.vocab
     n_p = table.p_key.size
     ranked = np.flatnonzero(d.w_rank >= 0)
@@ -708,24 +775,31 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     head = np.concatenate(([True], s_sorted[1:] != s_sorted[:-1])) if order.size else order
     stem_first[s_sorted[head]] = w_rank[order][head]
 
-    stems = unpack_keys(table.p_key)
-    present = np.flatnonzero(d.p_df > 0)
-    surface = np.full((n_p, MAX_NGRAM), -1, dtype=np.int64)
-    surface[present] = unpack_keys(d.p_best[present])
-    words = (stems >= 0).sum(axis=1).astype(np.int64)
-    entity = np.zeros(n_p, dtype=bool)
+    # in buffers with room to spare, so the adds that follow grow them in place
+    def buffer(dtype: Any, fill: Any, width: int = 0) -> np.ndarray:
+        shape = (0, width) if width else (0,)
+        return _new_buffer(np.empty(shape, dtype=dtype), n_p, fill)
+
+    stems, surface, content = (buffer(np.int32, -1, MAX_NGRAM) for _ in range(3))
+    words, entity = buffer(np.int8, 0), buffer(bool, False)
+    ckey = buffer(np.int64, 0)
     keep = np.zeros(n_p, dtype=bool)
-    content = np.full((n_p, MAX_NGRAM), -1, dtype=np.int64)
-    _, entity[present], keep[present], content[present] = _flags(
-        v, stems[present], surface[present]
-    )
-    ckey = _order_key(stems, stem_first)
+    for lo in range(0, n_p, _LAYOUT_BLOCK):
+        hi = min(lo + _LAYOUT_BLOCK, n_p)
+        block_stems = unpack_keys(table.p_key[lo:hi])
+        stems[lo:hi] = block_stems
+        words[lo:hi] = (block_stems >= 0).sum(axis=1)
+        ckey[lo:hi] = _order_key(block_stems, stem_first)
+        present = np.flatnonzero(d.p_df[lo:hi] > 0)
+        shown = unpack_keys(d.p_best[lo:hi][present])
+        at = lo + present
+        surface[at] = shown
+        _, entity[at], keep[at], content[at] = _flags(v, block_stems[present], shown)
     kept = np.flatnonzero(keep)
     # present phrases have distinct stems, and so distinct order keys: no ties to break
     kept = kept[np.argsort(ckey[kept], kind="stable")]
-    # in buffers with room to spare, so the adds that follow grow them in place
-    arrays = tuple(_new_buffer(a, n_p, 0) for a in (stems, surface, words, entity, content))
-    return _finish(table, d, stem_first, _new_buffer(ckey, n_p, 0), kept, ckey[kept], arrays)
+    arrays = (stems, surface, words, entity, content)
+    return _finish(table, d, stem_first, ckey, kept, ckey[kept], arrays)
 
 
 def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
