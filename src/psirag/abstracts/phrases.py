@@ -705,16 +705,15 @@ class _Layout:
     """A table's phrases as abstracts read them, with what an add needs to extend them."""
 
     stem_first: np.ndarray  # per stem id: first-appearance rank of its first word
-    ckey: np.ndarray  # per phrase id: its stems' first ranks, packed (the column order)
-    col_key: np.ndarray  # ckey of each column, ascending
+    col_key: np.ndarray  # each column's order key (its stems' first ranks, packed), ascending
     phrases: Phrases
 
 
 def _flags(
     v: _Vocab, stems: np.ndarray, surface: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Word counts, entity flags, kept flags and content stems of present phrases, from their
-    stems and shown forms (n x 3 each)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Word counts, entity flags and kept flags of present phrases, from their stems and shown
+    forms (n x 3 each)."""
     n_words = (stems >= 0).sum(axis=1).astype(np.int64)
     pad_cap = np.append(v.is_cap, False)
     pad_ok = np.append(v.is_cap | v.is_digit | v.is_stop, True)
@@ -724,8 +723,7 @@ def _flags(
     keep &= ~((n_words == 1) & v.roman[surface[:, 0]])
     inner = surface[:, 1]
     keep &= (n_words < MAX_NGRAM) | ~v.is_stop[inner] | (is_entity & v.joiner[inner])
-    content = np.where(~np.append(v.is_stop, True)[surface], stems, -1)
-    return n_words, is_entity, keep, content
+    return n_words, is_entity, keep
 
 
 def _order_key(stems: np.ndarray, stem_first: np.ndarray) -> np.ndarray:
@@ -736,12 +734,11 @@ def _finish(
     table: PhraseTable,
     d: _Derived,
     stem_first: np.ndarray,
-    ckey: np.ndarray,
     pid_of: np.ndarray,
     col_key: np.ndarray,
     arrays: tuple[np.ndarray, ...],
 ) -> _Layout:
-    stem_ids, surface, words, entity, content = arrays
+    surface, words, entity = arrays
     n_p = table.p_key.size
     col_of = np.full(n_p, -1, dtype=np.int32)
     col_of[pid_of] = np.arange(pid_of.size)
@@ -752,14 +749,13 @@ def _finish(
         pid_of=pid_of.astype(np.int32),
         df=d.p_df.astype(np.int32),  # a copy: an add changes the counts in place
         key=table.p_key,
-        stem_ids=stem_ids,
-        content_ids=content,
+        is_stop=d.vocab.is_stop,
         surface_ids=surface,
         words=words,
         entity=entity,
         vocab=d.vocab.words,
     )
-    return _Layout(stem_first, ckey, col_key, ph)
+    return _Layout(stem_first, col_key, ph)
 
 
 def _layout(table: PhraseTable, d: _Derived) -> _Layout:
@@ -780,26 +776,25 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
         shape = (0, width) if width else (0,)
         return _new_buffer(np.empty(shape, dtype=dtype), n_p, fill)
 
-    stems, surface, content = (buffer(np.int32, -1, MAX_NGRAM) for _ in range(3))
+    surface = buffer(np.int32, -1, MAX_NGRAM)
     words, entity = buffer(np.int8, 0), buffer(bool, False)
-    ckey = buffer(np.int64, 0)
-    keep = np.zeros(n_p, dtype=bool)
+    kept_parts, key_parts = [], []
     for lo in range(0, n_p, _LAYOUT_BLOCK):
         hi = min(lo + _LAYOUT_BLOCK, n_p)
         block_stems = unpack_keys(table.p_key[lo:hi])
-        stems[lo:hi] = block_stems
         words[lo:hi] = (block_stems >= 0).sum(axis=1)
-        ckey[lo:hi] = _order_key(block_stems, stem_first)
         present = np.flatnonzero(d.p_df[lo:hi] > 0)
         shown = unpack_keys(d.p_best[lo:hi][present])
         at = lo + present
         surface[at] = shown
-        _, entity[at], keep[at], content[at] = _flags(v, block_stems[present], shown)
-    kept = np.flatnonzero(keep)
+        _, entity[at], keep = _flags(v, block_stems[present], shown)
+        kept_parts.append(at[keep])
+        key_parts.append(_order_key(block_stems[present[keep]], stem_first))
+    kept = np.concatenate(kept_parts) if kept_parts else np.empty(0, dtype=np.int64)
+    ckey = np.concatenate(key_parts) if key_parts else np.empty(0, dtype=np.int64)
     # present phrases have distinct stems, and so distinct order keys: no ties to break
-    kept = kept[np.argsort(ckey[kept], kind="stable")]
-    arrays = (stems, surface, words, entity, content)
-    return _finish(table, d, stem_first, ckey, kept, ckey[kept], arrays)
+    by_key = np.argsort(ckey, kind="stable")
+    return _finish(table, d, stem_first, kept[by_key], ckey[by_key], (surface, words, entity))
 
 
 def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
@@ -870,35 +865,26 @@ def _layout_after_add(
     def grow(a: np.ndarray, fill: Any) -> np.ndarray:
         return _grown(a, n_p, fill)
 
-    stems = grow(old.stem_ids, -1)
-    stems[n_old:] = unpack_keys(table.p_key[n_old:])
     words = grow(old.words, 0)
-    words[n_old:] = (stems[n_old:] >= 0).sum(axis=1)
-    surface, entity, content = (
-        grow(old.surface_ids, -1),
-        grow(old.entity, False),
-        grow(old.content_ids, -1),
-    )
-    ckey = grow(prev.ckey, 0)
+    words[n_old:] = (unpack_keys(table.p_key[n_old:]) >= 0).sum(axis=1)
+    surface, entity = grow(old.surface_ids, -1), grow(old.entity, False)
+    t_stems = unpack_keys(table.p_key[touched])
     t_surface = unpack_keys(d.p_best[touched])
     surface[touched] = t_surface
-    _, entity[touched], t_keep, content[touched] = _flags(v, stems[touched], t_surface)
-    ckey[touched] = _order_key(stems[touched], stem_first)
+    _, entity[touched], t_keep = _flags(v, t_stems, t_surface)
 
     is_touched = np.zeros(n_p, dtype=bool)
     is_touched[touched] = True
     stay = ~is_touched[old.pid_of]
     base_pid, base_key = old.pid_of[stay], prev.col_key[stay]
     t_pid = touched[t_keep]
-    t_key = ckey[t_pid]
+    t_key = _order_key(t_stems[t_keep], stem_first)
     by_key = np.argsort(t_key, kind="stable")
     t_pid, t_key = t_pid[by_key], t_key[by_key]
     at = np.searchsorted(base_key, t_key)
     pid_of = np.insert(base_pid, at, t_pid)
     col_key = np.insert(base_key, at, t_key)
-    return _finish(
-        table, d, stem_first, ckey, pid_of, col_key, (stems, surface, words, entity, content)
-    )
+    return _finish(table, d, stem_first, pid_of, col_key, (surface, words, entity))
 
 
 def _ranks(lw: np.ndarray, n_words: int) -> tuple[np.ndarray, int]:
