@@ -72,6 +72,10 @@ _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
 _ID_ARRAYS = ("lw", "ls_cnt", "lp_pid")
 """Per-leaf arrays of ids and counts, held (and saved) as int32."""
 
+_DERIVED_IDS = ("p_sorted", "p_df", "s_cnt", "s_pid")
+"""Corpus-level phrase ids and counts, held as int32 after a build or a load (a phrase's
+leaves and a form's occurrences stay far below 2**31 in any corpus a machine holds)."""
+
 
 def _ints(x: Any, *, small: bool) -> np.ndarray:
     """A saved array as int64, or as it is when it is int32 and ``small`` (no copy: a loaded
@@ -358,9 +362,7 @@ class PhraseTable:
         ids = np.empty(0, dtype=np.int32)
         zero = np.zeros(1, dtype=np.int64)
         table = cls([], zero, ids, zero, none, ids, zero, ids, none)
-        table._cache["derived"] = _Derived(
-            _Vocab.empty(), none, none, none, none, none, none, none, 0
-        )
+        table._cache["derived"] = _Derived(_Vocab.empty(), ids, ids, none, ids, ids, none, none, 0)
         if len(leaf_texts) <= BUILD_BATCH:
             return table.add(leaf_texts)
         for lo in range(0, len(leaf_texts), BUILD_BATCH):
@@ -396,11 +398,11 @@ class PhraseTable:
         )
         table._cache["derived"] = _Derived(
             d.vocab,
-            np.arange(n_p, dtype=np.int64),
+            np.arange(n_p, dtype=d.p_sorted.dtype),
             d.p_df[order],
             d.s_key,
             d.s_cnt,
-            new_of[d.s_pid],
+            new_of[d.s_pid].astype(d.s_pid.dtype),
             d.p_best[order],
             d.w_rank,
             d.n_ranked,
@@ -524,7 +526,9 @@ class PhraseTable:
     def _restore_derived(self, vocab: _Vocab, a: dict[str, np.ndarray]) -> _Derived:
         """Saved corpus counts, checked against the per-leaf arrays' sizes and ranges (copied:
         an update changes them in place)."""
-        got = {name: np.array(a[name], dtype=np.int64) for name in DERIVED_ARRAYS}
+        got = {
+            name: np.array(_ints(a[name], small=name in _DERIVED_IDS)) for name in DERIVED_ARRAYS
+        }
         n_p, n_w = self.p_key.size, len(self.words)
         p_sorted, s_pid, w_rank = got["p_sorted"], got["s_pid"], got["w_rank"]
         n_ranked = int(got["n_ranked"][0]) if got["n_ranked"].shape == (1,) else -1
