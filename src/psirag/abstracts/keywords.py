@@ -182,7 +182,9 @@ def keyword_abstracts(
             if nodes is None:
                 needed = _block_rows(tree, chunk, row_of, whole)
                 block = {a: i for i, a in enumerate(needed.tolist())}
-                # the block before's parent row is not read again: let its products go
+                # the block before's parent row is not read again: let its products go, and
+                # the per-phrase memos its nodes filled (a 1M-leaf build offers millions)
+                _forget(phrases)
                 if scratch is not None:
                     scratch[parent_pids] = 0
                 current, parent_pids = -2, np.empty(0, dtype=np.int64)
@@ -248,6 +250,7 @@ def keyword_abstracts(
                     n_multi=n_multi if pids.size > _SCORE_CHUNK else None,
                 )
     node_df = None
+    _forget(phrases)
     if bar is not None:
         bar.close()
     return [done[u] for u in targets.tolist()]
@@ -333,6 +336,14 @@ def _scores(
     theme = cov * weight
     specific = np.sqrt(cov) * weight
     return cov, dist, theme, specific
+
+
+def _forget(phrases: Phrases) -> None:
+    """Drop the per-phrase memos scoring filled (what the duplicate rules read, shown
+    texts): they only save time while siblings share phrases, and would otherwise live as
+    long as the index."""
+    phrases.__dict__.pop("info", None)
+    phrases._surface.clear()
 
 
 @contextlib.contextmanager
