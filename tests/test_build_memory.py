@@ -125,3 +125,13 @@ def test_the_duplicate_map_tells_colliding_hashes_apart(monkeypatch: pytest.Monk
     assert first_copy_of(texts).tolist() == want
     monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)  # every key collides
     assert first_copy_of(texts).tolist() == want
+
+
+def test_freed_memory_goes_back_where_the_c_library_allows() -> None:
+    import sys
+
+    from psirag.heap import _malloc_trim, give_back_freed_memory
+
+    if sys.platform.startswith("linux"):
+        assert _malloc_trim() is not None  # glibc here: the call is made
+    give_back_freed_memory()  # and never fails

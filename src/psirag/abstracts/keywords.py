@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from psirag.abstracts.phrase_model import MAX_NGRAM, STOPWORDS, PhraseInfo, Phrases
+from psirag.heap import give_back_freed_memory
 from psirag.retrieval.ranking import top_k
 from psirag.tree.model import Tree
 
@@ -185,6 +186,7 @@ def keyword_abstracts(
                 # the block before's parent row is not read again: let its products go, and
                 # the per-phrase memos its nodes filled (a 1M-leaf build offers millions)
                 _forget(phrases)
+                give_back_freed_memory()
                 if scratch is not None:
                     scratch[parent_pids] = 0
                 current, parent_pids = -2, np.empty(0, dtype=np.int64)

@@ -43,6 +43,7 @@ from psirag.abstracts.phrase_model import (
     unpack_keys,
 )
 from psirag.errors import IndexFormatError
+from psirag.heap import give_back_freed_memory
 
 __all__ = ["PhraseTable"]
 
@@ -59,7 +60,7 @@ DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_ra
 """Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
 arrays add up to, so the first update after a load does not sort the corpus to derive them."""
 
-BUILD_BATCH = 50_000
+BUILD_BATCH = 20_000
 """Leaves a build extracts at a time: a single pass over a 1M-leaf corpus held every token and
 candidate occurrence of the corpus at once, several times the finished table."""
 
@@ -367,7 +368,10 @@ class PhraseTable:
             return table.add(leaf_texts)
         for lo in range(0, len(leaf_texts), BUILD_BATCH):
             table = table.add(leaf_texts[lo : lo + BUILD_BATCH])
-        return table._numbered_by_key()
+            give_back_freed_memory()  # the batch's temporaries
+        table = table._numbered_by_key()
+        give_back_freed_memory()
+        return table
 
     def _numbered_by_key(self) -> PhraseTable:
         """This table with its phrase ids renumbered in key order, as a single extraction
