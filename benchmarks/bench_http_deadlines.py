@@ -22,7 +22,9 @@ import threading
 import time
 from pathlib import Path
 
-from psirag.llm.testing import FakeOpenAIServer, Reply
+# the tests' scripted OpenAI-compatible server (tests/support, not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import FakeOpenAIServer, Reply
 
 CORPUS = {
     "volcano.txt": "Vesuvius destroyed Pompeii with ash in the year 79.",

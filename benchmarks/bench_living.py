@@ -13,7 +13,7 @@ measured on its own (``embedding``), as is loading that model.
   removing 10% of the full build and adding it back, against the full build.
 - LLM calls: llm-summary abstracts on a sub-corpus (``--llm-corpus`` passages): a full build's
   calls against a 1% add's, and the same add repeated (served by the response cache). The LLM is
-  the scripted loopback server of psirag.llm.testing: it counts calls, it does not judge the
+  the tests' scripted loopback server (tests/support): it counts calls, it does not judge the
   abstracts' quality.
 - Sync: a folder of 2,000 passage files, 20 of them rewritten, through ``psirag sync``.
 
@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import io
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,6 +48,10 @@ from _common import (
 )
 
 from psirag import Index, IndexConfig, SearchConfig
+
+# the tests' scripted OpenAI-compatible server (tests/support, not installed)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support import FakeOpenAIServer
 
 
 def _search_recall(
@@ -209,7 +214,6 @@ def cost_and_recall(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
 def llm_calls(args: argparse.Namespace, result: dict[str, Any]) -> None:
     from psirag.llm import LLMClient, OpenAIChat
-    from psirag.llm.testing import FakeOpenAIServer
 
     corpus, _, _ = two_wiki_queries(1)
     emb = CachedVectors(Path(args.embedding_cache))

@@ -19,11 +19,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from psirag.llm.testing import FakeOpenAIServer
-
-# the tests' helpers: one ServerProcess and the system Chromium (tests/support, not installed)
+# the tests' helpers: the scripted LLM, one ServerProcess and the system Chromium (tests/support,
+# not installed)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support import ServerProcess
+from support import FakeOpenAIServer, ServerProcess
 from support.browser import launch_chromium
 
 QUESTION = "When did Lothair II's mother die?"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import NO_RETRY, ScriptedServer, client_for
+from support import NO_RETRY, FakeOpenAIServer, client_for
 from support.agents import (
     QUESTION,
     SUB_QUESTION,
@@ -55,7 +55,7 @@ from psirag.types import Passage, Source
 # --- the loop ------------------------------------------------------------------------------------
 
 
-def test_multi_hop_retrieve_then_answer(server: ScriptedServer) -> None:
+def test_multi_hop_retrieve_then_answer(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     assert ids(index.search(QUESTION)) == ["hotel", "portmere"]  # the owner's office: not yet
     index.queries.clear()
@@ -94,7 +94,7 @@ def test_multi_hop_retrieve_then_answer(server: ScriptedServer) -> None:
     assert result.stats.retrievals == 2 and result.stats.llm_calls == 2
 
 
-def test_remaining_retrievals_are_announced_each_turn(server: ScriptedServer) -> None:
+def test_remaining_retrievals_are_announced_each_turn(server: FakeOpenAIServer) -> None:
     server.script("Retrieve: q one", "Retrieve: q two", "Retrieve: q three", "Answer: Lisbon")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search, max_retrievals=3).run(
         QUESTION
@@ -108,7 +108,7 @@ def test_remaining_retrievals_are_announced_each_turn(server: ScriptedServer) ->
     assert [s.remaining for s in result.steps] == [3, 2, 1, 0]
 
 
-def test_forced_answer_when_it_keeps_asking_to_retrieve(server: ScriptedServer) -> None:
+def test_forced_answer_when_it_keeps_asking_to_retrieve(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     server.script(
         f"Thought: need the owner.\nRetrieve: {SUB_QUESTION}",
@@ -129,7 +129,7 @@ def test_forced_answer_when_it_keeps_asking_to_retrieve(server: ScriptedServer) 
     assert result.stats.forced_turns == 1
 
 
-def test_hard_cap_holds_whatever_the_model_says(server: ScriptedServer) -> None:
+def test_hard_cap_holds_whatever_the_model_says(server: FakeOpenAIServer) -> None:
     server.script(*[f"Thought: more.\nRetrieve: query {i}" for i in range(10)])
     index = FakeIndex()
     result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=2).run(QUESTION)
@@ -138,10 +138,10 @@ def test_hard_cap_holds_whatever_the_model_says(server: ScriptedServer) -> None:
     assert len(index.queries) == 3  # the first retrieval plus max_retrievals
     assert len(server.requests) == 4  # one reply per retrieval plus one forced-answer turn
     assert [s.action for s in result.steps] == ["retrieve", "retrieve", "no_answer"]
-    assert len(server.replies) == 6
+    assert len(server.pending_replies) == 6
 
 
-def test_zero_retrievals_forces_the_first_turn(server: ScriptedServer) -> None:
+def test_zero_retrievals_forces_the_first_turn(server: FakeOpenAIServer) -> None:
     server.script("Thought: the hotel's owner is Calder.\nAnswer: Calder Group")
     index = FakeIndex()
     result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=0).run(QUESTION)
@@ -150,7 +150,7 @@ def test_zero_retrievals_forces_the_first_turn(server: ScriptedServer) -> None:
     assert index.queries == [QUESTION]
 
 
-def test_not_mentioned_when_the_model_never_answers(server: ScriptedServer) -> None:
+def test_not_mentioned_when_the_model_never_answers(server: FakeOpenAIServer) -> None:
     server.script(
         "Thought: The documents talk about hotels.\nThey do not say much more.",
         "I still cannot tell from these documents.\nThere is no clear answer.",
@@ -162,7 +162,7 @@ def test_not_mentioned_when_the_model_never_answers(server: ScriptedServer) -> N
     assert len(server.requests) == 2  # no marker: no retrieval, straight to the forced turn
 
 
-def test_malformed_replies_are_rescued_and_counted_apart(server: ScriptedServer) -> None:
+def test_malformed_replies_are_rescued_and_counted_apart(server: FakeOpenAIServer) -> None:
     # Inline marker (rescued), then a decorated retrieve line (well-formed), then a bare line
     # after the forced-answer turn.
     server.script(
@@ -181,7 +181,7 @@ def test_malformed_replies_are_rescued_and_counted_apart(server: ScriptedServer)
     assert (stats.well_formed, stats.rescued, stats.unparsed) == (0, 1, 2)
 
 
-def test_decorated_answer_is_well_formed(server: ScriptedServer) -> None:
+def test_decorated_answer_is_well_formed(server: FakeOpenAIServer) -> None:
     server.script(
         "**Thought:** It is Lisbon.\n\n**Answer:** Lisbon\n\nLet me know if you need more."
     )
@@ -191,7 +191,7 @@ def test_decorated_answer_is_well_formed(server: ScriptedServer) -> None:
     assert result.steps[0].well_formed and result.stats.well_formed == 1
 
 
-def test_empty_reply(server: ScriptedServer) -> None:
+def test_empty_reply(server: FakeOpenAIServer) -> None:
     server.script("", "")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
     assert result.answer == NOT_MENTIONED
@@ -205,7 +205,7 @@ def test_empty_reply(server: ScriptedServer) -> None:
     assert result.steps[0].action == "forced_answer"
 
 
-def test_a_passage_saying_answer_is_never_the_answer(server: ScriptedServer) -> None:
+def test_a_passage_saying_answer_is_never_the_answer(server: FakeOpenAIServer) -> None:
     index = FakeIndex(k=3)
     question = "Where is the head office of the hotel owner?"
     assert "quiz" in ids(index.search(question))
@@ -245,7 +245,7 @@ def test_evidence_merge_rule_by_hand() -> None:
     assert [p.score for p in best] == [0.95, 0.9, 0.9]
 
 
-def test_episode_evidence_follows_the_rule(server: ScriptedServer) -> None:
+def test_episode_evidence_follows_the_rule(server: FakeOpenAIServer) -> None:
     server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
     # Step 1: hotel, portmere; step 2: hotel, calder.
@@ -255,7 +255,7 @@ def test_episode_evidence_follows_the_rule(server: ScriptedServer) -> None:
     assert result.evidence[0].score == pytest.approx(2 / 61)
 
 
-def test_to_dict_schema(server: ScriptedServer) -> None:
+def test_to_dict_schema(server: FakeOpenAIServer) -> None:
     server.script(f"Thought: t1\nRetrieve: {SUB_QUESTION}", "Thought: t2\nAnswer: Lisbon")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
     doc = json.loads(json.dumps(result.to_dict()))
@@ -288,7 +288,7 @@ def test_to_dict_schema(server: ScriptedServer) -> None:
     assert doc["steps"][0]["passages"] == [p.to_dict() for p in result.steps[0].passages]
 
 
-def test_long_passages_are_clipped_to_fit_the_context(server: ScriptedServer) -> None:
+def test_long_passages_are_clipped_to_fit_the_context(server: FakeOpenAIServer) -> None:
     filler = " ".join(f"word{i}" for i in range(1500))
     docs = {f"d{i}": (f"Doc {i}", f"Lisbon head office {filler}") for i in range(4)}
     index = FakeIndex(k=4, docs=docs)
@@ -303,7 +303,7 @@ def test_long_passages_are_clipped_to_fit_the_context(server: ScriptedServer) ->
     assert "Doc 3" in sent[1]["content"]  # every passage is still shown, only shorter
 
 
-def test_cached_episode_sends_nothing_again(server: ScriptedServer, tmp_path: Path) -> None:
+def test_cached_episode_sends_nothing_again(server: FakeOpenAIServer, tmp_path: Path) -> None:
     server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
     cache = tmp_path / "llm.sqlite"
     with LLMClient(OpenAIChat(server.base_url, "scripted", http=NO_RETRY), cache) as llm:
@@ -315,7 +315,7 @@ def test_cached_episode_sends_nothing_again(server: ScriptedServer, tmp_path: Pa
     assert second.to_dict() == first.to_dict()
 
 
-def test_empty_question_is_refused(server: ScriptedServer) -> None:
+def test_empty_question_is_refused(server: FakeOpenAIServer) -> None:
     from psirag.errors import InputError
 
     with pytest.raises(InputError):
@@ -332,7 +332,7 @@ def test_select_nodes_top_k_in_document_order() -> None:
     assert [n.node for n in chosen] == [109, 3, 105, 107, 40]  # the abstract before its leaf
 
 
-def test_summarize_over_http(server: ScriptedServer) -> None:
+def test_summarize_over_http(server: FakeOpenAIServer) -> None:
     queries: list[str] = []
 
     def visit(query: str) -> list[Node]:
@@ -367,7 +367,7 @@ def test_summarize_over_http(server: ScriptedServer) -> None:
 
 
 def test_cli_ask_json_and_streamed_steps(
-    server: ScriptedServer,
+    server: FakeOpenAIServer,
     fake_index: FakeTreeIndex,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
@@ -394,7 +394,7 @@ def test_cli_ask_json_and_streamed_steps(
 
 
 def test_cli_ask_profile_paper_reaches_every_search(
-    server: ScriptedServer, fake_index: FakeTreeIndex
+    server: FakeOpenAIServer, fake_index: FakeTreeIndex
 ) -> None:
     server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
     args = parse(["ask", "idx", QUESTION, "--llm", server.spec, "--profile", "paper", "-q"])
@@ -403,7 +403,7 @@ def test_cli_ask_profile_paper_reaches_every_search(
 
 
 def test_cli_ask_plain_answer_and_max_retrievals(
-    server: ScriptedServer, fake_index: FakeTreeIndex, capsys: pytest.CaptureFixture[str]
+    server: FakeOpenAIServer, fake_index: FakeTreeIndex, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server.script("Retrieve: a", "Retrieve: b", "Retrieve: c", "Answer: Lisbon")
     args = parse(["ask", "idx", QUESTION, "--llm", server.spec, "--max-retrievals", "2"])
@@ -416,7 +416,7 @@ def test_cli_ask_plain_answer_and_max_retrievals(
 
 @pytest.mark.parametrize(("flags", "requests"), [([], 2), (["--no-answer-check"], 1)])
 def test_cli_ask_answer_check(
-    server: ScriptedServer, fake_index: FakeTreeIndex, flags: list[str], requests: int
+    server: FakeOpenAIServer, fake_index: FakeTreeIndex, flags: list[str], requests: int
 ) -> None:
     server.script("Answer: Lisbon", "Answer: Lisbon")  # not in the first documents
     args = parse(["ask", "idx", QUESTION, "--llm", server.spec, "-q", *flags])
@@ -435,7 +435,7 @@ def test_cli_needs_an_llm(fake_index: FakeTreeIndex, monkeypatch: pytest.MonkeyP
         args.func(args, stdout=io.StringIO())
 
 
-def test_cli_summarize(server: ScriptedServer, fake_index: FakeTreeIndex) -> None:
+def test_cli_summarize(server: FakeOpenAIServer, fake_index: FakeTreeIndex) -> None:
     server.script("A short meeting summary.")
     args = parse(["summarize", "idx", "--doc", "m1", "--llm", server.spec, "--json"])
     out = io.StringIO()
@@ -450,7 +450,7 @@ def test_cli_summarize(server: ScriptedServer, fake_index: FakeTreeIndex) -> Non
     ]
 
 
-def test_passages_are_shown_with_their_title_once(server: ScriptedServer) -> None:
+def test_passages_are_shown_with_their_title_once(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     with_title_line = Passage(
         "t", "Calder Group\nIts office is in Lisbon.", 1.0, index.passage("calder", 1.0).source
@@ -473,7 +473,7 @@ def test_index_node_hits_are_visited_nodes() -> None:
     assert [h.node for h in select_nodes(hits, 2)] == [2, 7]
 
 
-def test_summarize_refuses_an_empty_visit(server: ScriptedServer) -> None:
+def test_summarize_refuses_an_empty_visit(server: FakeOpenAIServer) -> None:
     from psirag.errors import InputError
 
     with pytest.raises(InputError, match="no nodes"):
@@ -482,7 +482,7 @@ def test_summarize_refuses_an_empty_visit(server: ScriptedServer) -> None:
 
 
 def follow_up_then_retrieve(
-    server: ScriptedServer, first_reply: str, **options: Any
+    server: FakeOpenAIServer, first_reply: str, **options: Any
 ) -> AgentResult:
     """An episode whose first reply draws a follow-up turn, answered with the sub-question;
     the second retrieval finds the office and the model answers Lisbon."""
@@ -502,7 +502,7 @@ def follow_up_then_retrieve(
     return result
 
 
-def test_premature_not_mentioned_is_nudged_into_a_retrieval(server: ScriptedServer) -> None:
+def test_premature_not_mentioned_is_nudged_into_a_retrieval(server: FakeOpenAIServer) -> None:
     result = follow_up_then_retrieve(
         server, "Thought: The documents do not say who owns the hotel.\nAnswer: Not mentioned."
     )
@@ -513,7 +513,7 @@ def test_premature_not_mentioned_is_nudged_into_a_retrieval(server: ScriptedServ
     assert "Retrieve: <sub-question>" in nudge[-1]["content"]
 
 
-def test_not_mentioned_stands_when_the_nudge_gives_up_too(server: ScriptedServer) -> None:
+def test_not_mentioned_stands_when_the_nudge_gives_up_too(server: FakeOpenAIServer) -> None:
     server.script(
         "Thought: Nothing about it.\nAnswer: not mentioned",
         "Thought: Still nothing to search for.\nAnswer: Not mentioned",
@@ -526,7 +526,7 @@ def test_not_mentioned_stands_when_the_nudge_gives_up_too(server: ScriptedServer
     assert result.steps[0].follow_up == "nudge"
 
 
-def test_no_nudge_without_retrievals_left(server: ScriptedServer) -> None:
+def test_no_nudge_without_retrievals_left(server: FakeOpenAIServer) -> None:
     server.script("Thought: Not in the documents.\nAnswer: Not mentioned")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search, max_retrievals=0).run(
         QUESTION
@@ -549,7 +549,7 @@ def test_answer_in_documents_reads_whole_words_without_case_or_punctuation() -> 
     assert not answer_in_documents("Porto", QUESTION, passages)
 
 
-def test_answer_from_memory_is_checked_and_looked_up(server: ScriptedServer) -> None:
+def test_answer_from_memory_is_checked_and_looked_up(server: FakeOpenAIServer) -> None:
     result = follow_up_then_retrieve(
         server, "Thought: The owner is based in Lisbon, I believe.\nAnswer: Lisbon"
     )
@@ -560,7 +560,7 @@ def test_answer_from_memory_is_checked_and_looked_up(server: ScriptedServer) -> 
     assert '"Lisbon" is not written' in check and "1 retrieval left" in check
 
 
-def test_checked_answer_can_be_confirmed(server: ScriptedServer) -> None:
+def test_checked_answer_can_be_confirmed(server: FakeOpenAIServer) -> None:
     server.script(
         "Thought: I recall it.\nAnswer: Lisbon",
         "Thought: I am sure of it.\nAnswer: Lisbon, Portugal",
@@ -572,7 +572,7 @@ def test_checked_answer_can_be_confirmed(server: ScriptedServer) -> None:
     assert result.stats.checked_turns == 1 and len(server.requests) == 2
 
 
-def test_first_answer_stands_when_the_check_gives_up(server: ScriptedServer) -> None:
+def test_first_answer_stands_when_the_check_gives_up(server: FakeOpenAIServer) -> None:
     server.script("Thought: I recall it.\nAnswer: Lisbon", "Answer: Not mentioned")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search, max_retrievals=1).run(
         QUESTION
@@ -589,7 +589,7 @@ def test_first_answer_stands_when_the_check_gives_up(server: ScriptedServer) -> 
     ],
     ids=["found-in-a-document", "no-retrieval-left", "check-off"],
 )
-def test_no_check(server: ScriptedServer, reply: str, options: dict[str, Any]) -> None:
+def test_no_check(server: FakeOpenAIServer, reply: str, options: dict[str, Any]) -> None:
     server.script(reply)
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search, **options).run(QUESTION)
     assert len(server.requests) == 1 and result.stats.checked_turns == 0
@@ -664,7 +664,7 @@ NAMES_REPLY = (
 
 
 def test_answer_leaning_on_an_unseen_name_is_checked_and_looked_up(
-    server: ScriptedServer,
+    server: FakeOpenAIServer,
 ) -> None:
     result = follow_up_then_retrieve(server, NAMES_REPLY, names_check="ask")
     assert result.stats.names_checks == 1 and result.stats.checked_turns == 0
@@ -676,7 +676,7 @@ def test_answer_leaning_on_an_unseen_name_is_checked_and_looked_up(
     assert "1 retrieval left" in check
 
 
-def test_names_check_can_be_answered_by_repeating_the_answer(server: ScriptedServer) -> None:
+def test_names_check_can_be_answered_by_repeating_the_answer(server: FakeOpenAIServer) -> None:
     server.script(NAMES_REPLY, "Thought: The documents say so.\nAnswer: Portmere")
     index = FakeIndex()
     agent = RetrieveAndAnswer(client_for(server), index.search, names_check="ask")
@@ -694,14 +694,14 @@ def test_names_check_can_be_answered_by_repeating_the_answer(server: ScriptedSer
     ],
     ids=["names-have-documents", "check-off", "no-retrieval-left"],
 )
-def test_no_names_check(server: ScriptedServer, reply: str, options: dict[str, Any]) -> None:
+def test_no_names_check(server: FakeOpenAIServer, reply: str, options: dict[str, Any]) -> None:
     server.script(reply)
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search, **options).run(QUESTION)
     assert len(server.requests) == 1 and result.stats.names_checks == 0
     assert result.answer == "Portmere"
 
 
-def test_names_are_looked_up_and_the_model_answers_again(server: ScriptedServer) -> None:
+def test_names_are_looked_up_and_the_model_answers_again(server: FakeOpenAIServer) -> None:
     server.script(NAMES_REPLY, "Thought: The Calder Group is based in Lisbon.\nAnswer: Lisbon")
     index = FakeIndex()
     result = RetrieveAndAnswer(client_for(server), index.search, max_retrievals=1).run(QUESTION)
@@ -728,7 +728,7 @@ def test_names_lookup_query_and_mode_checked() -> None:
         RetrieveAndAnswer(object(), FakeIndex().search, names_check="maybe")  # type: ignore[arg-type]
 
 
-def test_one_follow_up_per_step(server: ScriptedServer) -> None:
+def test_one_follow_up_per_step(server: FakeOpenAIServer) -> None:
     # Not in any document and leaning on an unseen name: only the answer check is sent.
     server.script(
         "Thought: The Calder Group is based in Lisbon.\nAnswer: Lisbon",
@@ -748,7 +748,7 @@ def test_one_follow_up_per_step(server: ScriptedServer) -> None:
     ],
 )
 def test_cli_ask_names_check(
-    server: ScriptedServer,
+    server: FakeOpenAIServer,
     fake_index: FakeTreeIndex,
     flags: list[str],
     requests: int,

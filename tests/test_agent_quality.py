@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import HashEmbedder, ScriptedServer, client_for
+from support import FakeOpenAIServer, HashEmbedder, client_for
 from support.agents import (
     CORPUS,
     Q_OFFICE,
@@ -23,6 +23,7 @@ from support.agents import (
     length_model,
     parse,
 )
+from support.datasets import write_dataset
 
 from psirag.agent import RetrieveAndAnswer
 from psirag.agent.citations import Labels, split_citations
@@ -50,7 +51,7 @@ def test_repeats_normalised_text_and_overlap() -> None:
     assert 0 < REPEAT_OVERLAP < 1
 
 
-def test_a_repeated_sub_question_does_not_retrieve_twice(server: ScriptedServer) -> None:
+def test_a_repeated_sub_question_does_not_retrieve_twice(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     server.script(
         f"Thought: search again.\nRetrieve: {QUESTION.lower()}",  # the user's question again
@@ -67,7 +68,7 @@ def test_a_repeated_sub_question_does_not_retrieve_twice(server: ScriptedServer)
     assert [s.action for s in result.steps] == ["retrieve", "answer"]
 
 
-def test_a_second_repeat_forces_the_answer(server: ScriptedServer) -> None:
+def test_a_second_repeat_forces_the_answer(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     server.script(
         f"Retrieve: {SUB_QUESTION}",
@@ -86,7 +87,7 @@ def test_a_second_repeat_forces_the_answer(server: ScriptedServer) -> None:
     assert "You cannot retrieve any more" in server.last_user(3)
 
 
-def test_a_sub_question_copied_from_the_example_is_not_searched(server: ScriptedServer) -> None:
+def test_a_sub_question_copied_from_the_example_is_not_searched(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     server.script(
         "Thought: I need a death date.\nRetrieve: When did Horace Jones (the architect) die?",
@@ -101,7 +102,7 @@ def test_a_sub_question_copied_from_the_example_is_not_searched(server: Scripted
     assert result.answer == "Lisbon"
 
 
-def test_an_example_name_the_episode_mentions_is_searched(server: ScriptedServer) -> None:
+def test_an_example_name_the_episode_mentions_is_searched(server: FakeOpenAIServer) -> None:
     # A corpus about London bridges: the question names Tower Bridge, so the query is its own.
     question = "Who designed Tower Bridge?"
     assert example_name("Who was Horace Jones?", question, []) == "Horace Jones"
@@ -118,7 +119,7 @@ def test_an_example_name_the_episode_mentions_is_searched(server: ScriptedServer
     assert result.stats.example_queries == 0
 
 
-def test_ircot_does_not_search_a_repeated_sentence(server: ScriptedServer) -> None:
+def test_ircot_does_not_search_a_repeated_sentence(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     server.script(QUESTION, "Answer: Lisbon")  # the reasoning sentence is the question itself
     result = IRCoT(client_for(server), index.search, max_retrievals=2).run(QUESTION)
@@ -153,7 +154,7 @@ def test_labels_stay_with_their_passage_and_unknown_ones_are_dropped() -> None:
     assert dropped == 1
 
 
-def test_agent_answer_cites_verified_passages(server: ScriptedServer) -> None:
+def test_agent_answer_cites_verified_passages(server: FakeOpenAIServer) -> None:
     index = FakeIndex()
     server.script(
         f"Retrieve: {SUB_QUESTION}",
@@ -180,7 +181,7 @@ def test_agent_answer_cites_verified_passages(server: ScriptedServer) -> None:
     assert "labels of the documents that support it" in server.requests[0]["messages"][0]["content"]
 
 
-def test_not_mentioned_cites_nothing(server: ScriptedServer) -> None:
+def test_not_mentioned_cites_nothing(server: FakeOpenAIServer) -> None:
     server.script("Answer: Not mentioned [1]")
     result = RetrieveAndAnswer(client_for(server), FakeIndex().search, max_retrievals=0).run(
         QUESTION
@@ -189,7 +190,7 @@ def test_not_mentioned_cites_nothing(server: ScriptedServer) -> None:
 
 
 def test_cli_ask_prints_citations_and_json_has_them(
-    server: ScriptedServer, fake_index: FakeTreeIndex
+    server: FakeOpenAIServer, fake_index: FakeTreeIndex
 ) -> None:
     server.script(f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon [3]")
     out = io.StringIO()
@@ -230,7 +231,7 @@ def test_read_rewrite() -> None:
 
 
 def test_cli_chat_resolves_a_follow_up_before_retrieval(
-    server: ScriptedServer, fake_index: FakeTreeIndex, monkeypatch: pytest.MonkeyPatch
+    server: FakeOpenAIServer, fake_index: FakeTreeIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     first = "Which company owns the Blue Harbour Hotel?"
     standalone = "Where is the head office of the Calder Group?"
@@ -255,7 +256,7 @@ def test_cli_chat_resolves_a_follow_up_before_retrieval(
     assert len(server.requests) == 3  # 'exit' ended the chat
 
 
-def test_cli_chat_plain_output(server: ScriptedServer, fake_index: FakeTreeIndex) -> None:
+def test_cli_chat_plain_output(server: FakeOpenAIServer, fake_index: FakeTreeIndex) -> None:
     server.script("Answer: the Calder Group [1]")
     out = io.StringIO()
     args = parse(["chat", "idx", "--llm", server.spec, "-q", "--max-retrievals", "0"])
@@ -287,8 +288,12 @@ def eval_model(body: dict[str, Any]) -> str:
     return "Answer: Not mentioned"
 
 
+@pytest.mark.fake_llm(responder=eval_model)
 def test_eval_counts_repeats_citations_and_auto_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    server: FakeOpenAIServer,
 ) -> None:
     import psirag.hops as hops
 
@@ -296,21 +301,12 @@ def test_eval_counts_repeats_citations_and_auto_budget(
     monkeypatch.delenv("PSIRAG_LLM", raising=False)
     embedder = HashEmbedder()
     monkeypatch.setattr(hops, "load_hop_model", lambda: length_model(embedder.id, embedder.dim))
-    folder = tmp_path / "tiny"
-    folder.mkdir()
-    records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(CORPUS)]
-    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
-    (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
-    model = ScriptedServer()
-    model.respond = eval_model
+    folder = write_dataset(tmp_path / "tiny", CORPUS, QUESTIONS)
     out = tmp_path / "qa.json"
-    argv = ["eval", str(folder), "--methods", "hybrid+agent", "--llm", model.spec]
+    argv = ["eval", str(folder), "--methods", "hybrid+agent", "--llm", server.spec]
     argv += ["--embedder", "test:hash", "--cache-dir", str(tmp_path / "cache")]
     argv += ["--output", str(out), "--bootstrap", "0", "-q", "--max-retrievals", "auto"]
-    try:
-        assert main(argv) == 0
-    finally:
-        model.close()
+    assert main(argv) == 0
     table = capsys.readouterr().out
     assert "repeats" in table and "cite P" in table
     summary = json.loads(out.read_text())["methods"]["hybrid+agent"]
@@ -326,7 +322,7 @@ def test_eval_counts_repeats_citations_and_auto_budget(
 
 
 def test_cli_ask_shows_a_refused_repeat(
-    server: ScriptedServer, fake_index: FakeTreeIndex, capsys: pytest.CaptureFixture[str]
+    server: FakeOpenAIServer, fake_index: FakeTreeIndex, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server.script(f"Retrieve: {QUESTION}", f"Retrieve: {SUB_QUESTION}", "Answer: Lisbon")
     args = parse(["ask", "idx", QUESTION, "--llm", server.spec])

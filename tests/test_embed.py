@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +151,9 @@ DIM = EMBED_DIM
 FAST = HttpPolicy(timeout=10, backoff=0.01)
 
 
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as srv:
-        yield srv
+pytestmark = pytest.mark.fake_llm()
+"""Each test's ``server`` (tests/conftest.py) is a default FakeOpenAIServer: it embeds texts as
+hashed bags of words."""
 
 
 def _client(srv: FakeOpenAIServer, **kw: Any) -> OpenAIEmbedder:

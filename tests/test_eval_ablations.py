@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support import FakeOpenAIServer, HashEmbedder
+from support.datasets import CORPUS as EVAL_CORPUS
+from support.datasets import write_dataset
 
 from psirag.cli import main
 from psirag.config import IndexConfig
@@ -25,17 +26,12 @@ from psirag.index import Index
 from psirag.ingest import Document
 
 CORPUS = [
-    ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
-    ("Vesuvius", "Vesuvius is the volcano that destroyed Pompeii with ash in the year 79."),
-    ("Arsenal F.C.", "Arsenal is a football club based in north London."),
-    ("Liverpool F.C.", "Liverpool won the football league title with a record points total."),
-    ("Sourdough", "Sourdough bread uses a starter of wild yeast instead of baker's yeast."),
-    ("Croissant", "Croissants are baked from laminated dough with butter layers."),
+    *EVAL_CORPUS[:6],
     ("Calder Group", "The Calder Group is a hospitality company. Its head office is in Lisbon."),
     ("Blue Harbour Hotel", "The Blue Harbour Hotel in Portmere is owned by the Calder Group."),
-    ("Portmere", "Portmere is a fishing town on the west coast with a seaside promenade."),
-    ("Lisbon", "Lisbon is the capital and largest city of Portugal."),
+    *EVAL_CORPUS[8:],
 ]
+"""The evaluation tests' passages, with shorter Calder Group and hotel pages."""
 QUESTIONS = [
     {
         "id": "q0",
@@ -64,12 +60,7 @@ def passage(i: int) -> str:
 
 @pytest.fixture
 def dataset_dir(tmp_path: Path) -> Path:
-    folder = tmp_path / "tiny"
-    folder.mkdir()
-    records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(CORPUS)]
-    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
-    (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
-    return folder
+    return write_dataset(tmp_path / "tiny", CORPUS, QUESTIONS)
 
 
 @pytest.fixture
@@ -221,82 +212,68 @@ def test_bad_ablations_fail_clearly(
 # --- LLM abstracts --------------------------------------------------------------------------------
 
 
-class AbstractLLM(FakeOpenAIServer):
+def is_abstract(body: dict[str, Any]) -> bool:
+    """Whether a request asks for an abstract (else it asks a question)."""
+    return bool(body["messages"][-1]["content"].startswith("Documents:"))
+
+
+def abstract_reply(body: dict[str, Any]) -> str:
     """Writes a summary naming the first word of each document; answers questions briefly."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda body: self.reply(body["messages"]))
-
-    @property
-    def spec(self) -> str:
-        return f"openai:{self.base_url}#m"
-
-    @staticmethod
-    def is_abstract(body: dict[str, Any]) -> bool:
-        return body["messages"][-1]["content"].startswith("Documents:")
-
-    @staticmethod
-    def reply(messages: list[dict[str, str]]) -> str:
-        last = messages[-1]["content"]
-        if last.startswith("Documents:"):
-            heads = re.findall(r"(?m)^\[\d+\] (\S+)", last)  # each document's first word
-            return "Summary of " + " and ".join(heads) + "."
-        return "Answer: Vesuvius"
+    last = body["messages"][-1]["content"]
+    if last.startswith("Documents:"):
+        heads = re.findall(r"(?m)^\[\d+\] (\S+)", last)  # each document's first word
+        return "Summary of " + " and ".join(heads) + "."
+    return "Answer: Vesuvius"
 
 
-@pytest.fixture
-def abstract_llm() -> Iterator[AbstractLLM]:
-    server = AbstractLLM()
-    yield server
-    server.close()
-
-
+@pytest.mark.fake_llm(responder=abstract_reply)
 def test_llm_summaries_use_the_run_llm_and_its_cache(
-    dataset_dir: Path, tmp_path: Path, hash_spec: str, abstract_llm: AbstractLLM
+    dataset_dir: Path, tmp_path: Path, hash_spec: str, server: FakeOpenAIServer
 ) -> None:
-    args = ("--methods", "psi-tree", "--abstracts", "llm-summary", "--llm", abstract_llm.spec)
+    args = ("--methods", "psi-tree", "--abstracts", "llm-summary", "--llm", server.spec)
     results = run_cli(dataset_dir, tmp_path, hash_spec, *args)
     settings = results["settings"]
     assert (settings["abstracts"], settings["routing"]) == ("llm-summary", "abstract")
-    assert settings["index_config"]["llm"] == abstract_llm.spec
+    assert settings["index_config"]["llm"] == server.spec
     index = Index.load(index_dir(results), embedder=HashEmbedder())
     assert index.abstracts and all(a.startswith("Summary of ") for a in index.abstracts)
     manifest = json.loads((index_dir(results) / "manifest.json").read_text(encoding="utf-8"))
     paid = manifest["llm_abstracts"]["calls"]
     assert paid >= 1
-    assert sum(AbstractLLM.is_abstract(b) for b in abstract_llm.requests) == paid
+    assert sum(is_abstract(b) for b in server.requests) == paid
     # routing by the summaries' embedding, as the paper does
     n = index.tree.n_leaves
     assert abs(index.node_vectors[n:] - HashEmbedder().embed(index.abstracts)).max() < 1e-5
     # one response cache: the harness's, in the cache folder
     assert (tmp_path / "cache" / "llm-cache.sqlite").is_file()
 
-    sent = len(abstract_llm.requests)
+    sent = len(server.requests)
     again = run_cli(dataset_dir, tmp_path, hash_spec, *args)
-    assert again["index_builds"] == [] and len(abstract_llm.requests) == sent
+    assert again["index_builds"] == [] and len(server.requests) == sent
 
     # the keyword-abstract index does not depend on --llm: it is built once for both runs
     plain = run_cli(dataset_dir, tmp_path, hash_spec, "--methods", "psi-tree")
     with_llm = run_cli(
-        dataset_dir, tmp_path, hash_spec, "--methods", "psi-tree", "--llm", abstract_llm.spec
+        dataset_dir, tmp_path, hash_spec, "--methods", "psi-tree", "--llm", server.spec
     )
     assert plain["index_builds"] == ["psirag"] and with_llm["index_builds"] == []
     assert with_llm["settings"]["index_config"]["llm"] is None
 
 
+@pytest.mark.fake_llm(responder=abstract_reply)
 def test_retrieval_only_pays_for_abstracts_and_no_answers(
     dataset_dir: Path,
     tmp_path: Path,
     hash_spec: str,
-    abstract_llm: AbstractLLM,
+    server: FakeOpenAIServer,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    args = ("--abstracts", "llm-keywords", "--llm", abstract_llm.spec, "--retrieval-only")
+    args = ("--abstracts", "llm-keywords", "--llm", server.spec, "--retrieval-only")
     results = run_cli(dataset_dir, tmp_path, hash_spec, "--methods", "psi,bm25", *args)
     assert results["settings"]["retrieval_only"] is True
-    answers = [b for b in abstract_llm.requests if not AbstractLLM.is_abstract(b)]
+    answers = [b for b in server.requests if not is_abstract(b)]
     assert answers == []  # only abstract calls reached the model
-    assert any(AbstractLLM.is_abstract(b) for b in abstract_llm.requests)
+    assert any(is_abstract(b) for b in server.requests)
     for summary in results["methods"].values():
         assert summary["em"] is None and summary["recall@5"] is not None
 

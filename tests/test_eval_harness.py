@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -272,49 +271,33 @@ def test_list_fields_stored_as_strings_are_read(tmp_path: Path) -> None:
 # --- with an LLM ----------------------------------------------------------------------------------
 
 
-class ScriptedLLM(FakeOpenAIServer):
+def answer_from_the_question(body: dict[str, Any]) -> str:
     """Answers from the question asked, as a model that read the documents would."""
-
-    def __init__(self) -> None:
-        super().__init__(lambda body: self.reply(body["messages"]), usage=(50, 9))
-
-    @property
-    def spec(self) -> str:
-        return f"openai:{self.base_url}#m"
-
-    @staticmethod
-    def reply(messages: list[dict[str, str]]) -> str:
-        users = [m["content"] for m in messages if m["role"] == "user"]
-        turn = users[-1]
-        question = re.search(r"^Question: (.*)$", turn, re.MULTILINE).group(1)  # type: ignore[union-attr]
-        left = int(re.search(r"^Retrievals left: (\d+)$", turn, re.MULTILINE).group(1))  # type: ignore[union-attr]
-        if question == Q_VOLCANO:
-            return "Thought: The documents say Vesuvius destroyed Pompeii.\nAnswer: Vesuvius"
-        if question == Q_CLUB:
-            return "Thought: Arsenal is based in north London.\nAnswer: Arsenal"
-        if question == Q_OFFICE:
-            if left > 0:
-                return (
-                    "Thought: The Calder Group owns the hotel; where is its office?\n"
-                    f"Retrieve: {SUB_QUESTION}"
-                )
-            # One look at the documents (no agent) gives the alias; two give the answer.
-            return "Answer: Lisbon" if len(users) > 1 else "Thought: It is Lisboa.\nAnswer: Lisboa"
-        return "Answer: Not mentioned"
+    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    turn = users[-1]
+    question = re.search(r"^Question: (.*)$", turn, re.MULTILINE).group(1)  # type: ignore[union-attr]
+    left = int(re.search(r"^Retrievals left: (\d+)$", turn, re.MULTILINE).group(1))  # type: ignore[union-attr]
+    if question == Q_VOLCANO:
+        return "Thought: The documents say Vesuvius destroyed Pompeii.\nAnswer: Vesuvius"
+    if question == Q_CLUB:
+        return "Thought: Arsenal is based in north London.\nAnswer: Arsenal"
+    if question == Q_OFFICE:
+        if left > 0:
+            return (
+                "Thought: The Calder Group owns the hotel; where is its office?\n"
+                f"Retrieve: {SUB_QUESTION}"
+            )
+        # One look at the documents (no agent) gives the alias; two give the answer.
+        return "Answer: Lisbon" if len(users) > 1 else "Thought: It is Lisboa.\nAnswer: Lisboa"
+    return "Answer: Not mentioned"
 
 
-@pytest.fixture
-def llm_server() -> Iterator[ScriptedLLM]:
-    server = ScriptedLLM()
-    yield server
-    server.close()
-
-
+@pytest.mark.fake_llm(responder=answer_from_the_question, usage=(50, 9))
 def test_llm_answers_and_the_agent_over_http(
     dataset_dir: Path,
     tmp_path: Path,
     hash_spec: str,
-    llm_server: ScriptedLLM,
+    server: FakeOpenAIServer,
     build_counter: list[int],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -325,7 +308,7 @@ def test_llm_answers_and_the_agent_over_http(
         "--methods",
         "psi,psi+agent",
         "--llm",
-        llm_server.spec,
+        server.spec,
         "--embedder",
         hash_spec,
         "--cache-dir",
@@ -339,7 +322,7 @@ def test_llm_answers_and_the_agent_over_http(
     assert "psi+agent" in table and "EM" in table
 
     results = json.loads(out.read_text())
-    assert results["llm"] == llm_server.spec
+    assert results["llm"] == server.spec
     psi, agent = results["methods"]["psi"], results["methods"]["psi+agent"]
     # psi, one call each: Vesuvius (EM 1), Lisboa (EM 0, alias 1), Arsenal vs "Arsenal F.C."
     # (EM 0, F1 2/3, alias 1).
@@ -367,24 +350,24 @@ def test_llm_answers_and_the_agent_over_http(
     for row in rows.values():
         assert row["retrieved"] and all("score" in p for p in row["retrieved"])
     # What the model saw: the retrieved passages, and the question.
-    first = llm_server.requests[0]
+    first = server.requests[0]
     assert first["model"] == "m"
     shown = first["messages"][-1]["content"]
     assert "Question: " in shown and "Retrieved documents:" in shown
-    assert len(llm_server.requests) == 3 + 4  # psi: 1 call each; agent: 1 + 2 + 1
+    assert len(server.requests) == 3 + 4  # psi: 1 call each; agent: 1 + 2 + 1
     assert len(build_counter) == 1
 
     # Same inputs again: every reply from the LLM cache, the index from the index cache.
     assert main(argv) == 0
-    assert len(llm_server.requests) == 7
+    assert len(server.requests) == 7
     assert len(build_counter) == 1
     assert json.loads(out.read_text())["methods"]["psi+agent"]["em"] == agent["em"]
     assert results["settings"]["answer_check"] is True
     # Every scripted answer is in its documents, so the paper's loop asks nothing new either.
     assert main([*argv, "--no-answer-check"]) == 0
     assert json.loads(out.read_text())["settings"]["answer_check"] is False
-    assert len(llm_server.requests) == 7
+    assert len(server.requests) == 7
     assert main([*argv, "--names-check", "off"]) == 0
     settings = json.loads(out.read_text())["settings"]
     assert (settings["answer_check"], settings["names_check"]) == (True, "off")
-    assert len(llm_server.requests) == 7
+    assert len(server.requests) == 7

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from support import FakeOpenAIServer, HashEmbedder
+from support import NO_RETRY, FakeOpenAIServer, HashEmbedder
+from support.datasets import write_dataset
 
 from psirag.cli import main
 from psirag.config import IndexConfig
@@ -27,12 +28,8 @@ from psirag.eval import methods as eval_methods
 from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.metrics import rouge_l_max
 from psirag.eval.settings import EMBEDDER_HOOKS, SUMMARY_METHODS, EvalSettings
-from psirag.http import HttpPolicy
 from psirag.index import Index
 from psirag.llm import LLMClient, OpenAIChat
-
-NO_RETRY = HttpPolicy(retries=0)
-"""A scripted server that runs out of replies answers 500: fail at once, not after retries."""
 
 QUESTION = "Summarize the whole meeting."
 TEMPLATES = (
@@ -102,56 +99,44 @@ def meetings_in(text: str) -> list[str]:
     return [m for m in MEETINGS if words & {w for triple in TERMS[m] for w in triple}]
 
 
-class Model(FakeOpenAIServer):
-    """Summarizes by naming the meetings it was shown (``tag``), with the reference summary of
-    the one meeting it was shown (``good``), or with an unrelated sentence (``bad``). Answers
-    agent-format requests (plain ``NAME`` on a summarization set) briefly."""
+def is_summary(body: dict[str, Any]) -> bool:
+    """Whether a request asks for a summary (else it is an agent-format request)."""
+    return "Excerpts:" in body["messages"][-1]["content"]
 
-    def __init__(self, mode: str = "tag") -> None:
-        self.mode = mode
-        super().__init__(self.reply)
 
-    @property
-    def spec(self) -> str:
-        return f"openai:{self.base_url}#{self.mode}"
+def excerpts(body: dict[str, Any]) -> str:
+    user = body["messages"][-1]["content"]
+    return str(user.split("Excerpts:", 1)[1].rsplit("\n\nRequest:", 1)[0])
 
-    @staticmethod
-    def is_summary(body: dict[str, Any]) -> bool:
-        return "Excerpts:" in body["messages"][-1]["content"]
 
-    @staticmethod
-    def excerpts(body: dict[str, Any]) -> str:
-        user = body["messages"][-1]["content"]
-        return user.split("Excerpts:", 1)[1].rsplit("\n\nRequest:", 1)[0]
+def summarizer(mode: str = "tag") -> Callable[[dict[str, Any]], str]:
+    """A model that summarizes by naming the meetings it was shown (``tag``), with the reference
+    summary of the one meeting it was shown (``good``), or with an unrelated sentence
+    (``bad``), and answers agent-format requests (plain ``NAME`` on a summarization set)
+    briefly."""
 
-    def reply(self, body: dict[str, Any]) -> str:
-        if not self.is_summary(body):
+    def reply(body: dict[str, Any]) -> str:
+        if not is_summary(body):
             return "Thought: The passages talk about a meeting.\nAnswer: a meeting"
-        seen = meetings_in(self.excerpts(body))
-        if self.mode == "bad":
+        seen = meetings_in(excerpts(body))
+        if mode == "bad":
             return BAD_SUMMARY
-        if self.mode == "good" and len(seen) == 1:
+        if mode == "good" and len(seen) == 1:
             return "Summary: " + SUMMARIES[seen[0]]
         return f"Summary: {' '.join(seen)} meeting."
 
+    return reply
 
-@pytest.fixture
-def model() -> Iterator[Model]:
-    server = Model()
-    yield server
-    server.close()
+
+pytestmark = pytest.mark.fake_llm(responder=summarizer("tag"), model="tag")
+"""Each test's ``server`` (tests/conftest.py) summarizes by naming the meetings it was shown."""
 
 
 @pytest.fixture
 def dataset_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setitem(EMBEDDER_HOOKS, "test:hash", HashEmbedder)
     monkeypatch.delenv("PSIRAG_LLM", raising=False)
-    folder = tmp_path / "meetings"
-    folder.mkdir()
-    records = [
-        {"idx": i, "title": f"Meeting {name}", "text": meeting_text(name)}
-        for i, name in enumerate(MEETINGS)
-    ]
+    corpus = [(f"Meeting {name}", meeting_text(name)) for name in MEETINGS]
     questions = [
         {
             "id": f"m{i}",
@@ -161,9 +146,7 @@ def dataset_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         }
         for i, name in enumerate(MEETINGS)
     ]
-    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
-    (folder / "questions.json").write_text(json.dumps(questions), encoding="utf-8")
-    return folder
+    return write_dataset(tmp_path / "meetings", corpus, questions)
 
 
 def run_cli(
@@ -184,10 +167,10 @@ def run_cli(
 
 
 def test_each_summary_reads_only_its_own_meeting(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     methods = "psi+summarize,dense+summarize,psi-tree+summarize,bm25+summarize,hybrid+summarize"
-    results, rows = run_cli(dataset_dir, tmp_path, "--methods", methods, "--llm", model.spec)
+    results, rows = run_cli(dataset_dir, tmp_path, "--methods", methods, "--llm", server.spec)
     assert list(results["methods"]) == methods.split(",")
     for method in methods.split(","):
         for i, name in enumerate(MEETINGS):
@@ -201,21 +184,21 @@ def test_each_summary_reads_only_its_own_meeting(
 
 
 def test_psi_shows_abstracts_and_dense_only_passages(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     """Ten leaves a meeting fit in 20 nodes, which Algorithm 2 then takes whole (leaves only);
     with k = 4 the visit starts above the leaves and abstracts compete."""
     methods = "psi+summarize,dense+summarize"
     _, rows = run_cli(
-        dataset_dir, tmp_path, "--methods", methods, "--llm", model.spec, "--summary-top-k", "4"
+        dataset_dir, tmp_path, "--methods", methods, "--llm", server.spec, "--summary-top-k", "4"
     )
-    summaries = [b for b in model.requests if Model.is_summary(b)]
+    summaries = [b for b in server.requests if is_summary(b)]
     assert len(summaries) == 6  # psi's three meetings, then dense's
     for body in summaries[:3]:
-        assert "(abstract, layer" in Model.excerpts(body)
-        assert "(passage)" in Model.excerpts(body)
+        assert "(abstract, layer" in excerpts(body)
+        assert "(passage)" in excerpts(body)
     for body in summaries[3:]:
-        assert "(abstract, layer" not in Model.excerpts(body)
+        assert "(abstract, layer" not in excerpts(body)
     for i in range(len(MEETINGS)):
         psi, dense = rows[("psi+summarize", f"m{i}")], rows[("dense+summarize", f"m{i}")]
         assert any(p["layer"] > 0 for p in psi["retrieved"])
@@ -256,16 +239,15 @@ def test_dense_visit_is_cosine_over_the_document_leaves(dataset_dir: Path, tmp_p
 # --- scores, defaults, cache ----------------------------------------------------------------------
 
 
-def test_rouge_l_tells_a_good_summary_from_a_bad_one(dataset_dir: Path, tmp_path: Path) -> None:
+def test_rouge_l_tells_a_good_summary_from_a_bad_one(
+    dataset_dir: Path, tmp_path: Path, fake_llm: Callable[..., FakeOpenAIServer]
+) -> None:
     scores = {}
     for mode in ("good", "bad"):
-        server = Model(mode)
-        try:
-            results, rows = run_cli(
-                dataset_dir, tmp_path, "--methods", "psi+summarize", "--llm", server.spec
-            )
-        finally:
-            server.close()
+        server = fake_llm(summarizer(mode), model=mode)
+        results, rows = run_cli(
+            dataset_dir, tmp_path, "--methods", "psi+summarize", "--llm", server.spec
+        )
         summary = results["methods"]["psi+summarize"]
         scores[mode] = summary["rouge_l"]
         # no Recall@k (retrieval is confined to the gold meeting) and no EM/F1 (no answer)
@@ -277,31 +259,31 @@ def test_rouge_l_tells_a_good_summary_from_a_bad_one(dataset_dir: Path, tmp_path
 
 
 def test_a_rerun_sends_no_request_and_builds_no_index(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     args = (
         "--methods",
         "psi+summarize,dense+summarize",
         "--llm",
-        model.spec,
+        server.spec,
         "--summary-top-k",
         "4",
     )
     first, first_rows = run_cli(dataset_dir, tmp_path, *args)
-    sent = len(model.requests)
+    sent = len(server.requests)
     assert first["index_builds"] == ["psirag"] and sent == 6
     again, again_rows = run_cli(dataset_dir, tmp_path, *args)
-    assert len(model.requests) == sent
+    assert len(server.requests) == sent
     assert again["index_builds"] == []
     assert [r["answer"] for r in again_rows.values()] == [r["answer"] for r in first_rows.values()]
 
 
 def test_defaults_stage_and_settings_on_a_summary_set(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     """No methods + an LLM + reference summaries: psi+summarize and dense+summarize, counted
     under their own usage label; the index flags are recorded and key the index cache."""
-    llm = LLMClient(OpenAIChat(model.base_url, "tag", http=NO_RETRY), None)
+    llm = LLMClient(OpenAIChat(server.base_url, "tag", http=NO_RETRY), None)
     said: list[str] = []
     settings = EvalSettings(
         cache_dir=tmp_path / "c",
@@ -330,9 +312,11 @@ def test_defaults_stage_and_settings_on_a_summary_set(
     assert other.indexes["psirag"]["path"] != report.indexes["psirag"]["path"]
 
 
-def test_cli_flags_reach_the_index(dataset_dir: Path, tmp_path: Path, model: Model) -> None:
+def test_cli_flags_reach_the_index(
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
+) -> None:
     results, _ = run_cli(
-        dataset_dir, tmp_path, "--methods", "dense+summarize", "--llm", model.spec,
+        dataset_dir, tmp_path, "--methods", "dense+summarize", "--llm", server.spec,
         "--summary-top-k", "2", "--summary-max-tokens", "50",
     )  # fmt: skip
     config = results["settings"]["index_config"]
@@ -342,16 +326,16 @@ def test_cli_flags_reach_the_index(dataset_dir: Path, tmp_path: Path, model: Mod
     )
     assert len(index.chunks) > len(MEETINGS)  # the meetings were chunked
     assert int(index.tree.roots.size) == len(MEETINGS)  # one tree per meeting
-    summaries = [b for b in model.requests if Model.is_summary(b)]
+    summaries = [b for b in server.requests if is_summary(b)]
     assert {b["max_tokens"] for b in summaries} == {50}
-    assert all(Model.excerpts(b).count("(passage)") == 2 for b in summaries)
+    assert all(excerpts(b).count("(passage)") == 2 for b in summaries)
 
 
 def test_rows_have_the_shape_of_other_llm_rows(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     results, rows = run_cli(
-        dataset_dir, tmp_path, "--methods", "psi,psi+summarize", "--llm", model.spec
+        dataset_dir, tmp_path, "--methods", "psi,psi+summarize", "--llm", server.spec
     )
     plain, summarize = results["methods"]["psi"], results["methods"]["psi+summarize"]
     assert set(summarize) == set(plain)
@@ -369,7 +353,7 @@ def rewrite_questions(dataset_dir: Path, change: Any) -> None:
 
 
 def summarize_with(
-    dataset_dir: Path, tmp_path: Path, model: Model, method: str, top_k: int = 20
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer, method: str, top_k: int = 20
 ) -> tuple[Any, list[str]]:
     """run_eval of one method through the model; the report and the lines it said."""
     said: list[str] = []
@@ -381,37 +365,37 @@ def summarize_with(
         index_config=IndexConfig(split_records=True, tree_per_document=True),
         summary_top_k=top_k,
     )
-    llm = LLMClient(OpenAIChat(model.base_url, "tag", http=NO_RETRY), None)
+    llm = LLMClient(OpenAIChat(server.base_url, "tag", http=NO_RETRY), None)
     return run_eval(dataset_dir, settings, llm=llm, say=said.append), said
 
 
 def test_nothing_retrieved_is_an_empty_answer_without_a_call(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     """BM25 finds nothing for a query sharing no word with the meeting: no request, a warning."""
     rewrite_questions(dataset_dir, lambda qs: qs[0].update(question="Xylophone quartz?"))
-    report, said = summarize_with(dataset_dir, tmp_path, model, "bm25+summarize")
+    report, said = summarize_with(dataset_dir, tmp_path, server, "bm25+summarize")
     row = report.methods[0].rows[0]
     assert row["answer"] == "" and row["llm_calls"] == 0 and row["retrieved"] == []
     assert row["rouge_l"] == 0.0
-    assert len([b for b in model.requests if Model.is_summary(b)]) == 2
+    assert len([b for b in server.requests if is_summary(b)]) == 2
     assert any(
         line.startswith("warning: bm25+summarize: 1 of 3 questions retrieved") for line in said
     )
 
 
 def test_a_question_without_gold_reads_the_whole_corpus_with_a_warning(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     rewrite_questions(dataset_dir, lambda qs: qs[1].pop("supporting_passage_ids"))
-    report, said = summarize_with(dataset_dir, tmp_path, model, "dense+summarize")
+    report, said = summarize_with(dataset_dir, tmp_path, server, "dense+summarize")
     answers = [row["answer"] for row in report.methods[0].rows]
     assert answers == ["remote meeting.", "remote budget school meeting.", "school meeting."]
     assert any("1 of 3 questions name no supporting passage" in line for line in said)
 
 
 def test_a_short_meeting_beside_deeper_trees_is_still_summarized(
-    dataset_dir: Path, tmp_path: Path, model: Model
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
     records = json.loads((dataset_dir / "corpus.json").read_text(encoding="utf-8"))
     records.append({"idx": 3, "title": "Short", "text": "The coffee meeting was brief."})
@@ -419,7 +403,7 @@ def test_a_short_meeting_beside_deeper_trees_is_still_summarized(
     short = {"id": "m3", "question": QUESTION, "answers": ["Brief."], "supporting_passage_ids": [3]}
     rewrite_questions(dataset_dir, lambda qs: qs.append(short))
     # k = 4: the forest's layer 1 has more than 4 nodes, so the search starts there
-    report, _ = summarize_with(dataset_dir, tmp_path, model, "psi+summarize", top_k=4)
+    report, _ = summarize_with(dataset_dir, tmp_path, server, "psi+summarize", top_k=4)
     index = Index.load(Path(report.indexes["psirag"]["path"]) / "index", embedder=HashEmbedder())
     assert index.tree.layer_sizes()[1] > 4 and index.tree.layer[index.tree.roots].min() == 0
     assert [row["answer"] for row in report.methods[0].rows[:3]] == [
@@ -444,14 +428,14 @@ def test_summarize_needs_an_llm(
 
 
 def test_a_retriever_without_visit_fails_before_any_request(
-    dataset_dir: Path, tmp_path: Path, model: Model, monkeypatch: pytest.MonkeyPatch
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def make(ctx: eval_methods.EvalContext) -> eval_methods.Retrieval:
         plain = eval_methods.METHODS["dense"].factory(ctx)
         return eval_methods.Retrieval(plain.search, plain.index, plain.stages)
 
     monkeypatch.setitem(eval_methods.METHODS, "novisit", eval_methods.MethodSpec("novisit", make))
-    llm = LLMClient(OpenAIChat(model.base_url, "tag", http=NO_RETRY), None)
+    llm = LLMClient(OpenAIChat(server.base_url, "tag", http=NO_RETRY), None)
     settings = EvalSettings(
         methods=("psi+summarize", "novisit+summarize"),
         cache_dir=tmp_path / "c",
@@ -460,7 +444,7 @@ def test_a_retriever_without_visit_fails_before_any_request(
     )
     with pytest.raises(InputError, match=r"novisit\+summarize: .*Retrieval\.visit"):
         run_eval(dataset_dir, settings, llm=llm)
-    assert model.requests == []
+    assert server.requests == []
     # the same retriever answers questions as usual
     plain = EvalSettings(methods=("novisit",), cache_dir=tmp_path / "c", embedder="test:hash")
     assert run_eval(dataset_dir, plain).methods[0].rows

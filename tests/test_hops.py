@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import HashEmbedder, ScriptedServer
+from support import FakeOpenAIServer, HashEmbedder
 from support.agents import (
     FakeTreeIndex,
     length_model,
@@ -136,7 +136,7 @@ def test_cli_hops(hash_hops: HashEmbedder) -> None:
 
 
 def test_cli_ask_auto_sets_the_budget_from_the_hops(
-    hash_hops: HashEmbedder, server: ScriptedServer, fake_index: FakeTreeIndex
+    hash_hops: HashEmbedder, server: FakeOpenAIServer, fake_index: FakeTreeIndex
 ) -> None:
     # LONG is 4 hops: 3 retrievals after the first; the model asks for three and answers.
     server.script("Retrieve: a", "Retrieve: b", "Retrieve: c", "Answer: Lisbon")

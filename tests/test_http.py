@@ -9,7 +9,7 @@ import shutil
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,10 +31,8 @@ MESSAGES = [{"role": "user", "content": "Which volcano destroyed Pompeii?"}]
 PARAMS = GenerationParams(max_tokens=16)
 
 
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(responder=lambda body: "Answer: Vesuvius") as srv:
-        yield srv
+pytestmark = pytest.mark.fake_llm(responder=lambda body: "Answer: Vesuvius")
+"""The answer of each test's ``server`` (tests/conftest.py)."""
 
 
 def chat(server: FakeOpenAIServer, **policy: float) -> OpenAIChat:
@@ -208,11 +206,10 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def https_server(certificate: Path) -> Iterator[FakeOpenAIServer]:
+def https_server(certificate: Path, fake_llm: Callable[..., FakeOpenAIServer]) -> FakeOpenAIServer:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(certificate / "cert.pem", certificate / "key.pem")
-    with FakeOpenAIServer(responder=lambda body: "Answer: over TLS", tls=context) as srv:
-        yield srv
+    return fake_llm(lambda body: "Answer: over TLS", tls=context)
 
 
 def test_https_verifies_the_certificate_and_does_not_retry_a_bad_one(https_server):

@@ -4,14 +4,14 @@ endpoint its manifest names unless the user confirms it."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support import TOPICS, FakeOpenAIServer, Reply
+from support.corpora import plant_endpoint
 
 from psirag.cli import build_parser, main
 from psirag.cli.options import http_policy_from
@@ -27,10 +27,9 @@ SECRET = "sk-attacker-wants-this-31337"
 
 
 @pytest.fixture
-def embed_server() -> Iterator[FakeOpenAIServer]:
+def embed_server(fake_llm: Callable[..., FakeOpenAIServer]) -> FakeOpenAIServer:
     """The user's own embedding server (the scripted one: bag-of-words vectors)."""
-    with FakeOpenAIServer() as srv:
-        yield srv
+    return fake_llm()
 
 
 @pytest.fixture
@@ -137,30 +136,10 @@ def test_eval_settings_carry_the_policy_to_the_llm(tmp_path):
 # -- a saved index is data, never instructions -------------------------------------------------
 
 
-def plant_endpoint(index: Path, url: str) -> None:
-    """What an attacker sharing an index would do: point its embedder at their own host, in the
-    current generation's manifest and in the pointer, with the pointer's hash made to match."""
-    spec = f"openai:{url}#m"  # same model name, so the embedder id still matches
-
-    def planted(manifest: dict) -> dict:
-        manifest["embedder"]["spec"] = spec
-        manifest["config"]["embedder"] = spec
-        return manifest
-
-    pointer_path = index / "manifest.json"
-    pointer = json.loads(pointer_path.read_text(encoding="utf-8"))
-    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
-    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
-    generation.write_bytes(raw)
-    pointer = planted(pointer)
-    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
-    pointer_path.write_text(json.dumps(pointer), encoding="utf-8")
-
-
 @pytest.fixture
-def attacker() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as srv:
-        yield srv
+def attacker(fake_llm: Callable[..., FakeOpenAIServer]) -> FakeOpenAIServer:
+    """The endpoint an attacker plants in a shared index's manifest."""
+    return fake_llm()
 
 
 def test_manifest_endpoint_gets_no_query_and_no_key(
@@ -168,7 +147,7 @@ def test_manifest_endpoint_gets_no_query_and_no_key(
 ):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.delenv(ALLOW_ENV, raising=False)
-    plant_endpoint(built, attacker.base_url)
+    plant_endpoint(built, attacker.spec)  # the same model name: the embedder id matches
     capsys.readouterr()
     assert main(["search", str(built), "secret query"]) == 2
     err = capsys.readouterr().err
@@ -195,7 +174,7 @@ def test_confirmed_embedder_is_used_instead_of_the_manifest(
     built, attacker, embed_server, capsys, monkeypatch
 ):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    plant_endpoint(built, attacker.base_url)
+    plant_endpoint(built, attacker.spec)
     before = embed_server.calls
     capsys.readouterr()
     argv = [
@@ -220,7 +199,7 @@ def test_confirmed_embedder_must_serve_the_index_model(built, embed_server, caps
 
 
 def test_allow_rule_lets_a_listed_endpoint_through(built, attacker, monkeypatch, capsys):
-    plant_endpoint(built, attacker.base_url)
+    plant_endpoint(built, attacker.spec)
     monkeypatch.setenv(ALLOW_ENV, f"example.org, 127.0.0.1:{attacker.port}")
     assert main(["search", str(built), "Pompeii", "--timeout", "5"]) == 0
     assert [r["input"] for r in attacker.requests] == [["Pompeii"]]

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import HashEmbedder, ScriptedServer, client_for
-from support.agents import CORPUS, Q_OFFICE, Q_VOLCANO, QUESTIONS
+from support import FakeOpenAIServer, HashEmbedder, client_for
+from support.agents import CORPUS, Q_OFFICE, QUESTIONS, FakeIndex, ids
+from support.agents import DOCS as AGENT_DOCS
+from support.datasets import Q_VOLCANO, write_dataset
 
 from psirag.agent import NOT_MENTIONED, merge_evidence
 from psirag.agent.ircot import IRCoT, first_sentence, read_sentence, says_answer
@@ -26,63 +28,24 @@ from psirag.eval.harness import questions_path, run_eval
 from psirag.eval.methods import check_method
 from psirag.eval.settings import EMBEDDER_HOOKS, EvalSettings
 from psirag.prompts import AGENT_TURN_STOPS, agent_system_prompt, ircot_system_prompt
-from psirag.types import Passage, Source
 
 # --- the scripted server and the stand-in index ---------------------------------------------------
 
 
-DOCS = {
-    "hotel": (
-        "Blue Harbour Hotel",
-        "The Blue Harbour Hotel is a seaside hotel in Portmere. Since 1987 it has been owned "
-        "by the Calder Group.",
-    ),
-    "calder": (
-        "Calder Group",
-        "The Calder Group is a hospitality company founded in 1952. Its head office is in Lisbon.",
-    ),
-    "portmere": (
-        "Portmere",
-        "Portmere is a fishing town on the west coast with a seaside promenade and a hotel.",
-    ),
-    "bridge": ("Old Bridge", "The Old Bridge in Portmere was rebuilt in 1911 after a flood."),
+DOCS = {key: doc for key, doc in AGENT_DOCS.items() if key != "quiz"} | {
     "lisbon": ("Lisbon", "Lisbon is the capital of Portugal, on the Tagus estuary."),
 }
-STOP = {"the", "a", "an", "of", "in", "is", "it", "by", "what", "which", "where", "who", "its"}
+"""The agent tests' documents with a Lisbon page and no quiz sheet."""
 
 
-def words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if w not in STOP}
-
-
-class FakeIndex:
-    """Lexical overlap over DOCS, top ``k``; records every query."""
-
-    def __init__(self, k: int = 2) -> None:
-        self.k = k
-        self.queries: list[str] = []
-
-    def passage(self, doc_id: str, score: float) -> Passage:
-        title, text = DOCS[doc_id]
-        return Passage(doc_id, text, score, Source(doc_id, title, 0, 0, len(text)))
-
-    def search(self, query: str) -> list[Passage]:
-        self.queries.append(query)
-        q = words(query)
-        scored = sorted(
-            ((len(q & words(f"{t} {x}")), i) for i, (t, x) in DOCS.items()),
-            key=lambda s: (-s[0], s[1]),
-        )
-        return [self.passage(i, float(s)) for s, i in scored[: self.k]]
+def stand_in(k: int = 2) -> FakeIndex:
+    """The agent tests' lexical stand-in index over this file's DOCS."""
+    return FakeIndex(k, DOCS)
 
 
 QUESTION = "Which city hosts the headquarters of the owner of the Blue Harbour Hotel?"
 SENTENCE_1 = "The Blue Harbour Hotel has been owned by the Calder Group since 1987."
 SENTENCE_2 = "The Calder Group, a hospitality company, has its head office in Lisbon."
-
-
-def ids(passages: list[Passage]) -> list[str]:
-    return [p.id for p in passages]
 
 
 # --- reading a reasoning reply ------------------------------------------------------------------
@@ -123,8 +86,8 @@ def test_what_ends_the_chain() -> None:
 # --- the loop -----------------------------------------------------------------------------------
 
 
-def test_multi_step_the_sentence_is_the_next_query(server: ScriptedServer) -> None:
-    index = FakeIndex()
+def test_multi_step_the_sentence_is_the_next_query(server: FakeOpenAIServer) -> None:
+    index = stand_in()
     assert ids(index.search(QUESTION)) == ["hotel", "portmere"]  # the office is not there yet
     assert ids(index.search(SENTENCE_1)) == ["hotel", "calder"]
     index.queries.clear()
@@ -148,26 +111,27 @@ def test_multi_step_the_sentence_is_the_next_query(server: ScriptedServer) -> No
     assert [s.remaining for s in result.steps] == [3, 2]
     assert result.chain == [SENTENCE_1, "So the answer is Lisbon."]
     assert result.stop == "answer"
-    assert len(server.requests) == 3 and server.replies == ["never read"]
+    assert len(server.requests) == 3 and server.pending_replies == ["never read"]
 
     # Reasoning requests: one sentence (newline stop, small cap, temperature 0), every passage
     # collected so far and the chain so far.
     first = server.requests[0]
     assert (first["max_tokens"], first["stop"], first["temperature"]) == (64, ["\n"], 0.0)
     assert server.system(0) == ircot_system_prompt()
-    assert "Reasoning so far: (nothing yet)" in server.user(0)
-    assert f"Question: {QUESTION}" in server.user(0)
-    assert "Its head office is in Lisbon" not in server.user(0)
-    assert f"Reasoning so far: {SENTENCE_1}" in server.user(1)
+    assert "Reasoning so far: (nothing yet)" in server.last_user(0)
+    assert f"Question: {QUESTION}" in server.last_user(0)
+    assert "Its head office is in Lisbon" not in server.last_user(0)
+    assert f"Reasoning so far: {SENTENCE_1}" in server.last_user(1)
     for text in ("Portmere is a fishing town", "Its head office is in Lisbon", "owned by"):
-        assert text in server.user(1)
-    assert server.user(1).count("[") == 3  # hotel, portmere, calder: the repeat is shown once
+        assert text in server.last_user(1)
+    assert server.last_user(1).count("[") == 3  # hotel, portmere, calder: the repeat is shown once
 
     # The reader is the agent with no retrievals left, over the collected passages.
     reader = server.requests[2]
     assert reader["messages"][0]["content"] == agent_system_prompt(0)
-    assert "Retrievals left: 0" in server.user(2) and "cannot retrieve any more" in server.user(2)
-    assert "Reasoning so far" not in server.user(2)
+    reader_turn = server.last_user(2)
+    assert "Retrievals left: 0" in reader_turn and "cannot retrieve any more" in reader_turn
+    assert "Reasoning so far" not in server.last_user(2)
     assert reader["max_tokens"] == 256 and reader["stop"] == list(AGENT_TURN_STOPS)
     assert result.reader is not None and result.reader.action == "answer"
 
@@ -178,8 +142,8 @@ def test_multi_step_the_sentence_is_the_next_query(server: ScriptedServer) -> No
     assert llm.usage["test-ircot"]["calls"] == 3
 
 
-def test_evidence_merges_the_steps_by_rank_fusion(server: ScriptedServer) -> None:
-    index = FakeIndex()
+def test_evidence_merges_the_steps_by_rank_fusion(server: FakeOpenAIServer) -> None:
+    index = stand_in()
     server.script(SENTENCE_1, "Answer: Lisbon")
     result = IRCoT(client_for(server), index.search, max_retrievals=1).run(QUESTION)
     steps = [ids(s.passages) for s in result.steps]
@@ -189,13 +153,13 @@ def test_evidence_merges_the_steps_by_rank_fusion(server: ScriptedServer) -> Non
     assert result.evidence[0].score == pytest.approx(2 / 61)
     assert ids(result.evidence) == ids(merge_evidence([s.passages for s in result.steps]))
     # The reader reads them in that order.
-    shown = server.user(1)
+    shown = server.last_user(1)
     order = [shown.index(t) for t in ("owned by", "fishing town", "Its head office")]
     assert order == sorted(order)
 
 
-def test_stop_on_answer_is(server: ScriptedServer) -> None:
-    index = FakeIndex()
+def test_stop_on_answer_is(server: FakeOpenAIServer) -> None:
+    index = stand_in()
     server.script("Calder owns it, so THE ANSWER IS Lisbon.", "Answer: Lisbon")
     result = IRCoT(client_for(server), index.search, max_retrievals=3).run(QUESTION)
     assert index.queries == [QUESTION]  # no second retrieval
@@ -204,30 +168,30 @@ def test_stop_on_answer_is(server: ScriptedServer) -> None:
     assert len(server.requests) == 2
 
 
-def test_step_cap_holds_whatever_the_model_says(server: ScriptedServer) -> None:
-    index = FakeIndex()
+def test_step_cap_holds_whatever_the_model_says(server: FakeOpenAIServer) -> None:
+    index = stand_in()
     sentences = [f"The Calder Group owns hotel number {i}." for i in range(6)]
     server.script(sentences[0], sentences[1], "Answer: Lisbon", *sentences[2:])
     result = IRCoT(client_for(server), index.search, max_retrievals=2).run(QUESTION)
     # The first retrieval and two more; no reasoning call after the last one, then the reader.
     assert index.queries == [QUESTION, sentences[0], sentences[1]]
     assert len(server.requests) == 3
-    assert server.replies == sentences[2:]
+    assert server.pending_replies == sentences[2:]
     assert result.answer == "Lisbon" and result.stop == "cap"
     assert [s.action for s in result.steps] == ["retrieve", "retrieve", "answer"]
     assert result.stats.retrievals == 3 and result.stats.reasoning_calls == 2  # type: ignore[attr-defined]
 
 
-def test_no_extra_retrievals_is_one_answer_call(server: ScriptedServer) -> None:
-    index = FakeIndex()
+def test_no_extra_retrievals_is_one_answer_call(server: FakeOpenAIServer) -> None:
+    index = stand_in()
     server.script("Thought: Calder owns it.\nAnswer: Calder Group")
     result = IRCoT(client_for(server), index.search, max_retrievals=0).run(QUESTION)
     assert index.queries == [QUESTION] and len(server.requests) == 1
     assert result.answer == "Calder Group" and result.chain == []
 
 
-def test_not_mentioned_on_garbage(server: ScriptedServer) -> None:
-    index = FakeIndex()
+def test_not_mentioned_on_garbage(server: FakeOpenAIServer) -> None:
+    index = stand_in()
     # An empty reasoning reply is retried once without the newline stop; still empty: the chain
     # ends. The reader's reply and its forced-answer follow-up have no usable answer.
     server.script("", "   ", "I am not sure\nwhat to say", "nothing here\nat all")
@@ -244,9 +208,9 @@ def test_not_mentioned_on_garbage(server: ScriptedServer) -> None:
     assert stats.llm_calls == 4
 
 
-def test_result_serialises_like_the_agents(server: ScriptedServer) -> None:
+def test_result_serialises_like_the_agents(server: FakeOpenAIServer) -> None:
     server.script(SENTENCE_1, "Thought: t\nAnswer: Lisbon")
-    result = IRCoT(client_for(server), FakeIndex().search).run(QUESTION)
+    result = IRCoT(client_for(server), stand_in().search).run(QUESTION)
     doc = json.loads(json.dumps(result.to_dict()))
     assert {"answer", "steps", "evidence", "question", "stats"} <= set(doc)
     assert doc["chain"] == [SENTENCE_1] and doc["stop"] == "cap"
@@ -255,13 +219,13 @@ def test_result_serialises_like_the_agents(server: ScriptedServer) -> None:
     assert doc["stats"]["llm_calls"] == 2 and doc["stats"]["reasoning_calls"] == 1
 
 
-def test_bad_arguments(server: ScriptedServer) -> None:
+def test_bad_arguments(server: FakeOpenAIServer) -> None:
     with pytest.raises(InputError):
-        IRCoT(client_for(server), FakeIndex().search).run("  ")
+        IRCoT(client_for(server), stand_in().search).run("  ")
     with pytest.raises(ValueError):
-        IRCoT(client_for(server), FakeIndex().search, max_retrievals=-1)
+        IRCoT(client_for(server), stand_in().search, max_retrievals=-1)
     with pytest.raises(ValueError):
-        IRCoT(client_for(server), FakeIndex().search, evidence_merge="nope")  # type: ignore[arg-type]
+        IRCoT(client_for(server), stand_in().search, evidence_merge="nope")  # type: ignore[arg-type]
     assert server.requests == []
 
 
@@ -289,18 +253,13 @@ def model_reply(body: dict[str, Any]) -> str:
 def dataset_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setitem(EMBEDDER_HOOKS, "test:hash", HashEmbedder)
     monkeypatch.delenv("PSIRAG_LLM", raising=False)
-    folder = tmp_path / "tiny"
-    folder.mkdir()
-    records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(CORPUS)]
-    (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
-    (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
-    return folder
+    return write_dataset(tmp_path / "tiny", CORPUS, QUESTIONS)
 
 
 def test_eval_hybrid_ircot_end_to_end(
-    dataset_dir: Path, tmp_path: Path, server: ScriptedServer, capsys: pytest.CaptureFixture[str]
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    server.respond = model_reply
+    server.responder = model_reply
     out = tmp_path / "qa.json"
     argv = [
         "eval",
@@ -351,9 +310,9 @@ def test_eval_hybrid_ircot_end_to_end(
 
 
 def test_eval_ircot_counts_its_own_stage(
-    dataset_dir: Path, tmp_path: Path, server: ScriptedServer
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer
 ) -> None:
-    server.respond = model_reply
+    server.responder = model_reply
     llm = client_for(server)
     settings = EvalSettings(
         methods=("bm25+ircot",), cache_dir=tmp_path / "c", embedder="test:hash", bootstrap=0
@@ -375,7 +334,7 @@ def test_check_method_modes() -> None:
 
 
 def test_eval_ircot_errors(
-    dataset_dir: Path, tmp_path: Path, server: ScriptedServer, capsys: pytest.CaptureFixture[str]
+    dataset_dir: Path, tmp_path: Path, server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     base = ["eval", str(dataset_dir), "--embedder", "test:hash", "--cache-dir", str(tmp_path)]
     assert main([*base, "--methods", "hybrid+ircot", "-q"]) == 2

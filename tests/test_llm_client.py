@@ -32,12 +32,10 @@ def msgs(text: str = "hello") -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-@pytest.fixture
-def server():
-    with FakeOpenAIServer(
-        responder=lambda body: "reply to " + body["messages"][-1]["content"]
-    ) as s:
-        yield s
+pytestmark = pytest.mark.fake_llm(
+    responder=lambda body: "reply to " + body["messages"][-1]["content"]
+)
+"""Each test's ``server`` (tests/conftest.py) answers with the last message it was sent."""
 
 
 FAST = HttpPolicy(timeout=10, backoff=0.01)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from support import FakeOpenAIServer, Reply
+from support import Reply
 
 from psirag.errors import InputError, PsiragError
 from psirag.http import HttpPolicy
@@ -25,10 +25,8 @@ NO_RETRY = HttpPolicy(timeout=10, retries=0)
 MESSAGES = [{"role": "user", "content": "Who founded the Oberoi Group?"}]
 
 
-@pytest.fixture
-def server():
-    with FakeOpenAIServer(responder=lambda body: "Answer: Mohan Singh Oberoi") as srv:
-        yield srv
+pytestmark = pytest.mark.fake_llm(responder=lambda body: "Answer: Mohan Singh Oberoi")
+"""The answer of each test's ``server`` (tests/conftest.py)."""
 
 
 def test_success_sends_params_and_reads_usage(server, monkeypatch):

@@ -9,11 +9,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from support import NO_RETRY, FakeOpenAIServer, Reply, ScriptedServer, client_for
+from support import NO_RETRY, FakeOpenAIServer, Reply, client_for, no_more_replies
 from support.agents import QUESTION, SUB_QUESTION, FakeIndex
 
 from psirag.agent import RetrieveAndAnswer
@@ -30,54 +29,52 @@ REPLY = "Thought: the Calder Group owns it.\nAnswer: Lisbon [2]"
 ASK = [{"role": "user", "content": "where?"}]
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(lambda body: REPLY, usage=(12, 7)) as server:
-        yield server
+pytestmark = pytest.mark.fake_llm(responder=lambda body: REPLY, usage=(12, 7))
+"""Each test's ``server`` (tests/conftest.py) writes REPLY."""
 
 
-def test_chat_stream_passes_pieces_on_and_returns_the_whole_reply(fake: FakeOpenAIServer) -> None:
-    model = OpenAIChat(fake.base_url, "m", http=NO_RETRY)
+def test_chat_stream_passes_pieces_on_and_returns_the_whole_reply(server: FakeOpenAIServer) -> None:
+    model = OpenAIChat(server.base_url, "m", http=NO_RETRY)
     pieces: list[str] = []
     streamed = model.chat_stream(ASK, GenerationParams(), pieces.append)
     plain = model.chat(ASK, GenerationParams())
     assert len(pieces) > 5 and "".join(pieces) == streamed.text == plain.text == REPLY
     assert (streamed.prompt_tokens, streamed.completion_tokens) == (12, 7)  # include_usage
     assert streamed.finish_reason == "stop"
-    sent = fake.requests[0]
+    sent = server.requests[0]
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
     assert sent.headers["Accept"] == "text/event-stream"
-    assert fake.requests[1]["stream"] is False
+    assert server.requests[1]["stream"] is False
 
 
-def test_a_server_that_ignores_stream_is_read_whole(fake: FakeOpenAIServer) -> None:
-    fake.streams = False
+def test_a_server_that_ignores_stream_is_read_whole(server: FakeOpenAIServer) -> None:
+    server.streams = False
     pieces: list[str] = []
-    result = OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+    result = OpenAIChat(server.base_url, "m", http=NO_RETRY).chat_stream(
         ASK, GenerationParams(), pieces.append
     )
     assert pieces == [REPLY] and result.text == REPLY
 
 
-def test_an_error_event_in_the_stream_is_an_llm_error(fake: FakeOpenAIServer) -> None:
+def test_an_error_event_in_the_stream_is_an_llm_error(server: FakeOpenAIServer) -> None:
     event = json.dumps({"error": {"message": "out of memory"}})
-    fake.script(Reply(body=f"data: {event}\n\n".encode()))
+    server.script(Reply(body=f"data: {event}\n\n".encode()))
     with pytest.raises(LLMResponseError, match="out of memory"):
-        OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+        OpenAIChat(server.base_url, "m", http=NO_RETRY).chat_stream(
             ASK, GenerationParams(), lambda _: None
         )
 
 
-def test_a_stream_cut_short_is_an_error_not_half_a_reply(fake: FakeOpenAIServer) -> None:
-    events = fake.stream_events(Reply(content=REPLY), include_usage=False)
-    fake.script(Reply(body=b"".join(events[:4])))  # the role and three pieces, then the end
+def test_a_stream_cut_short_is_an_error_not_half_a_reply(server: FakeOpenAIServer) -> None:
+    events = server.stream_events(Reply(content=REPLY), include_usage=False)
+    server.script(Reply(body=b"".join(events[:4])))  # the role and three pieces, then the end
     with pytest.raises(LLMResponseError, match="ended its stream"):
-        OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+        OpenAIChat(server.base_url, "m", http=NO_RETRY).chat_stream(
             ASK, GenerationParams(), lambda _: None
         )
-    fake.script(Reply(body=b"".join(events)))  # the same, whole
+    server.script(Reply(body=b"".join(events)))  # the same, whole
     whole: list[str] = []
-    result = OpenAIChat(fake.base_url, "m", http=NO_RETRY).chat_stream(
+    result = OpenAIChat(server.base_url, "m", http=NO_RETRY).chat_stream(
         ASK, GenerationParams(), whole.append
     )
     assert result.text == REPLY == "".join(whole)
@@ -94,36 +91,31 @@ class Plain:
 
 
 def test_the_fallback_and_the_cache_give_the_reply_in_one_piece(
-    fake: FakeOpenAIServer, tmp_path: Any
+    server: FakeOpenAIServer, tmp_path: Any
 ) -> None:
     pieces: list[str] = []
     assert chat_streaming(Plain(), ASK, GenerationParams(), pieces.append).text == REPLY
     assert pieces == [REPLY]
-    with LLMClient(OpenAIChat(fake.base_url, "m", http=NO_RETRY), tmp_path / "c.db") as client:
+    with LLMClient(OpenAIChat(server.base_url, "m", http=NO_RETRY), tmp_path / "c.db") as client:
         first: list[str] = []
         client.chat_stream(ASK, GenerationParams(), first.append)
         again: list[str] = []
         hit = client.chat_stream(ASK, GenerationParams(), again.append)
         assert len(first) > 1 and hit.cached and again == [REPLY] == ["".join(first)]
-        assert client.usage["agent"]["calls"] == 1 and fake.calls == 1
+        assert client.usage["agent"]["calls"] == 1 and server.calls == 1
 
 
-@pytest.fixture
-def scripted() -> Iterator[ScriptedServer]:
-    with ScriptedServer() as server:
-        yield server
-
-
-def test_the_agent_streams_each_reply_and_answers_the_same(scripted: ScriptedServer) -> None:
+@pytest.mark.fake_llm(responder=no_more_replies)
+def test_the_agent_streams_each_reply_and_answers_the_same(server: FakeOpenAIServer) -> None:
     replies = (
         f"Thought: the hotel is owned by the Calder Group.\nRetrieve: {SUB_QUESTION}",
         "Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon [3]",
     )
-    scripted.script(*replies)
-    plain = RetrieveAndAnswer(client_for(scripted), FakeIndex().search).run(QUESTION)
-    scripted.script(*replies)
+    server.script(*replies)
+    plain = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(QUESTION)
+    server.script(*replies)
     heard: list[tuple[int, str]] = []
-    streamed = RetrieveAndAnswer(client_for(scripted), FakeIndex().search).run(
+    streamed = RetrieveAndAnswer(client_for(server), FakeIndex().search).run(
         QUESTION, on_token=lambda call, text: heard.append((call, text))
     )
     assert streamed.to_dict() == plain.to_dict()
@@ -131,8 +123,8 @@ def test_the_agent_streams_each_reply_and_answers_the_same(scripted: ScriptedSer
     for call, reply in enumerate(replies):
         assert "".join(t for c, t in heard if c == call) == reply
     assert len(heard) > 10
-    assert all(r["stream"] is True for r in scripted.requests[2:])
-    assert all(r["stream"] is False for r in scripted.requests[:2])
+    assert all(r["stream"] is True for r in server.requests[2:])
+    assert all(r["stream"] is False for r in server.requests[:2])
 
 
 class FakeLlama:

@@ -127,14 +127,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Any:
     ray.shutdown()
 
 
-@pytest.fixture
-def server() -> Any:
-    with FakeOpenAIServer(responder=summarise) as srv:
-        yield srv
+pytestmark = pytest.mark.fake_llm(responder=summarise)
+"""Each test's ``server`` (tests/conftest.py) embeds and writes the summaries."""
 
 
 def specs(srv: FakeOpenAIServer) -> tuple[str, str]:
-    return f"openai:{srv.base_url}#hash", f"openai:{srv.base_url}#scripted"
+    return srv.model_spec("hash"), srv.model_spec("scripted")
 
 
 def config_for(srv: FakeOpenAIServer, **over: Any) -> IndexConfig:

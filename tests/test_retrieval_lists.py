@@ -3,7 +3,11 @@ SearchConfig flags, a list registered from outside the package, and the ``lists`
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,3 +123,36 @@ def test_server_request_lists() -> None:
     assert search_config(SearchRequest(query="q")).list_names() == ("tree", "bm25")
     with pytest.raises(InputError, match="unknown candidate list 'flat'"):
         search_config(SearchRequest(query="q", lists=["flat"]))
+
+
+RACE = """
+import importlib, threading, time
+import psirag.retrieval.lists as lists
+
+assert lists._loaded is False, "the built-in lists were loaded already"
+real = importlib.import_module
+
+def slow_import(name, *args, **kwargs):
+    if name.startswith("psirag.retrieval.lists."):
+        time.sleep(0.3)  # a list module that takes a while to import
+    return real(name, *args, **kwargs)
+
+importlib.import_module = slow_import
+first = threading.Thread(target=lists.list_spec, args=("dense",))
+first.start()
+time.sleep(0.1)  # the first search is loading the lists
+print(lists.list_spec("dense").name)
+first.join()
+"""
+
+
+def test_a_search_during_the_first_load_of_the_lists_finds_them() -> None:
+    """Before: the first caller marked the built-in lists loaded before importing them, so a
+    second thread (a server's concurrent first searches) got "unknown candidate list 'dense'"."""
+    src = Path(__file__).resolve().parents[1] / "src"
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    done = subprocess.run(
+        [sys.executable, "-c", RACE], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "dense"

@@ -31,6 +31,7 @@ from support import (
     FakeOpenAIServer,
     ScriptedLLM,
     ServerProcess,
+    ask_stream,
     build_index,
     child_env,
     free_port,
@@ -44,17 +45,17 @@ API_KEY = "psirag-test-key-0123456789"
 QUESTION = "Where is Mount Etna?"
 
 
+def script_of(llm: FakeOpenAIServer) -> ScriptedLLM:
+    """The scripted model behind the module's ``llm`` (tests/conftest.py): its delay and its
+    count of calls in flight."""
+    assert isinstance(llm.responder, ScriptedLLM)
+    return llm.responder
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Index]:
     folder = tmp_path_factory.mktemp("served") / "index"
     return folder, build_index(folder)
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[tuple[FakeOpenAIServer, ScriptedLLM]]:
-    script = ScriptedLLM()
-    with FakeOpenAIServer(responder=script) as server:
-        yield server, script
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +64,9 @@ def logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(
-    built: tuple[Path, Index], llm: tuple[FakeOpenAIServer, ScriptedLLM], logs: Path
-) -> Iterator[ServerProcess]:
+def server(built: tuple[Path, Index], llm: FakeOpenAIServer, logs: Path) -> Iterator[ServerProcess]:
     """No key, an LLM, at most 2 LLM calls at a time."""
-    spec = f"openai:{llm[0].base_url}#fake"
+    spec = f"openai:{llm.base_url}#fake"
     proc = ServerProcess(
         built[0],
         ["--llm", spec, "--llm-concurrency", "2", "--retries", "0"],
@@ -83,10 +82,10 @@ def server(
 
 @pytest.fixture(scope="module")
 def guarded(
-    built: tuple[Path, Index], llm: tuple[FakeOpenAIServer, ScriptedLLM], logs: Path
+    built: tuple[Path, Index], llm: FakeOpenAIServer, logs: Path
 ) -> Iterator[ServerProcess]:
     """A key, small limits, CORS for one origin, a 2 s request timeout."""
-    spec = f"openai:{llm[0].base_url}#fake"
+    spec = f"openai:{llm.base_url}#fake"
     args = ["--llm", spec, "--api-key", API_KEY, "--max-body-bytes", "2000"]
     args += ["--max-query-chars", "300", "--cors-origin", "http://page.example"]
     args += ["--request-timeout", "2", "--retries", "0"]
@@ -232,8 +231,8 @@ def test_docs_work_offline(server: ServerProcess) -> None:
 
 
 # ---------------------------------------------------------------------------- the agent
-def test_ask_json(server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]) -> None:
-    fake, _ = llm
+def test_ask_json(server: ServerProcess, llm: FakeOpenAIServer) -> None:
+    fake = llm
     before = fake.calls
     body = call("POST", f"{server.url}/ask", json={"query": QUESTION, "k": 3}).json()
     assert body["answer"] == "Sicily"
@@ -265,7 +264,7 @@ COMPARISON = "Which film has the director who was born later, El Tonto or The He
 
 
 def test_ask_auto_budget_comes_from_the_predicted_hops(
-    server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]
+    server: ServerProcess, llm: FakeOpenAIServer
 ) -> None:
     from psirag.hops import HopPredictor
 
@@ -273,7 +272,7 @@ def test_ask_auto_budget_comes_from_the_predicted_hops(
     # first (the server loads MiniLM for it, as the index's hash embedder is not the model's).
     expected = HopPredictor().max_retrievals(COMPARISON)
     assert expected == 3
-    fake, _ = llm
+    fake = llm
     before = fake.calls
     auto = {"query": COMPARISON, "k": 3, "max_retrievals": "auto"}
     # The first auto ask loads the model: more time than a plain call's 30 s on a busy machine.
@@ -294,25 +293,11 @@ def test_ask_auto_budget_comes_from_the_predicted_hops(
     assert "at most 3 times" in requests_about(fake, before, COMPARISON)[0]
 
 
-def test_ask_streams_steps_as_they_happen(
-    server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]
-) -> None:
-    _, script = llm
+def test_ask_streams_steps_as_they_happen(server: ServerProcess, llm: FakeOpenAIServer) -> None:
+    script = script_of(llm)
     script.delay = 0.6  # each model call takes 0.6 s: the first step must arrive before the end
-    lines: list[tuple[float, str]] = []
-    start = time.monotonic()
     try:
-        with httpx.stream(
-            "POST",
-            f"{server.url}/ask",
-            json={"query": QUESTION},
-            headers={"Accept": "text/event-stream"},
-            timeout=30,
-        ) as response:
-            assert response.status_code == 200
-            assert response.headers["content-type"].startswith("text/event-stream")
-            for line in response.iter_lines():
-                lines.append((time.monotonic() - start, line))
+        lines = ask_stream(server.url, {"query": QUESTION})
     finally:
         script.delay = 0.0
     everything = sse_events(lines)
@@ -361,10 +346,8 @@ def test_summarize(server: ServerProcess) -> None:
     assert_error(call("POST", f"{server.url}/summarize", json={"top_k": 0}), 422)
 
 
-def test_llm_calls_stay_under_the_cap(
-    server: ServerProcess, llm: tuple[FakeOpenAIServer, ScriptedLLM]
-) -> None:
-    _, script = llm
+def test_llm_calls_stay_under_the_cap(server: ServerProcess, llm: FakeOpenAIServer) -> None:
+    script = script_of(llm)
     script.delay = 0.3
     script.max_in_flight = 0
     results: list[int] = []
@@ -407,11 +390,11 @@ def test_concurrent_searches(server: ServerProcess, built: tuple[Path, Index]) -
 # ---------------------------------------------------------------------------- OpenAI API
 def test_openai_client(
     server: ServerProcess,
-    llm: tuple[FakeOpenAIServer, ScriptedLLM],
+    llm: FakeOpenAIServer,
     built: tuple[Path, Index],
 ) -> None:
     openai = pytest.importorskip("openai")
-    fake, _ = llm
+    fake = llm
     client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0)
     # psirag and the index folder's name, both the agent over this index
     assert [m.id for m in client.models.list()] == ["psirag", built[0].name]
@@ -551,14 +534,12 @@ def test_mcp_over_http_needs_the_key(guarded: ServerProcess, built: tuple[Path, 
     assert out["search"]["passages"][0]["source"]["document"] == "football"
 
 
-def test_mcp_over_stdio(
-    built: tuple[Path, Index], llm: tuple[FakeOpenAIServer, ScriptedLLM], logs: Path
-) -> None:
+def test_mcp_over_stdio(built: tuple[Path, Index], llm: FakeOpenAIServer, logs: Path) -> None:
     pytest.importorskip("mcp")
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    spec = f"openai:{llm[0].base_url}#fake"
+    spec = f"openai:{llm.base_url}#fake"
     params = StdioServerParameters(
         command=sys.executable,
         args=[str(LAUNCHER), "mcp", str(built[0]), "--llm", spec],

@@ -21,19 +21,14 @@ from support import (
     ANSWER_REPLY,
     RETRIEVE_REPLY,
     FakeOpenAIServer,
-    ScriptedLLM,
     ServerProcess,
+    ask_stream,
     build_index,
+    sse_events,
 )
 
 QUESTION = "Where is Mount Etna?"
 INDEX_NAME = "wiki"
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(responder=ScriptedLLM()) as server:
-        yield server
 
 
 @pytest.fixture(scope="module")
@@ -200,20 +195,8 @@ def test_every_4xx_has_the_same_shape(server: str) -> None:
 
 
 def test_ask_stream_sends_tokens_then_the_answer(server: str, slow_tokens: float) -> None:
-    events: list[tuple[str, Any]] = []
-    with httpx.stream(
-        "POST",
-        f"{server}/ask",
-        json={"query": QUESTION},
-        headers={"Accept": "text/event-stream"},
-        timeout=60,
-    ) as response:
-        name = ""
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                events.append((name, json.loads(line[6:])))
+    lines = ask_stream(server, {"query": QUESTION}, timeout=60)
+    events = [(name, json.loads(data)) for _, name, data in sse_events(lines)]
     names = [n for n, _ in events]
     answer = events[-1][1]
     assert names[-1] == "answer" and names.count("step") == 2

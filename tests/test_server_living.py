@@ -4,7 +4,6 @@ server answers from it; the saved index on disk agrees."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,30 +13,21 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 import httpx
-from support import HashEmbedder, ServerProcess, build_index
+from support import HashEmbedder
+from support.processes import serve_new_index, wait_for_job
 
 from psirag.index import Index
 from psirag.storage import IndexStore
 
 
 def _job(url: str, response: httpx.Response) -> dict[str, Any]:
+    """The job ``response`` (a 202) started, once it has ended."""
     assert response.status_code == 202, response.text
-    job_id = response.json()["job"]["id"]
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        job = httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()
-        if job["status"] in ("done", "failed"):
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not finish")
+    return wait_for_job(url, response.json()["job"]["id"])
 
 
 def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--retries", "0"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    folder, proc = serve_new_index(tmp_path, "--retries", "0")
     try:
         proc.wait_ready()
         url = proc.url
@@ -82,11 +72,7 @@ def test_add_and_remove_documents_through_the_server(tmp_path: Path) -> None:
 def test_a_server_write_keeps_a_write_made_beside_it(tmp_path: Path) -> None:
     """A write made outside the server (the CLI, another process) after it started is on disk
     only; the server's next write must build on it, not on the generation it serves."""
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--retries", "0"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    folder, proc = serve_new_index(tmp_path, "--retries", "0")
     try:
         proc.wait_ready()
         beside = Index.load(folder, embedder=HashEmbedder())

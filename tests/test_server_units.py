@@ -80,13 +80,16 @@ class _CountingEmbedder(HashEmbedder):
             self.busy.release()
 
 
-def test_batching_embedder_serialises_and_batches() -> None:
-    inner = _CountingEmbedder()
-    batching = BatchingEmbedder(inner)
-    texts = [f"query number {i} about volcanoes" for i in range(24)]
+def embed_each_in_a_thread(
+    batching: BatchingEmbedder, texts: list[str], gate: threading.Barrier | None = None
+) -> None:
+    """Embed each text from a thread of its own (released together by ``gate``), close the
+    embedder, and check each caller got its own text's vector."""
     out: dict[int, np.ndarray] = {}
 
     def one(i: int) -> None:
+        if gate is not None:
+            gate.wait()
         out[i] = batching.embed([texts[i]])[0]
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(texts))]
@@ -97,6 +100,13 @@ def test_batching_embedder_serialises_and_batches() -> None:
     batching.close()
     expected = HashEmbedder().embed(texts)
     assert all(np.allclose(out[i], expected[i]) for i in range(len(texts)))
+
+
+def test_batching_embedder_serialises_and_batches() -> None:
+    inner = _CountingEmbedder()
+    batching = BatchingEmbedder(inner)
+    texts = [f"query number {i} about volcanoes" for i in range(24)]
+    embed_each_in_a_thread(batching, texts)
     assert sum(inner.calls) == len(texts)
     assert len(inner.calls) < len(texts)  # concurrent queries shared forward passes
     assert batching.id == inner.id and batching.dim == inner.dim
@@ -149,21 +159,7 @@ def test_callers_arriving_together_share_one_forward_pass() -> None:
     inner = _CountingEmbedder()
     batching = BatchingEmbedder(inner, max_wait=1.0, cache_size=0)
     texts = [f"question {i} about rivers" for i in range(16)]
-    gate = threading.Barrier(len(texts))
-    out: dict[int, np.ndarray] = {}
-
-    def one(i: int) -> None:
-        gate.wait()
-        out[i] = batching.embed([texts[i]])[0]
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(texts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    batching.close()
-    expected = HashEmbedder().embed(texts)
-    assert all(np.allclose(out[i], expected[i]) for i in range(len(texts)))
+    embed_each_in_a_thread(batching, texts, threading.Barrier(len(texts)))
     assert sum(inner.calls) == 16 and len(inner.calls) <= 3
 
 

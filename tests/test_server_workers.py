@@ -20,7 +20,8 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 import httpx
-from support import TOPICS, HashEmbedder, ServerProcess, build_index
+from support import TOPICS, HashEmbedder, build_index
+from support.processes import serve_new_index, wait_for_job
 
 from psirag.index import Index
 from psirag.server.jobs import JobRunner
@@ -93,27 +94,14 @@ def _wait_job(url: str, job_id: str) -> tuple[dict[str, Any], set[int]]:
     """Poll ``GET /jobs/{id}`` on fresh connections (so on any worker) until it ends; every
     poll must find the job. Returns the job and the workers that answered."""
     answered: set[int] = set()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        r = httpx.get(f"{url}/jobs/{job_id}", timeout=10)
-        assert r.status_code == 200, (r.status_code, r.text)
-        answered.add(int(r.headers[WORKER_HEADER]))
-        job = r.json()
-        if job["status"] in ("done", "failed"):
-            return job, answered
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} did not finish")
+    job = wait_for_job(
+        url, job_id, lambda r: answered.add(int(r.headers[WORKER_HEADER])), pause=0.05
+    )
+    return job, answered
 
 
 def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder,
-        ["--retries", "0", "--workers", "2"],
-        log_path=tmp_path / "serve.log",
-        hash_embedder=True,
-    )
+    folder, proc = serve_new_index(tmp_path, "--retries", "0", "--workers", "2")
     try:
         proc.wait_ready()
         workers = _children(proc.proc.pid)
@@ -162,11 +150,7 @@ def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> No
 
 
 def test_killing_the_parent_leaves_no_worker(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--workers", "2"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    _, proc = serve_new_index(tmp_path, "--workers", "2")
     try:
         proc.wait_ready()
         workers = _children(proc.proc.pid)
@@ -187,11 +171,7 @@ def test_killing_the_parent_leaves_no_worker(tmp_path: Path) -> None:
 
 
 def test_a_worker_that_dies_is_replaced(tmp_path: Path) -> None:
-    folder = tmp_path / "index"
-    build_index(folder)
-    proc = ServerProcess(
-        folder, ["--workers", "2"], log_path=tmp_path / "serve.log", hash_embedder=True
-    )
+    _, proc = serve_new_index(tmp_path, "--workers", "2")
     try:
         proc.wait_ready()
         first = _children(proc.proc.pid)

@@ -11,7 +11,13 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
-REMOVED = {"chat_server", "server_procs", "server_fixture", "psirag.web.testing"}
+REMOVED = {
+    "chat_server",
+    "server_procs",
+    "server_fixture",
+    "psirag.web.testing",
+    "psirag.llm.testing",
+}
 """Modules that are gone: their helpers live in ``tests/support``."""
 
 
@@ -62,8 +68,52 @@ def test_no_test_file_imports_conftest_another_test_or_a_removed_helper() -> Non
 
 def test_no_testing_helpers_in_the_installed_package() -> None:
     assert not (ROOT / "src" / "psirag" / "web" / "testing.py").exists()
+    assert not (ROOT / "src" / "psirag" / "llm" / "testing.py").exists()
     for path in [*ROOT.glob("benchmarks/*.py"), *ROOT.glob("scripts/*.py")]:
         assert [p for p in layout_problems(path) if "gone" in p] == []
+
+
+def fake_servers(path: Path) -> list[str]:
+    """The classes in ``path`` that serve HTTP themselves (a ``do_POST`` handler, in them or in
+    a class nested in them) or subclass the fake OpenAI server, as ``line Name``."""
+    found = []
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = {ast.unparse(b).split(".")[-1] for b in node.bases}
+        classes = [node, *(n for n in ast.walk(node) if isinstance(n, ast.ClassDef))]
+        serves = any(
+            isinstance(f, ast.FunctionDef) and f.name == "do_POST" for c in classes for f in c.body
+        )
+        if serves or "FakeOpenAIServer" in bases:
+            found.append(f"{node.lineno} {node.name}")
+    return found
+
+
+def test_one_fake_openai_server() -> None:
+    """One fake OpenAI-compatible server class, in tests/support, for the tests, benchmarks and
+    scripts alike: a test that wants other replies gives it a responder, not a subclass."""
+    files = [*TESTS.rglob("*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("scripts/*.py")]
+    assert len(files) > 60  # the globs found the suite and the benchmarks
+    found = [f"{f.relative_to(ROOT)}:{c}" for f in sorted(files) for c in fake_servers(f)]
+    assert len(found) == 1, found
+    assert found[0].startswith("tests/support/fake_llm.py:")
+    assert found[0].endswith(" FakeOpenAIServer")
+
+
+@pytest.mark.parametrize(
+    ("source", "name"),
+    [
+        ("class Sub(FakeOpenAIServer):\n    pass\n", "Sub"),
+        ("class Sub(support.FakeOpenAIServer):\n    pass\n", "Sub"),
+        ("class Own:\n    def __init__(self):\n        class H:\n            def do_POST(s):\n"
+         "                pass\n", "Own"),
+    ],
+)  # fmt: skip
+def test_the_server_check_catches(tmp_path: Path, source: str, name: str) -> None:
+    path = tmp_path / "probe.py"
+    path.write_text(source, encoding="utf-8")
+    assert fake_servers(path) == [f"1 {name}"]
 
 
 @pytest.mark.parametrize(
@@ -76,6 +126,7 @@ def test_no_testing_helpers_in_the_installed_package() -> None:
         ("from chat_server import ChatServer\n", "chat_server, which is gone"),
         ("from psirag.web.testing import ServerProcess\n", "psirag.web.testing, which is gone"),
         ("from psirag.web import testing\n", "psirag.web.testing, which is gone"),
+        ("from psirag.llm.testing import FakeOpenAIServer\n", "psirag.llm.testing, which is gone"),
     ],
 )
 def test_the_check_catches(tmp_path: Path, source: str, problem: str) -> None:

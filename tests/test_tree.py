@@ -157,6 +157,14 @@ def test_rebalanced_invariants(seed: int, max_children: int) -> None:
             assert np.unique(anc[tree.leaves_under(int(u))]).size == 1
 
 
+def flat_tree(n: int) -> Tree:
+    """``n`` leaves all under one root."""
+    return Tree(
+        parent=np.array([n] * n + [-1], dtype=np.int64),
+        layer=np.array([0] * n + [1], dtype=np.int32),
+    )
+
+
 def test_rebalancing_groups_by_similarity_not_id() -> None:
     """A node over interleaved, well-separated clusters splits into >= 90% pure groups."""
     rng = np.random.default_rng(11)
@@ -165,11 +173,7 @@ def test_rebalancing_groups_by_similarity_not_id() -> None:
     labels = np.tile(np.arange(n_clusters), per)  # interleaved in id order: 0,1,2,0,1,2,...
     e = unit(centers[labels] * 4 + rng.normal(size=(labels.size, 64)) * 0.3)
     n = labels.size
-    flat = Tree(
-        parent=np.array([n] * n + [-1], dtype=np.int64),
-        layer=np.array([0] * n + [1], dtype=np.int32),
-    )
-    tree = rebalance(flat, e, max_children=40)
+    tree = rebalance(flat_tree(n), e, max_children=40)
     check_invariants(tree, n, 40)
     groups = [tree.leaves_under(u) for u in range(n, tree.n_nodes) if tree.layer[u] == 1]
     assert len(groups) == 3
@@ -181,11 +185,7 @@ def test_rebalancing_groups_by_similarity_not_id() -> None:
 def test_split_root_gets_new_root() -> None:
     n = 100
     e = random_unit(np.random.default_rng(5), n, 8)
-    flat = Tree(
-        parent=np.array([n] * n + [-1], dtype=np.int64),
-        layer=np.array([0] * n + [1], dtype=np.int32),
-    )
-    tree = rebalance(flat, e, max_children=10)
+    tree = rebalance(flat_tree(n), e, max_children=10)
     check_invariants(tree, n, 10)
     assert tree.depth == 2
     assert sorted(tree.fan_out[tree.layer == 1].tolist()) == [10] * 10
@@ -194,11 +194,7 @@ def test_split_root_gets_new_root() -> None:
 def test_deep_root_split_recurses() -> None:
     n = 500
     e = random_unit(np.random.default_rng(6), n, 8)
-    flat = Tree(
-        parent=np.array([n] * n + [-1], dtype=np.int64),
-        layer=np.array([0] * n + [1], dtype=np.int32),
-    )
-    tree = rebalance(flat, e, max_children=4)
+    tree = rebalance(flat_tree(n), e, max_children=4)
     check_invariants(tree, n, 4)
 
 

@@ -10,16 +10,15 @@ loopback listener. The listener records every byte it receives; each command mus
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from support import TOPICS, FakeOpenAIServer
+from support.corpora import plant_endpoint
 
 from psirag.cli import main
 from psirag.embed.endpoints import ALLOW_ENV
@@ -70,13 +69,11 @@ def listener() -> Iterator[Listener]:
 
 
 @pytest.fixture
-def servers() -> Iterator[tuple[FakeOpenAIServer, FakeOpenAIServer]]:
+def servers(
+    fake_llm: Callable[..., FakeOpenAIServer],
+) -> tuple[FakeOpenAIServer, FakeOpenAIServer]:
     """The user's own embedding server and LLM (scripted, on loopback)."""
-    with (
-        FakeOpenAIServer() as embed,
-        FakeOpenAIServer(responder=lambda b: "A short summary.") as llm,
-    ):
-        yield embed, llm
+    return fake_llm(), fake_llm(lambda b: "A short summary.")
 
 
 @pytest.fixture
@@ -98,32 +95,12 @@ def planted(
     argv += ["--abstracts", "llm-summary", "--llm", llm.model_spec("m")]
     argv += ["--llm-cache", str(tmp_path / "cache.sqlite")]
     assert main(argv) == 0
-    plant(out, f"openai:{listener.url}#m")
+    plant_endpoint(out, f"openai:{listener.url}#m", llm=True)
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.delenv(ALLOW_ENV, raising=False)
     monkeypatch.delenv("PSIRAG_LLM", raising=False)
     (tmp_path / "private.txt").write_text("My private diary entry about Etna.", encoding="utf-8")
     return out
-
-
-def plant(index: Path, spec: str) -> None:
-    """Point the manifest's embedder and LLM at ``spec``, in the current generation's manifest
-    and in the pointer, with the pointer's hash made to match."""
-
-    def planted(manifest: dict[str, Any]) -> dict[str, Any]:
-        manifest["embedder"]["spec"] = spec
-        manifest["config"]["embedder"] = spec
-        manifest["config"]["llm"] = spec
-        return manifest
-
-    pointer_path = index / "manifest.json"
-    pointer = json.loads(pointer_path.read_text(encoding="utf-8"))
-    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
-    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
-    generation.write_bytes(raw)
-    pointer = planted(pointer)
-    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
-    pointer_path.write_text(json.dumps(pointer), encoding="utf-8")
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

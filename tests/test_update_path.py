@@ -4,7 +4,6 @@ change fails, and a format-1 folder reported as such."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -12,10 +11,11 @@ from typing import Any
 
 import pytest
 from support import HashEmbedder
+from support.corpora import as_format1
 
 from psirag import Index
 from psirag.living import UpdateSummary, update_saved
-from psirag.storage import IndexStore, sha256_file
+from psirag.storage import IndexStore
 
 FIXTURE = Path(__file__).parent / "data" / "index_format_v2"
 
@@ -98,16 +98,7 @@ def test_no_index_is_a_clear_error(tmp_path: Path) -> None:
 def test_a_format1_folder_is_reported_and_migrated(tmp_path: Path, embedder: Any) -> None:
     old = tmp_path / "old"
     shutil.copytree(FIXTURE / "generations" / "000002", old)
-    (old / ".readers").unlink()
-    manifest = json.loads((old / "manifest.json").read_text())
-    manifest.pop("generation")
-    manifest["format_version"] = 1
-    manifest["files"] = {
-        p.relative_to(old).as_posix(): {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-        for p in sorted(old.rglob("*"))
-        if p.is_file() and p.name != "manifest.json"
-    }
-    (old / "manifest.json").write_text(json.dumps(manifest))
+    as_format1(old)
     assert IndexStore(old).state() == "legacy"
     _, done = Index.update_saved(
         old, lambda ix: ix.add(["Coffee beans are roasted."], texts=True), embedder=embedder

@@ -16,7 +16,11 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.browser
+pytestmark = [
+    pytest.mark.browser,
+    # the module's ``llm`` (tests/conftest.py)
+    pytest.mark.fake_llm(responder=lambda body: "Thought: nothing to add.\nAnswer: Lisbon"),
+]
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="playwright is not installed: pip install 'psirag[browser-tests]'"
@@ -70,12 +74,6 @@ def index_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     index = Index.build([corpus], IndexConfig(max_children=4))
     assert index.tree.depth >= 3  # deep enough that zooming and lazy loading are exercised
     return index.save(folder / "index")
-
-
-@pytest.fixture(scope="module")
-def llm() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer(responder=lambda body: "Thought: nothing to add.\nAnswer: Lisbon") as s:
-        yield s
 
 
 @pytest.fixture(scope="module")

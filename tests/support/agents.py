@@ -13,6 +13,7 @@ from psirag.agent import Node
 from psirag.cli import agent_cmds as agent_cli
 from psirag.hops import HOPS, LEXICAL_NAMES, HopModel
 from psirag.types import Passage, Source
+from support import datasets
 
 DOCS = {
     "hotel": (
@@ -111,38 +112,15 @@ def length_model(embedder_id: str, dim: int) -> HopModel:
     return HopModel(embedder_id, np.zeros(d, dtype=np.float32), ones, weights, bias, {})
 
 
-CORPUS = [
-    ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
-    ("Vesuvius", "Vesuvius is the volcano that destroyed Pompeii with ash in the year 79."),
-    ("Arsenal F.C.", "Arsenal is a football club based in north London."),
-    ("Sourdough", "Sourdough bread uses a starter of wild yeast instead of baker's yeast."),
-    (
-        "Calder Group",
-        "The Calder Group is a hospitality company founded in 1952. Its head office is in Lisbon.",
-    ),
-    (
-        "Blue Harbour Hotel",
-        "The Blue Harbour Hotel is a seaside hotel in Portmere. Since 1987 it has been owned by "
-        "the Calder Group.",
-    ),
-    ("Portmere", "Portmere is a fishing town on the west coast with a seaside promenade."),
-]
-
-
-Q_VOLCANO = "Which volcano destroyed Pompeii?"
+CORPUS = [datasets.CORPUS[i] for i in (0, 1, 2, 4, 6, 7, 8)]
+"""The IRCoT tests' corpus: seven passages of the evaluation tests' set (support.datasets)."""
 
 
 Q_OFFICE = "Where is the head office of the owner of the Blue Harbour Hotel?"
 
 
 QUESTIONS = [
-    {
-        "id": "q0",
-        "question": Q_VOLCANO,
-        "answer": "Vesuvius",
-        "answers": ["Vesuvius"],
-        "supporting_passage_ids": [1],
-    },
+    datasets.QUESTIONS[0],  # Q_VOLCANO, passage 1 (Vesuvius) in both
     {
         "id": "q1",
         "question": Q_OFFICE,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from psirag.config import IndexConfig
 from psirag.index import Index
@@ -51,12 +53,19 @@ def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None)
     index.save(tmp)
     gen = tmp / "generations" / f"{IndexStore(tmp).current():06d}"
     shutil.copytree(gen, folder)
-    (folder / ".readers").unlink()
     if bm25_from is not None:
         other = folder.parent / (folder.name + "-other")
         bm25_from.save(other)
         shutil.rmtree(folder / "bm25")
         shutil.copytree(other / "generations" / "000001" / "bm25", folder / "bm25")
+    as_format1(folder)
+    shutil.rmtree(tmp)
+
+
+def as_format1(folder: Path) -> None:
+    """Make ``folder``, a copy of a saved generation's folder, a format-1 index: no readers'
+    file, a manifest without a generation and with every file's size and hash."""
+    (folder / ".readers").unlink()
     manifest = json.loads((folder / "manifest.json").read_text())
     manifest.pop("generation")
     manifest["format_version"] = 1
@@ -66,4 +75,25 @@ def write_format1(index: Index, folder: Path, *, bm25_from: Index | None = None)
         if p.is_file() and p.name != "manifest.json"
     }
     (folder / "manifest.json").write_text(json.dumps(manifest))
-    shutil.rmtree(tmp)
+
+
+def plant_endpoint(index: Path, spec: str, *, llm: bool = False) -> None:
+    """What an attacker sharing an index would do: point its embedder (and, with ``llm``, its
+    LLM) at ``spec``, in the current generation's manifest and in the pointer, with the
+    pointer's hash made to match."""
+
+    def planted(manifest: dict[str, Any]) -> dict[str, Any]:
+        manifest["embedder"]["spec"] = spec
+        manifest["config"]["embedder"] = spec
+        if llm:
+            manifest["config"]["llm"] = spec
+        return manifest
+
+    pointer_path = index / "manifest.json"
+    pointer = json.loads(pointer_path.read_text(encoding="utf-8"))
+    generation = index / "generations" / f"{pointer['generation']:06d}" / "manifest.json"
+    raw = json.dumps(planted(json.loads(generation.read_text(encoding="utf-8")))).encode()
+    generation.write_bytes(raw)
+    pointer = planted(pointer)
+    pointer["manifest_sha256"] = hashlib.sha256(raw).hexdigest()
+    pointer_path.write_text(json.dumps(pointer), encoding="utf-8")

@@ -4,7 +4,9 @@ evaluation tests."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 CORPUS = [
     ("Mount Etna", "Mount Etna is an active volcano on the east coast of Sicily."),
@@ -62,9 +64,15 @@ QUESTIONS = [
 ]
 
 
-def write_dataset(folder: Path, corpus: list[tuple[str, str]] = CORPUS) -> Path:
+def write_dataset(
+    folder: Path,
+    corpus: Sequence[tuple[str, str]] = CORPUS,
+    questions: Sequence[dict[str, Any]] = QUESTIONS,
+) -> Path:
+    """``corpus.json`` ((title, text) pairs, numbered in order) and ``questions.json`` in
+    ``folder``, made if needed."""
     folder.mkdir(parents=True, exist_ok=True)
     records = [{"idx": i, "title": t, "text": x} for i, (t, x) in enumerate(corpus)]
     (folder / "corpus.json").write_text(json.dumps(records), encoding="utf-8")
-    (folder / "questions.json").write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    (folder / "questions.json").write_text(json.dumps(list(questions)), encoding="utf-8")
     return folder

@@ -18,10 +18,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from support.corpora import build_index
 from support.fake_llm import LLM_SECRET
 
 LAUNCHER = Path(__file__).resolve().parent / "serve_launcher.py"
@@ -167,6 +168,53 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def serve_new_index(tmp_path: Path, *args: str) -> tuple[Path, ServerProcess]:
+    """The tests' three-topic index built in ``tmp_path/index`` and ``psirag serve`` (with the
+    HashEmbedder) started on it with ``args``, logging to ``tmp_path/serve.log``. Not waited
+    for: call :meth:`ServerProcess.wait_ready`, and stop it."""
+    folder = tmp_path / "index"
+    build_index(folder)
+    log = tmp_path / "serve.log"
+    return folder, ServerProcess(folder, args, log_path=log, hash_embedder=True)
+
+
+def wait_for_job(
+    url: str, job_id: str, on_poll: Callable[[Any], None] | None = None, pause: float = 0.1
+) -> dict[str, Any]:
+    """Poll ``GET /jobs/{id}`` of the server at ``url`` on fresh connections until the job is
+    done or failed (within 60 s); every poll must find it. ``on_poll`` sees each reply (an
+    ``httpx.Response``)."""
+    import httpx  # the server tests' client; not needed by every test that imports support
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        reply = httpx.get(f"{url}/jobs/{job_id}", timeout=10)
+        assert reply.status_code == 200, (reply.status_code, reply.text)
+        if on_poll is not None:
+            on_poll(reply)
+        job: dict[str, Any] = reply.json()
+        if job["status"] in ("done", "failed"):
+            return job
+        time.sleep(pause)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def ask_stream(url: str, body: dict[str, Any], timeout: float = 30) -> list[tuple[float, str]]:
+    """``POST /ask`` of the server at ``url`` as server-sent events: each line with the seconds
+    from the request to its arrival (read them with :func:`sse_events`)."""
+    import httpx  # the server tests' client; not needed by every test that imports support
+
+    lines: list[tuple[float, str]] = []
+    start = time.monotonic()
+    headers = {"Accept": "text/event-stream"}
+    with httpx.stream("POST", f"{url}/ask", json=body, headers=headers, timeout=timeout) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            lines.append((time.monotonic() - start, line))
+    return lines
 
 
 def sse_events(lines: list[tuple[float, str]]) -> list[tuple[float, str, str]]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -88,6 +89,7 @@ LISTS: dict[str, ListSpec] = {}
 """Every registered list by name (filled as this package's modules are imported)."""
 
 _loaded = False
+_loading = threading.RLock()
 
 
 def register_list(name: str, factory: ListFactory, description: str = "") -> None:
@@ -101,12 +103,17 @@ def register_list(name: str, factory: ListFactory, description: str = "") -> Non
 
 
 def _load_builtins() -> None:
+    """Import this package's list modules once. Under a lock, and marked loaded only after,
+    so that a thread asking while another imports waits instead of seeing a part of them."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    for module in pkgutil.iter_modules(__path__):
-        importlib.import_module(f"{__name__}.{module.name}")
+    with _loading:
+        if _loaded:
+            return
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")
+        _loaded = True
 
 
 def known_lists() -> dict[str, str]:
