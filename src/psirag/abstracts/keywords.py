@@ -117,6 +117,8 @@ def keyword_abstracts(
     elif table.n_leaves != n_leaves:
         raise ValueError(f"a phrase table of {table.n_leaves} leaves for {n_leaves} leaves")
     phrases = table.phrases()
+    if nodes is None:
+        give_back_freed_memory()  # the layout's temporaries, before the products
     if phrases.pid_of.size == 0:
         return [[] for _ in range(targets.size)]
 

@@ -64,7 +64,7 @@ BUILD_BATCH = 20_000
 """Leaves a build extracts at a time: a single pass over a 1M-leaf corpus held every token and
 candidate occurrence of the corpus at once, several times the finished table."""
 
-_LAYOUT_BLOCK = 1 << 20
+_LAYOUT_BLOCK = 1 << 18
 """Phrases a layout unpacks and flags at a time (each step makes n x 3 int64 temporaries)."""
 
 _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
