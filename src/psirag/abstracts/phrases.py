@@ -376,19 +376,24 @@ class PhraseTable:
     def _numbered_by_key(self) -> PhraseTable:
         """This table with its phrase ids renumbered in key order, as a single extraction
         numbers them (a build that added its leaves in batches numbered them batch by batch);
-        each leaf's phrase list is sorted again, a batch of leaves at a time."""
-        d = self._derived()
+        each leaf's phrase list is sorted again, a batch of leaves at a time. In place, one
+        array at a time: only for the table a build is making, which nothing else holds."""
+        d = self._cache.pop("derived", None) or self._derive()
         n_p = self.p_key.size
         order = d.p_sorted
-        new_of = np.empty(n_p, dtype=np.int64)
-        new_of[order] = np.arange(n_p)
-        lp_pid = np.empty_like(self.lp_pid)
+        new_of = np.empty(n_p, dtype=np.int32 if n_p < 2**31 else np.int64)
+        new_of[order] = np.arange(n_p, dtype=new_of.dtype)
+        lp_pid = self.lp_pid
         for lo in range(0, self.n_leaves, BUILD_BATCH):
             ptr = self.lp_ptr[lo : lo + BUILD_BATCH + 1]
             a, b = int(ptr[0]), int(ptr[-1])
-            key = _rows(ptr - a) * max(n_p, 1) + new_of[self.lp_pid[a:b]]
+            key = _rows(ptr - a) * max(n_p, 1) + new_of[lp_pid[a:b]]
             key.sort()
             lp_pid[a:b] = key % max(n_p, 1)
+        for by_pid in (self.p_key, d.p_df, d.p_best):
+            by_pid[:] = by_pid[order]
+        d.s_pid[:] = new_of[d.s_pid]
+        d.p_sorted[:] = np.arange(n_p, dtype=d.p_sorted.dtype)
         table = PhraseTable(
             self.words,
             self.lw_ptr,
@@ -398,19 +403,9 @@ class PhraseTable:
             self.ls_cnt,
             self.lp_ptr,
             lp_pid,
-            self.p_key[order],
+            self.p_key,
         )
-        table._cache["derived"] = _Derived(
-            d.vocab,
-            np.arange(n_p, dtype=d.p_sorted.dtype),
-            d.p_df[order],
-            d.s_key,
-            d.s_cnt,
-            new_of[d.s_pid].astype(d.s_pid.dtype),
-            d.p_best[order],
-            d.w_rank,
-            d.n_ranked,
-        )
+        table._cache["derived"] = d
         return table
 
     @classmethod
@@ -749,12 +744,12 @@ def _finish(
     surface, words, entity = arrays
     n_p = table.p_key.size
     col_of = np.full(n_p, -1, dtype=np.int32)
-    col_of[pid_of] = np.arange(pid_of.size)
+    col_of[pid_of] = np.arange(pid_of.size, dtype=np.int32)
     ph = Phrases(
         lp_ptr=table.lp_ptr,
         lp_pid=table.lp_pid,
         col_of=col_of,
-        pid_of=pid_of.astype(np.int32),
+        pid_of=pid_of.astype(np.int32, copy=False),
         df=d.p_df.astype(np.int32),  # a copy: an add changes the counts in place
         key=table.p_key,
         is_stop=d.vocab.is_stop,
@@ -796,13 +791,19 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
         at = lo + present
         surface[at] = shown
         _, entity[at], keep = _flags(v, block_stems[present], shown)
-        kept_parts.append(at[keep])
+        kept_parts.append(at[keep].astype(np.int32 if n_p < 2**31 else np.int64))
         key_parts.append(_order_key(block_stems[present[keep]], stem_first))
     kept = np.concatenate(kept_parts) if kept_parts else np.empty(0, dtype=np.int64)
+    del kept_parts
     ckey = np.concatenate(key_parts) if key_parts else np.empty(0, dtype=np.int64)
+    del key_parts
     # present phrases have distinct stems, and so distinct order keys: no ties to break
     by_key = np.argsort(ckey, kind="stable")
-    return _finish(table, d, stem_first, kept[by_key], ckey[by_key], (surface, words, entity))
+    pid_of = kept[by_key]
+    del kept
+    col_key = ckey[by_key]
+    del ckey, by_key
+    return _finish(table, d, stem_first, pid_of, col_key, (surface, words, entity))
 
 
 def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
