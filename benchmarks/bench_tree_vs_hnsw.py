@@ -11,12 +11,15 @@ thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plu
   bench_retrieval_variants.py builds it) with its own tree, and its 1,000 question vectors.
 
 Tree: ``build_tree(mode="auto")``, max 40 children, leaf-mean routing (the default), searched
-by ``TreeSearcher`` at beams 10/40/160. HNSW: ``psirag.retrieval.lists.hnsw.HnswFlat`` (M 16,
-ef_construction 100, built with every core), searched at ef 16/32/64/128.
+by ``TreeSearcher`` at beams 10/40/160. HNSW as shipped: the ``hnsw`` list's ranker
+(``psirag.retrieval.lists.hnsw.GraphRanker`` over a ``LeafGraph``: usearch, M 16,
+expansion_add 100, half-precision vectors, candidates rescored exactly; built with every core)
+at ef 16/32/64/128; with ``--hnswlib`` also a plain hnswlib graph (M 16, ef_construction 100,
+float32), the library the list used before.
 
 Usage: python benchmarks/bench_tree_vs_hnsw.py [--sizes 100000 1000000] [--clusters 2000]
-       [--queries 300] [--no-2wiki]; writes benchmarks/results/tree_vs_hnsw.json (rows merged
-       with earlier runs by (set, n)).
+       [--queries 300] [--no-2wiki] [--hnswlib] [--real NAME ...]; writes
+       benchmarks/results/tree_vs_hnsw.json (rows merged with earlier runs by (set, n)).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from _common import OUT, RESULTS, latency_stats, machine_info, write_result
 from psirag.config import IndexConfig
 from psirag.eval.harness import single_thread_blas
 from psirag.pipeline import routing_vectors
-from psirag.retrieval.lists.hnsw import HnswFlat
+from psirag.retrieval.leaf_graph import LeafGraph
+from psirag.retrieval.lists.hnsw import GraphRanker
 from psirag.retrieval.ranking import top_k
 from psirag.retrieval.tree_search import TreeSearcher
 from psirag.tree import build_tree
@@ -84,12 +88,59 @@ def timed(searches: dict[str, Any], q: np.ndarray, truth: list[set[int]]) -> dic
     }
 
 
+def hnswlib_search(e: np.ndarray) -> tuple[Any, float]:
+    """A plain hnswlib graph (float32, M 16, ef_construction 100) and its build seconds."""
+    import hnswlib
+
+    t0 = time.perf_counter()
+    graph = hnswlib.Index(space="ip", dim=e.shape[1])
+    graph.init_index(max_elements=e.shape[0], ef_construction=100, M=16)
+    graph.set_num_threads(os.cpu_count() or 1)
+    graph.add_items(e, np.arange(e.shape[0]))
+    graph.set_num_threads(1)
+    seconds = time.perf_counter() - t0
+
+    def search(v: np.ndarray, ef: int) -> np.ndarray:
+        graph.set_ef(max(ef, K))
+        return graph.knn_query(v.reshape(1, -1), k=K, num_threads=1)[0][0]
+
+    return search, seconds
+
+
+def graph_upkeep(graph: LeafGraph, q: np.ndarray) -> dict[str, float]:
+    """Seconds the living index spends on the graph: an add of 10 leaves and a removal of 100
+    (each copies the graph first), a save into a generation and a memory-mapped open."""
+    import tempfile
+    from pathlib import Path
+
+    out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    graph.updated(None, q[:10])
+    out["add 10 leaves"] = round(time.perf_counter() - t0, 2)
+    keep = np.ones(graph.n_leaves, dtype=bool)
+    keep[:: max(1, graph.n_leaves // 100)] = False
+    t0 = time.perf_counter()
+    graph.updated(keep, None)
+    out["remove 100 leaves"] = round(time.perf_counter() - t0, 2)
+    with tempfile.TemporaryDirectory(dir=OUT) as tmp:
+        t0 = time.perf_counter()
+        graph.save(Path(tmp))
+        out["save"] = round(time.perf_counter() - t0, 2)
+        out["file_mib"] = round((Path(tmp) / "graph.usearch").stat().st_size / 2**20, 1)
+        t0 = time.perf_counter()
+        LeafGraph.open(Path(tmp), graph.n_leaves, int(q.shape[1]))
+        out["open (memory-mapped)"] = round(time.perf_counter() - t0, 3)
+    return out
+
+
 def compare(
     name: str,
     e: np.ndarray,
     q: np.ndarray,
     tree: Tree | None = None,
     vectors: np.ndarray | None = None,
+    *,
+    with_hnswlib: bool = False,
 ) -> dict[str, Any]:
     n = e.shape[0]
     row: dict[str, Any] = {"set": name, "n": n, "queries": int(q.shape[0])}
@@ -102,48 +153,62 @@ def compare(
         abstracts = [""] * (tree.n_nodes - n)
         vectors = routing_vectors(tree, e, abstracts, IndexConfig(abstracts="none"), None)
     row["tree_depth"] = len(tree.layer_sizes())
+    print(name, n, "tree ready", row.get("tree_build_s"), flush=True)
     t0 = time.perf_counter()
-    hnsw = HnswFlat(e, np.arange(n), threads=os.cpu_count() or 1)
+    graph = LeafGraph.build(e, threads=os.cpu_count() or 1)
     row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
     row["hnsw_build_threads"] = os.cpu_count()
+    row["hnsw_library"] = "usearch (f16, exact rescoring)"
+    print(name, n, "usearch graph ready", row["hnsw_build_s"], flush=True)
+    row["hnsw_update_s"] = graph_upkeep(graph, q)
+    ranker = GraphRanker(graph, e, np.arange(n))
     searcher = TreeSearcher(tree, vectors)
     searches: dict[str, Any] = {"exact": lambda v: top_k(e @ v, K)}
     for b in BEAMS:
         searches[f"tree {b}"] = lambda v, b=b: searcher.search(v, k=K, beam=b).leaves
     for ef in EFS:
-        searches[f"hnsw {ef}"] = lambda v, ef=ef: hnsw.search(v, K, ef)[0]
+        searches[f"hnsw {ef}"] = lambda v, ef=ef: ranker.rank(v, K, ef)[0]
+    if with_hnswlib:
+        plain, seconds = hnswlib_search(e)
+        row["hnswlib_build_s"] = round(seconds, 1)
+        for ef in EFS:
+            searches[f"hnswlib {ef}"] = lambda v, ef=ef: plain(v, ef)
     with single_thread_blas():
         got = timed(searches, q, truth)
     row["exact"] = got["exact"]
     row["tree"] = {str(b): got[f"tree {b}"] for b in BEAMS}
     row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
+    if with_hnswlib:
+        row["hnswlib"] = {str(ef): got[f"hnswlib {ef}"] for ef in EFS}
     print(json.dumps(row), flush=True)
     return row
 
 
-def two_wiki() -> dict[str, Any]:
-    from psirag import Index
-
-    folder = OUT / "index-2wikimultihopqa"
-    if not folder.exists():
-        raise SystemExit(f"{folder} not found: run benchmarks/bench_retrieval_variants.py first")
+def two_wiki(with_hnswlib: bool) -> dict[str, Any]:
     from _common import MINILM_CACHE, dataset
-    from bench_retrieval_variants import question_vectors
+    from bench_retrieval_variants import load_index, question_vectors
 
-    index = Index.load(folder)
+    index = load_index("2wikimultihopqa", {})  # built (and its passages embedded) if missing
     n = index.data.n_leaves
     e = np.asarray(index.data.node_vectors[:n], dtype=np.float32)
     _, questions = dataset("2wikimultihopqa")
     q = question_vectors([x["question"] for x in questions], MINILM_CACHE)
     return compare(
-        "2wiki leaf vectors (MiniLM)", e, q, index.data.tree, np.asarray(index.data.node_vectors)
+        "2wiki leaf vectors (MiniLM)",
+        e,
+        q,
+        index.data.tree,
+        np.asarray(index.data.node_vectors),
+        with_hnswlib=with_hnswlib,
     )
 
 
 def end_to_end() -> dict[str, Any]:
-    """Recall@2/5 on 2Wiki and HotpotQA-dev200 of the default (tree + BM25), HNSW + BM25
-    (ef = the default's beam, 160) and hybrid (dense flat + BM25), RRF each, with the paired
-    bootstrap interval of HNSW + BM25 minus the default. No tuning."""
+    """Recall@2/5 on 2Wiki and HotpotQA-dev200 of the default (past 6,000 leaves: the index's
+    HNSW graph + BM25 when it has one), HNSW + BM25 (ef = the default's beam, 160), the tree
+    profile (tree search + BM25) and hybrid (dense flat + BM25), RRF each, with paired
+    bootstrap intervals of HNSW + BM25 and of the tree profile against the default. No
+    tuning."""
     from _common import MINILM_CACHE, dataset
     from bench_retrieval_variants import load_index, question_vectors
 
@@ -154,6 +219,7 @@ def end_to_end() -> dict[str, Any]:
     configs = {
         "psi default": PROFILES["default"],
         "hnsw + bm25": PROFILES["default"].with_(lists=("hnsw", "bm25")),
+        "psi tree profile": PROFILES["tree"],
         "hybrid": SearchConfig(use_tree=False, use_dense=True),
     }
     out: dict[str, Any] = {}
@@ -184,8 +250,16 @@ def end_to_end() -> dict[str, Any]:
         ci = paired_bootstrap_ci(
             got["hnsw + bm25"]["recall@5"], got["psi default"]["recall@5"]
         ).to_dict()
+        tree_ci = paired_bootstrap_ci(
+            got["psi default"]["recall@5"], got["psi tree profile"]["recall@5"]
+        ).to_dict()
         out[name] = {
             "questions": len(qs),
+            "leaves": index.data.n_leaves,
+            "default_has_graph": index.data.leaf_graph is not None,
+            "default_minus_tree_profile_r5": {
+                k: round(v, 2) for k, v in tree_ci.items() if isinstance(v, float)
+            },
             "recall": {
                 lb: {m: round(float(v.mean()), 2) for m, v in r.items()} for lb, r in got.items()
             },
@@ -225,23 +299,27 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--no-2wiki", action="store_true")
     ap.add_argument("--end-to-end", action="store_true", help="also Recall@2/5 of HNSW + BM25")
+    ap.add_argument("--hnswlib", action="store_true", help="also a plain hnswlib graph")
     args = ap.parse_args()
     path = RESULTS / "tree_vs_hnsw.json"
     old = json.loads(path.read_text()) if path.exists() else {"rows": []}
     rows = {(r["set"], r["n"]): r for r in old["rows"]}
     if not args.no_2wiki:
-        r = two_wiki()
+        r = two_wiki(args.hnswlib)
         rows[(r["set"], r["n"])] = r
     for n in args.sizes:
         e, q = synthetic(n, args.clusters, args.queries)
-        r = compare(f"synthetic, {args.clusters} clusters", e, q)
+        r = compare(f"synthetic, {args.clusters} clusters", e, q, with_hnswlib=args.hnswlib)
         rows[(r["set"], r["n"])] = r
         del e
+        partial = {"rows": list(rows.values()), "machine": machine_info()}
+        write_result("tree_vs_hnsw.json", {**old, **partial})  # a later size may not finish
     for r in rows.values():
         r["at_equal_latency"] = equal_latency(r)
         print(r["set"], r["n"], r["at_equal_latency"])
     result: dict[str, Any] = {"rows": list(rows.values()), "machine": machine_info()}
     if args.end_to_end:
+        write_result("tree_vs_hnsw.json", {**old, **result})  # the rows, whatever follows
         result["end_to_end"] = end_to_end()
     elif "end_to_end" in old:
         result["end_to_end"] = old["end_to_end"]

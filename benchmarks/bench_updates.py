@@ -14,8 +14,13 @@ on the tree, so its lists are computed once.
 - Cost: ``build_tree`` over all passages against inserting 1% and 10% (and removing 10%), with
   one BLAS thread, interleaved, best of ``--repeats`` in wall and in process CPU seconds.
 
+- Insertion points: ``--insert scan`` compares each new chunk with every leaf (the code before
+  issue 24 item 5); ``--insert descent`` finds them by a beam descent over the routing vectors
+  (what the living index does now), the vectors of the tree as it stands before each batch.
+
 Usage: python benchmarks/bench_updates.py [--limit N] [--repeats 3] [--seed 0]
-       Writes benchmarks/results/updates.json.
+       [--insert scan|descent] [--no-churn] [--out updates.json]
+       Writes benchmarks/results/updates.json (or --out).
 """
 
 from __future__ import annotations
@@ -40,10 +45,30 @@ from psirag.eval.harness import single_thread_blas
 from psirag.retrieval.bm25 import SparseIndex
 from psirag.retrieval.fusion import rrf_fuse
 from psirag.retrieval.tree_search import TreeSearcher
-from psirag.tree import Tree, build_tree, insert_leaves, remove_leaves, tree_drift
+from psirag.tree import Tree, TreeUpdate, build_tree, insert_leaves, remove_leaves, tree_drift
 from psirag.tree.update import InsertRule
 
 MAX_CHILDREN = 40
+INSERT = {"mode": "scan"}  # set from --insert
+
+
+def leaf_mean_vectors(tree: Tree, leaf_vecs: np.ndarray) -> np.ndarray:
+    """One row per node: leaves their vectors, inner nodes their leaves' normalised mean."""
+    mean = np.asarray(tree.leaf_membership[tree.n_leaves :] @ leaf_vecs)
+    mean /= np.linalg.norm(mean, axis=1, keepdims=True)
+    return np.vstack([leaf_vecs, mean]).astype(np.float32)
+
+
+def insert(tree: Tree, leaf_vecs: np.ndarray, new: np.ndarray, **kw: Any) -> TreeUpdate:
+    """``insert_leaves`` the way ``--insert`` says (descent: routing vectors as an index has
+    them, so they are not timed)."""
+    if INSERT["mode"] == "descent":
+        if kw.get("node_vectors") is None:
+            kw["node_vectors"] = leaf_mean_vectors(tree, leaf_vecs)
+        kw["scan_below"] = 0
+    else:
+        kw.pop("node_vectors", None)  # the scan reads every leaf
+    return insert_leaves(tree, leaf_vecs, new, max_children=MAX_CHILDREN, **kw)
 
 
 class Scorer:
@@ -63,10 +88,7 @@ class Scorer:
         self.bm25 = [sparse.search(q, k=self.config.candidates)[0].tolist() for q in queries]
 
     def __call__(self, tree: Tree, pid: np.ndarray) -> dict[str, dict[str, float]]:
-        leaf_vecs = self.vectors[pid]
-        mean = np.asarray(tree.leaf_membership[tree.n_leaves :] @ leaf_vecs)
-        mean /= np.linalg.norm(mean, axis=1, keepdims=True)
-        searcher = TreeSearcher(tree, np.vstack([leaf_vecs, mean]).astype(np.float32))
+        searcher = TreeSearcher(tree, leaf_mean_vectors(tree, self.vectors[pid]))
         c = self.config
         sums = {"tree_alone": [0.0, 0.0], "psi": [0.0, 0.0]}
         for q, bm25, gold in zip(self.qvecs, self.bm25, self.golds, strict=True):
@@ -109,10 +131,13 @@ def grow(
     counts: dict[str, int] = {}
     seconds = 0.0
     for batch in batches:
+        leaf_vecs = vectors[pid]
+        nodes = leaf_mean_vectors(tree, leaf_vecs) if INSERT["mode"] == "descent" else None
         t0 = time.perf_counter()
-        update = insert_leaves(
-            tree, vectors[pid], vectors[batch], max_children=MAX_CHILDREN, rule=rule
-        )
+        if nodes is None:
+            update = insert(tree, leaf_vecs, vectors[batch], rule=rule)
+        else:
+            update = insert(tree, leaf_vecs, vectors[batch], rule=rule, node_vectors=nodes)
         seconds += time.perf_counter() - t0
         tree, pid = update.tree, np.concatenate([pid, batch])
         for key, value in update.counts.items():
@@ -135,7 +160,11 @@ def main() -> None:
     ap.add_argument(
         "--churn-bases", type=float, nargs="+", default=[0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.3]
     )
+    ap.add_argument("--no-churn", action="store_true", help="skip the rebuild-rule rows")
+    ap.add_argument("--insert", choices=["scan", "descent"], default="scan")
+    ap.add_argument("--out", default="updates.json")
     args = ap.parse_args()
+    INSERT["mode"] = args.insert
 
     corpus, queries, golds = two_wiki_queries(args.limit)
     texts = [passage_text(r) for r in corpus]
@@ -152,6 +181,7 @@ def main() -> None:
         "n_questions": len(queries),
         "max_children": MAX_CHILDREN,
         "seed": args.seed,
+        "insert": args.insert,
     }
 
     with single_thread_blas():
@@ -242,7 +272,7 @@ def main() -> None:
 
         # drift against recall as the churn grows (the rebuild rule)
         churn_rows = []
-        for share in args.churn_bases:
+        for share in [] if args.no_churn else args.churn_bases:
             k = round(n * share)
             b_ids, r_ids = np.sort(perm[n - k :]), perm[: n - k]
             b_tree = build_tree(vectors[b_ids], max_children=MAX_CHILDREN)
@@ -269,14 +299,11 @@ def main() -> None:
         # cost, side by side: full build against updates, interleaved
         one_pct = rest[: n // 100]
         base_vecs = vectors[base_ids]
+        base_nodes = leaf_mean_vectors(base, base_vecs)
         jobs: dict[str, Callable[[], Any]] = {
             "full build": lambda: build_tree(vectors, max_children=MAX_CHILDREN),
-            "add 1%": lambda: insert_leaves(
-                base, base_vecs, vectors[one_pct], max_children=MAX_CHILDREN
-            ),
-            "add 10%": lambda: insert_leaves(
-                base, base_vecs, vectors[rest], max_children=MAX_CHILDREN
-            ),
+            "add 1%": lambda: insert(base, base_vecs, vectors[one_pct], node_vectors=base_nodes),
+            "add 10%": lambda: insert(base, base_vecs, vectors[rest], node_vectors=base_nodes),
             "remove 10%": lambda: remove_leaves(
                 full, np.sort(rest), vectors, max_children=MAX_CHILDREN
             ),
@@ -299,7 +326,7 @@ def main() -> None:
             for name in jobs
         }
         print(result["cost"], flush=True)
-    print(f"wrote {write_result('updates.json', result)}")
+    print(f"wrote {write_result(args.out, result)}")
 
 
 if __name__ == "__main__":

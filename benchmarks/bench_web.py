@@ -83,6 +83,15 @@ def stats(values: list[float]) -> dict[str, float]:
     }
 
 
+def heap_mib(context: Any, page: Any) -> float:
+    """The page's live JS heap after a garbage collection (Chrome DevTools Protocol), MiB."""
+    cdp = context.new_cdp_session(page)
+    cdp.send("HeapProfiler.collectGarbage")
+    used = cdp.send("Runtime.getHeapUsage")["usedSize"]
+    cdp.detach()
+    return round(used / 2**20, 2)
+
+
 def one_load(browser: Any, url: str) -> dict[str, Any]:
     context = browser.new_context(viewport={"width": VIEWPORT[0], "height": VIEWPORT[1]})
     page = context.new_page()
@@ -101,11 +110,14 @@ def one_load(browser: Any, url: str) -> dict[str, Any]:
                   arcs: f.arcs, nodes_loaded: window.psirag.model.nodes.size};
         }"""
     )
+    first["heap_mib"] = heap_mib(context, page)
     tour = page.evaluate(TOUR_JS)
+    heap_after_tour = heap_mib(context, page)
+    first["nodes_after_tour"] = page.evaluate("window.psirag.model.nodes.size")
     context.close()
     if errors:
         raise SystemExit(f"console errors on the page: {errors}")
-    return {"first_render": first, "tour": tour}
+    return {"first_render": first, "tour": tour, "heap_after_tour_mib": heap_after_tour}
 
 
 RENDERERS = ("canvas", "svg")
@@ -149,6 +161,32 @@ def build_hash_index(corpus: str) -> str:
     return str(folder)
 
 
+def build_synthetic_index(leaves: int, out: str | None) -> str:
+    """``leaves`` synthetic passages (bench_living_scale's corpus: pseudo-words by topic, with
+    names) indexed with the tests' HashEmbedder, one chunk each, saved under ``out`` (default: a
+    temporary folder); an existing index there with that many chunks is reused."""
+    from bench_living_scale import corpus
+    from support import HashEmbedder
+
+    from psirag import Index, IndexConfig
+    from psirag.ingest import Document
+
+    folder = Path(out) if out else Path(tempfile.mkdtemp(prefix="bench-web-")) / "index"
+    manifest = folder / "manifest.json"
+    if manifest.exists():
+        counts = json.loads(manifest.read_text(encoding="utf-8")).get("counts", {})
+        if counts.get("chunks") == leaves:
+            return str(folder)
+        raise SystemExit(f"{folder} holds another index ({counts.get('chunks')} chunks)")
+    texts, _, _ = corpus(leaves)
+    docs = [Document(f"s{i}", "", t, is_record=True) for i, t in enumerate(texts)]
+    t0 = time.perf_counter()
+    index = Index.build(docs, IndexConfig(embedder="test:hash"), embedder=HashEmbedder())
+    index.save(folder)
+    print(f"built {index.tree.n_leaves:,} leaves in {time.perf_counter() - t0:.0f} s: {folder}")
+    return str(folder)
+
+
 def reload_after_writes(browser: Any, server: Any, writes: int) -> list[dict[str, Any]]:
     """Foreign writes while one page is open: add a document, then remove it, ``writes``
     times each; per write, the page's reload time and the wall time to the new generation."""
@@ -184,6 +222,7 @@ def reload_after_writes(browser: Any, server: Any, writes: int) -> list[dict[str
                 "page_reload_ms": round(reload["ms"], 1),
                 "write_done_to_page_s": round(seen - done, 3),
                 "arcs": page.evaluate("window.psirag.chart.elements.size"),
+                "heap_mib": heap_mib(context, page),
             }
         )
 
@@ -211,6 +250,12 @@ def main() -> None:
         "--hash-corpus",
         help="instead of --index: index this corpus with the tests' HashEmbedder first (~15 s)",
     )
+    parser.add_argument(
+        "--synthetic-leaves",
+        type=int,
+        help="instead of --index: a synthetic corpus of this many passages, HashEmbedder",
+    )
+    parser.add_argument("--keep", help="with --synthetic-leaves: build into (or reuse) this folder")
     parser.add_argument("--loads", type=int, default=5, help="page loads per renderer (default 5)")
     parser.add_argument(
         "--writes", type=int, default=0, help="foreign writes (add + remove) while the page is open"
@@ -223,7 +268,10 @@ def main() -> None:
         raise SystemExit("no Chromium: apt-get install -y chromium (or set PSIRAG_CHROMIUM)")
     from playwright.sync_api import sync_playwright
 
-    if args.hash_corpus:
+    if args.synthetic_leaves:
+        args.index = build_synthetic_index(args.synthetic_leaves, args.keep)
+        args.hash_embedder = True
+    elif args.hash_corpus:
         args.index, args.hash_embedder = build_hash_index(args.hash_corpus), True
     elif not args.index:
         parser.error("give --index DIR or --hash-corpus FILE")
@@ -262,6 +310,14 @@ def main() -> None:
             key: stats([float(f[key]) for f in firsts])
             for key in ("navigation_to_render_ms", "tree_to_render_ms", "tree_response_ms")
         },
+        "heap_mib": {
+            "first_render": stats([f["heap_mib"] for f in firsts]),
+            "after_zoom_tour": stats(
+                [run["heap_after_tour_mib"] for r in RENDERERS for run in runs[r]]
+            ),
+            "after_reloads": stats([w["heap_mib"] for w in reloads]) if reloads else None,
+        },
+        "nodes_loaded_after_tour": max(f["nodes_after_tour"] for f in firsts),
         "tree_response_bytes": firsts[0]["tree_bytes"],
         "nodes_loaded_at_first_render": firsts[0]["nodes_loaded"],
         "arcs_at_first_render": firsts[0]["arcs"],
@@ -278,7 +334,10 @@ def main() -> None:
         "loadavg_at_start": loadavg_start,
         "runs": runs,
     }
-    name = "web_hash" if args.hash_embedder else "web"  # a stand-in tree keeps its own files
+    # a stand-in tree and a synthetic one keep their own files
+    name = "web_hash" if args.hash_embedder else "web"
+    if args.synthetic_leaves:
+        name, result["synthetic_leaves"] = f"web_synthetic_{args.synthetic_leaves}", True
     path = write_result(f"{name}.json", result)
     from report import reflow  # the line width of BENCHMARKS.md
 
@@ -331,7 +390,75 @@ def reload_lines(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def heap_lines(r: dict[str, Any]) -> list[str]:
+    """The paragraph on the page's JS heap, when the run measured it."""
+    heap = r.get("heap_mib")
+    if not heap:
+        return []
+    reloads = heap.get("after_reloads")
+    return [
+        f"JS heap (live, after a forced garbage collection, Chrome DevTools Protocol): "
+        f"{heap['first_render']['p50']} MiB at the first render, "
+        f"{heap['after_zoom_tour']['p50']} MiB after the zoom tour "
+        f"({r['nodes_loaded_after_tour']:,} nodes loaded by then)"
+        + (f", {reloads['p50']} MiB after a reload" if reloads else "")
+        + ".",
+        "",
+    ]
+
+
+def zoom_lines(r: dict[str, Any]) -> list[str]:
+    """Frame intervals of the zoom tour, canvas against svg, in one sentence."""
+    canvas, svg = r["zoom"]["canvas"], r["zoom"]["svg"]
+    ci, vi = canvas["frame_interval_ms"], svg["frame_interval_ms"]
+    return [
+        f"Zooming (the tour of five animated zooms): frame interval p50 canvas {ci['p50']} ms "
+        f"(p95 {ci['p95']}, {canvas['frames_over_33ms']} of {ci['n']} frames over 33 ms), "
+        f"svg {vi['p50']} ms (p95 {vi['p95']}, {svg['frames_over_33ms']} of {vi['n']}); script "
+        f"per frame p50 canvas {canvas['frame_script_ms']['p50']} ms (max "
+        f"{canvas['frame_script_ms']['max']}: the last frame of a zoom, which builds the SVG "
+        "and its labels).",
+        "",
+    ]
+
+
+def synthetic_section(r: dict[str, Any]) -> str:
+    """First render, heap, zooms and reloads on the synthetic tree of ``--synthetic-leaves``."""
+    f = r["first_render_ms"]
+    nav, resp = f["navigation_to_render_ms"], f["tree_response_ms"]
+    leaves = r["index"]["chunks"]
+    return "\n".join(
+        [
+            f"## Web page on a {leaves:,}-leaf tree (synthetic, headless Chromium)",
+            "",
+            f"`python benchmarks/bench_web.py --synthetic-leaves {leaves} --loads "
+            f"{r['loads'] // 2} --writes "
+            f"{len((r.get('reload_after_foreign_write') or {}).get('writes') or []) // 2}` "
+            "indexes bench_living_scale's synthetic corpus (one passage a leaf, pseudo-words by "
+            "topic, names) with the tests' HashEmbedder and default settings "
+            f"({r['index']['nodes']:,} nodes), serves it and opens the page {r['loads']} "
+            f"times in {r['browser']} at {r['viewport'][0]}x{r['viewport'][1]}. The page "
+            "loads the tree lazily: the top levels the first view draws (`GET /tree?depth=4`), "
+            "then each zoomed-into node's subtree.",
+            "",
+            f"First render p50 {nav['p50']} ms (max {nav['max']}), of which the `/tree` "
+            f"response ({r['tree_response_bytes'] or 0:,} bytes, "
+            f"{r['nodes_loaded_at_first_render']:,} nodes) p50 {resp['p50']} ms; "
+            f"{r['arcs_at_first_render']:,} arcs drawn.",
+            "",
+            *zoom_lines(r),
+            *heap_lines(r),
+            *reload_lines(r),
+            f"Load average at the start: {r['loadavg_at_start']}, on 2 cores shared with other "
+            "jobs: the absolute times are pessimistic for a laptop.",
+            "",
+        ]
+    )
+
+
 def section(r: dict[str, Any]) -> str:
+    if r.get("synthetic_leaves"):
+        return synthetic_section(r)
     if str(r.get("embedder", "")).startswith("tests'"):
         return stand_in_section(r)
     f = r["first_render_ms"]
@@ -394,6 +521,7 @@ def section(r: dict[str, Any]) -> str:
             "|---|---|---|---|---|",
             *rows,
             "",
+            *heap_lines(r),
             *reload_lines(r),
             f"Load average at the start: {r['loadavg_at_start']}, on 2 cores shared with other "
             "jobs: the absolute times are pessimistic for a laptop; the ratio comes from the "

@@ -248,6 +248,13 @@ CACHED_ONLY: tuple[tuple[str, str, str, str], ...] = (
         "chromium)",
         "~3 min: ten page loads in headless Chromium; rerun by hand only",
     ),
+    (
+        "web_synthetic_100000",
+        "section_web_synthetic_100000.md",
+        "python benchmarks/bench_web.py --synthetic-leaves 100000 --keep DIR --loads 3 "
+        "--writes 1 (needs chromium)",
+        "~6 min to build the index, ~5 min of page loads and writes; rerun by hand only",
+    ),
 )
 """(name, cached section, command, cost) of the measurements run by hand (local LLM, browser);
 each section holds its exact commands."""

@@ -5,7 +5,8 @@ for docs/ and the README.
 
 Starts ``psirag serve INDEX_DIR`` on 127.0.0.1 with a scripted loopback LLM (so the Ask view
 shows a two-step episode of the real agent without a model), drives the page in headless
-Chromium, and writes web-<view>-<width>.png. Needs ``apt-get install chromium`` and
+Chromium, and writes web-<view>-<width>.png (and web-ask-draft-laptop.png: the answer while the
+model writes it). Needs ``apt-get install chromium`` and
 ``pip install 'psirag[server,browser-tests]'``; with Pillow installed the PNGs get a small palette.
 """
 
@@ -43,7 +44,8 @@ def scripted_llm(body: dict[str, Any]) -> str:
     blocks = re.split(r"(?m)^\[(\d+)\] ", users[-1] if users else "")
     labels = [blocks[i] for i in range(1, len(blocks) - 1, 2) if "851" in blocks[i + 1]]
     cites = "".join(f" [{n}]" for n in labels[:2]) or " [1]"
-    return f"Thought: Ermengarde of Tours died on 20 March 851.\nAnswer: 20 March 851{cites}"
+    answer = "Ermengarde of Tours died on 20 March 851"  # long enough to show as a draft
+    return f"Thought: Ermengarde of Tours died on 20 March 851.\nAnswer: {answer}{cites}"
 
 
 def shoot(page: Any, path: Path) -> None:
@@ -111,7 +113,17 @@ def main(argv: list[str] | None = None) -> int:
             page.click("#tab-ask")
             page.fill("#ask-query", QUESTION)
             page.fill("#ask-retrievals", "1")
-            page.click("#ask-submit")
+            if name == "laptop":  # the answer as the model writes it: a draft, then the answer
+                llm.token_delay = 0.25
+                page.click("#ask-submit")
+                page.wait_for_selector("#ask-draft:has-text('Tours died')", timeout=120_000)
+                page.evaluate(  # the passages folded, as in the answer's shot below
+                    "document.querySelectorAll('#ask-steps details').forEach(d => d.open = false)"
+                )
+                shoot(page, out / f"web-ask-draft-{name}.png")
+                llm.token_delay = 0.0
+            else:
+                page.click("#ask-submit")
             page.wait_for_selector("#answer-text", timeout=120_000)
             page.evaluate(
                 "document.querySelectorAll('#ask-steps details').forEach(d => d.open = false)"

@@ -18,6 +18,7 @@ pytest.importorskip("uvicorn")
 import httpx
 from support import HashEmbedder, ServerProcess, build_index, child_env, free_port
 
+from psirag.config import IndexConfig
 from psirag.index import Index
 
 KEY = "test-server-key"
@@ -140,3 +141,74 @@ def test_a_folder_goes_up_as_one_job_and_a_refused_file_is_named(
     added = set(Index.load(folder, embedder=HashEmbedder()).documents) - before
     assert len(added) == 2, added
     assert _stats(proc)["index_loads"] == 1
+
+
+@pytest.fixture()
+def served_folder(tmp_path: Path) -> Any:
+    """An index built from a folder of files (so it records each file's path and sha256), and
+    a server over it."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    topics = ["volcano lava ash eruption", "train rail station valley", "glacier ice snow cold"]
+    for i in range(6):
+        (docs / f"a{i:02d}.txt").write_text(f"Document a{i} about {topics[i % 3]}.", "utf-8")
+    folder = tmp_path / "index"
+    config = IndexConfig(embedder="test:hash", chunk_tokens=12)
+    Index.build([docs], config, embedder=HashEmbedder()).save(folder)
+    proc = ServerProcess(
+        folder, ["--api-key", KEY], log_path=tmp_path / "serve.log", hash_embedder=True
+    )
+    try:
+        proc.wait_ready()
+        yield folder, docs, proc
+    finally:
+        proc.stop()
+
+
+def test_sync_through_the_server_mirrors_a_folder(served_folder: Any) -> None:
+    folder, docs, proc = served_folder
+    (docs / "a00.txt").write_text("Changed text about glaciers melting in spring.", "utf-8")
+    (docs / "a01.txt").unlink()
+    (docs / "z.txt").write_text("A brand new file about rails and freight trains.", "utf-8")
+
+    dry = _cli("sync", str(folder), str(docs), "--server", proc.url, "--dry-run", "--json", key=KEY)
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)["plan"]
+    assert [len(plan[k]) for k in ("new", "changed", "gone")] == [1, 1, 1], plan
+    assert _stats(proc)["saved_generation"] == 1  # a dry run sends nothing
+
+    done = _cli("sync", str(folder), str(docs), "--server", proc.url, "--json", key=KEY)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["server"] == proc.url and report["generation"] == 2  # one job, one generation
+    assert report["documents_added"] == 2 and report["documents_removed"] == 2
+    on_disk = Index.load(folder, embedder=HashEmbedder())
+    assert sorted(on_disk.documents) == sorted(p.name for p in docs.iterdir())
+    assert any("glaciers melting" in c.text for c in on_disk.chunks)
+    assert _stats(proc)["index_loads"] == 1  # applied in the server's memory
+
+    # the server kept each file's path and sha256: a second sync, through the server or here,
+    # finds nothing to do
+    again = _cli("sync", str(folder), str(docs), "--server", proc.url, key=KEY)
+    assert again.returncode == 0, again.stderr
+    assert f"nothing changed in {folder} through {proc.url}" in again.stdout, again.stdout
+    local = _cli("sync", str(folder), str(docs), "--json")
+    assert local.returncode == 0, local.stderr
+    assert json.loads(local.stdout)["generation"] is None
+    assert _stats(proc)["saved_generation"] == 2
+
+
+def test_sync_through_the_server_refuses_to_empty_the_index(
+    served_folder: Any, tmp_path: Path
+) -> None:
+    folder, _, proc = served_folder
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "only.txt").write_text("A file from another folder.", "utf-8")
+    line = _one_error_line(_cli("sync", str(folder), str(elsewhere), "--server", proc.url, key=KEY))
+    assert "would remove all 6 documents" in line and "without --server" in line, line
+    line = _one_error_line(
+        _cli("sync", str(folder), str(elsewhere), "--server", proc.url, "--insert", "single")
+    )
+    assert "--insert cannot go through --server" in line, line
+    assert _stats(proc)["saved_generation"] == 1

@@ -1,33 +1,52 @@
-"""The ``hnsw`` candidate list: an HNSW graph over the leaves, against the exact list, kept
-beside a saved index and rebuilt when the leaves change."""
+"""The ``hnsw`` candidate list and the leaves' HNSW graph (usearch): built with an index past the
+exact scan's size, saved in its generation, changed by add and remove, ranking in the tree
+search's place at scale, and never written by a search."""
 
 from __future__ import annotations
 
 import random
+import stat
 from pathlib import Path
 
 import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
 
+import psirag.pipeline
 from psirag import Index, IndexConfig, SearchConfig
+from psirag.errors import InputError
+from psirag.retrieval.leaf_graph import LeafGraph
 
-pytest.importorskip("hnswlib")
+pytest.importorskip("usearch")
 
 TEXTS = [t for texts in TOPICS.values() for t in texts]
+WORDS = [f"w{i}" for i in range(200)]
 
 
-def _wide_texts(n: int = 400) -> list[str]:
-    rng = random.Random(3)
-    words = [f"w{i}" for i in range(200)]
-    return [" ".join(rng.sample(words, 8)) for _ in range(n)]
+def _wide_texts(n: int = 400, seed: int = 3) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.sample(WORDS, 8)) for _ in range(n)]
+
+
+@pytest.fixture
+def small_graph_size(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Indexes of more than 50 leaves get a graph (6,000 by default: too slow for a test)."""
+    monkeypatch.setattr(psirag.pipeline, "GRAPH_MIN_LEAVES", 50)
+    return 50
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+    }
 
 
 def test_hnsw_matches_the_exact_list_when_wide_enough() -> None:
     """With ef well above the leaf count the graph search is exact: the flat scan's cosines in
-    the same order, and the same leaves above the cut (the hashed embedder ties often, and
-    HNSW breaks ties its own way)."""
+    the same order, and the same leaves above the cut (the hashed embedder ties often)."""
     index = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    assert index.data.leaf_graph is None  # 400 leaves: below the size that gets a graph
     hnsw = SearchConfig(lists=("hnsw",), k=10, beam=1000)
     dense = SearchConfig(lists=("dense",), k=10)
     for query in ("w1 w2 w3", "w10 w150 w77", "w42 w9"):
@@ -38,60 +57,164 @@ def test_hnsw_matches_the_exact_list_when_wide_enough() -> None:
         assert {p.leaf for p in got if p.score > cut} == {p.leaf for p in want if p.score > cut}
 
 
-def test_hnsw_with_a_document_filter_stays_inside(tmp_path: Path) -> None:
+def test_hnsw_with_a_document_filter_stays_inside() -> None:
     index = Index.build(TEXTS, IndexConfig(), embedder=HashEmbedder(), texts=True)
     doc = index.data.documents[1]
     hits = index.search("volcano", config=SearchConfig(lists=("hnsw", "bm25")), docs=[doc])
     assert hits and all(p.source.document == doc for p in hits)
 
 
-def test_graph_is_saved_beside_the_index_and_rebuilt_after_an_update(tmp_path: Path) -> None:
+def test_graph_is_built_with_the_index_and_saved_in_its_generation(
+    tmp_path: Path, small_graph_size: int
+) -> None:
+    index = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    graph = index.data.leaf_graph
+    assert graph is not None and graph.n_leaves == index.data.n_leaves == 400
+    assert "hnsw" in index.stats.seconds
     folder = tmp_path / "idx"
-    Index.build(TEXTS, IndexConfig(), embedder=HashEmbedder(), texts=True).save(folder)
-    config = SearchConfig(lists=("hnsw", "bm25"))
+    index.save(folder)
+    loaded = Index.load(folder, embedder=HashEmbedder())
+    reader_files = list((folder / "generations").rglob("hnsw/graph.usearch"))
+    assert len(reader_files) == 1 and reader_files[0].read_bytes()[:2] != b"\x80\x04"
+    assert loaded.data.leaf_graph is not None and loaded.data.leaf_graph.read_only
+    config = SearchConfig(lists=("hnsw",), k=10)
+    for query in ("w1 w2 w3", "w10 w150 w77"):
+        assert loaded.search(query, config=config) == index.search(query, config=config)
 
-    first = Index.load(folder, embedder=HashEmbedder())
-    before = first.search("bread dough", config=config)
-    graphs = sorted((folder / "ann").glob("hnsw-*.bin"))
-    assert len(graphs) == 1 and graphs[0].read_bytes()[:2] != b"\x80\x04"  # not a pickle
 
+def test_at_scale_the_default_ranks_by_the_graph_and_the_tree_profile_by_the_tree(
+    small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    calls: list[int] = []
+    search = LeafGraph.search
+
+    def counted(self: LeafGraph, vector: np.ndarray, count: int, ef: int) -> np.ndarray:
+        calls.append(count)
+        return search(self, vector, count, ef)
+
+    monkeypatch.setattr(LeafGraph, "search", counted)
+    at_scale = SearchConfig(exact_dense_leaves=100)  # 400 leaves: past the exact scan
+    hits = index.search("w1 w2 w3", config=at_scale)
+    assert calls and hits
+    graph_only = index.search("w1 w2 w3", config=at_scale.with_(lists=("hnsw", "bm25")))
+    assert [p.leaf for p in hits] == [p.leaf for p in graph_only]
+    calls.clear()
+    index.search("w1 w2 w3", config=SearchConfig(exact_dense_leaves=0))  # the tree profile
+    index.search("w1 w2 w3", config=SearchConfig())  # 400 <= 6,000: the exact scan
+    assert calls == []
+
+
+def _top(graph: LeafGraph, query: np.ndarray, k: int = 10) -> set[int]:
+    return set(graph.search(query, k, 64).tolist())
+
+
+def test_graph_survives_add_and_remove_like_a_rebuild(
+    tmp_path: Path, small_graph_size: int
+) -> None:
+    """After a save, an add and a remove (leaves renumbered), every leaf finds itself first and
+    the graph's top 10 matches a freshly built graph's over the same leaves."""
+    folder = tmp_path / "idx"
+    Index.build(_wide_texts(300), IndexConfig(), embedder=HashEmbedder(), texts=True).save(folder)
+    index = Index.load(folder, embedder=HashEmbedder())
+    index.add(_wide_texts(120, seed=9), texts=True)
+    gone = index.data.documents[:40]
+    index.remove(gone)
+    data = index.data
+    graph = data.leaf_graph
+    assert graph is not None and graph.n_leaves == data.n_leaves == 300 + 120 - 40
+    assert not graph.read_only
+    vectors = np.asarray(data.node_vectors[: data.n_leaves], dtype=np.float32)
+    first = data.sparse.first_copy
+    for leaf in range(0, data.n_leaves, 7):
+        top = graph.search(vectors[leaf], 1, 64)
+        assert first[int(top[0])] == first[leaf]  # the leaf itself, or a copy of its text
+    fresh = LeafGraph.build(vectors)
+    rng = np.random.default_rng(0)
+    queries = vectors[rng.choice(data.n_leaves, 30, replace=False)] + 0.3 * rng.normal(
+        size=(30, vectors.shape[1])
+    ).astype(np.float32)
+    overlap = np.mean([len(_top(graph, q) & _top(fresh, q)) / 10 for q in queries])
+    assert overlap >= 0.9
+    index.save(folder)
     again = Index.load(folder, embedder=HashEmbedder())
-    assert again.search("bread dough", config=config) == before
-    built = again.retriever._shared.candidate_list("hnsw")
-    assert built.index.loaded_from == graphs[0]  # type: ignore[attr-defined]
-
-    # an add appends leaves: the saved graph is loaded and only the new leaf inserted
-    again.add(["Rye bread needs a sour starter and a long proof."], texts=True)
-    hits = again.search("rye bread sour starter", config=config.with_(k=10))
-    assert "Rye bread needs a sour starter and a long proof." in [p.text for p in hits]
-    extended = again.retriever._shared.candidate_list("hnsw").index  # type: ignore[attr-defined]
-    assert extended.loaded_from is None and extended.extended_from == graphs[0]
-    assert extended.graph.get_current_count() == again.data.n_leaves
-    after_add = sorted((folder / "ann").glob("hnsw-*.bin"))
-    assert len(after_add) == 1 and after_add != graphs
-
-    # a remove renumbers leaves: no saved graph matches, it is built again, without the doc
-    gone = again.data.documents[0]
-    again.remove(gone)
-    rebuilt = again.retriever._shared.candidate_list("hnsw").index  # type: ignore[attr-defined]
-    hits = again.search("volcano lava ash", config=config.with_(k=10))
-    assert rebuilt.extended_from is None and rebuilt.loaded_from is None
-    assert all(p.source.document != gone for p in hits)
+    assert again.data.leaf_graph is not None
+    assert np.array_equal(again.data.leaf_graph.keys, graph.keys)
+    hits = again.search("w1 w2", config=SearchConfig(lists=("hnsw",), k=10))
+    assert all(p.source.document not in gone for p in hits)
 
 
-def test_missing_hnswlib_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_search_writes_nothing_into_the_index_folder(
+    tmp_path: Path, small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only index folder (root ignores the mode bits, so the files' sizes and times are
+    compared too): searches with the saved graph, and with a graph built in memory for an
+    index saved without one, leave it as it was."""
+    with_graph = tmp_path / "big"
+    Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True).save(with_graph)
+    monkeypatch.setattr(psirag.pipeline, "GRAPH_MIN_LEAVES", 10_000)
+    without = tmp_path / "small"
+    Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True).save(without)
+    for folder in (with_graph, without):
+        before = _files(folder)
+        modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")]}
+        try:
+            for p in modes:
+                p.chmod(stat.S_IMODE(modes[p]) & ~0o222)
+            index = Index.load(folder, embedder=HashEmbedder())
+            for config in (
+                SearchConfig(lists=("hnsw", "bm25")),
+                SearchConfig(exact_dense_leaves=100),
+            ):
+                assert index.search("w1 w2 w3", config=config)
+        finally:
+            for p, mode in modes.items():
+                p.chmod(stat.S_IMODE(mode))
+        assert _files(folder) == before
+        assert not (folder / "ann").exists()
+
+
+def test_missing_usearch_names_the_extra_and_the_index_falls_back_to_the_tree(
+    tmp_path: Path, small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "idx"
+    Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True).save(folder)
+
     import builtins
-
-    from psirag.errors import InputError
 
     real_import = builtins.__import__
 
-    def no_hnswlib(name: str, *args: object, **kwargs: object) -> object:
-        if name == "hnswlib":
-            raise ImportError("no hnswlib")
+    def no_usearch(name: str, *args: object, **kwargs: object) -> object:
+        if name.startswith("usearch"):
+            raise ImportError("no usearch")
         return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(builtins, "__import__", no_hnswlib)
-    index = Index.build(TEXTS, IndexConfig(), embedder=HashEmbedder(), texts=True)
-    with pytest.raises(InputError, match=r"psirag\[ann\]"):
-        index.search("volcano", config=SearchConfig(lists=("hnsw",)))
+    monkeypatch.setattr(builtins, "__import__", no_usearch)
+    notes: list[str] = []
+    built = Index.build(
+        _wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True, report=notes.append
+    )
+    assert built.data.leaf_graph is None
+    note = [n for n in notes if "psirag[hnsw]" in n]
+    assert len(note) == 1 and "\n" not in note[0]
+    with pytest.raises(InputError, match=r"psirag\[hnsw\]") as err:
+        built.search("w1", config=SearchConfig(lists=("hnsw",)))
+    assert "\n" not in str(err.value)
+    loaded = Index.load(folder, embedder=HashEmbedder())  # saved with a graph: loads without
+    assert loaded.data.leaf_graph is None
+    assert loaded.search("w1 w2 w3", config=SearchConfig(exact_dense_leaves=100))
+
+
+def test_an_index_without_a_graph_gets_one_at_its_first_update(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(psirag.pipeline, "GRAPH_MIN_LEAVES", 10_000)
+    index = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    assert index.data.leaf_graph is None  # built before the graph (or below its size)
+    monkeypatch.setattr(psirag.pipeline, "GRAPH_MIN_LEAVES", 50)
+    summary = index.add(["w1 w2 w3 w4 w5 w6 w7 w8 fresh"], texts=True)
+    graph = index.data.leaf_graph
+    assert graph is not None and graph.n_leaves == index.data.n_leaves == 401
+    assert "hnsw" in summary.seconds
+    hits = index.search("w1 w2 w3 w4 w5 w6 w7 w8 fresh", config=SearchConfig(lists=("hnsw",)))
+    assert hits[0].text == "w1 w2 w3 w4 w5 w6 w7 w8 fresh"

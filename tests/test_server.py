@@ -301,7 +301,7 @@ def test_ask_streams_steps_as_they_happen(server: ServerProcess, llm: FakeOpenAI
     finally:
         script.delay = 0.0
     everything = sse_events(lines)
-    events = [e for e in everything if e[1] != "token"]
+    events = [e for e in everything if e[1] not in ("token", "answer_token")]
     assert [name for _, name, _ in events] == ["step", "step", "answer"]
     first, second, answer = (json.loads(data) for _, _, data in events)
     # The model's replies streamed as token events, each call's before its step, and they
@@ -314,6 +314,10 @@ def test_ask_streams_steps_as_they_happen(server: ServerProcess, llm: FakeOpenAI
     assert len(tokens) > 2  # in pieces, not one event per reply
     assert first["action"] == "retrieve" and first["query"] == QUESTION
     assert second["action"] == "answer" and second["query"] == "Mount Etna Sicily"
+    said = "".join(
+        json.loads(data)["text"] for _, name, data in everything if name == "answer_token"
+    )
+    assert said == answer["answer"]  # the answer's own pieces join into it
     assert answer["answer"] == "Sicily" and [s["action"] for s in answer["steps"]] == [
         "retrieve",
         "answer",
@@ -551,6 +555,53 @@ def test_mcp_over_stdio(built: tuple[Path, Index], llm: FakeOpenAIServer, logs: 
         out = asyncio.run(_use_mcp(Client(stdio_client(params, errlog=errlog)), built[1]))
     _check_mcp(out, built[1])
     RESPONSES.append(json.dumps(out, default=str))
+
+
+def test_mcp_over_stdio_shows_a_served_index_jobs_and_never_writes_them(
+    built: tuple[Path, Index], tmp_path: Path, logs: Path
+) -> None:
+    """``psirag mcp`` only reads (no tool writes the index), so it makes no job to persist.
+    Its document list shows the jobs of a ``psirag serve`` on the same index from that
+    server's jobs file, as the file says them, and it leaves the file alone: loading it as its
+    own would have marked the live server's running job as interrupted."""
+    pytest.importorskip("mcp")
+    import shutil
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from psirag.server.jobs import JOBS_FILE, JOBS_SCHEMA
+
+    folder = tmp_path / "index"
+    shutil.copytree(built[0], folder)
+    running = {"id": "job-4", "kind": "add", "status": "running", "created": 2.0}
+    running |= {"documents": [{"id": "fresh-doc", "title": "Fresh"}], "payload": []}
+    failed = {"id": "job-3", "kind": "add", "status": "failed", "created": 1.0}
+    failed |= {"documents": [{"id": "broken-doc", "title": "Broken"}], "payload": []}
+    failed |= {"error": "LoadError: broken.pdf is not a PDF", "finished": 1.5}
+    jobs_file = folder / JOBS_FILE
+    jobs_file.write_text(json.dumps({"schema": JOBS_SCHEMA, "jobs": [failed, running]}))
+    before = jobs_file.read_bytes()
+    params = StdioServerParameters(
+        command=sys.executable, args=[str(LAUNCHER), "mcp", str(folder)], env=child_env()
+    )
+
+    async def run() -> dict[str, Any]:
+        with open(logs / "stdio-jobs.log", "w", encoding="utf-8") as errlog:
+            async with Client(stdio_client(params, errlog=errlog)) as client:
+                tools = await client.list_tools()
+                docs = await client.call_tool("list_documents", {"limit": 200})
+        return {"names": {t.name for t in tools.tools}, "docs": docs.structured_content}
+
+    out = asyncio.run(run())
+    assert out["names"] == TOOLS  # read-only tools: nothing to make a job of
+    rows = {row["id"]: row for row in out["docs"]["documents"]}
+    assert rows["fresh-doc"]["status"] == "pending"  # the live server's job, not "interrupted"
+    assert rows["broken-doc"]["status"] == "failed"
+    assert "broken.pdf" in rows["broken-doc"]["error"]
+    assert rows["football"]["status"] == "indexed"
+    assert jobs_file.read_bytes() == before
+    assert not list(folder.glob(f".{JOBS_FILE}*"))  # no temporary file left either
 
 
 # ---------------------------------------------------------------------------- security

@@ -299,6 +299,36 @@ def test_labels_tell_siblings_apart() -> None:
     assert distinctive(["", "x"]) == ["", "x"]
 
 
+def test_node_documents_match_each_nodes_own_leaves(tmp_path: Path) -> None:
+    """The document the tree view gives each node (computed once per index, bottom-up) is the
+    one all its leaves share, else none, as gathering its leaves says; also after an add."""
+    from psirag.server.labels import sibling_labels
+    from psirag.server.views import node_document
+
+    index = build_index(tmp_path / "index")
+    text = "Kilauea is a shield volcano in Hawaii. Its lava lake glowed for years."
+    for change in ("none", "remove", "add"):  # the same Index object, holding new data
+        if change == "remove":
+            index.remove(["football"])
+        elif change == "add":  # node ids an earlier tree had, now other nodes
+            index.add(documents_from_strings([text], ids=["kilauea"]))
+        tree = index.tree
+        named = [node_document(index, u) for u in range(tree.n_nodes)]
+        for u in range(tree.n_nodes):
+            leaves = tree.leaves_under(u) if u >= tree.n_leaves else [u]
+            docs = {index.source(int(leaf)).document for leaf in leaves}
+            assert named[u] == (docs.pop() if len(docs) == 1 else None), u
+        assert any(d is not None for d in named[tree.n_leaves :])  # a one-document subtree
+        assert any(d is None for d in named[tree.n_leaves :])
+        # and the labels are those of the data it holds now
+        for u in range(tree.n_leaves, tree.n_nodes):
+            group = [int(c) for c in tree.children(u) if c >= tree.n_leaves]
+            texts = [index.node_text(c) for c in group]
+            want = [x or f"node {c}" for c, x in zip(group, distinctive(texts), strict=True)]
+            assert [sibling_labels(index, group)[c] for c in group] == want
+    assert "kilauea" in named and "football" not in named
+
+
 def test_sibling_labels_in_the_tree_differ(client: TestClient) -> None:
     tree = client.get("/tree?depth=3").json()
     by_parent: dict[int, list[str]] = {}
@@ -337,3 +367,34 @@ def test_llm_abstracts_are_labelled_by_their_first_words(tmp_path: Path) -> None
     labels = sibling_labels(index, inner)
     assert labels and all(x.startswith("A summary about ") for x in labels.values()), labels
     assert all(x.endswith("…") and len(x.split()) == 6 for x in labels.values())
+
+
+def test_sync_removes_and_adds_in_one_job_and_checks_its_ids(client: TestClient) -> None:
+    sources = client.get("/sources").json()
+    assert sources["documents"] == 3 and sources["sources"] == {}  # built from strings
+    assert "rebuild_due" in sources["drift"]
+    doc = {"id": "notes/tides.txt", "text": "The moon pulls the sea into tides.", "title": "Tides"}
+    doc |= {"path": "/data/notes/tides.txt", "sha256": "ab" * 32}
+    response = client.post("/sync", json={"remove": ["baking"], "documents": [doc]})
+    assert response.status_code == 202, response.text
+    job = wait_job(client, response.json()["job"]["id"])
+    assert job["status"] == "done" and job["kind"] == "sync", job
+    assert job["result"]["update"]["documents_removed"] == 1
+    assert job["result"]["update"]["documents_added"] == 1
+    assert job["result"]["generation"] == 2  # one generation for both changes
+    after = client.get("/sources").json()
+    assert after["sources"] == {
+        "notes/tides.txt": {"path": "/data/notes/tides.txt", "sha256": "ab" * 32}
+    }
+    ids = {row["id"] for row in client.get("/documents").json()["documents"]}
+    assert ids == {"volcanoes", "football", "notes/tides.txt"}
+
+    unknown = client.post("/sync", json={"remove": ["no-such-doc"], "documents": []})
+    assert unknown.status_code == 404 and "no-such-doc" in unknown.text
+    clash = client.post("/sync", json={"documents": [{"id": "football", "text": "x"}]})
+    assert clash.status_code == 400 and "'football' is already indexed" in clash.text
+    empty = client.post("/sync", json={})
+    assert empty.status_code == 400 and "nothing to sync" in empty.text
+    bad = client.post("/sync", json={"documents": [{"text": "no id"}]})
+    assert bad.status_code in (400, 422) and "id" in bad.text
+    assert client.get("/generation").json()["generation"] == 2

@@ -82,6 +82,8 @@ API_ROUTES = {
     ("GET", "/documents"),
     ("POST", "/documents"),
     ("DELETE", "/documents/{doc_id}"),
+    ("GET", "/sources"),
+    ("POST", "/sync"),
     ("GET", "/jobs/{job_id}"),
     ("POST", "/jobs/{job_id}/retry"),
     ("GET", "/v1/models"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from support.trees import check_invariants as independent_check
-from support.trees import unit
+from support.trees import routing_vectors, unit
 
 from psirag.errors import IndexFormatError, InputError
 from psirag.tree import (
@@ -90,7 +90,17 @@ def test_random_update_sequences_keep_invariants(seed: int) -> None:
             pool = centers if rng.random() < 0.7 else rng.normal(size=(2, dim)) * 3
             new = clustered(rng, pool, m, noise)
             rule = str(rng.choice(["auto", "single", "batch"]))
-            update = insert_leaves(tree, vectors, new, max_children=max_children, rule=rule)
+            # odd seeds find insertion points by descent over leaf-mean routing vectors
+            nodes = routing_vectors(tree, vectors) if seed % 2 else None
+            update = insert_leaves(
+                tree,
+                vectors,
+                new,
+                max_children=max_children,
+                rule=rule,
+                node_vectors=nodes,
+                scan_below=0,
+            )
             check_update(tree, update, np.empty(0, dtype=np.int64), m, max_children)
             vectors = np.vstack([vectors, new])
         tree = update.tree

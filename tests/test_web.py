@@ -296,7 +296,10 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     page: Page, server: ServerProcess, llm: FakeOpenAIServer, request: pytest.FixtureRequest
 ) -> None:
     p = page.open()
-    second_reply = "Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon [1]"
+    second_reply = (
+        "Thought: the Calder Group's head office is in Lisbon.\nAnswer: Lisbon, the capital "
+        "of Portugal [1]"
+    )
     llm.script(
         Reply(f"Thought: the hotel belongs to the Calder Group.\nRetrieve: {SUB_QUESTION}"),
         Reply(second_reply, delay=2.0),
@@ -315,8 +318,20 @@ def test_ask_streams_steps_then_the_answer_with_citations(
     live = p.wait_for_selector("#ask-live:has-text('Calder')", timeout=20_000)
     assert live is not None and p.locator("#ask-answer").is_hidden()
     assert second_reply.startswith(live.inner_text().strip()[:20])
+    # the answer shows as a draft while the model writes it, then as the accepted answer
+    # (checked in one go in the page, each frame: the draft, in view, before the answer)
+    in_view = "e => { const r = e.getBoundingClientRect(); return r.top >= 0 && "
+    in_view += "r.bottom <= innerHeight; }"
+    drafting = f"""() => {{
+      const draft = document.querySelector('#ask-draft');
+      return !!draft && draft.textContent.startsWith('Lisbon, the')
+        && !document.querySelector('#answer-text') && ({in_view})(draft);
+    }}"""
+    p.wait_for_function(drafting, polling="raf", timeout=20_000)
     p.wait_for_selector("#answer-text", timeout=30_000)
-    assert p.inner_text("#answer-text").strip().startswith("Lisbon")
+    assert p.inner_text("#answer-text").strip().startswith("Lisbon, the capital of Portugal")
+    assert p.locator("#ask-draft").count() == 0
+    assert p.eval_on_selector("#answer-text", in_view)
     steps = p.locator("#ask-steps .step:not(.waiting)")
     assert steps.count() == 2
     assert steps.nth(1).locator(".sub-question").inner_text() == SUB_QUESTION

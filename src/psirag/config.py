@@ -155,8 +155,10 @@ class SearchConfig:
     """Up to this many leaves searched (all of them, or those of the ``docs`` asked for), the
     tree's dense list is ranked exactly, by a flat cosine scan, in place of the tree search:
     at that size the scan costs about what the beam search does and misses nothing
-    (BENCHMARKS.md, "Flat scan against tree search by corpus size"). 0: always the tree
-    search (the ``tree`` and ``paper`` profiles)."""
+    (BENCHMARKS.md, "Flat scan against tree search by corpus size"). Past it, an index that
+    has an HNSW graph of its leaves (``psirag[hnsw]``, built with the index) ranks by that
+    graph instead (BENCHMARKS.md, "Tree against HNSW as a nearest-leaf index"). 0: always
+    the tree search (the ``tree`` and ``paper`` profiles)."""
 
     def __post_init__(self) -> None:
         for name in ("k", "candidates", "beam", "rrf_k"):

@@ -1,10 +1,13 @@
 """The query-hop discriminator (paper App. E.2): predicts from a question how many hops (1-4) it
 needs, so that ``--max-retrievals auto`` can set the agent's budget per question.
 
-The model is a softmax regression over the MiniLM question embedding plus a few lexical features
-(:func:`lexical_features`), trained by ``scripts/train_hops.py``. Its weights ship in the package
-as ``psirag/data/hops-minilm.json`` (plain JSON, no pickle) and load offline; prediction is a
-matrix product in numpy.
+The shipped model (:class:`HopCascade`) asks three yes/no questions in turn, more than 1 hop?
+more than 2? more than 3?, each a logistic regression over the MiniLM question embedding plus
+lexical features (:func:`lexical_features`: wh-words, relative clauses, "of" chains, relation
+nouns, counts over the question with its names masked). It is trained by
+``scripts/train_hops.py``; its weights ship as ``psirag/data/hops-minilm.json`` (plain JSON, no
+pickle) and load offline; prediction is a few dot products in numpy. The older softmax format
+(:class:`HopModel`) still loads.
 
 Budget mapping (:func:`max_retrievals_for`): a question of ``h`` hops gets ``h - 1`` retrievals
 after the first one, at least 1. That is the paper's setting (retrieval attempts = maximum hop
@@ -30,6 +33,7 @@ from psirag.errors import InputError
 HOPS = (1, 2, 3, 4)
 WEIGHTS_RESOURCE = "hops-minilm.json"
 FORMAT = "psirag-hops/1"
+FORMAT_CASCADE = "psirag-hops/2"
 AUTO = "auto"
 
 _WORD = re.compile(r"[A-Za-z0-9']+")
@@ -94,9 +98,9 @@ LEXICAL_V1 = (
     "capitals",
     "commas",
 )
-#: Lexical features of the shipped model (v2): question structure that does not depend on the
-#: topic, so that it carries over to question templates the model never saw.
-LEXICAL_NAMES = (
+#: Lexical features of the v2 models: question structure that does not depend on the topic, so
+#: that it carries over to question templates the model never saw.
+LEXICAL_V2 = (
     "log_words",
     "wh_words",
     "of_the",
@@ -116,6 +120,91 @@ LEXICAL_NAMES = (
     "and_count",
     "quoted",
 )
+#: Lexical features of the shipped cascade: v2's plus counts over the question with its named
+#: things masked (:func:`masked_template`), so that a long title does not read as a long chain.
+LEXICAL_NAMES = (
+    *LEXICAL_V2,
+    "content_words",
+    "lower_content",
+    "sentences",
+    "ed_words",
+    "ing_words",
+    "masked_words",
+    "masked_content",
+    "masked_entities",
+    "masked_relative",
+    "masked_of",
+    "relation_nouns",
+    "prep_phrases",
+)
+
+# Named things to mask: capitalised runs (and numbers) not at the start, and quoted titles.
+MASK_ENTITY_PATTERN = re.compile(
+    r"(?<!^)(?:\b[A-Z0-9][\w'.\-]*)(?:\s+(?:of|the|de|del|da|di|la|von|van|and|&)?\s*[A-Z0-9][\w'.\-]*)*"
+)
+QUOTED_PATTERN = re.compile(r"\"[^\"]*\"")
+_STOP = frozenset(
+    re.findall(
+        r"\w+",
+        "a an the of in on at by for from to with and or but is was were are be been being do "
+        "does did has have had who whom whose what which when where why how that this these "
+        "those it its as into than then there their they he she his her him them not no s",
+    )
+)
+
+
+# Nouns that name a relation between two things (a person's spouse, a film's director, a city's
+# country): each one in a question is usually one hop. Written for this project, generic.
+RELATION_NOUNS = frozenset(
+    re.findall(
+        r"\w+",
+        "performer birthplace spouse wife husband father mother son daughter child children "
+        "sibling brother sister director author writer composer creator founder owner operator "
+        "manufacturer publisher producer developer designer architect team league club country "
+        "state city capital county continent region province district headquarters employer "
+        "member leader president king queen ruler governor mayor chancellor minister party label "
+        "network company organization university school college band singer actor actress player "
+        "coach record album song film movie book novel show series character home hometown "
+        "nationality language currency origin location place site river mountain ocean sea lake "
+        "island",
+    )
+)
+_PREP_PHRASE = re.compile(r"\b(?:in|of|from|by|for|with|at|on)\s+(?:the|a|an)\b")
+
+
+def masked_template(question: str) -> str:
+    """The question, lower-cased, with named things masked as ``x``: ``"in what city was x
+    born"``. Also the template key of the training script's grouped split."""
+    text = QUOTED_PATTERN.sub("X", question.strip())
+    text = MASK_ENTITY_PATTERN.sub("X", text)
+    text = re.sub(r"\d+", "0", text.lower())
+    return " ".join(re.findall(r"[a-z0']+|x", text))
+
+
+def _masked_counts(question: str) -> dict[str, float]:
+    """Counts over the masked words, adjacent masks merged: how long the question is once its
+    names are set aside, and how many relation words it has (content words other than the
+    answer type right after a leading "what"/"which")."""
+    words: list[str] = []
+    for word in masked_template(question).split():
+        if not (word == "x" and words and words[-1] == "x"):
+            words.append(word)
+    answer_type = {
+        i + 1
+        for i, word in enumerate(words[:3])
+        if word in ("what", "which") and i + 1 < len(words) and words[i + 1] not in _STOP
+    }
+    content = [
+        w for i, w in enumerate(words) if w not in _STOP and w != "x" and i not in answer_type
+    ]
+    return {
+        "masked_words": len(words) / 10.0,
+        "masked_content": len(content) / 5.0,
+        "masked_entities": float(words.count("x")),
+        "masked_relative": float(sum(w in _RELATIVE for w in words[1:])),
+        "masked_of": float(words.count("of")),
+        "relation_nouns": float(sum(w in RELATION_NOUNS for w in words)),
+    }
 
 
 def _lexical_table(question: str) -> dict[str, float]:
@@ -144,6 +233,18 @@ def _lexical_table(question: str) -> dict[str, float]:
         "event_verbs": float(sum(w in _VERBS_OF_CHAINS for w in lower)),
         "and_count": float(sum(w == "and" for w in lower)),
         "quoted": float(question.count('"') // 2),
+        "content_words": sum(w not in _STOP for w in lower) / 5.0,
+        "lower_content": sum(
+            1
+            for i, w in enumerate(words)
+            if w.lower() not in _STOP and not (i and w[:1].isupper()) and not w[:1].isdigit()
+        )
+        / 5.0,
+        "sentences": float(len(re.findall(r"[.?!](?:\s|$)", question.strip()))),
+        "ed_words": float(sum(1 for w in mid if w.endswith("ed") and len(w) > 4)),
+        "ing_words": float(sum(1 for w in mid if w.endswith("ing") and len(w) > 4)),
+        "prep_phrases": float(len(_PREP_PHRASE.findall(text))),
+        **_masked_counts(question),
     }
 
 
@@ -263,8 +364,172 @@ class HopModel:
         tmp.replace(path)
 
 
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return np.asarray(0.5 * (1.0 + np.tanh(0.5 * z)))
+
+
+@dataclass(frozen=True)
+class HopStage:
+    """One step of :class:`HopCascade`: a binary logistic regression scoring whether a question
+    needs more than ``above`` hops, ``((x - mean) / scale) @ weights + bias``. The step says yes
+    when that score exceeds ``threshold`` (chosen on validation questions); ``temperature``
+    calibrates its probability and never changes the decision."""
+
+    above: int
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+    bias: float
+    threshold: float = 0.0
+    temperature: float = 1.0
+
+    def score(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(((x - self.mean) / self.scale) @ self.weights + self.bias)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "above": self.above,
+            "threshold": self.threshold,
+            "temperature": self.temperature,
+            "mean": self.mean.tolist(),
+            "scale": self.scale.tolist(),
+            "weights": self.weights.tolist(),
+            "bias": self.bias,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str, dim: int | None) -> HopStage:
+        if not isinstance(data, dict):
+            raise InputError(f"{where}: a stage must be an object")
+        try:
+            stage = cls(
+                int(data["above"]),
+                np.asarray(data["mean"], dtype=np.float32),
+                np.asarray(data["scale"], dtype=np.float32),
+                np.asarray(data["weights"], dtype=np.float32),
+                float(data["bias"]),
+                float(data.get("threshold", 0.0)),
+                float(data.get("temperature", 1.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError(f"{where}: a stage field is missing or not numeric: {exc}") from exc
+        d = stage.mean.shape[0] if stage.mean.ndim == 1 else -1
+        if (
+            d < 1
+            or (dim is not None and d != dim)
+            or stage.scale.shape != (d,)
+            or stage.weights.shape != (d,)
+        ):
+            raise InputError(f"{where}: stage arrays have inconsistent shapes")
+        values = (stage.bias, stage.threshold, stage.temperature)
+        if not all(np.isfinite(values)) or stage.temperature <= 0:
+            raise InputError(f"{where}: bias, threshold and temperature must be finite numbers")
+        if not (np.isfinite(stage.scale).all() and (stage.scale > 0).all()):
+            raise InputError(f"{where}: scale must be positive")
+        return stage
+
+
+@dataclass(frozen=True)
+class HopCascade:
+    """Three yes/no steps in order: more than 1 hop? more than 2? more than 3? A question stops
+    at the first step that says no. Each step is a small logistic regression over the same input
+    as :class:`HopModel` (MiniLM embedding and lexical features), with its own decision threshold
+    and temperature. Why a cascade: single-fact questions are told apart from chains on every
+    source, while 2 against 3-4 hops is learnt mostly from MuSiQue-style chains, which a single
+    softmax shared with the other sources' conventions did not learn."""
+
+    embedder: str
+    stages: tuple[HopStage, ...]
+    meta: dict[str, Any]
+    lexical: tuple[str, ...] = LEXICAL_NAMES
+
+    def logits(self, vectors: np.ndarray, questions: Sequence[str]) -> np.ndarray:
+        """Raw stage scores, one column per step (more than 1, 2, 3 hops)."""
+        x = features(vectors, questions, self.lexical).astype(np.float64)
+        return np.stack([stage.score(x) for stage in self.stages], axis=1)
+
+    def probabilities(self, vectors: np.ndarray, questions: Sequence[str]) -> np.ndarray:
+        """Calibrated probability of each hop count: the chain rule over the steps' calibrated
+        probabilities. The prediction follows the thresholds, not the largest of these."""
+        scores = self.logits(vectors, questions)
+        deeper = np.stack(
+            [_sigmoid(scores[:, k] / s.temperature) for k, s in enumerate(self.stages)], axis=1
+        )
+        out = np.zeros((len(scores), len(HOPS)))
+        reach = np.ones(len(scores))
+        for k in range(len(self.stages)):
+            out[:, k] = reach * (1.0 - deeper[:, k])
+            reach = reach * deeper[:, k]
+        out[:, len(self.stages)] = reach
+        return out
+
+    def predict(self, vectors: np.ndarray, questions: Sequence[str]) -> list[int]:
+        if not len(questions):
+            return []
+        scores = self.logits(vectors, questions)
+        says_yes = scores > np.asarray([s.threshold for s in self.stages])
+        # The first "no" ends the walk: hops = 1 + the number of leading yes answers.
+        leading = np.cumprod(says_yes, axis=1).sum(axis=1)
+        return [HOPS[int(n)] for n in leading]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_CASCADE,
+            "embedder": self.embedder,
+            "hops": list(HOPS),
+            "lexical": list(self.lexical),
+            "stages": [stage.to_json() for stage in self.stages],
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> HopCascade:
+        if not isinstance(data, dict) or data.get("format") != FORMAT_CASCADE:
+            raise InputError(f"{where}: not a hop cascade (expected format {FORMAT_CASCADE!r})")
+        lexical = tuple(str(name) for name in data.get("lexical", ()))
+        unknown = sorted(set(lexical) - set(LEXICAL_NAMES))
+        if not lexical or unknown:
+            raise InputError(
+                f"{where}: unknown or missing lexical features {unknown}; "
+                f"this psirag knows {LEXICAL_NAMES}"
+            )
+        raw = data.get("stages")
+        if not isinstance(raw, list) or len(raw) != len(HOPS) - 1:
+            raise InputError(f"{where}: 'stages' must list {len(HOPS) - 1} steps")
+        if list(data.get("hops", [])) != list(HOPS):
+            raise InputError(f"{where}: 'hops' must be {list(HOPS)}")
+        stages: list[HopStage] = []
+        for k, item in enumerate(raw):
+            stage = HopStage.from_json(item, f"{where}: stage {k + 1}", None)
+            if stages and stage.mean.shape != stages[0].mean.shape:
+                raise InputError(f"{where}: stage {k + 1} has another input size")
+            if stage.above != HOPS[k]:
+                raise InputError(f"{where}: stage {k + 1} must decide 'above' {HOPS[k]}")
+            stages.append(stage)
+        return cls(
+            str(data.get("embedder", "")), tuple(stages), dict(data.get("meta", {})), lexical
+        )
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (temporary file, then rename)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), separators=(",", ":")) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+
+HopClassifier = HopModel | HopCascade
+
+
+def hop_model_from_json(data: Any, where: str) -> HopClassifier:
+    """Read either model format (the cascade, or the older softmax)."""
+    if isinstance(data, dict) and data.get("format") == FORMAT_CASCADE:
+        return HopCascade.from_json(data, where)
+    return HopModel.from_json(data, where)
+
+
 @lru_cache(maxsize=1)
-def load_hop_model() -> HopModel:
+def load_hop_model() -> HopClassifier:
     """The model shipped with the package."""
     resource = resources.files("psirag") / "data" / WEIGHTS_RESOURCE
     try:
@@ -278,14 +543,14 @@ def load_hop_model() -> HopModel:
         data = json.loads(raw)
     except ValueError as exc:
         raise InputError(f"psirag/data/{WEIGHTS_RESOURCE} is not valid JSON: {exc}") from exc
-    return HopModel.from_json(data, f"psirag/data/{WEIGHTS_RESOURCE}")
+    return hop_model_from_json(data, f"psirag/data/{WEIGHTS_RESOURCE}")
 
 
 class HopPredictor:
     """Predicts hop counts with the shipped model and an embedder (MiniLM by default, the one
     the model was trained on; another embedder is refused)."""
 
-    def __init__(self, embedder: Any | None = None, model: HopModel | None = None) -> None:
+    def __init__(self, embedder: Any | None = None, model: HopClassifier | None = None) -> None:
         self.model = model or load_hop_model()
         if embedder is None:
             from psirag.embed import load_embedder
@@ -321,13 +586,20 @@ def max_retrievals_for(hops: int) -> int:
 
 __all__ = [
     "AUTO",
+    "FORMAT_CASCADE",
     "HOPS",
     "LEXICAL_NAMES",
     "LEXICAL_V1",
+    "LEXICAL_V2",
+    "HopCascade",
+    "HopClassifier",
     "HopModel",
     "HopPredictor",
+    "HopStage",
     "features",
+    "hop_model_from_json",
     "lexical_features",
     "load_hop_model",
+    "masked_template",
     "max_retrievals_for",
 ]

@@ -17,6 +17,7 @@ from psirag.types import Chunk
 if TYPE_CHECKING:  # a runtime import would cycle through psirag.retrieval
     from psirag.abstracts.phrases import PhraseTable
     from psirag.retrieval.bm25 import SparseIndex
+    from psirag.retrieval.leaf_graph import LeafGraph
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ class IndexData:
     """Per inner node (``abstracts`` order): leaves that entered or left its subtree since its
     keyword abstract was last scored (what :class:`psirag.living.AbstractDriftRule` bounds);
     None: every abstract is as scored for its current leaves (a build)."""
+    leaf_graph: LeafGraph | None = None
+    """An HNSW graph over the leaf vectors (``psirag[hnsw]``): the dense list at scale, built
+    with an index of more than :data:`psirag.config.EXACT_DENSE_LEAVES` leaves when usearch is
+    installed, changed by every update and saved in the generation; None: none (the tree
+    search ranks in its place)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "chunks", tuple(self.chunks))
@@ -110,6 +116,9 @@ class IndexData:
             raise ValueError(
                 f"abstract drift of {drift.shape} for {tree.n_nodes - tree.n_leaves} inner nodes"
             )
+        graph = self.leaf_graph
+        if graph is not None and graph.n_leaves != tree.n_leaves:
+            raise ValueError(f"an HNSW graph of {graph.n_leaves} leaves for {tree.n_leaves}")
         if (
             self.node_vectors.ndim != 2
             or self.node_vectors.shape[0] != tree.n_nodes

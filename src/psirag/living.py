@@ -41,11 +41,13 @@ from psirag.pipeline import (
     chunk_documents,
     document_sources,
     embed_chunks,
+    leaf_graph,
     load_corpus,
     routing_vectors,
     sparse_index,
     write_abstracts,
 )
+from psirag.retrieval.leaf_graph import usearch_available
 from psirag.tree import Tree, build_tree
 from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
 from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
@@ -54,6 +56,7 @@ from psirag.types import Chunk
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
     from psirag.retrieval.bm25 import Postings
+    from psirag.retrieval.leaf_graph import LeafGraph
     from psirag.storage import IndexReader
 
 __all__ = [
@@ -635,6 +638,8 @@ def update_documents(
             groups = [n_old + np.flatnonzero(doc_of == d) for d in dict.fromkeys(doc_of.tolist())]
             update = _append_trees(state.tree, embedded.vectors, groups, config)
         else:
+            # the insertion point by descent over the stored routing vectors (new nodes of a
+            # removal in this same update have none yet: they are `fresh`)
             update = insert_leaves(
                 state.tree,
                 state.leaf_vectors,
@@ -643,6 +648,8 @@ def update_documents(
                 rule=rule,
                 mode=resolve_tree_mode(config.tree_mode, len(new_chunks)),
                 neighbors=config.tree_neighbors,
+                node_vectors=state.vectors,
+                stale=state.fresh,
             )
         # insert_leaves keeps the old leaf ids and appends the new ones in input order
         state.apply(
@@ -662,6 +669,15 @@ def update_documents(
     sparse = state.refresh(
         config, embedder, llm, summary, progress, drift_rule or AbstractDriftRule()
     )
+    t0 = time.perf_counter()
+    graph = _updated_graph(
+        data,
+        None if not wanted else ~gone,
+        embedded.vectors if new_chunks else None,
+        state.leaf_vectors,
+    )
+    if graph is not None:
+        summary.seconds["hnsw"] = time.perf_counter() - t0
     assert state.drift is not None
     inner_drift = state.drift[state.tree.n_leaves :]
     n_docs = len(known) - len(wanted) + len(documents)
@@ -680,8 +696,23 @@ def update_documents(
         phrase_table=state.phrases,
         origin=data.origin,
         abstract_drift=inner_drift if inner_drift.any() else None,
+        leaf_graph=graph,
     )
     return new, summary
+
+
+def _updated_graph(
+    data: IndexData,
+    keep: np.ndarray | None,
+    new_vectors: np.ndarray | None,
+    leaf_vectors: np.ndarray,
+) -> LeafGraph | None:
+    """The leaves' HNSW graph after an update: the old one with the removed leaves (``keep``
+    False) taken out and the new ones inserted, or, for an index without one that is now past
+    the exact scan's size, a new one when usearch is installed."""
+    if data.leaf_graph is not None and usearch_available():
+        return data.leaf_graph.updated(keep, new_vectors)
+    return leaf_graph(leaf_vectors)
 
 
 def _admit(
@@ -773,6 +804,7 @@ def rebuild_data(
         lineage=fresh_lineage(n),
         phrase_table=abstracts.table,
         origin=data.origin,
+        leaf_graph=data.leaf_graph or leaf_graph(leaf_vectors),  # same leaves, same graph
     )
     return new, summary
 

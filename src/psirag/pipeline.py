@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from psirag.config import IndexConfig
+from psirag.config import EXACT_DENSE_LEAVES, IndexConfig
 from psirag.embed import Embedder, finalize_vectors, load_embedder
 from psirag.errors import InputError
 from psirag.heap import give_back_freed_memory
 from psirag.index_data import BuildStats, IndexData, fresh_lineage
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
+from psirag.retrieval.leaf_graph import INSTALL_HINT, LeafGraph, usearch_available
 from psirag.tree import Tree, build_forest, build_tree
 from psirag.tree.build import resolve_tree_mode
 from psirag.types import Chunk
@@ -402,6 +403,11 @@ def build_index_data(
     t0 = time.perf_counter()
     sparse = sparse_index(leaf_texts, config, progress=progress)
     seconds["bm25"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    graph = leaf_graph(embedded.vectors, report=say)
+    if graph is not None:
+        seconds["hnsw"] = time.perf_counter() - t0
     stats = BuildStats(
         seconds=seconds,
         truncated=embedded.truncated,
@@ -421,8 +427,32 @@ def build_index_data(
         sources=document_sources(documents),
         lineage=fresh_lineage(len(chunks)),
         phrase_table=abstracts.table,
+        leaf_graph=graph,
     )
     return data, embedder
+
+
+GRAPH_MIN_LEAVES = EXACT_DENSE_LEAVES
+"""An index gets an HNSW graph of its leaves when it has more leaves than this: where the
+default stops ranking its dense list by an exact scan."""
+
+
+def leaf_graph(leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> LeafGraph | None:
+    """The HNSW graph an index of these leaves gets: one when it has more than
+    :data:`GRAPH_MIN_LEAVES` leaves and usearch is installed; None otherwise (below that size
+    the exact scan ranks; without usearch the tree search does, and ``report`` says how to get
+    the graph)."""
+    n = int(leaf_vectors.shape[0])
+    if n <= GRAPH_MIN_LEAVES:
+        return None
+    if not usearch_available():
+        (report or _quiet)(
+            f"note: {n:,} leaves are past the exact scan's {GRAPH_MIN_LEAVES:,}, so the dense "
+            f"list is the tree search; {INSTALL_HINT} builds an HNSW graph instead, faster at "
+            "equal recall (BENCHMARKS.md, 'Tree against HNSW')"
+        )
+        return None
+    return LeafGraph.build(leaf_vectors)
 
 
 def document_sources(documents: Sequence[Document]) -> dict[str, dict[str, Any]]:
@@ -431,6 +461,7 @@ def document_sources(documents: Sequence[Document]) -> dict[str, dict[str, Any]]
 
 
 __all__ = [
+    "GRAPH_MIN_LEAVES",
     "Abstracts",
     "BatchBackend",
     "BuiltTree",
@@ -442,6 +473,7 @@ __all__ = [
     "document_sources",
     "embed_chunks",
     "fresh_lineage",
+    "leaf_graph",
     "load_corpus",
     "routing_vectors",
     "sparse_index",

@@ -70,6 +70,10 @@ PHRASE_WORDS = FormatFile(f"{PHRASES_DIR}/words.json", "phrase_table", "json", N
 """With ``keywords/<array>.npy`` for each of :data:`psirag.abstracts.phrases.ARRAYS`."""
 PHRASE_STEMS = FormatFile(f"{PHRASES_DIR}/stems.json", "phrase_table", "json", None, 2, False)
 """With ``keywords/<array>.npy`` for each of :data:`psirag.abstracts.phrases.VOCAB_ARRAYS`."""
+HNSW = FormatFile("hnsw", "leaf_graph", "folder", None, 2, False)
+"""The leaves' HNSW graph (usearch's own file ``graph.usearch`` and ``keys.npy``, see
+:mod:`psirag.retrieval.leaf_graph`); only in indexes past the exact scan's size built or updated
+with ``psirag[hnsw]``. Without usearch an index loads without it."""
 MANIFEST_FIELDS = (
     FormatFile("config", "config", "manifest", None, 1, True),
     FormatFile("embedder.id", "embedder_id", "manifest", None, 1, True),
@@ -90,6 +94,7 @@ FILES: tuple[FormatFile, ...] = (
     BM25,
     PHRASE_WORDS,
     PHRASE_STEMS,
+    HNSW,
 )
 """Every file of a generation besides its manifest, in the order a save writes them."""
 
@@ -127,6 +132,8 @@ def save_index_data(writer: IndexWriter, data: IndexData) -> int:
     data.sparse.save(writer.path(BM25.name))
     if data.phrase_table is not None:
         _save_phrase_table(writer, data.phrase_table)
+    if data.leaf_graph is not None:
+        data.leaf_graph.save(writer.path(HNSW.name))
     _link_unchanged(writer)
     return writer.commit(manifest_body(data))
 
@@ -272,6 +279,11 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
                 f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
                 "abstracts; the index is corrupted or mixed, rebuild it"
             )
+    graph = None
+    if any(name.startswith(HNSW.name + "/") for name in reader.files):
+        from psirag.retrieval.leaf_graph import LeafGraph
+
+        graph = LeafGraph.open(reader.path(HNSW.name), len(chunks), dim)
     sources: dict[str, dict[str, Any]] = {}
     if DOCUMENTS.name in reader.files:
         try:
@@ -301,6 +313,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         lineage={k: int(v) for k, v in lineage.items() if isinstance(v, int)},
         phrase_table=phrase_table,
         abstract_drift=drift,
+        leaf_graph=graph,
         origin=None
         if reader.legacy or reader.generation is None
         else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),

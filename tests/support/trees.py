@@ -13,6 +13,14 @@ def unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+def routing_vectors(tree: Tree, leaf_vectors: np.ndarray) -> np.ndarray:
+    """One unit row per node: leaves their vectors, inner nodes their leaves' normalised mean
+    (the index's default routing)."""
+    mean = np.asarray(tree.leaf_membership[tree.n_leaves :] @ leaf_vectors, dtype=np.float64)
+    mean /= np.linalg.norm(mean, axis=1, keepdims=True) + 1e-12
+    return np.vstack([leaf_vectors, mean]).astype(np.float32)
+
+
 def check_invariants(tree: Tree, n: int, max_children: int | None) -> None:
     assert tree.n_leaves == n
     assert np.array_equal(tree.layer[:n], np.zeros(n))

@@ -86,8 +86,9 @@ def register(subparsers: Any) -> None:
     hops = subparsers.add_parser(
         "hops",
         help="predict how many hops (1-4) each question needs",
-        description="The query-hop discriminator (paper App. E.2) shipped with psirag: a "
-        "softmax regression over the MiniLM question embedding and a few word counts. "
+        description="The query-hop discriminator (paper App. E.2) shipped with psirag: three "
+        "yes/no steps (more than 1 hop? 2? 3?), each a logistic regression over the MiniLM "
+        "question embedding and question-structure counts. "
         "--max-retrievals auto gives a question of h hops h-1 retrievals after the first, "
         "at least 1.",
     )

@@ -101,6 +101,7 @@ def register(sub: Any) -> None:
         help="let a sync remove every document of the index (it then rebuilds from the files)",
     )
     common(p)
+    add_server_options(p)
     p.set_defaults(func=run_sync)
 
 
@@ -357,6 +358,49 @@ def _remote_remove(args: argparse.Namespace, started: float, out: TextIO) -> int
     return _remote_report(args, jobs, started, out, client.url)
 
 
+def _remote_sync(
+    args: argparse.Namespace,
+    files: dict[str, str],
+    documents: Callable[[Sequence[str]], Any],
+    started: float,
+    out: TextIO,
+) -> int:
+    """``psirag sync --server``: the plan from the server's sources (as a local sync makes it),
+    the new and changed files read here by the same loaders and named the same way, sent with
+    the ids to remove as one server job, so the server keeps each file's path and sha256."""
+    from psirag.living import UpdateSummary
+    from psirag.server.uploads import document_to_json
+
+    client = _server_client(args)
+    served = client.sources()
+    plan = SyncPlan.of(served["sources"], files)
+    if args.dry_run or not (plan.remove or plan.new or plan.changed):
+        nothing = UpdateSummary().to_dict()
+        return _report(
+            args, nothing, None, served["drift"], plan.to_dict(), started, out, server=client.url
+        )
+    total = int(served["documents"])
+    if len(set(plan.remove)) >= total:
+        raise InputError(
+            f"this sync would remove all {total:,} documents of {args.index}; an index cannot "
+            "be emptied through --server, nothing was changed. Check the paths, or run the "
+            "sync without --server (with --allow-remove-all it rebuilds from the files)"
+        )
+    read = documents(plan.new + plan.changed) if plan.new or plan.changed else []
+    job = client.wait(client.sync(plan.remove, [document_to_json(d) for d in read])["job"])
+    result = job["result"]
+    return _report(
+        args,
+        result["update"],
+        result.get("saved_generation"),
+        result["drift"],
+        plan.to_dict(),
+        started,
+        out,
+        server=client.url,
+    )
+
+
 def _remote_report(
     args: argparse.Namespace, jobs: list[dict[str, Any]], started: float, out: TextIO, url: str
 ) -> int:
@@ -417,6 +461,37 @@ def scan_files(
     return found
 
 
+@dataclass(frozen=True)
+class SyncPlan:
+    """What a sync changes: files ``new``, ``changed`` (re-indexed) and ``gone`` (resolved
+    paths, sorted), the document ids to remove (those of gone and changed files) and those of
+    the gone files alone."""
+
+    new: list[str]
+    changed: list[str]
+    gone: list[str]
+    remove: list[str]
+    gone_documents: list[str]
+
+    @classmethod
+    def of(cls, sources: dict[str, dict[str, Any]], files: dict[str, str]) -> SyncPlan:
+        """Compare the index's sources (document id -> ``{"path", "sha256"}``) with the files
+        found (path -> sha256)."""
+        by_path: dict[str, list[str]] = {}
+        for doc, src in sources.items():
+            if src.get("path"):
+                by_path.setdefault(src["path"], []).append(doc)
+        indexed_sha = {sources[d[0]]["path"]: sources[d[0]].get("sha256") for d in by_path.values()}
+        new = sorted(f for f in files if f not in by_path)
+        changed = sorted(f for f in files if f in by_path and indexed_sha[f] != files[f])
+        gone = sorted(f for f in by_path if f not in files)
+        remove = [d for f in gone + changed for d in by_path[f]]
+        return cls(new, changed, gone, remove, [d for f in gone for d in by_path[f]])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"new": self.new, "changed": self.changed, "gone": self.gone}
+
+
 def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
     from psirag.living import UpdateSummary, rebuild_from_files
 
@@ -431,23 +506,19 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         skip = "skip" if args.skip_bad_files else "fail"
         return load_named([names[f] for f in found], on_bad_file=skip, warn=_eprint)
 
+    if args.server:
+        return _remote_sync(args, files, documents, started, out)
+
     def change(index: Index, run: _Run) -> UpdateSummary:
-        sources = index.data.sources
-        by_path: dict[str, list[str]] = {}
-        for doc, src in sources.items():
-            if src.get("path"):
-                by_path.setdefault(src["path"], []).append(doc)
-        indexed_sha = {sources[d[0]]["path"]: sources[d[0]].get("sha256") for d in by_path.values()}
-        new = sorted(f for f in files if f not in by_path)
-        changed = sorted(f for f in files if f in by_path and indexed_sha[f] != files[f])
-        gone = sorted(f for f in by_path if f not in files)
-        run.plan = {"new": new, "changed": changed, "gone": gone}
-        to_remove = [d for f in gone + changed for d in by_path[f]]
+        plan = SyncPlan.of(index.data.sources, files)
+        new, changed = plan.new, plan.changed
+        run.plan = plan.to_dict()
+        to_remove = plan.remove
         everything = set(index.documents)
         if args.dry_run:
             return UpdateSummary()
         if to_remove and set(to_remove) >= everything:
-            all_gone = {d for f in gone for d in by_path[f]} >= everything
+            all_gone = set(plan.gone_documents) >= everything
             if all_gone and not args.allow_remove_all:
                 raise InputError(
                     f"this sync would remove all {len(everything):,} documents of "

@@ -1,8 +1,11 @@
-"""``psirag add|remove --server URL``: send the write to a running ``psirag serve``, which
+"""``psirag add|remove|sync --server URL``: send the write to a running ``psirag serve``, which
 applies it to the index it holds in memory, instead of loading the index in this process.
 
 Files are uploaded as they are (multipart ``POST /documents``): the server reads them with the
-same loaders as a local ``psirag add``, so there is one parsing path. The command waits for the
+same loaders as a local ``psirag add``, so there is one parsing path. A sync reads the server's
+sources (``GET /sources``), plans here as a local sync does, reads the new and changed files
+with the same loaders and names, and sends them with the ids to remove (``POST /sync``), so
+the server records each file's path and sha256 for the next sync. The command waits for the
 server's job (``GET /jobs/{id}``) and prints the same summary as a local update. Every failure
 (a bad URL, no server there, a wrong key, a refused file, a failed job) is one line naming the
 server and what to do. The URL is always the user's: it is never read from an index.
@@ -113,6 +116,24 @@ class ServerClient:
         return self.call(
             "POST", "/documents", b"".join(parts), f"multipart/form-data; boundary={boundary}"
         )
+
+    def sources(self) -> dict[str, Any]:
+        """``GET /sources``: ``sources`` (each file-read document's ``{"path", "sha256"}`` by
+        document id), ``documents`` (how many in all), ``drift`` and ``saved_generation``."""
+        got = self.call("GET", "/sources")
+        listed = got.get("sources")
+        if not isinstance(listed, dict) or not isinstance(got.get("documents"), int):
+            raise ServerCallError(
+                f"{self.url}/sources did not list the index's sources; is the server a psirag "
+                "that supports sync --server?"
+            )
+        got["sources"] = {str(k): v for k, v in listed.items() if isinstance(v, dict)}
+        return got
+
+    def sync(self, remove: list[str], documents: list[dict[str, Any]]) -> dict[str, Any]:
+        """``POST /sync``: remove and add in one server job."""
+        body = json.dumps({"remove": remove, "documents": documents}, ensure_ascii=False)
+        return self.call("POST", "/sync", body.encode("utf-8"), "application/json")
 
     def remove(self, doc_id: str) -> dict[str, Any]:
         return self.call("DELETE", f"/documents/{urllib.parse.quote(doc_id, safe='')}")

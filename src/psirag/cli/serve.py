@@ -271,7 +271,7 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
 
     require_server_extra("fastapi", "mcp")
     from psirag.server.app import ServerState, prepare_index
-    from psirag.server.jobs import JobRunner
+    from psirag.server.jobs import JOBS_FILE, JobRunner
     from psirag.server.mcp_tools import build_mcp_server
     from psirag.server.state import GatedLLM, IndexHolder
 
@@ -283,7 +283,10 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
     from pathlib import Path
 
-    state = ServerState(IndexHolder(index, Path(args.index)), settings, gated, JobRunner())
+    # the tools only read, so this process makes no jobs: it shows those of a `psirag serve`
+    # on the same index (read only; see psirag.server.jobs)
+    jobs = JobRunner(observe=Path(args.index) / JOBS_FILE)
+    state = ServerState(IndexHolder(index, Path(args.index)), settings, gated, jobs)
     server = build_mcp_server(state)
     try:
         server.run()  # stdio

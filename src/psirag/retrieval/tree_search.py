@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from psirag.retrieval.ranking import top_k
-from psirag.tree.model import Tree
+from psirag.tree.model import Tree, gather_ranges
+
+__all__ = ["LayeredSearch", "TreeHits", "TreeSearcher", "gather_ranges"]
 
 _EMPTY_IDS = np.empty(0, dtype=np.int64)
 _EMPTY_SCORES = np.empty(0, dtype=np.float32)
@@ -30,17 +32,6 @@ class TreeHits:
 
 def _cat(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
     return np.concatenate(parts) if parts else empty
-
-
-def gather_ranges(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """``values[starts[0]:ends[0]]``, ``values[starts[1]:ends[1]]``, ... concatenated, as one
-    fancy index: a beam of 160 nodes would otherwise cost 160 Python-level slices per layer."""
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return values[:0]
-    first = np.cumsum(lengths) - lengths  # where each range begins in the output
-    return values[np.repeat(starts - first, lengths) + np.arange(total)]
 
 
 class LayeredSearch:

@@ -52,9 +52,10 @@ def _job_states(jobs: Iterable[Job]) -> dict[str, tuple[str, Job]]:
     for job in jobs:
         for doc in job.documents:
             doc_id = doc["id"]
+            adds = job.kind == "add" or (job.kind == "sync" and doc.get("action") != "remove")
             if job.status in ("queued", "running"):
-                states[doc_id] = ("adding" if job.kind == "add" else "removing", job)
-            elif job.status == "failed" and job.kind == "add":
+                states[doc_id] = ("adding" if adds else "removing", job)
+            elif job.status == "failed" and adds:
                 states[doc_id] = ("failed", job)
             else:
                 states.pop(doc_id, None)

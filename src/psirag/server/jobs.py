@@ -15,6 +15,12 @@ With ``psirag serve --workers N`` each worker has its own runner: the ids are di
 across workers, and each job is written to a folder the workers share (one file per job), so
 ``GET /jobs/{id}``, a retry and the document list answer on whichever worker a request reaches.
 The workers keep no jobs file: their jobs are forgotten when the server stops.
+
+``psirag mcp`` (stdio) has no job of its own to persist: its tools only read (search, ask,
+inspect_node, list_documents), so it never writes the index. It reads the jobs file of a
+``psirag serve`` on the same index (``observe``), so ``list_documents`` shows that server's
+pending and failed documents, and it never writes the file: taking it over would mark the
+live server's running job as interrupted.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ from typing import Any, Literal
 
 log = logging.getLogger("psirag.server")
 
-JobKind = Literal["add", "remove"]
+JobKind = Literal["add", "remove", "sync"]
+"""``sync``: documents removed and others added in one update (``psirag sync --server``)."""
 JobStatus = Literal["queued", "running", "done", "failed"]
 KEEP_FINISHED = 1000
 """Finished jobs remembered for ``GET /jobs/{id}``; older ones are forgotten first."""
@@ -60,7 +67,7 @@ class Job:
     finished: float | None = None
     documents: list[dict[str, str]] = field(default_factory=list)
     """``{"id", "title"}`` of each document the job adds or removes (the document list shows
-    them as pending or failed)."""
+    them as pending or failed); a sync job's removals also hold ``"action": "remove"``."""
     payload: Any = field(default=None, repr=False)
     """What the write needs, as JSON data: the documents of an add, the ids of a removal."""
     retry_of: str | None = None
@@ -104,10 +111,19 @@ def _job_from_saved(raw: Any, *, live: bool = False) -> Job | None:
     job_id, kind, status = raw.get("id"), raw.get("kind"), raw.get("status")
     if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
         return None
-    if kind not in ("add", "remove") or status not in ("queued", "running", "done", "failed"):
+    if kind not in ("add", "remove", "sync") or status not in (
+        "queued",
+        "running",
+        "done",
+        "failed",
+    ):
         return None
     documents = [
-        {"id": str(d.get("id", "")), "title": str(d.get("title") or "")}
+        {
+            "id": str(d.get("id", "")),
+            "title": str(d.get("title") or ""),
+            **({"action": "remove"} if d.get("action") == "remove" else {}),
+        }
         for d in raw.get("documents") or []
         if isinstance(d, dict)
     ]
@@ -148,9 +164,13 @@ class JobRunner:
         first_id: int = 1,
         id_step: int = 1,
         shared: Path | None = None,
+        observe: Path | None = None,
     ) -> None:
         """``first_id``/``id_step``: the job numbers this runner gives (disjoint per worker);
-        ``shared``: a folder where each job is also written, for the other workers."""
+        ``shared``: a folder where each job is also written, for the other workers;
+        ``observe``: instead of ``path``, another process's jobs file, read on every
+        :meth:`all` and never written (this runner then takes no jobs)."""
+        self.observe = observe
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # one writer of the jobs file at a time
@@ -176,6 +196,8 @@ class JobRunner:
     ) -> Job:
         """Queue a write; ``work`` defaults to :attr:`perform` (which reads the payload)."""
         run = work or self.perform
+        if self.observe is not None:
+            raise RuntimeError("an observing runner takes no jobs (it only reads another's file)")
         if run is None:
             raise RuntimeError("a job needs work, or a runner with perform set")
         with self._lock:
@@ -212,6 +234,8 @@ class JobRunner:
 
     def all(self) -> list[Job]:
         """Every remembered job, oldest first (with a shared folder: every worker's)."""
+        if self.observe is not None:
+            return self._observed()
         with self._lock:
             jobs = list(self._jobs.values())
         if self.shared is not None:
@@ -222,6 +246,20 @@ class JobRunner:
                         jobs.append(job)
             jobs.sort(key=lambda j: j.created)
         return jobs
+
+    def _observed(self) -> list[Job]:
+        """The observed jobs file's jobs as it says them now (queued and running ones are the
+        other server's live jobs); [] when it is missing or unreadable (it is left alone)."""
+        assert self.observe is not None
+        try:
+            body = json.loads(self.observe.read_text(encoding="utf-8"))
+            entries = body.get("jobs") if body.get("schema") == JOBS_SCHEMA else None
+        except (OSError, ValueError, AttributeError):
+            return []
+        if not isinstance(entries, list):
+            return []
+        jobs = [job for raw in entries if (job := _job_from_saved(raw, live=True)) is not None]
+        return sorted(jobs, key=lambda j: j.created)
 
     @staticmethod
     def _read_shared(path: Path) -> Job | None:

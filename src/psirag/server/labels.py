@@ -69,19 +69,19 @@ def distinctive(abstracts: Sequence[str], count: int = LABEL_PHRASES) -> list[st
     keep that order.
     """
     phrase_lists = [_phrases(a) for a in abstracts]
-    word_sets = [set().union(*(_words(p) for p in ps)) if ps else set() for ps in phrase_lists]
+    # each phrase's words once (a 100,000-leaf tree's first view names 3,000 nodes)
+    phrase_words = [[_words(p) for p in ps] for ps in phrase_lists]
+    word_sets = [set().union(*ws) for ws in phrase_words]
     users: Counter[str] = Counter(w for ws in word_sets for w in ws)
     labels = []
-    for phrases in phrase_lists:
+    for phrases, words_of in zip(phrase_lists, phrase_words, strict=True):
         if not phrases:
             labels.append("")
             continue
-        own = {w: 1 for p in phrases for w in _words(p)}
         weight = []
-        for i, phrase in enumerate(phrases):
-            words = _words(phrase) or {phrase.lower()}
-            shared = min(users[w] - own.get(w, 0) for w in words)
-            weight.append((shared, i))
+        for i, (phrase, words) in enumerate(zip(phrases, words_of, strict=True)):
+            others = [users[w] - 1 for w in words] if words else [users[phrase.lower()]]
+            weight.append((min(others), i))
         chosen = sorted(i for _, i in sorted(weight)[:count])
         labels.append(_shorten(", ".join(phrases[i] for i in chosen)))
     return labels

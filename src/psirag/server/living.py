@@ -1,13 +1,18 @@
-"""The server's writes on the living index: one add or removal, run by the single writer
+"""The server's writes on the living index: one add, removal or sync, run by the single writer
 thread (:class:`psirag.server.jobs.JobRunner`), saved, then published to new requests."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from psirag.server.jobs import Job
+from psirag.server.jobs import Job, JobKind
 from psirag.server.state import ServerState, prepare_index
+
+if TYPE_CHECKING:
+    from psirag.index import Index
+    from psirag.living import UpdateSummary
 
 log = logging.getLogger("psirag.server")
 WRITER_LOCK_WAIT_S = 120.0
@@ -15,9 +20,18 @@ WRITER_LOCK_WAIT_S = 120.0
 ``psirag add`` from the command line) before it fails."""
 
 
-def apply_write(
-    state: ServerState, kind: Literal["add", "remove"], payload: Any, job: Job
-) -> dict[str, Any]:
+def _change(kind: JobKind, payload: Any) -> Callable[[Index], UpdateSummary]:
+    """What a job does to the index: add documents, remove ids, or (sync) remove ids and add
+    documents in one update, as a local ``psirag sync`` does."""
+    if kind == "add":
+        return lambda index: index.add(payload)
+    if kind == "remove":
+        return lambda index: index.remove(payload)
+    remove, documents = payload
+    return lambda index: index.update(remove, documents or None)
+
+
+def apply_write(state: ServerState, kind: JobKind, payload: Any, job: Job) -> dict[str, Any]:
     """One write on the living index, run by the single writer: apply, save, publish.
 
     The served index is changed in memory (see :func:`psirag.living.update_saved`'s ``base``)
@@ -37,7 +51,7 @@ def apply_write(
     with state.holder.writing():
         updated, done = Index.update_saved(
             state.holder.folder,
-            lambda index: index.add(payload) if kind == "add" else index.remove(payload),
+            _change(kind, payload),
             embedder=served.embedder,
             base=served,
             wait=WRITER_LOCK_WAIT_S,
@@ -69,6 +83,11 @@ def run_job(state: ServerState, job: Job) -> dict[str, Any]:
     if job.kind == "add":
         documents = [document_from_json(raw) for raw in job.payload or []]
         return apply_write(state, "add", documents, job)
+    if job.kind == "sync":
+        raw = job.payload if isinstance(job.payload, dict) else {}
+        remove = [str(doc_id) for doc_id in raw.get("remove") or []]
+        documents = [document_from_json(d) for d in raw.get("documents") or []]
+        return apply_write(state, "sync", (remove, documents), job)
     return apply_write(state, "remove", [str(doc_id) for doc_id in job.payload or []], job)
 
 

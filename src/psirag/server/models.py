@@ -66,6 +66,26 @@ class AddDocumentRequest(_Body):
     title: str | None = None
 
 
+class SyncDocument(_Body):
+    """A document as ``psirag sync`` read it from a file on the client (the same loaders):
+    ``path`` and ``sha256`` are what the next sync compares the files with."""
+
+    id: str = Field(min_length=1)
+    text: str
+    title: str = ""
+    is_record: bool = False
+    path: str | None = None
+    sha256: str | None = None
+    page_starts: list[int] = Field(default_factory=list)
+
+
+class SyncRequest(_Body):
+    """``POST /sync``: remove ``remove`` (document ids) and add ``documents``, as one update."""
+
+    remove: list[str] = Field(default_factory=list)
+    documents: list[SyncDocument] = Field(default_factory=list)
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 

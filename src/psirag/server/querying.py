@@ -8,11 +8,12 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from psirag.agent.loop import RetrieveAndAnswer, Step, TokenEvents
+from psirag.agent.loop import MAX_ANSWER_CHARS, RetrieveAndAnswer, Step, TokenEvents
 from psirag.config import SearchConfig, profile_config
 from psirag.errors import InputError
 from psirag.server import views
 from psirag.server.admission import Admission
+from psirag.server.answer_stream import AnswerTap
 from psirag.server.errors import exception_response
 from psirag.server.models import AskRequest, SearchRequest
 from psirag.server.state import ServerState
@@ -146,19 +147,33 @@ async def agent_events(
     k: int,
     max_retrievals: int | None = None,
     admission: Admission | None = None,
+    max_answer_chars: int = MAX_ANSWER_CHARS,
 ) -> AsyncIterator[bytes]:
     """The ``/ask`` event stream: a ``token`` event (``{"call", "text"}``) per piece of each
-    model reply as it is written, a ``step`` event as each step is read, then the ``answer``
+    model reply as it is written, an ``answer_token`` event (``{"text"}``) per piece of the
+    answer as the model writes it, a ``step`` event as each step is read, then the ``answer``
     (or an ``error``); ``max_retrievals``, the episode's budget, goes into the answer.
+
+    The ``answer_token`` texts join into the answer's ``answer`` field. When the answer that
+    had begun to stream was not the one the agent accepted, an ``answer_revised`` event comes
+    first and the answer is the text after it (:mod:`psirag.server.answer_stream`).
     ``admission``: as for :func:`agent_stream`."""
+    tap = AnswerTap(max_answer_chars)
     async for kind, data in agent_stream(state, run, admission=admission):
         if kind == "keepalive":
             yield b": working\n\n"
         elif kind == "token":
             yield _sse("token", {"call": data[0], "text": data[1]})
+            if answer := tap.feed(*data):
+                yield _sse("answer_token", {"text": answer})
         elif kind == "step":
             yield _sse("step", data.to_dict())
         elif kind == "result":
+            rest, revised = tap.finish(data.answer)
+            if revised:
+                yield _sse("answer_revised", {})
+            if rest:
+                yield _sse("answer_token", {"text": rest})
             yield _sse("answer", ask_document(data, k, max_retrievals))
         else:
             yield _sse("error", error_document(data))

@@ -105,6 +105,7 @@ def document_to_json(doc: Document) -> dict[str, Any]:
         "is_record": doc.is_record,
         "sha256": doc.sha256,
         "page_starts": list(doc.page_starts),
+        **({"path": doc.path} if doc.path is not None else {}),
     }
 
 
@@ -116,6 +117,9 @@ def document_from_json(raw: Any) -> Document:
     if not isinstance(starts, list) or not all(isinstance(s, int) for s in starts):
         raise InputError("a saved job's document has page starts that are not integers")
     sha = raw.get("sha256")
+    path = raw.get("path")
+    if path is not None and not isinstance(path, str):
+        raise InputError("a saved job's document has a 'path' that is not a string")
     return Document(
         id=str(raw.get("id") or ""),
         title=str(raw.get("title") or ""),
@@ -123,6 +127,7 @@ def document_from_json(raw: Any) -> Document:
         is_record=bool(raw.get("is_record")),
         sha256=sha if isinstance(sha, str) else None,
         page_starts=tuple(starts),
+        path=path,
     )
 
 

@@ -6,6 +6,7 @@ shapes (and so they can be tested without a server).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +47,50 @@ def node_label(index: Index, node: int) -> str:
 
 def node_document(index: Index, node: int) -> str | None:
     """The document of a leaf, or of an inner node whose leaves all come from one document."""
-    return index.node_hit(node, 0.0).document
+    names, first, one = _node_documents.of(index)
+    return str(names[first[node]]) if one[node] else None
+
+
+NodeDocuments = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""Document ids, and per node: the code of its first leaf's document, and whether all its
+leaves share it."""
+
+
+class _NodeDocuments:
+    """:data:`NodeDocuments` of the last index data asked (an add or a removal makes new
+    data), computed once bottom-up: a /tree answer names thousands of nodes, and gathering each
+    one's leaves costs as much as the whole tree per level."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.data: object = None
+        self.documents: NodeDocuments | None = None
+
+    def of(self, index: Index) -> NodeDocuments:
+        with self.lock:
+            if self.data is not index.data or self.documents is None:
+                self.data, self.documents = index.data, _documents_per_node(index)
+            return self.documents
+
+
+def _documents_per_node(index: Index) -> NodeDocuments:
+    tree = index.tree
+    code: dict[str, int] = {}
+    docs = index.data.leaf_documents
+    codes = np.fromiter((code.setdefault(d, len(code)) for d in docs), np.int64, len(docs))
+    names = np.array(list(code), dtype=object)
+    low = np.full(tree.n_nodes, len(names), dtype=np.int64)
+    high = np.full(tree.n_nodes, -1, dtype=np.int64)
+    low[: tree.n_leaves] = high[: tree.n_leaves] = codes
+    parent, layer = np.asarray(tree.parent), np.asarray(tree.layer)
+    for depth in np.unique(layer):  # children before parents: a parent is layers above
+        nodes = np.flatnonzero((layer == depth) & (parent >= 0))
+        np.minimum.at(low, parent[nodes], low[nodes])
+        np.maximum.at(high, parent[nodes], high[nodes])
+    return names, low, low == high
+
+
+_node_documents = _NodeDocuments()
 
 
 def search_payload(index: Index, query: str, k: int, passages: Sequence[Passage]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ needs it, so no (nodes x d) table is held (3 GiB at a million leaves).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -83,14 +84,20 @@ class SubtreeSums:
         *,
         leaf_vectors: np.ndarray | None = None,
         table: np.ndarray | None = None,
+        leaf_vector: Callable[[int], np.ndarray] | None = None,
+        n_leaves: int = 0,
+        dim: int = 0,
     ) -> None:
-        if table is None and leaf_vectors is None:
-            raise ValueError("give either leaf_vectors or a table of sums")
+        if table is None and leaf_vectors is None and leaf_vector is None:
+            raise ValueError("give leaf_vectors, a leaf_vector function or a table of sums")
         self._children = children
         self._table = table
         self._leaves = leaf_vectors if table is None and leaf_vectors is not None else None
-        self._n = 0 if self._leaves is None else self._leaves.shape[0]
-        self._dim = 0 if self._leaves is None else self._leaves.shape[1]
+        # ``leaf_vector(i)``: leaf i's vector without one (n_leaves x d) array (tree updates,
+        # whose leaves live in two arrays, old and new)
+        self._leaf_of = leaf_vector
+        self._n = n_leaves if self._leaves is None else self._leaves.shape[0]
+        self._dim = dim if self._leaves is None else self._leaves.shape[1]
         self._before: dict[int, list[int]] = {}
         self._original: dict[int, np.ndarray] = {}
         self._changed: dict[int, np.ndarray] = {}
@@ -109,8 +116,10 @@ class SubtreeSums:
     def _first(self, node: int) -> np.ndarray:
         if self._table is not None:
             return self._table[node]
-        assert self._leaves is not None
         if node < self._n:
+            if self._leaves is None:
+                assert self._leaf_of is not None
+                return self._leaf_of(node).astype(np.float64)
             return self._leaves[node].astype(np.float64)
         got = self._original.get(node)
         if got is None:
@@ -156,15 +165,29 @@ def rebalance_arrays(
 
 
 def split_overfull(
-    parent: list[int], layer: list[int], sums: np.ndarray, max_children: int
+    parent: list[int],
+    layer: list[int],
+    sums: np.ndarray | Callable[[int], np.ndarray],
+    max_children: int,
+    *,
+    n_leaves: int = 0,
+    dim: int = 0,
 ) -> tuple[list[int], list[int]]:
     """The splitting of :func:`rebalance` on plain lists, so tree updates can reuse it.
 
-    ``sums[u]`` is the sum of the leaf embeddings below node ``u``. The lists are changed in
-    place: existing nodes keep their ids, new siblings and roots are appended. Returns them.
+    ``sums[u]`` is the sum of the leaf embeddings below node ``u``; or ``sums`` is a function
+    giving leaf ``i``'s vector (leaves ``0 .. n_leaves-1``, ``dim`` dimensions), and a node's
+    sum is computed when a split first reads it (an update that splits one node then reads a
+    few dozen leaves, not all of them).
+    The lists are changed in place: existing nodes keep their ids, new siblings and roots are
+    appended. Returns them.
     """
     children = children_lists(parent)
-    split_wide_nodes(parent, layer, children, SubtreeSums(children, table=sums), max_children)
+    if callable(sums):
+        total = SubtreeSums(children, leaf_vector=sums, n_leaves=n_leaves, dim=dim)
+    else:
+        total = SubtreeSums(children, table=sums)
+    split_wide_nodes(parent, layer, children, total, max_children)
     return parent, layer
 
 

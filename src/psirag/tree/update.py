@@ -35,7 +35,7 @@ import numpy as np
 from psirag.errors import IndexFormatError, InputError
 from psirag.tree.build import TreeMode, build_tree
 from psirag.tree.dasgupta import dasgupta_terms
-from psirag.tree.model import Tree
+from psirag.tree.model import Tree, gather_ranges
 from psirag.tree.rebalance import renumber_order, reorder, split_overfull
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "RebuildRule",
     "TreeUpdate",
     "check_invariants",
+    "descend",
     "insert_leaves",
     "remove_leaves",
     "tree_drift",
@@ -55,6 +56,13 @@ InsertRule = Literal["auto", "single", "batch"]
 INSERT_RULES: tuple[str, ...] = ("auto", "single", "batch")
 
 _BLOCK = 2048
+
+INSERT_BEAM = 40
+"""Nodes kept per layer when a new chunk's insertion point is found by descent (retrieval's
+default beam: on 2Wiki it finds the scan's leaf or one as similar for most chunks)."""
+SCAN_BELOW = 2048
+"""Below this many leaves the insertion point is found by comparing with every leaf: the exact
+answer costs less than the descent's per-layer steps."""
 
 
 @dataclass(frozen=True)
@@ -146,17 +154,14 @@ def check_invariants(tree: Tree, max_children: int | None = None, *, forest: boo
 
 
 class _Kids:
-    """Children lists by working id, made from the old tree's parent array on first use: an
+    """Children lists by working id, made from the old tree's children table on first use: an
     update touches a few nodes, and thousands of small lists up front cost more than the
     update (allocation and the garbage collector's passes over a large index)."""
 
-    def __init__(self, parent: np.ndarray) -> None:
-        n = parent.size
-        has = parent >= 0
-        self._n = n
-        self._order = np.flatnonzero(has)[np.argsort(parent[has], kind="stable")]
-        counts = np.bincount(parent[has], minlength=n) if n else np.zeros(0, dtype=np.int64)
-        self._ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    def __init__(self, tree: Tree) -> None:
+        self._n = tree.n_nodes
+        # the tree's own cached table, which the descent reads too: sorted once per tree
+        self._ptr, self._order = tree._children_csr
         self._lists: dict[int, list[int]] = {}
 
     def __getitem__(self, u: int) -> list[int]:
@@ -174,17 +179,19 @@ class _Work:
     """A mutable copy of a tree (lists) that updates edit, then turn back into a :class:`Tree`.
 
     Working ids: the old tree's ids, then added nodes in creation order. ``row[u]`` is a leaf's
-    row in the combined vector array (old leaves first, then the new chunks).
+    row in the combined vectors: the old leaves' rows first, then the new chunks'. The two
+    arrays are kept apart: stacking them would copy every leaf vector for each update.
     """
 
-    def __init__(self, tree: Tree, vectors: np.ndarray) -> None:
+    def __init__(self, tree: Tree, vectors: np.ndarray, new: np.ndarray | None = None) -> None:
         self.old = tree
-        self.vectors = vectors  # (old leaves + new chunks, dim)
+        self.vectors = vectors  # (old leaves, dim)
+        self.new = new if new is not None else vectors[:0]  # (new chunks, dim)
         self.parent: list[int] = tree.parent.tolist()
         self.layer: list[int] = tree.layer.tolist()
         self.alive: list[bool] = [True] * tree.n_nodes
         self.row: list[int] = list(range(tree.n_leaves)) + [-1] * (tree.n_nodes - tree.n_leaves)
-        self.kids = _Kids(tree.parent)
+        self.kids = _Kids(tree)
         self.new_rows: list[int] = []  # working ids of added leaves, in input order
         self.counts: dict[str, int] = {}
 
@@ -223,6 +230,11 @@ class _Work:
     def bump(self, key: str, by: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + by
 
+    def vector(self, row: int) -> np.ndarray:
+        """Row ``row`` of the combined vectors (old leaves, then new chunks)."""
+        n = self.vectors.shape[0]
+        return self.vectors[row] if row < n else self.new[row - n]
+
     # -------------------------------------------------------------- insertion
 
     def graft(self, sub: Tree, rows: Sequence[int], sub_leaf: int, partner: int) -> None:
@@ -253,10 +265,24 @@ class _Work:
         """Remove leaves, prune emptied nodes, re-home only-children, drop one-child roots."""
         leaf_vecs = self.vectors[: self.old.n_leaves].astype(np.float64)
         sums = np.asarray(self.old.leaf_membership @ leaf_vecs)
-        tree_of = np.asarray([self.top(u) for u in range(len(self.parent))])
-        by_layer: dict[int, set[int]] = {}
-        for u, lv in enumerate(self.layer):
-            by_layer.setdefault(lv, set()).add(u)
+        # each node's root, by array steps (a Python walk per node cost seconds at 200k)
+        parent = np.asarray(self.parent, dtype=np.int64)
+        tree_of = np.arange(parent.size)
+        while True:
+            up = parent[tree_of]
+            moves = up >= 0
+            if not moves.any():
+                break
+            tree_of[moves] = up[moves]
+        layer_arr = np.asarray(self.layer, dtype=np.int64)
+        by_layer: dict[int, set[int]] = {}  # alive nodes per layer, made when a layer is read
+
+        def layer_set(lv: int) -> set[int]:
+            got = by_layer.get(lv)
+            if got is None:
+                got = {v for v in np.flatnonzero(layer_arr == lv).tolist() if self.alive[v]}
+                by_layer[lv] = got
+            return got
 
         def shift(u: int, delta: np.ndarray) -> None:
             while u >= 0:
@@ -266,7 +292,8 @@ class _Work:
         def drop(u: int) -> int:
             p = self.parent[u]
             self.kill(u)
-            by_layer[self.layer[u]].discard(u)
+            if self.layer[u] in by_layer:
+                by_layer[self.layer[u]].discard(u)
             return p
 
         touched: set[int] = set()
@@ -288,7 +315,8 @@ class _Work:
                 if not self.alive[u] or len(self.kids[u]) != 1 or self.parent[u] < 0:
                     continue
                 cands = np.asarray(
-                    [v for v in by_layer[lv] if v != u and tree_of[v] == tree_of[u]], dtype=np.int64
+                    sorted(v for v in layer_set(lv) if v != u and tree_of[v] == tree_of[u]),
+                    dtype=np.int64,
                 )
                 if cands.size == 0:
                     continue  # u is alone in its layer: the root collapse below removes it
@@ -307,7 +335,7 @@ class _Work:
                 self.bump("rehomed")
                 if p >= 0:
                     touched.add(p)
-        for r in sorted({tree_of[u] for u in range(len(self.parent)) if self.alive[u]}):
+        for r in np.unique(tree_of[np.asarray(self.alive, dtype=bool)]).tolist():
             while self.alive[r] and self.layer[r] > 0 and len(self.kids[r]) == 1:
                 c = self.kids[r][0]
                 self.kill(r)
@@ -337,10 +365,14 @@ class _Work:
         rows = np.asarray(self.row, dtype=np.int64)[leaves]
         final, final_id = compact, np.arange(compact.n_nodes)
         if max_children is not None and compact.fan_out.max(initial=0) > max_children:
-            leaf_vecs = self.vectors[rows]
-            sums = np.asarray(compact.leaf_membership @ leaf_vecs.astype(np.float64))
+            # sums read lazily: a split reads its node's children, not every leaf of the tree
             split_p, split_l = split_overfull(
-                compact.parent.tolist(), compact.layer.tolist(), sums, max_children
+                compact.parent.tolist(),
+                compact.layer.tolist(),
+                lambda leaf: self.vector(int(rows[leaf])),
+                max_children,
+                n_leaves=compact.n_leaves,
+                dim=self.vectors.shape[1],
             )
             split_layer = np.asarray(split_l, dtype=np.int64)
             order2 = renumber_order(split_layer, compact.n_leaves)
@@ -427,6 +459,84 @@ def _best_rows(queries: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.nd
     return idx, best
 
 
+def _trusted(name: str, x: np.ndarray, rows: int, dim: int | None) -> np.ndarray:
+    """Shape and dtype checks only, for arrays the index already checked when it stored them:
+    a pass over every row would cost what the descent saves."""
+    a = np.asarray(x)
+    if a.ndim != 2 or a.shape[0] != rows or (dim is not None and a.shape[1] != dim):
+        want = f"({rows}, {dim if dim is not None else 'dim'})"
+        raise InputError(f"{name} must have shape {want}, got {a.shape}")
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+def _stale_vectors(
+    tree: Tree, node_vectors: np.ndarray, stale: np.ndarray | None
+) -> dict[int, np.ndarray]:
+    """Vectors for inner nodes whose rows are not current (new nodes of an update not yet
+    refreshed): the normalised sum of their children's vectors, computed bottom-up."""
+    if stale is None or np.asarray(stale).size == 0:
+        return {}
+    nodes = np.asarray(stale, dtype=np.int64).ravel()
+    nodes = nodes[(nodes >= tree.n_leaves) & (nodes < tree.n_nodes)]
+    got: dict[int, np.ndarray] = {}
+    for u in nodes[np.argsort(tree.layer[nodes], kind="stable")].tolist():
+        kids = tree.children(u).tolist()
+        total = np.sum([got[k] if k in got else node_vectors[k] for k in kids], axis=0)
+        got[u] = (total / (np.linalg.norm(total) + 1e-12)).astype(np.float32)
+    return got
+
+
+def descend(
+    tree: Tree,
+    node_vectors: np.ndarray,
+    queries: np.ndarray,
+    *,
+    beam: int = INSERT_BEAM,
+    stale: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """For each query row, the most similar leaf a beam descent finds, and its similarity.
+
+    From the root down, each layer keeps the ``beam`` nodes most similar to the query among the
+    children of the nodes kept one layer up (the search of paper Algorithm 2 that retrieval
+    runs), and the best leaf under the last kept layer is the answer. A query reads about
+    depth x beam x max_children rows instead of every leaf. ``node_vectors`` has one unit row
+    per node (leaves: their vectors; inner nodes: routing vectors). ``stale`` lists inner nodes
+    whose rows are out of date (see :func:`_stale_vectors`). One tree only.
+    """
+    if beam < 1:
+        raise InputError(f"beam must be at least 1, got {beam!r}")
+    offsets, order = tree._children_csr
+    patched = _stale_vectors(tree, node_vectors, stale)
+    patched_ids = np.fromiter(patched, dtype=np.int64, count=len(patched))
+    m = queries.shape[0]
+    idx = np.empty(m, dtype=np.int64)
+    best = np.empty(m, dtype=np.float32)
+    root = np.asarray([tree.root], dtype=np.int64)
+    for j in range(m):
+        q = queries[j]
+        cands = root
+        while True:
+            kids = gather_ranges(order, offsets[cands], offsets[cands + 1])
+            if kids.size == 0:  # a lone leaf is the whole tree
+                idx[j], best[j] = int(cands[0]), float(np.take(node_vectors, cands, axis=0)[0] @ q)
+                break
+            rows = np.take(node_vectors, kids, axis=0)
+            if patched:
+                for pos in np.flatnonzero(np.isin(kids, patched_ids)).tolist():
+                    rows[pos] = patched[int(kids[pos])]
+            scores = rows @ q
+            if kids[0] < tree.n_leaves:  # equi-depth: one child a leaf, all leaves
+                k = int(np.argmax(scores))
+                idx[j], best[j] = int(kids[k]), float(scores[k])
+                break
+            if kids.size > beam:
+                top = np.argpartition(-scores, beam - 1)[:beam]
+                cands = kids[np.sort(top)]
+            else:
+                cands = kids
+    return idx, best
+
+
 def batch_groups(new: np.ndarray, best_old: np.ndarray) -> list[np.ndarray]:
     """The ``"auto"`` rule's groups: new chunks linked by a pair more similar than either's best
     indexed leaf, as connected components (singletons take the single path)."""
@@ -461,12 +571,23 @@ def insert_leaves(
     rule: InsertRule = "auto",
     mode: TreeMode = "exact",
     neighbors: int = 32,
+    node_vectors: np.ndarray | None = None,
+    beam: int = INSERT_BEAM,
+    stale: np.ndarray | None = None,
+    scan_below: int | None = None,
 ) -> TreeUpdate:
     """Add one leaf per row of ``new_vectors`` (unit rows, like the builder's) to one tree.
 
     ``leaf_vectors`` are the tree's current leaf vectors, row ``i`` for leaf ``i``. The new
     leaves get ids ``n_leaves ..`` in input order. ``rule`` picks the path (module docstring);
     ``mode`` and ``neighbors`` are passed to :func:`build_tree` for batch subtrees.
+
+    Each new chunk's most similar indexed leaf (its insertion point) is found by comparing it
+    with every leaf, or, given ``node_vectors`` (one row per node: the index's leaf and routing
+    vectors) and a tree of at least ``scan_below`` leaves (default :data:`SCAN_BELOW`), by
+    :func:`descend` with ``beam`` (``stale``: inner nodes whose rows are out of date). The
+    descent trusts the stored vectors (their shapes are checked, not every value): a pass over
+    them is what it saves.
     """
     if rule not in INSERT_RULES:
         raise InputError(f"insert rule must be one of {', '.join(INSERT_RULES)}, got {rule!r}")
@@ -476,13 +597,24 @@ def insert_leaves(
             f"insert_leaves adds to one tree; this is a forest of {tree.roots.size} trees "
             "(a tree-per-document index): build the new document's own tree instead"
         )
-    old = _vectors("leaf_vectors", leaf_vectors, tree.n_leaves, None)
+    floor = SCAN_BELOW if scan_below is None else scan_below
+    by_descent = node_vectors is not None and tree.n_leaves >= floor
+    if by_descent:
+        old = _trusted("leaf_vectors", leaf_vectors, tree.n_leaves, None)
+    else:
+        old = _vectors("leaf_vectors", leaf_vectors, tree.n_leaves, None)
     new = _vectors("new_vectors", new_vectors, None, old.shape[1])
     n, m = old.shape[0], new.shape[0]
-    work = _Work(tree, np.vstack([old, new]))
+    work = _Work(tree, old, new)
     if m == 0:
         return work.finish(max_children)
-    best_idx, best_old = _best_rows(new, old)
+    if by_descent:
+        assert node_vectors is not None
+        nodes = _trusted("node_vectors", node_vectors, tree.n_nodes, old.shape[1])
+        best_idx, best_old = descend(tree, nodes, new, beam=beam, stale=stale)
+        work.bump("descended", m)
+    else:
+        best_idx, best_old = _best_rows(new, old)
     if rule == "single" or m == 1:
         groups = [np.array([j]) for j in range(m)]
     elif rule == "batch":

@@ -16,7 +16,7 @@ else. A :class:`~psirag.config.SearchConfig` names the lists it fuses (``lists``
     register_list("mine", Mine, "what it ranks by")
 
 Built-ins: ``tree`` (Algorithm 2, or the exact scan that stands in for it on small indexes),
-``dense`` (exact flat cosine), ``bm25`` and ``hnsw`` (approximate cosine, ``psirag[ann]``).
+``dense`` (exact flat cosine), ``bm25`` and ``hnsw`` (approximate cosine, ``psirag[hnsw]``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""``tree``: Algorithm 2's top-down beam search, or an exact scan where that costs no more."""
+"""``tree``: Algorithm 2's top-down beam search, or what ranks leaves better in its place: an
+exact scan where that costs no more, and past that size the index's HNSW graph when it has one
+(BENCHMARKS.md, "Tree against HNSW as a nearest-leaf index": at equal latency the graph's recall
+is higher at every beam). ``exact_dense_leaves=0`` (the ``tree`` and ``paper`` profiles) keeps
+the tree search at every size."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ class TreeList:
         self.context = context
         data = context.data
         self.n_leaves = data.n_leaves
+        self.has_graph = data.leaf_graph is not None
         self.searcher = TreeSearcher(data.tree, data.node_vectors)
 
     @property
@@ -33,10 +38,16 @@ class TreeList:
         limit = request.config.exact_dense_leaves
         if exact_in_tree_place(self.n_leaves, request.leaves, limit):
             return self.stand_in.rank(request)
+        if self.has_graph and limit > 0 and request.leaves is None:
+            return self.context.candidate_list("hnsw").rank(request)
         hits = self.searcher.search(
             request.vector, k=request.k, beam=request.config.beam, allowed=request.nodes
         )
         return hits.leaves, hits.scores
 
 
-register_list("tree", TreeList, "top-down beam search over the tree (exact scan when small)")
+register_list(
+    "tree",
+    TreeList,
+    "top-down beam search over the tree (exact scan when small, the HNSW graph when large)",
+)

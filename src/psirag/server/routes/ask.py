@@ -21,8 +21,10 @@ router = APIRouter()
 @router.post("/ask", tags=["query"], response_model=None)
 async def ask(body: AskRequest, request: Request, state: State, index: IndexDep) -> Any:
     """The retrieve-and-answer agent. ``Accept: text/event-stream`` streams ``token`` events
-    (``{"call", "text"}``: the model's reply as it is written, where the LLM streams), a
-    ``step`` event per agent step as it is read, then ``answer`` (or ``error``)."""
+    (``{"call", "text"}``: the model's reply as it is written, where the LLM streams),
+    ``answer_token`` events (``{"text"}``: the answer as it is written; an ``answer_revised``
+    event restarts it), a ``step`` event per agent step as it is read, then ``answer`` (or
+    ``error``)."""
     query = state.check_query(body.query)
     state.check_k(body.k)
     # In a worker thread: with max_retrievals auto, the first ask loads the hop model.
@@ -36,6 +38,7 @@ async def ask(body: AskRequest, request: Request, state: State, index: IndexDep)
                 body.k,
                 agent.max_retrievals,
                 admission,
+                agent.max_answer_chars,
             ),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},

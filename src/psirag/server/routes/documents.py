@@ -1,6 +1,7 @@
-"""``GET/POST /documents``, ``DELETE /documents/{id}``, ``GET /jobs/{id}`` and
-``POST /jobs/{id}/retry``: the documents of the index (paged, sorted, filtered, each with its
-status) and the background jobs that add or remove them (on the living index)."""
+"""``GET/POST /documents``, ``DELETE /documents/{id}``, ``GET /sources``, ``POST /sync``,
+``GET /jobs/{id}`` and ``POST /jobs/{id}/retry``: the documents of the index (paged, sorted,
+filtered, each with its status) and the background jobs that add or remove them (on the living
+index)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from psirag.server.errors import (
     field_errors,
     is_json_error,
 )
-from psirag.server.models import AddDocumentRequest
+from psirag.server.models import AddDocumentRequest, SyncRequest
 from psirag.server.uploads import UPLOAD_TYPES, UploadedFile, document_to_json, read_uploads
 
 router = APIRouter(tags=["documents"])
@@ -99,6 +100,66 @@ async def remove_document(doc_id: str, state: State, index: IndexDep) -> dict[st
         raise NotFoundError(f"document {doc_id!r} is not in this index (see GET /documents)")
     doc_id = found[0]
     job = state.jobs.submit("remove", documents=[{"id": doc_id, "title": ""}], payload=[doc_id])
+    return {"job": job.to_dict()}
+
+
+@router.get("/sources")
+async def sources(generation: CurrentGeneration) -> dict[str, Any]:
+    """Where each document read from a file came from (``{"path", "sha256"}`` by document id):
+    what ``psirag sync --server`` compares the files with; with the document count and the
+    drift report (what a sync that changes nothing prints)."""
+    index = generation.index
+    return {
+        "generation": generation.number,
+        "saved_generation": generation.saved,
+        "documents": len(index.documents),
+        "sources": dict(index.data.sources),
+        "drift": index.drift(),
+    }
+
+
+@router.post("/sync", status_code=202)
+async def sync(request: Request, state: State, index: IndexDep) -> dict[str, Any]:
+    """Remove the documents ``remove`` and add ``documents`` as one background job (one new
+    generation): what ``psirag sync --server`` sends. Documents come as the client's loaders
+    read them, with the ``path`` and ``sha256`` of their file."""
+    if not callable(getattr(index, "update", None)):
+        raise NotImplementedYetError(
+            "syncing needs the living index (Index.update), which this psirag version does not "
+            "have; rebuild the index with `psirag index` instead"
+        )
+    try:
+        body = SyncRequest.model_validate_json(await request.body())
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False, include_input=False)
+        if is_json_error(errors):
+            raise InputError(
+                f'{NOT_JSON}: send JSON {{"remove": [ids], "documents": [{{"id", "text", ...}}]}}'
+            ) from None
+        raise InputError(field_errors(errors)[0]) from None
+    remove, missing = match(body.remove, index.documents)
+    if missing:
+        raise NotFoundError(
+            f"document(s) {', '.join(repr(m) for m in missing[:3])} not in this index (see "
+            "GET /sources); nothing was changed"
+        )
+    if not (remove or body.documents):
+        raise InputError("nothing to sync: give documents to remove or to add")
+    taken = set(index.documents) - set(remove)
+    clash = [d.id for d in body.documents if d.id in taken]
+    if clash:
+        raise InputError(
+            f"document {clash[0]!r} is already indexed and not removed by this sync; remove it "
+            "in the same request, or send it under another id"
+        )
+    added_ids = {d.id for d in body.documents}
+    listed = [{"id": d.id, "title": d.title} for d in body.documents]
+    listed += [{"id": d, "title": "", "action": "remove"} for d in remove if d not in added_ids]
+    job = state.jobs.submit(
+        "sync",
+        documents=listed,
+        payload={"remove": remove, "documents": [d.model_dump() for d in body.documents]},
+    )
     return {"job": job.to_dict()}
 
 

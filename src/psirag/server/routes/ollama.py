@@ -4,9 +4,12 @@ object with ``"stream": false``), for chat front ends and tools that speak Ollam
 
 The models are the ones ``/v1/models`` lists (``psirag`` and the index's name; ``:latest`` is
 accepted); any other name is 404. As on the OpenAI route, the agent answers the last user
-message; its live output streams as ``thinking`` (unless ``"think": false``), then the reply
-as ``content`` (``response`` for generate) once the answer is accepted. The final object adds
-psirag's ``citations`` and ``evidence``.
+message; its live output streams as ``thinking`` (unless ``"think": false``), and the answer
+as ``content`` (``response`` for generate) while the model writes it, then the rest of the
+reply; an answer the agent did not accept is followed by a line with ``psirag_revised: true``
+and the revision mark, then the whole reply, as on the OpenAI route
+(:mod:`psirag.server.answer_stream`). The final object adds psirag's ``citations`` and
+``evidence``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from starlette.background import BackgroundTask
 from psirag import __version__
 from psirag.agent.loop import AgentResult
 from psirag.index import Index
+from psirag.server.answer_stream import REVISED, AnswerTap
 from psirag.server.deps import IndexDep, State
 from psirag.server.models import AskRequest, ChatMessage, OllamaChatRequest, OllamaGenerateRequest
 from psirag.server.openai_api import (
@@ -133,17 +137,22 @@ async def _answer(
     admission, stream = chat_stream(state, agent, question)
 
     async def lines() -> AsyncIterator[bytes]:
-        thinking = ThinkingText()
+        thinking, tap = ThinkingText(), AnswerTap(agent.max_answer_chars)
         async for kind, data in stream:
             if kind == "keepalive":
                 yield line(frame("", "", False))
-            elif kind == "token" and think:
-                yield line(frame("", thinking.piece(*data), False))
+            elif kind == "token":
+                answer = tap.feed(*data)
+                if think or answer:
+                    yield line(frame(answer, thinking.piece(*data) if think else "", False))
             elif kind == "error":  # the stream has started: the error is its last line
                 yield line({"error": error_document(data)["error"]["message"]})
                 return
             elif kind == "result":
-                for piece in reply_pieces(reply_of(data, body.k)[0]):
+                rest, revised = tap.finish(reply_of(data, body.k)[0])
+                if revised:
+                    yield line({**frame(REVISED, "", False), "psirag_revised": True})
+                for piece in reply_pieces(rest):
                     yield line(frame(piece, "", False))
                 yield line(last(data, ""))
 

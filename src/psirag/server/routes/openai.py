@@ -3,8 +3,12 @@ streamed). The conversation handling lives in :mod:`psirag.server.openai_api`.
 
 A streamed chat sends the model's output as it is written, as ``reasoning_content`` deltas
 (the agent's working: its thoughts and sub-questions, which chat front ends show as
-"thinking"), then the reply itself as ``content`` deltas once the agent has accepted the
-answer, so the streamed ``content`` is exactly the non-streamed reply.
+"thinking"), and the answer as ``content`` deltas while the model writes it; when the episode
+ends, the rest of the reply (the ``[n]`` markers, the sources). When the agent did not accept
+the answer that had begun to stream, the chunk that says so has ``psirag_revised: true`` and
+the content :data:`psirag.server.answer_stream.REVISED`, then the whole reply follows: the
+reply is the ``content`` after the last revision mark, and equals the non-streamed reply
+(:mod:`psirag.server.answer_stream`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from starlette.background import BackgroundTask
 
 from psirag.agent.loop import AgentResult
 from psirag.errors import InputError
+from psirag.server.answer_stream import REVISED, AnswerTap
 from psirag.server.deps import IndexDep, State
 from psirag.server.models import AskRequest, ChatRequest
 from psirag.server.openai_api import (
@@ -121,19 +126,24 @@ async def chat(body: ChatRequest, request: Request, state: State, index: IndexDe
 
     async def events() -> AsyncIterator[bytes]:
         yield chunk({"role": "assistant", "content": ""})
-        thinking = ThinkingText()
+        thinking, tap = ThinkingText(), AnswerTap(agent.max_answer_chars)
         async for kind, data in stream:
             if kind == "keepalive":
                 yield b": working\n\n"
             elif kind == "token":
                 yield chunk({"reasoning_content": thinking.piece(*data)})
+                if answer := tap.feed(*data):
+                    yield chunk({"content": answer})
             elif kind == "error":  # the stream has started: the error goes in an event
                 yield event(error_document(data))
                 yield b"data: [DONE]\n\n"
                 return
             elif kind == "result":
                 text, payload = reply_of(data, body.k)
-                for piece in reply_pieces(text):
+                rest, revised = tap.finish(text)
+                if revised:
+                    yield chunk({"content": REVISED}, psirag_revised=True)
+                for piece in reply_pieces(rest):
                     yield chunk({"content": piece})
                 yield chunk({}, "stop", **payload)
                 if include_usage:

@@ -443,6 +443,26 @@ $("#ask-form").addEventListener("submit", async (e) => {
             live.textContent = "";
           }
           live.textContent += data.text;
+        } else if (event === "answer_token") {
+          // the answer as the model writes it: a draft until the answer event replaces it
+          if (!answer.querySelector("#ask-draft")) {
+            answer.replaceChildren(
+              el("h3", { text: "Answer (being written)" }),
+              el("p", { id: "ask-draft", class: "answer-text draft", "aria-live": "polite" }),
+            );
+            answer.hidden = false;
+          }
+          $("#ask-draft").textContent += data.text;
+          // below the steps (and the model's live text, which grows above it): keep it in view
+          answer.scrollIntoView({ block: "nearest" });
+        } else if (event === "answer_revised") {
+          // the agent turned the draft down: the answer it accepts follows
+          const draft = $("#ask-draft");
+          if (draft) {
+            draft.textContent = "";
+            draft.dataset.revised = "true";
+            answer.querySelector("h3").textContent = "Answer (revised after checking the documents)";
+          }
         } else if (event === "step") {
           count += 1;
           steps.insertBefore(renderStep(data, count), waiting);
@@ -532,6 +552,7 @@ function renderAnswer(result) {
     details.append(list);
     box.append(details);
   }
+  text.scrollIntoView({ block: "nearest" }); // the answer sits below the steps
 }
 
 // ------------------------------------------------------------------ documents
