@@ -40,10 +40,12 @@ def worker(n: int) -> dict[str, Any]:
     from psirag.ingest import Document
 
     peak = [0.0]
+    lock = threading.Lock()  # a stage's reset must not race a sample of the stage before
 
     def sample() -> None:
         while True:
-            peak[0] = max(peak[0], current_rss_mib())
+            with lock:
+                peak[0] = max(peak[0], current_rss_mib())
             time.sleep(0.05)
 
     threading.Thread(target=sample, daemon=True).start()
@@ -51,6 +53,10 @@ def worker(n: int) -> dict[str, Any]:
     state: dict[str, Any] = {}
 
     def stage(name: str | None) -> None:
+        with lock:
+            stage_locked(name)
+
+    def stage_locked(name: str | None) -> None:
         now = time.perf_counter()
         rss = current_rss_mib()
         if state:
