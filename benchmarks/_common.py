@@ -329,8 +329,12 @@ def synthetic_texts(
     vocab = np.array(pool[shared_vocab:]).reshape(clusters, vocab_per_cluster)
     n = labels.size
     topical = rng.random((n, words_per_text)) < topical_share
-    own = vocab[labels[:, None], rng.integers(0, vocab_per_cluster, (n, words_per_text))]
-    common = shared[rng.integers(0, shared_vocab, (n, words_per_text))]
-    words = np.where(topical, own, common)
-    texts = [" ".join(row) for row in words.tolist()]
+    own_at = rng.integers(0, vocab_per_cluster, (n, words_per_text))
+    common_at = rng.integers(0, shared_vocab, (n, words_per_text))
+    texts: list[str] = []
+    for lo in range(0, n, 50_000):  # string arrays a batch at a time (GiBs at 1M rows)
+        rows = slice(lo, lo + 50_000)
+        own = vocab[labels[rows, None], own_at[rows]]
+        words = np.where(topical[rows], own, shared[common_at[rows]])
+        texts.extend(" ".join(row) for row in words.tolist())
     return texts, vocab.tolist()

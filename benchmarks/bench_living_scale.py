@@ -15,8 +15,12 @@ the bytes that save wrote. Per-stage seconds are the update summary's own timers
 runs the same script against another checkout's sources (``git archive <commit> src | tar -x``),
 for an old-versus-new table in one run.
 
+``--build-only`` stops after the build (the 1M memory figure). Every run samples the build's
+RSS every 50 ms and reports each stage's peak (``build_stage_peak_mib``: the stages' own timers
+cut the samples into stages; "other" is what falls between them).
+
 Usage: nice python benchmarks/bench_living_scale.py [--sizes 20000 200000] [--src DIR]
-       [--label new] [--out living_scale.json]
+       [--label new] [--out living_scale.json] [--build-only]
 (``BENCH_SAVES_ONLY=1``: only the build and the saves, loads and bytes written: no in-memory
 update timings.) After the CLI-like add, a second add and a removal go through load + save
 too, and ``psirag compact`` (where the sources have it) is timed with the bytes it writes.
@@ -32,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -151,7 +156,45 @@ def _compact(folder: Path) -> dict[str, Any] | None:
     }
 
 
-def worker(n: int) -> dict[str, Any]:
+class RssSampler:
+    """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs."""
+
+    def __init__(self, every: float = 0.05) -> None:
+        from _common import current_rss_mib
+
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+
+        def run() -> None:
+            while not self._stop.is_set():
+                self.samples.append((time.perf_counter(), current_rss_mib()))
+                self._stop.wait(every)
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def stage_peaks(self, start: float, seconds: dict[str, float]) -> dict[str, float]:
+        """Peak RSS per stage, the stages laid end to end from ``start`` by their timers in
+        build order (a stage's untimed gaps count as "other")."""
+        bounds = []
+        t = start
+        for name, secs in seconds.items():
+            bounds.append((name, t, t + secs))
+            t += secs
+        peaks: dict[str, float] = {}
+        for at, mib in self.samples:
+            if at < start:
+                continue
+            name = next((b[0] for b in bounds if b[1] <= at < b[2]), "other")
+            peaks[name] = max(peaks.get(name, 0.0), mib)
+        return {k: round(v, 1) for k, v in peaks.items()}
+
+
+def worker(n: int, build_only: bool = False) -> dict[str, Any]:
     from _common import current_rss_mib, peak_rss_mib
 
     from psirag import Index, IndexConfig
@@ -170,13 +213,21 @@ def worker(n: int) -> dict[str, Any]:
     emb = LoopbackHashEmbedder()
     out: dict[str, Any] = {"n": n}
     before = current_rss_mib()
+    del texts
     with single_thread_blas():
+        sampler = RssSampler()
         t0 = time.perf_counter()
         index = Index.build(docs, IndexConfig(), embedder=emb)
         out["build_seconds"] = round(time.perf_counter() - t0, 3)
+        sampler.stop()
         out["build_stages"] = {k: round(v, 3) for k, v in index.stats.seconds.items()}
         out["peak_rss_build_mib"] = round(peak_rss_mib(), 1)
         out["rss_before_mib"] = round(before, 1)
+        out["build_stage_peak_mib"] = sampler.stage_peaks(t0, index.stats.seconds)
+        out["rss_after_build_mib"] = round(current_rss_mib(), 1)
+        if build_only:
+            out["peak_rss_mib"] = round(peak_rss_mib(), 1)
+            return out
         in_memory = os.environ.get("BENCH_SAVES_ONLY") != "1"
         # the saved path first, as a user runs it: `psirag index`, then `psirag add` (load +
         # add + save) and so on; the in-memory updates below would otherwise have used up the
@@ -299,10 +350,11 @@ def main() -> None:
     p.add_argument("--src", type=Path, default=None, help="sources to run (default: this repo)")
     p.add_argument("--label", default="new")
     p.add_argument("--out", default="living_scale.json")
+    p.add_argument("--build-only", action="store_true", help="stop after the build")
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker is not None:
-        print(json.dumps(worker(args.worker)))
+        print(json.dumps(worker(args.worker, args.build_only)))
         return
     src = (args.src or HERE.parent / "src").resolve()
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
@@ -310,7 +362,8 @@ def main() -> None:
     for n in args.sizes:
         t0 = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(n)],
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(n)]
+            + (["--build-only"] if args.build_only else []),
             env=env,
             capture_output=True,
             text=True,

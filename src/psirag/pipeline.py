@@ -20,6 +20,7 @@ import numpy as np
 from psirag.config import EXACT_DENSE_LEAVES, IndexConfig
 from psirag.embed import Embedder, finalize_vectors, load_embedder
 from psirag.errors import InputError
+from psirag.heap import give_back_freed_memory
 from psirag.index_data import BuildStats, IndexData, fresh_lineage
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
@@ -366,6 +367,7 @@ def build_index_data(
     t0 = time.perf_counter()
     embedded = embed_chunks(chunks, embedder, progress=progress, batch=batch)
     seconds["embedding"] = time.perf_counter() - t0
+    give_back_freed_memory()
     if embedded.truncated:
         say(
             f"warning: {embedded.truncated:,} of {len(chunks):,} chunks are longer than the "
@@ -382,6 +384,7 @@ def build_index_data(
         bucket_runner=batch.bucket_runner() if batch is not None else None,
     )
     seconds["tree"] = time.perf_counter() - t0
+    give_back_freed_memory()
 
     leaf_texts = [c.text for c in chunks]
     t0 = time.perf_counter()
@@ -389,6 +392,7 @@ def build_index_data(
         llm = batch.llm_client(llm)
     abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
     seconds["abstracts"] = time.perf_counter() - t0
+    give_back_freed_memory()
 
     t0 = time.perf_counter()
     node_vectors = routing_vectors(

@@ -24,8 +24,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
 
 from psirag.abstracts.phrase_model import MAX_NGRAM, STOPWORDS, PhraseInfo, Phrases
+from psirag.heap import give_back_freed_memory
 from psirag.retrieval.ranking import top_k
 from psirag.tree.model import Tree
 
@@ -54,6 +56,15 @@ at most four "Mount ..." per "Mount Etna", "American Film Institute" never repla
 
 THEME_MIN_COVERAGE = 0.5
 """An entity covering at least this share of a node's leaves is shown among the broad themes."""
+
+_SCORE_CHUNK = 1 << 21
+"""A node with more phrases than this is scored a slice at a time, each slice keeping only its
+candidates for the ranked lists: a near-root node of a 1M-leaf corpus holds tens of millions
+of phrases, and a dozen float arrays of that length were the build's peak memory."""
+
+_PRODUCT_BUDGET = 1 << 24
+"""Phrase entries (leaf rows summed) of the node rows one sparse product makes: the node x
+phrase counts of a whole tree repeat each leaf's phrases once per ancestor."""
 
 
 def format_abstract(phrases: Iterable[str]) -> str:
@@ -106,6 +117,8 @@ def keyword_abstracts(
     elif table.n_leaves != n_leaves:
         raise ValueError(f"a phrase table of {table.n_leaves} leaves for {n_leaves} leaves")
     phrases = table.phrases()
+    if nodes is None:
+        give_back_freed_memory()  # the layout's temporaries, before the products
     if phrases.pid_of.size == 0:
         return [[] for _ in range(targets.size)]
 
@@ -118,13 +131,20 @@ def keyword_abstracts(
     leaf_counts = np.diff(membership.indptr)  # a membership row marks each leaf once
     global_df = phrases.df
     whole = leaf_counts == n_leaves
-    part = np.flatnonzero(~whole)
-    if nodes is None:  # every node: one sparse product
-        node_df = (membership[part] @ phrases.leaf_pid).tocsr()
-        sub_of = np.full(rows.size, -1, dtype=np.int64)
-        sub_of[part] = np.arange(part.size)
+    col_of = phrases.col_of
+    # children grouped under each parent, so the parent's row is scattered once
+    order = np.argsort(tree.parent[targets], kind="stable")
+    ordered = targets[order]
+    if nodes is None:  # every node: sparse products, a block of parent groups at a time
+        blocks = _product_blocks(tree, ordered, row_of, membership, whole, phrases.lp_ptr)
+        leaf_pid = sp.csr_matrix(
+            (np.ones(phrases.lp_pid.size, dtype=np.int8), phrases.lp_pid, phrases.lp_ptr),
+            shape=(n_leaves, phrases.key.size),
+        )
         sub_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     else:  # a few nodes (an update): each from its own leaves' rows, no corpus-wide matrix
+        blocks = [ordered.size]
+        part = np.flatnonzero(~whole)
         sub_rows = {
             int(a): phrases.node_counts(
                 membership.indices[membership.indptr[a] : membership.indptr[a + 1]]
@@ -135,20 +155,20 @@ def keyword_abstracts(
     if whole.any():
         every = np.flatnonzero(global_df > 0)
         every_rows.append((every, global_df[every]))
-    col_of = phrases.col_of
+    block: dict[int, int] = {}
+    node_df = None
 
     def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
         if whole[a]:
             return every_rows[0]
         if nodes is not None:
             return sub_rows[a]
-        b = int(sub_of[a])
+        assert node_df is not None
+        b = block[a]
         lo, hi = node_df.indptr[b], node_df.indptr[b + 1]
         return node_df.indices[lo:hi], node_df.data[lo:hi]
 
-    # children grouped under each parent, so the parent's row is scattered once
-    order = np.argsort(tree.parent[targets], kind="stable")
-    scratch = np.zeros(col_of.size, dtype=np.float64) if nodes is None else None
+    scratch = np.zeros(col_of.size, dtype=np.int32) if nodes is None else None
     done: dict[int, list[str]] = {}
     bar = None
     if progress:
@@ -157,45 +177,177 @@ def keyword_abstracts(
         bar = tqdm(total=int(targets.size), desc="keyword abstracts", unit="node")
     current = -2
     parent_pids = np.empty(0, dtype=np.int64)
+    start = 0
     with _collector_paused():  # many small objects; a full pass over a big heap is slow
-        for u in targets[order].tolist():
-            p = int(tree.parent[u])
-            if p != current:
+        for stop in blocks:
+            chunk = ordered[start:stop].tolist()
+            start = stop
+            if nodes is None:
+                needed = _block_rows(tree, chunk, row_of, whole)
+                block = {a: i for i, a in enumerate(needed.tolist())}
+                # the block before's parent row is not read again: let its products go, and
+                # the per-phrase memos its nodes filled (a 1M-leaf build offers millions)
+                _forget(phrases)
+                give_back_freed_memory()
                 if scratch is not None:
-                    scratch[parent_pids] = 0.0
-                if p >= 0:
-                    parent_pids, pdata = node_row(int(row_of[p]))
+                    scratch[parent_pids] = 0
+                current, parent_pids = -2, np.empty(0, dtype=np.int64)
+                node_df = None
+                node_df = (membership[needed] @ leaf_pid).tocsr()
+            for u in chunk:
+                p = int(tree.parent[u])
+                if p != current:
                     if scratch is not None:
-                        scratch[parent_pids] = pdata
-                else:
-                    parent_pids = np.empty(0, dtype=np.int64)
-                current = p
-            pids, data = node_row(int(row_of[u]))
-            cols = col_of[pids]
-            kept = cols >= 0
-            pids, cols = pids[kept], cols[kept]
-            df_u = data[kept].astype(np.float64)
-            n_u = float(leaf_counts[row_of[u]])
-            if bar is not None:
-                bar.update(1)
-            if pids.size == 0 or n_u == 0:
-                done[u] = []
-                continue
-            if p >= 0:
-                # a parent's row holds every phrase of its child's (sorted when read per node)
-                if scratch is not None:
-                    df_p = scratch[pids]
-                else:
-                    df_p = pdata[parent_pids.searchsorted(pids)]
-                n_p = float(leaf_counts[row_of[p]])
-            else:  # a root: compare with the rest of the corpus (nothing, for a single tree)
-                df_p = global_df[pids]
-                n_p = float(n_leaves)
-            idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[pids])) + 1.0
-            done[u] = _node_phrases(phrases, pids, cols, df_u, n_u, df_p, n_p, idf_u, max_phrases)
+                        scratch[parent_pids] = 0
+                    if p >= 0:
+                        parent_pids, pdata = node_row(int(row_of[p]))
+                        if scratch is not None:
+                            scratch[parent_pids] = pdata
+                    else:
+                        parent_pids = np.empty(0, dtype=np.int64)
+                    current = p
+                pids, data = node_row(int(row_of[u]))
+                n_u = float(leaf_counts[row_of[u]])
+                if bar is not None:
+                    bar.update(1)
+                # a root compares with the rest of the corpus (nothing, for a single tree)
+                n_p = float(leaf_counts[row_of[p]]) if p >= 0 else float(n_leaves)
+                parts = []
+                n_multi = 0
+                for lo in range(0, max(pids.size, 1), _SCORE_CHUNK):
+                    c_pids, c_data = pids[lo : lo + _SCORE_CHUNK], data[lo : lo + _SCORE_CHUNK]
+                    cols = col_of[c_pids]
+                    kept = cols >= 0
+                    c_pids, cols = c_pids[kept], cols[kept]
+                    df_u = c_data[kept].astype(np.float64)
+                    if p >= 0:
+                        # a parent's row holds every phrase of its child's (sorted when read
+                        # per node)
+                        if scratch is not None:
+                            df_p = scratch[c_pids]
+                        else:
+                            df_p = pdata[parent_pids.searchsorted(c_pids)]
+                    else:
+                        df_p = global_df[c_pids]
+                    idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
+                    arrays = (c_pids, cols, df_u, df_p, idf_u)
+                    if pids.size > _SCORE_CHUNK and c_pids.size:  # a big node: keep candidates
+                        n_multi += int(np.count_nonzero(phrases.words[c_pids] > 1))
+                        at = _candidates(phrases, arrays, n_u, n_p, max_phrases)
+                        arrays = tuple(a[at] for a in arrays)
+                    parts.append(arrays)
+                node = tuple(np.concatenate(a) for a in zip(*parts, strict=True))
+                if node[0].size == 0 or n_u == 0:
+                    done[u] = []
+                    continue
+                c_pids, cols, df_u, df_p, idf_u = node
+                done[u] = _node_phrases(
+                    phrases,
+                    c_pids,
+                    cols,
+                    df_u,
+                    n_u,
+                    df_p,
+                    n_p,
+                    idf_u,
+                    max_phrases,
+                    n_multi=n_multi if pids.size > _SCORE_CHUNK else None,
+                )
+    node_df = None
+    _forget(phrases)
     if bar is not None:
         bar.close()
     return [done[u] for u in targets.tolist()]
+
+
+def _product_blocks(
+    tree: Tree,
+    ordered: np.ndarray,
+    row_of: dict[int, int],
+    membership: sp.csr_matrix,
+    whole: np.ndarray,
+    lp_ptr: np.ndarray,
+) -> list[int]:
+    """Ends (in ``ordered``, nodes grouped by parent) of blocks of whole parent groups whose
+    rows and parents' rows hold about :data:`_PRODUCT_BUDGET` leaf phrase entries each."""
+    lp_len = np.diff(lp_ptr).astype(np.int64)
+    row_cost = np.where(whole, 0, membership @ lp_len)
+    if ordered.size == 0:
+        return []
+    par = tree.parent[ordered]
+    cost = row_cost[[row_of[u] for u in ordered.tolist()]]
+    starts = np.concatenate(([0], np.flatnonzero(par[1:] != par[:-1]) + 1))
+    group_cost = np.add.reduceat(cost, starts)
+    ends = np.append(starts[1:], ordered.size).tolist()
+    group_parent = par[starts].tolist()
+    blocks: list[int] = []
+    used = block_end = 0
+    for end, p, c in zip(ends, group_parent, group_cost.tolist(), strict=True):
+        c += int(row_cost[row_of[p]]) if p >= 0 else 0
+        if used and used + c > _PRODUCT_BUDGET:
+            blocks.append(block_end)
+            used = 0
+        used += c
+        block_end = end
+    blocks.append(ordered.size)
+    return blocks
+
+
+def _block_rows(
+    tree: Tree, chunk: list[int], row_of: dict[int, int], whole: np.ndarray
+) -> np.ndarray:
+    """The rows a block reads: its nodes' and their parents' (not a node over every leaf)."""
+    nodes = np.asarray(chunk, dtype=np.int64)
+    parents = tree.parent[nodes]
+    wanted = np.concatenate([nodes, parents[parents >= 0]])
+    rows = np.unique(np.fromiter((row_of[int(a)] for a in wanted), dtype=np.int64))
+    return rows[~whole[rows]]
+
+
+def _candidates(
+    phrases: Phrases,
+    arrays: tuple[np.ndarray, ...],
+    n_u: float,
+    n_p: float,
+    max_phrases: int,
+) -> np.ndarray:
+    """Positions in a slice of a node's phrases of those that can be picked: the union of the
+    slice's best of every ranked list :func:`_node_phrases` reads (the best of a list over the
+    node are among the best of their own slice)."""
+    pids, cols, df_u, df_p, idf = arrays
+    _, _, theme, specific = _scores(df_u, n_u, df_p, n_p, idf)
+    pool = CANDIDATE_POOL * max_phrases
+    multi = phrases.words[pids] > 1
+    shared = df_u >= min(2.0, n_u)
+    lists = (
+        _top(theme, np.flatnonzero(shared), cols, pool),
+        _top(specific, np.flatnonzero(phrases.entity[pids]), cols, pool),
+        _top(theme, None, cols, pool),
+        _top(theme, np.flatnonzero(multi), cols, pool),
+    )
+    return np.unique(np.concatenate(lists))
+
+
+def _scores(
+    df_u: np.ndarray, n_u: float, df_p: np.ndarray, n_p: float, idf: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Coverage, distinctiveness, theme and specific scores of a node's phrases."""
+    cov = df_u / n_u
+    n_rest = n_p - n_u
+    cov_rest = (df_p - df_u) / n_rest if n_rest > 0 else np.zeros_like(cov)
+    dist = (cov / (cov + cov_rest)) ** DIST_POWER
+    weight = idf * dist
+    theme = cov * weight
+    specific = np.sqrt(cov) * weight
+    return cov, dist, theme, specific
+
+
+def _forget(phrases: Phrases) -> None:
+    """Drop the per-phrase memos scoring filled (what the duplicate rules read, shown
+    texts): they only save time while siblings share phrases, and would otherwise live as
+    long as the index."""
+    phrases.__dict__.pop("info", None)
+    phrases._surface.clear()
 
 
 @contextlib.contextmanager
@@ -223,17 +375,15 @@ def _node_phrases(
     n_p: float,
     idf: np.ndarray,
     max_phrases: int,
+    *,
+    n_multi: int | None = None,
 ) -> list[str]:
     """Score one node's phrases (vectorised) and pick a deduplicated, ordered list.
 
-    ``pids``: the node's phrases; ``cols``: their columns (score ties go to the lower one)."""
-    cov = df_u / n_u
-    n_rest = n_p - n_u
-    cov_rest = (df_p - df_u) / n_rest if n_rest > 0 else np.zeros_like(cov)
-    dist = (cov / (cov + cov_rest)) ** DIST_POWER
-    weight = idf * dist
-    theme = cov * weight
-    specific = np.sqrt(cov) * weight
+    ``pids``: the node's phrases; ``cols``: their columns (score ties go to the lower one);
+    ``n_multi``: how many of the node's phrases are multi-word, when ``pids`` holds only its
+    candidates (:func:`_candidates`)."""
+    cov, dist, theme, specific = _scores(df_u, n_u, df_p, n_p, idf)
     multi = phrases.words[pids] > 1
 
     pool = CANDIDATE_POOL * max_phrases
@@ -242,7 +392,8 @@ def _node_phrases(
     specific_at = _top(specific, np.flatnonzero(phrases.entity[pids]), cols, pool)
     fill_at = _top(theme, None, cols, pool)
     multi_at = _top(theme, np.flatnonzero(multi), cols, pool)
-    n_multi = int(np.count_nonzero(multi))
+    if n_multi is None:
+        n_multi = int(np.count_nonzero(multi))
     need_multi = min(n_multi, math.ceil(max_phrases / 2))
     picker = _Picker(phrases.info, df_u, max_phrases, need_multi)
     n_broad = math.ceil(max_phrases * BROAD_SHARE)

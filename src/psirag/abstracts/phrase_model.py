@@ -87,10 +87,9 @@ class Phrases:
     lp_pid: np.ndarray  # the distinct phrases of each leaf, leaf by leaf
     col_of: np.ndarray  # n_pids: column of a kept phrase, -1 otherwise
     pid_of: np.ndarray  # n_columns: the phrase of each column
-    df: np.ndarray  # n_pids: leaves holding each phrase (float64)
+    df: np.ndarray  # n_pids: leaves holding each phrase (int32)
     key: np.ndarray  # n_pids: packed stem ids, the phrase's identity
-    stem_ids: np.ndarray  # n_pids x 3 stem ids (-1 pad)
-    content_ids: np.ndarray  # n_pids x 3: the stems of words that are not stopwords, else -1
+    is_stop: np.ndarray  # per surface token id, bool: a stopword
     surface_ids: np.ndarray  # n_pids x 3 surface token ids of the shown form (-1 pad)
     words: np.ndarray  # n_pids: number of words
     entity: np.ndarray  # n_pids, bool: every content word capitalised
@@ -133,6 +132,18 @@ class Phrases:
             return at, counts[at].astype(np.float64)
         at, counts = np.unique(pids, return_counts=True)
         return at.astype(np.int64), counts.astype(np.float64)
+
+    @cached_property
+    def stem_ids(self) -> np.ndarray:
+        """n_pids x 3 stem ids (-1 pad), unpacked from :attr:`key` on first use (the scorer
+        reads a phrase's own, :class:`PhraseInfo`)."""
+        return unpack_keys(self.key).astype(np.int32)
+
+    @cached_property
+    def content_ids(self) -> np.ndarray:
+        """n_pids x 3: the stems of the shown form's words that are not stopwords, else -1."""
+        stop = np.append(self.is_stop, True)[self.surface_ids]
+        return np.where(stop, -1, self.stem_ids).astype(np.int32)
 
     @cached_property
     def info(self) -> PhraseInfo:
@@ -184,15 +195,23 @@ class PhraseInfo(dict[int, tuple[Any, ...]]):
 
     def __missing__(self, pid: int) -> tuple[Any, ...]:
         ph = self.phrases
-        s0, s1, s2 = ph.stem_ids[pid].tolist()
+        key = int(ph.key[pid])
+        mask = (1 << PACK_BITS) - 1
         shift = 2 * PACK_BITS
+        stems = [((key >> (PACK_BITS * (MAX_NGRAM - 1 - j))) & mask) - 1 for j in range(3)]
+        s0, s1, s2 = stems
+        stop = ph.is_stop
+        content = [
+            s if t >= 0 and not stop[t] else -1
+            for s, t in zip(stems, ph.surface_ids[pid].tolist(), strict=True)
+        ]
         got = (
             3 - (s1 < 0) - (s2 < 0),
-            int(ph.key[pid]),
+            key,
             s0,
             ((s0 + 1) << shift) | ((s1 + 1) << PACK_BITS),
             ((s1 + 1) << shift) | ((s2 + 1) << PACK_BITS),
-            ph.content_ids[pid].tolist(),
+            content,
             bool(ph.entity[pid]),
         )
         self[pid] = got

@@ -43,6 +43,7 @@ from psirag.abstracts.phrase_model import (
     unpack_keys,
 )
 from psirag.errors import IndexFormatError
+from psirag.heap import give_back_freed_memory
 
 __all__ = ["PhraseTable"]
 
@@ -59,7 +60,31 @@ DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_ra
 """Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
 arrays add up to, so the first update after a load does not sort the corpus to derive them."""
 
+BUILD_BATCH = 20_000
+"""Leaves a build extracts at a time: a single pass over a 1M-leaf corpus held every token and
+candidate occurrence of the corpus at once, several times the finished table."""
+
+_LAYOUT_BLOCK = 1 << 18
+"""Phrases a layout unpacks and flags at a time (each step makes n x 3 int64 temporaries)."""
+
 _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
+
+
+_ID_ARRAYS = ("lw", "ls_cnt", "lp_pid")
+"""Per-leaf arrays of ids and counts, held (and saved) as int32."""
+
+_DERIVED_IDS = ("p_sorted", "p_df", "s_cnt", "s_pid")
+"""Corpus-level phrase ids and counts, held as int32 after a build or a load (a phrase's
+leaves and a form's occurrences stay far below 2**31 in any corpus a machine holds)."""
+
+
+def _ints(x: Any, *, small: bool) -> np.ndarray:
+    """A saved array as int64, or as it is when it is int32 and ``small`` (no copy: a loaded
+    array stays memory-mapped)."""
+    x = np.asarray(x)
+    if small and x.dtype == np.int32:
+        return x
+    return x.astype(np.int64, copy=False)
 
 
 def _ptr(row_of_entry: np.ndarray, n_rows: int) -> np.ndarray:
@@ -332,14 +357,56 @@ class PhraseTable:
     # ------------------------------------------------------------------ making one
     @classmethod
     def build(cls, leaf_texts: Sequence[str]) -> PhraseTable:
-        """The table of a corpus, extracted in one pass."""
+        """The table of a corpus, extracted :data:`BUILD_BATCH` leaves at a time (the same
+        table a single pass gives: phrase ids are numbered by key at the end)."""
         none = np.empty(0, dtype=np.int64)
+        ids = np.empty(0, dtype=np.int32)
         zero = np.zeros(1, dtype=np.int64)
-        empty = cls([], zero, none, zero, none, none, zero, none, none)
-        empty._cache["derived"] = _Derived(
-            _Vocab.empty(), none, none, none, none, none, none, none, 0
+        table = cls([], zero, ids, zero, none, ids, zero, ids, none)
+        table._cache["derived"] = _Derived(_Vocab.empty(), ids, ids, none, ids, ids, none, none, 0)
+        if len(leaf_texts) <= BUILD_BATCH:
+            return table.add(leaf_texts)
+        for lo in range(0, len(leaf_texts), BUILD_BATCH):
+            table = table.add(leaf_texts[lo : lo + BUILD_BATCH])
+            give_back_freed_memory()  # the batch's temporaries
+        table = table._numbered_by_key()
+        give_back_freed_memory()
+        return table
+
+    def _numbered_by_key(self) -> PhraseTable:
+        """This table with its phrase ids renumbered in key order, as a single extraction
+        numbers them (a build that added its leaves in batches numbered them batch by batch);
+        each leaf's phrase list is sorted again, a batch of leaves at a time. In place, one
+        array at a time: only for the table a build is making, which nothing else holds."""
+        d = self._cache.pop("derived", None) or self._derive()
+        n_p = self.p_key.size
+        order = d.p_sorted
+        new_of = np.empty(n_p, dtype=np.int32 if n_p < 2**31 else np.int64)
+        new_of[order] = np.arange(n_p, dtype=new_of.dtype)
+        lp_pid = self.lp_pid
+        for lo in range(0, self.n_leaves, BUILD_BATCH):
+            ptr = self.lp_ptr[lo : lo + BUILD_BATCH + 1]
+            a, b = int(ptr[0]), int(ptr[-1])
+            key = _rows(ptr - a) * max(n_p, 1) + new_of[lp_pid[a:b]]
+            key.sort()
+            lp_pid[a:b] = key % max(n_p, 1)
+        for by_pid in (self.p_key, d.p_df, d.p_best):
+            by_pid[:] = by_pid[order]
+        d.s_pid[:] = new_of[d.s_pid]
+        d.p_sorted[:] = np.arange(n_p, dtype=d.p_sorted.dtype)
+        table = PhraseTable(
+            self.words,
+            self.lw_ptr,
+            self.lw,
+            self.ls_ptr,
+            self.ls_key,
+            self.ls_cnt,
+            self.lp_ptr,
+            lp_pid,
+            self.p_key,
         )
-        return empty.add(leaf_texts)
+        table._cache["derived"] = d
+        return table
 
     @classmethod
     def from_arrays(
@@ -351,7 +418,7 @@ class PhraseTable:
         missing = [a for a in ARRAYS if a not in arrays]
         if missing:
             raise ValueError(f"phrase table lacks {missing}")
-        a = {name: np.asarray(arrays[name], dtype=np.int64) for name in ARRAYS}
+        a = {name: _ints(arrays[name], small=name in _ID_ARRAYS) for name in ARRAYS}
         table = cls(
             list(words),
             a["lw_ptr"],
@@ -409,10 +476,10 @@ class PhraseTable:
         """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
         packed keys as int64."""
         out = {a: getattr(self, a) for a in ARRAYS}
-        for name in ("lw", "ls_cnt", "lp_pid"):
+        for name in _ID_ARRAYS:
             x = out[name]
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= 0):
-                out[name] = x.astype(np.int32)
+                out[name] = x.astype(np.int32, copy=False)
         return out
 
     # ------------------------------------------------------------------ derived counts
@@ -458,7 +525,9 @@ class PhraseTable:
     def _restore_derived(self, vocab: _Vocab, a: dict[str, np.ndarray]) -> _Derived:
         """Saved corpus counts, checked against the per-leaf arrays' sizes and ranges (copied:
         an update changes them in place)."""
-        got = {name: np.array(a[name], dtype=np.int64) for name in DERIVED_ARRAYS}
+        got = {
+            name: np.array(_ints(a[name], small=name in _DERIVED_IDS)) for name in DERIVED_ARRAYS
+        }
         n_p, n_w = self.p_key.size, len(self.words)
         p_sorted, s_pid, w_rank = got["p_sorted"], got["s_pid"], got["w_rank"]
         n_ranked = int(got["n_ranked"][0]) if got["n_ranked"].shape == (1,) else -1
@@ -639,16 +708,15 @@ class _Layout:
     """A table's phrases as abstracts read them, with what an add needs to extend them."""
 
     stem_first: np.ndarray  # per stem id: first-appearance rank of its first word
-    ckey: np.ndarray  # per phrase id: its stems' first ranks, packed (the column order)
-    col_key: np.ndarray  # ckey of each column, ascending
+    col_key: np.ndarray  # each column's order key (its stems' first ranks, packed), ascending
     phrases: Phrases
 
 
 def _flags(
     v: _Vocab, stems: np.ndarray, surface: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Word counts, entity flags, kept flags and content stems of present phrases, from their
-    stems and shown forms (n x 3 each)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Word counts, entity flags and kept flags of present phrases, from their stems and shown
+    forms (n x 3 each)."""
     n_words = (stems >= 0).sum(axis=1).astype(np.int64)
     pad_cap = np.append(v.is_cap, False)
     pad_ok = np.append(v.is_cap | v.is_digit | v.is_stop, True)
@@ -658,8 +726,7 @@ def _flags(
     keep &= ~((n_words == 1) & v.roman[surface[:, 0]])
     inner = surface[:, 1]
     keep &= (n_words < MAX_NGRAM) | ~v.is_stop[inner] | (is_entity & v.joiner[inner])
-    content = np.where(~np.append(v.is_stop, True)[surface], stems, -1)
-    return n_words, is_entity, keep, content
+    return n_words, is_entity, keep
 
 
 def _order_key(stems: np.ndarray, stem_first: np.ndarray) -> np.ndarray:
@@ -670,34 +737,33 @@ def _finish(
     table: PhraseTable,
     d: _Derived,
     stem_first: np.ndarray,
-    ckey: np.ndarray,
     pid_of: np.ndarray,
     col_key: np.ndarray,
     arrays: tuple[np.ndarray, ...],
 ) -> _Layout:
-    stem_ids, surface, words, entity, content = arrays
+    surface, words, entity = arrays
     n_p = table.p_key.size
-    col_of = np.full(n_p, -1, dtype=np.int64)
-    col_of[pid_of] = np.arange(pid_of.size)
+    col_of = np.full(n_p, -1, dtype=np.int32)
+    col_of[pid_of] = np.arange(pid_of.size, dtype=np.int32)
     ph = Phrases(
         lp_ptr=table.lp_ptr,
         lp_pid=table.lp_pid,
         col_of=col_of,
-        pid_of=pid_of,
-        df=d.p_df.astype(np.float64),
+        pid_of=pid_of.astype(np.int32, copy=False),
+        df=d.p_df.astype(np.int32),  # a copy: an add changes the counts in place
         key=table.p_key,
-        stem_ids=stem_ids,
-        content_ids=content,
+        is_stop=d.vocab.is_stop,
         surface_ids=surface,
         words=words,
         entity=entity,
         vocab=d.vocab.words,
     )
-    return _Layout(stem_first, ckey, col_key, ph)
+    return _Layout(stem_first, col_key, ph)
 
 
 def _layout(table: PhraseTable, d: _Derived) -> _Layout:
-    """The layout of every phrase (a load, a build, after a removal)."""
+    """The layout of every phrase (a load, a build, after a removal), unpacked and flagged
+    :data:`_LAYOUT_BLOCK` phrases at a time into int32 arrays."""
     v = d.vocab
     n_p = table.p_key.size
     ranked = np.flatnonzero(d.w_rank >= 0)
@@ -708,24 +774,36 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     head = np.concatenate(([True], s_sorted[1:] != s_sorted[:-1])) if order.size else order
     stem_first[s_sorted[head]] = w_rank[order][head]
 
-    stems = unpack_keys(table.p_key)
-    present = np.flatnonzero(d.p_df > 0)
-    surface = np.full((n_p, MAX_NGRAM), -1, dtype=np.int64)
-    surface[present] = unpack_keys(d.p_best[present])
-    words = (stems >= 0).sum(axis=1).astype(np.int64)
-    entity = np.zeros(n_p, dtype=bool)
-    keep = np.zeros(n_p, dtype=bool)
-    content = np.full((n_p, MAX_NGRAM), -1, dtype=np.int64)
-    _, entity[present], keep[present], content[present] = _flags(
-        v, stems[present], surface[present]
-    )
-    ckey = _order_key(stems, stem_first)
-    kept = np.flatnonzero(keep)
-    # present phrases have distinct stems, and so distinct order keys: no ties to break
-    kept = kept[np.argsort(ckey[kept], kind="stable")]
     # in buffers with room to spare, so the adds that follow grow them in place
-    arrays = tuple(_new_buffer(a, n_p, 0) for a in (stems, surface, words, entity, content))
-    return _finish(table, d, stem_first, _new_buffer(ckey, n_p, 0), kept, ckey[kept], arrays)
+    def buffer(dtype: Any, fill: Any, width: int = 0) -> np.ndarray:
+        shape = (0, width) if width else (0,)
+        return _new_buffer(np.empty(shape, dtype=dtype), n_p, fill)
+
+    surface = buffer(np.int32, -1, MAX_NGRAM)
+    words, entity = buffer(np.int8, 0), buffer(bool, False)
+    kept_parts, key_parts = [], []
+    for lo in range(0, n_p, _LAYOUT_BLOCK):
+        hi = min(lo + _LAYOUT_BLOCK, n_p)
+        block_stems = unpack_keys(table.p_key[lo:hi])
+        words[lo:hi] = (block_stems >= 0).sum(axis=1)
+        present = np.flatnonzero(d.p_df[lo:hi] > 0)
+        shown = unpack_keys(d.p_best[lo:hi][present])
+        at = lo + present
+        surface[at] = shown
+        _, entity[at], keep = _flags(v, block_stems[present], shown)
+        kept_parts.append(at[keep].astype(np.int32 if n_p < 2**31 else np.int64))
+        key_parts.append(_order_key(block_stems[present[keep]], stem_first))
+    kept = np.concatenate(kept_parts) if kept_parts else np.empty(0, dtype=np.int64)
+    del kept_parts
+    ckey = np.concatenate(key_parts) if key_parts else np.empty(0, dtype=np.int64)
+    del key_parts
+    # present phrases have distinct stems, and so distinct order keys: no ties to break
+    by_key = np.argsort(ckey, kind="stable")
+    pid_of = kept[by_key]
+    del kept
+    col_key = ckey[by_key]
+    del ckey, by_key
+    return _finish(table, d, stem_first, pid_of, col_key, (surface, words, entity))
 
 
 def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
@@ -796,35 +874,26 @@ def _layout_after_add(
     def grow(a: np.ndarray, fill: Any) -> np.ndarray:
         return _grown(a, n_p, fill)
 
-    stems = grow(old.stem_ids, -1)
-    stems[n_old:] = unpack_keys(table.p_key[n_old:])
     words = grow(old.words, 0)
-    words[n_old:] = (stems[n_old:] >= 0).sum(axis=1)
-    surface, entity, content = (
-        grow(old.surface_ids, -1),
-        grow(old.entity, False),
-        grow(old.content_ids, -1),
-    )
-    ckey = grow(prev.ckey, 0)
+    words[n_old:] = (unpack_keys(table.p_key[n_old:]) >= 0).sum(axis=1)
+    surface, entity = grow(old.surface_ids, -1), grow(old.entity, False)
+    t_stems = unpack_keys(table.p_key[touched])
     t_surface = unpack_keys(d.p_best[touched])
     surface[touched] = t_surface
-    _, entity[touched], t_keep, content[touched] = _flags(v, stems[touched], t_surface)
-    ckey[touched] = _order_key(stems[touched], stem_first)
+    _, entity[touched], t_keep = _flags(v, t_stems, t_surface)
 
     is_touched = np.zeros(n_p, dtype=bool)
     is_touched[touched] = True
     stay = ~is_touched[old.pid_of]
     base_pid, base_key = old.pid_of[stay], prev.col_key[stay]
     t_pid = touched[t_keep]
-    t_key = ckey[t_pid]
+    t_key = _order_key(t_stems[t_keep], stem_first)
     by_key = np.argsort(t_key, kind="stable")
     t_pid, t_key = t_pid[by_key], t_key[by_key]
     at = np.searchsorted(base_key, t_key)
     pid_of = np.insert(base_pid, at, t_pid)
     col_key = np.insert(base_key, at, t_key)
-    return _finish(
-        table, d, stem_first, ckey, pid_of, col_key, (stems, surface, words, entity, content)
-    )
+    return _finish(table, d, stem_first, pid_of, col_key, (surface, words, entity))
 
 
 def _ranks(lw: np.ndarray, n_words: int) -> tuple[np.ndarray, int]:

@@ -96,10 +96,34 @@ class TermCounts:
 
     @classmethod
     def of(cls, texts: Sequence[str], *, progress: bool = False) -> TermCounts:
-        """The counts of ``texts``, tokenised the way bm25s indexes them."""
-        return cls({}, np.zeros(1, dtype=np.int64), _EMPTY_I32, _EMPTY_I32).append(
-            texts, progress=progress
-        )
+        """The counts of ``texts``, tokenised the way bm25s indexes them, :data:`TOKENIZE_BATCH`
+        chunks at a time (the same counts as one pass: term ids are renumbered in sorted order
+        at the end)."""
+        counts = cls({}, np.zeros(1, dtype=np.int64), _EMPTY_I32, _EMPTY_I32)
+        if len(texts) <= TOKENIZE_BATCH:
+            return counts.append(texts, progress=progress)
+        for lo in range(0, len(texts), TOKENIZE_BATCH):
+            counts = counts.append(texts[lo : lo + TOKENIZE_BATCH], progress=progress)
+        return counts._numbered_in_order()
+
+    def _numbered_in_order(self) -> TermCounts:
+        """These counts with term ids in sorted term order (as one :meth:`append` of every
+        chunk numbers them), each chunk's terms sorted again, a batch of chunks at a time."""
+        names = sorted(self.vocab)
+        vocab = dict(zip(names, range(len(names)), strict=True))
+        new_of = np.fromiter((vocab[t] for t in self.vocab), dtype=np.int64, count=len(vocab))
+        n_vocab = max(len(vocab), 1)
+        terms = np.empty_like(self.terms)
+        tf = np.empty_like(self.tf)
+        for lo in range(0, self.n_docs, TOKENIZE_BATCH):
+            ptr = self.doc_ptr[lo : lo + TOKENIZE_BATCH + 1]
+            a, b = int(ptr[0]), int(ptr[-1])
+            doc = np.repeat(np.arange(ptr.size - 1, dtype=np.int64), np.diff(ptr))
+            renamed = new_of[self.terms[a:b]]
+            order = np.argsort(doc * n_vocab + renamed)
+            terms[a:b] = renamed[order]
+            tf[a:b] = self.tf[a:b][order]
+        return TermCounts(vocab, self.doc_ptr, terms, tf)
 
     def append(self, texts: Sequence[str], *, progress: bool = False) -> TermCounts:
         """These counts with ``texts`` added as new chunks at the end."""
@@ -174,6 +198,10 @@ class TermCounts:
 
 
 _EMPTY_I32 = np.empty(0, dtype=np.int32)
+
+TOKENIZE_BATCH = 50_000
+"""Chunks a build tokenises at a time: bm25s's token lists of a whole 1M-chunk corpus are
+Python strings, several GiB at once."""
 
 
 def _gather_rows(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> np.ndarray:

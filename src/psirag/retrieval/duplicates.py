@@ -35,13 +35,26 @@ def duplicate_key(text: str) -> str:
     return _SPACE.sub(" ", _RULES.sub(" ", text)).strip().casefold()
 
 
+_key_hash = hash
+"""What :func:`first_copy_of` keys its table by (a test makes every key collide)."""
+
+
 def first_copy_of(texts: Sequence[str]) -> np.ndarray:
     """For each text, the index of the first text with the same :func:`duplicate_key` (the
     index's ``first_copy``: identical texts, and texts equal up to layout, count once)."""
-    seen: dict[str, int] = {}
-    return np.array(
-        [seen.setdefault(duplicate_key(t), i) for i, t in enumerate(texts)], dtype=np.int64
-    )
+    # keyed by the key's hash, not the key: a 1M-chunk corpus's keys are a copy of its text;
+    # a hash shared by two keys is told apart by comparing them (the later key goes to spill)
+    seen: dict[int, int] = {}
+    spill: dict[str, int] = {}
+
+    def first(i: int, text: str) -> int:
+        key = duplicate_key(text)
+        j = seen.setdefault(_key_hash(key), i)
+        if j == i or duplicate_key(texts[j]) == key:
+            return j
+        return spill.setdefault(key, i)
+
+    return np.fromiter((first(i, t) for i, t in enumerate(texts)), dtype=np.int64, count=len(texts))
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> frozenset[tuple[str, ...]]:

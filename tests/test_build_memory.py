@@ -1,0 +1,137 @@
+"""The build's memory-saving paths (issue 24 item 6) give what the one-pass paths give: a phrase
+table extracted in batches, node counts made a block at a time, big nodes scored a slice at a
+time, BM25 counts tokenised in batches, and the duplicate map keyed by hashes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import psirag.abstracts.keywords as keywords
+import psirag.abstracts.phrases as phrases
+import psirag.retrieval.bm25 as bm25
+import psirag.retrieval.duplicates as duplicates
+from psirag.abstracts.keywords import keyword_abstracts
+from psirag.abstracts.phrases import PhraseTable
+from psirag.retrieval.bm25 import TermCounts
+from psirag.retrieval.duplicates import first_copy_of
+from psirag.tree import build_tree
+
+
+def _corpus(n: int = 120, seed: int = 3) -> list[str]:
+    """Passages of a few topics with capitalised names, repeated words and phrases, so that
+    phrases are shared, ranked and tied."""
+    rng = np.random.default_rng(seed)
+    topics = [[f"w{t}x{i}" for i in range(12)] for t in range(5)]
+    shared = [f"common{i}" for i in range(30)] + ["the", "of", "and"]
+    names = ["Mount Etna", "Camp Nou", "Bank of England", "New York", "Joan Crawford"]
+    out = []
+    for i in range(n):
+        topic = topics[i % len(topics)]
+        words = [str(w) for w in rng.choice(topic + shared, 14).tolist()]
+        text = " ".join(words)
+        if i % 3 == 0:
+            text = f"{names[i % len(names)]} said {text}. Films and film, {words[0]}."
+        out.append(text)
+    out.append(out[5])  # an exact repeat
+    return out
+
+
+def _tree(n: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    vecs = rng.normal(size=(n, 8)).astype(np.float32)
+    return build_tree(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), max_children=3)
+
+
+def _saved(table: PhraseTable) -> dict[str, np.ndarray]:
+    got = {k: np.array(v) for k, v in table.arrays().items()}
+    derived = table.derived_arrays()
+    assert derived is not None
+    got.update({f"derived.{k}": np.array(v) for k, v in derived.items()})
+    vocab = table.vocab()
+    assert vocab is not None
+    got.update({f"vocab.{k}": np.array(v) for k, v in vocab[1].items()})
+    return got
+
+
+def test_a_batched_phrase_table_is_the_one_pass_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = _corpus()
+    whole = PhraseTable.build(texts)
+    monkeypatch.setattr(phrases, "BUILD_BATCH", 17)
+    monkeypatch.setattr(phrases, "_LAYOUT_BLOCK", 50)
+    batched = PhraseTable.build(texts)
+    assert batched.words == whole.words
+    a, b = _saved(whole), _saved(batched)
+    assert a.keys() == b.keys()
+    for name in a:
+        assert np.array_equal(a[name], b[name]), name
+    pa, pb = whole.phrases(), batched.phrases()
+    for view in ("pid_of", "col_of", "df", "surface_ids", "words", "entity", "stem_ids"):
+        assert np.array_equal(getattr(pa, view), getattr(pb, view)), view
+    assert pa.content == pb.content and pa.stems == pb.stems
+    # and an add to each gives equal tables again
+    more = _corpus(20, seed=9)
+    a2, b2 = _saved(whole.add(more)), _saved(batched.add(more))
+    for name in a2:
+        assert np.array_equal(a2[name], b2[name]), name
+
+
+def test_blocked_products_and_sliced_nodes_give_the_same_abstracts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = _corpus()
+    tree = _tree(len(texts))
+    want = keyword_abstracts(texts, tree, max_phrases=6)
+    assert any(want)
+    # a product per parent group or two, and every node with more than 7 phrases in slices
+    monkeypatch.setattr(keywords, "_PRODUCT_BUDGET", 40)
+    monkeypatch.setattr(keywords, "_SCORE_CHUNK", 7)
+    assert keyword_abstracts(texts, tree, max_phrases=6) == want
+    assert keyword_abstracts(texts, tree, max_phrases=20) == keyword_abstracts(
+        texts, tree, max_phrases=20, nodes=list(range(tree.n_leaves, tree.n_nodes))
+    )
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_slices_keep_the_candidates_a_whole_node_ranks(
+    monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # a pool of 8 or 16 candidates per list against slices of 40 phrases: each slice drops
+    # phrases, so every ranked list (themes, entities, multi-word, fill) must keep its best
+    texts = _corpus(120, seed)
+    texts = [
+        f"{t}. {chr(65 + i % 26)}ola{i % 7} Ber{i % 5}" if i % 2 else t for i, t in enumerate(texts)
+    ]
+    tree = _tree(len(texts), seed)
+    want = [keyword_abstracts(texts, tree, max_phrases=m) for m in (1, 2)]
+    monkeypatch.setattr(keywords, "_SCORE_CHUNK", 40)
+    assert [keyword_abstracts(texts, tree, max_phrases=m) for m in (1, 2)] == want
+
+
+def test_batched_term_counts_are_the_one_pass_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = _corpus()
+    whole = TermCounts.of(texts)
+    monkeypatch.setattr(bm25, "TOKENIZE_BATCH", 11)
+    batched = TermCounts.of(texts)
+    assert list(batched.vocab.items()) == list(whole.vocab.items())
+    for name in ("doc_ptr", "terms", "tf"):
+        a, b = getattr(whole, name), getattr(batched, name)
+        assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
+def test_the_duplicate_map_tells_colliding_hashes_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    texts = ["a b", "A  b", "c", "d", "c", "a b\n", "e"]
+    want = [0, 0, 2, 3, 2, 0, 6]
+    assert first_copy_of(texts).tolist() == want
+    monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)  # every key collides
+    assert first_copy_of(texts).tolist() == want
+
+
+def test_freed_memory_goes_back_where_the_c_library_allows() -> None:
+    import sys
+
+    from psirag.heap import _malloc_trim, give_back_freed_memory
+
+    if sys.platform.startswith("linux"):
+        assert _malloc_trim() is not None  # glibc here: the call is made
+    give_back_freed_memory()  # and never fails
