@@ -85,6 +85,7 @@ def test_a_format2_index_resaves_as_format3_with_the_same_data(
     new_m = json.loads((new_gen / "manifest.json").read_text())
     assert old_m["format_version"] == 2 and new_m["format_version"] == FORMAT_VERSION == 3
     assert set(new_m.pop("tables")) >= {"leaf_vectors", "chunks", "inner_vectors"}
+    assert new_m.pop("shape")["fan_out"]["max"] > 0  # since format 3: what inspect reads
     for m in (old_m, new_m):
         for key in ("psirag_version", "generation", "created", "base_generation", "files"):
             m.pop(key, None)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -442,9 +442,16 @@ def _lineage(data: IndexData, added: int, removed: int) -> dict[str, int]:
 
 def drift_report(data: IndexData, rule: RebuildRule | None = None) -> dict[str, Any]:
     """Updates since the last full build and whether the rebuild rule says one is due."""
+    return drift_of_lineage(data.lineage, data.tree.n_leaves, rule)
+
+
+def drift_of_lineage(
+    lineage: Mapping[str, Any], n_leaves: int, rule: RebuildRule | None = None
+) -> dict[str, Any]:
+    """:func:`drift_report` from a manifest's ``lineage`` and leaf count (no index loaded)."""
     rule = rule or RebuildRule()
-    lin = dict(data.lineage) or {"built_leaves": data.tree.n_leaves}
-    built = int(lin.get("built_leaves", data.tree.n_leaves))
+    lin = dict(lineage) or {"built_leaves": n_leaves}
+    built = int(lin.get("built_leaves", n_leaves))
     added, removed = int(lin.get("added", 0)), int(lin.get("removed", 0))
     return {
         "built_leaves": built,

@@ -23,6 +23,7 @@ from psirag.errors import IndexFormatError
 from psirag.index_data import BuildStats, IndexData, SavedOrigin, fresh_lineage
 from psirag.storage import FORMAT_VERSION, IndexReader, IndexWriter, _resolve
 from psirag.tree import Tree
+from psirag.tree.shape import tree_shape
 from psirag.types import Chunk, source_from_dict
 
 if TYPE_CHECKING:
@@ -91,6 +92,9 @@ MANIFEST_FIELDS = (
     FormatFile("tree_mode_used", "stats.tree_mode", "manifest", None, 2, False),
     FormatFile("counts", "stats.documents, stats.truncated", "manifest", None, 1, False),
     FormatFile("lineage", "lineage", "manifest", None, 2, False),
+    FormatFile(
+        "shape", "tree (fan-out summary, first roots, root text)", "manifest", None, 3, False
+    ),
 )
 """Fields kept in the generation's manifest body (see :func:`manifest_body`)."""
 
@@ -123,6 +127,9 @@ FILES: tuple[FormatFile, ...] = (
 )
 """Every file of a generation besides its manifest, in any format version (``since`` and
 ``until`` say which)."""
+
+ROOT_TEXT_CHARS = 200
+"""How much of the root's abstract the manifest keeps (what ``psirag inspect`` prints)."""
 
 SAVES_VERSION = FORMAT_VERSION
 """The format version :func:`save_index_data` writes (storage reads it and format 1)."""
@@ -556,7 +563,14 @@ def manifest_body(data: IndexData) -> dict[str, Any]:
         "tree_mode_used": stats.tree_mode,
         "llm_abstracts": stats.llm or None,
         "lineage": dict(data.lineage) or fresh_lineage(tree.n_leaves),
+        "shape": {**tree_shape(tree), "root_text": _root_text(data)},
     }
+
+
+def _root_text(data: IndexData) -> str | None:
+    """The single root's abstract, cut as ``psirag inspect`` shows it (None for a forest)."""
+    roots = data.tree.roots
+    return data.node_text(int(roots[0]))[:ROOT_TEXT_CHARS] if roots.size == 1 else None
 
 
 def _link_unchanged(writer: IndexWriter) -> None:

@@ -3,53 +3,64 @@
 
 from __future__ import annotations
 
-import itertools
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from psirag.tree.shape import FAN_OUT_EDGES, fan_out_bucket, tree_shape
+
 if TYPE_CHECKING:
     from psirag.index import Index
-
-FAN_OUT_EDGES = (1, 2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025)
-"""Bucket edges of the fan-out histogram (each bucket is ``lo..hi-1``)."""
 
 
 def inspect_summary(index: Index, folder: str | Path, *, verify: bool = False) -> dict[str, Any]:
     """What ``psirag inspect --json`` prints under "index" (also served by ``GET /index``)."""
     from psirag.storage import IndexStore
 
-    tree = index.tree
-    fan = tree.fan_out[tree.n_leaves :]
-    hist = dict(
-        sorted(Counter(fan_out_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0])
-    )
     manifest = index.describe()
     storage = IndexStore(folder).describe()
     storage["verified"] = "sha256" if verify else "sizes"
+    drift = index.drift() if callable(getattr(index, "drift", None)) else None
+    return _payload(folder, storage, drift, manifest, tree_shape(index.tree))
+
+
+def saved_summary(folder: str | Path, *, verify: bool = False) -> tuple[dict[str, Any], str] | None:
+    """:func:`inspect_summary` of a saved index from its manifest alone (files checked by size,
+    or by sha256 with ``verify``), and the root's abstract (or ""); None for an index saved
+    before the manifest kept the tree's shape (load it and use :func:`inspect_summary`)."""
+    from psirag.living import drift_of_lineage
+    from psirag.storage import IndexReader, IndexStore
+
+    with IndexReader(folder, verify="full" if verify else "size") as reader:
+        manifest = reader.manifest
+    shape = manifest.get("shape")
+    counts = manifest.get("counts")
+    if not isinstance(shape, dict) or not isinstance(counts, dict) or "fan_out" not in shape:
+        return None
+    storage = IndexStore(folder).describe()
+    storage["verified"] = "sha256" if verify else "sizes"
+    drift = drift_of_lineage(manifest.get("lineage") or {}, int(counts.get("chunks", 0)))
+    root_text = shape.get("root_text")
+    payload = _payload(folder, storage, drift, manifest, shape)
+    return payload, root_text if isinstance(root_text, str) else ""
+
+
+def _payload(
+    folder: str | Path,
+    storage: dict[str, Any],
+    drift: dict[str, Any] | None,
+    manifest: dict[str, Any],
+    shape: dict[str, Any],
+) -> dict[str, Any]:
     return {
         "index": str(folder),
         "storage": storage,
-        "drift": index.drift() if callable(getattr(index, "drift", None)) else None,
+        "drift": drift,
         "embedder": manifest["embedder"],
         "config": manifest["config"],
         **manifest["counts"],
-        "roots": tree.roots.tolist()[:20],
-        "fan_out": {
-            "min": int(fan.min()) if fan.size else 0,
-            "max": int(fan.max()) if fan.size else 0,
-            "mean": round(float(fan.mean()), 2) if fan.size else 0.0,
-            "histogram": {f"{lo}-{hi}": n for (lo, hi), n in hist.items()},
-        },
+        "roots": list(shape["roots"]),
+        "fan_out": shape["fan_out"],
     }
 
 
-def fan_out_bucket(f: int) -> tuple[int, int]:
-    """The histogram bucket ``(lo, hi)`` (both inclusive) that a fan-out of ``f`` falls in."""
-    for lo, hi in itertools.pairwise(FAN_OUT_EDGES):
-        if f < hi:
-            return lo, hi - 1
-    return FAN_OUT_EDGES[-1], 10**9
-
-
-__all__ = ["fan_out_bucket", "inspect_summary"]
+__all__ = ["FAN_OUT_EDGES", "fan_out_bucket", "inspect_summary", "saved_summary"]

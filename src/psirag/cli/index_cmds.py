@@ -36,7 +36,7 @@ from psirag.cli.options import (
 from psirag.config import PROFILES, IndexConfig, SearchConfig
 from psirag.errors import PsiragError
 from psirag.schemas import INDEX_SCHEMA, INSPECT_SCHEMA, SEARCH_SCHEMA
-from psirag.summary import inspect_summary
+from psirag.summary import inspect_summary, saved_summary
 
 if TYPE_CHECKING:
     from psirag.http import HttpPolicy
@@ -352,7 +352,13 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
     from psirag.index import Index
 
     out = stdout or sys.stdout
-    index = Index.load(args.index, verify="full" if getattr(args, "verify", False) else "size")
+    verify = bool(getattr(args, "verify", False))
+    if args.node is None:
+        # the manifest holds the summary (since format 3): nothing to load but the manifest
+        saved = saved_summary(args.index, verify=verify)
+        if saved is not None:
+            return _print_summary(args, *saved, out=out)
+    index = Index.load(args.index, verify="full" if verify else "size")
     tree = index.tree
     if args.node is not None:
         payload = _describe_node(index, args.node)
@@ -381,7 +387,14 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
                 file=out,
             )
         return 0
-    payload = inspect_summary(index, args.index, verify=getattr(args, "verify", False))
+    payload = inspect_summary(index, args.index, verify=verify)
+    root_text = index.node_text(tree.root)[:200] if tree.roots.size == 1 else ""
+    return _print_summary(args, payload, root_text, out=out)
+
+
+def _print_summary(
+    args: argparse.Namespace, payload: dict[str, Any], root_text: str, *, out: TextIO
+) -> int:
     if args.json:
         print(
             json.dumps({"schema": INSPECT_SCHEMA, "index": payload}, indent=2, ensure_ascii=False),
@@ -411,8 +424,8 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
     for label, count in fo["histogram"].items():
         bar = "#" * max(1, round(40 * count / peak))
         print(f"    {label:>7} children: {count:6,} {bar}", file=out)
-    if tree.roots.size == 1:
-        print(f"  root {tree.root}: {index.node_text(tree.root)[:200]}", file=out)
+    if payload["trees"] == 1 and payload["roots"]:
+        print(f"  root {payload['roots'][0]}: {root_text}", file=out)
     drift = payload["drift"]
     print(
         f"  drift:           {drift['updates']:,} updates since the last full build "
