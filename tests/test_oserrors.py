@@ -175,3 +175,26 @@ def test_path_too_long(tmp_path: Path) -> None:
     assert code == 2, err
     assert err.count("\n") == 1 and "the path is too long" in err and "x" * 300 in err, err
     assert not IndexStore(tmp_path).generations()
+
+
+def test_a_staging_folder_is_removed_with_one_descriptor_to_spare(tmp_path: Path) -> None:
+    """shutil.rmtree holds a descriptor per level; at the open-file limit a failed save's
+    staging folder must still go (seen in the full suite: a format-3 generation's nested
+    segment folders outlasted rmtree)."""
+    from psirag import ownership
+
+    staging = tmp_path / ".partial-x"
+    staging.mkdir()
+    ownership.mark(staging, "token")
+    deep = staging / "a" / "b" / "c" / "d" / "e" / "f"
+    deep.mkdir(parents=True)
+    for level in (staging / "a", staging / "a" / "b" / "c", deep):
+        (level / "file.npy").write_bytes(b"x")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 1, hard))
+    try:
+        ownership.remove_marked(staging)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not staging.exists()

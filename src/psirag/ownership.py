@@ -104,11 +104,29 @@ def remove_marked(folder: Path) -> None:
         path = folder / entry
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
+            if path.exists():  # rmtree holds a descriptor per level; short of them, go slower
+                _remove_tree_one_fd_at_a_time(path)
         else:
             with contextlib.suppress(OSError):
                 path.unlink()
     with contextlib.suppress(OSError):
         (folder / MARKER).unlink()
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+
+
+def _remove_tree_one_fd_at_a_time(folder: Path) -> None:
+    """Remove a tree bottom-up with os.walk, which reads each folder whole before going on and
+    so needs one open descriptor at a time (a process at its open-file limit can still clean
+    up after a failed save); what cannot be removed is left for the next cleanup."""
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(root, name))
+        for name in dirs:
+            path = os.path.join(root, name)
+            with contextlib.suppress(OSError):
+                os.unlink(path) if os.path.islink(path) else os.rmdir(path)
     with contextlib.suppress(OSError):
         folder.rmdir()
 

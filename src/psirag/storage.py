@@ -932,10 +932,10 @@ class IndexWriter:
         if self._done:
             return
         self._done = True
+        if self.base is not None:
+            self.base.close()  # first: its descriptor may be what the removal lacks (EMFILE)
         if not self._published:
             ownership.remove_marked(self.staging)
-        if self.base is not None:
-            self.base.close()
         if self._created and self.store.state() == "pending":
             gens = self.store.generations_dir
             with contextlib.suppress(OSError):
