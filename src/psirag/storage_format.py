@@ -23,7 +23,7 @@ from psirag.errors import IndexFormatError
 from psirag.index_data import BuildStats, IndexData, SavedOrigin, fresh_lineage
 from psirag.storage import FORMAT_VERSION, IndexReader, IndexWriter, _resolve
 from psirag.tree import Tree
-from psirag.tree.shape import tree_shape
+from psirag.tree.shape import shape_summary
 from psirag.types import Chunk, source_from_dict
 
 if TYPE_CHECKING:
@@ -563,7 +563,7 @@ def manifest_body(data: IndexData) -> dict[str, Any]:
         "tree_mode_used": stats.tree_mode,
         "llm_abstracts": stats.llm or None,
         "lineage": dict(data.lineage) or fresh_lineage(tree.n_leaves),
-        "shape": {**tree_shape(tree), "root_text": _root_text(data)},
+        "shape": {**shape_summary(tree), "root_text": _root_text(data)},
     }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from psirag.tree.shape import FAN_OUT_EDGES, fan_out_bucket, tree_shape
+from psirag.tree.shape import FAN_OUT_EDGES, fan_out_bucket, shape_summary
 
 if TYPE_CHECKING:
     from psirag.index import Index
@@ -20,7 +20,7 @@ def inspect_summary(index: Index, folder: str | Path, *, verify: bool = False) -
     storage = IndexStore(folder).describe()
     storage["verified"] = "sha256" if verify else "sizes"
     drift = index.drift() if callable(getattr(index, "drift", None)) else None
-    return _payload(folder, storage, drift, manifest, tree_shape(index.tree))
+    return _payload(folder, storage, drift, manifest, shape_summary(index.tree))
 
 
 def saved_summary(folder: str | Path, *, verify: bool = False) -> tuple[dict[str, Any], str] | None:

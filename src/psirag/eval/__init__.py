@@ -11,9 +11,6 @@ on first use, so that ``psirag --help`` does not import the index layer.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from psirag.eval.metrics import (
     BootstrapCI,
     exact_match,
@@ -27,31 +24,28 @@ from psirag.eval.metrics import (
     rouge_l,
     rouge_l_max,
 )
+from psirag.lazy import lazy_exports
 
 _LAZY = {
-    "EvalDataset": "psirag.eval.data",
-    "EvalQuestion": "psirag.eval.data",
-    "load_dataset": "psirag.eval.data",
-    "default_data_dir": "psirag.eval.data",
-    "EvalSettings": "psirag.eval.settings",
-    "EMBEDDER_HOOKS": "psirag.eval.settings",
-    "EvalReport": "psirag.eval.harness",
-    "run_eval": "psirag.eval.harness",
-    "format_table": "psirag.eval.harness",
-    "METHODS": "psirag.eval.methods",
-    "EvalContext": "psirag.eval.methods",
-    "IndexCache": "psirag.eval.methods",
-    "Retrieval": "psirag.eval.methods",
-    "register_method": "psirag.eval.methods",
-    "score_published_outputs": "psirag.eval.published",
+    "EvalDataset": "data",
+    "EvalQuestion": "data",
+    "load_dataset": "data",
+    "default_data_dir": "data",
+    "EvalSettings": "settings",
+    "EMBEDDER_HOOKS": "settings",
+    "EvalReport": "harness",
+    "run_eval": "harness",
+    "format_table": "harness",
+    "METHODS": "methods",
+    "EvalContext": "methods",
+    "IndexCache": "methods",
+    "Retrieval": "methods",
+    "register_method": "methods",
+    "score_published_outputs": "published",
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'psirag.eval' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals())
 
 
 __all__ = [

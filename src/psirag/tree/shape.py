@@ -39,7 +39,7 @@ def fan_out_summary(tree: Tree) -> dict[str, Any]:
     }
 
 
-def tree_shape(tree: Tree) -> dict[str, Any]:
+def shape_summary(tree: Tree) -> dict[str, Any]:
     """What the manifest keeps of the tree's shape: the first roots and the fan-out summary."""
     return {
         "roots": tree.roots.tolist()[:ROOTS_SHOWN],
