@@ -56,6 +56,7 @@ from psirag.types import Chunk
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
     from psirag.retrieval.bm25 import Postings
+    from psirag.retrieval.duplicates import DuplicateMap
     from psirag.retrieval.leaf_graph import LeafGraph
     from psirag.storage import IndexReader, IndexStore
 
@@ -266,6 +267,9 @@ class _State:
     fresh: np.ndarray | None = None
     """Nodes that must get an abstract now (new nodes: nothing to keep)."""
     seconds: dict[str, float] = field(default_factory=dict)
+    duplicates: DuplicateMap | None = None
+    """BM25's duplicate map of the leading ``chunks`` while no leaf was removed (None: made
+    again over every chunk at refresh)."""
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
@@ -289,6 +293,7 @@ class _State:
                 ]
             ),
             np.empty(0, dtype=np.int64),
+            duplicates=data.sparse.duplicates,
         )
 
     def _timed(self, key: str, t0: float) -> None:
@@ -296,6 +301,9 @@ class _State:
 
     def keep_leaves(self, keep: np.ndarray) -> None:
         """The per-leaf phrase table and term counts without the leaves not in ``keep``."""
+        kept_all = bool(keep.all()) if keep.dtype == bool else keep.size == self.tree.n_leaves
+        if not kept_all:  # positions move: the duplicate map is made again at refresh
+            self.duplicates = None
         t0 = time.perf_counter()
         if self.phrases is not None:
             self.phrases = self.phrases.remove(keep)
@@ -411,7 +419,7 @@ class _State:
         if self.terms is None:  # an index saved without term counts
             counts = TermCounts.of(leaf_texts)
             self.terms = Postings.of_counts(counts, k1=config.bm25_k1, b=config.bm25_b)
-        sparse = SparseIndex.from_postings(self.terms, leaf_texts)
+        sparse = SparseIndex.from_postings(self.terms, leaf_texts, appended_to=self.duplicates)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
 

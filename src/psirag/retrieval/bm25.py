@@ -17,7 +17,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from psirag.errors import InputError
 from psirag.ids import nfc
-from psirag.retrieval.duplicates import first_copy_of
+from psirag.retrieval.duplicates import DuplicateMap
 from psirag.retrieval.ranking import first_copies, top_k
 
 # bm25s sets its own logger to DEBUG on import, so every build printed "Building index from IDs
@@ -523,11 +523,15 @@ class SparseIndex:
         counts: TermCounts | None = None,
         *,
         postings: Postings | None = None,
+        duplicates: DuplicateMap | None = None,
     ) -> None:
         if retriever is None and postings is None:
             raise ValueError("a sparse index needs bm25s scores or postings")
         self.retriever = retriever
         self.postings = postings
+        self.duplicates = duplicates
+        """The table behind ``first_copy`` when this process made it (an update extends it
+        by its new texts only); None for one read from disk."""
         self.first_copy = np.asarray(first_copy, dtype=np.int64)
         self._is_first = first_copies(self.first_copy)
         self._counts = counts
@@ -564,13 +568,18 @@ class SparseIndex:
         return cls.from_postings(Postings.of_counts(counts, k1=k1, b=b), texts)
 
     @classmethod
-    def from_postings(cls, postings: Postings, texts: Sequence[str]) -> SparseIndex:
-        """BM25 of ``postings`` over chunks ``texts`` (for the duplicate map)."""
+    def from_postings(
+        cls, postings: Postings, texts: Sequence[str], *, appended_to: DuplicateMap | None = None
+    ) -> SparseIndex:
+        """BM25 of ``postings`` over chunks ``texts`` (for the duplicate map). ``appended_to``:
+        the map of the leading texts, unchanged, so only the texts after them are normalised."""
         if postings.n_docs != len(texts):
             raise ValueError(f"postings of {postings.n_docs} chunks for {len(texts)} texts")
-        check_indexable(texts)
-        first = first_copy_of(texts)  # texts equal up to layout count once (duplicates.py)
-        return cls(None, first, postings=postings)
+        start = appended_to.size if appended_to is not None else 0
+        check_indexable(texts[start:] if isinstance(texts, list) else texts)
+        # texts equal up to layout count once (duplicates.py)
+        dups = (appended_to or DuplicateMap.of([])).extended(texts)
+        return cls(None, dups.first_copy, postings=postings, duplicates=dups)
 
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every leaf (0 where no query term occurs)."""

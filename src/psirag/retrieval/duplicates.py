@@ -42,19 +42,50 @@ _key_hash = hash
 def first_copy_of(texts: Sequence[str]) -> np.ndarray:
     """For each text, the index of the first text with the same :func:`duplicate_key` (the
     index's ``first_copy``: identical texts, and texts equal up to layout, count once)."""
+    return DuplicateMap.of(texts).first_copy
+
+
+class DuplicateMap:
+    """:func:`first_copy_of` with the table behind it, so that texts appended later are mapped
+    without normalising every earlier text again (an add then costs its own texts, not the
+    corpus). Immutable in use: :meth:`extended` returns a new map."""
+
     # keyed by the key's hash, not the key: a 1M-chunk corpus's keys are a copy of its text;
     # a hash shared by two keys is told apart by comparing them (the later key goes to spill)
-    seen: dict[int, int] = {}
-    spill: dict[str, int] = {}
+    def __init__(self, first_copy: np.ndarray, seen: dict[int, int], spill: dict[str, int]):
+        self.first_copy = first_copy
+        self._seen = seen
+        self._spill = spill
 
-    def first(i: int, text: str) -> int:
-        key = duplicate_key(text)
-        j = seen.setdefault(_key_hash(key), i)
-        if j == i or duplicate_key(texts[j]) == key:
-            return j
-        return spill.setdefault(key, i)
+    @property
+    def size(self) -> int:
+        return int(self.first_copy.size)
 
-    return np.fromiter((first(i, t) for i, t in enumerate(texts)), dtype=np.int64, count=len(texts))
+    @classmethod
+    def of(cls, texts: Sequence[str]) -> DuplicateMap:
+        return cls(np.empty(0, dtype=np.int64), {}, {}).extended(texts)
+
+    def extended(self, texts: Sequence[str]) -> DuplicateMap:
+        """The map of ``texts``, whose first :attr:`size` entries are the texts this map was
+        made of (in the same order), the rest new."""
+        if len(texts) < self.size:
+            raise ValueError(f"{len(texts)} texts for a duplicate map of {self.size}")
+        seen, spill = dict(self._seen), dict(self._spill)
+
+        def first(i: int, text: str) -> int:
+            key = duplicate_key(text)
+            j = seen.setdefault(_key_hash(key), i)
+            if j == i or duplicate_key(texts[j]) == key:
+                return j
+            return spill.setdefault(key, i)
+
+        start = self.size
+        new = np.fromiter(
+            (first(i, texts[i]) for i in range(start, len(texts))),
+            dtype=np.int64,
+            count=len(texts) - start,
+        )
+        return DuplicateMap(np.concatenate([self.first_copy, new]), seen, spill)
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> frozenset[tuple[str, ...]]:

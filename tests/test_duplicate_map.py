@@ -1,0 +1,64 @@
+"""BM25's duplicate map is extended by an add's new texts only, and equals a fresh map after
+any sequence of adds and removals."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from support import HashEmbedder
+
+import psirag.retrieval.duplicates as duplicates
+from psirag import Index, IndexConfig
+from psirag.retrieval.duplicates import DuplicateMap, first_copy_of
+
+WORDS = [f"w{i}" for i in range(60)]
+
+
+def _texts(rng: random.Random, n: int) -> list[str]:
+    base = [" ".join(rng.sample(WORDS, 12)) for _ in range(n)]
+    # some copies equal up to layout: a heading rule, case, spacing
+    return [
+        t if rng.random() < 0.7 else rng.choice(base[: i + 1]).upper() + "\n=====\n"
+        for i, t in enumerate(base)
+    ]
+
+
+def test_extended_equals_a_fresh_map() -> None:
+    rng = random.Random(5)
+    texts = _texts(rng, 300)
+    grown = DuplicateMap.of(texts[:100]).extended(texts[:180]).extended(texts)
+    assert np.array_equal(grown.first_copy, first_copy_of(texts))
+    with pytest.raises(ValueError, match="texts for a duplicate map"):
+        grown.extended(texts[:10])
+
+
+def test_updates_keep_the_map_equal_and_normalise_only_new_texts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = random.Random(7)
+    config = IndexConfig(chunk_tokens=40, split_records=False)
+    index = Index.build(_texts(rng, 120), config, embedder=HashEmbedder(), texts=True)
+    calls = {"n": 0}
+    real = duplicates.duplicate_key
+
+    def counted(text: str) -> str:
+        calls["n"] += 1
+        return real(text)
+
+    monkeypatch.setattr(duplicates, "duplicate_key", counted)
+    for step in range(6):
+        before = calls["n"]
+        if step == 3:
+            index.remove(index.documents[:5])
+        else:
+            new = [*_texts(rng, 4), index.chunks[rng.randrange(len(index.chunks))].text.lower()]
+            index.add(new, texts=True)
+        made = calls["n"] - before
+        texts = [c.text for c in index.chunks]
+        assert np.array_equal(index.sparse.first_copy, first_copy_of(texts)), step
+        if step == 3:  # a removal moves positions: every text is mapped again
+            assert made >= len(texts), (step, made)
+        else:  # an add: its new texts (and a hash match) only
+            assert made <= 3 * 5, (step, made)
