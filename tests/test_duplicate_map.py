@@ -62,3 +62,18 @@ def test_updates_keep_the_map_equal_and_normalise_only_new_texts(
             assert made >= len(texts), (step, made)
         else:  # an add: its new texts (and a hash match) only
             assert made <= 3 * 5, (step, made)
+
+
+def test_an_add_of_stopwords_only_to_a_searchable_index_is_accepted() -> None:
+    """The corpus-wide "nothing to index" check looks at the whole corpus, not at an add's own
+    texts: a second add of stopwords only (the map then extends) must not be refused."""
+    index = Index.build(
+        ["volcano eruption in Sicily", "river delta sediments"],
+        IndexConfig(),
+        embedder=HashEmbedder(),
+        texts=True,
+    )
+    index.add(["the a of"], texts=True)
+    index.add(["and the"], texts=True)
+    assert len(index.chunks) == 4
+    assert np.array_equal(index.sparse.first_copy, first_copy_of([c.text for c in index.chunks]))

