@@ -101,14 +101,7 @@ LEXICAL_V1 = (
 #: Lexical features of the v2 models: question structure that does not depend on the topic, so
 #: that it carries over to question templates the model never saw.
 LEXICAL_V2 = (
-    "log_words",
-    "wh_words",
-    "of_the",
-    "possessive",
-    "relative",
-    "compare",
-    "capitals",
-    "commas",
+    *LEXICAL_V1,
     "of_any",
     "relative_mid",
     "comparative",

@@ -861,12 +861,7 @@ def _load_phrase_table_v3(
         raise IndexFormatError(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
-    if table.n_leaves != n_chunks:
-        raise IndexFormatError(
-            f"{folder}: the keyword phrase table holds {table.n_leaves} leaves but the index "
-            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
-        )
-    return table
+    return _sized(table, n_chunks, folder)
 
 
 def _in_key_order(
@@ -920,12 +915,7 @@ def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -
             f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
             "rebuild the index"
         ) from exc
-    if table.n_leaves != n_chunks:
-        raise IndexFormatError(
-            f"{folder}: the keyword phrase table holds {table.n_leaves} leaves but the index "
-            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
-        )
-    return table
+    return _sized(table, n_chunks, folder)
 
 
 __all__ = [
@@ -937,3 +927,13 @@ __all__ = [
     "manifest_body",
     "save_index_data",
 ]
+
+
+def _sized(table: PhraseTable, n_chunks: int, folder: str | Path) -> PhraseTable:
+    """``table`` if it has one row per chunk (format 2 and 3 loaders alike)."""
+    if table.n_leaves != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {table.n_leaves} leaves but the index "
+            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+    return table

@@ -36,6 +36,7 @@ from psirag.cli.options import (
 from psirag.config import PROFILES, IndexConfig, SearchConfig
 from psirag.errors import PsiragError
 from psirag.schemas import INDEX_SCHEMA, INSPECT_SCHEMA, SEARCH_SCHEMA
+from psirag.storage_format import ROOT_TEXT_CHARS
 from psirag.summary import inspect_summary, saved_summary
 
 if TYPE_CHECKING:
@@ -388,7 +389,7 @@ def run_inspect(args: argparse.Namespace, *, stdout: TextIO | None = None) -> in
             )
         return 0
     payload = inspect_summary(index, args.index, verify=verify)
-    root_text = index.node_text(tree.root)[:200] if tree.roots.size == 1 else ""
+    root_text = index.node_text(tree.root)[:ROOT_TEXT_CHARS] if tree.roots.size == 1 else ""
     return _print_summary(args, payload, root_text, out=out)
 
 
