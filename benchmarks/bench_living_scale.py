@@ -22,8 +22,11 @@ cut the samples into stages; "other" is what falls between them).
 Usage: nice python benchmarks/bench_living_scale.py [--sizes 20000 200000] [--src DIR]
        [--label new] [--out living_scale.json] [--build-only]
 (``BENCH_SAVES_ONLY=1``: only the build and the saves, loads and bytes written: no in-memory
-update timings.) After the CLI-like add, a second add and a removal go through load + save
-too, and ``psirag compact`` (where the sources have it) is timed with the bytes it writes.
+update timings. ``BENCH_SEARCH_DELTA=1``: also the default profile's search latency and the
+``hnsw`` list's recall@10 before and after a 1% add, loaded from disk.) Bytes written under
+``hnsw/`` (the HNSW graph, with ``psirag[hnsw]`` installed) are reported on their own. After
+the CLI-like add, a second add and a removal go through load + save too, and ``psirag compact``
+(where the sources have it) is timed with the bytes it writes.
 """
 
 from __future__ import annotations
@@ -141,6 +144,42 @@ def _largest_new(folder: Path, seen: dict[int, int], k: int = 6) -> list[list[An
     return sorted(got, key=lambda r: -r[1])[:k]
 
 
+def _graph_new_bytes(folder: Path, seen: dict[int, int]) -> int:
+    """Bytes a save wrote under the generations' ``hnsw/`` folders (the HNSW graph): new
+    inodes only, so a base graph hard-linked from the generation before counts nothing."""
+    got: dict[int, int] = {}
+    for p in folder.rglob("hnsw/*"):
+        st = p.stat()
+        if p.is_file() and st.st_ino not in seen:
+            got[st.st_ino] = st.st_size
+    return sum(got.values())
+
+
+def _search_check(index: Any, queries: list[str]) -> dict[str, Any]:
+    """The default profile's search latency (p50/p95 ms, one thread) and, where the index has
+    an HNSW graph, its ``hnsw`` list's recall@10 against the exact ``dense`` list's top 10."""
+    from psirag import SearchConfig
+
+    ms = []
+    for q in queries:
+        t0 = time.perf_counter()
+        index.search(q)
+        ms.append(1000 * (time.perf_counter() - t0))
+    out: dict[str, Any] = {
+        "default_p50_ms": round(float(np.percentile(ms, 50)), 2),
+        "default_p95_ms": round(float(np.percentile(ms, 95)), 2),
+        "graph": index.data.leaf_graph is not None,
+    }
+    if index.data.leaf_graph is not None:
+        hits = []
+        for q in queries:
+            got = {p.leaf for p in index.search(q, config=SearchConfig(lists=("hnsw",), k=10))}
+            want = {p.leaf for p in index.search(q, config=SearchConfig(lists=("dense",), k=10))}
+            hits.append(len(got & want) / max(1, len(want)))
+        out["hnsw_recall_at_10"] = round(float(np.mean(hits)), 4)
+    return out
+
+
 def _compact(folder: Path) -> dict[str, Any] | None:
     """``psirag compact``'s time and bytes written (None: sources without it)."""
     try:
@@ -252,6 +291,7 @@ def worker(n: int, build_only: bool = False) -> dict[str, Any]:
                 "add_seconds": round(t2 - t1, 3),
                 "save_seconds": round(t3 - t2, 3),
                 "bytes_written": written,
+                "graph_bytes_written": _graph_new_bytes(folder, seen),
                 "largest_files": _largest_new(folder, seen),
             }
             # what the next saves write: another add (on the saved add), a removal
@@ -279,11 +319,42 @@ def worker(n: int, build_only: bool = False) -> dict[str, Any]:
                     "load_add_seconds": round(t1 - t0, 3),
                     "save_seconds": round(t2 - t1, 3),
                     "bytes_written": sum(s for i, s in _inodes(folder).items() if i not in seen),
+                    "graph_bytes_written": _graph_new_bytes(folder, seen),
                     "largest_files": _largest_new(folder, seen),
                 }
             compact = _compact(folder)
             if compact is not None:
                 out["compact"] = compact
+            if os.environ.get("BENCH_SEARCH_DELTA") == "1":
+                # the default profile's search before and after 1% of the chunks arrive as
+                # new documents (with the log-structured graph: a 1% delta, scanned exactly)
+                # queries from the indexed topics' words and from the new documents' (30 each)
+                more_texts, _, more_vocab = corpus(max(1, n // 100), seed=11)
+                qrng = np.random.default_rng(7)
+                queries = [
+                    " ".join(qrng.choice(words[int(qrng.integers(len(words)))], 4).tolist())
+                    for words in (vocab, more_vocab)
+                    for _ in range(30)
+                ]
+                ix = Index.load(folder, embedder=emb)
+                check: dict[str, Any] = {"before": _search_check(ix, queries)}
+                more = [
+                    Document(f"delta-{k}", "", t, is_record=True) for k, t in enumerate(more_texts)
+                ]
+                t0 = time.perf_counter()
+                ix.add(more)
+                check["add_1pct_seconds"] = round(time.perf_counter() - t0, 3)
+                graph = ix.data.leaf_graph
+                check["delta_leaves"] = int(getattr(graph, "n_delta", 0) or 0)
+                seen = _inodes(folder)
+                ix.save(folder)
+                check["save_bytes_written"] = sum(
+                    s for i, s in _inodes(folder).items() if i not in seen
+                )
+                check["save_graph_bytes_written"] = _graph_new_bytes(folder, seen)
+                ix = Index.load(folder, embedder=emb)
+                check["after_1pct"] = _search_check(ix, queries)
+                out["search_1pct_delta"] = check
         base = index.data
         for name, act in (
             ("add_1_doc", lambda ix: ix.add([new_doc])),

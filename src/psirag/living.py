@@ -610,6 +610,7 @@ def update_documents(
         documents = load_corpus(corpus, texts=texts, on_bad_file=on_bad_file, report=report)
         summary.seconds["chunking"] = time.perf_counter() - t0
     state = _State.of(data)
+    graph = data.leaf_graph if data.leaf_graph is not None and usearch_available() else None
     if wanted:
         t0 = time.perf_counter()
         gone = np.isin(data.leaf_documents, np.array(wanted, dtype=object))
@@ -621,6 +622,8 @@ def update_documents(
         state.apply(update, [state.chunks[i] for i in keep.tolist()], state.leaf_vectors[keep])
         summary.seconds["tree"] = time.perf_counter() - t0
         state.keep_leaves(~gone)  # timed as abstracts and bm25
+        if graph is not None:  # tombstones, so that the insertion below can search the graph
+            graph = graph.updated(~gone, None, fold=False)
         summary.tree = dict(update.counts)
         summary.removed = wanted
         summary.chunks_removed = int(leaf_ids.size)
@@ -655,8 +658,10 @@ def update_documents(
             groups = [n_old + np.flatnonzero(doc_of == d) for d in dict.fromkeys(doc_of.tolist())]
             update = _append_trees(state.tree, embedded.vectors, groups, config)
         else:
-            # the insertion point by descent over the stored routing vectors (new nodes of a
-            # removal in this same update have none yet: they are `fresh`)
+            # the insertion point through the HNSW graph where there is one, else by descent
+            # over the stored routing vectors (new nodes of a removal in this same update have
+            # none yet: they are `fresh`)
+            points = None if graph is None else graph.nearest(embedded.vectors, state.leaf_vectors)
             update = insert_leaves(
                 state.tree,
                 state.leaf_vectors,
@@ -667,6 +672,7 @@ def update_documents(
                 neighbors=config.tree_neighbors,
                 node_vectors=state.vectors,
                 stale=state.fresh,
+                nearest=points,
             )
         # insert_leaves keeps the old leaf ids and appends the new ones in input order
         state.apply(
@@ -687,12 +693,7 @@ def update_documents(
         config, embedder, llm, summary, progress, drift_rule or AbstractDriftRule()
     )
     t0 = time.perf_counter()
-    graph = _updated_graph(
-        data,
-        None if not wanted else ~gone,
-        embedded.vectors if new_chunks else None,
-        state.leaf_vectors,
-    )
+    graph = _updated_graph(graph, embedded.vectors if new_chunks else None, state.leaf_vectors)
     if graph is not None:
         summary.seconds["hnsw"] = time.perf_counter() - t0
     assert state.drift is not None
@@ -719,16 +720,14 @@ def update_documents(
 
 
 def _updated_graph(
-    data: IndexData,
-    keep: np.ndarray | None,
-    new_vectors: np.ndarray | None,
-    leaf_vectors: np.ndarray,
+    graph: LeafGraph | None, new_vectors: np.ndarray | None, leaf_vectors: np.ndarray
 ) -> LeafGraph | None:
-    """The leaves' HNSW graph after an update: the old one with the removed leaves (``keep``
-    False) taken out and the new ones inserted, or, for an index without one that is now past
-    the exact scan's size, a new one when usearch is installed."""
-    if data.leaf_graph is not None and usearch_available():
-        return data.leaf_graph.updated(keep, new_vectors)
+    """The leaves' HNSW graph after an update: ``graph`` (the old one, removed leaves already
+    tombstoned) with the new leaves in its delta, folded into a new base when the changes are
+    due (:func:`psirag.retrieval.leaf_graph.fold_limit`), or, for an index without one that
+    is now past the exact scan's size, a new one when usearch is installed."""
+    if graph is not None:
+        return graph.updated(None, new_vectors)
     return leaf_graph(leaf_vectors)
 
 

@@ -28,6 +28,7 @@ from psirag.types import Chunk, source_from_dict
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
+    from psirag.retrieval.leaf_graph import LeafGraph
     from psirag.segments import Kind, Table
 
 FileKind = Literal["npy", "jsonl", "json", "folder", "manifest"]
@@ -82,9 +83,13 @@ PHRASE_STEMS = FormatFile(
 )
 """With ``keywords/<array>.npy`` for each of :data:`psirag.abstracts.phrases.VOCAB_ARRAYS`."""
 HNSW = FormatFile("hnsw", "leaf_graph", "folder", None, 2, False)
-"""The leaves' HNSW graph (usearch's own file ``graph.usearch`` and ``keys.npy``, see
-:mod:`psirag.retrieval.leaf_graph`); only in indexes past the exact scan's size built or updated
-with ``psirag[hnsw]``. Without usearch an index loads without it."""
+"""The leaves' HNSW graph (see :mod:`psirag.retrieval.leaf_graph`): its base (usearch's own
+file ``graph.usearch`` and its keys ``keys.npy``, hard-linked between generations while the
+base is unchanged), the base keys removed since (``dead.npy``) and the keys of the leaves added
+since (``delta.npy``, the last leaves; their vectors are the leaf vectors'); the manifest's
+``leaf_graph`` entry names the base. Only in indexes past the exact scan's size built or
+updated with ``psirag[hnsw]``. Without usearch an index loads without it."""
+GRAPH_MANIFEST_KEY = "leaf_graph"
 MANIFEST_FIELDS = (
     FormatFile("config", "config", "manifest", None, 1, True),
     FormatFile("embedder.id", "embedder_id", "manifest", None, 1, True),
@@ -186,12 +191,56 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     if data.phrase_table is not None:
         _save_phrase_table(tables, data.phrase_table, leaf_src)
-    if data.leaf_graph is not None:
-        data.leaf_graph.save(writer.path(HNSW.name))
+    graph = data.leaf_graph
+    if graph is not None:
+        if compact and graph.changes:
+            graph = graph.folded()
+        _save_graph(writer, graph)
     _link_unchanged(writer)
     body = manifest_body(data)
     body["tables"] = {k: t.to_json() for k, t in tables.written.items()}
+    if graph is not None:
+        body[GRAPH_MANIFEST_KEY] = graph.manifest_entry()
     return writer.commit(body)
+
+
+def _save_graph(writer: IndexWriter, graph: LeafGraph) -> None:
+    """The leaf graph's base, hard-linked from the base generation when that holds the same
+    base (an update adds a delta and tombstones, never changes the base), else written whole;
+    then its tombstones and delta keys (small)."""
+    from psirag.retrieval.leaf_graph import BASE_FILES, DEAD_FILE, DELTA_FILE, GRAPH_FILE, KEYS_FILE
+
+    base = writer.base
+    names = [f"{HNSW.name}/{f}" for f in BASE_FILES]
+    shared = (
+        base is not None
+        and not base.legacy
+        and all(n in base.files for n in names)
+        and saved_graph_base(base.manifest) == graph.base.id
+    )
+    if shared:
+        for name in names:
+            writer.keep(name)
+    else:
+        graph.save_base(
+            writer.path(f"{HNSW.name}/{GRAPH_FILE}"), writer.path(f"{HNSW.name}/{KEYS_FILE}")
+        )
+    if graph.dead.size:
+        writer.save_array(f"{HNSW.name}/{DEAD_FILE}", graph.dead)
+    if graph.n_delta:
+        writer.save_array(f"{HNSW.name}/{DELTA_FILE}", graph.delta_keys)
+
+
+def saved_graph_base(manifest: dict[str, Any]) -> str | None:
+    """The name of the graph base a generation holds: the manifest's, or, for one saved before
+    bases had names, its graph file's checksum (None: no graph)."""
+    entry = manifest.get(GRAPH_MANIFEST_KEY)
+    if isinstance(entry, dict) and isinstance(entry.get("base"), str):
+        return str(entry["base"])
+    meta = manifest.get("files", {}).get(f"{HNSW.name}/graph.usearch")
+    if isinstance(meta, dict) and isinstance(meta.get("sha256"), str):
+        return "sha256:" + str(meta["sha256"])
+    return None
 
 
 def _small_ints(a: np.ndarray) -> np.ndarray:
@@ -663,7 +712,13 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
 
-        graph = LeafGraph.open(reader.path(HNSW.name), len(chunks), dim)
+        graph = LeafGraph.open(
+            reader.path(HNSW.name),
+            len(chunks),
+            dim,
+            leaf_vectors=node_vectors,
+            base_id=saved_graph_base(m),
+        )
     sources: dict[str, dict[str, Any]] = {}
     doc_rows: Any = ()
     if "documents" in tables:

@@ -1,12 +1,20 @@
 """An HNSW graph over an index's leaf vectors (usearch, ``psirag[hnsw]``): the dense list at
 scale, built with the index, saved in its generation and changed by each add and remove.
 
-Every leaf is in the graph under a key; keys rise with the leaf ids (``keys[leaf]``), so a
-removal drops some keys and an add appends larger ones, and the surviving leaves keep their
-keys without the graph being touched. The graph stores half-precision vectors (half the
-memory); the few candidates it returns are rescored exactly from the index's float32 leaf
-vectors. A saved graph is opened memory-mapped and read-only (usearch's ``view``): a search
-never writes, and an update copies it into memory first.
+Every leaf has a key; keys rise with the leaf ids (``keys[leaf]``), so a removal drops some
+keys and an add appends larger ones, and the surviving leaves keep their keys. The graph stores
+half-precision vectors (half the memory); the few candidates it returns are rescored exactly
+from the index's float32 leaf vectors.
+
+Log-structured, like the segment tables (:mod:`psirag.segments`): the saved graph file is an
+immutable *base* that generations share by hard link, opened memory-mapped and read-only
+(usearch's ``view``). An update does not touch it: the leaves it adds are a *delta* (on disk
+just their keys; their vectors are in the leaf-vector segments) that a search scans exactly and
+merges with the graph's hits, and the base keys it removes are *tombstones* filtered out of
+them. When tombstones plus delta pass :func:`fold_limit` (5% of the leaves, at most
+:data:`FOLD_MAX` leaves), the update folds them into a new base (written whole by the next
+save), as ``psirag compact`` does. So a save writes the graph once per that many changed
+leaves instead of on every update (BENCHMARKS.md, "HNSW graph as a base and a delta").
 
 usearch is a binary wheel on PyPI (no compiler), but with its numkong dependency it adds about
 56 MiB to an install (BENCHMARKS.md, "Tree against HNSW as a nearest-leaf index"), so it is an
@@ -18,6 +26,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +39,25 @@ CONNECTIVITY = 16
 EXPANSION_ADD = 100
 """Candidate list while inserting (HNSW's ef_construction)."""
 GRAPH_FILE = "graph.usearch"
+"""The base graph (usearch's own format), shared by hard link while the base is unchanged."""
 KEYS_FILE = "keys.npy"
+"""The base's keys, ascending (saved and shared with it)."""
+DEAD_FILE = "dead.npy"
+"""Base keys removed since the base was made (absent: none)."""
+DELTA_FILE = "delta.npy"
+"""Keys of the leaves added since the base was made, the last leaves (absent: none)."""
+BASE_FILES = (GRAPH_FILE, KEYS_FILE)
+FOLD_FRACTION = 0.05
+"""Tombstones plus delta leaves above this share of the leaves are folded into a new base."""
+FOLD_MAX = 4096
+"""...and never more than this many: the exact scan of 4,096 delta vectors (384-d float32,
+6 MiB) costs about what one graph search at ef 64 costs on one core (0.5 ms), so a search
+never pays more than twice the base's cost. A fold writes the whole graph (about 270 bytes a
+leaf at 384-d): at 1M leaves once per 4,096 changed leaves, about 66 KB amortised per leaf."""
+INSERT_CANDIDATES = 10
+"""Graph hits per new chunk that are rescored exactly when finding its insertion point."""
+INSERT_EF = 64
+"""Search breadth for insertion points (recall@10 about 0.99 on 100k-300k synthetic sets)."""
 INSTALL_HINT = "pip install 'psirag[hnsw]'"
 
 
@@ -66,22 +93,116 @@ def usearch_available() -> bool:
     return True
 
 
-class LeafGraph:
-    """The graph and the key of every leaf (ascending). Immutable in use: :meth:`updated`
-    returns a new graph and leaves this one as it was."""
+class GraphBase:
+    """An immutable HNSW graph (the *base*) and the sorted keys it holds, shared by every
+    :class:`LeafGraph` made from it: updates never change it; a fold makes a new one."""
 
-    def __init__(self, graph: Any, keys: np.ndarray, *, read_only: bool) -> None:
+    def __init__(self, graph: Any, keys: np.ndarray, base_id: str, *, read_only: bool) -> None:
         self.graph = graph
         self.keys = np.asarray(keys, dtype=np.int64)
+        self.id = base_id
+        """Names this base in a generation's manifest: a save whose base generation holds the
+        same base hard-links its files instead of writing them again."""
         self.read_only = read_only
         """A memory-mapped view of a saved graph: usearch cannot change it (it would crash)."""
-        self._breadth = threading.Lock()
+        self.lock = threading.Lock()
         """usearch takes ``ef`` as a property of the graph, not of one search: held while one
         is set and used, so that concurrent searches with different beams get their own."""
+
+    def search(self, queries: np.ndarray, count: int, ef: int, threads: int) -> Any:
+        with self.lock:
+            self.graph.expansion_search = max(int(ef), count)
+            return self.graph.search(queries, count, threads=threads)
+
+
+def new_base_id() -> str:
+    """A fresh base's name (random: two bases never share one)."""
+    return uuid.uuid4().hex
+
+
+def fold_limit(n_leaves: int) -> int:
+    """Tombstones plus delta leaves a graph of ``n_leaves`` leaves keeps before a fold."""
+    return max(1, min(FOLD_MAX, int(FOLD_FRACTION * n_leaves)))
+
+
+def _sorted_keys(keys: np.ndarray | None) -> np.ndarray:
+    return np.empty(0, dtype=np.int64) if keys is None else np.asarray(keys, dtype=np.int64)
+
+
+def _optional_keys(path: Path) -> np.ndarray:
+    """A saved key array, empty when the file is absent (nothing removed, or no delta)."""
+    if not path.exists():
+        return np.empty(0, dtype=np.int64)
+    return np.asarray(np.load(path, allow_pickle=False), dtype=np.int64)
+
+
+def _members(sorted_keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """A mask over ``sorted_keys``: which are in ``wanted`` (sorted)."""
+    at = np.minimum(np.searchsorted(wanted, sorted_keys), max(wanted.size - 1, 0))
+    return (wanted[at] == sorted_keys) if wanted.size else np.zeros(sorted_keys.size, bool)
+
+
+class LeafGraph:
+    """The leaves' nearest-neighbour index, log-structured: an immutable base graph, the base
+    keys removed since (tombstones, filtered out of its hits) and the leaves added since (the
+    delta: their keys and vectors, scanned exactly). Immutable in use: :meth:`updated` returns
+    a new one that shares the base.
+
+    Leaves ``0 .. n_base-1`` are the base's live keys in order; the delta leaves follow (new
+    leaves are appended, and their keys are larger than any base key)."""
+
+    def __init__(
+        self,
+        base: GraphBase,
+        dead: np.ndarray | None = None,
+        delta_keys: np.ndarray | None = None,
+        delta_vectors: np.ndarray | None = None,
+    ) -> None:
+        self.base = base
+        self.dead = _sorted_keys(dead)
+        self.delta_keys = _sorted_keys(delta_keys)
+        dim = int(base.graph.ndim)
+        self.delta_vectors = (
+            np.empty((0, dim), dtype=np.float32)
+            if delta_vectors is None
+            else np.ascontiguousarray(delta_vectors, dtype=np.float32)
+        )
+        if self.delta_vectors.shape != (self.delta_keys.size, dim):
+            raise ValueError(
+                f"{self.delta_vectors.shape} delta vectors for {self.delta_keys.size} delta keys"
+            )
+        keys = base.keys
+        if self.dead.size:
+            keys = keys[~_members(keys, self.dead)]
+        self.n_base = int(keys.size)
+        """Leaves the base graph holds (the first ones)."""
+        self.keys = np.concatenate([keys, self.delta_keys]) if self.delta_keys.size else keys
+        """The key of every leaf, ascending."""
+
+    @property
+    def graph(self) -> Any:
+        return self.base.graph
+
+    @property
+    def read_only(self) -> bool:
+        return self.base.read_only
 
     @property
     def n_leaves(self) -> int:
         return int(self.keys.size)
+
+    @property
+    def n_delta(self) -> int:
+        return int(self.delta_keys.size)
+
+    @property
+    def changes(self) -> int:
+        """Tombstones plus delta leaves: what a fold takes into a new base."""
+        return int(self.dead.size + self.delta_keys.size)
+
+    @property
+    def fold_due(self) -> bool:
+        return self.changes > fold_limit(self.n_leaves)
 
     # ------------------------------------------------------------------ building
     @classmethod
@@ -99,78 +220,220 @@ class LeafGraph:
         keys = np.arange(vectors.shape[0], dtype=np.int64)
         if keys.size:
             graph.add(keys.astype(np.uint64), vectors, threads=threads)
-        return cls(graph, keys, read_only=False)
+        return cls(GraphBase(graph, keys, new_base_id(), read_only=False))
 
     def updated(
-        self, keep: np.ndarray | None, new_vectors: np.ndarray | None, *, threads: int = 0
+        self,
+        keep: np.ndarray | None,
+        new_vectors: np.ndarray | None,
+        *,
+        fold: bool | None = None,
+        threads: int = 0,
     ) -> LeafGraph:
         """The graph after an update: the leaves where ``keep`` (a boolean mask over this
         graph's leaves; None: all) is False removed, then ``new_vectors`` appended as new
-        leaves, in the order the index renumbers its leaves. This graph is unchanged."""
-        graph = self.graph.copy()
-        keys = self.keys
+        leaves, in the order the index renumbers its leaves. Removed base leaves become
+        tombstones and new leaves join the delta; the base is shared, not copied. ``fold``:
+        fold the changes into a new base (None: when :attr:`fold_due`). This graph is
+        unchanged."""
+        dead, delta_keys, delta_vectors = self.dead, self.delta_keys, self.delta_vectors
         if keep is not None:
             keep = np.asarray(keep, dtype=bool)
-            if keep.shape != keys.shape:
-                raise ValueError(f"keep mask of {keep.shape} for a graph of {keys.size} leaves")
-            gone = keys[~keep]
+            if keep.shape != self.keys.shape:
+                raise ValueError(f"keep mask of {keep.shape} for a graph of {self.n_leaves} leaves")
+            gone = self.keys[: self.n_base][~keep[: self.n_base]]
             if gone.size:
-                graph.remove(gone.astype(np.uint64))
-            keys = keys[keep]
+                dead = np.union1d(dead, gone)
+            stays = keep[self.n_base :]
+            delta_keys, delta_vectors = delta_keys[stays], delta_vectors[stays]
         if new_vectors is not None and len(new_vectors):
-            vectors = np.ascontiguousarray(new_vectors, dtype=np.float32)
-            start = int(self.keys.max()) + 1 if self.keys.size else 0
+            vectors = np.asarray(new_vectors, dtype=np.float32)
+            start = int(self.base.keys[-1]) + 1 if self.base.keys.size else 0
+            if delta_keys.size:
+                start = max(start, int(delta_keys[-1]) + 1)
             new_keys = np.arange(start, start + vectors.shape[0], dtype=np.int64)
-            graph.add(new_keys.astype(np.uint64), vectors, threads=threads)
-            keys = np.concatenate([keys, new_keys])
-        return LeafGraph(graph, keys, read_only=False)
+            delta_keys = np.concatenate([delta_keys, new_keys])
+            delta_vectors = np.concatenate([delta_vectors, vectors])
+        out = LeafGraph(self.base, dead, delta_keys, delta_vectors)
+        if (out.fold_due if fold is None else fold) and out.changes:
+            return out.folded(threads=threads)
+        return out
+
+    def folded(self, *, threads: int = 0) -> LeafGraph:
+        """The same leaves in a new base graph (in memory, written whole by the next save):
+        a copy of the base without the tombstones and with the delta inserted."""
+        graph = self.base.graph.copy()
+        if self.dead.size:
+            graph.remove(self.dead.astype(np.uint64))
+        if self.delta_keys.size:
+            graph.add(self.delta_keys.astype(np.uint64), self.delta_vectors, threads=threads)
+        return LeafGraph(GraphBase(graph, self.keys.copy(), new_base_id(), read_only=False))
 
     # ------------------------------------------------------------------ storage
-    def save(self, folder: Path) -> None:
-        """Write the graph and its keys into ``folder`` (a new generation's staging folder)."""
-        folder.mkdir(parents=True, exist_ok=True)
-        self.graph.save(str(folder / GRAPH_FILE))
-        with open(folder / KEYS_FILE, "wb") as fh:
-            np.save(fh, self.keys, allow_pickle=False)
+    def save_base(self, graph_path: Path, keys_path: Path) -> None:
+        """Write the base graph and its keys (a new generation's staging folder)."""
+        self.base.graph.save(str(graph_path))
+        with open(keys_path, "wb") as fh:
+            np.save(fh, self.base.keys, allow_pickle=False)
+
+    def manifest_entry(self) -> dict[str, Any]:
+        """What the generation's manifest says about the graph (the base it shares)."""
+        return {"base": self.base.id, "dead": int(self.dead.size), "delta": self.n_delta}
 
     @classmethod
-    def open(cls, folder: Path, n_leaves: int, dim: int) -> LeafGraph | None:
-        """A saved graph, memory-mapped read-only; None when usearch is not installed (the
-        index then searches without it). A graph that does not match the index is an error."""
+    def open(
+        cls,
+        folder: Path,
+        n_leaves: int,
+        dim: int,
+        *,
+        leaf_vectors: np.ndarray | None = None,
+        base_id: str | None = None,
+    ) -> LeafGraph | None:
+        """A saved graph, its base memory-mapped read-only; None when usearch is not installed
+        (the index then searches without it). ``leaf_vectors``: the index's, for the delta
+        leaves' rows (needed when there is a delta). A graph that does not match the index is
+        an error."""
         if not usearch_available():
             return None
         index_class = require_usearch()
         try:
             keys = np.load(folder / KEYS_FILE, allow_pickle=False)
+            dead, delta = _optional_keys(folder / DEAD_FILE), _optional_keys(folder / DELTA_FILE)
             graph = index_class.restore(str(folder / GRAPH_FILE), view=True)
         except (OSError, ValueError, RuntimeError) as exc:
             raise IndexFormatError(
                 f"{folder}: the HNSW graph is unreadable ({exc}); rebuild the index"
             ) from exc
-        if graph is None or keys.shape != (n_leaves,) or len(graph) != n_leaves:
+        n_base = keys.size - dead.size
+        if (
+            graph is None
+            or keys.ndim != 1
+            or len(graph) != keys.size
+            or n_base + delta.size != n_leaves
+        ):
             raise IndexFormatError(
-                f"{folder}: the HNSW graph holds {0 if graph is None else len(graph)} vectors "
-                f"and {keys.shape} keys for {n_leaves} leaves; the index is corrupted or "
-                "mixed, rebuild it"
+                f"{folder}: the HNSW graph holds {0 if graph is None else len(graph)} vectors, "
+                f"{keys.shape} keys, {dead.size} removed and {delta.size} added for {n_leaves} "
+                "leaves; the index is corrupted or mixed, rebuild it"
             )
-        if int(graph.ndim) != dim or (keys.size > 1 and bool(np.any(np.diff(keys) <= 0))):
+        ascending = [k.size < 2 or bool(np.all(np.diff(k) > 0)) for k in (keys, dead, delta)]
+        fits = (
+            int(graph.ndim) == dim
+            and all(ascending)
+            and int(np.count_nonzero(_members(keys, dead))) == dead.size
+            and (not delta.size or not keys.size or int(delta[0]) > int(keys[-1]))
+        )
+        if not fits:
             raise IndexFormatError(f"{folder}: the HNSW graph does not fit the index; rebuild")
-        return cls(graph, keys, read_only=True)
+        vectors = None
+        if delta.size:
+            if leaf_vectors is None:
+                raise ValueError("a graph with a delta needs the index's leaf vectors")
+            vectors = np.asarray(leaf_vectors[n_leaves - delta.size : n_leaves], np.float32)
+        base = GraphBase(graph, keys, base_id or new_base_id(), read_only=True)
+        return cls(base, dead, delta, vectors)
 
     # ------------------------------------------------------------------ searching
     def search(self, vector: np.ndarray, count: int, ef: int) -> np.ndarray:
-        """About the ``count`` nearest leaves' ids (unordered beyond the graph's own order);
-        ``ef``: the search breadth (at least ``count``)."""
+        """About the ``count`` nearest leaves' ids, best first: the base graph's hits (less
+        tombstones; ``ef`` its search breadth, at least ``count``) merged with the exact top
+        of the delta."""
         count = min(count, self.n_leaves)
         if count <= 0:
             return np.empty(0, dtype=np.int64)
         query = np.asarray(vector, dtype=np.float32).ravel()
-        with self._breadth:
-            self.graph.expansion_search = max(int(ef), count)
-            found = self.graph.search(query, count, threads=1)
-        keys = np.asarray(found.keys, dtype=np.int64)
-        leaves = np.minimum(np.searchsorted(self.keys, keys), self.keys.size - 1)
-        return leaves[self.keys[leaves] == keys]  # every found key is a leaf's
+        leaves, sims = self._base_hits(query[None, :], count, ef, threads=1)
+        leaves, sims = leaves[0], sims[0]
+        keep = leaves >= 0
+        leaves, sims = leaves[keep], sims[keep]
+        if self.n_delta:
+            scores = self.delta_vectors @ query
+            top = _top(scores, count)
+            leaves = np.concatenate([leaves, self.n_base + top])
+            sims = np.concatenate([sims, scores[top]])
+        order = np.lexsort((leaves, -sims))[:count]
+        return leaves[order].astype(np.int64)
+
+    def _base_hits(
+        self, queries: np.ndarray, count: int, ef: int, *, threads: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per query row, the base graph's ``count`` best live leaves (-1: none) and their
+        approximate similarities; tombstoned keys are asked for beyond ``count`` and dropped."""
+        m = queries.shape[0]
+        if self.n_base == 0:
+            return np.full((m, 0), -1, np.int64), np.zeros((m, 0), np.float32)
+        ask = min(count + min(count, int(self.dead.size)), int(self.base.keys.size))
+        found = self.base.search(np.ascontiguousarray(queries), ask, ef, threads)
+        keys = np.asarray(found.keys, dtype=np.int64).reshape(m, -1)
+        sims = 1.0 - np.asarray(found.distances, dtype=np.float32).reshape(m, -1)
+        counts = np.asarray(getattr(found, "counts", [keys.shape[1]] * m)).reshape(m, 1)
+        live = self.keys[: self.n_base]
+        at = np.minimum(np.searchsorted(live, keys), max(self.n_base - 1, 0))
+        ok = (live[at] == keys) & (np.arange(keys.shape[1])[None, :] < counts)
+        leaves = np.where(ok, at, -1)
+        sims = np.where(ok, sims, -np.inf).astype(np.float32)
+        if ask > count:  # the first ``count`` live hits of each row, in the graph's order
+            rank = np.cumsum(ok, axis=1)
+            cut = ok & (rank <= count)
+            leaves = np.where(cut, leaves, -1)
+            sims = np.where(cut, sims, -np.inf).astype(np.float32)
+        return leaves, sims
+
+    def nearest(
+        self,
+        queries: np.ndarray,
+        leaf_vectors: np.ndarray,
+        *,
+        candidates: int = INSERT_CANDIDATES,
+        ef: int = INSERT_EF,
+        threads: int = 0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """For each query row, the most similar leaf and its cosine (exact, from the float32
+        ``leaf_vectors``): the base graph's ``candidates`` best rescored, and the whole delta
+        scanned. What :func:`psirag.tree.update.insert_leaves` needs as insertion points, in
+        place of a descent of the tree."""
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        m = q.shape[0]
+        best_leaf = np.full(m, -1, dtype=np.int64)
+        best = np.full(m, -np.inf, dtype=np.float32)
+        if m == 0 or self.n_leaves == 0:
+            return best_leaf, best
+        leaves, _ = self._base_hits(q, min(candidates, max(self.n_base, 1)), ef, threads=threads)
+        if leaves.size:
+            rows = np.take(leaf_vectors, np.maximum(leaves, 0).ravel(), axis=0)
+            scores = np.einsum(
+                "mcd,md->mc", rows.reshape(m, leaves.shape[1], -1).astype(np.float32), q
+            )
+            scores = np.where(leaves >= 0, scores, -np.inf)
+            pick = np.argmax(scores, axis=1)
+            best = scores[np.arange(m), pick].astype(np.float32)
+            best_leaf = np.where(np.isfinite(best), leaves[np.arange(m), pick], -1)
+        if self.n_delta:
+            for lo in range(0, m, 1024):
+                s = q[lo : lo + 1024] @ self.delta_vectors.T
+                j = np.argmax(s, axis=1)
+                sj = s[np.arange(s.shape[0]), j]
+                better = sj > best[lo : lo + 1024]
+                best[lo : lo + 1024] = np.where(better, sj, best[lo : lo + 1024])
+                best_leaf[lo : lo + 1024] = np.where(
+                    better, self.n_base + j, best_leaf[lo : lo + 1024]
+                )
+        return best_leaf, best
 
 
-__all__ = ["INSTALL_HINT", "LeafGraph", "require_usearch", "usearch_available"]
+def _top(scores: np.ndarray, count: int) -> np.ndarray:
+    """Indices of the ``count`` largest scores (unordered)."""
+    if scores.size <= count:
+        return np.arange(scores.size)
+    return np.argpartition(-scores, count - 1)[:count]
+
+
+__all__ = [
+    "INSTALL_HINT",
+    "GraphBase",
+    "LeafGraph",
+    "fold_limit",
+    "require_usearch",
+    "usearch_available",
+]

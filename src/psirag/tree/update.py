@@ -537,6 +537,23 @@ def descend(
     return idx, best
 
 
+def _given_points(
+    nearest: tuple[np.ndarray, np.ndarray], old: np.ndarray, new: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Insertion points given by the caller, checked; rows without one are scanned."""
+    idx = np.asarray(nearest[0], dtype=np.int64).copy()
+    best = np.asarray(nearest[1], dtype=np.float32).copy()
+    m = new.shape[0]
+    if idx.shape != (m,) or best.shape != (m,):
+        raise InputError(f"nearest must give one leaf and one score per new row ({m})")
+    if idx.size and int(idx.max()) >= old.shape[0]:
+        raise InputError(f"nearest names leaf {int(idx.max())} of a tree of {old.shape[0]}")
+    missing = np.flatnonzero(idx < 0)
+    if missing.size:
+        idx[missing], best[missing] = _best_rows(new[missing], old)
+    return idx, best
+
+
 def batch_groups(new: np.ndarray, best_old: np.ndarray) -> list[np.ndarray]:
     """The ``"auto"`` rule's groups: new chunks linked by a pair more similar than either's best
     indexed leaf, as connected components (singletons take the single path)."""
@@ -575,6 +592,7 @@ def insert_leaves(
     beam: int = INSERT_BEAM,
     stale: np.ndarray | None = None,
     scan_below: int | None = None,
+    nearest: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> TreeUpdate:
     """Add one leaf per row of ``new_vectors`` (unit rows, like the builder's) to one tree.
 
@@ -587,7 +605,9 @@ def insert_leaves(
     vectors) and a tree of at least ``scan_below`` leaves (default :data:`SCAN_BELOW`), by
     :func:`descend` with ``beam`` (``stale``: inner nodes whose rows are out of date). The
     descent trusts the stored vectors (their shapes are checked, not every value): a pass over
-    them is what it saves.
+    them is what it saves. ``nearest``: the insertion points found elsewhere (per new row, the
+    most similar leaf and its cosine; the index's HNSW graph finds them), in place of both
+    (a row without one, leaf -1, is scanned).
     """
     if rule not in INSERT_RULES:
         raise InputError(f"insert rule must be one of {', '.join(INSERT_RULES)}, got {rule!r}")
@@ -598,8 +618,8 @@ def insert_leaves(
             "(a tree-per-document index): build the new document's own tree instead"
         )
     floor = SCAN_BELOW if scan_below is None else scan_below
-    by_descent = node_vectors is not None and tree.n_leaves >= floor
-    if by_descent:
+    by_descent = node_vectors is not None and tree.n_leaves >= floor and nearest is None
+    if by_descent or nearest is not None:
         old = _trusted("leaf_vectors", leaf_vectors, tree.n_leaves, None)
     else:
         old = _vectors("leaf_vectors", leaf_vectors, tree.n_leaves, None)
@@ -608,7 +628,10 @@ def insert_leaves(
     work = _Work(tree, old, new)
     if m == 0:
         return work.finish(max_children)
-    if by_descent:
+    if nearest is not None:
+        best_idx, best_old = _given_points(nearest, old, new)
+        work.bump("by_graph", m)
+    elif by_descent:
         assert node_vectors is not None
         nodes = _trusted("node_vectors", node_vectors, tree.n_nodes, old.shape[1])
         best_idx, best_old = descend(tree, nodes, new, beam=beam, stale=stale)
