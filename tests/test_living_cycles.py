@@ -4,8 +4,9 @@ rebuild"; benchmarks/bench_living_cycles.py runs that on 2Wiki, this is its smal
 
 The corpus is made so that the tree matters: topic words shared by many passages, a narrow beam
 (1) and no exact-scan stand-in, so a leaf put in the wrong subtree is not found. Insertion points
-are found by descent (the living index's path on large indexes, forced here on a small one); a
-control that inserts under random leaves must break the same bound, so the bound can fail.
+are found by descent (the living index's path on large indexes, forced here on a small one), or
+through the index's HNSW graph where it has one (``psirag[hnsw]``); a control that inserts
+under random leaves must break the same bound, so the bound can fail.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import psirag.tree.update as tree_update
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.eval.metrics import recall_at_k
 from psirag.ingest import Document
+from psirag.retrieval.leaf_graph import usearch_available
 from psirag.tree import check_invariants
 
 N_DOCS = 300
@@ -57,10 +59,24 @@ def recall5(index: Index, questions: list[tuple[str, str]], config: SearchConfig
     return 100 * float(np.mean(got))
 
 
-def cycles(monkeypatch: pytest.MonkeyPatch, place: Any = None) -> list[dict[str, float]]:
-    """Build, then CYCLES cycles of remove + add back; per cycle, the gap to the fresh build."""
+def cycles(
+    monkeypatch: pytest.MonkeyPatch, place: Any = None, via: str = "descended"
+) -> list[dict[str, float]]:
+    """Build, then CYCLES cycles of remove + add back; per cycle, the gap to the fresh build.
+    ``via``: "descended" (the tree's descent) or "by_graph" (the index's HNSW graph, its
+    changes kept as a delta and tombstones for all the cycles); ``place`` replaces it."""
     monkeypatch.setattr(tree_update, "SCAN_BELOW", 0)  # descend even on this small tree
-    if place is not None:
+    if via == "by_graph":
+        if not usearch_available():
+            pytest.skip("usearch is not installed")
+        import psirag.pipeline
+        import psirag.retrieval.leaf_graph as leaf_graph
+
+        monkeypatch.setattr(psirag.pipeline, "GRAPH_MIN_LEAVES", 50)
+        monkeypatch.setattr(leaf_graph, "FOLD_FRACTION", 1.0)  # no fold: base + delta
+        if place is not None:
+            monkeypatch.setattr(leaf_graph.LeafGraph, "nearest", place)
+    elif place is not None:
         monkeypatch.setattr(tree_update, "descend", place)
     docs, questions = corpus()
     by_id = {d.id: d for d in docs}
@@ -75,7 +91,7 @@ def cycles(monkeypatch: pytest.MonkeyPatch, place: Any = None) -> list[dict[str,
         chosen = rng.sample(sorted(by_id), PER_CYCLE)
         live.remove(chosen)
         summary = live.add([by_id[i] for i in chosen])
-        assert summary.tree.get("descended") == PER_CYCLE
+        assert summary.tree.get(via) == PER_CYCLE
         assert live.data.tree.n_leaves == N_DOCS
         gaps.append(
             {
@@ -86,16 +102,18 @@ def cycles(monkeypatch: pytest.MonkeyPatch, place: Any = None) -> list[dict[str,
     return gaps
 
 
+@pytest.mark.parametrize("via", ["descended", "by_graph"])
 def test_remove_and_add_back_cycles_keep_recall_near_a_fresh_build(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
-    gaps = cycles(monkeypatch)
+    gaps = cycles(monkeypatch, via=via)
     assert all(abs(g["narrow"]) <= BOUND for g in gaps), gaps
     assert all(abs(g["psi"]) <= BOUND for g in gaps), gaps
 
 
+@pytest.mark.parametrize("via", ["descended", "by_graph"])
 def test_the_bound_fails_when_new_chunks_go_under_random_leaves(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, via: str
 ) -> None:
     draw = np.random.default_rng(3)
 
@@ -103,7 +121,12 @@ def test_the_bound_fails_when_new_chunks_go_under_random_leaves(
         leaves = draw.integers(0, tree.n_leaves, queries.shape[0])
         return leaves, (queries * node_vectors[leaves]).sum(axis=1).astype(np.float32)
 
-    gaps = cycles(monkeypatch, random_leaves)
+    def random_graph_leaves(graph: Any, queries: np.ndarray, leaf_vectors: np.ndarray) -> Any:
+        leaves = draw.integers(0, graph.n_leaves, queries.shape[0])
+        return leaves, (queries * leaf_vectors[leaves]).sum(axis=1).astype(np.float32)
+
+    place = random_leaves if via == "descended" else random_graph_leaves
+    gaps = cycles(monkeypatch, place, via=via)
     assert min(g["narrow"] for g in gaps) < -BOUND, gaps
 
 
