@@ -348,3 +348,22 @@ def test_sigkill_at_random_moments_leaves_the_old_or_the_new_graph(
                 assert first[top] == first[leaf]
     assert outcomes["old"] > 0 and outcomes["new"] > 0, outcomes
     print(f"\nrandom SIGKILL with a graph delta: 15 rounds, {outcomes}")
+
+
+def test_given_insertion_points_are_checked_and_missing_ones_scanned() -> None:
+    from psirag.errors import InputError
+    from psirag.tree import build_tree, insert_leaves
+
+    leaves = _clustered(120, 8)
+    tree = build_tree(leaves, max_children=6)
+    new = _clustered(3, 9)
+    scanned = insert_leaves(tree, leaves, new, max_children=6)
+    sims = new @ leaves.T
+    points = (np.array([-1, int(np.argmax(sims[1])), -1]), sims.max(axis=1))
+    given = insert_leaves(tree, leaves, new, max_children=6, nearest=points)
+    assert np.array_equal(given.tree.parent, scanned.tree.parent)
+    assert given.counts.get("by_graph") == 3
+    with pytest.raises(InputError, match="one leaf and one score"):
+        insert_leaves(tree, leaves, new, nearest=(points[0][:2], points[1][:2]))
+    with pytest.raises(InputError, match="names leaf 500"):
+        insert_leaves(tree, leaves, new, nearest=(np.array([0, 500, 1]), points[1]))
