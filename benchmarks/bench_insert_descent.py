@@ -9,7 +9,7 @@ in wall and CPU seconds on one BLAS thread; and how often the descent finds the 
 over 500 such chunks (and how much less similar its leaf is when it does not).
 
 With ``psirag[hnsw]`` installed, the same for insertion points found through the leaves' HNSW
-graph (``LeafGraph.nearest``: 10 graph hits at ef 64 rescored exactly, what an index with a
+graph (``LeafGraph.nearest``: 10 graph hits at ef 128 rescored exactly, what an index with a
 graph uses), its time included; the graph's build time is reported apart (the index builds it
 anyway). ``--no-graph`` skips it.
 
