@@ -71,6 +71,10 @@ DOCUMENTS = FormatFile("documents.jsonl", "sources", "jsonl", None, 2, False, un
 """One line per document read from a file: ``{"id", "path", "sha256"}``."""
 FIRST_COPY_FILE = "first_copy.npy"
 """Inside ``bm25/`` up to format 2; in format 3 the table ``first_copy`` (as offsets)."""
+DUPLICATE_HASHES = "duplicate_hashes"
+"""Format 3 table (rows follow the leaves): each chunk's duplicate-key hash
+(:class:`psirag.retrieval.duplicates.DuplicateMap`), so the first add after a load maps its
+new texts only; absent in indexes saved before it (their first add maps every text once)."""
 BM25 = FormatFile("bm25", "sparse", "folder", None, 1, True)
 """bm25s's files, ``first_copy.npy`` and (since the living index) the term counts."""
 PHRASE_WORDS = FormatFile(
@@ -184,6 +188,9 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     (writer.staging / BM25.name / FIRST_COPY_FILE).unlink()
     first = np.asarray(data.sparse.first_copy, dtype=np.int64)
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
+    dups = data.sparse.duplicates
+    if dups is not None and dups.size == n:  # so a load's first add need not map every text
+        tables.save(DUPLICATE_HASHES, "npy", dups.hashes, src=leaf_src)
     if data.phrase_table is not None:
         _save_phrase_table(tables, data.phrase_table, leaf_src)
     if data.leaf_graph is not None:
@@ -640,6 +647,16 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if isinstance(exc, IndexFormatError) or of_the_machine(exc):
             raise
         raise IndexFormatError(f"{where}: cannot read the BM25 index ({exc})") from exc
+    if DUPLICATE_HASHES in tables and first_copy is not None:
+        from psirag.retrieval.duplicates import DuplicateMap
+
+        hashes = np.asarray(_read_table(reader, tables, DUPLICATE_HASHES, where), dtype=np.int64)
+        if hashes.shape != first_copy.shape:
+            raise IndexFormatError(
+                f"{where}: the {DUPLICATE_HASHES} table holds {hashes.shape} rows for "
+                f"{first_copy.size} chunks; the index is corrupted, rebuild it"
+            )
+        sparse.duplicates = DuplicateMap(first_copy, hashes)
     bm25_docs = sparse.n_docs
     if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
         raise IndexFormatError(
