@@ -198,7 +198,10 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     _link_unchanged(writer)
     body = manifest_body(data)
     body["tables"] = {k: t.to_json() for k, t in tables.written.items()}
-    return writer.commit(body)
+    generation = writer.commit(body)
+    if data.phrase_table is not None:  # what a save on top of this generation may trust
+        data.phrase_table.mark_saved(_generation_token(writer.target, generation))
+    return generation
 
 
 def _small_ints(a: np.ndarray) -> np.ndarray:
@@ -435,31 +438,47 @@ def _save_phrase_table(
     continues the base's row ``i``), the sorted ones go by key (:data:`SORTED_GROUPS`); the
     word and stem lists likewise."""
     arrays = {name: np.asarray(a) for name, a in table.arrays().items()}
+    base = tables.writer.base
+    # a table that only adds and removals made from the one saved as the base generation:
+    # kept leaves' lists, phrase keys, words, stems and word flags are the base's rows as they
+    # were, so only new rows are written and the old ones are not read back to be compared
+    same = (
+        not isinstance(leaf_src, str)
+        and base is not None
+        and base.generation is not None
+        and table.saved_from == _generation_token(base.root, base.generation)
+    )
     for ptr_name, entries in CSR_GROUPS.items():
         lengths = np.diff(np.asarray(arrays[ptr_name], dtype=np.int64))
         len_table = f"{PHRASES_DIR}/{ptr_name}_len"
         old = tables.read(len_table)
         entry_src = _entry_sources(leaf_src, None if old is None else np.asarray(old), lengths)
-        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src)
+        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src, compare=not same)
         for name in entries:
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", arrays[name], src=entry_src)
+            tables.save(
+                f"{PHRASES_DIR}/{name}", "npy", arrays[name], src=entry_src, compare=not same
+            )
     in_groups = {n for group in CSR_GROUPS.values() for n in group} | set(CSR_GROUPS)
     for name, array in arrays.items():
         if name not in in_groups:
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
-    tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words))
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", array, compare=not same)
+    tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words), compare=not same)
     vocab = table.vocab()
     if vocab is None:
         return
     stems, vocab_arrays = vocab
     for name, array in vocab_arrays.items():
-        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
-    tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems))
+        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array), compare=not same)
+    tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems), compare=not same)
     derived = {name: np.asarray(a) for name, a in (table.derived_arrays() or {}).items()}
     if not derived:
         return
     p_key = arrays["p_key"]
-    old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
+    p_key_base = tables.base.get(f"{PHRASES_DIR}/p_key")
+    if same and p_key_base is not None and p_key_base.rows <= p_key.size:
+        old_p_key: Any = p_key[: p_key_base.rows]  # phrase keys only grow: the base's prefix
+    else:
+        old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
 
     def p_sorted_keys(values: np.ndarray, keys: Any) -> np.ndarray | None:
         keys = np.asarray(keys) if keys is not None else None
@@ -878,7 +897,15 @@ def _load_phrase_table_v3(
         raise IndexFormatError(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
+    if reader.generation is not None:
+        table.mark_saved(_generation_token(reader.root, reader.generation))
     return _sized(table, n_chunks, folder)
+
+
+def _generation_token(root: Path, generation: int) -> tuple[str, int]:
+    """What names one saved generation of one index folder (a phrase table's
+    :attr:`~psirag.abstracts.phrases.PhraseTable.saved_from`)."""
+    return (str(_resolve(root)), int(generation))
 
 
 def _in_key_order(

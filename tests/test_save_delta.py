@@ -1,0 +1,81 @@
+"""A save on top of the generation an index was loaded from writes what the update changed
+without reading back and comparing every row (issue 24: a change costs O(change)): the phrase
+table remembers that it descends from the saved one by adds and removals only, whose kept
+rows, phrase keys and words never change, so those tables get their new rows appended
+unread. The result equals what was saved before this shortcut (a table not known to descend
+from the base is still compared row by row)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support import HashEmbedder
+
+import psirag.segments as segments
+from psirag import Index, IndexConfig
+
+GROWING = ("keywords/ls_key", "keywords/lp_pid", "keywords/lw", "keywords/words", "keywords/p_key")
+
+
+def _docs(n: int) -> list[str]:
+    topics = ["volcano lava ash Etna", "river delta silt Nile", "bread yeast dough oven"]
+    return [
+        f"{topics[i % 3]} passage {i} with Word{i} and Name{i % 7} near Place{i % 5}."
+        for i in range(n)
+    ]
+
+
+def _read_tables(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tables a save reads back from its base generation, in order."""
+    seen: list[str] = []
+    real = segments.read_physical
+
+    def counted(reader: Any, table: Any, where: str) -> Any:
+        seen.append(where.rsplit(" table ", 1)[-1])
+        return real(reader, table, where)
+
+    monkeypatch.setattr(segments, "read_physical", counted)
+    return seen
+
+
+def _same_table(a: Index, b: Index) -> None:
+    ta, tb = a._data.phrase_table, b._data.phrase_table
+    assert ta is not None and tb is not None
+    assert ta.words == tb.words
+    for name, array in ta.arrays().items():
+        assert np.array_equal(np.asarray(array), np.asarray(tb.arrays()[name])), name
+    da, db = ta.derived_arrays(), tb.derived_arrays()
+    if da is not None and db is not None:
+        for name in da:
+            assert np.array_equal(np.sort(da[name]), np.sort(db[name])), name
+
+
+@pytest.mark.parametrize("trust", [True, False])
+def test_a_save_after_an_add_reads_back_no_growing_phrase_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trust: bool
+) -> None:
+    folder = tmp_path / "ix"
+    emb = HashEmbedder()
+    Index.build(_docs(90), IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+    index = Index.load(folder, embedder=emb)
+    table = index._data.phrase_table
+    assert table is not None and table.saved_from is not None
+    index.add(["Lava and ash from Etna, said Word9000 near Place9.", "Nile silt"], texts=True)
+    index.remove([index.documents[4]])
+    if not trust:  # the control: a table not known to descend from the base
+        index._data.phrase_table._cache.pop("saved_from")  # type: ignore[union-attr]
+    reads = _read_tables(monkeypatch)
+    index.save(folder)
+    read = list(reads)  # (the load below reads every table)
+    again = Index.load(folder, verify="full", embedder=emb)
+    _same_table(index, again)
+    assert [c.text for c in again.chunks] == [c.text for c in index.chunks]
+    if trust:
+        assert not set(GROWING) & set(read), sorted(set(GROWING) & set(read))
+    else:
+        assert set(GROWING) <= set(read), read
+    # and a search on the saved index sees the new text
+    assert any("Word9000" in p.text for p in again.search("Word9000 Etna lava", k=3))
