@@ -16,6 +16,7 @@ from support import HashEmbedder
 
 import psirag.segments as segments
 from psirag import Index, IndexConfig
+from psirag.ingest import Document
 
 GROWING = ("keywords/ls_key", "keywords/lp_pid", "keywords/lw", "keywords/words", "keywords/p_key")
 
@@ -79,3 +80,32 @@ def test_a_save_after_an_add_reads_back_no_growing_phrase_table(
         assert set(GROWING) <= set(read), read
     # and a search on the saved index sees the new text
     assert any("Word9000" in p.text for p in again.search("Word9000 Etna lava", k=3))
+
+
+def test_an_add_lists_the_documents_without_reading_every_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An add alone matches no id against the index's documents, and the new value's document
+    list is the old one plus the new documents (what listing the chunks again gives)."""
+    import psirag.ids as ids
+
+    emb = HashEmbedder()
+    docs = [Document(f"d{i}", "", text, is_record=False) for i, text in enumerate(_docs(40))]
+    index = Index.build(docs, IndexConfig(max_children=4), embedder=emb)
+    assert len(index.documents) == 40
+    calls = {"n": 0}
+    real = ids.nfc
+
+    def counted(text: str) -> str:
+        calls["n"] += 1
+        return real(text)
+
+    monkeypatch.setattr(ids, "nfc", counted)
+    clash = Document("d3", "", "A new text under a taken id, about Etna.", is_record=False)
+    summary = index.add([Document("new", "", "Lava again near Place2.", is_record=False), clash])
+    assert summary.renamed  # the taken id was renamed
+    assert calls["n"] == 0, calls["n"]
+    listed = tuple(dict.fromkeys(c.source.document for c in index.chunks))
+    assert index._data.documents == listed and len(listed) == 42
+    index.remove(["d5"])
+    assert index._data.documents == tuple(dict.fromkeys(c.source.document for c in index.chunks))

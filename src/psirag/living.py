@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -379,7 +379,7 @@ class _State:
             leaves = np.diff(tree.leaf_membership.indptr)[refresh]
             wait = rule.may_wait(self.drift[refresh], leaves) & ~np.isin(refresh, self.fresh)
             waiting, refresh = refresh[wait], refresh[~wait]
-        leaf_texts = [c.text for c in self.chunks]
+        leaf_texts = _LeafTexts(self.chunks)
         t0 = time.perf_counter()
         if config.abstracts == "keywords" and self.phrases is None:
             from psirag.abstracts.phrases import PhraseTable
@@ -422,6 +422,27 @@ class _State:
         sparse = SparseIndex.from_postings(self.terms, leaf_texts, appended_to=self.duplicates)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
+
+
+class _LeafTexts(Sequence[str]):
+    """The leaves' texts, read where used: an add's refresh reads its new leaves' texts only
+    (the duplicate map, the phrase table and the BM25 counts keep the rest), so it need not
+    touch every chunk."""
+
+    def __init__(self, chunks: Sequence[Chunk]) -> None:
+        self._chunks = chunks
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [c.text for c in self._chunks[i]]
+        return self._chunks[i].text
 
 
 def _postings(data: IndexData) -> Postings | None:
@@ -589,17 +610,18 @@ def update_documents(
         )
     from psirag.ids import match, some
 
-    wanted, missing = match(remove, data.documents)
-    known = set(data.documents)
+    # an add alone reads no id of the index's documents (their count is cached with them)
+    wanted, missing = match(remove, data.documents) if remove else ([], [])
+    n_known = len(data.documents)
     if missing:
         sample = ", ".join(repr(d) for d in data.documents[:5])
         raise InputError(
-            f"unknown document id(s) [{some(missing)}]: this index holds {len(known):,} documents "
+            f"unknown document id(s) [{some(missing)}]: this index holds {n_known:,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
         )
-    if wanted and len(wanted) >= len(known):
+    if wanted and len(wanted) >= n_known:
         raise InputError(
-            f"removing all {len(known):,} documents would leave an empty index; nothing was "
+            f"removing all {n_known:,} documents would leave an empty index; nothing was "
             "removed (build a new index instead)"
         )
     summary = UpdateSummary()
@@ -697,7 +719,7 @@ def update_documents(
         summary.seconds["hnsw"] = time.perf_counter() - t0
     assert state.drift is not None
     inner_drift = state.drift[state.tree.n_leaves :]
-    n_docs = len(known) - len(wanted) + len(documents)
+    n_docs = n_known - len(wanted) + len(documents)
     stats = replace(data.stats, documents=n_docs, truncated=data.stats.truncated + truncated)
     new = IndexData(
         config=config,
@@ -715,6 +737,10 @@ def update_documents(
         abstract_drift=inner_drift if inner_drift.any() else None,
         leaf_graph=graph,
     )
+    if not wanted:  # the new documents come after the old ones: no need to list them again
+        new.__dict__["documents"] = data.documents + tuple(
+            dict.fromkeys(c.source.document for c in new_chunks)
+        )
     return new, summary
 
 
