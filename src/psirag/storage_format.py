@@ -305,8 +305,12 @@ def _leaf_sources(writer: IndexWriter, data: IndexData) -> np.ndarray | Literal[
         return "none"
     if str(_resolve(base.root)) != origin.folder:
         return "none"
+    n, n_origin = len(data.chunks), len(origin.chunks)
+    kept = origin.prefix(data.chunks)
+    if kept == n_origin:  # leaves only appended (an add): no map of every chunk needed
+        return np.concatenate([np.arange(kept), np.full(n - kept, -1)]).astype(np.int64)
     at = {id(c): j for j, c in enumerate(origin.chunks)}
-    return np.fromiter((at.get(id(c), -1) for c in data.chunks), np.int64, len(data.chunks))
+    return np.fromiter((at.get(id(c), -1) for c in data.chunks), np.int64, n)
 
 
 def _fingerprints(vectors: np.ndarray) -> np.ndarray:
