@@ -19,6 +19,7 @@ from psirag import Index, IndexConfig
 from psirag.ingest import Document
 
 GROWING = ("keywords/ls_key", "keywords/lp_pid", "keywords/lw", "keywords/words", "keywords/p_key")
+INNER = ("inner_vectors", "inner_abstracts")
 
 
 def _docs(n: int) -> list[str]:
@@ -55,7 +56,7 @@ def _same_table(a: Index, b: Index) -> None:
 
 
 @pytest.mark.parametrize("trust", [True, False])
-def test_a_save_after_an_add_reads_back_no_growing_phrase_table(
+def test_a_save_after_an_update_reads_back_no_growing_table_nor_the_inner_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, trust: bool
 ) -> None:
     folder = tmp_path / "ix"
@@ -66,18 +67,22 @@ def test_a_save_after_an_add_reads_back_no_growing_phrase_table(
     assert table is not None and table.saved_from is not None
     index.add(["Lava and ash from Etna, said Word9000 near Place9.", "Nile silt"], texts=True)
     index.remove([index.documents[4]])
-    if not trust:  # the control: a table not known to descend from the base
+    assert index._data.inner_rows is not None
+    if not trust:  # the control: a table and inner nodes not known to descend from the base
         index._data.phrase_table._cache.pop("saved_from")  # type: ignore[union-attr]
+        object.__setattr__(index._data, "inner_rows", None)
     reads = _read_tables(monkeypatch)
     index.save(folder)
     read = list(reads)  # (the load below reads every table)
     again = Index.load(folder, verify="full", embedder=emb)
     _same_table(index, again)
     assert [c.text for c in again.chunks] == [c.text for c in index.chunks]
+    assert again.abstracts == index.abstracts
+    assert np.asarray(again.node_vectors).tobytes() == np.asarray(index.node_vectors).tobytes()
     if trust:
-        assert not set(GROWING) & set(read), sorted(set(GROWING) & set(read))
+        assert not set(GROWING + INNER) & set(read), sorted(set(GROWING + INNER) & set(read))
     else:
-        assert set(GROWING) <= set(read), read
+        assert set(GROWING + INNER) <= set(read), read
     # and a search on the saved index sees the new text
     assert any("Word9000" in p.text for p in again.search("Word9000 Etna lava", k=3))
 

@@ -270,6 +270,9 @@ class _State:
     duplicates: DuplicateMap | None = None
     """BM25's duplicate map of the leading ``chunks`` while no leaf was removed (None: made
     again over every chunk at refresh)."""
+    rows: np.ndarray | None = None
+    """Per node of ``tree``, the saved origin's inner row that still holds it unchanged (-1:
+    a leaf, or new or changed since; see :attr:`IndexData.inner_rows`); None: not known."""
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
@@ -294,6 +297,7 @@ class _State:
             ),
             np.empty(0, dtype=np.int64),
             duplicates=data.sparse.duplicates,
+            rows=_inner_rows(data),
         )
 
     def _timed(self, key: str, t0: float) -> None:
@@ -350,6 +354,10 @@ class _State:
         kept = dirty[was[dirty] >= 0]
         drift[kept] += _changed_leaves(self.tree, tree, update.node_map, kept, was[kept])
         self.fresh = np.union1d(fresh[fresh >= n_new], dirty[was[dirty] < 0]).astype(np.int64)
+        if self.rows is not None:  # a node keeps its saved row until refresh changes it
+            rows = np.full(tree.n_nodes, -1, dtype=np.int64)
+            rows[target[keep]] = self.rows[old_inner[keep]]
+            self.rows = rows
         self.drift = drift
         self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaf_vectors
         self.abstracts, self.vectors = abstracts, vectors
@@ -405,6 +413,8 @@ class _State:
         self.fresh = np.empty(0, dtype=np.int64)
         # routing vectors of every changed node: their leaves changed, waiting or not
         vectors_of = np.union1d(refresh, waiting).astype(np.int64)
+        if self.rows is not None:  # their saved rows no longer hold them
+            self.rows[vectors_of] = -1
         t0 = time.perf_counter()
         if vectors_of.size:
             self.vectors[vectors_of] = routing_vectors(
@@ -422,6 +432,18 @@ class _State:
         sparse = SparseIndex.from_postings(self.terms, leaf_texts, appended_to=self.duplicates)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
+
+
+def _inner_rows(data: IndexData) -> np.ndarray | None:
+    """Per node, the saved row that holds it (:attr:`IndexData.inner_rows`, -1 for leaves);
+    None when ``data`` carries none for its origin."""
+    carried = data.inner_rows
+    n = data.tree.n_leaves
+    if carried is None or data.origin is None or carried[0] is not data.origin:
+        return None
+    if carried[1].shape != (data.tree.n_nodes - n,):
+        return None
+    return np.concatenate([np.full(n, -1, dtype=np.int64), np.asarray(carried[1], np.int64)])
 
 
 class _LeafTexts(Sequence[str]):
@@ -736,6 +758,9 @@ def update_documents(
         origin=data.origin,
         abstract_drift=inner_drift if inner_drift.any() else None,
         leaf_graph=graph,
+        inner_rows=None
+        if state.rows is None or data.origin is None
+        else (data.origin, state.rows[state.tree.n_leaves :]),
     )
     if not wanted:  # the new documents come after the old ones: no need to list them again
         new.__dict__["documents"] = data.documents + tuple(

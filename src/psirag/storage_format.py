@@ -342,6 +342,9 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     vectors = np.ascontiguousarray(data.node_vectors[n:])
     abstracts = data.abstracts
     k = len(abstracts)
+    carried = _carried_inner_rows(tables, data, vectors_file)
+    if carried is not None:
+        return _save_inner_rows(tables, data, carried)
     matched = np.full(k, -1, dtype=np.int64)
     old_vectors = tables.read("inner_vectors", physical=True)
     old_texts = tables.read("inner_abstracts", physical=True)
@@ -415,6 +418,95 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     order = np.empty(k, dtype=np.int64)
     order[perm] = physical
     return order
+
+
+def _carried_inner_rows(
+    tables: _TableSaver, data: IndexData, vectors_file: str | None
+) -> np.ndarray | None:
+    """Per inner node, the base's logical row that still holds it (-1: write it), from the
+    rows the update carried (:attr:`IndexData.inner_rows`); None when they are not for the
+    base generation (then rows are matched by content)."""
+    reader = tables.writer.base
+    base = tables.base.get("inner_vectors")
+    texts_base = tables.base.get("inner_abstracts")
+    carried = data.inner_rows
+    origin = data.origin
+    if (
+        carried is None
+        or origin is None
+        or carried[0] is not origin
+        or vectors_file is not None
+        or reader is None
+        or base is None
+        or texts_base is None
+        or reader.generation != origin.generation
+        or str(_resolve(reader.root)) != origin.folder
+        or texts_base.physical != base.physical
+        or texts_base.n_dead != base.n_dead
+    ):
+        return None
+    rows = np.asarray(carried[1], dtype=np.int64)
+    if rows.shape != (len(data.abstracts),):
+        return None
+    from psirag.segments import live_rows
+
+    live = live_rows(reader, base, f"{reader.folder} table inner_vectors")
+    has = rows >= 0
+    at = np.searchsorted(live, rows[has])
+    ok = at < live.size
+    ok[ok] = live[at[ok]] == rows[has][ok]
+    if not bool(ok.all()):  # a row no longer live: these rows are not the base's
+        return None
+    logical = np.full(rows.size, -1, dtype=np.int64)
+    logical[has] = at
+    if np.unique(logical[has]).size != int(has.sum()):
+        return None
+    return logical
+
+
+def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) -> np.ndarray:
+    """:func:`_save_inner` with each node's base row known: kept nodes keep their rows in the
+    base's order, new and changed ones are appended."""
+    n = data.tree.n_leaves
+    vectors = np.ascontiguousarray(data.node_vectors[n:])
+    abstracts = data.abstracts
+    kept = np.flatnonzero(matched >= 0)
+    kept = kept[np.argsort(matched[kept], kind="stable")]
+    fresh = np.flatnonzero(matched < 0)
+    perm = np.concatenate([kept, fresh])
+    src = np.concatenate([matched[kept], np.full(fresh.size, -1, dtype=np.int64)])
+    physical = tables.save("inner_vectors", "npy", vectors[perm], src=src, compare=False)
+    also = tables.save(
+        "inner_abstracts",
+        "jsonl",
+        _Picked(abstracts, perm),
+        src=src,
+        compare=False,
+    )
+    if not np.array_equal(physical, also):  # the two tables must keep one row numbering
+        raise RuntimeError("inner_vectors and inner_abstracts were saved with different rows")
+    order = np.empty(len(abstracts), dtype=np.int64)
+    order[perm] = physical
+    return order
+
+
+class _Picked(Sequence[Any]):
+    """``[rows[i] for i in order]``, made only where read (a save reads the appended rows)."""
+
+    def __init__(self, rows: Sequence[Any], order: np.ndarray) -> None:
+        self.rows, self.order = rows, order
+
+    def __len__(self) -> int:
+        return int(self.order.size)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self.rows[j] for j in self.order[i].tolist()]
+        return self.rows[int(self.order[i])]
 
 
 SORTED_GROUPS: dict[str, tuple[str, ...]] = {"s_key": ("s_key", "s_cnt", "s_pid"), "p_sorted": ()}
@@ -699,6 +791,17 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
                 f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
                 "abstracts; the index is corrupted or mixed, rebuild it"
             )
+    origin = (
+        None
+        if reader.legacy or reader.generation is None
+        else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks))
+    )
+    inner_rows = None
+    if origin is not None and tables:
+        inner_rows = (
+            origin,
+            np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64),
+        )
     graph = None
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
@@ -738,9 +841,8 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         phrase_table=phrase_table,
         abstract_drift=drift,
         leaf_graph=graph,
-        origin=None
-        if reader.legacy or reader.generation is None
-        else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),
+        origin=origin,
+        inner_rows=inner_rows,
     )
 
 
