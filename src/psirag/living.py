@@ -674,7 +674,8 @@ def update_documents(
     truncated = 0
     if documents:
         t0 = time.perf_counter()
-        documents = _admit(state.chunks, sources, config, documents, summary)
+        indexed = set(data.documents) if not wanted else None  # else: what is left
+        documents = _admit(state.chunks, sources, config, documents, summary, indexed)
         new_chunks = chunk_documents(documents, config, progress=progress) if documents else []
         summary.seconds["chunking"] = summary.seconds.get("chunking", 0.0) + (
             time.perf_counter() - t0
@@ -789,12 +790,15 @@ def _admit(
     config: Any,
     documents: list[Document],
     summary: UpdateSummary,
+    indexed: set[str] | None = None,
 ) -> list[Document]:
     """Skip documents already indexed, refuse a changed file given to ``add``, rename new
-    documents whose id another document holds."""
+    documents whose id another document holds. ``indexed``: the ids of ``chunks``'
+    documents, when known."""
     # digests only of the indexed documents a new one shares an id with (hashing every chunk
     # of the corpus cost more than the rest of a small add's chunking)
-    indexed = {c.source.document for c in chunks}
+    if indexed is None:
+        indexed = {c.source.document for c in chunks}
     asked = {d.id for d in documents} & indexed
     existing = document_digests([c for c in chunks if c.source.document in asked]) if asked else {}
     taken = indexed | {d.id for d in documents}
