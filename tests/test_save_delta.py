@@ -114,3 +114,18 @@ def test_an_add_lists_the_documents_without_reading_every_id(
     assert index._data.documents == listed and len(listed) == 42
     index.remove(["d5"])
     assert index._data.documents == tuple(dict.fromkeys(c.source.document for c in index.chunks))
+
+
+def test_changed_inner_nodes_drop_the_carried_rows(tmp_path: Path) -> None:
+    """A value whose abstracts, vectors or tree are replaced by hand no longer claims that the
+    saved rows hold its inner nodes (a save then matches them by content)."""
+    emb = HashEmbedder()
+    folder = tmp_path / "ix"
+    Index.build(_docs(30), IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+    data = Index.load(folder, embedder=emb)._data
+    assert data.inner_rows is not None and data.inner_rows[0] is data.origin
+    changed = data.replace(abstracts=tuple(a.upper() for a in data.abstracts))
+    assert changed.inner_rows is None
+    Index.from_data(changed, embedder=emb).save(folder)
+    assert Index.load(folder, embedder=emb).abstracts == changed.abstracts
+    assert data.replace(sources={}).inner_rows is data.inner_rows
