@@ -129,3 +129,30 @@ def test_changed_inner_nodes_drop_the_carried_rows(tmp_path: Path) -> None:
     Index.from_data(changed, embedder=emb).save(folder)
     assert Index.load(folder, embedder=emb).abstracts == changed.abstracts
     assert data.replace(sources={}).inner_rows is data.inner_rows
+
+
+def test_a_server_s_second_save_keeps_the_inner_rows_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """update_saved hands back data tied to the generation it wrote (origin and inner rows),
+    so the next update on top of it (a running server's) reads no inner table back."""
+    from psirag.living import add_documents, update_saved
+
+    emb = HashEmbedder()
+    folder = tmp_path / "ix"
+    Index.build(_docs(60), IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+
+    def adding(text: str) -> Any:
+        return lambda data: add_documents(data, [text], emb, texts=True)
+
+    first = update_saved(folder, adding("Etna lava, said Word7001 near Place3."))
+    reads = _read_tables(monkeypatch)
+    second = update_saved(folder, adding("Nile silt, said Word7002."), base=first.data)
+    read = list(reads)
+    assert not second.loaded
+    assert not set(INNER) & set(read), read
+    again = Index.load(folder, verify="full", embedder=emb)
+    assert again.abstracts == second.data.abstracts
+    assert (
+        np.asarray(again.node_vectors).tobytes() == np.asarray(second.data.node_vectors).tobytes()
+    )

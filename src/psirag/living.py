@@ -953,7 +953,7 @@ def update_saved(
     from psirag.index_data import SavedOrigin
     from psirag.oserrors import saving
     from psirag.storage import IndexWriter, _resolve
-    from psirag.storage_format import load_index_data, save_index_data
+    from psirag.storage_format import INNER_ORDER, load_index_data, save_index_data
 
     store = _writable_store(folder)
     with IndexWriter(store, wait=wait) as writer:
@@ -973,7 +973,13 @@ def update_saved(
         t0 = time.perf_counter()
         with saving(writer.target, had_index=on_disk is not None):
             generation = save_index_data(writer, new)
-        new = replace(new, origin=SavedOrigin(str(_resolve(store.folder)), generation, new.chunks))
+        origin = SavedOrigin(str(_resolve(store.folder)), generation, new.chunks)
+        # the rows that now hold the inner nodes, so the next save on top keeps them unread
+        rows = store.read(
+            lambda reader: np.asarray(reader.load_array(INNER_ORDER.name), dtype=np.int64),
+            generation=generation,
+        )
+        new = replace(new, origin=origin, inner_rows=(origin, rows))
         return SavedUpdate(
             new, summary, generation, from_legacy, time.perf_counter() - t0, loaded=loaded
         )
