@@ -9,6 +9,8 @@ A failure the user can fix comes back as a tool error with psirag's own message.
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from psirag import __version__
@@ -30,8 +32,10 @@ INSTRUCTIONS = (
 )
 
 
-def build_mcp_server(state: ServerState) -> Any:
-    """An ``MCPServer`` whose tools run on ``state``."""
+def build_mcp_server(state: ServerState | Future[ServerState]) -> Any:
+    """An ``MCPServer`` whose tools run on ``state``; given as a future (``psirag mcp``, which
+    answers ``initialize`` while the index and its model load in a thread), each tool call
+    waits for it, and a load that failed is that call's error."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -39,10 +43,20 @@ def build_mcp_server(state: ServerState) -> Any:
         "psirag", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
 
-    async def run(fn: Any, *, llm: bool = False) -> Any:
-        """``fn`` in a worker thread; LLM work in the ask pool (admission control)."""
+    async def ready() -> ServerState:
+        """The state, once loaded."""
+        if not isinstance(state, Future):
+            return state
         try:
-            return await (state.llm_work(fn) if llm else state.blocking(fn))
+            return await asyncio.wrap_future(state) if not state.done() else state.result()
+        except (PsiragError, OSError) as exc:
+            raise ToolError(f"the index could not be loaded: {type(exc).__name__}: {exc}") from exc
+
+    async def run(fn: Any, *, llm: bool = False) -> Any:
+        """``fn(state)`` in a worker thread; LLM work in the ask pool (admission control)."""
+        st = await ready()
+        try:
+            return await (st.llm_work(lambda: fn(st)) if llm else st.blocking(lambda: fn(st)))
         except PsiragError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -53,7 +67,7 @@ def build_mcp_server(state: ServerState) -> Any:
         in the tree."""
         body = SearchRequest(query=query, k=k, docs=docs)
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             state.check_query(query)
             state.check_k(k)
             index = state.holder.latest().index
@@ -77,7 +91,7 @@ def build_mcp_server(state: ServerState) -> Any:
         predicted hops); by default the server's setting."""
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             state.check_query(question, "question")
             state.check_k(k)
             index = state.holder.latest().index
@@ -100,7 +114,7 @@ def build_mcp_server(state: ServerState) -> Any:
         """One node of the abstract tree (default: the root): its abstract (a leaf: its
         text), layer, path from the root, children with labels, and sample leaves."""
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             index = state.holder.latest().index
             target = int(index.tree.roots[0]) if node is None else node
             return views.node_payload(index, target)
@@ -116,7 +130,7 @@ def build_mcp_server(state: ServerState) -> Any:
         id or title holds it."""
         from psirag.server import catalog
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             generation = state.holder.latest()
             rows = catalog.document_rows(generation.index, state.jobs.all())
             body = catalog.page_of(rows, offset=offset, limit=min(limit, 200), query=query)
