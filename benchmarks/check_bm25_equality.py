@@ -34,9 +34,10 @@ def bm25s_tokens(texts: list[str]) -> list[list[str]]:
     """bm25s's tokens of the NFC texts: what psirag indexed and queried with before."""
     nfc = [unicodedata.normalize("NFC", t) for t in texts]
     stemmer = Stemmer.Stemmer("english")
-    return bm25s.tokenize(
+    tokens: list[list[str]] = bm25s.tokenize(
         nfc, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
-    )  # type: ignore[no-any-return]  # noqa: E501
+    )
+    return tokens
 
 
 def main() -> None:

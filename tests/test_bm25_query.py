@@ -54,9 +54,10 @@ def _bm25s_tokens(texts: list[str]) -> list[list[str]]:
     """bm25s's tokens, as psirag asked bm25s for them before: of the NFC text."""
     texts = [unicodedata.normalize("NFC", t) for t in texts]
     stemmer = Stemmer.Stemmer("english")
-    return bm25s.tokenize(
+    tokens: list[list[str]] = bm25s.tokenize(
         texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
-    )  # type: ignore[no-any-return]  # noqa: E501
+    )
+    return tokens
 
 
 def test_the_stopwords_are_bm25s_english_list() -> None:
