@@ -28,9 +28,18 @@ NOT_FOR_SEARCH = (
     "psirag.tree.build",
     "psirag.cli.agent_cmds",
     "psirag.cli.serve",
+    "bm25s",
+    "scipy",
+    "psirag.abstracts.keywords",
+    "psirag.abstracts.phrases",
+    "http.client",
+    "ssl",
+    "urllib.request",
 )
 """What a search has no use for: the agent, the LLM clients, evaluation, the server, the build
-pipeline and the tree builders."""
+pipeline and the tree builders; bm25s and scipy (BM25 is scored with numpy), the keyword
+phrase table (only updates use it, and it is made on first use) and an HTTP client (a local
+model calls no server)."""
 
 _RUN = """
 import json, sys
