@@ -202,15 +202,14 @@ class TermCounts:
         scores = (idf[self.terms].astype(np.float64) * (tf / norm)).astype(np.float32)
         order = np.argsort(self.terms, kind="stable")  # by term, chunks in order within each
         indptr = np.concatenate(([0], np.cumsum(np.bincount(self.terms, minlength=n_vocab))))
-        vocab_dict = dict(self.vocab)
-        vocab_dict.setdefault("", n_vocab)  # bm25s's empty token, as its index() adds it
         return SavedScores(
             scores[order],
             doc[order].astype(np.int32),
             indptr.astype(np.int64),
             n,
-            vocab_dict,
+            dict(self.vocab),
             {**_LUCENE, "k1": k1, "b": b},
+            empty_id=n_vocab,  # bm25s's empty token, as its index() adds it
         )
 
 
@@ -545,9 +544,10 @@ class SavedScores:
     indices: np.ndarray  # int32 chunk of each score
     indptr: np.ndarray  # int64 per term: its run in data / indices
     num_docs: int
-    vocab: dict[str, int]  # bm25s's vocabulary, with its empty token ""
+    vocab: dict[str, int]  # bm25s's vocabulary without its empty token ""
     params: dict[str, Any]  # bm25s's constructor parameters (k1, b, method, dtype, ...)
     nonoccurrence: np.ndarray | None = None  # BM25L / BM25+ only; None for Lucene
+    empty_id: int | None = None  # the id bm25s gave its empty token "" (no column holds it)
 
     @classmethod
     def of_bm25s(cls, retriever: bm25s.BM25) -> SavedScores:
@@ -561,14 +561,17 @@ class SavedScores:
         backend = getattr(retriever, "backend", None)
         if backend is not None:
             params["backend"] = backend
+        vocab = dict(retriever.vocab_dict)
+        empty = vocab.pop("", None)
         return cls(
             np.asarray(sc["data"]),
             np.asarray(sc["indices"]),
             np.asarray(sc["indptr"]),
             int(sc["num_docs"]),
-            dict(retriever.vocab_dict),
+            vocab,
             params,
             retriever.nonoccurrence_array,
+            empty,
         )
 
     @classmethod
@@ -597,7 +600,8 @@ class SavedScores:
             or int(indptr[-1]) != data.size
         ):
             raise ValueError(f"{folder}: bm25s's score arrays disagree; rebuild the index")
-        return cls(data, indices, indptr, num_docs, vocab, params, nonoccurrence)
+        empty = vocab.pop("", None)  # so that the term counts share this dict, not a copy
+        return cls(data, indices, indptr, num_docs, vocab, params, nonoccurrence, empty)
 
     def term_ids(self, tokens: Sequence[str]) -> list[int]:
         """The vocabulary ids of ``tokens`` (query order, repeats kept, unknown ones left out)."""
@@ -628,8 +632,11 @@ class SavedScores:
             "indptr": self.indptr,
             "num_docs": self.num_docs,
         }
-        retriever.vocab_dict = dict(self.vocab)
-        retriever.unique_token_ids_set = set(self.vocab.values())
+        vocab = dict(self.vocab)
+        if self.empty_id is not None:
+            vocab[""] = self.empty_id
+        retriever.vocab_dict = vocab
+        retriever.unique_token_ids_set = set(vocab.values())
         retriever.nonoccurrence_array = self.nonoccurrence
         return retriever
 
@@ -785,7 +792,7 @@ class SparseIndex:
             ptr, terms, tf = (
                 _load_array(folder / name, "r" if mmap else None) for name in COUNT_FILES
             )
-            vocab = {t: int(i) for t, i in retriever.vocab.items() if t != ""}
+            vocab = retriever.vocab  # shared, not copied: both only read it
             n_vocab = int(retriever.indptr.size - 1)
             if (
                 ptr.ndim != 1
