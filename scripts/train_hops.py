@@ -264,6 +264,50 @@ class Recipe:
     synthetic_weight: float = 1.0
     balance: bool = True
 
+    #: Out-of-fold scores per question: one logit per hop count.
+    width = len(HOPS)
+
+    def allowed(self, rows: list[dict[str, object]]) -> np.ndarray:
+        """Rows this recipe may train on: the real questions, plus the synthetic ones if set."""
+        return np.asarray([r["source"] != "synthetic" or self.synthetic for r in rows])
+
+    def choose(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        rows: list[dict[str, object]],
+        keys: list[set[str]],
+        folds: np.ndarray,
+        train: np.ndarray,
+        dim: int,
+    ) -> dict[str, object]:
+        """L2 strength and embedding weight, picked on a grouped validation fold of ``train``."""
+        l2, ew, score = select(self, x, y, rows, keys, folds, train, dim)
+        return {"l2": l2, "embedding_weight": ew, "validation_score": round(score, 4)}
+
+    def held_out(
+        self,
+        choice: dict[str, object],
+        x: np.ndarray,
+        y: np.ndarray,
+        rows: list[dict[str, object]],
+        train: np.ndarray,
+        test: np.ndarray,
+        dim: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Logits and predicted hop index of the ``test`` rows, fit on the ``train`` rows."""
+        model = fit_model(
+            x[train],
+            y[train],
+            float(choice["l2"]),  # type: ignore[arg-type]
+            float(choice["embedding_weight"]),  # type: ignore[arg-type]
+            dim,
+            row_weights(self, rows)[train],
+            self.balance,
+        )
+        logits = model.logits(x[test])
+        return logits, logits.argmax(axis=1)
+
 
 RECIPES = {
     "v1": Recipe("v1", hops.LEXICAL_V1, False, (1e-3, 3e-3), (1.0,)),
@@ -410,8 +454,8 @@ def summarise(
     return out
 
 
-def cross_validate(
-    recipe: Recipe,
+def grouped_cross_validation(
+    recipe: Recipe | CascadeRecipe,
     x: np.ndarray,
     y: np.ndarray,
     rows: list[dict[str, object]],
@@ -420,63 +464,68 @@ def cross_validate(
     k: int,
     dim: int,
 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, object]]]:
-    """Out-of-fold logits of every real row under the grouped, purged split."""
+    """Out-of-fold scores and predicted hop indices of every real row under the grouped, purged
+    split, for either kind of recipe: for each fold the recipe picks its settings inside the
+    purged training part (``recipe.choose``) and then scores the fold (``recipe.held_out``).
+    Returns the scores, the predictions (-1 for synthetic rows) and a log line per fold."""
     real = np.asarray([r["source"] != "synthetic" for r in rows])
-    allowed = real | recipe.synthetic
-    oof = np.full((len(rows), len(HOPS)), np.nan)
+    allowed = recipe.allowed(rows)
+    scores = np.full((len(rows), recipe.width), np.nan)
+    pred = np.full(len(rows), -1)
     log = []
     for fold in range(k):
         test = real & (folds == fold)
         train = purge(keys, test, allowed & ~test & ((folds != fold) | ~real))
-        l2, ew, score = select(recipe, x, y, rows, keys, folds, train, dim)
-        model = fit_model(
-            x[train], y[train], l2, ew, dim, row_weights(recipe, rows)[train], recipe.balance
-        )
-        oof[test] = model.logits(x[test])
+        choice = recipe.choose(x, y, rows, keys, folds, train, dim)
+        scores[test], pred[test] = recipe.held_out(choice, x, y, rows, train, test, dim)
         log.append(
             {
                 "fold": fold,
                 "test": int(test.sum()),
                 "train": int(train.sum()),
                 "purged": int((allowed & ~test).sum() - train.sum()),
-                "l2": l2,
-                "embedding_weight": ew,
-                "validation_score": round(score, 4),
+                **choice,
             }
         )
         print(f"{recipe.name} fold {fold}: {log[-1]}", file=sys.stderr)
-    return oof, real, log
+    return scores, pred, log
 
 
 def leave_source_out(
-    recipe: Recipe,
+    recipe: Recipe | CascadeRecipe,
     x: np.ndarray,
     y: np.ndarray,
     rows: list[dict[str, object]],
     keys: list[set[str]],
-    l2: float,
-    ew: float,
+    folds: np.ndarray,
     dim: int,
     seed: int,
+    sources: tuple[str, ...],
+    choice: dict[str, object] | None = None,
 ) -> dict[str, object]:
-    """Train without one source (purged of its templates and entities), test on it."""
+    """Train without one source (purged of its templates and entities), test on it. With
+    ``choice`` every source is scored at those settings; without, the recipe picks them inside
+    each training part."""
     src = np.asarray([str(r["source"]) for r in rows])
-    allowed = (src != "synthetic") | recipe.synthetic
+    allowed = recipe.allowed(rows)
     out: dict[str, object] = {}
-    for name in ("musique", "popqa", "2wiki", "hotpotqa"):
+    for name in sources:
         test = src == name
         train = purge(keys, test, allowed & ~test)
-        model = fit_model(
-            x[train], y[train], l2, ew, dim, row_weights(recipe, rows)[train], recipe.balance
-        )
-        pred = model.logits(x[test]).argmax(axis=1)
+        picked = choice or recipe.choose(x, y, rows, keys, folds, train, dim)
+        _, pred = recipe.held_out(picked, x, y, rows, train, test, dim)
         correct = (pred == y[test]).astype(float)
-        out[name] = {
+        entry: dict[str, object] = {
             "n": int(test.sum()),
             "train": int(train.sum()),
             "accuracy": round(float(correct.mean()), 4),
             "ci95": bootstrap_interval(correct, seed),
         }
+        if isinstance(recipe, CascadeRecipe):
+            entry["thresholds"] = list(picked["thresholds"])  # type: ignore[call-overload]
+            if name == "musique":
+                entry["at_target_mix"] = round(mix_accuracy(pred, y[test]), 4)
+        out[name] = entry
     return out
 
 
@@ -528,6 +577,40 @@ class CascadeRecipe:
     embedding_weight: float = 0.1
     deep_embedding_weight: float = 0.01
     thresholds: tuple[float, ...] = tuple(np.round(np.arange(-3.0, 3.01, 0.25), 2).tolist())
+
+    #: Out-of-fold scores per question: one per step.
+    width = 3
+
+    def allowed(self, rows: list[dict[str, object]]) -> np.ndarray:
+        """Every row may train (each step weighs the sources itself)."""
+        return np.ones(len(rows), dtype=bool)
+
+    def choose(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        rows: list[dict[str, object]],
+        keys: list[set[str]],
+        folds: np.ndarray,
+        train: np.ndarray,
+        dim: int,
+    ) -> dict[str, object]:
+        """L2 strengths, thresholds and temperatures, picked on inner folds of ``train``."""
+        return choose_cascade(self, x, y, rows, keys, folds, train, dim)
+
+    def held_out(
+        self,
+        choice: dict[str, object],
+        x: np.ndarray,
+        y: np.ndarray,
+        rows: list[dict[str, object]],
+        train: np.ndarray,
+        test: np.ndarray,
+        dim: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Step scores and predicted hop index of the ``test`` rows, fit on the ``train`` rows."""
+        scores, _ = stage_scores(self, x, y, rows, train, test, choice["l2"], dim)  # type: ignore[arg-type]
+        return scores, cascade_predict(scores, choice["thresholds"])  # type: ignore[arg-type]
 
 
 CASCADES = {
@@ -813,26 +896,7 @@ def cascade_evaluate(
     out-of-fold scores). Returns the report and that choice."""
     real = np.asarray([r["source"] != "synthetic" for r in rows])
     src = np.asarray([str(r["source"]) for r in rows])
-    scores = np.full((len(rows), 3), np.nan)
-    pred = np.full(len(rows), -1)
-    log = []
-    for fold in range(k):
-        test = real & (folds == fold)
-        train = purge(keys, test, ~test & ((folds != fold) | ~real))
-        choice = choose_cascade(recipe, x, y, rows, keys, folds, train, dim)
-        s, _ = stage_scores(recipe, x, y, rows, train, test, choice["l2"], dim)  # type: ignore[arg-type]
-        scores[test] = s
-        pred[test] = cascade_predict(s, choice["thresholds"])  # type: ignore[arg-type]
-        log.append(
-            {
-                "fold": fold,
-                "test": int(test.sum()),
-                "train": int(train.sum()),
-                "purged": int((~test).sum() - train.sum()),
-                **{key: value for key, value in choice.items()},
-            }
-        )
-        print(f"{recipe.name} fold {fold}: {log[-1]}", file=sys.stderr)
+    scores, pred, log = grouped_cross_validation(recipe, x, y, rows, keys, folds, k, dim)
     idx = np.flatnonzero(real)
     report: dict[str, object] = {
         "grouped": summarise(pred[idx], y[idx], rows, idx, seed),
@@ -867,24 +931,9 @@ def cascade_evaluate(
         "thresholds": list(final["thresholds"]),  # type: ignore[call-overload]
         "temperatures": [round(t, 4) for t in final["temperatures"]],  # type: ignore[attr-defined]
     }
-    lso: dict[str, object] = {}
-    for name in ("popqa", "musique"):
-        test = src == name
-        train = purge(keys, test, ~test)
-        choice = choose_cascade(recipe, x, y, rows, keys, folds, train, dim)
-        s, _ = stage_scores(recipe, x, y, rows, train, test, choice["l2"], dim)  # type: ignore[arg-type]
-        p = cascade_predict(s, choice["thresholds"])  # type: ignore[arg-type]
-        correct = (p == y[test]).astype(float)
-        lso[name] = {
-            "n": int(test.sum()),
-            "train": int(train.sum()),
-            "accuracy": round(float(correct.mean()), 4),
-            "ci95": bootstrap_interval(correct, seed),
-            "thresholds": list(choice["thresholds"]),  # type: ignore[call-overload]
-        }
-        if name == "musique":
-            lso[name]["at_target_mix"] = round(mix_accuracy(p, y[test]), 4)  # type: ignore[index]
-    report["leave_source_out"] = lso
+    report["leave_source_out"] = leave_source_out(
+        recipe, x, y, rows, keys, folds, dim, seed, ("popqa", "musique")
+    )
     return report, final
 
 
@@ -947,9 +996,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         recipe = RECIPES[name]
         x = features(vectors, questions, recipe.lexical).astype(np.float64)
-        oof, real, log = cross_validate(recipe, x, y, rows, keys, folds, args.folds, dim)
-        idx = np.flatnonzero(real)
-        pred = oof[idx].argmax(axis=1)
+        oof, oof_pred, log = grouped_cross_validation(
+            recipe, x, y, rows, keys, folds, args.folds, dim
+        )
+        idx = np.flatnonzero(oof_pred >= 0)
+        pred = oof_pred[idx]
         temperature = fit_temperature(oof[idx], y[idx])
         chosen = Counter((f["l2"], f["embedding_weight"]) for f in log).most_common(1)[0][0]
         l2, ew = float(chosen[0]), float(chosen[1])
@@ -963,7 +1014,18 @@ def main(argv: list[str] | None = None) -> int:
                 expected_calibration_error(softmax(oof[idx], temperature), y[idx]), 4
             ),
             "confusion": confusion(y[idx], pred),
-            "leave_source_out": leave_source_out(recipe, x, y, rows, keys, l2, ew, dim, args.seed),
+            "leave_source_out": leave_source_out(
+                recipe,
+                x,
+                y,
+                rows,
+                keys,
+                folds,
+                dim,
+                args.seed,
+                ("musique", "popqa", "2wiki", "hotpotqa"),
+                {"l2": l2, "embedding_weight": ew},
+            ),
             "random_split": random_split_accuracy(recipe, x, y, rows, l2, ew, dim, args.seed),
         }
         report["recipes"][recipe.name] = result  # type: ignore[index]
