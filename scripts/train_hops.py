@@ -311,9 +311,9 @@ class Recipe:
 
 RECIPES = {
     "v1": Recipe("v1", hops.LEXICAL_V1, False, (1e-3, 3e-3), (1.0,)),
-    "v2": Recipe("v2", hops.LEXICAL_NAMES, True, (3e-4, 1e-3), (1.0, 0.3)),
-    "v3": Recipe("v3", hops.LEXICAL_NAMES, True, (3e-4,), (0.3,), 0.3, True),
-    "v4": Recipe("v4", hops.LEXICAL_NAMES, True, (3e-4,), (0.3,), 0.3, False),
+    "v2": Recipe("v2", hops.LEXICAL_MASKED, True, (3e-4, 1e-3), (1.0, 0.3)),
+    "v3": Recipe("v3", hops.LEXICAL_MASKED, True, (3e-4,), (0.3,), 0.3, True),
+    "v4": Recipe("v4", hops.LEXICAL_MASKED, True, (3e-4,), (0.3,), 0.3, False),
 }
 
 
@@ -432,6 +432,50 @@ def bootstrap_interval(correct: np.ndarray, seed: int, n: int = 2000) -> list[fl
     rng = np.random.default_rng(seed)
     means = correct[rng.integers(0, len(correct), (n, len(correct)))].mean(axis=1)
     return [round(float(np.percentile(means, 2.5)), 4), round(float(np.percentile(means, 97.5)), 4)]
+
+
+def mix_interval(pred: np.ndarray, y: np.ndarray, seed: int, n: int = 2000) -> list[float]:
+    """95% bootstrap interval of :func:`mix_accuracy` over resampled questions."""
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(y), (n, len(y)))
+    values = [mix_accuracy(pred[d], y[d]) for d in draws]
+    return [
+        round(float(np.percentile(values, 2.5)), 4),
+        round(float(np.percentile(values, 97.5)), 4),
+    ]
+
+
+def paired_difference(
+    base: np.ndarray,
+    new: np.ndarray,
+    y: np.ndarray,
+    src: np.ndarray,
+    seed: int,
+    n: int = 2000,
+) -> dict[str, object]:
+    """``new`` minus ``base`` on the same questions, per source and at the target mix for
+    MuSiQue, each with a 95% paired bootstrap interval (both predictions resampled together)."""
+    rng = np.random.default_rng(seed)
+    out: dict[str, object] = {}
+    for name in sorted(set(src.tolist())):
+        sel = np.flatnonzero(src == name)
+        gain = (new[sel] == y[sel]).astype(float) - (base[sel] == y[sel]).astype(float)
+        means = gain[rng.integers(0, len(sel), (n, len(sel)))].mean(axis=1)
+        out[name] = {
+            "n": len(sel),
+            "difference": round(float(gain.mean()), 4),
+            "ci95": [round(float(np.percentile(means, q)), 4) for q in (2.5, 97.5)],
+        }
+        if name == "musique":
+            yy, a, b = y[sel], base[sel], new[sel]
+            draws = rng.integers(0, len(sel), (n, len(sel)))
+            diffs = [mix_accuracy(b[d], yy[d]) - mix_accuracy(a[d], yy[d]) for d in draws]
+            out["musique_at_target_mix"] = {
+                "n": len(sel),
+                "difference": round(mix_accuracy(b, yy) - mix_accuracy(a, yy), 4),
+                "ci95": [round(float(np.percentile(diffs, q)), 4) for q in (2.5, 97.5)],
+            }
+    return out
 
 
 def summarise(
@@ -616,7 +660,7 @@ class CascadeRecipe:
 CASCADES = {
     "v6": CascadeRecipe(
         "v6",
-        hops.LEXICAL_NAMES,
+        hops.LEXICAL_MASKED,
         {"synthetic": 1.0},
         {"musique": 1.0, "2wiki": 0.2, "hotpotqa": 0.2, "synthetic": 0.0, "popqa": 0.0},
         (3e-4, 3e-3, 3e-2),
@@ -628,10 +672,24 @@ CASCADES = {
     # apart from MuSiQue's chains instead of being outvoted by them.
     "v7": CascadeRecipe(
         "v7",
-        hops.LEXICAL_NAMES,
+        hops.LEXICAL_MASKED,
         {"synthetic": 1.0},
         {"musique": 1.0, "2wiki": 1.0, "hotpotqa": 0.2, "synthetic": 0.0, "popqa": 0.0},
         (3e-4, 3e-3, 3e-2),
+        (3e-2, 1e-1, 3e-1),
+        embedding_weight=0.1,
+        deep_embedding_weight=0.01,
+    ),
+    # v7 plus the two chain-link counts (relation_links, defining_clauses), HotpotQA at full
+    # weight in steps 2-3 (its long one-bridge questions teach what is not a third hop), and a
+    # step-1 L2 grid without the weakest penalty 3e-4 (never picked on folds 0-2; where it was
+    # picked, an unseen single-fact template was called multi-hop).
+    "v8": CascadeRecipe(
+        "v8",
+        hops.LEXICAL_NAMES,
+        {"synthetic": 1.0},
+        {"musique": 1.0, "2wiki": 1.0, "hotpotqa": 1.0, "synthetic": 0.0, "popqa": 0.0},
+        (3e-3, 3e-2, 1e-1),
         (3e-2, 1e-1, 3e-1),
         embedding_weight=0.1,
         deep_embedding_weight=0.01,
@@ -890,10 +948,10 @@ def cascade_evaluate(
     dim: int,
     seed: int,
     design_folds: tuple[int, ...],
-) -> tuple[dict[str, object], dict[str, object]]:
+) -> tuple[dict[str, object], dict[str, object], np.ndarray]:
     """Grouped, purged cross-validation of the cascade (everything chosen on inner folds), the
     baseline "always 2", leave-source-out, and the choice for the shipped model (on the outer
-    out-of-fold scores). Returns the report and that choice."""
+    out-of-fold scores). Returns the report, that choice and the out-of-fold predictions."""
     real = np.asarray([r["source"] != "synthetic" for r in rows])
     src = np.asarray([str(r["source"]) for r in rows])
     scores, pred, log = grouped_cross_validation(recipe, x, y, rows, keys, folds, k, dim)
@@ -905,6 +963,7 @@ def cascade_evaluate(
     }
     mu = idx[src[idx] == "musique"]
     report["musique_at_target_mix"] = round(mix_accuracy(pred[mu], y[mu]), 4)
+    report["musique_at_target_mix_ci95"] = mix_interval(pred[mu], y[mu], seed)
     report["musique_confusion"] = confusion(y[mu], pred[mu])
     always2 = np.full(len(mu), 1)
     report["always_2"] = {
@@ -919,6 +978,7 @@ def cascade_evaluate(
             "folds": sorted(f for f in range(k) if (f in design_folds) == keep),
             "summary": summarise(pred[chosen_rows], y[chosen_rows], rows, chosen_rows, seed),
             "musique_at_target_mix": round(mix_accuracy(pred[mu_part], y[mu_part]), 4),
+            "musique_at_target_mix_ci95": mix_interval(pred[mu_part], y[mu_part], seed),
         }
     # Out-of-fold choice for the shipped model: every outer fold's scores at one setting.
     final = choose_cascade(recipe, x, y, rows, keys, folds, np.ones(len(rows), bool), dim)
@@ -934,7 +994,7 @@ def cascade_evaluate(
     report["leave_source_out"] = leave_source_out(
         recipe, x, y, rows, keys, folds, dim, seed, ("popqa", "musique")
     )
-    return report, final
+    return report, final, pred
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -945,7 +1005,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=str(ROOT / "benchmarks" / "results" / "hops.json"))
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=SEED)
-    ap.add_argument("--recipes", default="v7", help="recipes to cross-validate; the last ships")
+    ap.add_argument("--recipes", default="v8", help="recipes to cross-validate; the last ships")
     ap.add_argument("--no-save", action="store_true", help="evaluate only")
     ap.add_argument(
         "--design-folds",
@@ -984,15 +1044,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown recipes {unknown}; known: {sorted(RECIPES) + sorted(CASCADES)}")
     design = tuple(int(f) for f in args.design_folds.split(",") if f.strip())
     shipped: dict[str, object] = {}
+    cascade_predictions: dict[str, np.ndarray] = {}
     for name in names:
         if name in CASCADES:
             cascade = CASCADES[name]
             x = features(vectors, questions, cascade.lexical).astype(np.float64)
-            result, choice = cascade_evaluate(
+            result, choice, oof_pred = cascade_evaluate(
                 cascade, x, y, rows, keys, folds, args.folds, dim, args.seed, design
             )
             report["recipes"][name] = result  # type: ignore[index]
             shipped = {"cascade": cascade, "x": x, "choice": choice, "r": result}
+            cascade_predictions[name] = oof_pred
             continue
         recipe = RECIPES[name]
         x = features(vectors, questions, recipe.lexical).astype(np.float64)
@@ -1030,6 +1092,21 @@ def main(argv: list[str] | None = None) -> int:
         }
         report["recipes"][recipe.name] = result  # type: ignore[index]
         shipped = {"recipe": recipe, "x": x, "l2": l2, "ew": ew, "t": temperature, "r": result}
+    # The last cascade against each earlier one of this run, on the same out-of-fold questions.
+    if len(cascade_predictions) > 1:
+        last = list(cascade_predictions)[-1]
+        real = np.flatnonzero(cascade_predictions[last] >= 0)
+        src = np.asarray([str(rows[i]["source"]) for i in real])
+        report["paired"] = {
+            f"{last} - {other}": paired_difference(
+                cascade_predictions[other][real],
+                cascade_predictions[last][real],
+                y[real],
+                src,
+                args.seed,
+            )
+            for other in list(cascade_predictions)[:-1]
+        }
     if not args.no_save and "cascade" in shipped:
         grouped = shipped["r"]["grouped"]  # type: ignore[index]
         model_c = build_cascade(
