@@ -22,13 +22,16 @@ out-of-fold logits. Also reported: leave-one-source-out, and the old stratified 
 split for comparison. Intervals: 95% bootstrap over questions.
 
 Recipes: ``v1`` (the old model: 8 lexical features, real questions only) to ``v4`` are softmax
-regressions (18 structural features, synthetic questions, the embedding block down-weighted);
-``v6`` and ``v7`` (shipped) are cascades (three yes/no steps, see ``CascadeRecipe``): their L2
+regressions (v2-v4: the 30 structural features of ``LEXICAL_MASKED``, synthetic questions, the
+embedding block down-weighted); ``v6``, ``v7`` and ``v8`` (shipped; ``LEXICAL_NAMES``, two
+chain-link counts more) are cascades (three yes/no steps, see ``CascadeRecipe``): their L2
 strengths and step thresholds are chosen on grouped, purged inner folds of each training part,
 for the 2-4-hop mix of ``TARGET_MIX``, and their temperatures are fit on the same out-of-fold
-scores. The last recipe in ``--recipes`` is fit on everything and written to ``--out``.
+scores. Both kinds go through one loop, :func:`grouped_cross_validation`. The last recipe in
+``--recipes`` is fit on everything and written to ``--out``; with several cascades, the report
+adds the last one's paired bootstrap differences against the others.
 
-Usage: ``python scripts/train_hops.py --data ../shared/data --cache PATH.npz [--recipes v1,v7]
+Usage: ``python scripts/train_hops.py --data ../shared/data --cache PATH.npz [--recipes v7,v8]
 [--out src/psirag/data/hops-minilm.json] [--report benchmarks/results/hops.json] [--no-save]``.
 Embedding the ~3,800 questions with MiniLM takes a few CPU minutes; ``--cache`` keeps the vectors
 (an .npz keyed by text sha1). Set ``OMP_NUM_THREADS=1`` on a shared machine.
