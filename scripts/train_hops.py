@@ -45,7 +45,7 @@ import json
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -254,6 +254,19 @@ def purge(keys: list[set[str]], test: np.ndarray, candidates: np.ndarray) -> np.
 # --- Model fitting ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Questions:
+    """The labelled questions as a recipe sees them: features ``x`` (embedding block first, of
+    width ``dim``), hop indices ``y``, the rows, their split keys and their folds."""
+
+    x: np.ndarray
+    y: np.ndarray
+    rows: list[dict[str, object]]
+    keys: list[set[str]]
+    folds: np.ndarray
+    dim: int
+
+
 @dataclass
 class Recipe:
     """How a model is trained: its lexical features, whether the synthetic questions are added,
@@ -274,41 +287,25 @@ class Recipe:
         """Rows this recipe may train on: the real questions, plus the synthetic ones if set."""
         return np.asarray([r["source"] != "synthetic" or self.synthetic for r in rows])
 
-    def choose(
-        self,
-        x: np.ndarray,
-        y: np.ndarray,
-        rows: list[dict[str, object]],
-        keys: list[set[str]],
-        folds: np.ndarray,
-        train: np.ndarray,
-        dim: int,
-    ) -> dict[str, object]:
+    def choose(self, q: Questions, train: np.ndarray) -> dict[str, object]:
         """L2 strength and embedding weight, picked on a grouped validation fold of ``train``."""
-        l2, ew, score = select(self, x, y, rows, keys, folds, train, dim)
+        l2, ew, score = select(self, q, train)
         return {"l2": l2, "embedding_weight": ew, "validation_score": round(score, 4)}
 
     def held_out(
-        self,
-        choice: dict[str, object],
-        x: np.ndarray,
-        y: np.ndarray,
-        rows: list[dict[str, object]],
-        train: np.ndarray,
-        test: np.ndarray,
-        dim: int,
+        self, q: Questions, choice: dict[str, object], train: np.ndarray, test: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Logits and predicted hop index of the ``test`` rows, fit on the ``train`` rows."""
         model = fit_model(
-            x[train],
-            y[train],
+            q.x[train],
+            q.y[train],
             float(choice["l2"]),  # type: ignore[arg-type]
             float(choice["embedding_weight"]),  # type: ignore[arg-type]
-            dim,
-            row_weights(self, rows)[train],
+            q.dim,
+            row_weights(self, q.rows)[train],
             self.balance,
         )
-        logits = model.logits(x[test])
+        logits = model.logits(q.x[test])
         return logits, logits.argmax(axis=1)
 
 
@@ -364,18 +361,10 @@ def source_score(pred: np.ndarray, y: np.ndarray, sources: list[str]) -> float:
     return float(np.mean([(pred[src == n] == y[src == n]).mean() for n in names]))
 
 
-def select(
-    recipe: Recipe,
-    x: np.ndarray,
-    y: np.ndarray,
-    rows: list[dict[str, object]],
-    keys: list[set[str]],
-    folds: np.ndarray,
-    train: np.ndarray,
-    dim: int,
-) -> tuple[float, float, float]:
+def select(recipe: Recipe, q: Questions, train: np.ndarray) -> tuple[float, float, float]:
     """Pick (l2, embedding weight) on a grouped validation fold inside ``train``: the training
     fold after ``train``'s first one, purged like the outer split. Returns them and the score."""
+    x, y, rows, keys, folds, dim = q.x, q.y, q.rows, q.keys, q.folds, q.dim
     real = np.asarray([r["source"] != "synthetic" for r in rows])
     inner = sorted({int(f) for f in folds[train & real]})
     val_fold = inner[0]
@@ -502,29 +491,22 @@ def summarise(
 
 
 def grouped_cross_validation(
-    recipe: Recipe | CascadeRecipe,
-    x: np.ndarray,
-    y: np.ndarray,
-    rows: list[dict[str, object]],
-    keys: list[set[str]],
-    folds: np.ndarray,
-    k: int,
-    dim: int,
+    recipe: Recipe | CascadeRecipe, q: Questions, k: int
 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, object]]]:
     """Out-of-fold scores and predicted hop indices of every real row under the grouped, purged
     split, for either kind of recipe: for each fold the recipe picks its settings inside the
     purged training part (``recipe.choose``) and then scores the fold (``recipe.held_out``).
     Returns the scores, the predictions (-1 for synthetic rows) and a log line per fold."""
-    real = np.asarray([r["source"] != "synthetic" for r in rows])
-    allowed = recipe.allowed(rows)
-    scores = np.full((len(rows), recipe.width), np.nan)
-    pred = np.full(len(rows), -1)
+    real = np.asarray([r["source"] != "synthetic" for r in q.rows])
+    allowed = recipe.allowed(q.rows)
+    scores = np.full((len(q.rows), recipe.width), np.nan)
+    pred = np.full(len(q.rows), -1)
     log = []
     for fold in range(k):
-        test = real & (folds == fold)
-        train = purge(keys, test, allowed & ~test & ((folds != fold) | ~real))
-        choice = recipe.choose(x, y, rows, keys, folds, train, dim)
-        scores[test], pred[test] = recipe.held_out(choice, x, y, rows, train, test, dim)
+        test = real & (q.folds == fold)
+        train = purge(q.keys, test, allowed & ~test & ((q.folds != fold) | ~real))
+        choice = recipe.choose(q, train)
+        scores[test], pred[test] = recipe.held_out(q, choice, train, test)
         log.append(
             {
                 "fold": fold,
@@ -540,12 +522,7 @@ def grouped_cross_validation(
 
 def leave_source_out(
     recipe: Recipe | CascadeRecipe,
-    x: np.ndarray,
-    y: np.ndarray,
-    rows: list[dict[str, object]],
-    keys: list[set[str]],
-    folds: np.ndarray,
-    dim: int,
+    q: Questions,
     seed: int,
     sources: tuple[str, ...],
     choice: dict[str, object] | None = None,
@@ -553,15 +530,15 @@ def leave_source_out(
     """Train without one source (purged of its templates and entities), test on it. With
     ``choice`` every source is scored at those settings; without, the recipe picks them inside
     each training part."""
-    src = np.asarray([str(r["source"]) for r in rows])
-    allowed = recipe.allowed(rows)
+    src = np.asarray([str(r["source"]) for r in q.rows])
+    allowed = recipe.allowed(q.rows)
     out: dict[str, object] = {}
     for name in sources:
         test = src == name
-        train = purge(keys, test, allowed & ~test)
-        picked = choice or recipe.choose(x, y, rows, keys, folds, train, dim)
-        _, pred = recipe.held_out(picked, x, y, rows, train, test, dim)
-        correct = (pred == y[test]).astype(float)
+        train = purge(q.keys, test, allowed & ~test)
+        picked = choice or recipe.choose(q, train)
+        _, pred = recipe.held_out(q, picked, train, test)
+        correct = (pred == q.y[test]).astype(float)
         entry: dict[str, object] = {
             "n": int(test.sum()),
             "train": int(train.sum()),
@@ -571,7 +548,7 @@ def leave_source_out(
         if isinstance(recipe, CascadeRecipe):
             entry["thresholds"] = list(picked["thresholds"])  # type: ignore[call-overload]
             if name == "musique":
-                entry["at_target_mix"] = round(mix_accuracy(pred, y[test]), 4)
+                entry["at_target_mix"] = round(mix_accuracy(pred, q.y[test]), 4)
         out[name] = entry
     return out
 
@@ -632,70 +609,45 @@ class CascadeRecipe:
         """Every row may train (each step weighs the sources itself)."""
         return np.ones(len(rows), dtype=bool)
 
-    def choose(
-        self,
-        x: np.ndarray,
-        y: np.ndarray,
-        rows: list[dict[str, object]],
-        keys: list[set[str]],
-        folds: np.ndarray,
-        train: np.ndarray,
-        dim: int,
-    ) -> dict[str, object]:
+    def choose(self, q: Questions, train: np.ndarray) -> dict[str, object]:
         """L2 strengths, thresholds and temperatures, picked on inner folds of ``train``."""
-        return choose_cascade(self, x, y, rows, keys, folds, train, dim)
+        return choose_cascade(self, q, train)
 
     def held_out(
-        self,
-        choice: dict[str, object],
-        x: np.ndarray,
-        y: np.ndarray,
-        rows: list[dict[str, object]],
-        train: np.ndarray,
-        test: np.ndarray,
-        dim: int,
+        self, q: Questions, choice: dict[str, object], train: np.ndarray, test: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Step scores and predicted hop index of the ``test`` rows, fit on the ``train`` rows."""
-        scores, _ = stage_scores(self, x, y, rows, train, test, choice["l2"], dim)  # type: ignore[arg-type]
+        l2s = choice["l2"]
+        scores, _ = stage_scores(self, q.x, q.y, q.rows, train, test, l2s, q.dim)  # type: ignore[arg-type]
         return scores, cascade_predict(scores, choice["thresholds"])  # type: ignore[arg-type]
 
 
+_V6 = CascadeRecipe(
+    "v6",
+    hops.LEXICAL_MASKED,
+    {"synthetic": 1.0},
+    {"musique": 1.0, "2wiki": 0.2, "hotpotqa": 0.2, "synthetic": 0.0, "popqa": 0.0},
+    (3e-4, 3e-3, 3e-2),
+    (3e-2, 1e-1, 3e-1),
+    embedding_weight=0.1,
+    deep_embedding_weight=0.01,
+)
+# v6 with 2Wiki at full weight in steps 2-3: its comparisons (labelled 4) are then told apart
+# from MuSiQue's chains instead of being outvoted by them.
+_V7 = replace(_V6, name="v7", deep_weights={**_V6.deep_weights, "2wiki": 1.0})
 CASCADES = {
-    "v6": CascadeRecipe(
-        "v6",
-        hops.LEXICAL_MASKED,
-        {"synthetic": 1.0},
-        {"musique": 1.0, "2wiki": 0.2, "hotpotqa": 0.2, "synthetic": 0.0, "popqa": 0.0},
-        (3e-4, 3e-3, 3e-2),
-        (3e-2, 1e-1, 3e-1),
-        embedding_weight=0.1,
-        deep_embedding_weight=0.01,
-    ),
-    # v6 with 2Wiki at full weight in steps 2-3: its comparisons (labelled 4) are then told
-    # apart from MuSiQue's chains instead of being outvoted by them.
-    "v7": CascadeRecipe(
-        "v7",
-        hops.LEXICAL_MASKED,
-        {"synthetic": 1.0},
-        {"musique": 1.0, "2wiki": 1.0, "hotpotqa": 0.2, "synthetic": 0.0, "popqa": 0.0},
-        (3e-4, 3e-3, 3e-2),
-        (3e-2, 1e-1, 3e-1),
-        embedding_weight=0.1,
-        deep_embedding_weight=0.01,
-    ),
+    "v6": _V6,
+    "v7": _V7,
     # v7 plus the two chain-link counts (relation_links, defining_clauses), HotpotQA at full
     # weight in steps 2-3 (its long one-bridge questions teach what is not a third hop), and a
     # step-1 L2 grid without the weakest penalty 3e-4 (never picked on folds 0-2; where it was
     # picked, an unseen single-fact template was called multi-hop).
-    "v8": CascadeRecipe(
-        "v8",
-        hops.LEXICAL_NAMES,
-        {"synthetic": 1.0},
-        {"musique": 1.0, "2wiki": 1.0, "hotpotqa": 1.0, "synthetic": 0.0, "popqa": 0.0},
-        (3e-3, 3e-2, 1e-1),
-        (3e-2, 1e-1, 3e-1),
-        embedding_weight=0.1,
-        deep_embedding_weight=0.01,
+    "v8": replace(
+        _V7,
+        name="v8",
+        lexical=hops.LEXICAL_NAMES,
+        deep_weights={**_V7.deep_weights, "hotpotqa": 1.0},
+        first_l2=(3e-3, 3e-2, 1e-1),
     ),
 }
 
@@ -781,20 +733,12 @@ def stage_scores(
     return scores, stages
 
 
-def choose_cascade(
-    recipe: CascadeRecipe,
-    x: np.ndarray,
-    y: np.ndarray,
-    rows: list[dict[str, object]],
-    keys: list[set[str]],
-    folds: np.ndarray,
-    train: np.ndarray,
-    dim: int,
-) -> dict[str, object]:
+def choose_cascade(recipe: CascadeRecipe, q: Questions, train: np.ndarray) -> dict[str, object]:
     """Pick each step's L2 strength and steps 2-3's thresholds on grouped, purged inner folds of
     ``train`` (out-of-fold scores), and fit the temperatures on the same scores. Step 1 keeps
     threshold 0 (it is class-balanced); its L2 maximises balanced 1-hop accuracy. Steps 2-3
     maximise the MuSiQue accuracy at :data:`TARGET_MIX`."""
+    x, y, rows, keys, folds, dim = q.x, q.y, q.rows, q.keys, q.folds, q.dim
     real = np.asarray([r["source"] != "synthetic" for r in rows])
     src = np.asarray([str(r["source"]) for r in rows])
     inner = sorted({int(f) for f in folds[train & real]})
@@ -957,7 +901,8 @@ def cascade_evaluate(
     out-of-fold scores). Returns the report, that choice and the out-of-fold predictions."""
     real = np.asarray([r["source"] != "synthetic" for r in rows])
     src = np.asarray([str(r["source"]) for r in rows])
-    scores, pred, log = grouped_cross_validation(recipe, x, y, rows, keys, folds, k, dim)
+    questions = Questions(x, y, rows, keys, folds, dim)
+    scores, pred, log = grouped_cross_validation(recipe, questions, k)
     idx = np.flatnonzero(real)
     report: dict[str, object] = {
         "grouped": summarise(pred[idx], y[idx], rows, idx, seed),
@@ -984,7 +929,7 @@ def cascade_evaluate(
             "musique_at_target_mix_ci95": mix_interval(pred[mu_part], y[mu_part], seed),
         }
     # Out-of-fold choice for the shipped model: every outer fold's scores at one setting.
-    final = choose_cascade(recipe, x, y, rows, keys, folds, np.ones(len(rows), bool), dim)
+    final = choose_cascade(recipe, questions, np.ones(len(rows), bool))
     probs = cascade_probabilities(scores[idx], (1.0, 1.0, 1.0))
     calibrated = cascade_probabilities(scores[idx], final["temperatures"])  # type: ignore[arg-type]
     report["ece_raw"] = round(expected_calibration_error(probs, y[idx]), 4)
@@ -994,9 +939,7 @@ def cascade_evaluate(
         "thresholds": list(final["thresholds"]),  # type: ignore[call-overload]
         "temperatures": [round(t, 4) for t in final["temperatures"]],  # type: ignore[attr-defined]
     }
-    report["leave_source_out"] = leave_source_out(
-        recipe, x, y, rows, keys, folds, dim, seed, ("popqa", "musique")
-    )
+    report["leave_source_out"] = leave_source_out(recipe, questions, seed, ("popqa", "musique"))
     return report, final, pred
 
 
@@ -1061,9 +1004,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         recipe = RECIPES[name]
         x = features(vectors, questions, recipe.lexical).astype(np.float64)
-        oof, oof_pred, log = grouped_cross_validation(
-            recipe, x, y, rows, keys, folds, args.folds, dim
-        )
+        labelled = Questions(x, y, rows, keys, folds, dim)
+        oof, oof_pred, log = grouped_cross_validation(recipe, labelled, args.folds)
         idx = np.flatnonzero(oof_pred >= 0)
         pred = oof_pred[idx]
         temperature = fit_temperature(oof[idx], y[idx])
@@ -1081,12 +1023,7 @@ def main(argv: list[str] | None = None) -> int:
             "confusion": confusion(y[idx], pred),
             "leave_source_out": leave_source_out(
                 recipe,
-                x,
-                y,
-                rows,
-                keys,
-                folds,
-                dim,
+                labelled,
                 args.seed,
                 ("musique", "popqa", "2wiki", "hotpotqa"),
                 {"l2": l2, "embedding_weight": ew},

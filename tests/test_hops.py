@@ -466,7 +466,8 @@ def test_cascade_training_is_reproducible_on_a_tiny_set() -> None:
     everything = np.ones(len(rows), dtype=bool)
 
     def trained() -> HopCascade:
-        choice = train.choose_cascade(recipe, x, y, rows, keys, folds, everything, embedder.dim)  # type: ignore[attr-defined]
+        labelled = train.Questions(x, y, rows, keys, folds, embedder.dim)  # type: ignore[attr-defined]
+        choice = train.choose_cascade(recipe, labelled, everything)  # type: ignore[attr-defined]
         return train.build_cascade(  # type: ignore[attr-defined, no-any-return]
             recipe, x, y, rows, everything, choice, embedder.dim, embedder.id, {"tiny": True}
         )
@@ -563,20 +564,11 @@ class _RecordingRecipe:
     def allowed(self, rows: list[dict[str, object]]) -> np.ndarray:
         return np.asarray([r["source"] != "hotpotqa" for r in rows])
 
-    def choose(self, *args: object) -> dict[str, object]:
-        train = args[5]
-        assert isinstance(train, np.ndarray)
+    def choose(self, q: object, train: np.ndarray) -> dict[str, object]:
         return {"trained_on": int(train.sum())}
 
     def held_out(
-        self,
-        choice: object,
-        x: object,
-        y: object,
-        rows: object,
-        train: np.ndarray,
-        test: np.ndarray,
-        dim: int,
+        self, q: object, choice: object, train: np.ndarray, test: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         self.seen.append((train.copy(), test.copy()))
         return np.zeros((int(test.sum()), self.width)), np.full(int(test.sum()), 1)
@@ -593,9 +585,8 @@ def test_one_cross_validation_loop_purges_and_scores_every_real_row_once() -> No
     folds = train.grouped_folds(rows, 3, 5)  # type: ignore[attr-defined]
     y = np.zeros(len(rows), dtype=int)
     recipe = _RecordingRecipe()
-    scores, pred, log = train.grouped_cross_validation(  # type: ignore[attr-defined]
-        recipe, np.zeros((len(rows), 1)), y, rows, keys, folds, 3, 0
-    )
+    questions = train.Questions(np.zeros((len(rows), 1)), y, rows, keys, folds, 0)  # type: ignore[attr-defined]
+    scores, pred, log = train.grouped_cross_validation(recipe, questions, 3)  # type: ignore[attr-defined]
     synthetic = np.asarray([r["source"] == "synthetic" for r in rows])
     assert ((pred == 1) == ~synthetic).all() and (pred[synthetic] == -1).all()
     assert scores.shape == (len(rows), 2) and np.isnan(scores[synthetic]).all()
