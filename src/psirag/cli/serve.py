@@ -278,10 +278,9 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
-    from psirag.server.app import ServerState, prepare_index
     from psirag.server.jobs import JOBS_FILE, JobRunner
     from psirag.server.mcp_tools import build_mcp_server
-    from psirag.server.state import GatedLLM, IndexHolder
+    from psirag.server.state import GatedLLM, IndexHolder, ServerState, prepare_index
 
     settings = ServerSettings(
         llm_concurrency=args.llm_concurrency, max_asks=args.max_asks, ask_queue=args.ask_queue

@@ -1,6 +1,7 @@
 """The MCP server: the index's tools for an AI assistant, over stdio (``psirag mcp DIR``) or
 streamable HTTP (``/mcp`` on ``psirag serve``). Both share the HTTP API's state and answer with
-the same JSON shapes.
+the same JSON shapes. The request models, the agent and the views are imported by the first tool
+call, so that ``initialize`` does not wait for them.
 
 Tools: ``search`` (hybrid retrieval), ``ask`` (the retrieve-and-answer agent; needs an LLM),
 ``inspect_node`` (a node of the abstract tree, the root by default) and ``list_documents``.
@@ -15,10 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from psirag import __version__
 from psirag.errors import PsiragError
-from psirag.server import views
 from psirag.server.budget import Budget
-from psirag.server.models import AskRequest, SearchRequest
-from psirag.server.querying import agent_for, search_config
 
 if TYPE_CHECKING:
     from psirag.server.state import ServerState
@@ -65,6 +63,10 @@ def build_mcp_server(state: ServerState | Future[ServerState]) -> Any:
         """Hybrid search (abstract tree + BM25, fused by RRF). Returns passages with text,
         score and source (document, title, chunk, character span), and each passage's path
         in the tree."""
+        from psirag.server import views
+        from psirag.server.models import SearchRequest
+        from psirag.server.querying import search_config
+
         body = SearchRequest(query=query, k=k, docs=docs)
 
         def go(state: ServerState) -> dict[str, Any]:
@@ -89,6 +91,10 @@ def build_mcp_server(state: ServerState | Future[ServerState]) -> Any:
         retrieved passages as evidence, the steps it took and the budget used.
         ``max_retrievals``: retrievals after the first, or "auto" (from the question's
         predicted hops); by default the server's setting."""
+        from psirag.server import views
+        from psirag.server.models import AskRequest
+        from psirag.server.querying import agent_for
+
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
         def go(state: ServerState) -> dict[str, Any]:
@@ -113,6 +119,7 @@ def build_mcp_server(state: ServerState | Future[ServerState]) -> Any:
     async def inspect_node(node: int | None = None) -> dict[str, Any]:
         """One node of the abstract tree (default: the root): its abstract (a leaf: its
         text), layer, path from the root, children with labels, and sample leaves."""
+        from psirag.server import views
 
         def go(state: ServerState) -> dict[str, Any]:
             index = state.holder.latest().index
