@@ -134,7 +134,7 @@ def test_command_modules_import_no_torch() -> None:
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("package", ["psirag", "psirag.tree"])
+@pytest.mark.parametrize("package", ["psirag", "psirag.tree", "psirag.abstracts"])
 def test_lazy_exports_are_the_objects_not_submodules(package: str) -> None:
     """Every name the package exports resolves (on first use) to what its module defines, never
     to a submodule of the same name, even after every submodule was imported (a fresh
