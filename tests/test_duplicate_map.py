@@ -59,8 +59,8 @@ def test_updates_keep_the_map_equal_and_normalise_only_new_texts(
         made = calls["n"] - before
         texts = [c.text for c in index.chunks]
         assert np.array_equal(index.sparse.first_copy, first_copy_of(texts)), step
-        if step == 3:  # a removal moves positions: every text is mapped again
-            assert made >= len(texts), (step, made)
+        if step == 3:  # a removal: the kept texts' map from their hashes, no text mapped
+            assert made == 0, (step, made)
         else:  # an add: its new texts (and a hash match) only
             assert made <= 3 * 5, (step, made)
 
@@ -121,3 +121,32 @@ def test_colliding_hashes_are_told_apart_by_key(monkeypatch: pytest.MonkeyPatch)
     grown = DuplicateMap.of(texts[:30]).extended(texts[:55]).extended(texts)
     assert np.array_equal(grown.first_copy, fresh)
     assert np.array_equal(DuplicateMap.of(texts).first_copy, fresh)
+
+
+def test_a_removal_maps_from_hashes_unless_two_keys_share_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = _texts(random.Random(9), 120)
+    keep = np.array([i % 7 not in (0, 3) for i in range(len(texts))])
+    kept_texts = [t for t, k in zip(texts, keep, strict=True) if k]
+    got = DuplicateMap.of(texts).kept(keep)
+    assert got is not None
+    assert np.array_equal(got.first_copy, first_copy_of(kept_texts))
+    assert got.extended([*kept_texts, kept_texts[0].upper()]).first_copy[-1] == 0
+    monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)  # every key collides
+    assert DuplicateMap.of(texts).kept(keep) is None  # only the keys can tell them apart
+
+
+def test_a_removal_that_leaves_nothing_to_index_is_refused() -> None:
+    """The map of the kept texts comes from hashes, but the corpus-wide check still runs on
+    what a removal leaves."""
+    from psirag.errors import InputError
+
+    index = Index.build(
+        ["volcano eruption in Sicily", "the a of"],
+        IndexConfig(),
+        embedder=HashEmbedder(),
+        texts=True,
+    )
+    with pytest.raises(InputError, match="nothing to index"):
+        index.remove([index.documents[0]])

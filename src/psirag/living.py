@@ -270,6 +270,8 @@ class _State:
     duplicates: DuplicateMap | None = None
     """BM25's duplicate map of the leading ``chunks`` while no leaf was removed (None: made
     again over every chunk at refresh)."""
+    removed: bool = False
+    """Whether leaves were removed (the corpus-wide "nothing to index" check runs again)."""
     rows: np.ndarray | None = None
     """Per node of ``tree``, the saved origin's inner row that still holds it unchanged (-1:
     a leaf, or new or changed since; see :attr:`IndexData.inner_rows`); None: not known."""
@@ -306,8 +308,12 @@ class _State:
     def keep_leaves(self, keep: np.ndarray) -> None:
         """The per-leaf phrase table and term counts without the leaves not in ``keep``."""
         kept_all = bool(keep.all()) if keep.dtype == bool else keep.size == self.tree.n_leaves
-        if not kept_all:  # positions move: the duplicate map is made again at refresh
-            self.duplicates = None
+        if not kept_all:  # positions move: the map of the kept texts, from their key hashes
+            mask = keep if keep.dtype == bool else np.isin(np.arange(self.tree.n_leaves), keep)
+            t0 = time.perf_counter()
+            self.duplicates = None if self.duplicates is None else self.duplicates.kept(mask)
+            self._timed("bm25", t0)
+            self.removed = True
         t0 = time.perf_counter()
         if self.phrases is not None:
             self.phrases = self.phrases.remove(keep)
@@ -424,11 +430,13 @@ class _State:
         summary.nodes_refreshed = int(refresh.size)
         summary.abstracts_waiting = int(waiting.size)
         t0 = time.perf_counter()
-        from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
+        from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts, check_indexable
 
         if self.terms is None:  # an index saved without term counts
             counts = TermCounts.of(leaf_texts)
             self.terms = Postings.of_counts(counts, k1=config.bm25_k1, b=config.bm25_b)
+        if self.removed and self.duplicates is not None:  # what a removal left must be indexable
+            check_indexable(leaf_texts)
         sparse = SparseIndex.from_postings(self.terms, leaf_texts, appended_to=self.duplicates)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse

@@ -115,6 +115,22 @@ class DuplicateMap:
             np.concatenate([self.first_copy, new]), np.concatenate([self.hashes, new_hashes])
         )
 
+    def kept(self, keep: np.ndarray) -> DuplicateMap | None:
+        """The map of the texts where ``keep`` (a bool per text) is true, in order, from the
+        hashes alone (a removal normalises no text). None when two different keys share a
+        hash here: then only the keys can tell them apart (map the texts again)."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != self.first_copy.shape:
+            raise ValueError(f"keep has {keep.size} entries for a duplicate map of {self.size}")
+        firsts = self.hashes[self.first_copy == np.arange(self.size)]
+        if np.unique(firsts).size != firsts.size:
+            return None  # a hash shared by two keys
+        # no hash is shared by two keys: equal hashes are equal keys, and the first kept text
+        # of a hash is the first copy of every kept text with it
+        hashes = self.hashes[keep]
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        return DuplicateMap(first[inverse.reshape(-1)].astype(np.int64), hashes)
+
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> frozenset[tuple[str, ...]]:
     """The word ``size``-grams of ``text`` (casefolded, markup and punctuation dropped)."""
