@@ -84,7 +84,7 @@ class Index:
         return self._data.config
 
     @property
-    def chunks(self) -> tuple[Chunk, ...]:
+    def chunks(self) -> Sequence[Chunk]:
         return self._data.chunks
 
     @property
@@ -96,7 +96,7 @@ class Index:
         return self._data.node_vectors
 
     @property
-    def abstracts(self) -> tuple[str, ...]:
+    def abstracts(self) -> Sequence[str]:
         return self._data.abstracts
 
     @property
