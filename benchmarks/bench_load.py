@@ -6,8 +6,10 @@ The indexes are the synthetic corpus and loopback hash embedder of
 ``bench_living_scale.py`` (default ``IndexConfig``: keyword abstracts, BM25, default tree),
 built once per size with this checkout and saved (format 3) under ``--indexes``; a second
 copy is the same index after a one-document ``psirag add`` and a save (two segments per
-table, the shape a living index has). Each measurement runs in a fresh child process per
-checkout, size and index, so the imports, page cache state aside, and RSS are its own:
+table, the shape a living index has), and a third is that one after ``psirag compact`` by
+this checkout (one segment per table, with the line starts a save now writes beside each
+JSON-lines segment; the first two, saved by the old checkout, have none). Each measurement
+runs in a fresh child process per checkout, size and index, so its RSS is its own:
 
 - ``load``: ``Index.load(folder)``, wall and CPU seconds (user + system), RSS after it;
 - ``first search``: ``index.search(q, k=10)`` right after the load (the query embedded by
@@ -122,9 +124,15 @@ def main() -> None:
     p.add_argument("--out", default="load.json")
     p.add_argument("--worker", nargs=2, default=None, help=argparse.SUPPRESS)
     p.add_argument("--build", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--compact", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.build is not None:
         build(args.indexes, args.build)
+        return
+    if args.compact is not None:
+        from psirag.living import compact_saved
+
+        compact_saved(args.compact)
         return
     if args.worker is not None:
         print(json.dumps(measure(Path(args.worker[0]), int(args.worker[1]))))
@@ -157,7 +165,10 @@ def main() -> None:
             # built by the old checkout when given: an index saved before this change
             child(checkouts[-1][1], ["--indexes", str(folder), "--build", str(n)])
             print(f"built {n} in {time.perf_counter() - t0:.0f} s", flush=True)
-        for shape in ("base", "added"):
+        if not (folder / "compacted").is_dir():
+            shutil.copytree(folder / "added", folder / "compacted", copy_function=os.link)
+            child(new_src, ["--indexes", str(folder), "--compact", str(folder / "compacted")])
+        for shape in ("base", "added", "compacted"):
             for label, src in checkouts:
                 out = child(
                     src, ["--indexes", str(folder), "--worker", str(folder / shape), str(n)]

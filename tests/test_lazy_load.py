@@ -218,3 +218,19 @@ def test_a_damaged_chunk_record_fails_clearly_when_read(saved: Path) -> None:
     assert index.chunks[1].id
     with pytest.raises(IndexFormatError, match="table chunks"):
         index.chunks[0]
+
+
+def test_the_document_of_a_visited_node_is_found_with_few_chunks_read(tmp_path: Path) -> None:
+    """Each node's single document (or None) is the same whether read from a few chunks
+    (a fresh load) or from the per-leaf document array."""
+    rng = random.Random(4)
+    docs = [" ".join(rng.choice(LINES) for _ in range(40)) for _ in range(6)]
+    emb = HashEmbedder()
+    built = Index.build(docs, IndexConfig(max_children=3), texts=True, embedder=emb)
+    built.save(tmp_path / "ix")
+    lazy = Index.load(tmp_path / "ix", embedder=emb)
+    eager = Index.load(tmp_path / "ix", embedder=emb)
+    assert len(eager.data.leaf_documents) == len(eager.chunks)  # derived: read every chunk
+    got = [lazy.node_hit(u, 0.0).document for u in range(lazy.tree.n_nodes)]
+    assert got == [eager.node_hit(u, 0.0).document for u in range(eager.tree.n_nodes)]
+    assert any(d is not None for d in got[lazy.tree.n_leaves :]) and None in got
