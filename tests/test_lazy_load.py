@@ -234,3 +234,27 @@ def test_the_document_of_a_visited_node_is_found_with_few_chunks_read(tmp_path: 
     got = [lazy.node_hit(u, 0.0).document for u in range(lazy.tree.n_nodes)]
     assert got == [eager.node_hit(u, 0.0).document for u in range(eager.tree.n_nodes)]
     assert any(d is not None for d in got[lazy.tree.n_leaves :]) and None in got
+
+
+def test_segments_and_patches_read_alike_one_by_one_and_in_bulk(tmp_path: Path) -> None:
+    def write(name: str, rows: list[Any]) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    first, second = [{"v": i} for i in range(30)], [{"v": i} for i in range(30, 40)]
+    early, late = [{"v": -1}, {"v": -2}], [{"v": -3}]
+    lines = MappedLines(
+        [(write("a", first), 30, None, "a"), (write("b", second), 10, None, "b")],
+        [
+            (np.array([3, 35]), write("p1", early), None, "p1"),
+            (np.array([35]), write("p2", late), None, "p2"),  # a later patch wins
+        ],
+    )
+    model = first + second
+    model[3], model[35] = {"v": -1}, {"v": -3}
+    rows = np.array([39, 3, 0, 35, 31, 3])
+    assert lines.values(rows) == [model[r] for r in rows.tolist()]
+    assert [lines.value(r) for r in range(40)] == model
+    lazy = LazyRows(lines, lambda v: v["v"], np.array([1, 3, 35, 39]))
+    assert list(lazy) == [1, -1, -3, 39] and lazy.read() == 4
