@@ -198,8 +198,9 @@ def test_line_starts_are_found_with_numpy_when_a_segment_has_none(tmp_path: Path
     derived = MappedLines([(path, 50, None, "t")])
     saved = MappedLines([(path, 50, line_starts(path.read_bytes(), 50, "t"), "t")])
     assert [derived.value(i) for i in range(50)] == rows == [saved.value(i) for i in range(50)]
+    short = MappedLines([(path, 49, None, "t")])  # found when a row is first read
     with pytest.raises(IndexFormatError, match="holds 50 lines, the manifest says 49"):
-        MappedLines([(path, 49, None, "t")])
+        short.value(0)
     bad = np.arange(51, dtype=np.int64)
     with pytest.raises(IndexFormatError, match="line starts do not fit"):
         MappedLines([(path, 50, bad, "t")])

@@ -70,6 +70,8 @@ def checked_starts(starts: np.ndarray, rows: int, size: int, where: str) -> np.n
 class _File:
     """One JSON-lines file, mapped, with its line starts."""
 
+    _starts: np.ndarray | None
+
     def __init__(self, path: Path, rows: int, starts: np.ndarray | None, where: str) -> None:
         self.where = where
         self.rows = rows
@@ -82,11 +84,15 @@ class _File:
                 self.data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             finally:
                 os.close(fd)
-        self.starts = (
-            line_starts(self.data, rows, where)
-            if starts is None
-            else checked_starts(starts, rows, size, where)
-        )
+        self._starts = None if starts is None else checked_starts(starts, rows, size, where)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each line starts (plus the size): saved beside the file, or found when a row
+        is first read (a file saved without them costs a scan then, not at load)."""
+        if self._starts is None:
+            self._starts = line_starts(self.data, self.rows, self.where)
+        return self._starts
 
     def value(self, line: int) -> Any:
         lo, hi = int(self.starts[line]), int(self.starts[line + 1]) - 1

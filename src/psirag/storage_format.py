@@ -783,7 +783,7 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
         or inner_layer.shape != (k,)
     ):
         raise bad("its tables and tree arrays disagree in size")
-    if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or np.unique(order).size != k):
+    if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or not _distinct(order, n_rows)):
         raise bad("tree/inner_order.npy does not name distinct rows of the inner tables")
     if k and (int(inner_parent.min()) < -1 or int(inner_parent.max()) >= k):
         raise bad("tree/inner_parent.npy names a parent that does not exist")
@@ -842,6 +842,13 @@ def _lazy_chunks(reader: IndexReader, tables: dict[str, Table], where: str | Pat
             ) from exc
 
     return LazyRows(source, chunk, live_rows(reader, table, label) if table.n_dead else None)
+
+
+def _distinct(values: np.ndarray, bound: int) -> bool:
+    """Whether ``values`` (all in ``0 .. bound - 1``) are distinct (no sort: one pass)."""
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    return int(np.count_nonzero(seen)) == values.size
 
 
 def _mapped_node_vectors(
