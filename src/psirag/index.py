@@ -187,8 +187,9 @@ class Index:
         ``generation``), so a save running meanwhile is never half seen. Arrays are
         memory-mapped; a format-3 index's chunk and abstract records are decoded when first
         read, and its keyword phrase table when an update first uses it, so opening costs
-        about the same at any size; the embedder loads on first query. ``verify="size"`` (default) checks
-        file sizes and the manifest's hash, ``"full"`` the sha256 of every file."""
+        about the same at any size; the embedder loads on first query. ``verify="size"``
+        (default) checks file sizes and the manifest's hash, ``"full"`` the sha256 of every
+        file."""
         return read_index(
             Path(folder),
             lambda reader: cls._from_reader(reader, folder, embedder),
