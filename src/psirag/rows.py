@@ -193,15 +193,15 @@ class LazyRows(Sequence[T], Generic[T]):
         rows: np.ndarray | None = None,
         *,
         tail: Sequence[T] = (),
-        _cache: dict[int, T] | None = None,
+        _cache: tuple[dict[int, T], threading.Lock] | None = None,
     ) -> None:
         self.source = source
         self.convert = convert
         self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
         self.tail = tuple(tail)
         self._head = source.physical if rows is None else int(self.rows.size)  # type: ignore[union-attr]
-        self._cache: dict[int, T] = {} if _cache is None else _cache
-        self._lock = threading.Lock()
+        self._cache: dict[int, T]
+        self._cache, self._lock = ({}, threading.Lock()) if _cache is None else _cache
 
     # ---------------------------------------------------------------- the Sequence
     def __len__(self) -> int:
@@ -269,7 +269,7 @@ class LazyRows(Sequence[T], Generic[T]):
             self.convert,
             self._rows(),
             tail=self.tail + tuple(other),
-            _cache=self._cache,
+            _cache=(self._cache, self._lock),
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -288,7 +288,9 @@ class LazyRows(Sequence[T], Generic[T]):
         items = np.asarray(items, dtype=np.int64)
         if items.size and int(items.max()) >= self._head:
             return tuple(self._item(int(i)) for i in items.tolist())
-        return LazyRows(self.source, self.convert, self._rows()[items], _cache=self._cache)
+        return LazyRows(
+            self.source, self.convert, self._rows()[items], _cache=(self._cache, self._lock)
+        )
 
     def read(self) -> int:
         """How many rows have been decoded so far (by this sequence and its relatives)."""
@@ -321,7 +323,9 @@ class LazyRows(Sequence[T], Generic[T]):
         if not len(items) or not self._cache:
             return out
         head = self._rows()
-        cached = np.fromiter(self._cache.keys(), np.int64, len(self._cache))
+        with self._lock:  # another thread may be reading rows meanwhile
+            decoded = list(self._cache.items())
+        cached = np.fromiter((row for row, _ in decoded), np.int64, len(decoded))
         if self.rows is None:
             ok = cached < head.size
             pos = cached
@@ -332,8 +336,8 @@ class LazyRows(Sequence[T], Generic[T]):
             ok = ordered[at] == cached if head.size else np.zeros(cached.size, dtype=bool)
             pos = order[at]
         by_id = {
-            id(self._cache[row]): p
-            for row, p, good in zip(cached.tolist(), pos.tolist(), ok.tolist(), strict=True)
+            id(obj): p
+            for (_, obj), p, good in zip(decoded, pos.tolist(), ok.tolist(), strict=True)
             if good
         }
         for k, obj in enumerate(items):
