@@ -274,7 +274,8 @@ def test_a_job_cut_off_by_a_stop_is_interrupted_after_a_restart_with_one_process
         proc.wait_ready()
         with IndexStore(folder).lock():
             cut = _submit_held_job(proc.url, "dunes", DUNES)
-            proc.stop()  # SIGTERM: the workers stop, the held job never finishes
+            proc.proc.terminate()  # SIGTERM: the workers stop, the held job never finishes
+            proc.proc.wait(timeout=60)  # (a worker gives its writer 5 s, then exits)
         assert proc.proc.returncode == 0, proc.log()[-2000:]
     finally:
         proc.stop()
