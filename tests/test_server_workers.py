@@ -530,3 +530,23 @@ def _wait_runner(runner: JobRunner, job_id: str) -> None:
             return
         time.sleep(0.02)
     raise AssertionError(f"{job_id} did not finish")
+
+
+def test_a_jobs_folder_that_is_not_ours_is_refused(tmp_path: Path) -> None:
+    """The jobs hold documents' text: a symbolic link or a file in the folder's place is
+    refused with an error naming it, never followed or written over."""
+    from psirag.errors import InputError
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / JOBS_DIR).symlink_to(elsewhere)
+    with pytest.raises(InputError, match=f"{JOBS_DIR} is not a folder"):
+        SharedJobs.prepare(index, 2)
+    (index / JOBS_DIR).unlink()
+    (index / JOBS_DIR).write_text("mine", encoding="utf-8")
+    with pytest.raises(InputError, match="move it away"):
+        SharedJobs.prepare(index, 2)
+    assert not list(elsewhere.iterdir())
+    assert (index / JOBS_DIR).read_text(encoding="utf-8") == "mine"
