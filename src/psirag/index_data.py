@@ -4,9 +4,11 @@ reader holding the old value keeps a consistent view)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import numpy as np
 
@@ -55,6 +57,60 @@ class SavedOrigin:
         return k
 
 
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Deferred(Generic[T_co]):
+    """A value made on first use from what a load has already read into memory or mapped (so
+    making it opens no file: the generation it came from may be gone by then). Made once, under
+    a lock; an error is raised again at the next use."""
+
+    def __init__(self, make: Callable[[], T_co]) -> None:
+        self._make: Callable[[], T_co] | None = make
+        self._value: T_co | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def made(self) -> bool:
+        return self._make is None
+
+    def get(self) -> T_co:
+        with self._lock:
+            if self._make is not None:
+                self._value = self._make()
+                self._make = None
+        return cast(T_co, self._value)  # made above
+
+
+class _MadeOnRead(Generic[T]):
+    """An :class:`IndexData` field that may be given a :class:`Deferred`: reading the field
+    makes the value (once) and gives it. Its default is None."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> None: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> T | None:
+        if obj is None:
+            return None  # the field's default, as dataclasses reads it from the class
+        value = obj.__dict__.get(self._slot)
+        if isinstance(value, Deferred):
+            value = value.get()
+            obj.__dict__[self._slot] = value
+        return cast(T, value)
+
+    def __set__(self, obj: object, value: T | Deferred[T]) -> None:
+        obj.__dict__[self._slot] = value
+
+    def held(self, obj: object) -> T | Deferred[T]:
+        """What the field holds, a :class:`Deferred` not made."""
+        return cast("T | Deferred[T]", obj.__dict__.get(self._slot))
+
+
 def fresh_lineage(n_leaves: int) -> dict[str, int]:
     """The lineage of a full build: nothing added or removed since."""
     return {"built_leaves": n_leaves, "added": 0, "removed": 0, "updates": 0}
@@ -91,9 +147,11 @@ class IndexData:
     lineage: dict[str, int] = field(default_factory=dict)
     """Since the last full build: ``built_leaves`` (the leaves it had), leaves ``added`` and
     ``removed`` by updates, and the number of ``updates`` (the drift rule reads it)."""
-    phrase_table: PhraseTable | None = None
+    phrase_table: _MadeOnRead[PhraseTable | None] = _MadeOnRead()
     """The keyword abstracts' per-leaf phrase data (``abstracts="keywords"``), kept so an
-    update extracts phrases from its new leaves only; None: recomputed when first needed."""
+    update extracts phrases from its new leaves only; None: recomputed when first needed. A
+    load gives it as a :class:`Deferred` (only an update reads it, so a search never parses
+    it); reading the field makes it."""
     origin: SavedOrigin | None = None
     """The saved generation these chunks were loaded from (carried through updates), so a save
     on top of it keeps the rows of the chunks still there instead of writing them again."""
@@ -155,8 +213,11 @@ class IndexData:
         return self.chunks[node].text if node < n else self.abstracts[node - n]
 
     def replace(self, **changes: Any) -> IndexData:
-        """A new value with some fields changed (derived views are recomputed)."""
+        """A new value with some fields changed (derived views are recomputed); a phrase
+        table not made yet is carried over as it is."""
+        if "phrase_table" not in changes:
+            changes["phrase_table"] = IndexData.__dict__["phrase_table"].held(self)
         return replace(self, **changes)
 
 
-__all__ = ["BuildStats", "IndexData", "SavedOrigin", "fresh_lineage"]
+__all__ = ["BuildStats", "Deferred", "IndexData", "SavedOrigin", "fresh_lineage"]

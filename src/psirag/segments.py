@@ -149,7 +149,7 @@ def _load_npy(reader: IndexReader, name: str, *, mmap: bool = True) -> np.ndarra
 
 
 def _load_jsonl(reader: IndexReader, name: str) -> list[Any]:
-    return [row for row in reader.iter_jsonl(name)]
+    return reader.read_jsonl(name)
 
 
 def _dead_rows(reader: IndexReader, table: Table, where: str) -> np.ndarray:

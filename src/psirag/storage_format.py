@@ -10,7 +10,7 @@ belong to :class:`~psirag.retrieval.bm25.SparseIndex` and
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -20,7 +20,7 @@ import numpy as np
 from psirag._version import __version__
 from psirag.config import IndexConfig
 from psirag.errors import IndexFormatError
-from psirag.index_data import BuildStats, IndexData, SavedOrigin, fresh_lineage
+from psirag.index_data import BuildStats, Deferred, IndexData, SavedOrigin, fresh_lineage
 from psirag.storage import FORMAT_VERSION, IndexReader, IndexWriter, _resolve
 from psirag.tree import Tree
 from psirag.tree.shape import shape_summary
@@ -669,7 +669,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
     if "documents" in tables:
         doc_rows = _read_table(reader, tables, "documents", where)
     elif DOCUMENTS.name in reader.files:
-        doc_rows = reader.iter_jsonl(DOCUMENTS.name)
+        doc_rows = reader.read_jsonl(DOCUMENTS.name)  # short rows: one parse is faster
     try:
         for row in doc_rows:
             sources[str(row["id"])] = {"path": row.get("path"), "sha256": row.get("sha256")}
@@ -825,20 +825,19 @@ def _mapped_node_vectors(
 
 def _load_phrase_table_v3(
     reader: IndexReader, tables: dict[str, Table], folder: str | Path, n_chunks: int
-) -> Any:
-    """The phrase table of a format-3 generation (its ``keywords/...`` tables), or None."""
+) -> Deferred[PhraseTable] | None:
+    """The phrase table of a format-3 generation (its ``keywords/...`` tables), or None: its
+    tables read now, the table made on first use (:func:`_deferred_table`)."""
     words_table = f"{PHRASES_DIR}/words"
     if words_table not in tables:
         return None
-    from psirag.abstracts.phrases import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, PhraseTable
+    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
 
     def arr(name: str) -> np.ndarray:
         return np.asarray(_read_table(reader, tables, f"{PHRASES_DIR}/{name}", folder))
 
     try:
         words = _read_table(reader, tables, words_table, folder)
-        if not all(isinstance(w, str) for w in words):
-            raise ValueError("the word list holds something other than words")
         arrays = {a: arr(a) for a in ARRAYS if a not in CSR_GROUPS}
         for ptr_name in CSR_GROUPS:
             lengths = np.asarray(arr(f"{ptr_name}_len"), dtype=np.int64)
@@ -848,20 +847,17 @@ def _load_phrase_table_v3(
         stems = None
         if f"{PHRASES_DIR}/stems" in tables:
             stems = _read_table(reader, tables, f"{PHRASES_DIR}/stems", folder)
-            if not all(isinstance(w, str) for w in stems):
-                raise ValueError("the stem list holds something other than stems")
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
                 arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
                 _in_key_order(reader, tables, arrays, folder)
-        table = PhraseTable.from_arrays(words, arrays, stems)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
             raise
         raise IndexFormatError(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
-    return _sized(table, n_chunks, folder)
+    return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder)
 
 
 def _in_key_order(
@@ -885,37 +881,81 @@ def _in_key_order(
                 arrays[c] = arrays[c][order]
 
 
-def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:
-    """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
+def _load_phrase_table(
+    reader: IndexReader, folder: str | Path, n_chunks: int
+) -> Deferred[PhraseTable] | None:
+    """The saved phrase table, or None: its arrays memory-mapped and its word lists read now,
+    the table made on first use (:func:`_deferred_table`; its counts derive on first use)."""
     if PHRASE_WORDS.name not in reader.files:
         return None
-    from psirag.abstracts.phrases import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, PhraseTable
+    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
 
-    path = reader.path(PHRASE_WORDS.name)
     try:
-        words = json.loads(path.read_text(encoding="utf-8"))
+        words_text = reader.path(PHRASE_WORDS.name).read_bytes()
         arrays = {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in ARRAYS}
-        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-            raise ValueError("words.json is not a list of words")
-        stems = None
+        stems_text = None
         if PHRASE_STEMS.name in reader.files:  # saved since the vocabulary is kept
-            stems = json.loads(reader.path(PHRASE_STEMS.name).read_text("utf-8"))
-            if not isinstance(stems, list) or not all(isinstance(w, str) for w in stems):
-                raise ValueError("stems.json is not a list of stems")
+            stems_text = reader.path(PHRASE_STEMS.name).read_bytes()
             arrays.update({a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}.npy" in reader.files for a in DERIVED_ARRAYS):
                 arrays.update(
                     {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in DERIVED_ARRAYS}
                 )
-        table = PhraseTable.from_arrays(words, arrays, stems)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, IndexFormatError):
-            raise
+    except OSError as exc:
         raise IndexFormatError(
             f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
             "rebuild the index"
         ) from exc
-    return _sized(table, n_chunks, folder)
+
+    def word_lists() -> tuple[Any, Any]:
+        words = json.loads(words_text.decode("utf-8"))
+        if not isinstance(words, list):
+            raise ValueError("words.json is not a list of words")
+        stems = None if stems_text is None else json.loads(stems_text.decode("utf-8"))
+        if stems is not None and not isinstance(stems, list):
+            raise ValueError("stems.json is not a list of stems")
+        return words, stems
+
+    return _deferred_table(word_lists, arrays, n_chunks, folder)
+
+
+def _deferred_table(
+    word_lists: Callable[[], tuple[Any, Any]],
+    arrays: dict[str, np.ndarray],
+    n_chunks: int,
+    folder: str | Path,
+) -> Deferred[PhraseTable]:
+    """A phrase table made on first use (only updates use one: a search never parses it nor
+    imports the keyword code) from what a load read: ``word_lists()`` gives the parsed words
+    and stems. A table with a row count other than ``n_chunks`` is refused now; one whose
+    contents disagree, when it is made."""
+    ptr = arrays.get("lw_ptr")
+    if ptr is not None and ptr.ndim == 1 and ptr.shape[0] - 1 != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {ptr.shape[0] - 1} leaves but the index "
+            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+
+    def make() -> PhraseTable:
+        from psirag.abstracts.phrases import PhraseTable
+
+        try:
+            words, stems = word_lists()
+            if not all(isinstance(w, str) for w in words):
+                raise ValueError("the word list holds something other than words")
+            if stems is not None and not all(isinstance(w, str) for w in stems):
+                raise ValueError("the stem list holds something other than stems")
+            table = PhraseTable.from_arrays(words, arrays, stems)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            if isinstance(exc, IndexFormatError):
+                raise
+            raise IndexFormatError(
+                f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
+                "rebuild the index"
+            ) from exc
+        return _sized(table, n_chunks, folder)
+
+    return Deferred(make)
 
 
 __all__ = [
