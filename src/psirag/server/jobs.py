@@ -40,7 +40,6 @@ import os
 import queue
 import re
 import stat
-import tempfile
 import threading
 import time
 import traceback
@@ -328,6 +327,8 @@ class SharedJobs:
         try:
             folder = open_jobs_folder(Path(index_folder) / JOBS_DIR)
         except OSError as exc:  # a read-only index folder can still be served
+            import tempfile  # only here: psirag mcp imports this module and starts fast
+
             temporary = Path(tempfile.mkdtemp(prefix="psirag-serve-jobs-"))
             log.warning(
                 "cannot make the jobs folder in %s (%s); the workers' jobs are kept in %s "
