@@ -5,7 +5,7 @@ reader holding the old value keeps a consistent view)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 import numpy as np
 
 from psirag.config import IndexConfig
+from psirag.rows import LazyRows
 from psirag.tree.model import Tree
 from psirag.types import Chunk
 
@@ -45,9 +46,20 @@ class SavedOrigin:
 
     folder: str
     generation: int
-    chunks: tuple[Chunk, ...]
+    chunks: Sequence[Chunk]
+    """A :class:`~psirag.rows.LazyRows` for a format-3 load: its rows are known by position,
+    decoded or not (:meth:`rows_of`)."""
 
-    def prefix(self, chunks: tuple[Chunk, ...]) -> int:
+    def rows_of(self, chunks: Sequence[Chunk]) -> np.ndarray:
+        """Per chunk of ``chunks``, the loaded row it is (-1: none, a new chunk): the very
+        object read from that row, or, for a sequence made from the loaded one, the same row.
+        Decodes no row that was not read."""
+        if isinstance(self.chunks, LazyRows):
+            return self.chunks.positions_of(chunks)
+        at = {id(c): j for j, c in enumerate(self.chunks)}
+        return np.fromiter((at.get(id(c), -1) for c in chunks), np.int64, len(chunks))
+
+    def prefix(self, chunks: Sequence[Chunk]) -> int:
         """How many leading ``chunks`` are the loaded ones, in order."""
         k = 0
         for mine, loaded in zip(chunks, self.chunks, strict=False):
@@ -130,14 +142,17 @@ class IndexData:
 
     Node ``u < tree.n_leaves`` is leaf ``chunks[u]``; inner node ``u`` has the abstract
     ``abstracts[u - tree.n_leaves]``. Derived views (the document list, the document of each
-    leaf) are computed once, on first use.
+    leaf) are computed once, on first use; they read every chunk, so a search does not use
+    them (a loaded index's chunks are decoded as they are read).
     """
 
     config: IndexConfig
-    chunks: tuple[Chunk, ...]
+    chunks: Sequence[Chunk]
+    """A tuple, or for an index loaded from format 3 a :class:`~psirag.rows.LazyRows` that
+    decodes a chunk's record when it is first read."""
     tree: Tree
     node_vectors: np.ndarray
-    abstracts: tuple[str, ...]
+    abstracts: Sequence[str]
     sparse: SparseIndex
     embedder_id: str
     stats: BuildStats = field(default_factory=BuildStats)
@@ -171,8 +186,10 @@ class IndexData:
     search ranks in its place)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "chunks", tuple(self.chunks))
-        object.__setattr__(self, "abstracts", tuple(self.abstracts))
+        if not isinstance(self.chunks, LazyRows):
+            object.__setattr__(self, "chunks", tuple(self.chunks))
+        if not isinstance(self.abstracts, LazyRows):
+            object.__setattr__(self, "abstracts", tuple(self.abstracts))
         object.__setattr__(self, "node_vectors", _read_only(self.node_vectors))
         tree = self.tree
         drift = self.abstract_drift

@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -143,8 +144,22 @@ def _resolve(path: Path) -> Path:
 
 
 def _inside(folder: Path, name: str) -> Path:
-    """``folder/name`` after checking that no symlink takes it outside ``folder``."""
+    """``folder/name`` after checking that no symlink takes it outside ``folder`` (``name``
+    passed :func:`check_file_name`: no ``..``). Where no part of ``name`` is a link, that is
+    a few ``lstat`` calls; only a link is resolved (a load checks every file of a generation)."""
     path = folder / name
+    part = folder
+    for piece in name.split("/"):
+        if piece in ("", ".", ".."):
+            break
+        part = part / piece
+        try:
+            if stat.S_ISLNK(os.lstat(part).st_mode):
+                break
+        except OSError:
+            break  # missing or unreadable: the full check below says what
+    else:
+        return path
     root = _resolve(folder)
     try:
         real = path.resolve()

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from psirag._version import __version__
 from psirag.config import IndexConfig
 from psirag.errors import IndexFormatError
 from psirag.index_data import BuildStats, Deferred, IndexData, SavedOrigin, fresh_lineage
+from psirag.rows import LazyRows, MappedLines
 from psirag.storage import FORMAT_VERSION, IndexReader, IndexWriter, _resolve
 from psirag.tree import Tree
 from psirag.tree.shape import shape_summary
@@ -213,7 +214,7 @@ def _small_ints(a: np.ndarray) -> np.ndarray:
 class _ChunkRows(Sequence[dict[str, Any]]):
     """The chunks as chunks.jsonl rows, encoded only where a save reads them (new rows)."""
 
-    def __init__(self, chunks: tuple[Chunk, ...]) -> None:
+    def __init__(self, chunks: Sequence[Chunk]) -> None:
         self.chunks = chunks
 
     def __len__(self) -> int:
@@ -305,12 +306,7 @@ def _leaf_sources(writer: IndexWriter, data: IndexData) -> np.ndarray | Literal[
         return "none"
     if str(_resolve(base.root)) != origin.folder:
         return "none"
-    n, n_origin = len(data.chunks), len(origin.chunks)
-    kept = origin.prefix(data.chunks)
-    if kept == n_origin:  # leaves only appended (an add): no map of every chunk needed
-        return np.concatenate([np.arange(kept), np.full(n - kept, -1)]).astype(np.int64)
-    at = {id(c): j for j, c in enumerate(origin.chunks)}
-    return np.fromiter((at.get(id(c), -1) for c in data.chunks), np.int64, n)
+    return origin.rows_of(data.chunks)
 
 
 def _fingerprints(vectors: np.ndarray) -> np.ndarray:
@@ -779,7 +775,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
             f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
         )
     phrase_table = (
-        _load_phrase_table_v3(reader, tables, where, len(chunks))
+        _saved_phrase_table(reader, tables, where, len(chunks))
         if tables
         else _load_phrase_table(reader, where, len(chunks))
     )
@@ -794,7 +790,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
     origin = (
         None
         if reader.legacy or reader.generation is None
-        else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks))
+        else SavedOrigin(str(_resolve(reader.root)), reader.generation, chunks)
     )
     inner_rows = None
     if origin is not None and tables:
@@ -818,16 +814,18 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
             sources[str(row["id"])] = {"path": row.get("path"), "sha256": row.get("sha256")}
     except (KeyError, TypeError) as exc:
         raise IndexFormatError(f"{where}: a documents record lacks {exc}") from exc
+    if not isinstance(chunks, LazyRows):
+        chunks = tuple(chunks)  # the very tuple IndexData keeps (SavedOrigin's identity)
     lineage = m.get("lineage")
     if not isinstance(lineage, dict):
         lineage = fresh_lineage(len(chunks))
     counts = m.get("counts", {})
     return IndexData(
         config=config,
-        chunks=tuple(chunks),
+        chunks=chunks,
         tree=tree,
         node_vectors=node_vectors,
-        abstracts=tuple(abstracts),
+        abstracts=abstracts,
         sparse=sparse,
         embedder_id=embedder_id,
         stats=BuildStats(
@@ -846,7 +844,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
     )
 
 
-Core = tuple[np.ndarray, Tree, list[Chunk], list[str]]
+Core = tuple[np.ndarray, Tree, Sequence[Chunk], Sequence[str]]
 
 
 def _load_core_v2(reader: IndexReader, where: str | Path) -> Core:
@@ -891,16 +889,22 @@ def _read_table(
 
 def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Core:
     """node_vectors, tree, chunks and abstracts of a format-3 generation, assembled from its
-    tables: leaf rows in order, inner rows picked by ``tree/inner_order.npy``."""
+    tables: leaf rows in order, inner rows picked by ``tree/inner_order.npy``. Chunks and
+    abstracts are :class:`~psirag.rows.LazyRows`: their records are decoded when read."""
+    from psirag.segments import mapped_jsonl
+
     leaf_vectors = np.asarray(_read_table(reader, tables, "leaf_vectors", where))
     leaf_parent = np.asarray(_read_table(reader, tables, "leaf_parent", where), dtype=np.int64)
     inner_vectors = _read_table(reader, tables, "inner_vectors", where, physical=True)
-    inner_texts = _read_table(reader, tables, "inner_abstracts", where, physical=True)
+    texts_table = tables.get("inner_abstracts")
+    if texts_table is None:
+        raise IndexFormatError(f"{where}: the manifest lists no table inner_abstracts; rebuild it")
+    inner_texts = mapped_jsonl(reader, texts_table, f"{where} table inner_abstracts")
     order = np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64)
     inner_parent = np.asarray(reader.load_array(INNER_PARENT.name, mmap=False), dtype=np.int64)
     inner_layer = np.asarray(reader.load_array(INNER_LAYER.name, mmap=False), dtype=np.int32)
     n, k = leaf_vectors.shape[0], order.size
-    n_rows = len(inner_texts)
+    n_rows = inner_texts.physical
 
     def bad(what: str) -> IndexFormatError:
         return IndexFormatError(f"{where}: {what}; the index is corrupted or mixed, rebuild it")
@@ -916,7 +920,7 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
         or inner_layer.shape != (k,)
     ):
         raise bad("its tables and tree arrays disagree in size")
-    if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or np.unique(order).size != k):
+    if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or not _distinct(order, n_rows)):
         raise bad("tree/inner_order.npy does not name distinct rows of the inner tables")
     if k and (int(inner_parent.min()) < -1 or int(inner_parent.max()) >= k):
         raise bad("tree/inner_parent.npy names a parent that does not exist")
@@ -940,14 +944,48 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
         node_vectors = np.empty((n + k, leaf_vectors.shape[1]), dtype=leaf_vectors.dtype)
         node_vectors[:n] = leaf_vectors
         node_vectors[n:] = inner_vectors[order]
-    try:
-        chunks = [_chunk(row) for row in _read_table(reader, tables, "chunks", where)]
-        abstracts = [inner_texts[i] for i in order.tolist()]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise IndexFormatError(f"{where}: a chunk record lacks {exc}") from exc
-    if not all(isinstance(a, str) for a in abstracts):
-        raise bad("an abstract is not text")
+    chunks = _lazy_chunks(reader, tables, where)
+    if len(chunks) != n:
+        raise bad(f"the chunks table holds {len(chunks)} rows for {n} leaves")
+
+    def abstract(value: Any) -> str:
+        if not isinstance(value, str):
+            raise bad("an abstract is not text")
+        return value
+
+    abstracts = LazyRows(inner_texts, abstract, order)
     return node_vectors, Tree(parent=parent, layer=layer), chunks, abstracts
+
+
+def _lazy_chunks(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Any:
+    """The chunks table as a :class:`~psirag.rows.LazyRows`: a chunk record is decoded when
+    its chunk is first read (a search reads its results only)."""
+    from psirag.segments import live_rows, mapped_jsonl
+
+    table = tables.get("chunks")
+    if table is None:
+        raise IndexFormatError(
+            f"{where}: the manifest lists no table chunks; the index is incomplete, rebuild it"
+        )
+    label = f"{where} table chunks"
+    source = mapped_jsonl(reader, table, label)
+
+    def chunk(row: Any) -> Chunk:
+        try:
+            return _chunk(row)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IndexFormatError(
+                f"{label}: a chunk record lacks {exc}; the index is corrupted, rebuild it"
+            ) from exc
+
+    return LazyRows(source, chunk, live_rows(reader, table, label) if table.n_dead else None)
+
+
+def _distinct(values: np.ndarray, bound: int) -> bool:
+    """Whether ``values`` (all in ``0 .. bound - 1``) are distinct (no sort: one pass)."""
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    return int(np.count_nonzero(seen)) == values.size
 
 
 def _mapped_node_vectors(
@@ -963,6 +1001,77 @@ def _mapped_node_vectors(
         return None
     mapped = reader.load_array(leaves.segments[0][0])
     return mapped if mapped.shape[0] == n + order.size else None
+
+
+def _saved_phrase_table(
+    reader: IndexReader, tables: dict[str, Table], folder: str | Path, n_chunks: int
+) -> Deferred[PhraseTable] | None:
+    """The phrase table of a format-3 generation, read and assembled when an update first uses
+    it (a search never does): its size is checked against the manifest now, and its files are
+    mapped now, so the table reads the same bytes after the generation is collected (as the
+    memory-mapped arrays do)."""
+    if f"{PHRASES_DIR}/words" not in tables:
+        return None
+    lengths = tables.get(f"{PHRASES_DIR}/lw_ptr_len")
+    rows = -1 if lengths is None else lengths.rows
+    if rows != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {rows} leaves but the index has "
+            f"{n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+    mapped = _MappedFiles(reader, {k: t for k, t in tables.items() if k.startswith(PHRASES_DIR)})
+    # the table's reading asks a reader for nothing but load_array, iter_jsonl and read_jsonl
+    as_reader = cast("IndexReader", mapped)
+
+    token = None if reader.generation is None else _generation_token(reader.root, reader.generation)
+
+    def make() -> PhraseTable:
+        table = _load_phrase_table_v3(as_reader, tables, folder, n_chunks)
+        assert table is not None  # its words table is listed above
+        made = table.get()
+        if token is not None:  # what a save on top of this generation may trust
+            made.mark_saved(token)
+        return made
+
+    return Deferred(make)
+
+
+class _MappedFiles:
+    """The files of some tables of a generation, mapped when made (arrays as memory maps,
+    JSON lines as :class:`~psirag.rows.MappedLines`): what :mod:`psirag.segments` reads through
+    an :class:`IndexReader`, readable after the generation is gone."""
+
+    def __init__(self, reader: IndexReader, tables: dict[str, Table]) -> None:
+        from psirag.segments import line_starts_file
+
+        self.folder = reader.folder
+        self.arrays: dict[str, np.ndarray] = {}
+        self.lines: dict[str, MappedLines] = {}
+        listed = reader.manifest.get("files", {})
+        for name, table in tables.items():
+            where = f"{reader.folder} table {name}"
+            texts = [(f, n) for f, n in table.segments] + [(v, n) for _, v, n in table.patches]
+            arrays = [r for r, _, _ in table.patches] + ([table.dead] if table.dead else [])
+            if table.kind == "npy":
+                arrays += [f for f, _ in texts]
+                texts = []
+            for f in arrays:
+                self.arrays[f] = reader.load_array(f)
+            for f, n in texts:
+                saved = line_starts_file(f)
+                starts = reader.load_array(saved) if saved in listed else None
+                self.lines[f] = MappedLines([(reader.path(f), n, starts, f"{where} ({f})")])
+
+    def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
+        array = self.arrays[name]
+        return array if mmap else np.array(array)
+
+    def iter_jsonl(self, name: str) -> Any:
+        lines = self.lines[name]
+        return (lines.value(i) for i in range(lines.physical))
+
+    def read_jsonl(self, name: str) -> list[Any]:
+        return list(self.iter_jsonl(name))
 
 
 def _load_phrase_table_v3(
@@ -999,8 +1108,7 @@ def _load_phrase_table_v3(
         raise IndexFormatError(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
-    token = None if reader.generation is None else _generation_token(reader.root, reader.generation)
-    return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder, saved_from=token)
+    return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder)
 
 
 def _generation_token(root: Path, generation: int) -> tuple[str, int]:
@@ -1073,14 +1181,11 @@ def _deferred_table(
     arrays: dict[str, np.ndarray],
     n_chunks: int,
     folder: str | Path,
-    *,
-    saved_from: tuple[str, int] | None = None,
 ) -> Deferred[PhraseTable]:
     """A phrase table made on first use (only updates use one: a search never parses it nor
     imports the keyword code) from what a load read: ``word_lists()`` gives the parsed words
     and stems. A table with a row count other than ``n_chunks`` is refused now; one whose
-    contents disagree, when it is made. ``saved_from``: the generation it was read from (see
-    :attr:`~psirag.abstracts.phrases.PhraseTable.saved_from`)."""
+    contents disagree, when it is made."""
     ptr = arrays.get("lw_ptr")
     if ptr is not None and ptr.ndim == 1 and ptr.shape[0] - 1 != n_chunks:
         raise IndexFormatError(
@@ -1105,8 +1210,6 @@ def _deferred_table(
                 f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
                 "rebuild the index"
             ) from exc
-        if saved_from is not None:
-            table.mark_saved(saved_from)
         return _sized(table, n_chunks, folder)
 
     return Deferred(make)

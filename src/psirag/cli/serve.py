@@ -233,7 +233,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
     from psirag.server.app import create_app
-    from psirag.server.jobs import JobRunner
+    from psirag.server.jobs import SharedJobs
     from psirag.server.workers import serve_workers
 
     if not hasattr(os, "fork"):
@@ -243,11 +243,13 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     index = Index.load(args.index, embedder=embedder)
     n = settings.workers
     boot = secrets.token_hex(4)  # one ETag token for all workers: their numbers agree
+    # before the fork: the last server's unfinished jobs become interrupted, ids go on after its
+    shared = SharedJobs.prepare(Path(args.index), n)
 
-    def make_app(k: int, shared: Path) -> Any:
+    def make_app(k: int) -> Any:
         if embedder is None:
             confirm_index_embedder(index, args.embedder, http_policy_from(args))
-        jobs = JobRunner(first_id=k + 1, id_step=n, shared=shared)
+        jobs = shared.runner(k)
         llm = _llm_client(args)
         return create_app(
             args.index,
@@ -262,7 +264,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     # uvicorn binds as it would itself (IPv6, SO_REUSEADDR); the app string is never imported
     sock = uvicorn.Config("psirag", host=settings.host, port=settings.port).bind_socket()
     _announce(args, settings, int(sock.getsockname()[1]), llm_spec(args) or "none")
-    return serve_workers(n, make_app, sock, log_level=args.log_level)
+    return serve_workers(n, make_app, sock, shared, log_level=args.log_level)
 
 
 def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
@@ -289,7 +291,7 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     llm = _llm_client(args)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
     # the tools only read, so this process makes no jobs: it shows those of a `psirag serve`
-    # on the same index (read only; see psirag.server.jobs)
+    # on the same index, from its jobs file and jobs folder (read only; see psirag.server.jobs)
     jobs = JobRunner(observe=Path(args.index) / JOBS_FILE)
 
     def load() -> ServerState:
