@@ -42,23 +42,13 @@ from psirag.abstracts.phrase_model import (
     is_stopword,
     unpack_keys,
 )
+from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
 
 __all__ = ["PhraseTable"]
 
 _DAMAGED = "the saved keyword phrase table is inconsistent ({}); rebuild the index"
-
-ARRAYS = ("lw_ptr", "lw", "ls_ptr", "ls_key", "ls_cnt", "lp_ptr", "lp_pid", "p_key")
-"""The saved arrays of a table (with the word list): everything else is derived from them."""
-
-VOCAB_ARRAYS = ("w_stem", "w_flags")
-"""Optional saved arrays (with the stem list): each word's stem id and its flags as bits, so a
-loaded table does not stem and test every word of the corpus again on its first update."""
-
-DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_rank", "n_ranked")
-"""Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
-arrays add up to, so the first update after a load does not sort the corpus to derive them."""
 
 BUILD_BATCH = 20_000
 """Leaves a build extracts at a time: a single pass over a 1M-leaf corpus held every token and
@@ -354,6 +344,23 @@ class PhraseTable:
     def n_leaves(self) -> int:
         return int(self.lw_ptr.size - 1)
 
+    @property
+    def saved_from(self) -> Any:
+        """The saved generation (a token storage gives at load) this table descends from by
+        adds and removals only. Those keep every kept leaf's lists, the phrase keys, the words
+        and their stems and flags as they were (new ones are appended), so a save on top of
+        that generation writes the new rows of those arrays without comparing the old ones.
+        None: built here, or renumbered since."""
+        return self._cache.get("saved_from")
+
+    def mark_saved(self, token: Any) -> None:
+        """Record that this table is the one saved as (or loaded from) ``token``."""
+        self._cache["saved_from"] = token
+
+    def _lineage_from(self, parent: PhraseTable) -> None:
+        if parent.saved_from is not None:
+            self._cache["saved_from"] = parent.saved_from
+
     # ------------------------------------------------------------------ making one
     @classmethod
     def build(cls, leaf_texts: Sequence[str]) -> PhraseTable:
@@ -627,6 +634,7 @@ class PhraseTable:
         touched = np.unique(ls_pid)
         _best_forms(new, touched)
         table._cache["derived"] = new
+        table._lineage_from(self)
         prev = self._cache.get("layout")
         if prev is not None:
             table._cache["pending"] = (prev, touched, newcomers, self._cache)
@@ -676,6 +684,7 @@ class PhraseTable:
         )
         _best_forms(new, None)  # the ranks moved: every tie may break differently
         table._cache["derived"] = new
+        table._lineage_from(self)
         return table
 
     # ------------------------------------------------------------------ what abstracts read
