@@ -58,9 +58,9 @@ INSERT_CANDIDATES = 10
 """Graph hits per new chunk that are rescored exactly when finding its insertion point."""
 INSERT_EF = 128
 """Search breadth for insertion points. On 200k clustered 384-d vectors, 500 new chunks: ef 64
-found the exact nearest leaf for 97.4% (the misses 0.24 less similar at worst), ef 128 for
-100%, at 0.92 ms of CPU a chunk against the tree descent's 0.98 ms and 76%
-(BENCHMARKS.md, "HNSW graph as a base and a delta")."""
+found the exact nearest leaf for 97.4-97.8% (misses up to 0.26 less similar), ef 128 for
+99.8-100% (two graph builds), at 0.66-0.92 ms of CPU a chunk against the tree descent's
+0.79-0.98 ms and 76% (BENCHMARKS.md, "HNSW graph as a base and a delta")."""
 INSTALL_HINT = "pip install 'psirag[hnsw]'"
 
 
