@@ -78,13 +78,13 @@ def cached_embedder(spec: str) -> Any:
     return CachingEmbedder(load_embedder(spec), cache_path(spec))
 
 
-def build(spec: str) -> None:
-    """Build (or load) every set's index with ``spec`` and embed its questions, keeping the
-    stage timings of builds that embedded for real."""
+def build(spec: str, sets: tuple[str, ...] = DATASETS) -> None:
+    """Build (or load) each named set's index with ``spec`` and embed its questions, keeping
+    the stage timings of builds that embedded for real."""
     embedder = cached_embedder(spec)
     path = timings_path(spec)
     timings: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    for name in sorted(DATASETS, key=lambda n: n != "hotpotqa-dev200"):  # the small set first
+    for name in sorted(sets, key=lambda n: n != "hotpotqa-dev200"):  # the small set first
         target = index_dir(spec, name)
         if not target.exists():
             misses = getattr(embedder, "misses", 0)
@@ -214,11 +214,21 @@ def scores_for(spec: str, name: str) -> dict[str, dict[str, list[float]]]:
 
 
 def table(n_boot: int) -> None:
+    """Score every set whose indexes exist; a set without them keeps its rows (and build
+    timings) from the earlier embedders.json, marked with that run's date, so that one set can
+    be rebuilt without redoing the other."""
+    earlier_file = RESULTS / "embedders.json"
+    earlier: dict[str, Any] = json.loads(earlier_file.read_text()) if earlier_file.exists() else {}
     sets: dict[str, Any] = {}
     not_run: list[str] = []
     for name in DATASETS:
         if not all(index_dir(spec, name).exists() for spec in SPECS):
-            not_run.append(name)
+            if name in earlier.get("sets", {}):
+                kept = dict(earlier["sets"][name])
+                kept.setdefault("run_on", earlier.get("machine", {}).get("date"))
+                sets[name] = kept
+            else:
+                not_run.append(name)
             continue
         by_spec = {spec: scores_for(spec, name) for spec in SPECS}
         recall = {
@@ -242,11 +252,16 @@ def table(n_boot: int) -> None:
         n_q = len(by_spec["minilm"]["bm25"]["recall@5"])
         sets[name] = {"questions": n_q, "recall": recall, "mpnet_minus_minilm": diffs}
     builds = {
-        spec: json.loads(timings_path(spec).read_text()) if timings_path(spec).exists() else {}
+        spec: {
+            **earlier.get("builds", {}).get(spec, {}),
+            **(json.loads(timings_path(spec).read_text()) if timings_path(spec).exists() else {}),
+        }
         for spec in SPECS
     }
     speed_file = OUT / "cache" / "throughput-embedders.json"
-    speed = json.loads(speed_file.read_text()) if speed_file.exists() else {}
+    speed = (
+        json.loads(speed_file.read_text()) if speed_file.exists() else earlier.get("throughput", {})
+    )
     result = {
         "sets": sets,
         "not_run": not_run,
@@ -288,6 +303,18 @@ def section(r: dict[str, Any]) -> str:
             )
     for name in r.get("not_run", []):
         lines.append(f"| {LABELS[name]} | not run: no mpnet index yet (`--build mpnet`) ||||||")
+    carried = [
+        f"{LABELS[n]} from the run of {s['run_on']}"
+        for n, s in r["sets"].items()
+        if s.get("run_on")
+    ]
+    if carried:
+        lines += [
+            "",
+            "Rows kept from an earlier run (its indexes were not rebuilt): "
+            + "; ".join(carried)
+            + ".",
+        ]
     lines += ["", reading(r)]
     speed = r["throughput"].get("embedders", {})
     lines += [
@@ -343,10 +370,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", choices=SPECS, help="build the indexes and caches of one embedder")
     ap.add_argument("--throughput", type=int, metavar="N", help="chunks/s on N 2Wiki passages")
+    ap.add_argument("--sets", nargs="+", choices=DATASETS, default=list(DATASETS))
     ap.add_argument("--bootstrap", type=int, default=10000)
     args = ap.parse_args()
     if args.build:
-        build(args.build)
+        build(args.build, tuple(args.sets))
     elif args.throughput:
         throughput(args.throughput)
     else:
