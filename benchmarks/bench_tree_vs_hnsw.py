@@ -2,7 +2,8 @@
 
 Both rank leaves for a query vector; the truth is the exact top 10 by cosine over all leaves.
 Per index and setting: recall@10 against that truth and per-query latency (p50/p95 ms) on one
-thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time.
+thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time
+and each build's peak RSS (the process's VmHWM, reset before each build; vectors included).
 
 - Synthetic: clustered unit vectors (dim 384, ``--clusters`` centres, Gaussian noise 0.7 of the
   centre scale, as ``_common.clustered``), ``--queries`` noisy queries drawn the same way (a
@@ -31,7 +32,15 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import OUT, RESULTS, latency_stats, machine_info, write_result
+from _common import (
+    OUT,
+    RESULTS,
+    current_rss_mib,
+    latency_stats,
+    machine_info,
+    peak_rss_mib,
+    write_result,
+)
 
 from psirag.config import IndexConfig
 from psirag.eval.harness import single_thread_blas
@@ -65,6 +74,16 @@ def synthetic(n: int, clusters: int, queries: int, seed: int = 0) -> tuple[np.nd
         return out
 
     return draw(n), draw(queries)
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak (VmHWM) for this process, so that each build's peak RSS is its own:
+    writing 5 to /proc/self/clear_refs resets it on Linux (a no-op elsewhere)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def exact_top(e: np.ndarray, q: np.ndarray) -> list[set[int]]:
@@ -145,6 +164,8 @@ def compare(
     n = e.shape[0]
     row: dict[str, Any] = {"set": name, "n": n, "queries": int(q.shape[0])}
     truth = exact_top(e, q)
+    row["rss_before_builds_mib"] = round(current_rss_mib())
+    reset_peak_rss()
     t0 = time.perf_counter()
     if tree is None:
         tree = build_tree(e, max_children=40, mode="auto")
@@ -152,11 +173,14 @@ def compare(
     if vectors is None:
         abstracts = [""] * (tree.n_nodes - n)
         vectors = routing_vectors(tree, e, abstracts, IndexConfig(abstracts="none"), None)
+        row["tree_build_peak_rss_mib"] = round(peak_rss_mib())
     row["tree_depth"] = len(tree.layer_sizes())
-    print(name, n, "tree ready", row.get("tree_build_s"), flush=True)
+    print(name, n, "tree ready", row.get("tree_build_s"), current_rss_mib(), flush=True)
+    reset_peak_rss()
     t0 = time.perf_counter()
     graph = LeafGraph.build(e, threads=os.cpu_count() or 1)
     row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
+    row["hnsw_build_peak_rss_mib"] = round(peak_rss_mib())
     row["hnsw_build_threads"] = os.cpu_count()
     row["hnsw_library"] = "usearch (f16, exact rescoring)"
     print(name, n, "usearch graph ready", row["hnsw_build_s"], flush=True)
