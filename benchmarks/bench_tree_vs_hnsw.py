@@ -163,6 +163,7 @@ def compare(
 ) -> dict[str, Any]:
     n = e.shape[0]
     row: dict[str, Any] = {"set": name, "n": n, "queries": int(q.shape[0])}
+    row["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     truth = exact_top(e, q)
     row["rss_before_builds_mib"] = round(current_rss_mib())
     reset_peak_rss()
@@ -204,8 +205,20 @@ def compare(
     row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
     if with_hnswlib:
         row["hnswlib"] = {str(ef): got[f"hnswlib {ef}"] for ef in EFS}
+    row["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(row), flush=True)
     return row
+
+
+def merge_row(rows: dict[tuple[str, int], dict[str, Any]], row: dict[str, Any]) -> None:
+    """Put ``row`` in place of an earlier run's row of the same set and size, keeping that
+    earlier row under ``earlier`` (a rerun without ``--hnswlib`` must not erase its columns)."""
+    key = (row["set"], row["n"])
+    before = rows.get(key)
+    if before is not None:
+        history = before.pop("earlier", [])
+        row["earlier"] = [*history, before]
+    rows[key] = row
 
 
 def two_wiki(with_hnswlib: bool) -> dict[str, Any]:
@@ -329,12 +342,12 @@ def main() -> None:
     old = json.loads(path.read_text()) if path.exists() else {"rows": []}
     rows = {(r["set"], r["n"]): r for r in old["rows"]}
     if not args.no_2wiki:
-        r = two_wiki(args.hnswlib)
-        rows[(r["set"], r["n"])] = r
+        merge_row(rows, two_wiki(args.hnswlib))
     for n in args.sizes:
         e, q = synthetic(n, args.clusters, args.queries)
-        r = compare(f"synthetic, {args.clusters} clusters", e, q, with_hnswlib=args.hnswlib)
-        rows[(r["set"], r["n"])] = r
+        merge_row(
+            rows, compare(f"synthetic, {args.clusters} clusters", e, q, with_hnswlib=args.hnswlib)
+        )
         del e
         partial = {"rows": list(rows.values()), "machine": machine_info()}
         write_result("tree_vs_hnsw.json", {**old, **partial})  # a later size may not finish
