@@ -89,7 +89,7 @@ def build(spec: str, sets: tuple[str, ...] = DATASETS) -> None:
         if not target.exists():
             misses = getattr(embedder, "misses", 0)
             t0 = time.perf_counter()
-            prefill(embedder, name)
+            prefill(embedder, name, spec)
             prefill_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             index = Index.build([DATA / name / "corpus.json"], IndexConfig(), embedder=embedder)
@@ -116,18 +116,41 @@ def build(spec: str, sets: tuple[str, ...] = DATASETS) -> None:
         print(f"{spec} {name}: {len(questions)} questions embedded", flush=True)
 
 
-def prefill(embedder: Any, name: str, step: int = 512) -> None:
+def progress_path(spec: str) -> Path:
+    return OUT / "cache" / f"progress-{spec}.json"
+
+
+def prefill(embedder: Any, name: str, spec: str, step: int = 512) -> None:
     """Embed the set's chunks into the cache ``step`` at a time, so that a killed slow run
-    keeps what it did (the cache file is saved after each call); the build then reads them."""
+    keeps what it did (the cache file is saved after each call); the build then reads them.
+
+    After each step ``progress-SPEC.json`` says how far the cache goes and how fast this run
+    embeds (only steps that embedded count), so a run stopped at a deadline still has a
+    measured rate for the table."""
     if not isinstance(embedder, CachingEmbedder):
         return
     from psirag.pipeline import chunk_documents, load_corpus
 
     chunks = chunk_documents(load_corpus([DATA / name / "corpus.json"]), IndexConfig())
     texts = [c.text for c in chunks]
+    path = progress_path(spec)
+    progress: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    record = progress.setdefault(name, {"chunks": len(texts), "runs": []})
+    run: dict[str, Any] = {"embedded": 0, "seconds": 0.0, "machine": machine_info()}
+    record["runs"].append(run)
     for start in range(0, len(texts), step):
+        misses = embedder.misses
+        t0 = time.perf_counter()
         embedder.embed(texts[start : start + step])
-        print(f"{name}: {min(start + step, len(texts))}/{len(texts)} embedded", flush=True)
+        done = min(start + step, len(texts))
+        if embedder.misses > misses:
+            run["embedded"] += embedder.misses - misses
+            run["seconds"] = round(run["seconds"] + time.perf_counter() - t0, 3)
+            run["chunks_per_s"] = round(run["embedded"] / max(run["seconds"], 1e-9), 3)
+            run["loadavg_now"] = [round(x, 2) for x in os.getloadavg()]
+        record["cached"] = done
+        path.write_text(json.dumps(progress, indent=2))
+        print(f"{name}: {done}/{len(texts)} embedded", flush=True)
 
 
 def torch_threads() -> int | None:
@@ -262,9 +285,15 @@ def table(n_boot: int) -> None:
     speed = (
         json.loads(speed_file.read_text()) if speed_file.exists() else earlier.get("throughput", {})
     )
+    progress = {
+        spec: json.loads(progress_path(spec).read_text())
+        for spec in SPECS
+        if progress_path(spec).exists()
+    }
     result = {
         "sets": sets,
         "not_run": not_run,
+        "progress": progress,
         "builds": builds,
         "throughput": speed,
         "bootstrap": n_boot,
@@ -302,7 +331,7 @@ def section(r: dict[str, Any]) -> str:
                 f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] |"
             )
     for name in r.get("not_run", []):
-        lines.append(f"| {LABELS[name]} | not run: no mpnet index yet (`--build mpnet`) ||||||")
+        lines.append(f"| {LABELS[name]} | {not_run_note(r, name)} ||||||")
     carried = [
         f"{LABELS[n]} from the run of {s['run_on']}"
         for n, s in r["sets"].items()
@@ -343,6 +372,22 @@ def section(r: dict[str, Any]) -> str:
                 f"{b['seconds_by_stage']['embedding']:.1f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def not_run_note(r: dict[str, Any], name: str) -> str:
+    """Why a set has no rows: no mpnet index, and how far its embedding got if it started."""
+    rec = r.get("progress", {}).get("mpnet", {}).get(name)
+    if not rec:
+        return "not run: no mpnet index yet (`--build mpnet`)"
+    rates = [
+        f"{x['chunks_per_s']} chunks/s over {x['embedded']:,} chunks at load {x['loadavg_now'][0]}"
+        for x in rec["runs"]
+        if x.get("embedded")
+    ]
+    return (
+        f"not finished: mpnet has embedded {rec['cached']:,} of its {rec['chunks']:,} passages "
+        f"(runs: {'; '.join(rates) or 'none embedded'}); Recall needs every passage"
+    )
 
 
 def reading(r: dict[str, Any]) -> str:
