@@ -28,9 +28,18 @@ NOT_FOR_SEARCH = (
     "psirag.tree.build",
     "psirag.cli.agent_cmds",
     "psirag.cli.serve",
+    "bm25s",
+    "scipy",
+    "psirag.abstracts.keywords",
+    "psirag.abstracts.phrases",
+    "http.client",
+    "ssl",
+    "urllib.request",
 )
 """What a search has no use for: the agent, the LLM clients, evaluation, the server, the build
-pipeline and the tree builders."""
+pipeline and the tree builders; bm25s and scipy (BM25 is scored with numpy), the keyword
+phrase table (only updates use it, and it is made on first use) and an HTTP client (a local
+model calls no server)."""
 
 _RUN = """
 import json, sys
@@ -125,7 +134,7 @@ def test_command_modules_import_no_torch() -> None:
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("package", ["psirag", "psirag.tree"])
+@pytest.mark.parametrize("package", ["psirag", "psirag.tree", "psirag.abstracts"])
 def test_lazy_exports_are_the_objects_not_submodules(package: str) -> None:
     """Every name the package exports resolves (on first use) to what its module defines, never
     to a submodule of the same name, even after every submodule was imported (a fresh
@@ -143,3 +152,77 @@ def test_lazy_exports_are_the_objects_not_submodules(package: str) -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[] []"
+
+
+_GATED_MCP = """
+import pathlib, sys, time
+import psirag.cli.serve as serve
+real = serve._load_index
+gate = pathlib.Path(sys.argv[1])
+def gated(args, embedder):
+    deadline = time.monotonic() + 600  # beyond the answer timeout: the old order fails
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return real(args, embedder)
+serve._load_index = gated
+from psirag.cli import main
+sys.exit(main(["mcp", sys.argv[2]]))
+"""
+"""``psirag mcp`` whose index load waits until the file ``argv[1]`` exists."""
+
+
+def _rpc(proc: subprocess.Popen, message: dict, *, answer: bool = True) -> dict | None:
+    import select
+
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(message) + "\n")
+    proc.stdin.flush()
+    if not answer:
+        return None
+    ready, _, _ = select.select([proc.stdout], [], [], 120)
+    assert ready, "no answer within 120 s"
+    return json.loads(proc.stdout.readline())
+
+
+@pytest.mark.skipif(find_spec("mcp") is None, reason="psirag[server] not installed")
+@pytest.mark.parametrize("broken", [False, True], ids=["loads", "broken"])
+def test_mcp_answers_initialize_before_the_index_loads(
+    index_dir: Path, tmp_path: Path, broken: bool
+) -> None:
+    """``initialize`` is answered while the index load is still held back; the first tool call
+    waits for the load and answers from the index, or, when the index does not load, says so
+    as a tool error (and on stderr) instead of killing the server."""
+    gate = tmp_path / "gate"
+    if broken:
+        next(index_dir.glob("generations/*/node_vectors.npy")).unlink()
+    env = {**os.environ, "PSIRAG_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _GATED_MCP, str(gate), str(index_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        init = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        init["clientInfo"] = {"name": "test", "version": "0"}
+        reply = _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+        assert reply is not None and reply["result"]["serverInfo"]["name"] == "psirag"
+        assert not gate.exists()  # answered with the load still held back
+        _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"}, answer=False)
+        gate.write_text("go")
+        call = {"name": "search", "arguments": {"query": "volcano in Italy", "k": 2}}
+        reply = _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        assert reply is not None
+        result = reply["result"]
+        if broken:
+            assert result["isError"] and "could not be loaded" in result["content"][0]["text"]
+        else:
+            assert not result.get("isError"), result
+            passages = result["structuredContent"]["passages"]
+            assert "Mount Etna" in passages[0]["text"]
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=60)
+    assert ("the index did not load" in err) == broken, err

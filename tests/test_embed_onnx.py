@@ -170,7 +170,16 @@ def test_damaged_cached_model_is_written_again(
     assert onnx_module.export_onnx(folder) == target
     assert Path(str(target) + ".sha256").read_text().strip() == digest
     names = sorted(p.name for p in target.parent.iterdir())
-    assert names == [target.name, target.name + ".checked", target.name + ".sha256"]
+    weights = onnx_module.weights_path(target).name
+    assert names == sorted(
+        f"{name}{end}" for name in (target.name, weights) for end in ("", ".checked", ".sha256")
+    )
+    # damaged weights (the graph intact) are refused and written again too
+    weights_file = onnx_module.weights_path(target)
+    blob = weights_file.read_bytes()
+    weights_file.write_bytes(blob[:4096])
+    assert not onnx_module.cached_model_ok(target)
+    assert onnx_module.export_onnx(folder) == target and weights_file.read_bytes() == blob
 
 
 @needs_ort
@@ -190,12 +199,18 @@ def test_checked_model_is_not_hashed_again_until_it_changes(
         return real_digest(path)
 
     monkeypatch.setattr(onnx_module, "_file_digest", counting)
-    assert onnx_module.cached_model_ok(target) and len(hashed) == 1
-    assert onnx_module.cached_model_ok(target) and len(hashed) == 1
-    data = bytearray(target.read_bytes())
-    data[len(data) // 2] ^= 0xFF
-    target.write_bytes(bytes(data))
-    assert not onnx_module.cached_model_ok(target) and len(hashed) == 2
+    both = [target, onnx_module.weights_path(target)]
+    assert onnx_module.cached_model_ok(target) and hashed == both  # graph and weights, once
+    assert onnx_module.cached_model_ok(target) and hashed == both
+    for path in both:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+        hashed.clear()
+        assert not onnx_module.cached_model_ok(target) and path in hashed
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))  # back as it was (a new time stamp: hashed again)
+        assert onnx_module.cached_model_ok(target)
 
 
 @needs_ort
@@ -234,7 +249,9 @@ def test_failed_write_leaves_nothing_behind(
     monkeypatch.setattr(onnx_module.os, "replace", broken_replace)
     with pytest.raises(EmbeddingError, match="disk full"):
         onnx_module.export_onnx(embed_base.minilm_path())
-    assert list((tmp_path / "onnx").iterdir()) == []  # no target, no temporary file
+    # no graph and no temporary file; the weights, written whole before, may stay (reused)
+    left = sorted(p.name for p in (tmp_path / "onnx").iterdir())
+    assert all(name.endswith((".weights", ".weights.sha256")) for name in left), left
 
 
 def test_weights_that_are_not_safetensors_are_a_clear_error(tmp_path: Path) -> None:
@@ -412,3 +429,41 @@ def test_idle_threads_sleep_unless_spinning_is_asked(
     assert quiet._session.get_session_options().get_session_config_entry(key) == "0"
     assert busy._session.get_session_options().get_session_config_entry(key) == "1"
     np.testing.assert_allclose(quiet.embed(SAMPLE[:4]), busy.embed(SAMPLE[:4]), atol=1e-6)
+
+
+@needs_ort
+def test_graph_with_weights_beside_it_gives_the_same_vectors(tmp_path: Path) -> None:
+    """The cached graph keeps its weights in a file beside it, at aligned offsets (so ONNX
+    Runtime maps it instead of copying 90 MB): the same vectors, bit for bit, as the graph
+    holding its weights itself, on the short, empty, non-ASCII and truncated texts of SAMPLE."""
+    import onnxruntime as ort
+
+    from psirag.embed.bert_graph import (
+        EXTERNAL_ALIGN,
+        build_bert_encoder,
+        build_bert_encoder_external,
+    )
+
+    folder = embed_base.minilm_path()
+    graph, blob = build_bert_encoder_external(folder, "w.bin")
+    (tmp_path / "m.onnx").write_bytes(graph)
+    (tmp_path / "w.bin").write_bytes(blob)
+    assert len(graph) < 100_000 and len(blob) > 80_000_000
+    inline = ort.InferenceSession(build_bert_encoder(folder), providers=["CPUExecutionProvider"])
+    beside = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    tokenizer = onnx_module._load_tokenizer(folder, 256)
+    for text in SAMPLE:
+        ids = tokenizer.encode(text).ids
+        ids = np.asarray([ids[:255] + ids[-1:] if len(ids) > 256 else ids], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        feeds["token_type_ids"] = np.zeros_like(ids)
+        assert np.array_equal(inline.run(None, feeds)[0], beside.run(None, feeds)[0]), text
+    onnx = pytest.importorskip("onnx")
+    model = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    offsets = [
+        int(dict((e.key, e.value) for e in t.external_data)["offset"])
+        for t in model.graph.initializer
+        if t.data_location == onnx.TensorProto.EXTERNAL
+    ]
+    assert len(offsets) > 30 and all(o % EXTERNAL_ALIGN == 0 for o in offsets)
+    onnx.checker.check_model(str(tmp_path / "m.onnx"))

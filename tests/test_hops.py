@@ -458,15 +458,16 @@ def test_cascade_training_is_reproducible_on_a_tiny_set() -> None:
     embedder = HashEmbedder()
     questions = [str(r["question"]) for r in rows]
     vectors = np.asarray(embedder.embed(questions))
-    x = features(vectors, questions).astype(np.float64)
+    recipe = replace(train.CASCADES["v8"], first_l2=(1e-2,), deep_l2=(1e-2, 1e-1))  # type: ignore[attr-defined]
+    x = features(vectors, questions, recipe.lexical).astype(np.float64)
     y = np.asarray([HOPS.index(int(r["hops"])) for r in rows])  # type: ignore[call-overload]
     keys = [train.row_keys(r) for r in rows]  # type: ignore[attr-defined]
     folds = train.grouped_folds(rows, 3, 5)  # type: ignore[attr-defined]
-    recipe = replace(train.CASCADES["v6"], first_l2=(1e-2,), deep_l2=(1e-2, 1e-1))  # type: ignore[attr-defined]
     everything = np.ones(len(rows), dtype=bool)
 
     def trained() -> HopCascade:
-        choice = train.choose_cascade(recipe, x, y, rows, keys, folds, everything, embedder.dim)  # type: ignore[attr-defined]
+        labelled = train.Questions(x, y, rows, keys, folds, embedder.dim)  # type: ignore[attr-defined]
+        choice = train.choose_cascade(recipe, labelled, everything)  # type: ignore[attr-defined]
         return train.build_cascade(  # type: ignore[attr-defined, no-any-return]
             recipe, x, y, rows, everything, choice, embedder.dim, embedder.id, {"tiny": True}
         )
@@ -507,3 +508,111 @@ def test_masked_counts_set_names_aside_and_count_relations() -> None:
     assert chain["relation_nouns"] == 3  # spouse, mayor, city
     assert chain["masked_relative"] == 1 and chain["masked_of"] == 2
     assert chain["masked_words"] > fact["masked_words"]
+
+
+def test_chain_links_count_relations_tied_onwards_not_descriptions() -> None:
+    chain = _named_features("Who is the spouse of the mayor of the city where Ann Lee was born?")
+    # "the spouse of", "the mayor of", "the city where": three links; one defining clause.
+    assert chain["relation_links"] == 3 and chain["defining_clauses"] == 1
+    league = _named_features(
+        "Who was the second pick in the draft of the league Jim Wilson joined?"
+    )
+    assert league["relation_links"] == 1  # "the league x": the relation is tied to a name
+    band = _named_features("What is the name of a band that Ann Lee founded?")
+    assert band["relation_links"] == 0 and band["defining_clauses"] == 1
+    # A long description of one bridge entity, and single facts, have no link.
+    for question in (
+        "Which Danish football club that won three Danish Cups did Keld Borg play for?",
+        "What is Ann Lee's occupation?",
+        "In what city was Tomas Varga born?",
+    ):
+        fact = _named_features(question)
+        assert fact["relation_links"] == 0 and fact["defining_clauses"] == 0, question
+
+
+def test_a_cascade_of_the_older_feature_list_still_loads_and_reads_its_own_features() -> None:
+    """v6/v7 files name the 30 features of LEXICAL_MASKED; they load and predict with those."""
+    embedder = HashEmbedder()
+    short = _length_cascade(embedder.id, embedder.dim, (0.0, 0.0, 0.0))
+    d = embedder.dim + len(hops.LEXICAL_MASKED)
+    older = replace(
+        short,
+        lexical=hops.LEXICAL_MASKED,
+        stages=tuple(
+            replace(s, mean=s.mean[:d], scale=s.scale[:d], weights=s.weights[:d])
+            for s in short.stages
+        ),
+    )
+    data = json.loads(json.dumps(older.to_json()))
+    assert data["lexical"] == list(hops.LEXICAL_MASKED)
+    again = hops.hop_model_from_json(data, "older.json")
+    assert isinstance(again, HopCascade) and again.lexical == hops.LEXICAL_MASKED
+    questions = [SHORT, LONG]
+    vectors = np.asarray(embedder.embed(questions))
+    assert again.predict(vectors, questions) == short.predict(vectors, questions)
+
+
+class _RecordingRecipe:
+    """A recipe that records what the shared cross-validation loop hands it."""
+
+    name = "recording"
+    width = 2
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def allowed(self, rows: list[dict[str, object]]) -> np.ndarray:
+        return np.asarray([r["source"] != "hotpotqa" for r in rows])
+
+    def choose(self, q: object, train: np.ndarray) -> dict[str, object]:
+        return {"trained_on": int(train.sum())}
+
+    def held_out(
+        self, q: object, choice: object, train: np.ndarray, test: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        self.seen.append((train.copy(), test.copy()))
+        return np.zeros((int(test.sum()), self.width)), np.full(int(test.sum()), 1)
+
+
+def test_one_cross_validation_loop_purges_and_scores_every_real_row_once() -> None:
+    train = _train_module()
+    rows = _tiny_rows()
+    for row in rows[::5]:
+        row["source"] = "synthetic"
+    for row in rows[1::7]:
+        row["source"] = "hotpotqa"
+    keys = [train.row_keys(r) for r in rows]  # type: ignore[attr-defined]
+    folds = train.grouped_folds(rows, 3, 5)  # type: ignore[attr-defined]
+    y = np.zeros(len(rows), dtype=int)
+    recipe = _RecordingRecipe()
+    questions = train.Questions(np.zeros((len(rows), 1)), y, rows, keys, folds, 0)  # type: ignore[attr-defined]
+    scores, pred, log = train.grouped_cross_validation(recipe, questions, 3)  # type: ignore[attr-defined]
+    synthetic = np.asarray([r["source"] == "synthetic" for r in rows])
+    assert ((pred == 1) == ~synthetic).all() and (pred[synthetic] == -1).all()
+    assert scores.shape == (len(rows), 2) and np.isnan(scores[synthetic]).all()
+    assert [entry["fold"] for entry in log] == [0, 1, 2]
+    tested = np.zeros(len(rows), dtype=int)
+    for (train_mask, test_mask), entry in zip(recipe.seen, log, strict=True):
+        tested += test_mask
+        assert entry["trained_on"] == entry["train"] == int(train_mask.sum())
+        assert not (train_mask & test_mask).any()
+        assert not any(rows[i]["source"] == "hotpotqa" for i in np.flatnonzero(train_mask))
+        held = set().union(*(keys[i] for i in np.flatnonzero(test_mask)))
+        assert not any(keys[i] & held for i in np.flatnonzero(train_mask))
+    assert (tested == ~synthetic).all()
+
+
+def test_paired_difference_is_zero_for_equal_predictions_and_signed_otherwise() -> None:
+    train = _train_module()
+    y = np.asarray([1, 1, 2, 2, 3, 1, 1, 0, 0, 0])
+    src = np.asarray(["musique"] * 5 + ["hotpotqa"] * 2 + ["popqa"] * 3)
+    same = train.paired_difference(y, y, y, src, 1)  # type: ignore[attr-defined]
+    assert same["musique"]["difference"] == 0 and same["musique"]["ci95"] == [0, 0]
+    assert same["musique_at_target_mix"]["difference"] == 0
+    worse = y.copy()
+    worse[src == "popqa"] = 1  # every single fact called 2 hops
+    diff = train.paired_difference(worse, y, y, src, 1)  # type: ignore[attr-defined]
+    assert diff["popqa"]["difference"] == 1.0 and diff["popqa"]["ci95"] == [1.0, 1.0]
+    assert diff["hotpotqa"]["difference"] == 0
+    flipped = train.paired_difference(y, worse, y, src, 1)  # type: ignore[attr-defined]
+    assert flipped["popqa"]["difference"] == -1.0

@@ -13,6 +13,7 @@ from pathlib import Path
 import bm25s
 import numpy as np
 import pytest
+import Stemmer
 from support import TOPICS, HashEmbedder
 
 from psirag import Index
@@ -21,7 +22,7 @@ from psirag.abstracts.phrases import PhraseTable
 from psirag.config import IndexConfig
 from psirag.errors import IndexFormatError
 from psirag.pipeline import write_abstracts
-from psirag.retrieval.bm25 import _STEMMER, Postings, SparseIndex, TermCounts
+from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
 from psirag.tree import build_tree
 
 LINES = [line for topic in TOPICS.values() for line in topic]
@@ -110,7 +111,8 @@ def test_phrase_table_round_trips_through_its_arrays() -> None:
 def _native(texts: list[str]) -> bm25s.BM25:
     """bm25s's own build (what SparseIndex.build did before it kept term counts)."""
     r = bm25s.BM25(k1=1.5, b=0.75, method="lucene")
-    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=_STEMMER, show_progress=False)
+    stemmer = Stemmer.Stemmer("english")
+    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, show_progress=False)
     r.index(tokens, show_progress=False)
     return r
 

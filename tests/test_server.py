@@ -562,18 +562,24 @@ def test_mcp_over_stdio_shows_a_served_index_jobs_and_never_writes_them(
 ) -> None:
     """``psirag mcp`` only reads (no tool writes the index), so it makes no job to persist.
     Its document list shows the jobs of a ``psirag serve`` on the same index from that
-    server's jobs file, as the file says them, and it leaves the file alone: loading it as its
-    own would have marked the live server's running job as interrupted."""
+    server's jobs file and jobs folder (``--workers N``), as they say them, and it leaves both
+    alone: loading them as its own would have marked the live server's running job as
+    interrupted."""
     pytest.importorskip("mcp")
     import shutil
 
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    from psirag.server.jobs import JOBS_FILE, JOBS_SCHEMA
+    from psirag.server.jobs import JOBS_DIR, JOBS_FILE, JOBS_SCHEMA
 
     folder = tmp_path / "index"
     shutil.copytree(built[0], folder)
+    # a job of `psirag serve --workers N`, in the jobs folder beside the file
+    (folder / JOBS_DIR).mkdir()
+    queued = {"id": "job-6", "kind": "add", "status": "queued", "created": 3.0, "payload": []}
+    queued |= {"documents": [{"id": "worker-doc", "title": "From a worker"}]}
+    (folder / JOBS_DIR / "job-6.json").write_text(json.dumps(queued))
     running = {"id": "job-4", "kind": "add", "status": "running", "created": 2.0}
     running |= {"documents": [{"id": "fresh-doc", "title": "Fresh"}], "payload": []}
     failed = {"id": "job-3", "kind": "add", "status": "failed", "created": 1.0}
@@ -597,10 +603,13 @@ def test_mcp_over_stdio_shows_a_served_index_jobs_and_never_writes_them(
     assert out["names"] == TOOLS  # read-only tools: nothing to make a job of
     rows = {row["id"]: row for row in out["docs"]["documents"]}
     assert rows["fresh-doc"]["status"] == "pending"  # the live server's job, not "interrupted"
+    assert rows["worker-doc"]["status"] == "pending"  # and the workers' folder's
     assert rows["broken-doc"]["status"] == "failed"
     assert "broken.pdf" in rows["broken-doc"]["error"]
     assert rows["football"]["status"] == "indexed"
     assert jobs_file.read_bytes() == before
+    assert [p.name for p in (folder / JOBS_DIR).iterdir()] == ["job-6.json"]
+    assert json.loads((folder / JOBS_DIR / "job-6.json").read_text()) == queued
     assert not list(folder.glob(f".{JOBS_FILE}*"))  # no temporary file left either
 
 

@@ -1,11 +1,15 @@
 """``psirag serve --workers N``: a real two-worker server on 127.0.0.1 (the tests'
 HashEmbedder launcher). Requests spread over both workers, a document added through one is
 searched by both, a write made beside the server reaches both, job status answers on either,
-and no worker outlives the parent, even one killed with SIGKILL. Plus the pieces in-process:
-the index holder following the folder's pointer and job status shared between runners."""
+and no worker outlives the parent, even one killed with SIGKILL. Jobs outlive the server:
+one cut off by a SIGKILL or a stop is listed as interrupted after a restart (with another N, or
+one process) and a retry succeeds, ids never repeat, a corrupt job file is set aside. Plus the
+pieces in-process: the index holder following the folder's pointer, job status shared between
+runners, the parent's preparation of the jobs folder and the move to and from the jobs file."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,13 +24,22 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 import httpx
-from support import TOPICS, HashEmbedder, build_index
+from support import TOPICS, HashEmbedder, ServerProcess, build_index
 from support.processes import serve_new_index, wait_for_job
 
 from psirag.index import Index
-from psirag.server.jobs import JobRunner
+from psirag.server import jobs as jobs_module
+from psirag.server.jobs import (
+    INTERRUPTED,
+    JOBS_DIR,
+    JOBS_FILE,
+    Job,
+    JobRunner,
+    SharedJobs,
+)
 from psirag.server.middleware import WORKER_HEADER
 from psirag.server.state import IndexHolder
+from psirag.storage import IndexStore
 
 GLACIERS = "Glaciers of blue ice carve deep fjords along the cold northern coast."
 DUNES = "Dunes of red sand drift across the dry desert plateau under a white sun."
@@ -150,7 +163,7 @@ def test_two_workers_share_requests_writes_and_generations(tmp_path: Path) -> No
 
 
 def test_killing_the_parent_leaves_no_worker(tmp_path: Path) -> None:
-    _, proc = serve_new_index(tmp_path, "--workers", "2")
+    folder, proc = serve_new_index(tmp_path, "--workers", "2")
     try:
         proc.wait_ready()
         workers = _children(proc.proc.pid)
@@ -164,10 +177,120 @@ def test_killing_the_parent_leaves_no_worker(tmp_path: Path) -> None:
         for pid in left:  # do not leak them into the rest of the run
             os.kill(pid, signal.SIGKILL)
         assert not left, f"workers {left} outlived their parent"
+        # the jobs folder is the index's, kept for the next server (owner only: jobs hold text)
         shared = re.findall(r"jobs shared in (\S+)", proc.log())
-        assert shared and not Path(shared[0]).exists(), "the workers left their job folder"
+        assert shared and Path(shared[0]) == folder / JOBS_DIR, shared
+        assert (folder / JOBS_DIR).is_dir() and (folder / JOBS_DIR).stat().st_mode & 0o777 == 0o700
     finally:
         proc.stop()
+
+
+def _submit_held_job(url: str, doc_id: str, text: str) -> str:
+    """Add a document while the test holds the index's writer lock: the job starts and waits
+    for the lock, so it is running when the server goes. Its id."""
+    added = httpx.post(f"{url}/documents", json={"text": text, "id": doc_id}, timeout=30)
+    assert added.status_code == 202, added.text
+    job_id: str = added.json()["job"]["id"]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()["status"] == "running":
+            return job_id
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} never started")
+
+
+def _check_interrupted_then_retry(url: str, job_id: str, doc_id: str) -> str:
+    """The job the last server left running is failed (interrupted), listed so, and a retry
+    adds its document; the retry's id."""
+    job = httpx.get(f"{url}/jobs/{job_id}", timeout=10).json()
+    assert job["status"] == "failed" and job["error"] == INTERRUPTED and job["retryable"], job
+    failed = httpx.get(f"{url}/documents?status=failed", timeout=30).json()["documents"]
+    assert [(d["id"], d["error"]) for d in failed] == [(doc_id, INTERRUPTED)], failed
+    retry = httpx.post(f"{url}/jobs/{job_id}/retry", timeout=30)
+    assert retry.status_code == 202, retry.text
+    retry_id: str = retry.json()["job"]["id"]
+    assert retry.json()["job"]["retry_of"] == job_id
+    assert wait_for_job(url, retry_id)["status"] == "done"
+    row = httpx.get(f"{url}/documents?q={doc_id}", timeout=30).json()["documents"][0]
+    assert row["id"] == doc_id and row["status"] == "indexed", row
+    return retry_id
+
+
+def test_a_job_cut_off_by_sigkill_is_interrupted_after_a_restart_with_more_workers(
+    tmp_path: Path,
+) -> None:
+    folder, proc = serve_new_index(tmp_path, "--retries", "0", "--workers", "2")
+    lock = None
+    workers: set[int] = set()
+    try:
+        proc.wait_ready()
+        workers = _children(proc.proc.pid)
+        first = httpx.post(
+            f"{proc.url}/documents", json={"text": GLACIERS, "id": "glaciers"}, timeout=30
+        ).json()["job"]["id"]
+        assert wait_for_job(proc.url, first)["status"] == "done"
+        lock = IndexStore(folder).lock()
+        cut = _submit_held_job(proc.url, "dunes", DUNES)
+        os.kill(proc.proc.pid, signal.SIGKILL)  # the whole server, without a chance to clean
+        for pid in workers:
+            os.kill(pid, signal.SIGKILL)
+        proc.proc.wait(timeout=10)
+    finally:
+        proc.stop()
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if lock is not None:
+            lock.close()
+    saved = json.loads((folder / JOBS_DIR / f"{cut}.json").read_text(encoding="utf-8"))
+    assert saved["status"] == "running"  # as the killed worker left it
+    (folder / JOBS_DIR / "job-40.json").write_text('{"id": "job-40", "kind"', encoding="utf-8")
+
+    with ServerProcess(
+        folder,
+        ["--retries", "0", "--workers", "3"],
+        log_path=tmp_path / "again.log",
+        hash_embedder=True,
+    ) as again:
+        assert httpx.get(f"{again.url}/jobs/{first}", timeout=10).json()["status"] == "done"
+        retry = _check_interrupted_then_retry(again.url, cut, "dunes")
+        fresh = httpx.delete(f"{again.url}/documents/glaciers", timeout=30).json()["job"]["id"]
+        assert wait_for_job(again.url, fresh)["status"] == "done"
+        log_text = again.log()
+    ids = [first, cut, retry, fresh]
+    assert len(set(ids)) == 4, ids  # no id given twice, across the restart and the new N
+    numbers = [int(i.split("-")[1]) for i in ids]
+    assert min(numbers[2:]) > 40  # after every id the folder held, the corrupt file's too
+    assert (folder / JOBS_DIR / "job-40.json.bad").exists()
+    assert not (folder / JOBS_DIR / "job-40.json").exists()
+    assert "job-40.json is unreadable" in log_text and "set aside" in log_text
+
+
+def test_a_job_cut_off_by_a_stop_is_interrupted_after_a_restart_with_one_process(
+    tmp_path: Path,
+) -> None:
+    folder, proc = serve_new_index(tmp_path, "--retries", "0", "--workers", "2")
+    try:
+        proc.wait_ready()
+        with IndexStore(folder).lock():
+            cut = _submit_held_job(proc.url, "dunes", DUNES)
+            proc.proc.terminate()  # SIGTERM: the workers stop, the held job never finishes
+            proc.proc.wait(timeout=60)  # (a worker gives its writer 5 s, then exits)
+        assert proc.proc.returncode == 0, proc.log()[-2000:]
+    finally:
+        proc.stop()
+    # the parent marked it once every worker had stopped (a `psirag mcp` sees it so now)
+    saved = json.loads((folder / JOBS_DIR / f"{cut}.json").read_text(encoding="utf-8"))
+    assert saved["status"] == "failed" and saved["error"] == INTERRUPTED
+    with ServerProcess(
+        folder, ["--retries", "0"], log_path=tmp_path / "again.log", hash_embedder=True
+    ) as again:
+        retry = _check_interrupted_then_retry(again.url, cut, "dunes")
+    assert int(retry.split("-")[1]) > int(cut.split("-")[1])
+    # one process keeps its jobs in the jobs file: the folder's moved there
+    on_disk = json.loads((folder / JOBS_FILE).read_text(encoding="utf-8"))["jobs"]
+    assert [j["id"] for j in on_disk] == [cut, retry]
+    assert not list((folder / JOBS_DIR).glob("job-*.json"))
 
 
 def test_a_worker_that_dies_is_replaced(tmp_path: Path) -> None:
@@ -248,3 +371,182 @@ def test_workers_option_is_checked() -> None:
         build_parser().parse_args(["serve", "some-index", "--workers", "0"])
     with pytest.raises(InputError, match="--workers"):
         ServerSettings(workers=MAX_WORKERS + 1).check()
+
+
+def _write_job(folder: Path, name: str, **fields: Any) -> Path:
+    path = folder / name
+    path.write_text(json.dumps(fields), encoding="utf-8")
+    return path
+
+
+def test_the_parent_takes_over_the_last_servers_jobs_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before forking: unfinished jobs become interrupted (payload kept for a retry), only the
+    newest KEEP_SAVED finished ones stay, bad files are set aside with a warning, a killed
+    write's temporary file goes, and numbering goes on after every id seen."""
+    monkeypatch.setattr(jobs_module, "KEEP_SAVED", 2)
+    shared = tmp_path / JOBS_DIR
+    shared.mkdir()
+    payload = [{"id": "kelp", "text": "Kelp forests grow in cold seas."}]
+    docs = [{"id": "kelp", "title": ""}]
+    _write_job(shared, "job-3.json", id="job-3", kind="add", status="running", created=3.0,
+               documents=docs, payload=payload)  # fmt: skip
+    for n, finished in ((1, 10.0), (2, 20.0), (5, 30.0)):
+        _write_job(shared, f"job-{n}.json", id=f"job-{n}", kind="remove", status="done",
+                   created=float(n), finished=finished, payload=None)  # fmt: skip
+    (shared / "job-8.json").write_text("{not json", encoding="utf-8")
+    _write_job(shared, "job-9.json", id="job-9", kind="add", status=5)
+    _write_job(shared, "job-12.json", id="job-4", kind="add", status="done", finished=1.0)
+    (shared / ".job-3.4242.tmp").write_text("{half", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="psirag.server"):
+        prepared = SharedJobs.prepare(tmp_path, 3)
+    assert prepared.folder == shared and not prepared.temporary
+    assert prepared.first_id == 13  # past job-12, though it was set aside
+    for name in ("job-8.json", "job-9.json", "job-12.json"):
+        assert (shared / f"{name}.bad").exists() and not (shared / name).exists()
+        assert any(name in r.getMessage() and "set aside" in r.getMessage() for r in caplog.records)
+    assert sorted(p.name for p in shared.glob("job-*.json")) == ["job-3.json", "job-5.json"]
+    assert not list(shared.glob(".job-*.tmp"))
+    cut = json.loads((shared / "job-3.json").read_text(encoding="utf-8"))
+    assert cut["status"] == "failed" and cut["error"] == INTERRUPTED and cut["payload"] == payload
+    runners = [prepared.runner(k) for k in range(3)]
+    try:
+        made = [r.submit("remove", lambda job: {}, payload=[]).id for r in runners]
+        assert made == ["job-13", "job-14", "job-15"]
+        runners[1].perform = lambda job: {"ok": True}  # the app's run_job, in a server
+        retried = runners[1].retry("job-3")  # another worker's file, retried anywhere
+        assert retried is not None and retried.id == "job-17" and retried.payload == payload
+        assert {j.id for j in runners[2].all()} >= {"job-3", "job-5", *made, "job-17"}
+    finally:
+        for r in runners:
+            r.close()
+
+
+def test_a_dead_workers_jobs_are_interrupted_and_its_replacement_numbers_on(
+    tmp_path: Path,
+) -> None:
+    prepared = SharedJobs.prepare(tmp_path, 2)
+    hold = threading.Event()
+    dead, other = prepared.runner(0), prepared.runner(1)
+    try:
+        assert dead.submit("remove", lambda job: {}, payload=[]).id == "job-1"
+        _wait_runner(dead, "job-1")
+        stuck = dead.submit("add", lambda job: {"ok": hold.wait(10)}, payload=[])
+        busy = other.submit("add", lambda job: {"ok": hold.wait(10)}, payload=[])
+        deadline = time.monotonic() + 10
+        while (other.get(busy.id) or busy).status != "running" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert prepared.interrupt(0) == [stuck.id]  # worker 0 died: only its job is cut off
+        seen = other.get(stuck.id)
+        assert seen is not None and seen.error == INTERRUPTED and seen.retryable
+        assert (other.get(busy.id) or busy).status == "running"  # worker 1's job runs on
+        dead.shared = None  # the dead worker writes nothing more
+        replacement = prepared.runner(0)
+        try:
+            again = replacement.submit("remove", lambda job: {}, payload=[])
+            assert again.id == "job-5"  # after job-1 and job-3, never over them
+        finally:
+            replacement.close()
+    finally:
+        hold.set()
+        dead.close()
+        other.close()
+
+
+def test_jobs_move_from_the_jobs_file_to_the_folder_and_back(tmp_path: Path) -> None:
+    """One process, then N workers, then one process again: every earlier job stays listed
+    under its id (unfinished ones interrupted), and new ids go on after them; `psirag mcp`
+    sees the folder's jobs and writes nothing. (``tmp_path`` stands for the index folder.)"""
+    index = tmp_path
+    single = JobRunner(index / JOBS_FILE)
+    payload = [{"id": "kelp", "text": "Kelp forests grow in cold seas."}]
+    failed = single.submit("add", _fail, documents=[{"id": "kelp", "title": ""}], payload=payload)
+    done = single.submit("remove", lambda job: {}, payload=["x"])
+    _wait_runner(single, done.id)
+    single.close()
+    assert (failed.id, done.id) == ("job-1", "job-2")
+
+    prepared = SharedJobs.prepare(index, 2)
+    assert not (index / JOBS_FILE).exists() and prepared.first_id == 3
+    worker = prepared.runner(1)
+    try:
+        moved = worker.get(failed.id)
+        assert moved is not None and moved.retryable and moved.payload == payload
+        newer = worker.submit("remove", lambda job: {}, payload=["y"])
+        assert newer.id == "job-4"
+        _wait_runner(worker, newer.id)
+    finally:
+        worker.close()
+
+    observer = JobRunner(observe=index / JOBS_FILE)  # psirag mcp: reads the folder too
+    before = {p.name: p.read_bytes() for p in (index / JOBS_DIR).iterdir()}
+    assert [j.id for j in observer.all()] == ["job-1", "job-2", "job-4"]
+    assert {p.name: p.read_bytes() for p in (index / JOBS_DIR).iterdir()} == before
+    observer.close()
+
+    back = JobRunner(index / JOBS_FILE)
+    try:
+        assert [j.id for j in back.all()] == ["job-1", "job-2", "job-4"]
+        kept = back.get("job-1")
+        assert kept is not None and kept.retryable and kept.payload == payload
+        assert back.submit("remove", lambda job: {}, payload=[]).id == "job-5"
+        assert not list((index / JOBS_DIR).glob("job-*.json"))  # they live in the file now
+    finally:
+        back.close()
+
+
+def test_saved_job_fields_are_checked_one_by_one(tmp_path: Path) -> None:
+    """A job file whose fields have the wrong types still loads (each such field left
+    empty), never raises, and a payload of the wrong shape makes the job not retryable."""
+    shared = tmp_path / JOBS_DIR
+    shared.mkdir()
+    _write_job(shared, "job-2.json", id="job-2", kind="add", status="failed",
+               progress={"done": "many", "total": [1]}, created="yesterday",
+               finished="soon", error={"x": 1},
+               documents=[{"id": {"x": 1}}, {"id": "ok", "title": 7}, "junk"],
+               payload={"not": "a list"}, retry_of="../etc")  # fmt: skip
+    prepared = SharedJobs.prepare(tmp_path, 1)
+    runner = prepared.runner(0)
+    try:
+        job = runner.get("job-2")
+        assert job is not None and job.status == "failed" and not job.retryable
+        assert (job.done, job.total, job.created, job.finished) == (0, 0, 0.0, None)
+        assert job.documents == [{"id": "ok", "title": ""}] and job.error is None
+        assert job.retry_of is None
+    finally:
+        runner.close()
+
+
+def _fail(job: Job) -> dict[str, Any]:
+    raise OSError("the disk is full")
+
+
+def _wait_runner(runner: JobRunner, job_id: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        job = runner.get(job_id)
+        if job is not None and job.finished is not None:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{job_id} did not finish")
+
+
+def test_a_jobs_folder_that_is_not_ours_is_refused(tmp_path: Path) -> None:
+    """The jobs hold documents' text: a symbolic link or a file in the folder's place is
+    refused with an error naming it, never followed or written over."""
+    from psirag.errors import InputError
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / JOBS_DIR).symlink_to(elsewhere)
+    with pytest.raises(InputError, match=f"{JOBS_DIR} is not a folder"):
+        SharedJobs.prepare(index, 2)
+    (index / JOBS_DIR).unlink()
+    (index / JOBS_DIR).write_text("mine", encoding="utf-8")
+    with pytest.raises(InputError, match="move it away"):
+        SharedJobs.prepare(index, 2)
+    assert not list(elsewhere.iterdir())
+    assert (index / JOBS_DIR).read_text(encoding="utf-8") == "mine"

@@ -828,3 +828,32 @@ def test_look_alike_survives_index_add_and_gc_from_the_cli(
     IndexStore("idx").gc(keep=1)
     for p in look_alikes:
         assert (p / "notes.txt").read_text() == "mine", p
+
+
+def test_read_jsonl_is_iter_jsonl_in_one_parse(tmp_path: Path) -> None:
+    """A JSONL file parsed as one array gives the rows one call per row gives (strings with
+    commas, brackets, escaped newlines, U+2028, nested values), and a damaged file still gets the
+    row-by-row error naming its line."""
+    from psirag.errors import IndexFormatError
+
+    texts = [t for topic in TOPICS.values() for t in topic]
+    index = Index.build(texts, IndexConfig(max_children=4), texts=True, embedder=HashEmbedder())
+    folder = tmp_path / "ix"
+    index.save(folder)
+    store = storage_mod.IndexStore(folder)
+    reader = store.open()
+    try:
+        listed = [n for n in reader.files if n.endswith(".jsonl")]
+        assert listed
+        for name in listed:
+            assert reader.read_jsonl(name) == list(reader.iter_jsonl(name)), name
+        path = reader.path(listed[0])
+        rows = ["a, b", "[x]", {"t": "line\nbreak \u2028 sep", "n": [1, {"k": None}]}, 3.5, ""]
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), "utf-8")
+        assert reader.read_jsonl(listed[0]) == rows == list(reader.iter_jsonl(listed[0]))
+        for damaged in ('{"a": 1}\n\n{"b": 2}\n', '{"a": 1}, {"b": 2}\n', '{"a": 1}\n{"b"\n'):
+            path.write_text(damaged, "utf-8")
+            with pytest.raises(IndexFormatError, match=r"line [12] is not valid JSON"):
+                reader.read_jsonl(listed[0])
+    finally:
+        reader.close()

@@ -113,9 +113,10 @@ LEXICAL_V2 = (
     "and_count",
     "quoted",
 )
-#: Lexical features of the shipped cascade: v2's plus counts over the question with its named
-#: things masked (:func:`masked_template`), so that a long title does not read as a long chain.
-LEXICAL_NAMES = (
+#: Lexical features of the v6 and v7 cascades: v2's plus counts over the question with its
+#: named things masked (:func:`masked_template`), so that a long title does not read as a long
+#: chain.
+LEXICAL_MASKED = (
     *LEXICAL_V2,
     "content_words",
     "lower_content",
@@ -130,6 +131,10 @@ LEXICAL_NAMES = (
     "relation_nouns",
     "prep_phrases",
 )
+#: Lexical features of the shipped cascade (v8), and every name a model file may use: v7's plus
+#: two counts of chain links (:func:`_chain_links`), which tell a long question that describes
+#: one bridge entity at length (2 hops) from a short one that chains three relations.
+LEXICAL_NAMES = (*LEXICAL_MASKED, "relation_links", "defining_clauses")
 
 # Named things to mask: capitalised runs (and numbers) not at the start, and quoted titles.
 MASK_ENTITY_PATTERN = re.compile(
@@ -163,6 +168,16 @@ RELATION_NOUNS = frozenset(
     )
 )
 _PREP_PHRASE = re.compile(r"\b(?:in|of|from|by|for|with|at|on)\s+(?:the|a|an)\b")
+# In the masked question: "the director of", "the home team that", "the country where", "the
+# league x": a relation noun (at most two words after "the") tied by a phrase or clause to
+# something else; one link of a chain each.
+_RELATION_LINK = re.compile(
+    r"\bthe (?:\w+ ){0,2}?(?:"
+    + "|".join(sorted(RELATION_NOUNS))
+    + r")\b(?= (?:of|that|which|who|where|whose|in which|x's|x)\b)"
+)
+# "the city where", "a band that": a noun defined by a relative clause, whatever the noun.
+_DEFINING_CLAUSE = re.compile(r"\b(?:the|a|an) \w+ (?:that|which|who|where|whose)\b")
 
 
 def masked_template(question: str) -> str:
@@ -197,6 +212,17 @@ def _masked_counts(question: str) -> dict[str, float]:
         "masked_relative": float(sum(w in _RELATIVE for w in words[1:])),
         "masked_of": float(words.count("of")),
         "relation_nouns": float(sum(w in RELATION_NOUNS for w in words)),
+    }
+
+
+def _chain_links(question: str) -> dict[str, float]:
+    """Links of a relation chain in the masked question: relation nouns tied onwards ("the
+    spouse of", "the team that") and nouns defined by a relative clause ("the city where").
+    Descriptions of one entity ("a Danish club that won three cups") add at most one."""
+    template = masked_template(question)
+    return {
+        "relation_links": float(len(_RELATION_LINK.findall(template))),
+        "defining_clauses": float(len(_DEFINING_CLAUSE.findall(template))),
     }
 
 
@@ -238,6 +264,7 @@ def _lexical_table(question: str) -> dict[str, float]:
         "ing_words": float(sum(1 for w in mid if w.endswith("ing") and len(w) > 4)),
         "prep_phrases": float(len(_PREP_PHRASE.findall(text))),
         **_masked_counts(question),
+        **_chain_links(question),
     }
 
 
@@ -581,6 +608,7 @@ __all__ = [
     "AUTO",
     "FORMAT_CASCADE",
     "HOPS",
+    "LEXICAL_MASKED",
     "LEXICAL_NAMES",
     "LEXICAL_V1",
     "LEXICAL_V2",

@@ -23,23 +23,24 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import http.client
 import ipaddress
 import json
 import logging
 import os
 import socket
-import ssl
 import threading
 import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from psirag import cancel
 from psirag.errors import InputError, PsiragError
+
+if TYPE_CHECKING:  # imported where a call is made: a search loads no HTTP client
+    import http.client
+    import ssl
 
 log = logging.getLogger("psirag.http")
 
@@ -364,7 +365,7 @@ class HttpClient:
             if token is not None:
                 token.check()
             raise self._timeout() from None
-        except (OSError, http.client.HTTPException, ValueError) as exc:
+        except (OSError, _http_client().HTTPException, ValueError) as exc:
             # ValueError: http.client's reading of a chunk size cut off by the watchdog
             if token is not None:
                 token.check()  # cut off because the work was cancelled
@@ -420,6 +421,9 @@ class HttpClient:
     def _connection(
         self, timeout: float, headers: dict[str, str]
     ) -> tuple[http.client.HTTPConnection, str]:
+        import http.client
+        import ssl
+
         proxy = self._proxy
         if self._https and self._tls is None:
             self._tls = ssl.create_default_context()  # loads the CA store once per client
@@ -461,6 +465,8 @@ class HttpClient:
         )
 
     def _connection_error(self, exc: BaseException, key: str) -> HTTPCallError:
+        import ssl
+
         if isinstance(exc, ssl.SSLError):  # not transient: retrying cannot fix a certificate
             detail = scrub(getattr(exc, "verify_message", None) or str(exc), key)
             return HTTPCallError(
@@ -485,7 +491,7 @@ class HttpClient:
         self, status: int, body: bytes, retry_after: str | None, key: str
     ) -> HTTPCallError:
         text = body.decode("utf-8", errors="replace")
-        reason = scrub(server_message(text) or http.client.responses.get(status, ""), key)
+        reason = scrub(server_message(text) or _http_client().responses.get(status, ""), key)
         hint = ""
         if status in (401, 403) and self.api_key_env:
             hint = f" (check the API key in ${self.api_key_env})"
@@ -511,8 +517,17 @@ def _size(n: int) -> str:
     return f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
+def _http_client() -> Any:
+    """``http.client``, imported on first use (with ssl and email: 0.02-0.04 s of start-up)."""
+    import http.client
+
+    return http.client
+
+
 def _proxy_for(scheme: str, host: str) -> tuple[str, int, dict[str, str]] | None:
     """The environment's proxy for this URL (``https_proxy``, ``no_proxy``, ...), if any."""
+    import urllib.request
+
     proxy = urllib.request.getproxies().get(scheme)
     if not proxy or urllib.request.proxy_bypass(host):
         return None

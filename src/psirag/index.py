@@ -84,7 +84,7 @@ class Index:
         return self._data.config
 
     @property
-    def chunks(self) -> tuple[Chunk, ...]:
+    def chunks(self) -> Sequence[Chunk]:
         return self._data.chunks
 
     @property
@@ -96,7 +96,7 @@ class Index:
         return self._data.node_vectors
 
     @property
-    def abstracts(self) -> tuple[str, ...]:
+    def abstracts(self) -> Sequence[str]:
         return self._data.abstracts
 
     @property
@@ -185,8 +185,11 @@ class Index:
     ) -> Index:
         """Open a saved index: everything from the one generation its pointer names (or
         ``generation``), so a save running meanwhile is never half seen. Arrays are
-        memory-mapped; the embedder loads on first query. ``verify="size"`` (default) checks
-        file sizes and the manifest's hash, ``"full"`` the sha256 of every file."""
+        memory-mapped; a format-3 index's chunk and abstract records are decoded when first
+        read, and its keyword phrase table when an update first uses it, so opening costs
+        about the same at any size; the embedder loads on first query. ``verify="size"``
+        (default) checks file sizes and the manifest's hash, ``"full"`` the sha256 of every
+        file."""
         return read_index(
             Path(folder),
             lambda reader: cls._from_reader(reader, folder, embedder),

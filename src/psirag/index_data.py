@@ -4,13 +4,16 @@ reader holding the old value keeps a consistent view)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 import numpy as np
 
 from psirag.config import IndexConfig
+from psirag.rows import LazyRows
 from psirag.tree.model import Tree
 from psirag.types import Chunk
 
@@ -43,9 +46,20 @@ class SavedOrigin:
 
     folder: str
     generation: int
-    chunks: tuple[Chunk, ...]
+    chunks: Sequence[Chunk]
+    """A :class:`~psirag.rows.LazyRows` for a format-3 load: its rows are known by position,
+    decoded or not (:meth:`rows_of`)."""
 
-    def prefix(self, chunks: tuple[Chunk, ...]) -> int:
+    def rows_of(self, chunks: Sequence[Chunk]) -> np.ndarray:
+        """Per chunk of ``chunks``, the loaded row it is (-1: none, a new chunk): the very
+        object read from that row, or, for a sequence made from the loaded one, the same row.
+        Decodes no row that was not read."""
+        if isinstance(self.chunks, LazyRows):
+            return self.chunks.positions_of(chunks)
+        at = {id(c): j for j, c in enumerate(self.chunks)}
+        return np.fromiter((at.get(id(c), -1) for c in chunks), np.int64, len(chunks))
+
+    def prefix(self, chunks: Sequence[Chunk]) -> int:
         """How many leading ``chunks`` are the loaded ones, in order."""
         k = 0
         for mine, loaded in zip(chunks, self.chunks, strict=False):
@@ -53,6 +67,60 @@ class SavedOrigin:
                 break
             k += 1
         return k
+
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Deferred(Generic[T_co]):
+    """A value made on first use from what a load has already read into memory or mapped (so
+    making it opens no file: the generation it came from may be gone by then). Made once, under
+    a lock; an error is raised again at the next use."""
+
+    def __init__(self, make: Callable[[], T_co]) -> None:
+        self._make: Callable[[], T_co] | None = make
+        self._value: T_co | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def made(self) -> bool:
+        return self._make is None
+
+    def get(self) -> T_co:
+        with self._lock:
+            if self._make is not None:
+                self._value = self._make()
+                self._make = None
+        return cast(T_co, self._value)  # made above
+
+
+class _MadeOnRead(Generic[T]):
+    """An :class:`IndexData` field that may be given a :class:`Deferred`: reading the field
+    makes the value (once) and gives it. Its default is None."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> None: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> T | None:
+        if obj is None:
+            return None  # the field's default, as dataclasses reads it from the class
+        value = obj.__dict__.get(self._slot)
+        if isinstance(value, Deferred):
+            value = value.get()
+            obj.__dict__[self._slot] = value
+        return cast(T, value)
+
+    def __set__(self, obj: object, value: T | Deferred[T]) -> None:
+        obj.__dict__[self._slot] = value
+
+    def held(self, obj: object) -> T | Deferred[T]:
+        """What the field holds, a :class:`Deferred` not made."""
+        return cast("T | Deferred[T]", obj.__dict__.get(self._slot))
 
 
 def fresh_lineage(n_leaves: int) -> dict[str, int]:
@@ -74,14 +142,17 @@ class IndexData:
 
     Node ``u < tree.n_leaves`` is leaf ``chunks[u]``; inner node ``u`` has the abstract
     ``abstracts[u - tree.n_leaves]``. Derived views (the document list, the document of each
-    leaf) are computed once, on first use.
+    leaf) are computed once, on first use; they read every chunk, so a search does not use
+    them (a loaded index's chunks are decoded as they are read).
     """
 
     config: IndexConfig
-    chunks: tuple[Chunk, ...]
+    chunks: Sequence[Chunk]
+    """A tuple, or for an index loaded from format 3 a :class:`~psirag.rows.LazyRows` that
+    decodes a chunk's record when it is first read."""
     tree: Tree
     node_vectors: np.ndarray
-    abstracts: tuple[str, ...]
+    abstracts: Sequence[str]
     sparse: SparseIndex
     embedder_id: str
     stats: BuildStats = field(default_factory=BuildStats)
@@ -91,9 +162,11 @@ class IndexData:
     lineage: dict[str, int] = field(default_factory=dict)
     """Since the last full build: ``built_leaves`` (the leaves it had), leaves ``added`` and
     ``removed`` by updates, and the number of ``updates`` (the drift rule reads it)."""
-    phrase_table: PhraseTable | None = None
+    phrase_table: _MadeOnRead[PhraseTable | None] = _MadeOnRead()
     """The keyword abstracts' per-leaf phrase data (``abstracts="keywords"``), kept so an
-    update extracts phrases from its new leaves only; None: recomputed when first needed."""
+    update extracts phrases from its new leaves only; None: recomputed when first needed. A
+    load gives it as a :class:`Deferred` (only an update reads it, so a search never parses
+    it); reading the field makes it."""
     origin: SavedOrigin | None = None
     """The saved generation these chunks were loaded from (carried through updates), so a save
     on top of it keeps the rows of the chunks still there instead of writing them again."""
@@ -108,8 +181,10 @@ class IndexData:
     search ranks in its place)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "chunks", tuple(self.chunks))
-        object.__setattr__(self, "abstracts", tuple(self.abstracts))
+        if not isinstance(self.chunks, LazyRows):
+            object.__setattr__(self, "chunks", tuple(self.chunks))
+        if not isinstance(self.abstracts, LazyRows):
+            object.__setattr__(self, "abstracts", tuple(self.abstracts))
         object.__setattr__(self, "node_vectors", _read_only(self.node_vectors))
         tree = self.tree
         drift = self.abstract_drift
@@ -155,8 +230,11 @@ class IndexData:
         return self.chunks[node].text if node < n else self.abstracts[node - n]
 
     def replace(self, **changes: Any) -> IndexData:
-        """A new value with some fields changed (derived views are recomputed)."""
+        """A new value with some fields changed (derived views are recomputed); a phrase
+        table not made yet is carried over as it is."""
+        if "phrase_table" not in changes:
+            changes["phrase_table"] = IndexData.__dict__["phrase_table"].held(self)
         return replace(self, **changes)
 
 
-__all__ = ["BuildStats", "IndexData", "SavedOrigin", "fresh_lineage"]
+__all__ = ["BuildStats", "Deferred", "IndexData", "SavedOrigin", "fresh_lineage"]

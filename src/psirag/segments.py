@@ -31,6 +31,7 @@ import numpy as np
 from psirag.errors import IndexFormatError
 
 if TYPE_CHECKING:
+    from psirag.rows import MappedLines
     from psirag.storage import IndexReader, IndexWriter
 
 Kind = Literal["npy", "jsonl"]
@@ -149,7 +150,7 @@ def _load_npy(reader: IndexReader, name: str, *, mmap: bool = True) -> np.ndarra
 
 
 def _load_jsonl(reader: IndexReader, name: str) -> list[Any]:
-    return [row for row in reader.iter_jsonl(name)]
+    return reader.read_jsonl(name)
 
 
 def _dead_rows(reader: IndexReader, table: Table, where: str) -> np.ndarray:
@@ -256,6 +257,32 @@ def _write_rows(writer: IndexWriter, path: str, kind: Kind, rows: Rows) -> None:
         writer.save_array(path, np.asarray(rows))
     else:
         writer.save_jsonl(path, rows)
+        _save_line_starts(writer, path, _length(rows))
+
+
+def line_starts_file(path: str) -> str:
+    """The file beside a ``jsonl`` segment or patch holding where each of its lines starts
+    (int64, rows + 1 entries, the last its size), so a load maps the rows without reading
+    them (:class:`psirag.rows.MappedLines`); a file saved before it has none and a load finds
+    the line ends with numpy."""
+    return f"{path}.starts.npy"
+
+
+def _save_line_starts(writer: IndexWriter, path: str, rows: int) -> None:
+    """Write :func:`line_starts_file` of the ``jsonl`` file just written (read back from the
+    page cache: no second encoding of the rows)."""
+    from psirag.rows import line_starts
+
+    data = (writer.staging / path).read_bytes()
+    writer.save_array(line_starts_file(path), line_starts(data, rows, str(writer.staging / path)))
+
+
+def _keep(writer: IndexWriter, reader: IndexReader, name: str) -> None:
+    """Keep the base's file ``name`` (and its line starts, where it has them)."""
+    writer.keep(name)
+    starts = line_starts_file(name)
+    if starts in reader.manifest.get("files", {}):
+        writer.keep(starts)
 
 
 def _length(rows: Rows) -> int:
@@ -429,7 +456,7 @@ def write_table(
         return fresh()
     for f in new.files():
         if f in table.files() and not (writer.staging / f).exists():  # shared: kept once
-            writer.keep(f)
+            _keep(writer, reader, f)
     return new, physical
 
 
@@ -491,6 +518,36 @@ def head_rows(reader: IndexReader, table: Table, where: str) -> int:
     return table.segments[0][1] - int(np.count_nonzero(dead < table.segments[0][1]))
 
 
+def mapped_jsonl(reader: IndexReader, table: Table, where: str) -> MappedLines:
+    """The physical rows of a ``jsonl`` table, memory-mapped and decoded only when read
+    (:class:`psirag.rows.MappedLines`): its segments and patches with their line starts
+    (found with numpy for files saved without :func:`line_starts_file`)."""
+    from psirag.rows import MappedLines
+
+    if table.kind != "jsonl":
+        raise IndexFormatError(f"{where}: a table of {table.kind} rows, not JSON lines; rebuild")
+    listed = reader.manifest.get("files", {})
+
+    def starts(name: str) -> np.ndarray | None:
+        saved = line_starts_file(name)
+        return _load_npy(reader, saved) if saved in listed else None
+
+    segments = [(reader.path(f), n, starts(f), f"{where} ({f})") for f, n in table.segments]
+    patches = [
+        (
+            np.asarray(_load_npy(reader, rows_file, mmap=False), dtype=np.int64),
+            reader.path(values_file),
+            starts(values_file),
+            f"{where} ({values_file})",
+        )
+        for rows_file, values_file, _ in table.patches
+    ]
+    for (ids, _, _, label), (_, _, n) in zip(patches, table.patches, strict=True):
+        if ids.ndim != 1 or ids.size != n:
+            raise IndexFormatError(f"{label}: {ids.size} patched rows, the manifest says {n}")
+    return MappedLines(segments, patches)
+
+
 def tables_of(manifest: dict[str, Any], where: str) -> dict[str, Table]:
     """The ``tables`` of a format-3 manifest (empty for older formats)."""
     raw = manifest.get("tables")
@@ -508,7 +565,9 @@ __all__ = [
     "head_rows",
     "is_fresh",
     "key_order",
+    "line_starts_file",
     "live_rows",
+    "mapped_jsonl",
     "read_logical",
     "read_physical",
     "segment_file",

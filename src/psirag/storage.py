@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -143,8 +144,22 @@ def _resolve(path: Path) -> Path:
 
 
 def _inside(folder: Path, name: str) -> Path:
-    """``folder/name`` after checking that no symlink takes it outside ``folder``."""
+    """``folder/name`` after checking that no symlink takes it outside ``folder`` (``name``
+    passed :func:`check_file_name`: no ``..``). Where no part of ``name`` is a link, that is
+    a few ``lstat`` calls; only a link is resolved (a load checks every file of a generation)."""
     path = folder / name
+    part = folder
+    for piece in name.split("/"):
+        if piece in ("", ".", ".."):
+            break
+        part = part / piece
+        try:
+            if stat.S_ISLNK(os.lstat(part).st_mode):
+                break
+        except OSError:
+            break  # missing or unreadable: the full check below says what
+    else:
+        return path
     root = _resolve(folder)
     try:
         real = path.resolve()
@@ -665,6 +680,29 @@ class IndexReader:
             if of_the_machine(exc):
                 raise with_path(exc, path) from exc
             raise IndexFormatError(f"{self.folder}: cannot read {name} ({exc}); rebuild") from exc
+
+    def read_jsonl(self, name: str) -> list[Any]:
+        """Every row of a listed JSONL file, parsed by one ``json.loads`` of the rows joined as
+        an array: for short rows (word lists, small records) several times faster than a call
+        per row. A file that does not parse that way into one value per line is read by
+        :meth:`iter_jsonl`, whose error names the bad line. (Lines that are not values alone
+        but join into one value per line, such as ``[1`` then ``2],3``, read as those values:
+        psirag writes one value per line, and such a file says nothing a valid one could not.)"""
+        path = self.path(name)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                lines = fh.read().split("\n")
+        except (OSError, UnicodeDecodeError):
+            return list(self.iter_jsonl(name))  # which says what went wrong
+        if lines and not lines[-1]:
+            lines.pop()
+        try:
+            rows = json.loads("[" + ",".join(lines) + "]")
+        except ValueError:
+            rows = None
+        if not isinstance(rows, list) or len(rows) != len(lines):
+            return list(self.iter_jsonl(name))
+        return rows
 
     def iter_jsonl(self, name: str) -> Iterator[dict[str, Any]]:
         path = self.path(name)

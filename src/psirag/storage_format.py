@@ -10,17 +10,18 @@ belong to :class:`~psirag.retrieval.bm25.SparseIndex` and
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import numpy as np
 
 from psirag._version import __version__
 from psirag.config import IndexConfig
 from psirag.errors import IndexFormatError
-from psirag.index_data import BuildStats, IndexData, SavedOrigin, fresh_lineage
+from psirag.index_data import BuildStats, Deferred, IndexData, SavedOrigin, fresh_lineage
+from psirag.rows import LazyRows, MappedLines
 from psirag.storage import FORMAT_VERSION, IndexReader, IndexWriter, _resolve
 from psirag.tree import Tree
 from psirag.tree.shape import shape_summary
@@ -203,7 +204,7 @@ def _small_ints(a: np.ndarray) -> np.ndarray:
 class _ChunkRows(Sequence[dict[str, Any]]):
     """The chunks as chunks.jsonl rows, encoded only where a save reads them (new rows)."""
 
-    def __init__(self, chunks: tuple[Chunk, ...]) -> None:
+    def __init__(self, chunks: Sequence[Chunk]) -> None:
         self.chunks = chunks
 
     def __len__(self) -> int:
@@ -295,8 +296,7 @@ def _leaf_sources(writer: IndexWriter, data: IndexData) -> np.ndarray | Literal[
         return "none"
     if str(_resolve(base.root)) != origin.folder:
         return "none"
-    at = {id(c): j for j, c in enumerate(origin.chunks)}
-    return np.fromiter((at.get(id(c), -1) for c in data.chunks), np.int64, len(data.chunks))
+    return origin.rows_of(data.chunks)
 
 
 def _fingerprints(vectors: np.ndarray) -> np.ndarray:
@@ -647,7 +647,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
             f"{len(chunks)} chunks; the index is corrupted or mixed, rebuild it"
         )
     phrase_table = (
-        _load_phrase_table_v3(reader, tables, where, len(chunks))
+        _saved_phrase_table(reader, tables, where, len(chunks))
         if tables
         else _load_phrase_table(reader, where, len(chunks))
     )
@@ -669,22 +669,24 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
     if "documents" in tables:
         doc_rows = _read_table(reader, tables, "documents", where)
     elif DOCUMENTS.name in reader.files:
-        doc_rows = reader.iter_jsonl(DOCUMENTS.name)
+        doc_rows = reader.read_jsonl(DOCUMENTS.name)  # short rows: one parse is faster
     try:
         for row in doc_rows:
             sources[str(row["id"])] = {"path": row.get("path"), "sha256": row.get("sha256")}
     except (KeyError, TypeError) as exc:
         raise IndexFormatError(f"{where}: a documents record lacks {exc}") from exc
+    if not isinstance(chunks, LazyRows):
+        chunks = tuple(chunks)  # the very tuple IndexData keeps (SavedOrigin's identity)
     lineage = m.get("lineage")
     if not isinstance(lineage, dict):
         lineage = fresh_lineage(len(chunks))
     counts = m.get("counts", {})
     return IndexData(
         config=config,
-        chunks=tuple(chunks),
+        chunks=chunks,
         tree=tree,
         node_vectors=node_vectors,
-        abstracts=tuple(abstracts),
+        abstracts=abstracts,
         sparse=sparse,
         embedder_id=embedder_id,
         stats=BuildStats(
@@ -700,11 +702,11 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         leaf_graph=graph,
         origin=None
         if reader.legacy or reader.generation is None
-        else SavedOrigin(str(_resolve(reader.root)), reader.generation, tuple(chunks)),
+        else SavedOrigin(str(_resolve(reader.root)), reader.generation, chunks),
     )
 
 
-Core = tuple[np.ndarray, Tree, list[Chunk], list[str]]
+Core = tuple[np.ndarray, Tree, Sequence[Chunk], Sequence[str]]
 
 
 def _load_core_v2(reader: IndexReader, where: str | Path) -> Core:
@@ -749,16 +751,22 @@ def _read_table(
 
 def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Core:
     """node_vectors, tree, chunks and abstracts of a format-3 generation, assembled from its
-    tables: leaf rows in order, inner rows picked by ``tree/inner_order.npy``."""
+    tables: leaf rows in order, inner rows picked by ``tree/inner_order.npy``. Chunks and
+    abstracts are :class:`~psirag.rows.LazyRows`: their records are decoded when read."""
+    from psirag.segments import mapped_jsonl
+
     leaf_vectors = np.asarray(_read_table(reader, tables, "leaf_vectors", where))
     leaf_parent = np.asarray(_read_table(reader, tables, "leaf_parent", where), dtype=np.int64)
     inner_vectors = _read_table(reader, tables, "inner_vectors", where, physical=True)
-    inner_texts = _read_table(reader, tables, "inner_abstracts", where, physical=True)
+    texts_table = tables.get("inner_abstracts")
+    if texts_table is None:
+        raise IndexFormatError(f"{where}: the manifest lists no table inner_abstracts; rebuild it")
+    inner_texts = mapped_jsonl(reader, texts_table, f"{where} table inner_abstracts")
     order = np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64)
     inner_parent = np.asarray(reader.load_array(INNER_PARENT.name, mmap=False), dtype=np.int64)
     inner_layer = np.asarray(reader.load_array(INNER_LAYER.name, mmap=False), dtype=np.int32)
     n, k = leaf_vectors.shape[0], order.size
-    n_rows = len(inner_texts)
+    n_rows = inner_texts.physical
 
     def bad(what: str) -> IndexFormatError:
         return IndexFormatError(f"{where}: {what}; the index is corrupted or mixed, rebuild it")
@@ -774,7 +782,7 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
         or inner_layer.shape != (k,)
     ):
         raise bad("its tables and tree arrays disagree in size")
-    if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or np.unique(order).size != k):
+    if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or not _distinct(order, n_rows)):
         raise bad("tree/inner_order.npy does not name distinct rows of the inner tables")
     if k and (int(inner_parent.min()) < -1 or int(inner_parent.max()) >= k):
         raise bad("tree/inner_parent.npy names a parent that does not exist")
@@ -798,14 +806,48 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
         node_vectors = np.empty((n + k, leaf_vectors.shape[1]), dtype=leaf_vectors.dtype)
         node_vectors[:n] = leaf_vectors
         node_vectors[n:] = inner_vectors[order]
-    try:
-        chunks = [_chunk(row) for row in _read_table(reader, tables, "chunks", where)]
-        abstracts = [inner_texts[i] for i in order.tolist()]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise IndexFormatError(f"{where}: a chunk record lacks {exc}") from exc
-    if not all(isinstance(a, str) for a in abstracts):
-        raise bad("an abstract is not text")
+    chunks = _lazy_chunks(reader, tables, where)
+    if len(chunks) != n:
+        raise bad(f"the chunks table holds {len(chunks)} rows for {n} leaves")
+
+    def abstract(value: Any) -> str:
+        if not isinstance(value, str):
+            raise bad("an abstract is not text")
+        return value
+
+    abstracts = LazyRows(inner_texts, abstract, order)
     return node_vectors, Tree(parent=parent, layer=layer), chunks, abstracts
+
+
+def _lazy_chunks(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Any:
+    """The chunks table as a :class:`~psirag.rows.LazyRows`: a chunk record is decoded when
+    its chunk is first read (a search reads its results only)."""
+    from psirag.segments import live_rows, mapped_jsonl
+
+    table = tables.get("chunks")
+    if table is None:
+        raise IndexFormatError(
+            f"{where}: the manifest lists no table chunks; the index is incomplete, rebuild it"
+        )
+    label = f"{where} table chunks"
+    source = mapped_jsonl(reader, table, label)
+
+    def chunk(row: Any) -> Chunk:
+        try:
+            return _chunk(row)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IndexFormatError(
+                f"{label}: a chunk record lacks {exc}; the index is corrupted, rebuild it"
+            ) from exc
+
+    return LazyRows(source, chunk, live_rows(reader, table, label) if table.n_dead else None)
+
+
+def _distinct(values: np.ndarray, bound: int) -> bool:
+    """Whether ``values`` (all in ``0 .. bound - 1``) are distinct (no sort: one pass)."""
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    return int(np.count_nonzero(seen)) == values.size
 
 
 def _mapped_node_vectors(
@@ -823,22 +865,87 @@ def _mapped_node_vectors(
     return mapped if mapped.shape[0] == n + order.size else None
 
 
+def _saved_phrase_table(
+    reader: IndexReader, tables: dict[str, Table], folder: str | Path, n_chunks: int
+) -> Deferred[PhraseTable] | None:
+    """The phrase table of a format-3 generation, read and assembled when an update first uses
+    it (a search never does): its size is checked against the manifest now, and its files are
+    mapped now, so the table reads the same bytes after the generation is collected (as the
+    memory-mapped arrays do)."""
+    if f"{PHRASES_DIR}/words" not in tables:
+        return None
+    lengths = tables.get(f"{PHRASES_DIR}/lw_ptr_len")
+    rows = -1 if lengths is None else lengths.rows
+    if rows != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {rows} leaves but the index has "
+            f"{n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+    mapped = _MappedFiles(reader, {k: t for k, t in tables.items() if k.startswith(PHRASES_DIR)})
+    # the table's reading asks a reader for nothing but load_array, iter_jsonl and read_jsonl
+    as_reader = cast("IndexReader", mapped)
+
+    def make() -> PhraseTable:
+        table = _load_phrase_table_v3(as_reader, tables, folder, n_chunks)
+        assert table is not None  # its words table is listed above
+        return table.get()
+
+    return Deferred(make)
+
+
+class _MappedFiles:
+    """The files of some tables of a generation, mapped when made (arrays as memory maps,
+    JSON lines as :class:`~psirag.rows.MappedLines`): what :mod:`psirag.segments` reads through
+    an :class:`IndexReader`, readable after the generation is gone."""
+
+    def __init__(self, reader: IndexReader, tables: dict[str, Table]) -> None:
+        from psirag.segments import line_starts_file
+
+        self.folder = reader.folder
+        self.arrays: dict[str, np.ndarray] = {}
+        self.lines: dict[str, MappedLines] = {}
+        listed = reader.manifest.get("files", {})
+        for name, table in tables.items():
+            where = f"{reader.folder} table {name}"
+            texts = [(f, n) for f, n in table.segments] + [(v, n) for _, v, n in table.patches]
+            arrays = [r for r, _, _ in table.patches] + ([table.dead] if table.dead else [])
+            if table.kind == "npy":
+                arrays += [f for f, _ in texts]
+                texts = []
+            for f in arrays:
+                self.arrays[f] = reader.load_array(f)
+            for f, n in texts:
+                saved = line_starts_file(f)
+                starts = reader.load_array(saved) if saved in listed else None
+                self.lines[f] = MappedLines([(reader.path(f), n, starts, f"{where} ({f})")])
+
+    def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
+        array = self.arrays[name]
+        return array if mmap else np.array(array)
+
+    def iter_jsonl(self, name: str) -> Any:
+        lines = self.lines[name]
+        return (lines.value(i) for i in range(lines.physical))
+
+    def read_jsonl(self, name: str) -> list[Any]:
+        return list(self.iter_jsonl(name))
+
+
 def _load_phrase_table_v3(
     reader: IndexReader, tables: dict[str, Table], folder: str | Path, n_chunks: int
-) -> Any:
-    """The phrase table of a format-3 generation (its ``keywords/...`` tables), or None."""
+) -> Deferred[PhraseTable] | None:
+    """The phrase table of a format-3 generation (its ``keywords/...`` tables), or None: its
+    tables read now, the table made on first use (:func:`_deferred_table`)."""
     words_table = f"{PHRASES_DIR}/words"
     if words_table not in tables:
         return None
-    from psirag.abstracts.phrases import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, PhraseTable
+    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
 
     def arr(name: str) -> np.ndarray:
         return np.asarray(_read_table(reader, tables, f"{PHRASES_DIR}/{name}", folder))
 
     try:
         words = _read_table(reader, tables, words_table, folder)
-        if not all(isinstance(w, str) for w in words):
-            raise ValueError("the word list holds something other than words")
         arrays = {a: arr(a) for a in ARRAYS if a not in CSR_GROUPS}
         for ptr_name in CSR_GROUPS:
             lengths = np.asarray(arr(f"{ptr_name}_len"), dtype=np.int64)
@@ -848,20 +955,17 @@ def _load_phrase_table_v3(
         stems = None
         if f"{PHRASES_DIR}/stems" in tables:
             stems = _read_table(reader, tables, f"{PHRASES_DIR}/stems", folder)
-            if not all(isinstance(w, str) for w in stems):
-                raise ValueError("the stem list holds something other than stems")
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
                 arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
                 _in_key_order(reader, tables, arrays, folder)
-        table = PhraseTable.from_arrays(words, arrays, stems)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
             raise
         raise IndexFormatError(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
-    return _sized(table, n_chunks, folder)
+    return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder)
 
 
 def _in_key_order(
@@ -885,37 +989,81 @@ def _in_key_order(
                 arrays[c] = arrays[c][order]
 
 
-def _load_phrase_table(reader: IndexReader, folder: str | Path, n_chunks: int) -> Any:
-    """The saved phrase table (arrays memory-mapped; its counts derive on first use), or None."""
+def _load_phrase_table(
+    reader: IndexReader, folder: str | Path, n_chunks: int
+) -> Deferred[PhraseTable] | None:
+    """The saved phrase table, or None: its arrays memory-mapped and its word lists read now,
+    the table made on first use (:func:`_deferred_table`; its counts derive on first use)."""
     if PHRASE_WORDS.name not in reader.files:
         return None
-    from psirag.abstracts.phrases import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, PhraseTable
+    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
 
-    path = reader.path(PHRASE_WORDS.name)
     try:
-        words = json.loads(path.read_text(encoding="utf-8"))
+        words_text = reader.path(PHRASE_WORDS.name).read_bytes()
         arrays = {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in ARRAYS}
-        if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-            raise ValueError("words.json is not a list of words")
-        stems = None
+        stems_text = None
         if PHRASE_STEMS.name in reader.files:  # saved since the vocabulary is kept
-            stems = json.loads(reader.path(PHRASE_STEMS.name).read_text("utf-8"))
-            if not isinstance(stems, list) or not all(isinstance(w, str) for w in stems):
-                raise ValueError("stems.json is not a list of stems")
+            stems_text = reader.path(PHRASE_STEMS.name).read_bytes()
             arrays.update({a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}.npy" in reader.files for a in DERIVED_ARRAYS):
                 arrays.update(
                     {a: reader.load_array(f"{PHRASES_DIR}/{a}.npy") for a in DERIVED_ARRAYS}
                 )
-        table = PhraseTable.from_arrays(words, arrays, stems)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        if isinstance(exc, IndexFormatError):
-            raise
+    except OSError as exc:
         raise IndexFormatError(
             f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
             "rebuild the index"
         ) from exc
-    return _sized(table, n_chunks, folder)
+
+    def word_lists() -> tuple[Any, Any]:
+        words = json.loads(words_text.decode("utf-8"))
+        if not isinstance(words, list):
+            raise ValueError("words.json is not a list of words")
+        stems = None if stems_text is None else json.loads(stems_text.decode("utf-8"))
+        if stems is not None and not isinstance(stems, list):
+            raise ValueError("stems.json is not a list of stems")
+        return words, stems
+
+    return _deferred_table(word_lists, arrays, n_chunks, folder)
+
+
+def _deferred_table(
+    word_lists: Callable[[], tuple[Any, Any]],
+    arrays: dict[str, np.ndarray],
+    n_chunks: int,
+    folder: str | Path,
+) -> Deferred[PhraseTable]:
+    """A phrase table made on first use (only updates use one: a search never parses it nor
+    imports the keyword code) from what a load read: ``word_lists()`` gives the parsed words
+    and stems. A table with a row count other than ``n_chunks`` is refused now; one whose
+    contents disagree, when it is made."""
+    ptr = arrays.get("lw_ptr")
+    if ptr is not None and ptr.ndim == 1 and ptr.shape[0] - 1 != n_chunks:
+        raise IndexFormatError(
+            f"{folder}: the keyword phrase table holds {ptr.shape[0] - 1} leaves but the index "
+            f"has {n_chunks} chunks; the index is corrupted or mixed, rebuild it"
+        )
+
+    def make() -> PhraseTable:
+        from psirag.abstracts.phrases import PhraseTable
+
+        try:
+            words, stems = word_lists()
+            if not all(isinstance(w, str) for w in words):
+                raise ValueError("the word list holds something other than words")
+            if stems is not None and not all(isinstance(w, str) for w in stems):
+                raise ValueError("the stem list holds something other than stems")
+            table = PhraseTable.from_arrays(words, arrays, stems)
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            if isinstance(exc, IndexFormatError):
+                raise
+            raise IndexFormatError(
+                f"{folder}: the keyword phrase table ({PHRASES_DIR}/) is unreadable ({exc}); "
+                "rebuild the index"
+            ) from exc
+        return _sized(table, n_chunks, folder)
+
+    return Deferred(make)
 
 
 __all__ = [

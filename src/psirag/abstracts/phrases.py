@@ -42,23 +42,13 @@ from psirag.abstracts.phrase_model import (
     is_stopword,
     unpack_keys,
 )
+from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
 
 __all__ = ["PhraseTable"]
 
 _DAMAGED = "the saved keyword phrase table is inconsistent ({}); rebuild the index"
-
-ARRAYS = ("lw_ptr", "lw", "ls_ptr", "ls_key", "ls_cnt", "lp_ptr", "lp_pid", "p_key")
-"""The saved arrays of a table (with the word list): everything else is derived from them."""
-
-VOCAB_ARRAYS = ("w_stem", "w_flags")
-"""Optional saved arrays (with the stem list): each word's stem id and its flags as bits, so a
-loaded table does not stem and test every word of the corpus again on its first update."""
-
-DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_rank", "n_ranked")
-"""Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
-arrays add up to, so the first update after a load does not sort the corpus to derive them."""
 
 BUILD_BATCH = 20_000
 """Leaves a build extracts at a time: a single pass over a 1M-leaf corpus held every token and

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any
 
-from psirag.cli.common import answer_llm, llm_spec, load_query_index
+from psirag.cli.common import answer_llm, eprint, llm_spec, load_query_index
 from psirag.cli.options import (
     LLM_ENV,
     Flag,
@@ -233,7 +233,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
     from psirag.server.app import create_app
-    from psirag.server.jobs import JobRunner
+    from psirag.server.jobs import SharedJobs
     from psirag.server.workers import serve_workers
 
     if not hasattr(os, "fork"):
@@ -243,11 +243,13 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     index = Index.load(args.index, embedder=embedder)
     n = settings.workers
     boot = secrets.token_hex(4)  # one ETag token for all workers: their numbers agree
+    # before the fork: the last server's unfinished jobs become interrupted, ids go on after its
+    shared = SharedJobs.prepare(Path(args.index), n)
 
-    def make_app(k: int, shared: Path) -> Any:
+    def make_app(k: int) -> Any:
         if embedder is None:
             confirm_index_embedder(index, args.embedder, http_policy_from(args))
-        jobs = JobRunner(first_id=k + 1, id_step=n, shared=shared)
+        jobs = shared.runner(k)
         llm = _llm_client(args)
         return create_app(
             args.index,
@@ -262,39 +264,80 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     # uvicorn binds as it would itself (IPv6, SO_REUSEADDR); the app string is never imported
     sock = uvicorn.Config("psirag", host=settings.host, port=settings.port).bind_socket()
     _announce(args, settings, int(sock.getsockname()[1]), llm_spec(args) or "none")
-    return serve_workers(n, make_app, sock, log_level=args.log_level)
+    return serve_workers(n, make_app, sock, shared, log_level=args.log_level)
 
 
 def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
-    """MCP over stdio: stdout carries only the protocol, everything else goes to stderr."""
+    """MCP over stdio: stdout carries only the protocol, everything else goes to stderr.
+
+    ``initialize`` is answered at once: the index and its model load in a thread, and the first
+    tool call waits for them (an assistant host starting the server on demand is not kept
+    waiting). What refuses an index (an unreadable manifest, an endpoint nobody confirmed) is
+    still checked before serving, from the manifest alone."""
     from psirag.server import require_server_extra
 
     require_server_extra("fastapi", "mcp")
-    from psirag.server.app import ServerState, prepare_index
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
     from psirag.server.jobs import JOBS_FILE, JobRunner
     from psirag.server.mcp_tools import build_mcp_server
-    from psirag.server.state import GatedLLM, IndexHolder
+    from psirag.server.state import GatedLLM, IndexHolder, ServerState, prepare_index
 
     settings = ServerSettings(
         llm_concurrency=args.llm_concurrency, max_asks=args.max_asks, ask_queue=args.ask_queue
     )
-    index = prepare_index(_load_index(args, embedder))
+    preloaded = None if _manifest_allows(args, embedder) else _load_index(args, embedder)
     llm = _llm_client(args)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
-    from pathlib import Path
-
     # the tools only read, so this process makes no jobs: it shows those of a `psirag serve`
-    # on the same index (read only; see psirag.server.jobs)
+    # on the same index, from its jobs file and jobs folder (read only; see psirag.server.jobs)
     jobs = JobRunner(observe=Path(args.index) / JOBS_FILE)
-    state = ServerState(IndexHolder(index, Path(args.index)), settings, gated, jobs)
+
+    def load() -> ServerState:
+        index = prepare_index(preloaded or _load_index(args, embedder))
+        return ServerState(IndexHolder(index, Path(args.index)), settings, gated, jobs)
+
+    loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psirag-mcp-load")
+    state = loader.submit(load)
+    state.add_done_callback(_report_load_error)
+    loader.shutdown(wait=False)
     server = build_mcp_server(state)
     try:
         server.run()  # stdio
     finally:
-        state.jobs.close()
+        jobs.close()
         if gated is not None:
             gated.close()
     return 0
+
+
+def _manifest_allows(args: argparse.Namespace, embedder: Any) -> bool:
+    """Whether the index may load after serving has begun: its manifest reads, and the
+    embedder it names may be called (a local model, a confirmed endpoint, or one the user
+    chose). False: load it before serving, so that its errors refuse the command as before."""
+    import json
+    from pathlib import Path
+
+    from psirag.trust import require_confirmed
+
+    try:
+        manifest = json.loads((Path(args.index) / "manifest.json").read_text(encoding="utf-8"))
+        spec = manifest["config"]["embedder"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not isinstance(spec, str):
+        return False
+    if embedder is None and not args.embedder:
+        require_confirmed(spec, kind="embedder")  # refuses here, before serving
+    return True
+
+
+def _report_load_error(done: Any) -> None:
+    """Say on stderr why the index did not load (each tool call says it too)."""
+    exc = done.exception()
+    if exc is not None:
+        eprint(f"psirag: error: the index did not load: {exc}")
 
 
 __all__ = ["register", "run_mcp", "run_serve", "settings_from"]

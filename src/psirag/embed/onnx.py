@@ -49,8 +49,9 @@ ONNX_INSTALL_HINT = "pip install 'onnxruntime>=1.17' 'tokenizers>=0.15'"
 """Both are default dependencies of psirag (the ``onnx`` package is not: ``psirag[onnx]``, for
 the int8 variant only)."""
 Precision = Literal["fp32", "int8"]
-_EXPORT_VERSION = 3
-"""Bumped when the exported graph changes, so that older cached files are not reused."""
+_EXPORT_VERSION = 4
+"""Bumped when the exported graph changes, so that older cached files are not reused (4: the
+fp32 weights in a file beside the graph, :func:`weights_path`)."""
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PAD_ID = 0
 
@@ -78,6 +79,17 @@ def onnx_path(folder: Path, precision: Precision = "fp32") -> Path:
     name = model_name_from_path(folder)
     tag = f"{name}-{model_fingerprint(folder)}-v{_EXPORT_VERSION}-{precision}.onnx"
     return cache_dir() / "onnx" / tag
+
+
+def weights_path(target: Path) -> Path:
+    """The weights file beside a cached fp32 graph (``<graph>.weights``): the graph names it,
+    and ONNX Runtime maps it into memory. The int8 graph holds its own weights."""
+    return target.with_name(target.name + ".weights")
+
+
+def _companions(target: Path) -> list[Path]:
+    """The files a cached graph needs besides itself."""
+    return [weights_path(target)] if target.name.endswith("-fp32.onnx") else []
 
 
 def _atomic_target(path: Path) -> tuple[Path, Any]:
@@ -110,6 +122,12 @@ def _stamp(target: Path, digest: str) -> str:
 
 
 def cached_model_ok(target: Path) -> bool:
+    """True when ``target`` and its weights file (fp32) exist and match the SHA-256 recorded
+    beside each (:func:`_file_ok`)."""
+    return all(_file_ok(path) for path in (target, *_companions(target)))
+
+
+def _file_ok(target: Path) -> bool:
     """True when ``target`` exists and matches the SHA-256 recorded beside it.
 
     Hashing the 90 MB file costs about 0.1 s of CPU on every start, so once it matched, its size,
@@ -206,11 +224,13 @@ def export_onnx(folder: Path, precision: Precision = "fp32") -> Path:
         return target
     probe, _ = _atomic_target(target)  # first: an unwritable cache fails before the weights load
     probe.unlink()
-    from psirag.embed.bert_graph import build_bert_encoder
+    from psirag.embed.bert_graph import build_bert_encoder_external
 
-    data = build_bert_encoder(folder)
-    try:
-        _write_atomic(target, data)
+    weights = weights_path(target)
+    graph, blob = build_bert_encoder_external(folder, weights.name)
+    try:  # the weights first: a graph is never there without them (both are deterministic)
+        _write_atomic(weights, blob)
+        _write_atomic(target, graph)
     except OSError as exc:
         raise EmbeddingError(f"writing the ONNX graph to {target} failed: {exc}") from exc
     return target
@@ -373,4 +393,5 @@ __all__ = [
     "cached_model_ok",
     "export_onnx",
     "onnx_path",
+    "weights_path",
 ]

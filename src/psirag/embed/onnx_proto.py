@@ -82,6 +82,24 @@ def tensor(name: str, array: np.ndarray) -> bytes:
     return out + _str(8, name) + _bytes(9, data.astype(data.dtype.newbyteorder("<")).tobytes())
 
 
+def external_tensor(
+    name: str, array: np.ndarray, location: str, offset: int
+) -> tuple[bytes, bytes]:
+    """A TensorProto whose data lies in the file ``location`` (beside the model) at ``offset``,
+    and those little-endian bytes: ONNX Runtime maps such a file into memory instead of copying
+    the weights out of the model, when the offset is a multiple of the page size."""
+    data = np.ascontiguousarray(array)
+    try:
+        data_type = _DATA_TYPES[data.dtype]
+    except KeyError:
+        raise TypeError(f"tensor {name!r}: dtype {data.dtype} is not float32 or int64") from None
+    raw = data.astype(data.dtype.newbyteorder("<")).tobytes()
+    entries = (("location", location), ("offset", str(offset)), ("length", str(len(raw))))
+    out = b"".join(_int(1, int(d)) for d in data.shape) + _int(2, data_type) + _str(8, name)
+    out += b"".join(_bytes(13, _str(1, key) + _str(2, value)) for key, value in entries)
+    return out + _int(14, 1), raw  # data_location = EXTERNAL
+
+
 def value_info(name: str, elem_type: int, shape: Sequence[int | str]) -> bytes:
     """A ValueInfoProto: a tensor's name, element type and (symbolic or fixed) shape."""
     dims = b"".join(_bytes(1, _str(2, d) if isinstance(d, str) else _int(1, d)) for d in shape)
@@ -108,4 +126,13 @@ def model(
     return _int(1, ir_version) + _str(2, producer) + _bytes(7, graph) + _bytes(8, opset_id)
 
 
-__all__ = ["FLOAT", "INT64", "attribute", "model", "node", "tensor", "value_info"]
+__all__ = [
+    "FLOAT",
+    "INT64",
+    "attribute",
+    "external_tensor",
+    "model",
+    "node",
+    "tensor",
+    "value_info",
+]

@@ -1,33 +1,47 @@
-"""Sparse retrieval: BM25 (Lucene variant) over leaf texts with English stopwords and stemming."""
+"""Sparse retrieval: BM25 (Lucene variant) over leaf texts with English stopwords and stemming.
+
+A search neither imports ``bm25s`` nor scipy (which ``bm25s`` imports): the query is tokenised
+here the way ``bm25s.tokenize`` does it, and scored from the saved arrays, memory-mapped, with
+numpy. ``bm25s`` is imported only to write an index saved in its own file layout again."""
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import bm25s
 import numpy as np
-import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
 
 from psirag.errors import InputError
 from psirag.ids import nfc
 from psirag.retrieval.duplicates import DuplicateMap
 from psirag.retrieval.ranking import first_copies, top_k
 
-# bm25s sets its own logger to DEBUG on import, so every build printed "Building index from IDs
-# objects" through any handler the application installs, even with -q.
-logging.getLogger("bm25s").setLevel(logging.WARNING)
+if TYPE_CHECKING:
+    import bm25s
 
-_STEMMER = Stemmer.Stemmer("english")
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")
 """bm25s's default token pattern: two or more word characters."""
-_STOPWORDS = frozenset(STOPWORDS_EN)
+STOPWORDS_EN = frozenset(
+    "a an and are as at be but by for if in into is it no not of on or such that the their "  # noqa: SIM905
+    "then there these they this to was will with".split()
+)
+"""Lucene's English stop set, the list ``bm25s.tokenize(stopwords="en")`` drops (a test checks
+that the two are equal): kept here so that a query is tokenised without importing bm25s, and so
+that the tokens of an index never depend on the installed bm25s."""
+_STOPWORDS = STOPWORDS_EN
+
+
+@cache
+def _stemmer() -> Any:
+    """The English Snowball stemmer (PyStemmer), made on first use."""
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
 
 
 def has_indexable_word(texts: Iterable[str]) -> bool:
@@ -53,15 +67,21 @@ def check_indexable(texts: Sequence[str]) -> None:
 
 
 def _tokenize(texts: Sequence[str], *, progress: bool = False) -> list[list[str]]:
-    """bm25s's tokens of ``texts``, for the index and for queries alike. NFC first: a word
-    typed composed (U+00E9) and decomposed (e + U+0301) is one token."""
-    return bm25s.tokenize(
-        [nfc(t) for t in texts],
-        stopwords="en",
-        stemmer=_STEMMER,
-        return_ids=False,
-        show_progress=progress,
-    )
+    """The tokens of ``texts``, for the index and for queries alike, as
+    ``bm25s.tokenize(texts, stopwords="en", stemmer=<English Snowball>, return_ids=False)``
+    gives them: lower case, runs of two or more word characters, stopwords dropped, then
+    stemmed (each distinct word once). NFC first: a word typed composed (U+00E9) and
+    decomposed (e + U+0301) is one token."""
+    split, stop = _TOKEN.findall, _STOPWORDS
+    rows: Iterable[str] = texts
+    if progress:
+        from tqdm.auto import tqdm
+
+        rows = tqdm(texts, desc="Split strings", leave=False)
+    words = [[w for w in split(nfc(t).lower()) if w not in stop] for t in rows]
+    distinct = list(dict.fromkeys(w for doc in words for w in doc))
+    stem_of = dict(zip(distinct, _stemmer().stemWords(distinct), strict=True))
+    return [[stem_of[w] for w in doc] for doc in words]
 
 
 def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray:
@@ -164,9 +184,9 @@ class TermCounts:
         ptr = np.concatenate(([0], np.cumsum(lengths[keep]))).astype(np.int64)
         return TermCounts(self.vocab, ptr, self.terms[mask], self.tf[mask])
 
-    def retriever(self, *, k1: float, b: float) -> bm25s.BM25:
-        """The bm25s index of these chunks (Lucene BM25, as ``bm25s.BM25.index`` computes it:
-        float32 idf, the tf part in float64, scores stored as float32), vectorised."""
+    def retriever(self, *, k1: float, b: float) -> SavedScores:
+        """Precomputed scores of these chunks, as ``bm25s.BM25.index`` computes them (Lucene
+        BM25: float32 idf, the tf part in float64, scores stored as float32), vectorised."""
         n = self.n_docs
         n_vocab = len(self.vocab)
         lengths = np.diff(self.doc_ptr)
@@ -182,19 +202,15 @@ class TermCounts:
         scores = (idf[self.terms].astype(np.float64) * (tf / norm)).astype(np.float32)
         order = np.argsort(self.terms, kind="stable")  # by term, chunks in order within each
         indptr = np.concatenate(([0], np.cumsum(np.bincount(self.terms, minlength=n_vocab))))
-        retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
-        retriever.scores = {
-            "data": scores[order],
-            "indices": doc[order].astype(np.int32),
-            "indptr": indptr.astype(np.int64),
-            "num_docs": n,
-        }
-        vocab_dict = dict(self.vocab)
-        vocab_dict.setdefault("", n_vocab)  # bm25s's empty token, as its index() adds it
-        retriever.vocab_dict = vocab_dict
-        retriever.unique_token_ids_set = set(vocab_dict.values())
-        retriever.nonoccurrence_array = None
-        return retriever
+        return SavedScores(
+            scores[order],
+            doc[order].astype(np.int32),
+            indptr.astype(np.int64),
+            n,
+            dict(self.vocab),
+            {**_LUCENE, "k1": k1, "b": b},
+            empty_id=n_vocab,  # bm25s's empty token, as its index() adds it
+        )
 
 
 _EMPTY_I32 = np.empty(0, dtype=np.int32)
@@ -510,15 +526,148 @@ def _merge(a: _Segment, b: _Segment, n_terms: int) -> _Segment:
     return _Segment.of(counts, n_terms)
 
 
+_LUCENE = {"method": "lucene", "idf_method": "lucene", "dtype": "float32"}
+"""bm25s's parameters of a Lucene index, beside k1 and b."""
+BM25S_FILES = ("data.csc.index.npy", "indices.csc.index.npy", "indptr.csc.index.npy")
+BM25S_VOCAB = "vocab.index.json"
+BM25S_PARAMS = "params.index.json"
+BM25S_NONOCCURRENCE = "nonoccurrence_array.index.npy"
+
+
+@dataclass(frozen=True, eq=False)
+class SavedScores:
+    """Precomputed BM25 scores in ``bm25s``'s layout (one CSC column of chunk scores per term),
+    as indexes saved before :class:`Postings` hold them, read and scored without bm25s: the
+    same float32 sums, in the same order, as ``bm25s.BM25.get_scores``."""
+
+    data: np.ndarray  # float32 score of (chunk, term), term-major
+    indices: np.ndarray  # int32 chunk of each score
+    indptr: np.ndarray  # int64 per term: its run in data / indices
+    num_docs: int
+    vocab: dict[str, int]  # bm25s's vocabulary without its empty token ""
+    params: dict[str, Any]  # bm25s's constructor parameters (k1, b, method, dtype, ...)
+    nonoccurrence: np.ndarray | None = None  # BM25L / BM25+ only; None for Lucene
+    empty_id: int | None = None  # the id bm25s gave its empty token "" (no column holds it)
+
+    @classmethod
+    def of_bm25s(cls, retriever: bm25s.BM25) -> SavedScores:
+        """The scores of a ``bm25s.BM25`` index held in memory."""
+        sc = retriever.scores
+        params = {
+            name: getattr(retriever, name)
+            for name in ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
+            if hasattr(retriever, name)
+        }
+        backend = getattr(retriever, "backend", None)
+        if backend is not None:
+            params["backend"] = backend
+        vocab = dict(retriever.vocab_dict)
+        empty = vocab.pop("", None)
+        return cls(
+            np.asarray(sc["data"]),
+            np.asarray(sc["indices"]),
+            np.asarray(sc["indptr"]),
+            int(sc["num_docs"]),
+            vocab,
+            params,
+            retriever.nonoccurrence_array,
+            empty,
+        )
+
+    @classmethod
+    def load(cls, folder: Path, *, mmap: bool = True) -> SavedScores:
+        """The scores ``bm25s.BM25.save`` wrote into ``folder`` (arrays memory-mapped)."""
+        params = json.loads((folder / BM25S_PARAMS).read_text("utf-8"))
+        vocab = json.loads((folder / BM25S_VOCAB).read_text("utf-8"))
+        if not isinstance(params, dict) or not isinstance(vocab, dict):
+            raise ValueError(f"{folder}: {BM25S_PARAMS} or {BM25S_VOCAB} is not a JSON object")
+        params = {k: v for k, v in params.items() if k != "version"}
+        num_docs = params.pop("num_docs", None)
+        mode: Literal["r"] | None = "r" if mmap else None
+        data, indices, indptr = (_load_array(folder / name, mode) for name in BM25S_FILES)
+        nonoccurrence = None
+        if params.get("method", "lucene") in ("bm25l", "bm25+"):
+            nonoccurrence = _load_array(folder / BM25S_NONOCCURRENCE)
+        dtype = np.dtype(params.get("dtype", "float32"))
+        if data.dtype != dtype:  # as bm25s's load does
+            data = data.astype(dtype)
+        if (
+            not isinstance(num_docs, int)
+            or data.ndim != 1
+            or indptr.ndim != 1
+            or indptr.size == 0
+            or data.shape != indices.shape
+            or int(indptr[-1]) != data.size
+        ):
+            raise ValueError(f"{folder}: bm25s's score arrays disagree; rebuild the index")
+        empty = vocab.pop("", None)  # so that the term counts share this dict, not a copy
+        return cls(data, indices, indptr, num_docs, vocab, params, nonoccurrence, empty)
+
+    def term_ids(self, tokens: Sequence[str]) -> list[int]:
+        """The vocabulary ids of ``tokens`` (query order, repeats kept, unknown ones left out)."""
+        vocab = self.vocab
+        return [vocab[t] for t in tokens if t in vocab]
+
+    def scores(self, term_ids: Sequence[int]) -> np.ndarray:
+        """The score of every chunk for a query's term ids: each term's column added in query
+        order, in the index's dtype, as ``bm25s.BM25.get_scores`` adds them."""
+        ids = np.asarray(term_ids, dtype=np.int64)
+        if ids.size and int(ids.max()) >= self.indptr.size - 1:
+            raise ValueError("a query term id is outside the BM25 index")
+        out = np.zeros(self.num_docs, dtype=np.dtype(self.params.get("dtype", "float32")))
+        starts, ends = self.indptr[ids], self.indptr[ids + 1]
+        for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+            np.add.at(out, self.indices[lo:hi], self.data[lo:hi])
+        if self.nonoccurrence is not None:
+            out += self.nonoccurrence[ids].sum()
+        return out
+
+    def to_bm25s(self) -> bm25s.BM25:
+        """A ``bm25s.BM25`` holding these scores (imports bm25s and so scipy)."""
+        module = _bm25s()
+        retriever = module.BM25(**self.params)
+        retriever.scores = {
+            "data": self.data,
+            "indices": self.indices,
+            "indptr": self.indptr,
+            "num_docs": self.num_docs,
+        }
+        vocab = dict(self.vocab)
+        if self.empty_id is not None:
+            vocab[""] = self.empty_id
+        retriever.vocab_dict = vocab
+        retriever.unique_token_ids_set = set(vocab.values())
+        retriever.nonoccurrence_array = self.nonoccurrence
+        return retriever
+
+    def save(self, folder: Path) -> None:
+        """Write these scores in bm25s's layout, by bm25s itself (what loads them back)."""
+        self.to_bm25s().save(str(folder), show_progress=False)
+
+
+def _bm25s() -> Any:
+    """The ``bm25s`` module, imported on first use (it imports scipy.sparse), with its logger
+    quiet: bm25s sets it to DEBUG on import, so every build printed "Building index from IDs
+    objects" through any handler the application installs, even with -q."""
+    import logging
+
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
 class SparseIndex:
     """BM25 over the leaves plus the duplicate map that lets search drop repeated texts.
 
     Scored from :class:`Postings` (counts, idf at query time); an index saved before them is
-    read through its precomputed ``bm25s`` scores (``retriever``) until its first update."""
+    read through its precomputed scores in bm25s's layout (``retriever``, a
+    :class:`SavedScores`; a ``bm25s.BM25`` given here is read into one) until its first
+    update."""
 
     def __init__(
         self,
-        retriever: bm25s.BM25 | None,
+        retriever: SavedScores | bm25s.BM25 | None,
         first_copy: np.ndarray,
         counts: TermCounts | None = None,
         *,
@@ -527,7 +676,9 @@ class SparseIndex:
     ) -> None:
         if retriever is None and postings is None:
             raise ValueError("a sparse index needs bm25s scores or postings")
-        self.retriever = retriever
+        if retriever is not None and not isinstance(retriever, SavedScores):
+            retriever = SavedScores.of_bm25s(retriever)
+        self.retriever: SavedScores | None = retriever
         self.postings = postings
         self.duplicates = duplicates
         """The table behind ``first_copy`` when this process made it (an update extends it
@@ -548,7 +699,7 @@ class SparseIndex:
         if self.postings is not None:
             return self.postings.n_docs
         assert self.retriever is not None
-        return int(self.retriever.scores["num_docs"])
+        return self.retriever.num_docs
 
     @classmethod
     def build(
@@ -589,11 +740,10 @@ class SparseIndex:
             ids = [vocab[t] for t in _tokenize([query])[0] if t in vocab]
             return self.postings.scores(ids)
         assert self.retriever is not None
-        vocab = self.retriever.vocab_dict
-        terms = [t for t in _tokenize([query])[0] if t in vocab]
-        if not terms:
+        ids = self.retriever.term_ids(_tokenize([query])[0])
+        if not ids:
             return np.zeros(self.first_copy.size, dtype=np.float32)
-        return np.asarray(self.retriever.get_scores(terms), dtype=np.float32)
+        return np.asarray(self.retriever.scores(ids), dtype=np.float32)
 
     def search(
         self, query: str, *, k: int = 10, allowed_leaves: np.ndarray | None = None
@@ -616,7 +766,7 @@ class SparseIndex:
             self.postings.save(folder)
             return
         assert self.retriever is not None
-        self.retriever.save(str(folder), show_progress=False)
+        self.retriever.save(folder)
         if self._counts is not None:
             c = self._counts
             for name, array in zip(COUNT_FILES, (c.doc_ptr, c.terms, c.tf), strict=True):
@@ -635,15 +785,15 @@ class SparseIndex:
             if first.shape != (postings.n_docs,):
                 raise ValueError(f"{folder}: first_copy.npy disagrees with the BM25 counts")
             return cls(None, first, postings=postings)
-        retriever = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
+        retriever = SavedScores.load(folder, mmap=mmap)
         first = _load_array(folder / "first_copy.npy") if first_copy is None else first_copy
         counts = None
         if all((folder / name).is_file() for name in COUNT_FILES):
             ptr, terms, tf = (
                 _load_array(folder / name, "r" if mmap else None) for name in COUNT_FILES
             )
-            vocab = {t: int(i) for t, i in retriever.vocab_dict.items() if t != ""}
-            n_vocab = int(np.asarray(retriever.scores["indptr"]).size - 1)
+            vocab = retriever.vocab  # shared, not copied: both only read it
+            n_vocab = int(retriever.indptr.size - 1)
             if (
                 ptr.ndim != 1
                 or ptr.size != first.size + 1

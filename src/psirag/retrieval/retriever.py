@@ -431,18 +431,43 @@ class Retriever:
         data = self.data
         tree = data.tree
         leaves = tree.leaves_under(node) if node >= tree.n_leaves else np.array([node])
-        docs = set(data.leaf_documents[leaves].tolist())
         return NodeHit(
             node=node,
             layer=int(tree.layer[node]),
             score=score,
             text=data.node_text(node),
             order=int(leaves.min()),
-            document=docs.pop() if len(docs) == 1 else None,
+            document=_one_document(data, leaves),
         )
 
     def source(self, leaf: int) -> Source:
         return self.data.chunks[leaf].source
+
+
+_PROBES = 16
+"""Leaves of a node whose documents :func:`_one_document` reads first."""
+_WALK = 64
+"""Up to this many leaves, :func:`_one_document` reads each leaf's chunk rather than the
+document of every leaf of the index."""
+
+
+def _one_document(data: IndexData, leaves: np.ndarray) -> str | None:
+    """The document all ``leaves`` come from (None: several). Reads a few spread leaves
+    first (mixed nodes, the common case, end there), then the rest of a small node; only a
+    large node of one document uses the per-leaf document array, which reads every chunk."""
+    if leaves.size == 0:
+        return None
+    if "leaf_documents" not in data.__dict__:  # not derived yet: read as few chunks as will do
+        chunks = data.chunks
+        picks = np.unique(np.linspace(0, leaves.size - 1, min(leaves.size, _PROBES)).astype(int))
+        first = chunks[int(leaves[0])].source.document
+        if any(chunks[int(leaves[i])].source.document != first for i in picks.tolist()):
+            return None
+        if leaves.size <= _WALK:
+            same = all(chunks[u].source.document == first for u in leaves.tolist())
+            return first if same else None
+    docs = set(data.leaf_documents[leaves].tolist())
+    return docs.pop() if len(docs) == 1 else None
 
 
 __all__ = ["DenseFlat", "DocFilter", "NodeHit", "Ranked", "Retriever"]

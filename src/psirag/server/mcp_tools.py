@@ -1,6 +1,7 @@
 """The MCP server: the index's tools for an AI assistant, over stdio (``psirag mcp DIR``) or
 streamable HTTP (``/mcp`` on ``psirag serve``). Both share the HTTP API's state and answer with
-the same JSON shapes.
+the same JSON shapes. The request models, the agent and the views are imported by the first tool
+call, so that ``initialize`` does not wait for them.
 
 Tools: ``search`` (hybrid retrieval), ``ask`` (the retrieve-and-answer agent; needs an LLM),
 ``inspect_node`` (a node of the abstract tree, the root by default) and ``list_documents``.
@@ -9,14 +10,13 @@ A failure the user can fix comes back as a tool error with psirag's own message.
 
 from __future__ import annotations
 
+import asyncio
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from psirag import __version__
 from psirag.errors import PsiragError
-from psirag.server import views
 from psirag.server.budget import Budget
-from psirag.server.models import AskRequest, SearchRequest
-from psirag.server.querying import agent_for, search_config
 
 if TYPE_CHECKING:
     from psirag.server.state import ServerState
@@ -30,8 +30,10 @@ INSTRUCTIONS = (
 )
 
 
-def build_mcp_server(state: ServerState) -> Any:
-    """An ``MCPServer`` whose tools run on ``state``."""
+def build_mcp_server(state: ServerState | Future[ServerState]) -> Any:
+    """An ``MCPServer`` whose tools run on ``state``; given as a future (``psirag mcp``, which
+    answers ``initialize`` while the index and its model load in a thread), each tool call
+    waits for it, and a load that failed is that call's error."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
@@ -39,10 +41,20 @@ def build_mcp_server(state: ServerState) -> Any:
         "psirag", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING"
     )
 
-    async def run(fn: Any, *, llm: bool = False) -> Any:
-        """``fn`` in a worker thread; LLM work in the ask pool (admission control)."""
+    async def ready() -> ServerState:
+        """The state, once loaded."""
+        if not isinstance(state, Future):
+            return state
         try:
-            return await (state.llm_work(fn) if llm else state.blocking(fn))
+            return await asyncio.wrap_future(state) if not state.done() else state.result()
+        except (PsiragError, OSError) as exc:
+            raise ToolError(f"the index could not be loaded: {type(exc).__name__}: {exc}") from exc
+
+    async def run(fn: Any, *, llm: bool = False) -> Any:
+        """``fn(state)`` in a worker thread; LLM work in the ask pool (admission control)."""
+        st = await ready()
+        try:
+            return await (st.llm_work(lambda: fn(st)) if llm else st.blocking(lambda: fn(st)))
         except PsiragError as exc:
             raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
@@ -51,9 +63,13 @@ def build_mcp_server(state: ServerState) -> Any:
         """Hybrid search (abstract tree + BM25, fused by RRF). Returns passages with text,
         score and source (document, title, chunk, character span), and each passage's path
         in the tree."""
+        from psirag.server import views
+        from psirag.server.models import SearchRequest
+        from psirag.server.querying import search_config
+
         body = SearchRequest(query=query, k=k, docs=docs)
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             state.check_query(query)
             state.check_k(k)
             index = state.holder.latest().index
@@ -75,9 +91,13 @@ def build_mcp_server(state: ServerState) -> Any:
         retrieved passages as evidence, the steps it took and the budget used.
         ``max_retrievals``: retrievals after the first, or "auto" (from the question's
         predicted hops); by default the server's setting."""
+        from psirag.server import views
+        from psirag.server.models import AskRequest
+        from psirag.server.querying import agent_for
+
         body = AskRequest(query=question, max_retrievals=max_retrievals, k=k, docs=docs)
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             state.check_query(question, "question")
             state.check_k(k)
             index = state.holder.latest().index
@@ -99,8 +119,9 @@ def build_mcp_server(state: ServerState) -> Any:
     async def inspect_node(node: int | None = None) -> dict[str, Any]:
         """One node of the abstract tree (default: the root): its abstract (a leaf: its
         text), layer, path from the root, children with labels, and sample leaves."""
+        from psirag.server import views
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             index = state.holder.latest().index
             target = int(index.tree.roots[0]) if node is None else node
             return views.node_payload(index, target)
@@ -116,7 +137,7 @@ def build_mcp_server(state: ServerState) -> Any:
         id or title holds it."""
         from psirag.server import catalog
 
-        def go() -> dict[str, Any]:
+        def go(state: ServerState) -> dict[str, Any]:
             generation = state.holder.latest()
             rows = catalog.document_rows(generation.index, state.jobs.all())
             body = catalog.page_of(rows, offset=offset, limit=min(limit, 200), query=query)

@@ -14,8 +14,13 @@ added through one worker is searched by all of them once it is published.
 The parent does nothing but supervise: it restarts a worker that dies (giving up when workers
 keep dying), and on SIGTERM, SIGINT or SIGHUP stops them all (SIGTERM, then SIGKILL after the
 grace period). A worker asks the kernel to signal it when the parent dies (Linux
-``PR_SET_PDEATHSIG``) and also checks its parent every second, so no worker outlives it; the
-last one out removes the folder of shared jobs the parent could not.
+``PR_SET_PDEATHSIG``) and also checks its parent every second, so no worker outlives it.
+
+The workers share their jobs in ``server-jobs/`` beside the index
+(:class:`psirag.server.jobs.SharedJobs`), which outlives the server: the parent prepares it
+before forking, marks a dead worker's unfinished jobs interrupted before starting its
+replacement, and every worker's once they have all stopped (a parent killed with SIGKILL
+cannot: the next start does it).
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from psirag.server.jobs import SharedJobs
 
 log = logging.getLogger("psirag.server")
 
@@ -47,22 +53,26 @@ _PR_SET_PDEATHSIG = 1
 PARENT_GONE = signal.SIGUSR1
 """The signal a worker gets when its parent dies."""
 
-MakeApp = Callable[[int, Path], Any]
-"""Builds worker ``k``'s application (in the worker, after the fork), given the folder where the
-workers share their jobs' status."""
+MakeApp = Callable[[int], Any]
+"""Builds worker ``k``'s application (in the worker, after the fork)."""
 
 
 def serve_workers(
     workers: int,
     make_app: MakeApp,
     sock: socket.socket,
+    jobs: SharedJobs,
     *,
     log_level: str = "info",
 ) -> int:
-    """Fork ``workers`` processes that serve ``make_app(k, shared)`` on ``sock`` and supervise
-    them until a stop signal; the exit status (0: stopped by a signal)."""
-    shared = Path(tempfile.mkdtemp(prefix="psirag-serve-jobs-"))
-    print(f"psirag serve: {workers} workers, jobs shared in {shared}", file=sys.stderr, flush=True)
+    """Fork ``workers`` processes that serve ``make_app(k)`` on ``sock`` and supervise them
+    until a stop signal; the exit status (0: stopped by a signal). ``jobs``: the folder the
+    workers share their jobs in, prepared (:meth:`SharedJobs.prepare`)."""
+    print(
+        f"psirag serve: {workers} workers, jobs shared in {jobs.folder}",
+        file=sys.stderr,
+        flush=True,
+    )
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set())
@@ -73,7 +83,7 @@ def serve_workers(
     status = 0
     try:
         for k in range(workers):
-            children[_fork_worker(k, make_app, sock, shared, log_level)] = k
+            children[_fork_worker(k, make_app, sock, jobs, log_level)] = k
         while not stop.is_set():
             pid, code = _reap()
             if pid == 0:
@@ -82,6 +92,7 @@ def serve_workers(
             if pid not in children:
                 continue
             k = children.pop(pid)
+            jobs.interrupt(k)  # what it was running or had queued never finishes now
             now = time.monotonic()
             deaths = [t for t in deaths if now - t < RESTART_WINDOW_S] + [now]
             if len(deaths) > RESTARTS_ALLOWED:
@@ -98,13 +109,15 @@ def serve_workers(
                 file=sys.stderr,
                 flush=True,
             )
-            children[_fork_worker(k, make_app, sock, shared, log_level)] = k
+            children[_fork_worker(k, make_app, sock, jobs, log_level)] = k
     finally:
         _stop_all(children)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         sock.close()
-        shutil.rmtree(shared, ignore_errors=True)
+        jobs.interrupt()  # every worker has exited: their unfinished jobs never finish
+        if jobs.temporary:
+            shutil.rmtree(jobs.folder, ignore_errors=True)
     return status
 
 
@@ -141,7 +154,7 @@ def _stop_all(children: dict[int, int]) -> None:
 
 
 def _fork_worker(
-    k: int, make_app: MakeApp, sock: socket.socket, shared: Path, log_level: str
+    k: int, make_app: MakeApp, sock: socket.socket, jobs: SharedJobs, log_level: str
 ) -> int:
     parent = os.getpid()
     sys.stdout.flush()
@@ -156,7 +169,7 @@ def _fork_worker(
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         _die_with_parent(parent)
-        code = _run_worker(k, make_app, sock, shared, log_level)
+        code = _run_worker(k, make_app, sock, log_level)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException as exc:  # the worker's end: say why, then exit
@@ -172,17 +185,15 @@ def _fork_worker(
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-        if os.getppid() != parent:  # the parent was killed: nobody else removes the job files
-            shutil.rmtree(shared, ignore_errors=True)
+        if jobs.temporary and os.getppid() != parent:  # the parent was killed: nobody else
+            shutil.rmtree(jobs.folder, ignore_errors=True)  # removes the temporary job files
         os._exit(code)
 
 
-def _run_worker(
-    k: int, make_app: MakeApp, sock: socket.socket, shared: Path, log_level: str
-) -> int:
+def _run_worker(k: int, make_app: MakeApp, sock: socket.socket, log_level: str) -> int:
     import uvicorn
 
-    app = make_app(k, shared)
+    app = make_app(k)
     config = uvicorn.Config(
         app, log_level=log_level, timeout_graceful_shutdown=int(GRACE_S), lifespan="on"
     )

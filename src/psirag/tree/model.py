@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,6 +111,8 @@ class Tree:
             current = current[alive]
             anc = self.parent[anc[alive]]
         data = np.ones(sum(len(r) for r in rows), dtype=np.float32)
+        import scipy.sparse as sp  # here: a search that never asks for this needs no scipy
+
         return sp.csr_matrix(
             (data, (np.concatenate(rows), np.concatenate(cols))), shape=(self.n_nodes, n)
         )

@@ -1,0 +1,348 @@
+"""Rows of a saved JSON-lines table, read on demand from memory-mapped files (issue 24 item 6).
+
+Why: opening an index must not cost time or memory in proportion to its chunks. A search reads
+ten passages; parsing a million chunk records to serve them was most of a load. A
+:class:`MappedLines` maps a table's files (its segments and patches) and knows where each line
+starts; a :class:`LazyRows` is the ``Sequence`` the rest of psirag sees (``IndexData.chunks``,
+``IndexData.abstracts``): row ``i`` is decoded the first time it is read and kept, so reading
+it again gives the very same object (what :class:`psirag.index_data.SavedOrigin` relies on to
+know which rows a save can keep).
+
+The maps stay valid after the generation's files are removed (POSIX), as the memory-mapped
+arrays do, so a reader closed after the load reads its rows later all the same."""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import threading
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Generic, TypeVar, overload
+
+import numpy as np
+
+from psirag.errors import IndexFormatError
+
+T = TypeVar("T")
+
+_NEWLINE = 10
+
+
+def line_starts(data: bytes | mmap.mmap | memoryview, rows: int, where: str) -> np.ndarray:
+    """Where each of the ``rows`` lines of ``data`` starts, plus its length (int64, ``rows + 1``),
+    found with numpy over the bytes (JSON escapes every newline inside a value, so each
+    ``\\n`` ends a row)."""
+    buf = np.frombuffer(data, dtype=np.uint8) if len(data) else np.empty(0, dtype=np.uint8)
+    ends = np.flatnonzero(buf == _NEWLINE)
+    if ends.size != rows or (rows and int(ends[-1]) != buf.size - 1):
+        raise IndexFormatError(
+            f"{where} holds {ends.size} lines, the manifest says {rows}; the index is corrupted, "
+            "rebuild it"
+        )
+    out = np.empty(rows + 1, dtype=np.int64)
+    out[0] = 0
+    out[1:] = ends + 1
+    return out
+
+
+def checked_starts(starts: np.ndarray, rows: int, size: int, where: str) -> np.ndarray:
+    """``starts`` (a saved line-start array) if it fits a file of ``size`` bytes and ``rows``
+    lines, else an :class:`IndexFormatError`."""
+    starts = np.asarray(starts)
+    if (
+        starts.ndim != 1
+        or starts.size != rows + 1
+        or starts.dtype.kind not in "iu"
+        or int(starts[0]) != 0
+        or int(starts[-1]) != size
+        or (rows and bool(np.any(np.diff(starts) <= 0)))
+    ):
+        raise IndexFormatError(
+            f"{where}: its line starts do not fit its {rows} rows of {size} bytes; the index is "
+            "corrupted, rebuild it"
+        )
+    return np.asarray(starts, dtype=np.int64)
+
+
+class _File:
+    """One JSON-lines file, mapped, with its line starts."""
+
+    _starts: np.ndarray | None
+
+    def __init__(self, path: Path, rows: int, starts: np.ndarray | None, where: str) -> None:
+        self.where = where
+        self.rows = rows
+        size = path.stat().st_size
+        if size == 0:
+            self.data: mmap.mmap | bytes = b""
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                self.data = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+        self._starts = None if starts is None else checked_starts(starts, rows, size, where)
+
+    @property
+    def starts(self) -> np.ndarray:
+        """Where each line starts (plus the size): saved beside the file, or found when a row
+        is first read (a file saved without them costs a scan then, not at load)."""
+        if self._starts is None:
+            self._starts = line_starts(self.data, self.rows, self.where)
+        return self._starts
+
+    def value(self, line: int) -> Any:
+        lo, hi = int(self.starts[line]), int(self.starts[line + 1]) - 1
+        try:
+            return json.loads(self.data[lo:hi])
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise IndexFormatError(
+                f"{self.where}: line {line + 1} is not valid JSON ({exc}); the index is "
+                "corrupted, rebuild it"
+            ) from exc
+
+
+class MappedLines:
+    """The physical rows of one JSON-lines table: its segment files end to end, with patches
+    (a later patch wins) applied as rows are read. Construction maps the files and reads their
+    line starts; no row is decoded."""
+
+    def __init__(
+        self,
+        segments: Sequence[tuple[Path, int, np.ndarray | None, str]],
+        patches: Sequence[tuple[np.ndarray, Path, np.ndarray | None, str]] = (),
+    ) -> None:
+        """``segments``: (path, rows, line starts or None to find them, name for errors);
+        ``patches``: (physical rows, values file, its line starts or None, name), in order."""
+        self.files = [_File(p, n, s, w) for p, n, s, w in segments]
+        bounds = [0]
+        for f in self.files:
+            bounds.append(bounds[-1] + f.rows)
+        self._bounds = bounds
+        self.physical = bounds[-1]
+        self._patch_files: list[_File] = []
+        self._patched: np.ndarray | None = None
+        self._patch_line: np.ndarray | None = None
+        if patches:
+            owner = np.full(self.physical, -1, dtype=np.int32)
+            line = np.zeros(self.physical, dtype=np.int64)
+            for k, (ids, path, starts, where) in enumerate(patches):
+                ids = np.asarray(ids, dtype=np.int64)
+                values = _File(path, int(ids.size), starts, where)
+                if ids.ndim != 1 or (
+                    ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.physical)
+                ):
+                    raise IndexFormatError(
+                        f"{where}: the patch does not fit the table's {self.physical} rows; the "
+                        "index is corrupted, rebuild it"
+                    )
+                self._patch_files.append(values)
+                owner[ids] = k
+                line[ids] = np.arange(ids.size)
+            self._patched, self._patch_line = owner, line
+
+    def values(self, rows: np.ndarray) -> list[Any]:
+        """Physical rows ``rows``, decoded (as :meth:`value` one by one, with less overhead
+        per row: what reading every row costs)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        out: list[Any] = [None] * rows.size
+        todo = np.arange(rows.size)
+        if self._patched is not None:
+            owner = self._patched[rows]
+            for j in np.flatnonzero(owner >= 0).tolist():
+                out[j] = self.value(int(rows[j]))
+            todo = np.flatnonzero(owner < 0)
+        which = np.searchsorted(np.asarray(self._bounds), rows[todo], side="right") - 1
+        for i, f in enumerate(self.files):
+            picked = todo[which == i]
+            if not picked.size:
+                continue
+            lines = rows[picked] - self._bounds[i]
+            data, lo, hi = f.data, f.starts[lines].tolist(), (f.starts[lines + 1] - 1).tolist()
+            try:
+                values = [json.loads(data[a:b]) for a, b in zip(lo, hi, strict=True)]
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                values = [f.value(line) for line in lines.tolist()]  # names the bad line
+            for j, v in zip(picked.tolist(), values, strict=True):
+                out[j] = v
+        return out
+
+    def value(self, row: int) -> Any:
+        """Physical row ``row``, decoded (not kept: :class:`LazyRows` keeps it)."""
+        if self._patched is not None and self._patch_line is not None:
+            k = int(self._patched[row])
+            if k >= 0:
+                return self._patch_files[k].value(int(self._patch_line[row]))
+        i = bisect_right(self._bounds, row) - 1
+        return self.files[i].value(row - self._bounds[i])
+
+
+class LazyRows(Sequence[T], Generic[T]):
+    """A read-only sequence over rows of a :class:`MappedLines`: item ``i`` is physical row
+    ``rows[i]`` (``rows`` None: row ``i``) made into a ``T`` by ``convert`` on first read and
+    kept, followed by ``tail`` (items already in memory, e.g. an update's new chunks).
+    Sequences made from one another (:meth:`take`, ``+``) share the decoded rows."""
+
+    def __init__(
+        self,
+        source: MappedLines,
+        convert: Callable[[Any], T],
+        rows: np.ndarray | None = None,
+        *,
+        tail: Sequence[T] = (),
+        _cache: tuple[dict[int, T], threading.Lock] | None = None,
+    ) -> None:
+        self.source = source
+        self.convert = convert
+        self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+        self.tail = tuple(tail)
+        self._head = source.physical if rows is None else int(self.rows.size)  # type: ignore[union-attr]
+        self._cache: dict[int, T]
+        self._cache, self._lock = ({}, threading.Lock()) if _cache is None else _cache
+
+    # ---------------------------------------------------------------- the Sequence
+    def __len__(self) -> int:
+        return self._head + len(self.tail)
+
+    def physical_row(self, i: int) -> int:
+        """The physical row of item ``i`` (-1: a tail item)."""
+        if i >= self._head:
+            return -1
+        return i if self.rows is None else int(self.rows[i])
+
+    def _item(self, i: int) -> T:
+        if i >= self._head:
+            return self.tail[i - self._head]
+        row = i if self.rows is None else int(self.rows[i])
+        got = self._cache.get(row)
+        if got is None:
+            value = self.convert(self.source.value(row))
+            with self._lock:  # two threads reading one row must get one object
+                got = self._cache.setdefault(row, value)
+        return got
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[T, ...]: ...
+    def __getitem__(self, i: int | slice) -> T | tuple[T, ...]:
+        n = len(self)
+        if isinstance(i, slice):
+            return tuple(self._item(j) for j in range(*i.indices(n)))
+        i = int(i)  # numpy integers too
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"row {i} of {n}")
+        return self._item(i)
+
+    def __iter__(self) -> Iterator[T]:
+        block = 8192
+        for lo in range(0, self._head, block):  # decoded a block at a time
+            hi = min(self._head, lo + block)
+            rows = np.arange(lo, hi) if self.rows is None else self.rows[lo:hi]
+            cache = self._cache
+            missing = [r for r in rows.tolist() if r not in cache]
+            if missing:
+                values = self.source.values(np.asarray(missing, dtype=np.int64))
+                convert = self.convert
+                with self._lock:
+                    for r, v in zip(missing, values, strict=True):
+                        cache.setdefault(r, convert(v))
+            yield from (cache[r] for r in rows.tolist())
+        yield from self.tail
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (tuple, list, LazyRows)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Sequence[T]) -> LazyRows[T]:
+        """These rows then ``other`` (kept in memory), sharing the decoded rows."""
+        return LazyRows(
+            self.source,
+            self.convert,
+            self._rows(),
+            tail=self.tail + tuple(other),
+            _cache=(self._cache, self._lock),
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (tuple(self),))  # maps do not travel: a copy is decoded rows
+
+    def __repr__(self) -> str:
+        return f"LazyRows({len(self):,} rows, {len(self._cache):,} read)"
+
+    # ---------------------------------------------------------------- derived sequences
+    def _rows(self) -> np.ndarray:
+        return np.arange(self._head, dtype=np.int64) if self.rows is None else self.rows
+
+    def take(self, items: np.ndarray) -> LazyRows[T] | tuple[T, ...]:
+        """The items at positions ``items`` (in that order), without reading them; a tuple
+        when some are tail items."""
+        items = np.asarray(items, dtype=np.int64)
+        if items.size and int(items.max()) >= self._head:
+            return tuple(self._item(int(i)) for i in items.tolist())
+        return LazyRows(
+            self.source, self.convert, self._rows()[items], _cache=(self._cache, self._lock)
+        )
+
+    def read(self) -> int:
+        """How many rows have been decoded so far (by this sequence and its relatives)."""
+        return len(self._cache)
+
+    def positions_of(self, items: Sequence[T]) -> np.ndarray:
+        """Per item of ``items``, its position in this sequence's head when it is one of these
+        rows (the very object read from it, or, for a relative sequence, the same row), else
+        -1. Costs O(len(items)) without decoding a row."""
+        head = self._rows()
+        order = None
+        if head.size > 1 and not bool(np.all(np.diff(head) > 0)):
+            order = np.argsort(head, kind="stable")
+        sorted_rows = head if order is None else head[order]
+
+        def position(physical: np.ndarray) -> np.ndarray:
+            at = np.minimum(np.searchsorted(sorted_rows, physical), max(sorted_rows.size - 1, 0))
+            hit = (sorted_rows[at] == physical) & (physical >= 0) if sorted_rows.size else at < 0
+            pos = at if order is None else order[at]
+            return np.where(hit, pos, -1)
+
+        if isinstance(items, LazyRows) and items._cache is self._cache:
+            own = position(items._rows())
+            return np.concatenate([own, self._by_identity(items.tail)])
+        return self._by_identity(items)
+
+    def _by_identity(self, items: Sequence[T]) -> np.ndarray:
+        """Per item, its position here if it is an object decoded from one of these rows."""
+        out = np.full(len(items), -1, dtype=np.int64)
+        if not len(items) or not self._cache:
+            return out
+        head = self._rows()
+        with self._lock:  # another thread may be reading rows meanwhile
+            decoded = list(self._cache.items())
+        cached = np.fromiter((row for row, _ in decoded), np.int64, len(decoded))
+        if self.rows is None:
+            ok = cached < head.size
+            pos = cached
+        else:
+            order = np.argsort(head, kind="stable")
+            ordered = head[order]
+            at = np.minimum(np.searchsorted(ordered, cached), max(head.size - 1, 0))
+            ok = ordered[at] == cached if head.size else np.zeros(cached.size, dtype=bool)
+            pos = order[at]
+        by_id = {
+            id(obj): p
+            for (_, obj), p, good in zip(decoded, pos.tolist(), ok.tolist(), strict=True)
+            if good
+        }
+        for k, obj in enumerate(items):
+            out[k] = by_id.get(id(obj), -1)
+        return out
+
+
+__all__ = ["LazyRows", "MappedLines", "checked_starts", "line_starts"]
