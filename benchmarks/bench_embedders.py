@@ -147,7 +147,9 @@ def prefill(embedder: Any, name: str, spec: str, step: int = 512) -> None:
             run["embedded"] += embedder.misses - misses
             run["seconds"] = round(run["seconds"] + time.perf_counter() - t0, 3)
             run["chunks_per_s"] = round(run["embedded"] / max(run["seconds"], 1e-9), 3)
-            run["loadavg_now"] = [round(x, 2) for x in os.getloadavg()]
+            now = round(os.getloadavg()[0], 2)
+            low, high = run.get("loadavg_1m_range", [now, now])
+            run["loadavg_1m_range"] = [min(low, now), max(high, now)]
         record["cached"] = done
         path.write_text(json.dumps(progress, indent=2))
         print(f"{name}: {done}/{len(texts)} embedded", flush=True)
@@ -380,7 +382,8 @@ def not_run_note(r: dict[str, Any], name: str) -> str:
     if not rec:
         return "not run: no mpnet index yet (`--build mpnet`)"
     rates = [
-        f"{x['chunks_per_s']} chunks/s over {x['embedded']:,} chunks at load {x['loadavg_now'][0]}"
+        f"{x['chunks_per_s']} chunks/s over {x['embedded']:,} chunks at load "
+        f"{x['loadavg_1m_range'][0]}-{x['loadavg_1m_range'][1]}"
         for x in rec["runs"]
         if x.get("embedded")
     ]
