@@ -4,6 +4,7 @@ any sequence of adds and removals."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,8 +59,8 @@ def test_updates_keep_the_map_equal_and_normalise_only_new_texts(
         made = calls["n"] - before
         texts = [c.text for c in index.chunks]
         assert np.array_equal(index.sparse.first_copy, first_copy_of(texts)), step
-        if step == 3:  # a removal moves positions: every text is mapped again
-            assert made >= len(texts), (step, made)
+        if step == 3:  # a removal: the kept texts' map from their hashes, no text mapped
+            assert made == 0, (step, made)
         else:  # an add: its new texts (and a hash match) only
             assert made <= 3 * 5, (step, made)
 
@@ -77,3 +78,75 @@ def test_an_add_of_stopwords_only_to_a_searchable_index_is_accepted() -> None:
     index.add(["and the"], texts=True)
     assert len(index.chunks) == 4
     assert np.array_equal(index.sparse.first_copy, first_copy_of([c.text for c in index.chunks]))
+
+
+def test_a_loaded_index_adds_without_mapping_every_text_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key hashes are saved with the index: the first add after a load normalises its own
+    texts (and a text whose hash it meets), not the corpus, and the map equals a fresh one."""
+    rng = random.Random(11)
+    config = IndexConfig(chunk_tokens=40, split_records=False)
+    built = Index.build(_texts(rng, 150), config, embedder=HashEmbedder(), texts=True)
+    built.save(tmp_path / "ix")
+    index = Index.load(tmp_path / "ix", embedder=HashEmbedder())
+    assert index.sparse.duplicates is not None
+    assert np.array_equal(index.sparse.duplicates.hashes, built.sparse.duplicates.hashes)
+    calls = {"n": 0}
+    real = duplicates.duplicate_key
+
+    def counted(text: str) -> str:
+        calls["n"] += 1
+        return real(text)
+
+    monkeypatch.setattr(duplicates, "duplicate_key", counted)
+    copy = index.chunks[7].text.upper() + "\n-----\n"  # a copy up to layout of a saved text
+    index.add([*_texts(rng, 3), copy], texts=True)
+    assert calls["n"] <= 2 * 4, calls["n"]
+    texts = [c.text for c in index.chunks]
+    assert np.array_equal(index.sparse.first_copy, first_copy_of(texts))
+    assert index.sparse.first_copy[-1] == index.sparse.first_copy[7]
+    index.save(tmp_path / "ix")  # saved again: the hashes follow the leaves
+    again = Index.load(tmp_path / "ix", embedder=HashEmbedder())
+    assert again.sparse.duplicates is not None
+    assert np.array_equal(again.sparse.duplicates.hashes, index.sparse.duplicates.hashes)
+
+
+def test_colliding_hashes_are_told_apart_by_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)  # every key collides
+    texts = _texts(random.Random(3), 80)
+    monkeypatch.undo()
+    fresh = first_copy_of(texts)
+    monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)
+    grown = DuplicateMap.of(texts[:30]).extended(texts[:55]).extended(texts)
+    assert np.array_equal(grown.first_copy, fresh)
+    assert np.array_equal(DuplicateMap.of(texts).first_copy, fresh)
+
+
+def test_a_removal_maps_from_hashes_unless_two_keys_share_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    texts = _texts(random.Random(9), 120)
+    keep = np.array([i % 7 not in (0, 3) for i in range(len(texts))])
+    kept_texts = [t for t, k in zip(texts, keep, strict=True) if k]
+    got = DuplicateMap.of(texts).kept(keep)
+    assert got is not None
+    assert np.array_equal(got.first_copy, first_copy_of(kept_texts))
+    assert got.extended([*kept_texts, kept_texts[0].upper()]).first_copy[-1] == 0
+    monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)  # every key collides
+    assert DuplicateMap.of(texts).kept(keep) is None  # only the keys can tell them apart
+
+
+def test_a_removal_that_leaves_nothing_to_index_is_refused() -> None:
+    """The map of the kept texts comes from hashes, but the corpus-wide check still runs on
+    what a removal leaves."""
+    from psirag.errors import InputError
+
+    index = Index.build(
+        ["volcano eruption in Sicily", "the a of"],
+        IndexConfig(),
+        embedder=HashEmbedder(),
+        texts=True,
+    )
+    with pytest.raises(InputError, match="nothing to index"):
+        index.remove([index.documents[0]])

@@ -175,6 +175,11 @@ class IndexData:
     keyword abstract was last scored (what :class:`psirag.living.AbstractDriftRule` bounds);
     None: every abstract is as scored for its current leaves (a build)."""
     leaf_graph: LeafGraph | None = None
+    inner_rows: tuple[SavedOrigin, np.ndarray] | None = None
+    """Per inner node (``abstracts`` order), the physical row of ``origin``'s inner tables that
+    still holds its vector and abstract (-1: new or changed since), as loading and updates
+    carry it; a save on top of that generation keeps those rows without reading them back.
+    Valid only while its first item is ``origin`` (None: the save matches rows by content)."""
     """An HNSW graph over the leaf vectors (``psirag[hnsw]``): the dense list at scale, built
     with an index of more than :data:`psirag.config.EXACT_DENSE_LEAVES` leaves when usearch is
     installed, changed by every update and saved in the generation; None: none (the tree
@@ -234,6 +239,8 @@ class IndexData:
         table not made yet is carried over as it is."""
         if "phrase_table" not in changes:
             changes["phrase_table"] = IndexData.__dict__["phrase_table"].held(self)
+        if {"tree", "node_vectors", "abstracts"} & set(changes):
+            changes.setdefault("inner_rows", None)  # the carried rows may not hold them now
         return replace(self, **changes)
 
 

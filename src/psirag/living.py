@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -270,6 +270,11 @@ class _State:
     duplicates: DuplicateMap | None = None
     """BM25's duplicate map of the leading ``chunks`` while no leaf was removed (None: made
     again over every chunk at refresh)."""
+    removed: bool = False
+    """Whether leaves were removed (the corpus-wide "nothing to index" check runs again)."""
+    rows: np.ndarray | None = None
+    """Per node of ``tree``, the saved origin's inner row that still holds it unchanged (-1:
+    a leaf, or new or changed since; see :attr:`IndexData.inner_rows`); None: not known."""
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
@@ -294,6 +299,7 @@ class _State:
             ),
             np.empty(0, dtype=np.int64),
             duplicates=data.sparse.duplicates,
+            rows=_inner_rows(data),
         )
 
     def _timed(self, key: str, t0: float) -> None:
@@ -302,8 +308,12 @@ class _State:
     def keep_leaves(self, keep: np.ndarray) -> None:
         """The per-leaf phrase table and term counts without the leaves not in ``keep``."""
         kept_all = bool(keep.all()) if keep.dtype == bool else keep.size == self.tree.n_leaves
-        if not kept_all:  # positions move: the duplicate map is made again at refresh
-            self.duplicates = None
+        if not kept_all:  # positions move: the map of the kept texts, from their key hashes
+            mask = keep if keep.dtype == bool else np.isin(np.arange(self.tree.n_leaves), keep)
+            t0 = time.perf_counter()
+            self.duplicates = None if self.duplicates is None else self.duplicates.kept(mask)
+            self._timed("bm25", t0)
+            self.removed = True
         t0 = time.perf_counter()
         if self.phrases is not None:
             self.phrases = self.phrases.remove(keep)
@@ -350,6 +360,10 @@ class _State:
         kept = dirty[was[dirty] >= 0]
         drift[kept] += _changed_leaves(self.tree, tree, update.node_map, kept, was[kept])
         self.fresh = np.union1d(fresh[fresh >= n_new], dirty[was[dirty] < 0]).astype(np.int64)
+        if self.rows is not None:  # a node keeps its saved row until refresh changes it
+            rows = np.full(tree.n_nodes, -1, dtype=np.int64)
+            rows[target[keep]] = self.rows[old_inner[keep]]
+            self.rows = rows
         self.drift = drift
         self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaf_vectors
         self.abstracts, self.vectors = abstracts, vectors
@@ -379,7 +393,7 @@ class _State:
             leaves = np.diff(tree.leaf_membership.indptr)[refresh]
             wait = rule.may_wait(self.drift[refresh], leaves) & ~np.isin(refresh, self.fresh)
             waiting, refresh = refresh[wait], refresh[~wait]
-        leaf_texts = [c.text for c in self.chunks]
+        leaf_texts = _LeafTexts(self.chunks)
         t0 = time.perf_counter()
         if config.abstracts == "keywords" and self.phrases is None:
             from psirag.abstracts.phrases import PhraseTable
@@ -405,6 +419,8 @@ class _State:
         self.fresh = np.empty(0, dtype=np.int64)
         # routing vectors of every changed node: their leaves changed, waiting or not
         vectors_of = np.union1d(refresh, waiting).astype(np.int64)
+        if self.rows is not None:  # their saved rows no longer hold them
+            self.rows[vectors_of] = -1
         t0 = time.perf_counter()
         if vectors_of.size:
             self.vectors[vectors_of] = routing_vectors(
@@ -414,14 +430,49 @@ class _State:
         summary.nodes_refreshed = int(refresh.size)
         summary.abstracts_waiting = int(waiting.size)
         t0 = time.perf_counter()
-        from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
+        from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts, check_indexable
 
         if self.terms is None:  # an index saved without term counts
             counts = TermCounts.of(leaf_texts)
             self.terms = Postings.of_counts(counts, k1=config.bm25_k1, b=config.bm25_b)
+        if self.removed and self.duplicates is not None:  # what a removal left must be indexable
+            check_indexable(leaf_texts)
         sparse = SparseIndex.from_postings(self.terms, leaf_texts, appended_to=self.duplicates)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
+
+
+def _inner_rows(data: IndexData) -> np.ndarray | None:
+    """Per node, the saved row that holds it (:attr:`IndexData.inner_rows`, -1 for leaves);
+    None when ``data`` carries none for its origin."""
+    carried = data.inner_rows
+    n = data.tree.n_leaves
+    if carried is None or data.origin is None or carried[0] is not data.origin:
+        return None
+    if carried[1].shape != (data.tree.n_nodes - n,):
+        return None
+    return np.concatenate([np.full(n, -1, dtype=np.int64), np.asarray(carried[1], np.int64)])
+
+
+class _LeafTexts(Sequence[str]):
+    """The leaves' texts, read where used: an add's refresh reads its new leaves' texts only
+    (the duplicate map, the phrase table and the BM25 counts keep the rest), so it need not
+    touch every chunk."""
+
+    def __init__(self, chunks: Sequence[Chunk]) -> None:
+        self._chunks = chunks
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [c.text for c in self._chunks[i]]
+        return self._chunks[i].text
 
 
 def _postings(data: IndexData) -> Postings | None:
@@ -589,17 +640,18 @@ def update_documents(
         )
     from psirag.ids import match, some
 
-    wanted, missing = match(remove, data.documents)
-    known = set(data.documents)
+    # an add alone reads no id of the index's documents (their count is cached with them)
+    wanted, missing = match(remove, data.documents) if remove else ([], [])
+    n_known = len(data.documents)
     if missing:
         sample = ", ".join(repr(d) for d in data.documents[:5])
         raise InputError(
-            f"unknown document id(s) [{some(missing)}]: this index holds {len(known):,} documents "
+            f"unknown document id(s) [{some(missing)}]: this index holds {n_known:,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
         )
-    if wanted and len(wanted) >= len(known):
+    if wanted and len(wanted) >= n_known:
         raise InputError(
-            f"removing all {len(known):,} documents would leave an empty index; nothing was "
+            f"removing all {n_known:,} documents would leave an empty index; nothing was "
             "removed (build a new index instead)"
         )
     summary = UpdateSummary()
@@ -630,7 +682,8 @@ def update_documents(
     truncated = 0
     if documents:
         t0 = time.perf_counter()
-        documents = _admit(state.chunks, sources, config, documents, summary)
+        indexed = set(data.documents) if not wanted else None  # else: what is left
+        documents = _admit(state.chunks, sources, config, documents, summary, indexed)
         new_chunks = chunk_documents(documents, config, progress=progress) if documents else []
         summary.seconds["chunking"] = summary.seconds.get("chunking", 0.0) + (
             time.perf_counter() - t0
@@ -697,7 +750,7 @@ def update_documents(
         summary.seconds["hnsw"] = time.perf_counter() - t0
     assert state.drift is not None
     inner_drift = state.drift[state.tree.n_leaves :]
-    n_docs = len(known) - len(wanted) + len(documents)
+    n_docs = n_known - len(wanted) + len(documents)
     stats = replace(data.stats, documents=n_docs, truncated=data.stats.truncated + truncated)
     new = IndexData(
         config=config,
@@ -714,7 +767,14 @@ def update_documents(
         origin=data.origin,
         abstract_drift=inner_drift if inner_drift.any() else None,
         leaf_graph=graph,
+        inner_rows=None
+        if state.rows is None or data.origin is None
+        else (data.origin, state.rows[state.tree.n_leaves :]),
     )
+    if not wanted:  # the new documents come after the old ones: no need to list them again
+        new.__dict__["documents"] = data.documents + tuple(
+            dict.fromkeys(c.source.document for c in new_chunks)
+        )
     return new, summary
 
 
@@ -738,12 +798,15 @@ def _admit(
     config: Any,
     documents: list[Document],
     summary: UpdateSummary,
+    indexed: set[str] | None = None,
 ) -> list[Document]:
     """Skip documents already indexed, refuse a changed file given to ``add``, rename new
-    documents whose id another document holds."""
+    documents whose id another document holds. ``indexed``: the ids of ``chunks``'
+    documents, when known."""
     # digests only of the indexed documents a new one shares an id with (hashing every chunk
     # of the corpus cost more than the rest of a small add's chunking)
-    indexed = {c.source.document for c in chunks}
+    if indexed is None:
+        indexed = {c.source.document for c in chunks}
     asked = {d.id for d in documents} & indexed
     existing = document_digests([c for c in chunks if c.source.document in asked]) if asked else {}
     taken = indexed | {d.id for d in documents}
@@ -898,7 +961,7 @@ def update_saved(
     from psirag.index_data import SavedOrigin
     from psirag.oserrors import saving
     from psirag.storage import IndexWriter, _resolve
-    from psirag.storage_format import load_index_data, save_index_data
+    from psirag.storage_format import INNER_ORDER, load_index_data, save_index_data
 
     store = _writable_store(folder)
     with IndexWriter(store, wait=wait) as writer:
@@ -918,7 +981,13 @@ def update_saved(
         t0 = time.perf_counter()
         with saving(writer.target, had_index=on_disk is not None):
             generation = save_index_data(writer, new)
-        new = replace(new, origin=SavedOrigin(str(_resolve(store.folder)), generation, new.chunks))
+        origin = SavedOrigin(str(_resolve(store.folder)), generation, new.chunks)
+        # the rows that now hold the inner nodes, so the next save on top keeps them unread
+        rows = store.read(
+            lambda reader: np.asarray(reader.load_array(INNER_ORDER.name), dtype=np.int64),
+            generation=generation,
+        )
+        new = replace(new, origin=origin, inner_rows=(origin, rows))
         return SavedUpdate(
             new, summary, generation, from_legacy, time.perf_counter() - t0, loaded=loaded
         )

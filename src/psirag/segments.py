@@ -372,18 +372,22 @@ def write_table(
     table, reader = base
     where = f"{reader.folder} table {name}"
     old_n = table.rows
+    # row i continues row i (rows appended or cut at the end): known in order, not checked
+    identity = src is None
     if src is None:
-        src = np.concatenate([np.arange(min(n, old_n)), np.full(max(0, n - old_n), -1)])
-    src = np.asarray(src, dtype=np.int64)
-    m = int(np.count_nonzero(src >= 0))
-    kept = src[:m]
-    if (
-        src.size != n
-        or (m < n and bool(np.any(src[m:] >= 0)))
-        or (m and (int(kept[0]) < 0 or int(kept[-1]) >= old_n))
-        or (m > 1 and not bool(np.all(np.diff(kept) > 0)))
-    ):
-        return fresh()  # rows reordered: no cheaper form than a new segment
+        m = min(n, old_n)
+        kept = np.arange(m)
+    else:
+        src = np.asarray(src, dtype=np.int64)
+        m = int(np.count_nonzero(src >= 0))
+        kept = src[:m]
+        if (
+            src.size != n
+            or (m < n and bool(np.any(src[m:] >= 0)))
+            or (m and (int(kept[0]) < 0 or int(kept[-1]) >= old_n))
+            or (m > 1 and not bool(np.all(np.diff(kept) > 0)))
+        ):
+            return fresh()  # rows reordered: no cheaper form than a new segment
     changed = np.empty(0, dtype=np.int64)
     if compare and m:
         old = read_logical(reader, table, where)
@@ -396,16 +400,22 @@ def write_table(
             return fresh()
     if m - changed.size < REUSE_FRACTION * n:
         return fresh()  # little of the base is left: a new segment is smaller and simpler
-    live = live_rows(reader, table, where)
-    gone = np.ones(old_n, dtype=bool)
-    gone[kept] = False
-    removed = live[gone]
+    if identity and table.n_dead == 0:  # physical rows are logical rows: no map to read
+        removed = np.arange(m, old_n, dtype=np.int64)
+        physical = np.concatenate(
+            [np.arange(m, dtype=np.int64), table.physical + np.arange(n - m, dtype=np.int64)]
+        )
+    else:
+        live = live_rows(reader, table, where)
+        gone = np.ones(old_n, dtype=bool)
+        gone[kept] = False
+        removed = live[gone]
+        physical = np.empty(n, dtype=np.int64)
+        physical[:m] = live[kept]
+        physical[m:] = table.physical + np.arange(n - m)
     n_dead = table.n_dead + int(removed.size)
     if n_dead + table.patched + changed.size > max(COMPACT_MIN_ROWS, COMPACT_FRACTION * n):
         return fresh()
-    physical = np.empty(n, dtype=np.int64)
-    physical[:m] = live[kept]
-    physical[m:] = table.physical + np.arange(n - m)
 
     segments = list(table.segments)
     if n > m:  # appended rows: one segment, merged with the small ones before it

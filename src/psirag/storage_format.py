@@ -72,6 +72,10 @@ DOCUMENTS = FormatFile("documents.jsonl", "sources", "jsonl", None, 2, False, un
 """One line per document read from a file: ``{"id", "path", "sha256"}``."""
 FIRST_COPY_FILE = "first_copy.npy"
 """Inside ``bm25/`` up to format 2; in format 3 the table ``first_copy`` (as offsets)."""
+DUPLICATE_HASHES = "duplicate_hashes"
+"""Format 3 table (rows follow the leaves): each chunk's duplicate-key hash
+(:class:`psirag.retrieval.duplicates.DuplicateMap`), so the first add after a load maps its
+new texts only; absent in indexes saved before it (their first add maps every text once)."""
 BM25 = FormatFile("bm25", "sparse", "folder", None, 1, True)
 """bm25s's files, ``first_copy.npy`` and (since the living index) the term counts."""
 PHRASE_WORDS = FormatFile(
@@ -185,6 +189,9 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     (writer.staging / BM25.name / FIRST_COPY_FILE).unlink()
     first = np.asarray(data.sparse.first_copy, dtype=np.int64)
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
+    dups = data.sparse.duplicates
+    if dups is not None and dups.size == n:  # so a load's first add need not map every text
+        tables.save(DUPLICATE_HASHES, "npy", dups.hashes, src=leaf_src)
     if data.phrase_table is not None:
         _save_phrase_table(tables, data.phrase_table, leaf_src)
     if data.leaf_graph is not None:
@@ -192,7 +199,10 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     _link_unchanged(writer)
     body = manifest_body(data)
     body["tables"] = {k: t.to_json() for k, t in tables.written.items()}
-    return writer.commit(body)
+    generation = writer.commit(body)
+    if data.phrase_table is not None:  # what a save on top of this generation may trust
+        data.phrase_table.mark_saved(_generation_token(writer.target, generation))
+    return generation
 
 
 def _small_ints(a: np.ndarray) -> np.ndarray:
@@ -328,6 +338,9 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     vectors = np.ascontiguousarray(data.node_vectors[n:])
     abstracts = data.abstracts
     k = len(abstracts)
+    carried = _carried_inner_rows(tables, data, vectors_file)
+    if carried is not None:
+        return _save_inner_rows(tables, data, carried)
     matched = np.full(k, -1, dtype=np.int64)
     old_vectors = tables.read("inner_vectors", physical=True)
     old_texts = tables.read("inner_abstracts", physical=True)
@@ -403,6 +416,95 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     return order
 
 
+def _carried_inner_rows(
+    tables: _TableSaver, data: IndexData, vectors_file: str | None
+) -> np.ndarray | None:
+    """Per inner node, the base's logical row that still holds it (-1: write it), from the
+    rows the update carried (:attr:`IndexData.inner_rows`); None when they are not for the
+    base generation (then rows are matched by content)."""
+    reader = tables.writer.base
+    base = tables.base.get("inner_vectors")
+    texts_base = tables.base.get("inner_abstracts")
+    carried = data.inner_rows
+    origin = data.origin
+    if (
+        carried is None
+        or origin is None
+        or carried[0] is not origin
+        or vectors_file is not None
+        or reader is None
+        or base is None
+        or texts_base is None
+        or reader.generation != origin.generation
+        or str(_resolve(reader.root)) != origin.folder
+        or texts_base.physical != base.physical
+        or texts_base.n_dead != base.n_dead
+    ):
+        return None
+    rows = np.asarray(carried[1], dtype=np.int64)
+    if rows.shape != (len(data.abstracts),):
+        return None
+    from psirag.segments import live_rows
+
+    live = live_rows(reader, base, f"{reader.folder} table inner_vectors")
+    has = rows >= 0
+    at = np.searchsorted(live, rows[has])
+    ok = at < live.size
+    ok[ok] = live[at[ok]] == rows[has][ok]
+    if not bool(ok.all()):  # a row no longer live: these rows are not the base's
+        return None
+    logical = np.full(rows.size, -1, dtype=np.int64)
+    logical[has] = at
+    if np.unique(logical[has]).size != int(has.sum()):
+        return None
+    return logical
+
+
+def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) -> np.ndarray:
+    """:func:`_save_inner` with each node's base row known: kept nodes keep their rows in the
+    base's order, new and changed ones are appended."""
+    n = data.tree.n_leaves
+    vectors = np.ascontiguousarray(data.node_vectors[n:])
+    abstracts = data.abstracts
+    kept = np.flatnonzero(matched >= 0)
+    kept = kept[np.argsort(matched[kept], kind="stable")]
+    fresh = np.flatnonzero(matched < 0)
+    perm = np.concatenate([kept, fresh])
+    src = np.concatenate([matched[kept], np.full(fresh.size, -1, dtype=np.int64)])
+    physical = tables.save("inner_vectors", "npy", vectors[perm], src=src, compare=False)
+    also = tables.save(
+        "inner_abstracts",
+        "jsonl",
+        _Picked(abstracts, perm),
+        src=src,
+        compare=False,
+    )
+    if not np.array_equal(physical, also):  # the two tables must keep one row numbering
+        raise RuntimeError("inner_vectors and inner_abstracts were saved with different rows")
+    order = np.empty(len(abstracts), dtype=np.int64)
+    order[perm] = physical
+    return order
+
+
+class _Picked(Sequence[Any]):
+    """``[rows[i] for i in order]``, made only where read (a save reads the appended rows)."""
+
+    def __init__(self, rows: Sequence[Any], order: np.ndarray) -> None:
+        self.rows, self.order = rows, order
+
+    def __len__(self) -> int:
+        return int(self.order.size)
+
+    @overload
+    def __getitem__(self, i: int) -> Any: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Any]: ...
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self.rows[j] for j in self.order[i].tolist()]
+        return self.rows[int(self.order[i])]
+
+
 SORTED_GROUPS: dict[str, tuple[str, ...]] = {"s_key": ("s_key", "s_cnt", "s_pid"), "p_sorted": ()}
 """Phrase-table arrays kept in the order of a unique key (``s_key``'s own values; for
 ``p_sorted``, ``p_key`` of its values) with their parallel arrays: an update inserts new keys
@@ -428,31 +530,47 @@ def _save_phrase_table(
     continues the base's row ``i``), the sorted ones go by key (:data:`SORTED_GROUPS`); the
     word and stem lists likewise."""
     arrays = {name: np.asarray(a) for name, a in table.arrays().items()}
+    base = tables.writer.base
+    # a table that only adds and removals made from the one saved as the base generation:
+    # kept leaves' lists, phrase keys, words, stems and word flags are the base's rows as they
+    # were, so only new rows are written and the old ones are not read back to be compared
+    same = (
+        not isinstance(leaf_src, str)
+        and base is not None
+        and base.generation is not None
+        and table.saved_from == _generation_token(base.root, base.generation)
+    )
     for ptr_name, entries in CSR_GROUPS.items():
         lengths = np.diff(np.asarray(arrays[ptr_name], dtype=np.int64))
         len_table = f"{PHRASES_DIR}/{ptr_name}_len"
         old = tables.read(len_table)
         entry_src = _entry_sources(leaf_src, None if old is None else np.asarray(old), lengths)
-        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src)
+        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src, compare=not same)
         for name in entries:
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", arrays[name], src=entry_src)
+            tables.save(
+                f"{PHRASES_DIR}/{name}", "npy", arrays[name], src=entry_src, compare=not same
+            )
     in_groups = {n for group in CSR_GROUPS.values() for n in group} | set(CSR_GROUPS)
     for name, array in arrays.items():
         if name not in in_groups:
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
-    tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words))
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", array, compare=not same)
+    tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words), compare=not same)
     vocab = table.vocab()
     if vocab is None:
         return
     stems, vocab_arrays = vocab
     for name, array in vocab_arrays.items():
-        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array))
-    tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems))
+        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array), compare=not same)
+    tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems), compare=not same)
     derived = {name: np.asarray(a) for name, a in (table.derived_arrays() or {}).items()}
     if not derived:
         return
     p_key = arrays["p_key"]
-    old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
+    p_key_base = tables.base.get(f"{PHRASES_DIR}/p_key")
+    if same and p_key_base is not None and p_key_base.rows <= p_key.size:
+        old_p_key: Any = p_key[: p_key_base.rows]  # phrase keys only grow: the base's prefix
+    else:
+        old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
 
     def p_sorted_keys(values: np.ndarray, keys: Any) -> np.ndarray | None:
         keys = np.asarray(keys) if keys is not None else None
@@ -640,6 +758,16 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if isinstance(exc, IndexFormatError) or of_the_machine(exc):
             raise
         raise IndexFormatError(f"{where}: cannot read the BM25 index ({exc})") from exc
+    if DUPLICATE_HASHES in tables and first_copy is not None:
+        from psirag.retrieval.duplicates import DuplicateMap
+
+        hashes = np.asarray(_read_table(reader, tables, DUPLICATE_HASHES, where), dtype=np.int64)
+        if hashes.shape != first_copy.shape:
+            raise IndexFormatError(
+                f"{where}: the {DUPLICATE_HASHES} table holds {hashes.shape} rows for "
+                f"{first_copy.size} chunks; the index is corrupted, rebuild it"
+            )
+        sparse.duplicates = DuplicateMap(first_copy, hashes)
     bm25_docs = sparse.n_docs
     if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
         raise IndexFormatError(
@@ -659,6 +787,17 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
                 f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
                 "abstracts; the index is corrupted or mixed, rebuild it"
             )
+    origin = (
+        None
+        if reader.legacy or reader.generation is None
+        else SavedOrigin(str(_resolve(reader.root)), reader.generation, chunks)
+    )
+    inner_rows = None
+    if origin is not None and tables:
+        inner_rows = (
+            origin,
+            np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64),
+        )
     graph = None
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
@@ -700,9 +839,8 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         phrase_table=phrase_table,
         abstract_drift=drift,
         leaf_graph=graph,
-        origin=None
-        if reader.legacy or reader.generation is None
-        else SavedOrigin(str(_resolve(reader.root)), reader.generation, chunks),
+        origin=origin,
+        inner_rows=inner_rows,
     )
 
 
@@ -885,10 +1023,15 @@ def _saved_phrase_table(
     # the table's reading asks a reader for nothing but load_array, iter_jsonl and read_jsonl
     as_reader = cast("IndexReader", mapped)
 
+    token = None if reader.generation is None else _generation_token(reader.root, reader.generation)
+
     def make() -> PhraseTable:
         table = _load_phrase_table_v3(as_reader, tables, folder, n_chunks)
         assert table is not None  # its words table is listed above
-        return table.get()
+        made = table.get()
+        if token is not None:  # what a save on top of this generation may trust
+            made.mark_saved(token)
+        return made
 
     return Deferred(make)
 
@@ -966,6 +1109,12 @@ def _load_phrase_table_v3(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
     return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder)
+
+
+def _generation_token(root: Path, generation: int) -> tuple[str, int]:
+    """What names one saved generation of one index folder (a phrase table's
+    :attr:`~psirag.abstracts.phrases.PhraseTable.saved_from`)."""
+    return (str(_resolve(root)), int(generation))
 
 
 def _in_key_order(

@@ -344,6 +344,23 @@ class PhraseTable:
     def n_leaves(self) -> int:
         return int(self.lw_ptr.size - 1)
 
+    @property
+    def saved_from(self) -> Any:
+        """The saved generation (a token storage gives at load) this table descends from by
+        adds and removals only. Those keep every kept leaf's lists, the phrase keys, the words
+        and their stems and flags as they were (new ones are appended), so a save on top of
+        that generation writes the new rows of those arrays without comparing the old ones.
+        None: built here, or renumbered since."""
+        return self._cache.get("saved_from")
+
+    def mark_saved(self, token: Any) -> None:
+        """Record that this table is the one saved as (or loaded from) ``token``."""
+        self._cache["saved_from"] = token
+
+    def _lineage_from(self, parent: PhraseTable) -> None:
+        if parent.saved_from is not None:
+            self._cache["saved_from"] = parent.saved_from
+
     # ------------------------------------------------------------------ making one
     @classmethod
     def build(cls, leaf_texts: Sequence[str]) -> PhraseTable:
@@ -617,6 +634,7 @@ class PhraseTable:
         touched = np.unique(ls_pid)
         _best_forms(new, touched)
         table._cache["derived"] = new
+        table._lineage_from(self)
         prev = self._cache.get("layout")
         if prev is not None:
             table._cache["pending"] = (prev, touched, newcomers, self._cache)
@@ -666,6 +684,7 @@ class PhraseTable:
         )
         _best_forms(new, None)  # the ranks moved: every tie may break differently
         table._cache["derived"] = new
+        table._lineage_from(self)
         return table
 
     # ------------------------------------------------------------------ what abstracts read

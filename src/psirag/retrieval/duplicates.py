@@ -12,6 +12,7 @@ keeps the best of them and names the others' sources, when their word shingles o
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 
@@ -35,8 +36,12 @@ def duplicate_key(text: str) -> str:
     return _SPACE.sub(" ", _RULES.sub(" ", text)).strip().casefold()
 
 
-_key_hash = hash
-"""What :func:`first_copy_of` keys its table by (a test makes every key collide)."""
+def _key_hash(key: str) -> int:
+    """A hash of a duplicate key that is the same in every process (8 bytes of blake2b), so a
+    saved index keeps each chunk's (:attr:`DuplicateMap.hashes`) and a load need not normalise
+    every text again. A test makes every key collide."""
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
 
 
 def first_copy_of(texts: Sequence[str]) -> np.ndarray:
@@ -46,16 +51,23 @@ def first_copy_of(texts: Sequence[str]) -> np.ndarray:
 
 
 class DuplicateMap:
-    """:func:`first_copy_of` with the table behind it, so that texts appended later are mapped
-    without normalising every earlier text again (an add then costs its own texts, not the
-    corpus). Immutable in use: :meth:`extended` returns a new map."""
+    """:func:`first_copy_of` with each text's key hash beside it, so that texts appended later
+    are mapped without normalising every earlier text again (an add then costs its own texts
+    and one vectorised pass over the hashes, not the corpus), also after a load (the hashes
+    are saved). Immutable in use: :meth:`extended` returns a new map."""
 
     # keyed by the key's hash, not the key: a 1M-chunk corpus's keys are a copy of its text;
-    # a hash shared by two keys is told apart by comparing them (the later key goes to spill)
-    def __init__(self, first_copy: np.ndarray, seen: dict[int, int], spill: dict[str, int]):
+    # a hash shared by two keys is told apart by comparing them (the later key is its own
+    # first copy, found by key among the texts of that hash)
+    def __init__(self, first_copy: np.ndarray, hashes: np.ndarray):
+        first_copy = np.asarray(first_copy, dtype=np.int64)
+        hashes = np.asarray(hashes, dtype=np.int64)
+        if first_copy.shape != hashes.shape or first_copy.ndim != 1:
+            raise ValueError(
+                f"a duplicate map of {first_copy.shape} first copies and {hashes.shape} hashes"
+            )
         self.first_copy = first_copy
-        self._seen = seen
-        self._spill = spill
+        self.hashes = hashes
 
     @property
     def size(self) -> int:
@@ -63,29 +75,61 @@ class DuplicateMap:
 
     @classmethod
     def of(cls, texts: Sequence[str]) -> DuplicateMap:
-        return cls(np.empty(0, dtype=np.int64), {}, {}).extended(texts)
+        return cls(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)).extended(texts)
 
     def extended(self, texts: Sequence[str]) -> DuplicateMap:
         """The map of ``texts``, whose first :attr:`size` entries are the texts this map was
         made of (in the same order), the rest new."""
-        if len(texts) < self.size:
-            raise ValueError(f"{len(texts)} texts for a duplicate map of {self.size}")
-        seen, spill = dict(self._seen), dict(self._spill)
-
-        def first(i: int, text: str) -> int:
-            key = duplicate_key(text)
-            j = seen.setdefault(_key_hash(key), i)
-            if j == i or duplicate_key(texts[j]) == key:
-                return j
-            return spill.setdefault(key, i)
-
         start = self.size
-        new = np.fromiter(
-            (first(i, texts[i]) for i in range(start, len(texts))),
-            dtype=np.int64,
-            count=len(texts) - start,
+        if len(texts) < start:
+            raise ValueError(f"{len(texts)} texts for a duplicate map of {start}")
+        keys = [duplicate_key(texts[i]) for i in range(start, len(texts))]
+        new_hashes = np.fromiter((_key_hash(k) for k in keys), dtype=np.int64, count=len(keys))
+        # the earlier first copies that share a hash with a new text, in order
+        cand = np.flatnonzero(np.isin(self.hashes, new_hashes)) if start and keys else ()
+        firsts: dict[int, list[int]] = {}
+        for p in [int(p) for p in cand if int(self.first_copy[p]) == int(p)]:
+            firsts.setdefault(int(self.hashes[p]), []).append(p)
+        known: dict[int, str] = {}  # key of an earlier text, normalised once when needed
+
+        def key_of(j: int) -> str:
+            got = known.get(j)
+            if got is None:
+                got = keys[j - start] if j >= start else duplicate_key(texts[j])
+                known[j] = got
+            return got
+
+        new = np.empty(len(keys), dtype=np.int64)
+        for i, (key, h) in enumerate(zip(keys, new_hashes.tolist(), strict=True)):
+            at = start + i
+            same = firsts.setdefault(h, [])
+            for j in same:
+                if key_of(j) == key:
+                    new[i] = j
+                    break
+            else:
+                same.append(at)
+                known[at] = key
+                new[i] = at
+        return DuplicateMap(
+            np.concatenate([self.first_copy, new]), np.concatenate([self.hashes, new_hashes])
         )
-        return DuplicateMap(np.concatenate([self.first_copy, new]), seen, spill)
+
+    def kept(self, keep: np.ndarray) -> DuplicateMap | None:
+        """The map of the texts where ``keep`` (a bool per text) is true, in order, from the
+        hashes alone (a removal normalises no text). None when two different keys share a
+        hash here: then only the keys can tell them apart (map the texts again)."""
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != self.first_copy.shape:
+            raise ValueError(f"keep has {keep.size} entries for a duplicate map of {self.size}")
+        firsts = self.hashes[self.first_copy == np.arange(self.size)]
+        if np.unique(firsts).size != firsts.size:
+            return None  # a hash shared by two keys
+        # no hash is shared by two keys: equal hashes are equal keys, and the first kept text
+        # of a hash is the first copy of every kept text with it
+        hashes = self.hashes[keep]
+        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+        return DuplicateMap(first[inverse.reshape(-1)].astype(np.int64), hashes)
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> frozenset[tuple[str, ...]]:
@@ -144,6 +188,7 @@ def record_heading(title: str, text: str) -> str | None:
 
 __all__ = [
     "NEAR_DUPLICATE_JACCARD",
+    "DuplicateMap",
     "duplicate_key",
     "first_copy_of",
     "jaccard",
