@@ -78,18 +78,18 @@ def cached_embedder(spec: str) -> Any:
     return CachingEmbedder(load_embedder(spec), cache_path(spec))
 
 
-def build(spec: str) -> None:
-    """Build (or load) every set's index with ``spec`` and embed its questions, keeping the
-    stage timings of builds that embedded for real."""
+def build(spec: str, sets: tuple[str, ...] = DATASETS) -> None:
+    """Build (or load) each named set's index with ``spec`` and embed its questions, keeping
+    the stage timings of builds that embedded for real."""
     embedder = cached_embedder(spec)
     path = timings_path(spec)
     timings: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
-    for name in sorted(DATASETS, key=lambda n: n != "hotpotqa-dev200"):  # the small set first
+    for name in sorted(sets, key=lambda n: n != "hotpotqa-dev200"):  # the small set first
         target = index_dir(spec, name)
         if not target.exists():
             misses = getattr(embedder, "misses", 0)
             t0 = time.perf_counter()
-            prefill(embedder, name)
+            prefill(embedder, name, spec)
             prefill_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             index = Index.build([DATA / name / "corpus.json"], IndexConfig(), embedder=embedder)
@@ -116,18 +116,43 @@ def build(spec: str) -> None:
         print(f"{spec} {name}: {len(questions)} questions embedded", flush=True)
 
 
-def prefill(embedder: Any, name: str, step: int = 512) -> None:
+def progress_path(spec: str) -> Path:
+    return OUT / "cache" / f"progress-{spec}.json"
+
+
+def prefill(embedder: Any, name: str, spec: str, step: int = 512) -> None:
     """Embed the set's chunks into the cache ``step`` at a time, so that a killed slow run
-    keeps what it did (the cache file is saved after each call); the build then reads them."""
+    keeps what it did (the cache file is saved after each call); the build then reads them.
+
+    After each step ``progress-SPEC.json`` says how far the cache goes and how fast this run
+    embeds (only steps that embedded count), so a run stopped at a deadline still has a
+    measured rate for the table."""
     if not isinstance(embedder, CachingEmbedder):
         return
     from psirag.pipeline import chunk_documents, load_corpus
 
     chunks = chunk_documents(load_corpus([DATA / name / "corpus.json"]), IndexConfig())
     texts = [c.text for c in chunks]
+    path = progress_path(spec)
+    progress: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    record = progress.setdefault(name, {"chunks": len(texts), "runs": []})
+    run: dict[str, Any] = {"embedded": 0, "seconds": 0.0, "machine": machine_info()}
+    record["runs"].append(run)
     for start in range(0, len(texts), step):
+        misses = embedder.misses
+        t0 = time.perf_counter()
         embedder.embed(texts[start : start + step])
-        print(f"{name}: {min(start + step, len(texts))}/{len(texts)} embedded", flush=True)
+        done = min(start + step, len(texts))
+        if embedder.misses > misses:
+            run["embedded"] += embedder.misses - misses
+            run["seconds"] = round(run["seconds"] + time.perf_counter() - t0, 3)
+            run["chunks_per_s"] = round(run["embedded"] / max(run["seconds"], 1e-9), 3)
+            now = round(os.getloadavg()[0], 2)
+            low, high = run.get("loadavg_1m_range", [now, now])
+            run["loadavg_1m_range"] = [min(low, now), max(high, now)]
+        record["cached"] = done
+        path.write_text(json.dumps(progress, indent=2))
+        print(f"{name}: {done}/{len(texts)} embedded", flush=True)
 
 
 def torch_threads() -> int | None:
@@ -214,11 +239,21 @@ def scores_for(spec: str, name: str) -> dict[str, dict[str, list[float]]]:
 
 
 def table(n_boot: int) -> None:
+    """Score every set whose indexes exist; a set without them keeps its rows (and build
+    timings) from the earlier embedders.json, marked with that run's date, so that one set can
+    be rebuilt without redoing the other."""
+    earlier_file = RESULTS / "embedders.json"
+    earlier: dict[str, Any] = json.loads(earlier_file.read_text()) if earlier_file.exists() else {}
     sets: dict[str, Any] = {}
     not_run: list[str] = []
     for name in DATASETS:
         if not all(index_dir(spec, name).exists() for spec in SPECS):
-            not_run.append(name)
+            if name in earlier.get("sets", {}):
+                kept = dict(earlier["sets"][name])
+                kept.setdefault("run_on", earlier.get("machine", {}).get("date"))
+                sets[name] = kept
+            else:
+                not_run.append(name)
             continue
         by_spec = {spec: scores_for(spec, name) for spec in SPECS}
         recall = {
@@ -242,14 +277,25 @@ def table(n_boot: int) -> None:
         n_q = len(by_spec["minilm"]["bm25"]["recall@5"])
         sets[name] = {"questions": n_q, "recall": recall, "mpnet_minus_minilm": diffs}
     builds = {
-        spec: json.loads(timings_path(spec).read_text()) if timings_path(spec).exists() else {}
+        spec: {
+            **earlier.get("builds", {}).get(spec, {}),
+            **(json.loads(timings_path(spec).read_text()) if timings_path(spec).exists() else {}),
+        }
         for spec in SPECS
     }
     speed_file = OUT / "cache" / "throughput-embedders.json"
-    speed = json.loads(speed_file.read_text()) if speed_file.exists() else {}
+    speed = (
+        json.loads(speed_file.read_text()) if speed_file.exists() else earlier.get("throughput", {})
+    )
+    progress = {
+        spec: json.loads(progress_path(spec).read_text())
+        for spec in SPECS
+        if progress_path(spec).exists()
+    }
     result = {
         "sets": sets,
         "not_run": not_run,
+        "progress": progress,
         "builds": builds,
         "throughput": speed,
         "bootstrap": n_boot,
@@ -287,7 +333,19 @@ def section(r: dict[str, Any]) -> str:
                 f"{d['diff']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] |"
             )
     for name in r.get("not_run", []):
-        lines.append(f"| {LABELS[name]} | not run: no mpnet index yet (`--build mpnet`) ||||||")
+        lines.append(f"| {LABELS[name]} | {not_run_note(r, name)} ||||||")
+    carried = [
+        f"{LABELS[n]} from the run of {s['run_on']}"
+        for n, s in r["sets"].items()
+        if s.get("run_on")
+    ]
+    if carried:
+        lines += [
+            "",
+            "Rows kept from an earlier run (its indexes were not rebuilt): "
+            + "; ".join(carried)
+            + ".",
+        ]
     lines += ["", reading(r)]
     speed = r["throughput"].get("embedders", {})
     lines += [
@@ -318,6 +376,23 @@ def section(r: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def not_run_note(r: dict[str, Any], name: str) -> str:
+    """Why a set has no rows: no mpnet index, and how far its embedding got if it started."""
+    rec = r.get("progress", {}).get("mpnet", {}).get(name)
+    if not rec:
+        return "not run: no mpnet index yet (`--build mpnet`)"
+    rates = [
+        f"{x['chunks_per_s']} chunks/s over {x['embedded']:,} chunks at load "
+        f"{x['loadavg_1m_range'][0]}-{x['loadavg_1m_range'][1]}"
+        for x in rec["runs"]
+        if x.get("embedded")
+    ]
+    return (
+        f"not finished: mpnet has embedded {rec['cached']:,} of its {rec['chunks']:,} passages "
+        f"(runs: {'; '.join(rates) or 'none embedded'}); Recall needs every passage"
+    )
+
+
 def reading(r: dict[str, Any]) -> str:
     """Which mpnet - MiniLM Recall@5 intervals exclude 0, from the numbers."""
     clear = [
@@ -343,10 +418,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", choices=SPECS, help="build the indexes and caches of one embedder")
     ap.add_argument("--throughput", type=int, metavar="N", help="chunks/s on N 2Wiki passages")
+    ap.add_argument("--sets", nargs="+", choices=DATASETS, default=list(DATASETS))
     ap.add_argument("--bootstrap", type=int, default=10000)
     args = ap.parse_args()
     if args.build:
-        build(args.build)
+        build(args.build, tuple(args.sets))
     elif args.throughput:
         throughput(args.throughput)
     else:

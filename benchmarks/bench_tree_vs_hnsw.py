@@ -2,7 +2,8 @@
 
 Both rank leaves for a query vector; the truth is the exact top 10 by cosine over all leaves.
 Per index and setting: recall@10 against that truth and per-query latency (p50/p95 ms) on one
-thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time.
+thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time
+and each build's peak RSS (the process's VmHWM, reset before each build; vectors included).
 
 - Synthetic: clustered unit vectors (dim 384, ``--clusters`` centres, Gaussian noise 0.7 of the
   centre scale, as ``_common.clustered``), ``--queries`` noisy queries drawn the same way (a
@@ -31,7 +32,15 @@ import time
 from typing import Any
 
 import numpy as np
-from _common import OUT, RESULTS, latency_stats, machine_info, write_result
+from _common import (
+    OUT,
+    RESULTS,
+    current_rss_mib,
+    latency_stats,
+    machine_info,
+    peak_rss_mib,
+    write_result,
+)
 
 from psirag.config import IndexConfig
 from psirag.eval.harness import single_thread_blas
@@ -65,6 +74,16 @@ def synthetic(n: int, clusters: int, queries: int, seed: int = 0) -> tuple[np.nd
         return out
 
     return draw(n), draw(queries)
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak (VmHWM) for this process, so that each build's peak RSS is its own:
+    writing 5 to /proc/self/clear_refs resets it on Linux (a no-op elsewhere)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
 
 
 def exact_top(e: np.ndarray, q: np.ndarray) -> list[set[int]]:
@@ -144,7 +163,10 @@ def compare(
 ) -> dict[str, Any]:
     n = e.shape[0]
     row: dict[str, Any] = {"set": name, "n": n, "queries": int(q.shape[0])}
+    row["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     truth = exact_top(e, q)
+    row["rss_before_builds_mib"] = round(current_rss_mib())
+    reset_peak_rss()
     t0 = time.perf_counter()
     if tree is None:
         tree = build_tree(e, max_children=40, mode="auto")
@@ -152,11 +174,14 @@ def compare(
     if vectors is None:
         abstracts = [""] * (tree.n_nodes - n)
         vectors = routing_vectors(tree, e, abstracts, IndexConfig(abstracts="none"), None)
+        row["tree_build_peak_rss_mib"] = round(peak_rss_mib())
     row["tree_depth"] = len(tree.layer_sizes())
-    print(name, n, "tree ready", row.get("tree_build_s"), flush=True)
+    print(name, n, "tree ready", row.get("tree_build_s"), current_rss_mib(), flush=True)
+    reset_peak_rss()
     t0 = time.perf_counter()
     graph = LeafGraph.build(e, threads=os.cpu_count() or 1)
     row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
+    row["hnsw_build_peak_rss_mib"] = round(peak_rss_mib())
     row["hnsw_build_threads"] = os.cpu_count()
     row["hnsw_library"] = "usearch (f16, exact rescoring)"
     print(name, n, "usearch graph ready", row["hnsw_build_s"], flush=True)
@@ -180,8 +205,20 @@ def compare(
     row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
     if with_hnswlib:
         row["hnswlib"] = {str(ef): got[f"hnswlib {ef}"] for ef in EFS}
+    row["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(row), flush=True)
     return row
+
+
+def merge_row(rows: dict[tuple[str, int], dict[str, Any]], row: dict[str, Any]) -> None:
+    """Put ``row`` in place of an earlier run's row of the same set and size, keeping that
+    earlier row under ``earlier`` (a rerun without ``--hnswlib`` must not erase its columns)."""
+    key = (row["set"], row["n"])
+    before = rows.get(key)
+    if before is not None:
+        history = before.pop("earlier", [])
+        row["earlier"] = [*history, before]
+    rows[key] = row
 
 
 def two_wiki(with_hnswlib: bool) -> dict[str, Any]:
@@ -305,12 +342,12 @@ def main() -> None:
     old = json.loads(path.read_text()) if path.exists() else {"rows": []}
     rows = {(r["set"], r["n"]): r for r in old["rows"]}
     if not args.no_2wiki:
-        r = two_wiki(args.hnswlib)
-        rows[(r["set"], r["n"])] = r
+        merge_row(rows, two_wiki(args.hnswlib))
     for n in args.sizes:
         e, q = synthetic(n, args.clusters, args.queries)
-        r = compare(f"synthetic, {args.clusters} clusters", e, q, with_hnswlib=args.hnswlib)
-        rows[(r["set"], r["n"])] = r
+        merge_row(
+            rows, compare(f"synthetic, {args.clusters} clusters", e, q, with_hnswlib=args.hnswlib)
+        )
         del e
         partial = {"rows": list(rows.values()), "machine": machine_info()}
         write_result("tree_vs_hnsw.json", {**old, **partial})  # a later size may not finish
