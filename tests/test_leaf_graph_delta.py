@@ -16,13 +16,13 @@ import os
 import random
 import signal
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from support import HashEmbedder
+from support.processes import fork
 
 import psirag.pipeline
 import psirag.retrieval.leaf_graph as leaf_graph_module
@@ -268,20 +268,6 @@ def test_insertion_points_come_from_the_graph(
 
 
 # ---------------------------------------------------------------------------- SIGKILL
-def _fork(fn: Callable[[], None]) -> int:
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            fn()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    return pid
-
-
 def test_sigkill_at_random_moments_leaves_the_old_or_the_new_graph(
     tmp_path: Path, small_graph: None
 ) -> None:
@@ -315,7 +301,7 @@ def test_sigkill_at_random_moments_leaves_the_old_or_the_new_graph(
                 Index.update_saved(folder, change, embedder=emb)
 
         t0 = time.monotonic()
-        pid = _fork(child)
+        pid = fork(child)
         if op not in timings:
             status = os.waitpid(pid, 0)[1]
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -16,7 +16,6 @@ import random
 import re
 import signal
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
+from support.processes import fork
 
 from psirag import Index, IndexConfig
 from psirag.cli import main
@@ -274,20 +274,6 @@ def test_compact_migrates_a_format2_index(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- SIGKILL
-def _fork(fn: Callable[[], None]) -> int:
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            fn()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    return pid
-
-
 def test_sigkill_at_random_moments_of_add_remove_and_compact(tmp_path: Path) -> None:
     """Bounded loop: a child adds a document, removes one or compacts, and is killed after a
     random delay; the index then loads (every checksum) as the old or the new generation,
@@ -320,7 +306,7 @@ def test_sigkill_at_random_moments_of_add_remove_and_compact(tmp_path: Path) -> 
                 Index.update_saved(folder, change, embedder=emb)
 
         t0 = time.monotonic()
-        pid = _fork(child)
+        pid = fork(child)
         if op not in timings:  # first of its kind: measured to the end, not killed
             status = os.waitpid(pid, 0)[1]
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
 from support.corpora import segment_of, write_format1
+from support.processes import fork
 
 from psirag import Index, IndexConfig, ownership
 from psirag import storage as storage_mod
@@ -85,21 +85,6 @@ def assert_clean(folder: Path) -> None:
 
 
 # ---------------------------------------------------------------------------- fork helpers
-def fork(fn: Callable[[], None]) -> int:
-    """Run ``fn`` in a child process; exit status 0 when it returns, 1 on any exception."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            fn()
-            code = 0
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            os._exit(code)
-    return pid
-
-
 def wait(pid: int, deadline: float) -> int:
     """The child's wait status; a child past ``deadline`` (monotonic) is killed first."""
     while True:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -28,6 +29,22 @@ from support.fake_llm import LLM_SECRET
 LAUNCHER = Path(__file__).resolve().parent / "serve_launcher.py"
 """``python LAUNCHER serve|mcp INDEX ...``: the CLI's parser and run functions, HashEmbedder."""
 SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def fork(fn: Callable[[], None]) -> int:
+    """Run ``fn`` in a forked child (the kill tests' writer); its exit status is 0 when ``fn``
+    returns, 1 on any exception (printed)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            fn()
+            code = 0
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
 
 
 def free_port() -> int:
