@@ -366,7 +366,14 @@ def section(r: dict[str, Any]) -> str:
             b = r["builds"].get(spec, {}).get(name)
             if not b:
                 continue
-            warm = "" if b["embedded_cold"] else " (warm)"
+            cold = b["embedded_cold"]
+            warm = (
+                ""
+                if cold >= b["chunks"]
+                else " (warm)"
+                if not cold
+                else (f" (resumed: {cold:,} of {b['chunks']:,} embedded in this build)")
+            )
             lines.append(
                 f"| {spec} | {sp.get('dim', '-')} | {sp.get('batch_size', b['batch_size'])} | "
                 f"{b['torch_threads']} | {sp.get('chunks_per_s', '-')} | {LABELS[name]} | "
