@@ -65,20 +65,23 @@ def small_graph(monkeypatch: pytest.MonkeyPatch) -> None:
 # ---------------------------------------------------------------------------- the graph alone
 def test_the_delta_part_of_a_search_is_exact_and_a_wide_search_is_exact_overall() -> None:
     """Base of 500 vectors, 150 added as a delta (no fold): with ``ef`` past the base's size
-    the top 10 is the exact top 10 of all 650; at a narrow ``ef`` the delta leaves it returns
-    are the exact best of the delta, in order."""
+    the top 10 is (nearly: HNSW promises no exact answer, and its multi-threaded build varies)
+    the exact top 10 of all 650; at a narrow ``ef`` the delta leaves it returns are the exact
+    best of the delta, in order."""
     vectors = _clustered(650, 1)
     graph = LeafGraph.build(vectors[:500]).updated(None, vectors[500:], fold=False)
     assert (graph.n_base, graph.n_delta, graph.n_leaves) == (500, 150, 650)
     queries = _unit(vectors[::13] + 0.2 * np.random.default_rng(2).normal(size=(50, 24)))
+    found = 0
     for q in queries:
         exact = np.lexsort((np.arange(650), -(vectors @ q)))[:10]
         wide = graph.search(q, 10, 1000)
-        np.testing.assert_allclose(vectors[wide] @ q, vectors[exact] @ q, atol=2e-3)
+        found += len(set(wide.tolist()) & set(exact.tolist()))
         narrow = graph.search(q, 10, 10)
         got = narrow[narrow >= 500]
         delta_rank = 500 + np.argsort(-(vectors[500:] @ q), kind="stable")
         assert got.tolist() == delta_rank[: got.size].tolist()
+    assert found >= 0.98 * 10 * len(queries)  # recall@10 of the wide search
 
 
 def test_removed_leaves_never_come_back() -> None:
@@ -121,6 +124,10 @@ def test_a_fold_gives_a_new_base_with_the_same_leaves() -> None:
 
 
 def test_nearest_is_the_exact_nearest_leaf_with_a_wide_search() -> None:
+    """HNSW guarantees no exact answer even with ``ef`` past the graph's size (a node may be
+    unreachable once others are removed; the build is multi-threaded, so which one varies), so:
+    the cosine given is the exact one of the leaf given, nearly every query gets the exact
+    nearest leaf, and a query whose nearest leaf is in the delta always does."""
     vectors = _clustered(500, 6)
     graph = LeafGraph.build(vectors[:420]).updated(None, vectors[420:], fold=False)
     keep = np.ones(500, dtype=bool)
@@ -130,8 +137,11 @@ def test_nearest_is_the_exact_nearest_leaf_with_a_wide_search() -> None:
     queries = _unit(vectors[::5] + 0.3 * np.random.default_rng(7).normal(size=(100, 24)))
     idx, best = graph.nearest(queries, live, candidates=10, ef=600)
     scores = queries @ live.T
-    np.testing.assert_allclose(best, scores.max(axis=1), atol=1e-5)
-    assert np.all(scores[np.arange(100), idx] >= scores.max(axis=1) - 1e-5)
+    np.testing.assert_allclose(best, scores[np.arange(100), idx], atol=1e-5)
+    exact = best >= scores.max(axis=1) - 1e-5
+    assert exact.mean() >= 0.97
+    in_delta = np.argmax(scores, axis=1) >= graph.n_base
+    assert in_delta.any() and exact[in_delta].all()
 
 
 # ---------------------------------------------------------------------------- in an index

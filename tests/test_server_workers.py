@@ -29,6 +29,7 @@ from support.processes import serve_new_index, wait_for_job
 
 from psirag.index import Index
 from psirag.server import jobs as jobs_module
+from psirag.server import shared_jobs as shared_jobs_module
 from psirag.server.jobs import (
     INTERRUPTED,
     JOBS_DIR,
@@ -385,7 +386,8 @@ def test_the_parent_takes_over_the_last_servers_jobs_folder(
     """Before forking: unfinished jobs become interrupted (payload kept for a retry), only the
     newest KEEP_SAVED finished ones stay, bad files are set aside with a warning, a killed
     write's temporary file goes, and numbering goes on after every id seen."""
-    monkeypatch.setattr(jobs_module, "KEEP_SAVED", 2)
+    for module in (jobs_module, shared_jobs_module):  # the runners' limit and the parent's
+        monkeypatch.setattr(module, "KEEP_SAVED", 2)
     shared = tmp_path / JOBS_DIR
     shared.mkdir()
     payload = [{"id": "kelp", "text": "Kelp forests grow in cold seas."}]
@@ -410,7 +412,7 @@ def test_the_parent_takes_over_the_last_servers_jobs_folder(
     assert not list(shared.glob(".job-*.tmp"))
     cut = json.loads((shared / "job-3.json").read_text(encoding="utf-8"))
     assert cut["status"] == "failed" and cut["error"] == INTERRUPTED and cut["payload"] == payload
-    runners = [prepared.runner(k) for k in range(3)]
+    runners = [JobRunner.for_worker(prepared, k) for k in range(3)]
     try:
         made = [r.submit("remove", lambda job: {}, payload=[]).id for r in runners]
         assert made == ["job-13", "job-14", "job-15"]
@@ -428,7 +430,7 @@ def test_a_dead_workers_jobs_are_interrupted_and_its_replacement_numbers_on(
 ) -> None:
     prepared = SharedJobs.prepare(tmp_path, 2)
     hold = threading.Event()
-    dead, other = prepared.runner(0), prepared.runner(1)
+    dead, other = JobRunner.for_worker(prepared, 0), JobRunner.for_worker(prepared, 1)
     try:
         assert dead.submit("remove", lambda job: {}, payload=[]).id == "job-1"
         _wait_runner(dead, "job-1")
@@ -442,7 +444,7 @@ def test_a_dead_workers_jobs_are_interrupted_and_its_replacement_numbers_on(
         assert seen is not None and seen.error == INTERRUPTED and seen.retryable
         assert (other.get(busy.id) or busy).status == "running"  # worker 1's job runs on
         dead.shared = None  # the dead worker writes nothing more
-        replacement = prepared.runner(0)
+        replacement = JobRunner.for_worker(prepared, 0)
         try:
             again = replacement.submit("remove", lambda job: {}, payload=[])
             assert again.id == "job-5"  # after job-1 and job-3, never over them
@@ -469,7 +471,7 @@ def test_jobs_move_from_the_jobs_file_to_the_folder_and_back(tmp_path: Path) -> 
 
     prepared = SharedJobs.prepare(index, 2)
     assert not (index / JOBS_FILE).exists() and prepared.first_id == 3
-    worker = prepared.runner(1)
+    worker = JobRunner.for_worker(prepared, 1)
     try:
         moved = worker.get(failed.id)
         assert moved is not None and moved.retryable and moved.payload == payload
@@ -507,7 +509,7 @@ def test_saved_job_fields_are_checked_one_by_one(tmp_path: Path) -> None:
                documents=[{"id": {"x": 1}}, {"id": "ok", "title": 7}, "junk"],
                payload={"not": "a list"}, retry_of="../etc")  # fmt: skip
     prepared = SharedJobs.prepare(tmp_path, 1)
-    runner = prepared.runner(0)
+    runner = JobRunner.for_worker(prepared, 0)
     try:
         job = runner.get("job-2")
         assert job is not None and job.status == "failed" and not job.retryable

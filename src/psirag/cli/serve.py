@@ -233,7 +233,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
     from psirag.server.app import create_app
-    from psirag.server.jobs import SharedJobs
+    from psirag.server.jobs import JobRunner, SharedJobs
     from psirag.server.workers import serve_workers
 
     if not hasattr(os, "fork"):
@@ -249,7 +249,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     def make_app(k: int) -> Any:
         if embedder is None:
             confirm_index_embedder(index, args.embedder, http_policy_from(args))
-        jobs = shared.runner(k)
+        jobs = JobRunner.for_worker(shared, k)
         llm = _llm_client(args)
         return create_app(
             args.index,
