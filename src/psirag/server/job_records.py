@@ -12,7 +12,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -212,6 +212,18 @@ def _job_files(folder: Path) -> list[Path]:
     except OSError:
         return []
     return [folder / name for name in names if _JOB_FILE.match(name)]
+
+
+def readable_jobs(folder: Path, *, live: bool) -> Iterator[tuple[Path, Job]]:
+    """Each job file of the jobs folder with its job; a bad file is set aside (with a warning)
+    and skipped."""
+    for path in _job_files(folder):
+        try:
+            job = _read_job_file(path, live=live)
+        except (OSError, ValueError) as exc:
+            _set_aside(path, str(exc))
+            continue
+        yield path, job
 
 
 def _set_aside(path: Path, why: str) -> None:

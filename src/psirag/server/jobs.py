@@ -61,8 +61,8 @@ from psirag.server.job_records import (
     _newest_finished,
     _read_job_file,
     _read_jobs_file,
-    _set_aside,
     _write_job_file,
+    readable_jobs,
 )
 from psirag.server.shared_jobs import SharedJobs
 
@@ -296,12 +296,7 @@ class JobRunner:
         folder = self.path.with_name(JOBS_DIR)
         taken: list[Path] = []
         if folder.is_dir() and not folder.is_symlink():
-            for path in _job_files(folder):
-                try:
-                    job = _read_job_file(path, live=False)
-                except (OSError, ValueError) as exc:
-                    _set_aside(path, str(exc))
-                    continue
+            for path, job in readable_jobs(folder, live=False):
                 jobs[job.id] = job  # the folder's copy is the newer one
                 taken.append(path)
         ordered = sorted(jobs.values(), key=lambda j: j.number)

@@ -21,9 +21,9 @@ from psirag.server.job_records import (
     _newest_finished,
     _read_job_file,
     _read_jobs_file,
-    _set_aside,
     _write_job_file,
     open_jobs_folder,
+    readable_jobs,
 )
 
 log = logging.getLogger("psirag.server")
@@ -74,12 +74,7 @@ class SharedJobs:
                 highest = max(highest, int(m.group(1)))
         jobs: dict[str, Job] = {}
         rewrite: set[str] = set()
-        for path in _job_files(folder):
-            try:
-                job = _read_job_file(path, live=True)
-            except (OSError, ValueError) as exc:
-                _set_aside(path, str(exc))
-                continue
+        for _, job in readable_jobs(folder, live=True):
             if job.status in ("queued", "running"):
                 job.interrupt()
                 rewrite.add(job.id)
