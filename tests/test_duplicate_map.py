@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support import HashEmbedder
+from support.counting import count_calls
 
 import psirag.retrieval.duplicates as duplicates
 from psirag import Index, IndexConfig
@@ -41,22 +42,15 @@ def test_updates_keep_the_map_equal_and_normalise_only_new_texts(
     rng = random.Random(7)
     config = IndexConfig(chunk_tokens=40, split_records=False)
     index = Index.build(_texts(rng, 120), config, embedder=HashEmbedder(), texts=True)
-    calls = {"n": 0}
-    real = duplicates.duplicate_key
-
-    def counted(text: str) -> str:
-        calls["n"] += 1
-        return real(text)
-
-    monkeypatch.setattr(duplicates, "duplicate_key", counted)
+    calls = count_calls(monkeypatch, duplicates, "duplicate_key")
     for step in range(6):
-        before = calls["n"]
+        before = calls.n
         if step == 3:
             index.remove(index.documents[:5])
         else:
             new = [*_texts(rng, 4), index.chunks[rng.randrange(len(index.chunks))].text.lower()]
             index.add(new, texts=True)
-        made = calls["n"] - before
+        made = calls.n - before
         texts = [c.text for c in index.chunks]
         assert np.array_equal(index.sparse.first_copy, first_copy_of(texts)), step
         if step == 3:  # a removal: the kept texts' map from their hashes, no text mapped
@@ -92,17 +86,10 @@ def test_a_loaded_index_adds_without_mapping_every_text_again(
     index = Index.load(tmp_path / "ix", embedder=HashEmbedder())
     assert index.sparse.duplicates is not None
     assert np.array_equal(index.sparse.duplicates.hashes, built.sparse.duplicates.hashes)
-    calls = {"n": 0}
-    real = duplicates.duplicate_key
-
-    def counted(text: str) -> str:
-        calls["n"] += 1
-        return real(text)
-
-    monkeypatch.setattr(duplicates, "duplicate_key", counted)
+    calls = count_calls(monkeypatch, duplicates, "duplicate_key")
     copy = index.chunks[7].text.upper() + "\n-----\n"  # a copy up to layout of a saved text
     index.add([*_texts(rng, 3), copy], texts=True)
-    assert calls["n"] <= 2 * 4, calls["n"]
+    assert calls.n <= 2 * 4, calls.n
     texts = [c.text for c in index.chunks]
     assert np.array_equal(index.sparse.first_copy, first_copy_of(texts))
     assert index.sparse.first_copy[-1] == index.sparse.first_copy[7]

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from support import HashEmbedder
+from support.counting import count_calls
 
 import psirag.segments as segments
 from psirag import Index, IndexConfig
@@ -98,18 +99,11 @@ def test_an_add_lists_the_documents_without_reading_every_id(
     docs = [Document(f"d{i}", "", text, is_record=False) for i, text in enumerate(_docs(40))]
     index = Index.build(docs, IndexConfig(max_children=4), embedder=emb)
     assert len(index.documents) == 40
-    calls = {"n": 0}
-    real = ids.nfc
-
-    def counted(text: str) -> str:
-        calls["n"] += 1
-        return real(text)
-
-    monkeypatch.setattr(ids, "nfc", counted)
+    calls = count_calls(monkeypatch, ids, "nfc")
     clash = Document("d3", "", "A new text under a taken id, about Etna.", is_record=False)
     summary = index.add([Document("new", "", "Lava again near Place2.", is_record=False), clash])
     assert summary.renamed  # the taken id was renamed
-    assert calls["n"] == 0, calls["n"]
+    assert calls.n == 0, calls.n
     listed = tuple(dict.fromkeys(c.source.document for c in index.chunks))
     assert index._data.documents == listed and len(listed) == 42
     index.remove(["d5"])
