@@ -112,6 +112,32 @@ def corpus(n: int, seed: int = 0) -> tuple[list[str], list[int], list[list[str]]
     return out, labels.tolist(), vocab
 
 
+def corpus_vocab(n: int, seed: int = 0) -> tuple[int, list[list[str]]]:
+    """The first passage's topic and the topics' vocabularies of :func:`corpus` (``n``,
+    ``seed``), without making its passages (what an update of a saved index needs)."""
+    sys.path.insert(0, str(HERE))
+    from _common import pseudo_words
+
+    topics = max(8, n * N_TOPICS_PER_10K // 10_000)
+    labels = np.random.default_rng(seed).integers(0, topics, n)
+    clusters = int(labels.max()) + 1
+    pool = pseudo_words(clusters * 60 + 2_000, np.random.default_rng(seed + 1))
+    return int(labels[0]), [pool[2_000 + 60 * c : 2_000 + 60 * (c + 1)] for c in range(clusters)]
+
+
+def new_document(topic: int, vocab: list[list[str]], doc_id: str = "new-doc") -> Any:
+    """The benchmark's one new document: 8 passages of ``topic`` (chunked by the index's
+    settings)."""
+    from psirag.ingest import Document
+
+    rng = np.random.default_rng(99)
+    text = "\n\n".join(
+        " ".join(rng.choice(vocab[topic], 12).tolist() + rng.choice(vocab[-1], 8).tolist()) + "."
+        for _ in range(8)
+    )
+    return Document(doc_id, "", text, is_record=False)
+
+
 def _du(folder: Path) -> int:
     """Bytes of every file under ``folder``."""
     total = 0
@@ -233,7 +259,7 @@ class RssSampler:
         return {k: round(v, 1) for k, v in peaks.items()}
 
 
-def worker(n: int, build_only: bool = False) -> dict[str, Any]:
+def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dict[str, Any]:
     from _common import current_rss_mib, peak_rss_mib
 
     from psirag import Index, IndexConfig
@@ -242,13 +268,8 @@ def worker(n: int, build_only: bool = False) -> dict[str, Any]:
 
     texts, labels, vocab = corpus(n)
     docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(texts)]
-    rng = np.random.default_rng(99)
-    topic = int(labels[0])
-    new_text = "\n\n".join(
-        " ".join(rng.choice(vocab[topic], 12).tolist() + rng.choice(vocab[-1], 8).tolist()) + "."
-        for _ in range(8)
-    )
-    new_doc = Document("new-doc", "", new_text, is_record=False)
+    new_doc = new_document(int(labels[0]), vocab)
+    new_text = new_doc.text
     emb = LoopbackHashEmbedder()
     out: dict[str, Any] = {"n": n}
     before = current_rss_mib()
@@ -266,6 +287,13 @@ def worker(n: int, build_only: bool = False) -> dict[str, Any]:
         out["rss_after_build_mib"] = round(current_rss_mib(), 1)
         if build_only:
             out["peak_rss_mib"] = round(peak_rss_mib(), 1)
+            if save_to is not None:  # kept for --index runs (the build's peak is above)
+                t0 = time.perf_counter()
+                index.save(save_to)
+                out["save_seconds"] = round(time.perf_counter() - t0, 3)
+                out["index_bytes"] = _du(save_to)
+                out["saved_to"] = str(save_to)
+                out["peak_rss_with_save_mib"] = round(peak_rss_mib(), 1)
             return out
         in_memory = os.environ.get("BENCH_SAVES_ONLY") != "1"
         # the saved path first, as a user runs it: `psirag index`, then `psirag add` (load +
@@ -415,6 +443,90 @@ def worker(n: int, build_only: bool = False) -> dict[str, Any]:
     return out
 
 
+def _saved_update(folder: Path, emb: Any, act: Any) -> dict[str, Any]:
+    """What ``psirag add`` / ``remove`` does to the index in ``folder``: load, ``act``, save;
+    seconds of each and the bytes the save wrote (new inodes)."""
+    from psirag import Index
+
+    t0 = time.perf_counter()
+    ix = Index.load(folder, embedder=emb)
+    t1 = time.perf_counter()
+    act(ix)
+    t2 = time.perf_counter()
+    seen = _inodes(folder)
+    ix.save(folder)
+    t3 = time.perf_counter()
+    return {
+        "load_seconds": round(t1 - t0, 3),
+        "update_seconds": round(t2 - t1, 3),
+        "save_seconds": round(t3 - t2, 3),
+        "total_seconds": round(t3 - t0, 3),
+        "bytes_written": sum(s for i, s in _inodes(folder).items() if i not in seen),
+        "graph_bytes_written": _graph_new_bytes(folder, seen),
+        "largest_files": _largest_new(folder, seen),
+    }
+
+
+def reuse_worker(source: Path) -> dict[str, Any]:
+    """The update figures on an index saved before (``--index DIR``, e.g. one ``--build-only
+    --save DIR`` made), on a copy of it so that ``DIR`` stays as it was: the load; adding one
+    document, 1% of the chunks as new documents and removing one document, in memory (each on
+    the loaded index) and saved (load + update + save, what the CLI does, with bytes written).
+    The new documents are made from the vocabularies of :func:`corpus` at the index's size."""
+    from _common import current_rss_mib, peak_rss_mib
+
+    from psirag import Index
+    from psirag.eval.harness import single_thread_blas
+    from psirag.ingest import Document
+
+    emb = LoopbackHashEmbedder()
+    out: dict[str, Any] = {"index": str(source)}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp, single_thread_blas():
+        folder = Path(tmp) / "ix"
+        t0 = time.perf_counter()
+        shutil.copytree(source, folder, symlinks=True)
+        out["copy_seconds"] = round(time.perf_counter() - t0, 1)
+        out["index_bytes"] = _du(folder)
+        t0 = time.perf_counter()
+        base = Index.load(folder, embedder=emb)
+        out["load_seconds"] = round(time.perf_counter() - t0, 3)
+        n = base.data.tree.n_leaves
+        out["n"] = n
+        topic, vocab = corpus_vocab(n)
+        new_doc = new_document(topic, vocab)
+        more_texts, _, _ = corpus(max(1, n // 100), seed=11)
+        more = [Document(f"delta-{k}", "", t, is_record=True) for k, t in enumerate(more_texts)]
+        removed = "17"
+        actions = (
+            ("add_1_doc", lambda ix: ix.add([new_doc])),
+            ("add_1pct", lambda ix: ix.add(more)),
+            ("remove_1_doc", lambda ix: ix.remove([removed])),
+        )
+        for name, act in actions:
+            ix = Index.from_data(base.data, embedder=emb)
+            rss = current_rss_mib()
+            t0 = time.perf_counter()
+            summary = act(ix)
+            out[f"in_memory_{name}"] = {
+                "seconds": round(time.perf_counter() - t0, 3),
+                "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+                "chunks": summary.chunks_added + summary.chunks_removed,
+                "rss_before_mib": round(rss),
+                "rss_after_mib": round(current_rss_mib()),
+            }
+            print(name, json.dumps(out[f"in_memory_{name}"]), file=sys.stderr, flush=True)
+            del ix, summary
+        del base
+        for name, act in actions:
+            out[f"saved_{name}"] = _saved_update(folder, emb, act)
+            print(name, json.dumps(out[f"saved_{name}"]), file=sys.stderr, flush=True)
+        compact = _compact(folder)
+        if compact is not None:
+            out["compact"] = compact
+    out["peak_rss_mib"] = round(peak_rss_mib(), 1)
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000])
@@ -422,19 +534,42 @@ def main() -> None:
     p.add_argument("--label", default="new")
     p.add_argument("--out", default="living_scale.json")
     p.add_argument("--build-only", action="store_true", help="stop after the build")
+    p.add_argument(
+        "--save",
+        type=Path,
+        default=None,
+        help="with --build-only and one size: save the built index to this new folder",
+    )
+    p.add_argument(
+        "--index",
+        type=Path,
+        default=None,
+        help="no build: the update figures on a copy of this saved index (--sizes is ignored)",
+    )
     p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker is not None:
-        print(json.dumps(worker(args.worker, args.build_only)))
+        if args.index is not None:
+            print(json.dumps(reuse_worker(args.index)))
+        else:
+            print(json.dumps(worker(args.worker, args.build_only, args.save)))
         return
+    if args.save is not None and (not args.build_only or len(args.sizes) != 1):
+        p.error("--save needs --build-only and one size")
+    if args.save is not None and args.save.exists():
+        p.error(f"--save {args.save}: the folder exists; give a new one")
+    if args.index is not None and not (args.index / "manifest.json").exists():
+        p.error(f"--index {args.index}: no saved index there (no manifest.json)")
     src = (args.src or HERE.parent / "src").resolve()
     env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
     rows = []
-    for n in args.sizes:
+    for n in [0] if args.index is not None else args.sizes:
         t0 = time.perf_counter()
+        extra = ["--build-only"] if args.build_only else []
+        extra += ["--save", str(args.save.resolve())] if args.save is not None else []
+        extra += ["--index", str(args.index.resolve())] if args.index is not None else []
         done = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(n)]
-            + (["--build-only"] if args.build_only else []),
+            [sys.executable, str(Path(__file__).resolve()), "--worker", str(n), *extra],
             env=env,
             capture_output=True,
             text=True,

@@ -76,17 +76,30 @@ def test_a_batched_phrase_table_is_the_one_pass_table(monkeypatch: pytest.Monkey
         assert np.array_equal(a2[name], b2[name]), name
 
 
+@pytest.mark.parametrize("budget", [40, 1])
 def test_blocked_products_and_sliced_nodes_give_the_same_abstracts(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, budget: int
 ) -> None:
     texts = _corpus()
     tree = _tree(len(texts))
     want = keyword_abstracts(texts, tree, max_phrases=6)
     assert any(want)
-    # a product per parent group or two, and every node with more than 7 phrases in slices
-    monkeypatch.setattr(keywords, "_PRODUCT_BUDGET", 40)
+    # a product per parent group or two (40), or per node, each parent group split (1); and
+    # every node with more than 7 phrases in slices
+    monkeypatch.setattr(keywords, "_PRODUCT_BUDGET", budget)
+    blocks: list[list[int]] = []
+    monkeypatch.setattr(
+        keywords,
+        "_product_blocks",
+        lambda *a, f=keywords._product_blocks: blocks.append(f(*a)) or blocks[-1],
+    )
     monkeypatch.setattr(keywords, "_SCORE_CHUNK", 7)
     assert keyword_abstracts(texts, tree, max_phrases=6) == want
+    n_inner = tree.n_nodes - tree.n_leaves
+    if budget == 1:  # a block per node (the root's row costs nothing): parent groups split
+        assert len(blocks[0]) >= n_inner - 1
+    else:
+        assert 1 < len(blocks[0]) < n_inner
     assert keyword_abstracts(texts, tree, max_phrases=20) == keyword_abstracts(
         texts, tree, max_phrases=20, nodes=list(range(tree.n_leaves, tree.n_nodes))
     )
@@ -125,6 +138,62 @@ def test_the_duplicate_map_tells_colliding_hashes_apart(monkeypatch: pytest.Monk
     assert first_copy_of(texts).tolist() == want
     monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)  # every key collides
     assert first_copy_of(texts).tolist() == want
+
+
+def test_a_big_build_lets_its_layout_go_and_an_add_remakes_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from psirag import pipeline
+    from psirag.config import IndexConfig
+
+    texts = _corpus()
+    tree = _tree(len(texts))
+    kept = PhraseTable.build(texts)
+    pipeline.write_abstracts(tree, texts, IndexConfig(), table=kept)
+    assert "layout" in kept._cache  # small: kept for an add in the same process
+    monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
+    big = PhraseTable.build(texts)
+    got = pipeline.write_abstracts(tree, texts, IndexConfig(), table=big)
+    assert "layout" not in big._cache
+    assert isinstance(big.ls_key, np.memmap)  # spilled to a temporary file, same values
+    assert got.texts == pipeline.write_abstracts(tree, texts, IndexConfig()).texts
+    want = _saved(kept)
+    spilled = _saved(big)
+    assert want.keys() == spilled.keys()
+    for name, values in want.items():
+        assert np.array_equal(values, spilled[name]), name
+    # an add on the table without a layout gives what an add on one with it gives
+    more = _corpus(9, seed=8)
+    a, b = kept.add(more).phrases(), big.add(more).phrases()
+    for name in ("key", "df", "col_of", "pid_of", "lp_pid", "lp_ptr"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+def test_an_index_built_big_saves_loads_and_updates_as_one_built_small(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from support import HashEmbedder
+
+    from psirag import Index, IndexConfig
+    from psirag.ingest import Document
+
+    docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(_corpus(80))]
+    small = Index.build(docs, IndexConfig(), embedder=HashEmbedder())
+    monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
+    big = Index.build(docs, IndexConfig(), embedder=HashEmbedder())
+    assert big.data.abstracts == small.data.abstracts
+    for name, ix in (("small", small), ("big", big)):
+        ix.save(tmp_path / name)
+    new = Document("new", "", "Mount Etna erupted again, said the Bank of England.", False)
+    got = {}
+    for name in ("small", "big"):
+        ix = Index.load(tmp_path / name, embedder=HashEmbedder())
+        ix.add([new])
+        ix.remove(["3"])
+        ix.save(tmp_path / name)
+        ix = Index.load(tmp_path / name, embedder=HashEmbedder())
+        got[name] = (ix.data.abstracts, [p.leaf for p in ix.search("Mount Etna")])
+    assert got["big"] == got["small"]
 
 
 def test_freed_memory_goes_back_where_the_c_library_allows() -> None:

@@ -247,6 +247,8 @@ def write_abstracts(
 
         if table is None:
             table = PhraseTable.build(leaf_texts)
+        if nodes is None:
+            table.spill_idle()  # a big build: what scoring does not read, out of memory
         phrases = keyword_abstracts(
             leaf_texts,
             tree,
@@ -255,6 +257,8 @@ def write_abstracts(
             nodes=nodes,
             table=table,
         )
+        if nodes is None:
+            table.release_big_layout()  # a big build's BM25 stage and save do not read it
         return Abstracts([format_abstract(p) for p in phrases], table=table)
     from psirag.abstracts.llm import llm_abstracts
 

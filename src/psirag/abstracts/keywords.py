@@ -57,7 +57,7 @@ at most four "Mount ..." per "Mount Etna", "American Film Institute" never repla
 THEME_MIN_COVERAGE = 0.5
 """An entity covering at least this share of a node's leaves is shown among the broad themes."""
 
-_SCORE_CHUNK = 1 << 21
+_SCORE_CHUNK = 1 << 20
 """A node with more phrases than this is scored a slice at a time, each slice keeping only its
 candidates for the ranked lists: a near-root node of a 1M-leaf corpus holds tens of millions
 of phrases, and a dozen float arrays of that length were the build's peak memory."""
@@ -153,8 +153,7 @@ def keyword_abstracts(
         }
     every_rows: list[tuple[np.ndarray, np.ndarray]] = []
     if whole.any():
-        every = np.flatnonzero(global_df > 0)
-        every_rows.append((every, global_df[every]))
+        every_rows.append(_every_row(global_df))
     block: dict[int, int] = {}
     node_df = None
 
@@ -268,29 +267,40 @@ def _product_blocks(
     whole: np.ndarray,
     lp_ptr: np.ndarray,
 ) -> list[int]:
-    """Ends (in ``ordered``, nodes grouped by parent) of blocks of whole parent groups whose
-    rows and parents' rows hold about :data:`_PRODUCT_BUDGET` leaf phrase entries each."""
+    """Ends (in ``ordered``, nodes grouped by parent) of blocks whose rows and parents' rows
+    hold about :data:`_PRODUCT_BUDGET` leaf phrase entries each. A parent group past that is
+    split (each part makes the parent's row again): near the root of a 1M-leaf tree one group
+    is most of the corpus's entries, and a product sizes its output by all of them."""
     lp_len = np.diff(lp_ptr).astype(np.int64)
     row_cost = np.where(whole, 0, membership @ lp_len)
     if ordered.size == 0:
         return []
-    par = tree.parent[ordered]
-    cost = row_cost[[row_of[u] for u in ordered.tolist()]]
-    starts = np.concatenate(([0], np.flatnonzero(par[1:] != par[:-1]) + 1))
-    group_cost = np.add.reduceat(cost, starts)
-    ends = np.append(starts[1:], ordered.size).tolist()
-    group_parent = par[starts].tolist()
+    par = tree.parent[ordered].tolist()
+    cost = row_cost[[row_of[u] for u in ordered.tolist()]].tolist()
+    parent_cost = [int(row_cost[row_of[p]]) if p >= 0 else 0 for p in par]
     blocks: list[int] = []
-    used = block_end = 0
-    for end, p, c in zip(ends, group_parent, group_cost.tolist(), strict=True):
-        c += int(row_cost[row_of[p]]) if p >= 0 else 0
-        if used and used + c > _PRODUCT_BUDGET:
-            blocks.append(block_end)
-            used = 0
-        used += c
-        block_end = end
+    used = 0
+    current = -2
+    for at, (p, c, pc) in enumerate(zip(par, cost, parent_cost, strict=True)):
+        add = c + (pc if p != current else 0)
+        if used and used + add > _PRODUCT_BUDGET:
+            blocks.append(at)
+            used, add = 0, c + pc
+        used += add
+        current = p
     blocks.append(ordered.size)
     return blocks
+
+
+def _every_row(global_df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The phrase ids and counts of a node over every leaf: the corpus's present phrases.
+    After a fresh build every phrase is present, so the counts are ``global_df`` itself and
+    the ids int32 (tens of millions of phrases at 1M leaves: no int64 copy of each)."""
+    id_type = np.int32 if global_df.size < 2**31 else np.int64
+    if bool((global_df > 0).all()):
+        return np.arange(global_df.size, dtype=id_type), global_df
+    every = np.flatnonzero(global_df > 0).astype(id_type)
+    return every, global_df[every]
 
 
 def _block_rows(

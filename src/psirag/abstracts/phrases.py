@@ -20,7 +20,10 @@ first-appearance ranks: the ranks are recomputed from the per-leaf word lists af
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import os
+import tempfile
 import weakref
 from collections import defaultdict
 from collections.abc import Sequence
@@ -56,6 +59,11 @@ candidate occurrence of the corpus at once, several times the finished table."""
 
 _LAYOUT_BLOCK = 1 << 18
 """Phrases a layout unpacks and flags at a time (each step makes n x 3 int64 temporaries)."""
+
+KEEP_LAYOUT_MAX_PHRASES = 1 << 24
+"""A build keeps its table's layout (for an add in the same process) up to this many phrases;
+past it the layout (about 40 bytes a phrase, 2 GiB at 1M leaves) is let go once the abstracts
+are scored, and the first add remakes it, as after a load."""
 
 _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
 
@@ -687,7 +695,37 @@ class PhraseTable:
         table._lineage_from(self)
         return table
 
+    # ------------------------------------------------------------------ a big build's memory
+    def spill_idle(self) -> bool:
+        """Move the arrays that scoring does not read (each leaf's surface forms and words,
+        the corpus's form counts: about 2 GiB at 1M leaves) out of this process's memory into
+        unlinked temporary files mapped copy-on-write, when the table has more than
+        :data:`KEEP_LAYOUT_MAX_PHRASES` phrases. The values and what reads them are unchanged
+        (a save or an add reads them back from the page cache). True when they moved."""
+        d = self._cache.get("derived")
+        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or d is None:
+            return False
+        if isinstance(self.ls_key, np.memmap):
+            return False  # done already
+        for name in ("lw", "ls_key", "ls_cnt"):
+            object.__setattr__(self, name, _mapped_copy(getattr(self, name)))
+        self._cache["derived"] = dataclasses.replace(
+            d, s_key=_mapped_copy(d.s_key), s_cnt=_mapped_copy(d.s_cnt), s_pid=_mapped_copy(d.s_pid)
+        )
+        give_back_freed_memory()
+        return True
+
     # ------------------------------------------------------------------ what abstracts read
+    def release_big_layout(self) -> bool:
+        """Let the layout go when the table has more than :data:`KEEP_LAYOUT_MAX_PHRASES`
+        phrases (a build's abstracts are scored: what follows, BM25 and the save, does not
+        read it). True when it was let go; :meth:`phrases` remakes it on demand."""
+        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or "layout" not in self._cache:
+            return False
+        del self._cache["layout"]
+        give_back_freed_memory()
+        return True
+
     def phrases(self) -> Phrases:
         """The corpus's kept phrases in the order a fresh extraction numbers them, with the
         leaf x phrase presence matrix (what :func:`keyword_abstracts` scores). Made once per
@@ -845,6 +883,26 @@ def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
         out[m:] = fill
         return out
     return _new_buffer(a, n, fill)
+
+
+def _mapped_copy(a: np.ndarray) -> np.ndarray:
+    """``a``'s values in an unlinked temporary file, mapped copy-on-write (writable; written
+    pages become this process's own): memory the kernel can page out while it is not read."""
+    if a.size == 0:
+        return a
+    try:
+        fd, path = tempfile.mkstemp(prefix="psirag-build-", suffix=".bin")
+    except OSError:
+        return a  # no temporary folder to write: keep it in memory
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.ascontiguousarray(a).tofile(f)
+        mapped = np.memmap(path, dtype=a.dtype, mode="c", shape=a.shape)
+    except OSError:
+        return a  # the temporary folder is full: keep it in memory
+    finally:
+        os.unlink(path)  # the mapping keeps the data until it is let go
+    return mapped
 
 
 def _new_buffer(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
