@@ -16,7 +16,15 @@ one new 8-paragraph document is added:
 - ``cli_local``: ``psirag add INDEX FILE`` in a fresh process (start-up, load, add, save),
   its embedder swapped for the hash one through the command's embedder seam.
 
-Usage: nice python benchmarks/bench_server_add.py [--chunks 20000] [--repeats 3]
+Each saved update also reports the bytes it wrote (new inodes under the index folder). With the
+server, a 1% add (``POST /sync`` of ``chunks // 100`` one-chunk records) and a one-document
+removal (``DELETE /documents/17``) are timed once each after the adds.
+
+``--index DIR`` builds nothing: it measures on a copy of an index saved before with the hash
+embedder (e.g. ``bench_living_scale.py --build-only --save DIR``; the copy goes under
+``$BENCH_TMP`` or the system's temporary folder, and ``DIR`` is left as it is).
+
+Usage: nice python benchmarks/bench_server_add.py [--chunks 20000] [--repeats 3] [--index DIR]
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -35,7 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from bench_living_scale import LoopbackHashEmbedder  # the same fast embedder, one copy
+from bench_living_scale import (  # the same fast embedder and corpus, one copy
+    LoopbackHashEmbedder,
+    _inodes,
+    corpus,
+    corpus_vocab,
+)
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -70,11 +84,19 @@ def _get(url: str) -> dict[str, Any]:
 
 
 def _post_and_wait(url: str, text: str, doc_id: str) -> dict[str, Any]:
-    data = json.dumps({"text": text, "id": doc_id}).encode()
+    return _send_and_wait(url, "POST", "/documents", {"text": text, "id": doc_id})
+
+
+def _send_and_wait(
+    url: str, method: str, path: str, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Send a write (``POST /documents``, ``POST /sync``, ``DELETE /documents/ID``) and poll
+    its job until it is done."""
+    data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
-        f"{url}/documents", data=data, headers={"Content-Type": "application/json"}
+        f"{url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
     )
-    with urllib.request.urlopen(request, timeout=60) as r:
+    with urllib.request.urlopen(request, timeout=600) as r:
         job = json.loads(r.read())["job"]
     while job["status"] not in ("done", "failed"):
         time.sleep(0.01)
@@ -82,6 +104,11 @@ def _post_and_wait(url: str, text: str, doc_id: str) -> dict[str, Any]:
     if job["status"] != "done":
         raise RuntimeError(f"job failed: {job['error']}")
     return job
+
+
+def _written(folder: Path, seen: dict[int, int]) -> int:
+    """Bytes of the files under ``folder`` that are not among the inodes ``seen``."""
+    return sum(size for ino, size in _inodes(folder).items() if ino not in seen)
 
 
 def _timed_run(command: list[str]) -> float:
@@ -98,7 +125,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--index",
+        type=Path,
+        default=None,
+        help="no build: measure on a copy of this saved index (--chunks is then its size)",
+    )
     args = parser.parse_args()
+    if args.index is not None and not (args.index / "manifest.json").exists():
+        parser.error(f"--index {args.index}: no saved index there (no manifest.json)")
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(SRC))
     from _common import machine_info, synthetic_texts, write_result
@@ -106,18 +141,32 @@ def main() -> None:
     from psirag import Index, IndexConfig
     from psirag.ingest import Document
 
-    labels = np.random.default_rng(0).integers(0, max(8, args.chunks // 250), args.chunks)
-    texts, vocab = synthetic_texts(labels, seed=0)
-    docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(texts)]
     out: dict[str, Any] = {"chunks": args.chunks, "repeats": args.repeats}
-    with tempfile.TemporaryDirectory(prefix="psirag-bench-server-") as tmp:
+    with tempfile.TemporaryDirectory(
+        prefix="psirag-bench-server-", dir=os.environ.get("BENCH_TMP")
+    ) as tmp:
         folder = Path(tmp) / "index"
         t0 = time.perf_counter()
-        Index.build(docs, IndexConfig(), embedder=LoopbackHashEmbedder()).save(folder)
-        out["build_and_save_s"] = round(time.perf_counter() - t0, 2)
-        print(f"built {args.chunks:,} chunks in {out['build_and_save_s']} s", flush=True)
+        if args.index is None:
+            labels = np.random.default_rng(0).integers(0, max(8, args.chunks // 250), args.chunks)
+            texts, vocab = synthetic_texts(labels, seed=0)
+            docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(texts)]
+            del texts
+            Index.build(docs, IndexConfig(), embedder=LoopbackHashEmbedder()).save(folder)
+            del docs
+            out["build_and_save_s"] = round(time.perf_counter() - t0, 2)
+            print(f"built {args.chunks:,} chunks in {out['build_and_save_s']} s", flush=True)
+        else:
+            shutil.copytree(args.index, folder, symlinks=True)
+            out["index"] = str(args.index)
+            out["copy_s"] = round(time.perf_counter() - t0, 2)
 
+        t0 = time.perf_counter()
         loaded = Index.load(folder, embedder=LoopbackHashEmbedder())
+        out["load_s"] = round(time.perf_counter() - t0, 3)
+        if args.index is not None:
+            args.chunks = out["chunks"] = loaded.data.tree.n_leaves
+            vocab = corpus_vocab(args.chunks)[1]
         memory = []
         for k in range(args.repeats):
             t0 = time.perf_counter()
@@ -153,33 +202,56 @@ def main() -> None:
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError("the benchmark server did not start") from None
                     time.sleep(0.2)
-            api, job_seconds = [], []
+            api, job_seconds, api_bytes = [], [], []
             for k in range(args.repeats):
+                seen = _inodes(folder)
                 t0 = time.perf_counter()
                 job = _post_and_wait(url, _new_document(vocab, 100 + k), f"api-{k}")
                 api.append(time.perf_counter() - t0)
+                api_bytes.append(_written(folder, seen))
                 job_seconds.append(job["result"]["update"]["seconds"])
                 assert job["result"]["loaded_from_disk"] is False
-            out["server_api"] = _summary(api)
+            out["server_api"] = {**_summary(api), "bytes_written": api_bytes}
             out["server_api_stages"] = job_seconds[-1]
-            cli_server = []
+            cli_server, cli_server_bytes = [], []
             for k in range(args.repeats):
                 path = Path(tmp) / f"via-server-{k}.txt"
                 path.write_text(_new_document(vocab, 200 + k), encoding="utf-8")
                 command = ["-m", "psirag.cli", "add", str(folder), str(path), "--server", url]
+                seen = _inodes(folder)
                 cli_server.append(_timed_run([sys.executable, *command, "-q"]))
-            out["server_cli"] = _summary(cli_server)
+                cli_server_bytes.append(_written(folder, seen))
+            out["server_cli"] = {**_summary(cli_server), "bytes_written": cli_server_bytes}
+            # 1% of the chunks as new one-chunk records in one sync, then one removal
+            more = corpus(max(1, args.chunks // 100), seed=11)[0]
+            records = [
+                {"id": f"delta-{k}", "text": t, "is_record": True} for k, t in enumerate(more)
+            ]
+            for name, method, route, body in (
+                ("server_api_add_1pct", "POST", "/sync", {"documents": records}),
+                ("server_api_remove_1_doc", "DELETE", "/documents/17", None),
+            ):
+                seen = _inodes(folder)
+                t0 = time.perf_counter()
+                job = _send_and_wait(url, method, route, body)
+                out[name] = {
+                    "seconds": round(time.perf_counter() - t0, 3),
+                    "bytes_written": _written(folder, seen),
+                    "stages": job["result"]["update"]["seconds"],
+                }
             out["server_index_loads"] = _get(f"{url}/index")["index_loads"]
         finally:
             server.terminate()
             server.wait(timeout=30)
 
-        local = []
+        local, local_bytes = [], []
         for k in range(args.repeats):
             path = Path(tmp) / f"local-{k}.txt"
             path.write_text(_new_document(vocab, 300 + k), encoding="utf-8")
+            seen = _inodes(folder)
             local.append(_timed_run([sys.executable, __file__, "--cli", str(folder), str(path)]))
-        out["cli_local"] = _summary(local)
+            local_bytes.append(_written(folder, seen))
+        out["cli_local"] = {**_summary(local), "bytes_written": local_bytes}
     out["machine"] = machine_info()
     print(json.dumps(out, indent=2))
     write_result(f"server_add_{args.chunks}.json", out)
