@@ -88,6 +88,8 @@ def worker(n: int) -> dict[str, Any]:
         leaf_texts = [c.text for c in chunks]
         stage("phrase table")
         table = PhraseTable.build(leaf_texts)
+        if hasattr(table, "spill_idle"):  # as write_abstracts does first, in a big build
+            table.spill_idle()
         stage("phrase layout")
         table.phrases()
         stage("keyword scoring")
