@@ -20,6 +20,7 @@ first-appearance ranks: the ranks are recomputed from the per-leaf word lists af
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
@@ -899,10 +900,20 @@ def _mapped_copy(a: np.ndarray) -> np.ndarray:
             np.ascontiguousarray(a).tofile(f)
         mapped = np.memmap(path, dtype=a.dtype, mode="c", shape=a.shape)
     except OSError:
+        _unlink_quietly(path)
         return a  # the temporary folder is full: keep it in memory
-    finally:
+    try:
         os.unlink(path)  # the mapping keeps the data until it is let go
+    except OSError:  # a system that cannot unlink a mapped file: keep it in memory
+        del mapped
+        _unlink_quietly(path)
+        return a
     return mapped
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def _new_buffer(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
