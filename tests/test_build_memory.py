@@ -196,6 +196,23 @@ def test_an_index_built_big_saves_loads_and_updates_as_one_built_small(
     assert got["big"] == got["small"]
 
 
+def test_a_spill_without_a_temporary_folder_keeps_the_arrays_in_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_room(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise OSError(28, "No space left on device")
+
+    texts = _corpus()
+    want = _saved(PhraseTable.build(texts))
+    monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
+    monkeypatch.setattr(phrases.tempfile, "mkstemp", no_room)
+    table = PhraseTable.build(texts)
+    assert table.spill_idle()
+    assert not isinstance(table.ls_key, np.memmap)
+    got = _saved(table)
+    assert all(np.array_equal(want[k], got[k]) for k in want)
+
+
 def test_freed_memory_goes_back_where_the_c_library_allows() -> None:
     import sys
 
