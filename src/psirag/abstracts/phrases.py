@@ -702,7 +702,8 @@ class PhraseTable:
         the corpus's form counts: about 2 GiB at 1M leaves) out of this process's memory into
         unlinked temporary files mapped copy-on-write, when the table has more than
         :data:`KEEP_LAYOUT_MAX_PHRASES` phrases. The values and what reads them are unchanged
-        (a save or an add reads them back from the page cache). True when they moved."""
+        (a save or an add reads them back from the page cache). True for a big table (an array
+        stays in memory where no temporary file can be written)."""
         d = self._cache.get("derived")
         if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or d is None:
             return False
