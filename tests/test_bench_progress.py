@@ -6,14 +6,16 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
 import pytest
 from support.embedders import HashEmbedder
 
 from psirag.eval.embedcache import CachingEmbedder
+from psirag.retrieval.leaf_graph import usearch_available
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -77,3 +79,73 @@ def test_prefill_records_progress_and_a_resumed_run_embeds_nothing_twice(
     note = embedders.not_run_note({"progress": {"mpnet": {"toyset": record}}}, "toyset")
     assert f"{record['chunks']} of its {record['chunks']} passages" in note
     assert embedders.not_run_note({}, "toyset").startswith("not run")
+
+
+needs_usearch = pytest.mark.skipif(
+    not usearch_available(), reason="usearch (psirag[hnsw]) is not installed"
+)
+
+
+@needs_usearch
+def test_a_checkpointed_size_resumes_every_finished_step_with_its_measurements(
+    tree_vs_hnsw: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tree_vs_hnsw, "OUT", tmp_path / "out")  # the upkeep's scratch folder
+    folder = tmp_path / "checkpoint"
+
+    def run() -> dict:
+        store = tree_vs_hnsw.Checkpoint(folder)
+        e, q = tree_vs_hnsw.synthetic_set(800, 20, 25, store)
+        return tree_vs_hnsw.compare("synthetic", e, q, store=store)
+
+    first, again = run(), run()
+
+    assert "resumed" not in first
+    assert again["resumed"] == ["vectors", "truth", "tree", "graph"]
+    measured = ("tree_build_s", "tree_build_peak_rss_mib", "hnsw_build_s", "hnsw_build_threads")
+    assert {k: again[k] for k in measured} == {k: first[k] for k in measured}
+    assert again["tree_depth"] == first["tree_depth"]
+    # the same tree and the same graph answer the same queries alike
+    for family in ("tree", "hnsw"):
+        recalls = {s: r["recall@10"] for s, r in first[family].items()}
+        assert {s: r["recall@10"] for s, r in again[family].items()} == recalls
+    assert first["exact"]["recall@10"] == again["exact"]["recall@10"] == 1.0
+    assert set(first["hnsw_update_s"]) >= {"add 10 leaves", "fold those changes", "save"}
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+@needs_usearch
+def test_an_unfinished_step_is_not_taken_for_finished(
+    tree_vs_hnsw: ModuleType, tmp_path: Path
+) -> None:
+    store = tree_vs_hnsw.Checkpoint(tmp_path)
+    (tmp_path / ".graph.usearch.tmp").write_bytes(b"half a graph")
+    assert store.graph(10) is None
+    (tmp_path / "graph.usearch").write_bytes(b"not a graph")
+    with pytest.raises((ValueError, RuntimeError)):
+        store.graph(10)
+
+
+def test_timed_searches_run_once_per_query_in_varying_order(tree_vs_hnsw: ModuleType) -> None:
+    order: list[str] = []
+
+    def search(name: str, answer: list[int]) -> Callable[[np.ndarray], list[int]]:
+        def run(_: np.ndarray) -> list[int]:
+            order.append(name)
+            return answer
+
+        return run
+
+    names = ("exact", "a", "b", "c")
+    answers = {"exact": list(range(10)), "a": list(range(5)), "b": [], "c": list(range(20, 30))}
+    searches = {name: search(name, answers[name]) for name in names}
+    queries = np.zeros((40, 3), dtype=np.float32)
+    truth = [set(range(10))] * 40
+
+    got = tree_vs_hnsw.timed(searches, queries, truth)
+
+    per_query = [order[i : i + len(names)] for i in range(0, len(order), len(names))]
+    assert len(per_query) == 40 and all(sorted(p) == sorted(names) for p in per_query)
+    assert len({p[0] for p in per_query}) == len(names)  # no setting always goes first
+    assert [got[n]["recall@10"] for n in names] == [1.0, 0.5, 0.0, 0.0]
+    assert all(got[n]["n"] == 40 for n in names)
