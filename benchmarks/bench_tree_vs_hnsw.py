@@ -215,6 +215,16 @@ def timed(
     }
 
 
+def blas_threads() -> list[int] | None:
+    """Threads of each BLAS library loaded now (None: threadpoolctl is not installed, so
+    nothing limited them): the row shows that the timed searches ran on one."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    return [int(pool["num_threads"]) for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+
 def hnswlib_search(e: np.ndarray) -> tuple[Any, float]:
     """A plain hnswlib graph (float32, M 16, ef_construction 100) and its build seconds."""
     import hnswlib
@@ -333,6 +343,7 @@ def compare(
         for ef in EFS:
             searches[f"hnswlib {ef}"] = lambda v, ef=ef: plain(v, ef)
     with single_thread_blas():
+        row["blas_threads_while_timed"] = blas_threads()
         got = timed(searches, q, truth)
     row["exact"] = got["exact"]
     row["tree"] = {str(b): got[f"tree {b}"] for b in BEAMS}

@@ -4,6 +4,7 @@ the row it replaces, and bench_embedders records how far a slow embedding got.""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -112,6 +113,8 @@ def test_a_checkpointed_size_resumes_every_finished_step_with_its_measurements(
     assert first["exact"]["recall@10"] == again["exact"]["recall@10"] == 1.0
     assert set(first["hnsw_update_s"]) >= {"add 10 leaves", "fold those changes", "save"}
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
+    limited = importlib.util.find_spec("threadpoolctl") is not None
+    assert first["blas_threads_while_timed"] == ([1] if limited else None)
 
 
 @needs_usearch
