@@ -190,19 +190,25 @@ def exact_truth(e: np.ndarray, q: np.ndarray, store: Checkpoint) -> list[set[int
 
 
 def timed(
-    searches: dict[str, Any], q: np.ndarray, truth: list[set[int]], seed: int = 0
+    searches: dict[str, Any],
+    q: np.ndarray,
+    truth: list[set[int]],
+    seed: int = 0,
+    *,
+    fixed_order: bool = False,
 ) -> dict[str, Any]:
     """Recall@10 and latency of each search, the searches interleaved per query so that the
     machine's load (shared, busy) hits each alike, in a fresh random order per query (seeded):
     in a fixed order the search that followed another family's (the exact scan of every
     vector first) always ran on cold caches, and usearch ef 16 measured slower than ef 32 at
-    every size."""
+    every size. ``fixed_order``: that old order (to measure what it did)."""
     ms: dict[str, list[float]] = {name: [] for name in searches}
     hits = dict.fromkeys(searches, 0.0)
     names = list(searches)
     rng = np.random.default_rng(seed)
     for v, want in zip(q, truth, strict=True):
-        for at in rng.permutation(len(names)):
+        order = range(len(names)) if fixed_order else rng.permutation(len(names))
+        for at in order:
             name = names[int(at)]
             search = searches[name]
             t = time.perf_counter()
@@ -284,6 +290,7 @@ def compare(
     *,
     with_hnswlib: bool = False,
     store: Checkpoint | None = None,
+    fixed_order: bool = False,
 ) -> dict[str, Any]:
     store = store or Checkpoint(None)
     n = e.shape[0]
@@ -344,7 +351,8 @@ def compare(
             searches[f"hnswlib {ef}"] = lambda v, ef=ef: plain(v, ef)
     with single_thread_blas():
         row["blas_threads_while_timed"] = blas_threads()
-        got = timed(searches, q, truth)
+        got = timed(searches, q, truth, fixed_order=fixed_order)
+    row["order"] = "fixed" if fixed_order else "random per query"
     row["exact"] = got["exact"]
     row["tree"] = {str(b): got[f"tree {b}"] for b in BEAMS}
     row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
@@ -483,6 +491,9 @@ def main() -> None:
     ap.add_argument("--end-to-end", action="store_true", help="also Recall@2/5 of HNSW + BM25")
     ap.add_argument("--hnswlib", action="store_true", help="also a plain hnswlib graph")
     ap.add_argument("--checkpoint", type=Path, help="keep/resume each size's steps here")
+    ap.add_argument(
+        "--fixed-order", action="store_true", help="time in the old fixed order (to compare)"
+    )
     args = ap.parse_args()
     path = RESULTS / "tree_vs_hnsw.json"
     old = json.loads(path.read_text()) if path.exists() else {"rows": []}
@@ -496,7 +507,10 @@ def main() -> None:
         store = Checkpoint(folder)
         e, q = synthetic_set(n, args.clusters, args.queries, store)
         name = f"synthetic, {args.clusters} clusters"
-        merge_row(rows, compare(name, e, q, with_hnswlib=args.hnswlib, store=store))
+        row = compare(
+            name, e, q, with_hnswlib=args.hnswlib, store=store, fixed_order=args.fixed_order
+        )
+        merge_row(rows, row)
         del e
         partial = {"rows": list(rows.values()), "machine": machine_info()}
         write_result("tree_vs_hnsw.json", {**old, **partial})  # a later size may not finish

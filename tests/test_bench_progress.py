@@ -152,3 +152,10 @@ def test_timed_searches_run_once_per_query_in_varying_order(tree_vs_hnsw: Module
     assert len({p[0] for p in per_query}) == len(names)  # no setting always goes first
     assert [got[n]["recall@10"] for n in names] == [1.0, 0.5, 0.0, 0.0]
     assert all(got[n]["n"] == 40 for n in names)
+
+
+def test_the_fixed_order_kept_for_comparison_is_the_listed_one(tree_vs_hnsw: ModuleType) -> None:
+    order: list[str] = []
+    searches = {name: (lambda v, name=name: order.append(name) or []) for name in "abc"}
+    tree_vs_hnsw.timed(searches, np.zeros((5, 2)), [set()] * 5, fixed_order=True)
+    assert order == list("abc") * 5
