@@ -291,6 +291,8 @@ def compare(
     with_hnswlib: bool = False,
     store: Checkpoint | None = None,
     fixed_order: bool = False,
+    beams: tuple[int, ...] = BEAMS,
+    efs: tuple[int, ...] = EFS,
 ) -> dict[str, Any]:
     store = store or Checkpoint(None)
     n = e.shape[0]
@@ -340,24 +342,24 @@ def compare(
     ranker = GraphRanker(graph, e, np.arange(n))
     searcher = TreeSearcher(tree, vectors)
     searches: dict[str, Any] = {"exact": lambda v: top_k(e @ v, K)}
-    for b in BEAMS:
+    for b in beams:
         searches[f"tree {b}"] = lambda v, b=b: searcher.search(v, k=K, beam=b).leaves
-    for ef in EFS:
+    for ef in efs:
         searches[f"hnsw {ef}"] = lambda v, ef=ef: ranker.rank(v, K, ef)[0]
     if with_hnswlib:
         plain, seconds = hnswlib_search(e)
         row["hnswlib_build_s"] = round(seconds, 1)
-        for ef in EFS:
+        for ef in efs:
             searches[f"hnswlib {ef}"] = lambda v, ef=ef: plain(v, ef)
     with single_thread_blas():
         row["blas_threads_while_timed"] = blas_threads()
         got = timed(searches, q, truth, fixed_order=fixed_order)
     row["order"] = "fixed" if fixed_order else "random per query"
     row["exact"] = got["exact"]
-    row["tree"] = {str(b): got[f"tree {b}"] for b in BEAMS}
-    row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
+    row["tree"] = {str(b): got[f"tree {b}"] for b in beams}
+    row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in efs}
     if with_hnswlib:
-        row["hnswlib"] = {str(ef): got[f"hnswlib {ef}"] for ef in EFS}
+        row["hnswlib"] = {str(ef): got[f"hnswlib {ef}"] for ef in efs}
     row["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(row), flush=True)
     return row
@@ -491,6 +493,8 @@ def main() -> None:
     ap.add_argument("--end-to-end", action="store_true", help="also Recall@2/5 of HNSW + BM25")
     ap.add_argument("--hnswlib", action="store_true", help="also a plain hnswlib graph")
     ap.add_argument("--checkpoint", type=Path, help="keep/resume each size's steps here")
+    ap.add_argument("--beams", type=int, nargs="+", default=list(BEAMS))
+    ap.add_argument("--efs", type=int, nargs="+", default=list(EFS))
     ap.add_argument(
         "--fixed-order", action="store_true", help="time in the old fixed order (to compare)"
     )
@@ -508,7 +512,14 @@ def main() -> None:
         e, q = synthetic_set(n, args.clusters, args.queries, store)
         name = f"synthetic, {args.clusters} clusters"
         row = compare(
-            name, e, q, with_hnswlib=args.hnswlib, store=store, fixed_order=args.fixed_order
+            name,
+            e,
+            q,
+            with_hnswlib=args.hnswlib,
+            store=store,
+            fixed_order=args.fixed_order,
+            beams=tuple(args.beams),
+            efs=tuple(args.efs),
         )
         merge_row(rows, row)
         del e
