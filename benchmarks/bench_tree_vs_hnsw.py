@@ -189,32 +189,43 @@ def exact_truth(e: np.ndarray, q: np.ndarray, store: Checkpoint) -> list[set[int
     return truth
 
 
+ORDERS = ("staggered", "random", "fixed")
+
+
 def timed(
     searches: dict[str, Any],
     q: np.ndarray,
     truth: list[set[int]],
     seed: int = 0,
     *,
-    fixed_order: bool = False,
+    order: str = "staggered",
 ) -> dict[str, Any]:
-    """Recall@10 and latency of each search, the searches interleaved per query so that the
-    machine's load (shared, busy) hits each alike, in a fresh random order per query (seeded):
-    in a fixed order the search that followed another family's (the exact scan of every
-    vector first) always ran on cold caches, and usearch ef 16 measured slower than ef 32 at
-    every size. ``fixed_order``: that old order (to measure what it did)."""
+    """Recall@10 and latency of each search, all searches interleaved step by step so that the
+    machine's load (shared, busy) hits each alike, in a fresh random order per step (seeded).
+
+    ``staggered`` (the default): at each step every search runs a *different* query (search s
+    at step j runs query (j + s * Q / S) mod Q), so no search follows another on the same
+    query, whose neighbourhood that one has just brought into the caches; each still runs
+    every query once. ``random``: every search on the same query per step. ``fixed``: that,
+    in the listed order (the runs before 2026-12-02's 1M row): there the first search of each
+    family ran on caches the exact scan had evicted and the rest on the same query's warm
+    ones, so usearch ef 16 measured slower than ef 32 at every size."""
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: expected one of {', '.join(ORDERS)}")
     ms: dict[str, list[float]] = {name: [] for name in searches}
     hits = dict.fromkeys(searches, 0.0)
     names = list(searches)
+    spread = max(1, len(q) // max(1, len(names))) if order == "staggered" else 0
     rng = np.random.default_rng(seed)
-    for v, want in zip(q, truth, strict=True):
-        order = range(len(names)) if fixed_order else rng.permutation(len(names))
-        for at in order:
+    for step in range(len(q)):
+        turn = range(len(names)) if order == "fixed" else rng.permutation(len(names))
+        for at in turn:
             name = names[int(at)]
-            search = searches[name]
+            i = (step + int(at) * spread) % len(q)
             t = time.perf_counter()
-            got = search(v)
+            got = searches[name](q[i])
             ms[name].append((time.perf_counter() - t) * 1000)
-            hits[name] += len(want & set(np.asarray(got).tolist())) / K
+            hits[name] += len(truth[i] & set(np.asarray(got).tolist())) / K
     return {
         name: {"recall@10": round(hits[name] / len(truth), 4), **latency_stats(ms[name])}
         for name in searches
@@ -290,7 +301,7 @@ def compare(
     *,
     with_hnswlib: bool = False,
     store: Checkpoint | None = None,
-    fixed_order: bool = False,
+    order: str = "staggered",
     beams: tuple[int, ...] = BEAMS,
     efs: tuple[int, ...] = EFS,
 ) -> dict[str, Any]:
@@ -353,8 +364,8 @@ def compare(
             searches[f"hnswlib {ef}"] = lambda v, ef=ef: plain(v, ef)
     with single_thread_blas():
         row["blas_threads_while_timed"] = blas_threads()
-        got = timed(searches, q, truth, fixed_order=fixed_order)
-    row["order"] = "fixed" if fixed_order else "random per query"
+        got = timed(searches, q, truth, order=order)
+    row["order"] = order
     row["exact"] = got["exact"]
     row["tree"] = {str(b): got[f"tree {b}"] for b in beams}
     row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in efs}
@@ -495,9 +506,7 @@ def main() -> None:
     ap.add_argument("--checkpoint", type=Path, help="keep/resume each size's steps here")
     ap.add_argument("--beams", type=int, nargs="+", default=list(BEAMS))
     ap.add_argument("--efs", type=int, nargs="+", default=list(EFS))
-    ap.add_argument(
-        "--fixed-order", action="store_true", help="time in the old fixed order (to compare)"
-    )
+    ap.add_argument("--order", choices=ORDERS, default="staggered", help="see timed()")
     args = ap.parse_args()
     path = RESULTS / "tree_vs_hnsw.json"
     old = json.loads(path.read_text()) if path.exists() else {"rows": []}
@@ -517,7 +526,7 @@ def main() -> None:
             q,
             with_hnswlib=args.hnswlib,
             store=store,
-            fixed_order=args.fixed_order,
+            order=args.order,
             beams=tuple(args.beams),
             efs=tuple(args.efs),
         )

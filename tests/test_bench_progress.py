@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -129,33 +130,55 @@ def test_an_unfinished_step_is_not_taken_for_finished(
         store.graph(10)
 
 
-def test_timed_searches_run_once_per_query_in_varying_order(tree_vs_hnsw: ModuleType) -> None:
-    order: list[str] = []
+def _recording_searches(
+    names: str, answers: dict[str, list[int]] | None = None
+) -> tuple[dict[str, Callable[[np.ndarray], list[int]]], list[tuple[str, int]]]:
+    """Fake searches that log (name, query number; the query's first value) and answer fixed
+    leaves."""
+    calls: list[tuple[str, int]] = []
 
-    def search(name: str, answer: list[int]) -> Callable[[np.ndarray], list[int]]:
-        def run(_: np.ndarray) -> list[int]:
-            order.append(name)
-            return answer
+    def search(name: str) -> Callable[[np.ndarray], list[int]]:
+        def run(v: np.ndarray) -> list[int]:
+            calls.append((name, int(v[0])))
+            return (answers or {}).get(name, [])
 
         return run
 
-    names = ("exact", "a", "b", "c")
-    answers = {"exact": list(range(10)), "a": list(range(5)), "b": [], "c": list(range(20, 30))}
-    searches = {name: search(name, answers[name]) for name in names}
-    queries = np.zeros((40, 3), dtype=np.float32)
+    return {name: search(name) for name in names}, calls
+
+
+def test_timed_searches_run_every_query_once_in_varying_order(tree_vs_hnsw: ModuleType) -> None:
+    answers = {"e": list(range(10)), "a": list(range(5)), "b": [], "c": list(range(20, 30))}
+    queries = np.arange(40, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32)
     truth = [set(range(10))] * 40
+    for order in ("staggered", "random"):
+        searches, calls = _recording_searches("eabc", answers)
+        got = tree_vs_hnsw.timed(searches, queries, truth, order=order)
 
-    got = tree_vs_hnsw.timed(searches, queries, truth)
+        steps = [calls[i : i + 4] for i in range(0, len(calls), 4)]
+        assert len(steps) == 40 and all(sorted(n for n, _ in s) == list("abce") for s in steps)
+        assert len({s[0][0] for s in steps}) == 4  # no search always goes first
+        for name in "eabc":
+            assert sorted(i for n, i in calls if n == name) == list(range(40))
+        assert [got[n]["recall@10"] for n in "eabc"] == [1.0, 0.5, 0.0, 0.0]
+        assert all(got[n]["n"] == 40 for n in "eabc")
+        same_query_in_a_step = [len({i for _, i in s}) < 4 for s in steps]
+        assert not any(same_query_in_a_step) if order == "staggered" else all(same_query_in_a_step)
+        follows_same_query = [a[1] == b[1] for a, b in itertools.pairwise(calls)]
+        assert not any(follows_same_query) if order == "staggered" else any(follows_same_query)
 
-    per_query = [order[i : i + len(names)] for i in range(0, len(order), len(names))]
-    assert len(per_query) == 40 and all(sorted(p) == sorted(names) for p in per_query)
-    assert len({p[0] for p in per_query}) == len(names)  # no setting always goes first
-    assert [got[n]["recall@10"] for n in names] == [1.0, 0.5, 0.0, 0.0]
-    assert all(got[n]["n"] == 40 for n in names)
+
+def test_recall_is_counted_against_the_query_that_ran(tree_vs_hnsw: ModuleType) -> None:
+    queries = np.arange(12, dtype=np.float32)[:, None]
+    truth = [{i} for i in range(12)]
+    searches = {name: (lambda v: [int(v[0])]) for name in "abc"}
+    got = tree_vs_hnsw.timed(searches, queries, truth)  # staggered: a different query each
+    assert all(got[n]["recall@10"] == 0.1 for n in "abc")  # 1 of K=10, every time
 
 
 def test_the_fixed_order_kept_for_comparison_is_the_listed_one(tree_vs_hnsw: ModuleType) -> None:
-    order: list[str] = []
-    searches = {name: (lambda v, name=name: order.append(name) or []) for name in "abc"}
-    tree_vs_hnsw.timed(searches, np.zeros((5, 2)), [set()] * 5, fixed_order=True)
-    assert order == list("abc") * 5
+    searches, calls = _recording_searches("abc")
+    tree_vs_hnsw.timed(searches, np.zeros((5, 2)), [set()] * 5, order="fixed")
+    assert [n for n, _ in calls] == list("abc") * 5
+    with pytest.raises(ValueError, match="order 'sorted'"):
+        tree_vs_hnsw.timed(searches, np.zeros((5, 2)), [set()] * 5, order="sorted")
