@@ -2,8 +2,10 @@
 
 Both rank leaves for a query vector; the truth is the exact top 10 by cosine over all leaves.
 Per index and setting: recall@10 against that truth and per-query latency (p50/p95 ms) on one
-thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time
-and each build's peak RSS (the process's VmHWM, reset before each build; vectors included).
+thread (BLAS limited to one thread, usearch with ``threads=1``, hnswlib with
+``num_threads=1``; the settings interleaved with staggered queries, see :func:`timed`), plus
+build time and each build's peak RSS (the process's VmHWM, reset before each build; vectors
+included).
 
 - Synthetic: clustered unit vectors (dim 384, ``--clusters`` centres, Gaussian noise 0.7 of the
   centre scale, as ``_common.clustered``), ``--queries`` noisy queries drawn the same way (a
@@ -24,7 +26,8 @@ folder and arguments loads the finished steps (the row then says which, under ``
 instead of repeating them, so that a crash at 1M costs only the step it happened in.
 
 Usage: python benchmarks/bench_tree_vs_hnsw.py [--sizes 100000 1000000] [--clusters 2000]
-       [--queries 300] [--no-2wiki] [--hnswlib] [--checkpoint DIR]; writes
+       [--queries 300] [--no-2wiki] [--hnswlib] [--checkpoint DIR] [--beams B ...]
+       [--efs EF ...] [--order staggered|random|fixed]; writes
        benchmarks/results/tree_vs_hnsw.json (rows merged with earlier runs by (set, n)).
 """
 
