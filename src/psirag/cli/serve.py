@@ -234,7 +234,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     from psirag.index import Index
     from psirag.server.app import create_app
     from psirag.server.jobs import JobRunner, SharedJobs
-    from psirag.server.workers import serve_workers
+    from psirag.server.workers import serve_workers, tcp_listener
 
     if not hasattr(os, "fork"):
         from psirag.errors import InputError
@@ -263,6 +263,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
 
     # uvicorn binds as it would itself (IPv6, SO_REUSEADDR); the app string is never imported
     sock = uvicorn.Config("psirag", host=settings.host, port=settings.port).bind_socket()
+    sock = tcp_listener(sock)  # else every connection keeps Nagle on (40 ms per answer)
     _announce(args, settings, int(sock.getsockname()[1]), llm_spec(args) or "none")
     return serve_workers(n, make_app, sock, shared, log_level=args.log_level)
 
