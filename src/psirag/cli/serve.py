@@ -191,10 +191,12 @@ def run_serve(args: argparse.Namespace, *, embedder: Any = None) -> int:
     import uvicorn
 
     from psirag.server.app import create_app
+    from psirag.server.blas import limit_blas_threads
 
     logging.getLogger("psirag").setLevel(args.log_level.upper())
     if settings.workers > 1:
         return _serve_workers(args, settings, embedder)
+    limit_blas_threads()
     index = _load_index(args, embedder)
     llm = _llm_client(args)
     app = create_app(args.index, settings=settings, llm=llm, index=index, mcp=not args.no_mcp)
@@ -233,6 +235,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
     from psirag.server.app import create_app
+    from psirag.server.blas import limit_blas_threads
     from psirag.server.jobs import JobRunner, SharedJobs
     from psirag.server.workers import serve_workers, tcp_listener
 
@@ -247,6 +250,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     shared = SharedJobs.prepare(Path(args.index), n)
 
     def make_app(k: int) -> Any:
+        limit_blas_threads()  # in the worker, after the fork
         if embedder is None:
             confirm_index_embedder(index, args.embedder, http_policy_from(args))
         jobs = JobRunner.for_worker(shared, k)
@@ -281,6 +285,7 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
+    from psirag.server.blas import limit_blas_threads
     from psirag.server.jobs import JOBS_FILE, JobRunner
     from psirag.server.mcp_tools import build_mcp_server
     from psirag.server.state import GatedLLM, IndexHolder, ServerState, prepare_index
@@ -299,6 +304,7 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
         index = prepare_index(preloaded or _load_index(args, embedder))
         return ServerState(IndexHolder(index, Path(args.index)), settings, gated, jobs)
 
+    limit_blas_threads()  # from the main thread: OpenBLAS may ignore a change made in another
     loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psirag-mcp-load")
     state = loader.submit(load)
     state.add_done_callback(_report_load_error)
