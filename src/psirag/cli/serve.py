@@ -229,15 +229,13 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     import secrets
     from pathlib import Path
 
-    import uvicorn
-
     from psirag.cli.common import http_policy_from
     from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
     from psirag.server.app import create_app
     from psirag.server.blas import limit_blas_threads
     from psirag.server.jobs import JobRunner, SharedJobs
-    from psirag.server.workers import serve_workers, tcp_listener
+    from psirag.server.workers import bind_port, serve_workers
 
     if not hasattr(os, "fork"):
         from psirag.errors import InputError
@@ -265,9 +263,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
             boot=boot,
         )
 
-    # uvicorn binds as it would itself (IPv6, SO_REUSEADDR); the app string is never imported
-    sock = uvicorn.Config("psirag", host=settings.host, port=settings.port).bind_socket()
-    sock = tcp_listener(sock)  # else every connection keeps Nagle on (40 ms per answer)
+    sock = bind_port(settings.host, settings.port)
     _announce(args, settings, int(sock.getsockname()[1]), llm_spec(args) or "none")
     return serve_workers(n, make_app, sock, shared, log_level=args.log_level)
 
