@@ -435,7 +435,7 @@ def main() -> None:
         },
         "server_rss_mib": {"after_load": round(rss_loaded, 1), "peak_sampled": round(rss_peak, 1)},
         "workers": args.workers,
-        "server_src": args.src.name if args.src else "this checkout",
+        "server_src": f"{args.src.parent.name}/{args.src.name}" if args.src else "this checkout",
         "memory_idle_after_load": idle_memory,
         "memory_idle_after_load_levels": idle_after,
         "quick": bool(args.quick),
