@@ -492,18 +492,20 @@ def summarise(
 
 
 def grouped_cross_validation(
-    recipe: Recipe | CascadeRecipe, q: Questions, k: int
+    recipe: Recipe | CascadeRecipe, q: Questions, k: int, only: tuple[int, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, object]]]:
     """Out-of-fold scores and predicted hop indices of every real row under the grouped, purged
     split, for either kind of recipe: for each fold the recipe picks its settings inside the
     purged training part (``recipe.choose``) and then scores the fold (``recipe.held_out``).
-    Returns the scores, the predictions (-1 for synthetic rows) and a log line per fold."""
+    With ``only``, just those folds are scored (designing on them leaves the others unseen).
+    Returns the scores, the predictions (-1 for synthetic and unscored rows) and a log line per
+    fold."""
     real = np.asarray([r["source"] != "synthetic" for r in q.rows])
     allowed = recipe.allowed(q.rows)
     scores = np.full((len(q.rows), recipe.width), np.nan)
     pred = np.full(len(q.rows), -1)
     log = []
-    for fold in range(k):
+    for fold in range(k) if only is None else only:
         test = real & (q.folds == fold)
         train = purge(q.keys, test, allowed & ~test & ((q.folds != fold) | ~real))
         choice = recipe.choose(q, train)
@@ -964,6 +966,44 @@ def cascade_evaluate(
     return report, final, pred
 
 
+def design_only(
+    names: list[str],
+    vectors: np.ndarray,
+    questions: list[str],
+    y: np.ndarray,
+    rows: list[dict[str, object]],
+    keys: list[set[str]],
+    folds: np.ndarray,
+    args: argparse.Namespace,
+    design: tuple[int, ...],
+    dim: int,
+) -> int:
+    """Score each cascade on the design folds alone (the other folds are neither fit for nor
+    scored) and print its accuracies and, from the second on, paired differences against the
+    first: the loop a variant is designed in before it is run once on every fold."""
+    src = np.asarray([str(r["source"]) for r in rows])
+    first: np.ndarray | None = None
+    for name in names:
+        if name not in CASCADES:
+            raise SystemExit(f"--design-only takes cascades (v6 and later), not {name}")
+        cascade = CASCADES[name]
+        x = features(vectors, questions, cascade.lexical).astype(np.float64)
+        q = Questions(x, y, rows, keys, folds, dim)
+        _, pred, _ = grouped_cross_validation(cascade, q, args.folds, design)
+        idx = np.flatnonzero(pred >= 0)
+        mu = idx[src[idx] == "musique"]
+        line: dict[str, object] = {"musique_at_target_mix": round(mix_accuracy(pred[mu], y[mu]), 4)}
+        for source in ("musique", "popqa", "2wiki", "hotpotqa"):
+            sel = idx[src[idx] == source]
+            line[source] = round(float((pred[sel] == y[sel]).mean()), 4) if len(sel) else None
+        if first is None:
+            first = pred
+        else:
+            line["paired"] = paired_difference(first[idx], pred[idx], y[idx], src[idx], args.seed)
+        print(json.dumps({name: line}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data"))
@@ -974,6 +1014,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--recipes", default="v9", help="recipes to cross-validate; the last ships")
     ap.add_argument("--no-save", action="store_true", help="evaluate only")
+    ap.add_argument(
+        "--design-only",
+        action="store_true",
+        help="score the cascades on the design folds only, paired against the first; saves nothing",
+    )
     ap.add_argument(
         "--design-folds",
         default="0,1,2",
@@ -1010,6 +1055,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown recipes {unknown}; known: {sorted(RECIPES) + sorted(CASCADES)}")
     design = tuple(int(f) for f in args.design_folds.split(",") if f.strip())
+    if args.design_only:
+        return design_only(names, vectors, questions, y, rows, keys, folds, args, design, dim)
     shipped: dict[str, object] = {}
     cascade_predictions: dict[str, np.ndarray] = {}
     for name in names:

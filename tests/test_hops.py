@@ -667,6 +667,23 @@ def test_one_cross_validation_loop_purges_and_scores_every_real_row_once() -> No
     assert (tested == ~synthetic).all()
 
 
+def test_the_loop_can_score_the_design_folds_alone() -> None:
+    """``only`` fits for and scores just the named folds: the others stay unscored (-1)."""
+    train = _train_module()
+    rows = _tiny_rows()
+    keys = [train.row_keys(r) for r in rows]  # type: ignore[attr-defined]
+    folds = train.grouped_folds(rows, 3, 5)  # type: ignore[attr-defined]
+    recipe = _RecordingRecipe()
+    questions = train.Questions(  # type: ignore[attr-defined]
+        np.zeros((len(rows), 1)), np.zeros(len(rows), dtype=int), rows, keys, folds, 0
+    )
+    _, pred, log = train.grouped_cross_validation(recipe, questions, 3, (0, 2))  # type: ignore[attr-defined]
+    assert [entry["fold"] for entry in log] == [0, 2] and len(recipe.seen) == 2
+    assert (pred[folds == 1] == -1).all()
+    assert ((pred == 1) == np.isin(folds, (0, 2))).all()
+    assert not any(test[folds == 1].any() for _, test in recipe.seen)
+
+
 def test_paired_difference_is_zero_for_equal_predictions_and_signed_otherwise() -> None:
     train = _train_module()
     y = np.asarray([1, 1, 2, 2, 3, 1, 1, 0, 0, 0])
