@@ -107,7 +107,7 @@ def exact_top(e: np.ndarray, q: np.ndarray) -> list[set[int]]:
 
 
 class Checkpoint:
-    """One synthetic size's finished steps in a folder (None: keep nothing): arrays as .npy,
+    """One synthetic size's finished steps in a folder (None: keep nothing): arrays as .npz,
     the tree as its parent and layer arrays, the graph in usearch's format, and what each
     build measured in ``meta.json``. Every file is written under a temporary name and renamed,
     so a step killed half-way leaves nothing that a rerun would take for finished."""
@@ -176,6 +176,8 @@ def synthetic_set(
     """:func:`synthetic`'s vectors and queries, from the checkpoint when it has them."""
     saved = store.arrays("vectors")
     if saved is not None:
+        if saved["leaves"].shape[0] != n or saved["queries"].shape[0] != queries:
+            raise ValueError(f"{store.folder}: saved for another size; use another folder")
         return saved["leaves"], saved["queries"]
     e, q = synthetic(n, clusters, queries)
     store.keep_arrays("vectors", leaves=e, queries=q)

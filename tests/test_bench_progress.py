@@ -182,3 +182,9 @@ def test_the_fixed_order_kept_for_comparison_is_the_listed_one(tree_vs_hnsw: Mod
     assert [n for n, _ in calls] == list("abc") * 5
     with pytest.raises(ValueError, match="order 'sorted'"):
         tree_vs_hnsw.timed(searches, np.zeros((5, 2)), [set()] * 5, order="sorted")
+
+
+def test_a_checkpoint_of_another_size_is_refused(tree_vs_hnsw: ModuleType, tmp_path: Path) -> None:
+    tree_vs_hnsw.synthetic_set(50, 5, 4, tree_vs_hnsw.Checkpoint(tmp_path))
+    with pytest.raises(ValueError, match="another size"):
+        tree_vs_hnsw.synthetic_set(60, 5, 4, tree_vs_hnsw.Checkpoint(tmp_path))
