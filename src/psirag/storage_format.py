@@ -188,10 +188,14 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     sources = data.sources
     docs = [{"id": d, **sources[d]} for d in data.documents if d in sources]
     tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
-    data.sparse.save(writer.path(BM25.name))
+    data.sparse.save(
+        writer.path(BM25.name),
+        reuse=_keeper(writer, BM25.name),
+        compact=compact,
+        first_copy=False,
+    )
     # each chunk's first copy (itself unless its text repeats an earlier one's), as an offset
     # that a removal elsewhere does not change, in a table that follows the leaves
-    (writer.staging / BM25.name / FIRST_COPY_FILE).unlink()
     first = np.asarray(data.sparse.first_copy, dtype=np.int64)
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     dups = data.sparse.duplicates
@@ -213,6 +217,25 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     if data.phrase_table is not None:  # what a save on top of this generation may trust
         data.phrase_table.mark_saved(_generation_token(writer.target, generation))
     return generation
+
+
+def _keeper(writer: IndexWriter, folder: str) -> Callable[[Sequence[str]], bool]:
+    """For a part's own save: keep files (named inside ``folder``) from the base generation,
+    all of them or, when it lacks one, none (then the part writes them)."""
+    base = writer.base
+
+    def keep(names: Sequence[str]) -> bool:
+        if base is None or base.legacy:
+            return False
+        files = base.manifest["files"]
+        full = [f"{folder}/{n}" for n in names]
+        if not all(f in files for f in full):
+            return False
+        for f in full:
+            writer.keep(f)
+        return True
+
+    return keep
 
 
 def _save_graph(writer: IndexWriter, graph: LeafGraph) -> None:
