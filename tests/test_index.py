@@ -47,7 +47,7 @@ def test_build_search_round_trip(tmp_path: Path, topic_texts: list[str]) -> None
 
     index.save(tmp_path / "idx")
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 3
+    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 4
     assert manifest["counts"]["chunks"] == len(topic_texts)
     assert manifest["embedder"]["id"] == "test:hash-64"
     assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())

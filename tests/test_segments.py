@@ -268,7 +268,7 @@ def test_compact_migrates_a_format2_index(tmp_path: Path) -> None:
     shutil.copytree(Path(__file__).parent / "data" / "index_format_v2", folder)
     before = Index.load(folder)
     done = compact_saved(folder)
-    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 3
+    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 4
     assert done.generation == 3
     _same(Index.load(folder, verify="full"), before)
 
