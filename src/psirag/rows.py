@@ -30,6 +30,24 @@ T = TypeVar("T")
 
 _NEWLINE = 10
 
+MAP_MIN_BYTES = 1 << 20
+"""A saved file smaller than this is read into memory instead of mapped. Why: a map holds a
+file descriptor as long as it lives (Python's mmap keeps a duplicate of it), so an index of
+many small segment files held one per file, and an add on a small index needed about 40 spare
+descriptors; small files cost little memory read, and the large ones, few in number (segments
+grow geometrically), stay mapped."""
+
+
+def load_npy(path: Path, *, mmap: bool = True) -> np.ndarray:
+    """A saved array, memory-mapped where ``mmap`` and the file is large (see
+    :data:`MAP_MIN_BYTES`), else read (read-only where a map was asked for, as a map is)."""
+    if mmap and path.stat().st_size >= MAP_MIN_BYTES:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    array = np.load(path, allow_pickle=False)
+    if mmap:
+        array.flags.writeable = False
+    return array
+
 
 def line_starts(data: bytes | mmap.mmap | memoryview, rows: int, where: str) -> np.ndarray:
     """Where each of the ``rows`` lines of ``data`` starts, plus its length (int64, ``rows + 1``),
@@ -76,8 +94,9 @@ class _File:
         self.where = where
         self.rows = rows
         size = path.stat().st_size
-        if size == 0:
-            self.data: mmap.mmap | bytes = b""
+        if size < MAP_MIN_BYTES:  # read, not mapped: a map would hold a descriptor
+            self.data: mmap.mmap | bytes = path.read_bytes()
+            size = len(self.data)
         else:
             fd = os.open(path, os.O_RDONLY)
             try:

@@ -50,6 +50,7 @@ import numpy as np
 from psirag import formats, ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 from psirag.oserrors import of_the_machine, with_path
+from psirag.rows import load_npy
 
 FORMAT_NAME = "psirag-index"
 FORMAT_VERSION = 4
@@ -678,7 +679,7 @@ class IndexReader:
     def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
         path = self.path(name)
         try:
-            return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+            return load_npy(path, mmap=mmap)
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except (ValueError, OSError) as exc:

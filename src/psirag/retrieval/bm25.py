@@ -88,9 +88,10 @@ def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray
     """A saved array; an OS error names ``path`` even where numpy's memory map gives none
     (mmap's ``dup`` of the descriptor fails with EMFILE and no file name)."""
     from psirag.oserrors import with_path
+    from psirag.rows import load_npy
 
     try:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        return load_npy(path, mmap=mmap_mode == "r")
     except OSError as exc:
         raise with_path(exc, path) from exc
 
