@@ -228,8 +228,11 @@ def test_a_one_document_add_writes_only_what_changed(tmp_path: Path) -> None:
 
 
 def test_psirag_compact_merges_segments_drops_removed_rows_and_migrates(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import psirag.rows
+
+    monkeypatch.setattr(psirag.rows, "MAP_MIN_BYTES", 0)  # map every file, however small
     folder = tmp_path / "ix"
     index = _index(folder)
     docs = _docs(140, 2)[120:]

@@ -18,7 +18,7 @@ import mmap
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar, overload
 
@@ -337,14 +337,16 @@ class LazyRows(Sequence[T], Generic[T]):
         return self._by_identity(items)
 
     def _by_identity(self, items: Sequence[T]) -> np.ndarray:
-        """Per item, its position here if it is an object decoded from one of these rows."""
+        """Per item, its position here if it is an object decoded from one of these rows
+        (matched by object identity, vectorised: a save after an add that decoded every row
+        looked each one up in a Python dict, about 2 s at 200k rows)."""
         out = np.full(len(items), -1, dtype=np.int64)
         if not len(items) or not self._cache:
             return out
         head = self._rows()
         with self._lock:  # another thread may be reading rows meanwhile
-            decoded = list(self._cache.items())
-        cached = np.fromiter((row for row, _ in decoded), np.int64, len(decoded))
+            cached = np.fromiter(self._cache.keys(), np.int64, len(self._cache))
+            objects = identities(self._cache.values())
         if self.rows is None:
             ok = cached < head.size
             pos = cached
@@ -354,14 +356,33 @@ class LazyRows(Sequence[T], Generic[T]):
             at = np.minimum(np.searchsorted(ordered, cached), max(head.size - 1, 0))
             ok = ordered[at] == cached if head.size else np.zeros(cached.size, dtype=bool)
             pos = order[at]
-        by_id = {
-            id(obj): p
-            for (_, obj), p, good in zip(decoded, pos.tolist(), ok.tolist(), strict=True)
-            if good
-        }
-        for k, obj in enumerate(items):
-            out[k] = by_id.get(id(obj), -1)
+        return match_identities(identities(items), objects[ok], pos[ok])
+
+
+def identities(objects: Iterable[Any]) -> np.ndarray:
+    """The ``id`` of each object, as uint64 (CPython: its address)."""
+    return np.fromiter(map(id, objects), dtype=np.uint64)
+
+
+def match_identities(wanted: np.ndarray, known: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per id of ``wanted``, the value of the equal id in ``known`` (-1: none)."""
+    out = np.full(wanted.size, -1, dtype=np.int64)
+    if not known.size or not wanted.size:
         return out
+    order = np.argsort(known, kind="stable")
+    ordered = known[order]
+    at = np.minimum(np.searchsorted(ordered, wanted), ordered.size - 1)
+    hit = ordered[at] == wanted
+    out[hit] = np.asarray(values, dtype=np.int64)[order[at[hit]]]
+    return out
 
 
-__all__ = ["LazyRows", "MappedLines", "checked_starts", "line_starts"]
+__all__ = [
+    "LazyRows",
+    "MappedLines",
+    "checked_starts",
+    "identities",
+    "line_starts",
+    "load_npy",
+    "match_identities",
+]
