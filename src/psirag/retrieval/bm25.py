@@ -492,6 +492,7 @@ class Postings:
             total -= int(seg.doc_len[gone].sum())
             alive = np.array(seg.alive, dtype=bool)
             alive[gone] = False
+            old = seg
             seg = _Segment(
                 seg.counts,
                 seg.term_ptr,
@@ -501,6 +502,8 @@ class Postings:
                 alive,
                 seg.term_ids,
             )
+            if "_name" in old.__dict__:  # the same counts: the same files, not hashed again
+                object.__setattr__(seg, "_name", old.__dict__["_name"])
             if seg.n_alive == 0:
                 continue
             if seg.alive.size - seg.n_alive > COMPACT_DEAD_SHARE * seg.alive.size:
