@@ -332,7 +332,7 @@ def _digest(*arrays: np.ndarray) -> str:
     for a in arrays:
         a = np.ascontiguousarray(a)
         h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes() if a.size == 0 else memoryview(a).cast("B"))
+        h.update(a.data)
     return h.hexdigest()
 
 
