@@ -6,16 +6,19 @@ update's scoring lays out or re-ranks the whole corpus."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
-from support import TOPICS
+from support import TOPICS, HashEmbedder
 from support.counting import count_calls
 
+from psirag import Index
 from psirag.abstracts import phrases as phrases_module
 from psirag.abstracts.keywords import keyword_abstracts
 from psirag.abstracts.phrase_names import DERIVED_ARRAYS
 from psirag.abstracts.phrases import PhraseTable
+from psirag.config import IndexConfig
 from psirag.tree import build_tree
 
 LINES = [line for topic in TOPICS.values() for line in topic]
@@ -164,3 +167,28 @@ def test_a_loaded_table_updates_without_copying_its_saved_counts() -> None:
     assert keyword_abstracts(texts, tree, nodes=nodes, table=shrunk) == keyword_abstracts(
         texts, tree, table=fresh
     )
+
+
+def test_a_saved_index_keeps_the_word_counts_so_a_removal_after_a_load_derives_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emb = HashEmbedder()
+    docs = _texts(30, 4)
+    index = Index.build(docs[:24], IndexConfig(max_children=4), texts=True, embedder=emb)
+    index.save(tmp_path / "ix")
+    again = Index.load(tmp_path / "ix", embedder=emb)
+    stats = count_calls(monkeypatch, phrases_module, "_word_stats")
+    derives = count_calls(monkeypatch, PhraseTable, "_derive")
+    for ix in (index, again):
+        ix.remove(["0", "3"])
+        ix.add(docs[24:], texts=True)
+    assert stats.n == 0
+    assert derives.n == 1  # the loaded table restores its saved counts (once), derives none
+    assert again.abstracts == index.abstracts
+    table = again.data.phrase_table
+    assert table is not None
+    assert _counts(table) == _derived_afresh(table)
+    # saved again and loaded: the counts after the updates come back as they were
+    again.save(tmp_path / "ix")
+    third = Index.load(tmp_path / "ix", embedder=emb).data.phrase_table
+    assert third is not None and _counts(third) == _counts(table)

@@ -42,7 +42,7 @@ from psirag.abstracts.phrase_model import (
     is_stopword,
     unpack_keys,
 )
-from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
+from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
 
@@ -459,7 +459,8 @@ class PhraseTable:
         if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
             table._cache["vocab"] = (list(stems), {a: arrays[a] for a in VOCAB_ARRAYS})
             if all(a in arrays for a in DERIVED_ARRAYS):
-                table._cache["saved_derived"] = {a: arrays[a] for a in DERIVED_ARRAYS}
+                names = DERIVED_ARRAYS + tuple(a for a in WORD_ARRAYS if a in arrays)
+                table._cache["saved_derived"] = {a: arrays[a] for a in names}
         return table
 
     def derived_arrays(self) -> dict[str, np.ndarray] | None:
@@ -474,6 +475,11 @@ class PhraseTable:
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
                 out[name] = x.astype(np.int32)
         out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
+        if d.w_first is not None and d.w_df is not None:
+            for name in WORD_ARRAYS:
+                x = getattr(d, name)
+                small = x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1)
+                out[name] = x.astype(np.int32) if small else x
         return out
 
     def vocab(self) -> tuple[list[str], dict[str, np.ndarray]] | None:
@@ -555,6 +561,16 @@ class PhraseTable:
         )
         if not ok:
             raise IndexFormatError(_DAMAGED.format("the saved corpus counts disagree"))
+        words: dict[str, np.ndarray] = {}
+        if all(name in a for name in WORD_ARRAYS):
+            words = {name: _ints(a[name], small=False) for name in WORD_ARRAYS}
+            w_first = words["w_first"]
+            if (
+                w_first.shape != (n_w,)
+                or words["w_df"].shape != (n_w,)
+                or (n_w and (int(w_first.max()) >= self.n_leaves or int(w_first.min()) < -1))
+            ):
+                raise IndexFormatError(_DAMAGED.format("the saved word counts disagree"))
         return _Derived(
             vocab,
             p_sorted,
@@ -565,6 +581,8 @@ class PhraseTable:
             got["p_best"],
             w_rank,
             n_ranked,
+            words.get("w_first"),
+            words.get("w_df"),
         )
 
     # ------------------------------------------------------------------ updates
