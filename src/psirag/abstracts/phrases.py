@@ -806,14 +806,22 @@ class _Layout:
     phrases: Phrases
 
 
+def _pads(v: _Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`_flags` reads of a -1 padded form: capitalised, and capitalised or a digit
+    or a stopword (the pad: false, true)."""
+    return np.append(v.is_cap, False), np.append(v.is_cap | v.is_digit | v.is_stop, True)
+
+
 def _flags(
-    v: _Vocab, stems: np.ndarray, surface: np.ndarray
+    v: _Vocab,
+    stems: np.ndarray,
+    surface: np.ndarray,
+    pads: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Word counts, entity flags and kept flags of present phrases, from their stems and shown
     forms (n x 3 each)."""
     n_words = (stems >= 0).sum(axis=1).astype(np.int64)
-    pad_cap = np.append(v.is_cap, False)
-    pad_ok = np.append(v.is_cap | v.is_digit | v.is_stop, True)
+    pad_cap, pad_ok = pads or _pads(v)
     is_entity = np.all(pad_ok[surface], axis=1) & np.any(pad_cap[surface], axis=1)
     last = surface[np.arange(surface.shape[0]), np.maximum(n_words - 1, 0)]
     keep = ~((n_words > 1) & ~v.is_cap[surface[:, 0]] & v.is_cap[last])
@@ -1172,16 +1180,48 @@ class _PerPhrase:
     the phrases asked for, from their keys and counts (what :func:`_layout` computes for every
     phrase at once)."""
 
+    _KEPT_BATCHES = 8
+    """Batches remembered for the single-phrase reads that follow them (the picker's)."""
+
     def __init__(self, table: PhraseTable, d: _Derived) -> None:
         self.p_key, self.p_best, self.p_df = table.p_key, d.p_best, d.p_df
         self.vocab = d.vocab
         self.stem_first = _stem_first(d)
+        self.pads = _pads(d.vocab)
+        self.batches: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
+        self.one: dict[int, tuple[np.ndarray, ...]] = {}
 
     def __call__(self, pids: np.ndarray) -> tuple[np.ndarray, ...]:
+        if pids.size != 1:
+            if self.batches and pids.size:  # most reads are of the node's phrases asked last
+                keys, values = self.batches[-1]
+                at = np.minimum(np.searchsorted(keys, pids), keys.size - 1)
+                if bool(np.all(keys[at] == pids)):
+                    return tuple(a[at] for a in values)
+            got = self._compute(pids)
+            if pids.size:
+                order = np.argsort(pids, kind="stable")
+                self.batches = self.batches[-self._KEPT_BATCHES + 1 :]
+                self.batches.append((pids[order], tuple(a[order] for a in got)))
+            return got
+        pid = int(pids[0])
+        got = self.one.get(pid)
+        if got is None:
+            for keys, values in reversed(self.batches):
+                at = int(np.searchsorted(keys, pid))
+                if at < keys.size and int(keys[at]) == pid:
+                    got = tuple(a[at : at + 1] for a in values)
+                    break
+            else:
+                got = self._compute(pids)
+            self.one[pid] = got
+        return got
+
+    def _compute(self, pids: np.ndarray) -> tuple[np.ndarray, ...]:
         stems = unpack_keys(np.asarray(self.p_key[pids], dtype=np.int64))
         surface = unpack_keys(np.asarray(self.p_best[pids], dtype=np.int64))
         present = np.asarray(self.p_df[pids]) > 0
-        n_words, entity, keep = _flags(self.vocab, stems, surface)
+        n_words, entity, keep = _flags(self.vocab, stems, surface, self.pads)
         keep &= present
         order = np.full(pids.size, -1, dtype=np.int64)
         order[keep] = _order_key(stems[keep], self.stem_first)
