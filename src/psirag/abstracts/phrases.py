@@ -14,8 +14,15 @@ appears in the corpus, exactly as a fresh extraction over the same leaves number
 abstract computed from an updated table equals the one a full recompute gives, bit for bit.
 
 Word, stem and phrase ids here are persistent (they only grow while the table lives), not the
-first-appearance ranks: the ranks are recomputed from the per-leaf word lists after a removal
-(a word whose first leaf went moves back) and extended in place after an add.
+first-appearance ranks: an add extends the ranks in place; a removal re-ranks only the words
+whose first occurrence it removed (each word's first leaf and leaf count are kept for that),
+and redoes the shown form only of the phrases whose counts or forms' ranks moved.
+
+An update scores its few nodes from :meth:`PhraseTable.phrase_view`, which computes a
+phrase's column order, flags and shown form when a node reads it; the corpus-wide layout
+(:meth:`PhraseTable.phrases`) is made for a build or a full recompute only. What stays linear
+in the corpus is memory-speed copying: the sorted count arrays an add inserts into, and the
+per-leaf arrays a removal closes up.
 """
 
 from __future__ import annotations
