@@ -1212,17 +1212,17 @@ class _PerPhrase:
                 self.batches.append((pids[order], tuple(a[order] for a in got)))
             return got
         pid = int(pids[0])
-        got = self.one.get(pid)
-        if got is None:
+        one = self.one.get(pid)
+        if one is None:
             for keys, values in reversed(self.batches):
                 at = int(np.searchsorted(keys, pid))
                 if at < keys.size and int(keys[at]) == pid:
-                    got = tuple(a[at : at + 1] for a in values)
+                    one = tuple(a[at : at + 1] for a in values)
                     break
             else:
-                got = self._compute(pids)
-            self.one[pid] = got
-        return got
+                one = self._compute(pids)
+            self.one[pid] = one
+        return one
 
     def _compute(self, pids: np.ndarray) -> tuple[np.ndarray, ...]:
         stems = unpack_keys(np.asarray(self.p_key[pids], dtype=np.int64))
