@@ -1215,9 +1215,9 @@ class _PerPhrase:
         one = self.one.get(pid)
         if one is None:
             for keys, values in reversed(self.batches):
-                at = int(np.searchsorted(keys, pid))
-                if at < keys.size and int(keys[at]) == pid:
-                    one = tuple(a[at : at + 1] for a in values)
+                i = int(np.searchsorted(keys, pid))
+                if i < keys.size and int(keys[i]) == pid:
+                    one = tuple(a[i : i + 1] for a in values)
                     break
             else:
                 one = self._compute(pids)
