@@ -192,3 +192,26 @@ def test_a_saved_index_keeps_the_word_counts_so_a_removal_after_a_load_derives_n
     again.save(tmp_path / "ix")
     third = Index.load(tmp_path / "ix", embedder=emb).data.phrase_table
     assert third is not None and _counts(third) == _counts(table)
+
+
+def test_a_table_saved_before_the_word_counts_derives_them_on_its_first_removal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    corpus = _texts(40, 8)
+    table = PhraseTable.build(corpus)
+    stems, vocab = table.vocab() or ([], {})
+    saved = dict(table.arrays())
+    saved.update(vocab)
+    saved.update(
+        {k: v for k, v in (table.derived_arrays() or {}).items() if k in DERIVED_ARRAYS}
+    )  # what an index saved by an older psirag holds
+    loaded = PhraseTable.from_arrays(list(table.words), saved, stems)
+    stats = count_calls(monkeypatch, phrases_module, "_word_stats")
+    grown = loaded.add(_texts(43, 8)[40:])
+    assert stats.n == 0  # an add needs no word counts
+    shrunk = grown.remove(np.arange(43) % 5 != 0)
+    assert stats.n == 1
+    again = shrunk.remove(np.arange(shrunk.n_leaves) != 2)
+    assert stats.n == 1  # derived once, then kept
+    assert _counts(shrunk) == _derived_afresh(shrunk)
+    assert _counts(again) == _derived_afresh(again)
