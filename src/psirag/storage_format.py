@@ -1187,7 +1187,7 @@ def _load_phrase_table_v3(
     words_table = f"{PHRASES_DIR}/words"
     if words_table not in tables:
         return None
-    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
+    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
 
     def arr(name: str) -> np.ndarray:
         return np.asarray(_read_table(reader, tables, f"{PHRASES_DIR}/{name}", folder))
@@ -1206,6 +1206,8 @@ def _load_phrase_table_v3(
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
                 arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
+                if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
+                    arrays.update({a: arr(a) for a in WORD_ARRAYS})
                 _in_key_order(reader, tables, arrays, folder)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
