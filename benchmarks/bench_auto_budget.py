@@ -243,9 +243,9 @@ def report(args: argparse.Namespace) -> int:
         "sets": {},
     }
     lines = [
-        "| set, questions | arm | budgets (retrievals after the first: questions) | R@5 | EM | "
-        "F1 | retrievals / q | LLM calls (paid + replayed) | s / q as run | s / q, none replayed "
-        "(est.) |",
+        "| set, questions (0-based) | arm | budgets (retrievals after the first: questions) | "
+        "R@5 | EM | F1 | retrievals / q (first included) | LLM calls (paid + replayed) | "
+        "s / q as run | s / q, none replayed (est.) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     diffs = [
@@ -276,12 +276,25 @@ def report(args: argparse.Namespace) -> int:
             "questions": len(common),
             "summaries": summaries,
             "auto_minus_fixed": comparisons,
+            "per_question": [  # positions and scores only: no benchmark text
+                {
+                    "index": int(a["index"]),
+                    "auto_budget": int(a["max_retrievals"]),
+                    **{
+                        f"{key} {arm}": round(float(r[key]), 4)
+                        for key in ("recall@5", "em", "f1", "retrievals", "llm_calls", "wall_s")
+                        for arm, r in (("fixed", f), ("auto", a))
+                    },
+                }
+                for a, f in zip(arms["auto"], arms["fixed1"], strict=True)
+            ],
             **_over_all(out, name, arms, args.resamples),
         }
+        positions = "q" + ", q".join(str(r["index"]) for r in arms["auto"])
         for arm, s in summaries.items():
             budgets = ", ".join(f"{b}: {c}" for b, c in s["budgets"].items())
             lines.append(
-                f"| {name}, first {len(common)} | {arm} | {budgets} | {s['recall@5']:.1f} | "
+                f"| {name}, {positions} | {arm} | {budgets} | {s['recall@5']:.1f} | "
                 f"{s['em']:.1f} | {s['f1']:.1f} | {s['retrievals']:.2f} | {s['llm_calls']} "
                 f"({s['llm_paid_calls']} + {s['llm_replayed_calls']}) | {s['wall_s']:.1f} | "
                 f"{s['est_s']:.1f} |"
