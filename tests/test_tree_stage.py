@@ -4,11 +4,16 @@ symmetric differences, and the working tree's columns give the same tree as befo
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
+from support import HashEmbedder
 from support.trees import unit
 
-from psirag.living import _changed_leaves
+from psirag import Index, IndexConfig
+from psirag.living import _changed_leaves, compact_saved
 from psirag.tree import Tree, build_tree, check_invariants, insert_leaves, remove_leaves
 
 
@@ -88,3 +93,105 @@ def test_membership_of_equals_the_whole_matrix_rows(seed: int) -> None:
     assert rows.dtype == whole.dtype and rows.shape == whole.shape
     x = rng.normal(size=(tree.n_leaves, 6)).astype(np.float32)
     assert np.array_equal(np.asarray(rows @ x), np.asarray(whole @ x))  # the same sums, bit for bit
+
+
+NODE_TABLES = ("leaf_vectors", "leaf_parent", "inner_vectors", "inner_abstracts")
+
+
+def _node_bytes_of_one_add(folder: Path, n_docs: int) -> tuple[int, int, int]:
+    """Bytes the save after a one-document add writes for the node tables' rows, and for the
+    whole-array tree files (inner order, parents, layers), and the inner nodes after it."""
+    emb = HashEmbedder()
+    texts = [
+        f"{('volcano lava ash', 'river delta silt', 'bread dough oven')[i % 3]} passage {i} "
+        f"with Word{i} and Name{i % 7}."
+        for i in range(n_docs)
+    ]
+    Index.build(texts, IndexConfig(max_children=6), texts=True, embedder=emb).save(folder)
+    index = Index.load(folder, embedder=emb)
+    before = {p.stat().st_ino for p in folder.rglob("*") if p.is_file()}
+    index.add(["Lava and ash near the volcano, Word9000 said."], texts=True)
+    index.save(folder)
+    rows = tree = 0
+    for p in folder.rglob("*"):
+        if not p.is_file() or p.stat().st_ino in before:
+            continue
+        if p.parent.name == "seg" and p.name.split(".")[0] in NODE_TABLES:
+            rows += p.stat().st_size
+        elif p.parent.name == "tree":
+            tree += p.stat().st_size
+    return rows, tree, index.tree.n_nodes - index.tree.n_leaves
+
+
+def test_a_one_document_save_writes_node_rows_by_the_change(tmp_path: Path) -> None:
+    """Inner nodes keep their saved rows across an add (only new and changed ones are
+    appended), and the leaves' rows are appended: the node tables' bytes do not grow with the
+    index (a save that rewrote them would write 8x more at 8x the chunks)."""
+    small_rows, _, _ = _node_bytes_of_one_add(tmp_path / "small", 150)
+    big_rows, big_tree, inner = _node_bytes_of_one_add(tmp_path / "big", 1200)
+    assert small_rows > 0
+    assert big_rows < 2 * small_rows + 4096, (small_rows, big_rows)
+    # the whole-array tree files: three small ints per inner node (order, parent, layer),
+    # not one per leaf, nor any vector
+    assert big_tree <= 3 * 8 * inner + 3 * 128, (big_tree, inner)
+
+
+def _nodes_by_id(index: Index) -> dict[int, tuple[frozenset[str], str, bytes]]:
+    """Each inner node by its stable id: its leaves' chunk ids, its abstract, its vector."""
+    data = index.data
+    tree, n = data.tree, data.tree.n_leaves
+    ids, _ = data.stable_ids()
+    assert np.unique(ids).size == ids.size  # one node per id
+    out = {}
+    for u in range(n, tree.n_nodes):
+        leaves = frozenset(data.chunks[x].id for x in tree.leaves_under(u).tolist())
+        out[int(ids[u - n])] = (leaves, data.abstracts[u - n], data.node_vectors[u].tobytes())
+    return out
+
+
+def _check_ids_kept(before: dict[int, Any], after: dict[int, Any], next_before: int) -> int:
+    """Every node an update left as it was keeps its id; every other one has a new id."""
+    id_of = {node: i for i, node in before.items()}
+    kept = 0
+    for i, node in after.items():
+        if node in id_of:
+            assert i == id_of[node], "an unchanged node got another id"
+            kept += 1
+        else:
+            assert i >= next_before, f"a new or changed node reuses id {i}"
+    return kept
+
+
+def test_inner_nodes_keep_their_ids_through_adds_removes_saves_and_loads(tmp_path: Path) -> None:
+    """Stable node ids (issue 24): tree ids are positions and move with every appended leaf,
+    the stable ids do not; a save appends the new nodes' rows in id order, so a load gives the
+    very ids the updated value had."""
+    emb = HashEmbedder()
+    texts = [
+        f"{('volcano lava ash', 'river delta silt', 'bread dough oven')[i % 3]} passage {i} "
+        f"with Word{i} and Name{i % 7}."
+        for i in range(150)
+    ]
+    index = Index.build(texts, IndexConfig(max_children=5), texts=True, embedder=emb)
+    folder = tmp_path / "ix"
+    index.save(folder)
+    for loaded in (False, True):
+        if loaded:
+            index = Index.load(folder, embedder=emb)
+        before, next_id = _nodes_by_id(index), index.data.stable_ids()[1]
+        n_before = index.tree.n_leaves
+        index.add(["Lava and ash near the volcano, Word9000 said."], texts=True)
+        after = _nodes_by_id(index)
+        kept = _check_ids_kept(before, after, next_id)
+        assert 0 < kept < len(after)  # some nodes changed, most did not
+        tree_ids_moved = index.tree.n_leaves != n_before  # what the stable ids are for
+        assert tree_ids_moved
+        before, next_id = after, index.data.stable_ids()[1]
+        index.remove([index.documents[4]])
+        after = _nodes_by_id(index)
+        assert 0 < _check_ids_kept(before, after, next_id) < len(after)
+        if loaded:
+            index.save(folder)
+            assert _nodes_by_id(Index.load(folder, embedder=emb)) == after
+            compact_saved(folder)  # rows are renumbered, ids are not
+            assert _nodes_by_id(Index.load(folder, embedder=emb)) == after

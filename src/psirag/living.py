@@ -288,6 +288,10 @@ class _State:
     rows: np.ndarray | None = None
     """Per node of ``tree``, the saved origin's inner row that still holds it unchanged (-1:
     a leaf, or new or changed since; see :attr:`IndexData.inner_rows`); None: not known."""
+    ids: np.ndarray | None = None
+    """Per node of ``tree``, its stable id (:attr:`IndexData.inner_ids`; -1: a leaf, or new
+    or changed since: it gets a new id at the end)."""
+    next_id: int = 0
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
@@ -313,6 +317,8 @@ class _State:
             np.empty(0, dtype=np.int64),
             duplicates=data.sparse.duplicates,
             rows=_inner_rows(data),
+            ids=np.concatenate([np.full(n, -1, dtype=np.int64), data.stable_ids()[0]]),
+            next_id=data.stable_ids()[1],
         )
 
     def _timed(self, key: str, t0: float) -> None:
@@ -389,10 +395,24 @@ class _State:
             rows = np.full(tree.n_nodes, -1, dtype=np.int64)
             rows[target[keep]] = self.rows[old_inner[keep]]
             self.rows = rows
+        if self.ids is not None:  # and its id (new nodes have none yet)
+            ids = np.full(tree.n_nodes, -1, dtype=np.int64)
+            ids[target[keep]] = self.ids[old_inner[keep]]
+            self.ids = ids
         self.drift = drift
         self.tree, self.chunks, self.leaf_vectors = tree, chunks, vectors[:n_new]
         self.abstracts, self.vectors = abstracts, vectors
         self.dirty = np.union1d(update.dirty, carried).astype(np.int64)
+
+    def inner_ids(self) -> tuple[np.ndarray, int] | None:
+        """The inner nodes' stable ids after the update: kept ones as they were, new and
+        changed ones numbered on from ``next_id`` in node order."""
+        if self.ids is None:
+            return None
+        ids = self.ids[self.tree.n_leaves :].copy()
+        new = np.flatnonzero(ids < 0)
+        ids[new] = self.next_id + np.arange(new.size)
+        return ids, self.next_id + int(new.size)
 
     def refresh(
         self,
@@ -446,6 +466,8 @@ class _State:
         vectors_of = np.union1d(refresh, waiting).astype(np.int64)
         if self.rows is not None:  # their saved rows no longer hold them
             self.rows[vectors_of] = -1
+        if self.ids is not None:  # nor are they the nodes those ids named
+            self.ids[vectors_of] = -1
         t0 = time.perf_counter()
         if vectors_of.size:
             if not self.vectors.flags.writeable:  # the loaded value's own (apply makes a copy)
@@ -800,6 +822,7 @@ def update_documents(
         inner_rows=None
         if state.rows is None or data.origin is None
         else (data.origin, state.rows[state.tree.n_leaves :]),
+        inner_ids=state.inner_ids(),
     )
     if not wanted:  # the new documents come after the old ones: no need to list them again
         new.__dict__["documents"] = data.documents + tuple(

@@ -113,6 +113,9 @@ INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 
 INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True)
 """Per inner node, its parent's inner index (``node - n_leaves``; -1: a root)."""
 INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True)
+INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int64", 3, False)
+"""Per inner node, its stable id (:attr:`IndexData.inner_ids`), then the next id no node has
+had (k + 1 entries); absent in indexes saved before it (their ids are the saved rows)."""
 SEGMENT_TABLES = FormatFile("seg", "node_vectors, chunks, abstracts, ...", "folder", None, 3, True)
 """Segment files of the manifest's ``tables`` (:mod:`psirag.segments`): ``leaf_vectors``,
 ``leaf_parent`` (each leaf's parent as a physical row of the inner tables), ``chunks``,
@@ -134,6 +137,7 @@ FILES: tuple[FormatFile, ...] = (
     INNER_ORDER,
     INNER_PARENT,
     INNER_LAYER,
+    INNER_IDS,
 )
 """Every file of a generation besides its manifest, in any format version (``since`` and
 ``until`` say which)."""
@@ -183,6 +187,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         INNER_PARENT.name, _small_ints(np.where(inner_parent >= 0, inner_parent - n, -1))
     )
     writer.save_array(INNER_LAYER.name, np.asarray(data.tree.layer[n:], dtype=np.int32))
+    ids, next_id = data.stable_ids()
+    writer.save_array(INNER_IDS.name, np.append(ids, next_id).astype(np.int64))
     if data.abstract_drift is not None:  # absent: every abstract is current
         writer.save_array(DRIFT_FILE, data.abstract_drift)
     sources = data.sources
@@ -841,12 +847,13 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if reader.legacy or reader.generation is None
         else SavedOrigin(str(_resolve(reader.root)), reader.generation, chunks)
     )
-    inner_rows = None
+    inner_rows = inner_ids = None
     if origin is not None and tables:
         inner_rows = (
             origin,
             np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64),
         )
+        inner_ids = _saved_ids(reader, inner_rows[1], tables["inner_vectors"].physical, where)
     graph = None
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
@@ -896,10 +903,32 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         leaf_graph=graph,
         origin=origin,
         inner_rows=inner_rows,
+        inner_ids=inner_ids,
     )
 
 
 Core = tuple[np.ndarray, Tree, Sequence[Chunk], Sequence[str]]
+
+
+def _saved_ids(
+    reader: IndexReader, rows: np.ndarray, n_rows: int, where: str | Path
+) -> tuple[np.ndarray, int]:
+    """The inner nodes' stable ids and the next one: as saved, or for an index saved before
+    they were, the rows that hold the nodes (unique, and below the rows' count)."""
+    if INNER_IDS.name not in reader.files:
+        return rows, n_rows
+    saved = np.asarray(reader.load_array(INNER_IDS.name, mmap=False), dtype=np.int64)
+    ids, next_id = saved[:-1], int(saved[-1]) if saved.size else -1
+    if (
+        saved.shape != (rows.size + 1,)
+        or (ids.size and (int(ids.min()) < 0 or int(ids.max()) >= next_id))
+        or np.unique(ids).size != ids.size
+    ):
+        raise IndexFormatError(
+            f"{where}: {INNER_IDS.name} does not hold one distinct id per inner node and the "
+            "next id; the index is corrupted, rebuild it"
+        )
+    return ids, next_id
 
 
 def _load_core_v2(reader: IndexReader, where: str | Path) -> Core:
