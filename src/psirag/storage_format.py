@@ -977,7 +977,12 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     abstracts are :class:`~psirag.rows.LazyRows`: their records are decoded when read."""
     from psirag.segments import mapped_jsonl
 
-    leaf_vectors = np.asarray(_read_table(reader, tables, "leaf_vectors", where))
+    leaf_parts = _leaf_vector_parts(reader, tables, where)
+    leaf_vectors: np.ndarray | _Rows = (
+        np.asarray(_read_table(reader, tables, "leaf_vectors", where))
+        if leaf_parts is None
+        else _Rows(sum(p.shape[0] for p in leaf_parts), leaf_parts[0])
+    )
     leaf_parent = np.asarray(_read_table(reader, tables, "leaf_parent", where), dtype=np.int64)
     inner_vectors = _read_table(reader, tables, "inner_vectors", where, physical=True)
     texts_table = tables.get("inner_abstracts")
@@ -1024,9 +1029,15 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     ).astype(np.int64)
     layer = np.concatenate([np.zeros(n, dtype=np.int32), inner_layer])
     node_vectors = _mapped_node_vectors(reader, tables, order, n)
-    if node_vectors is None:
+    if node_vectors is None:  # one copy: the leaves' segments straight into place
         node_vectors = np.empty((n + k, leaf_vectors.shape[1]), dtype=leaf_vectors.dtype)
-        node_vectors[:n] = leaf_vectors
+        if leaf_parts is None:
+            node_vectors[:n] = np.asarray(leaf_vectors)
+        else:
+            at = 0
+            for part in leaf_parts:
+                node_vectors[at : at + part.shape[0]] = part
+                at += part.shape[0]
         node_vectors[n:] = inner_vectors[order]
     chunks = _lazy_chunks(reader, tables, where)
     if len(chunks) != n:
@@ -1039,6 +1050,31 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
 
     abstracts = LazyRows(inner_texts, abstract, order)
     return node_vectors, Tree(parent=parent, layer=layer), chunks, abstracts
+
+
+class _Rows:
+    """The shape and dtype of rows kept in several segments (what the load's checks read)."""
+
+    def __init__(self, n: int, first: np.ndarray) -> None:
+        self.shape = (n, *first.shape[1:])
+        self.ndim = first.ndim
+        self.dtype = first.dtype
+
+
+def _leaf_vector_parts(
+    reader: IndexReader, tables: dict[str, Table], where: str | Path
+) -> list[np.ndarray] | None:
+    """The leaf vectors' segments as memory maps when they are several, unpatched and hold no
+    removed row (an index after adds): the load copies them once, into the node vectors,
+    instead of joining them first. None: read the table as a whole."""
+    from psirag.segments import segment_parts
+
+    table = tables.get("leaf_vectors")
+    if table is None or table.kind != "npy" or len(table.segments) < 2:
+        return None
+    if table.patches or table.n_dead:
+        return None
+    return segment_parts(reader, table, f"{where} table leaf_vectors")
 
 
 def _lazy_chunks(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Any:
