@@ -79,6 +79,14 @@ def test_the_shipped_model_tells_one_hop_from_three() -> None:
     ]
     assert predictor.predict(one_hop) == [1, 1, 1, 1]
     assert predictor.predict(three_hops) == [3, 3]
+    # A comparison through a relation is 4 hops (two facts per compared thing); a direct one, 2.
+    comparisons = [
+        "Which film has the director who was born earlier, The Quiet Harbour or Salt Road?",
+        "Are the directors of both films The Quiet Harbour and Salt Road from the same country?",
+        "Who was born first, Tomas Varga or Ann Lee?",
+        "Which film came out first, The Quiet Harbour or Salt Road?",
+    ]
+    assert predictor.predict(comparisons) == [4, 4, 2, 2]
     vectors = predictor.embedder.embed(one_hop + three_hops)
     p = predictor.model.probabilities(np.asarray(vectors), one_hop + three_hops)
     assert np.allclose(p.sum(axis=1), 1.0) and ((p >= 0) & (p <= 1)).all()
@@ -484,6 +492,40 @@ def test_cascade_training_is_reproducible_on_a_tiny_set() -> None:
     assert predicted[hop == 3].mean() > predicted[hop == 2].mean()
 
 
+def test_a_fixed_weight_is_zero_before_its_step_and_leaves_the_learnt_ones_as_they_were() -> None:
+    """v9 holds compared_relations at 0 in steps 1-2 and at +4 per noun in step 3; every other
+    weight is the one v8's recipe learns."""
+    train = _train_module()
+    rows = _tiny_rows()
+    for i, row in enumerate(rows):
+        if row["hops"] == 3 and i % 2:
+            # Comparisons through a relation, labelled 4 as in 2Wiki.
+            row["question"] = f"Which film has the director who died first, Quill{i} or Salt{i}?"
+            row["hops"] = 4
+    embedder = HashEmbedder()
+    questions = [str(r["question"]) for r in rows]
+    vectors = np.asarray(embedder.embed(questions))
+    y = np.asarray([HOPS.index(int(r["hops"])) for r in rows])  # type: ignore[call-overload]
+    v8, v9 = train.CASCADES["v8"], train.CASCADES["v9"]  # type: ignore[attr-defined]
+    assert v9.lexical == (*v8.lexical, "compared_relations")
+    x8 = features(vectors, questions, v8.lexical).astype(np.float64)
+    x9 = features(vectors, questions, v9.lexical).astype(np.float64)
+    assert x9[:, -1].max() == 1
+    everything = np.ones(len(rows), dtype=bool)
+    j = embedder.dim + len(v8.lexical)
+    for above in (1, 2, 3):
+        old = train.fit_stage(v8, above, x8, y, rows, everything, 0.1, embedder.dim)  # type: ignore[attr-defined]
+        new = train.fit_stage(v9, above, x9, y, rows, everything, 0.1, embedder.dim)  # type: ignore[attr-defined]
+        assert np.array_equal(new.weights[:j], old.weights) and new.bias == old.bias
+        if above < 3:
+            assert new.weights[j] == 0.0
+        else:
+            assert (new.mean[j], new.scale[j], new.weights[j]) == (0.0, 1.0, 4.0)
+            comparison = np.flatnonzero(x9[:, -1] > 0)
+            gap = new.score(x9[comparison]) - old.score(x8[comparison])
+            assert np.allclose(gap, 4.0)
+
+
 def test_fit_binary_learns_a_separable_rule() -> None:
     train = _train_module()
     rng = np.random.default_rng(0)
@@ -530,23 +572,46 @@ def test_chain_links_count_relations_tied_onwards_not_descriptions() -> None:
         assert fact["relation_links"] == 0 and fact["defining_clauses"] == 0, question
 
 
-def test_a_cascade_of_the_older_feature_list_still_loads_and_reads_its_own_features() -> None:
-    """v6/v7 files name the 30 features of LEXICAL_MASKED; they load and predict with those."""
+def test_compared_relations_count_the_relation_a_comparison_goes_through() -> None:
+    def compared(question: str) -> float:
+        return _named_features(question)["compared_relations"]
+
+    # Through a relation: the director of each film, then the director's date or country.
+    assert compared("Which film has the director who died first, Salt Road or Quill?") == 1
+    assert compared("Which film whose director is younger, Salt Road or Quill?") == 1
+    both = "Are the directors of both films Salt Road and Quill from the same country?"
+    assert compared(both) == 1
+    assert compared("Do both films Salt Road and Quill have directors of the same age?") == 1
+    # Direct comparisons: the answer type ("which film"), the compared property ("the same
+    # country") and a noun naming a name ("both films x") are not relations.
+    assert compared("Who was born first, Ann Lee or Tomas Varga?") == 0
+    assert compared("Which film came out first, Salt Road or Quill?") == 0
+    assert compared("Are both films Salt Road and Quill from the same country?") == 0
+    # Not a comparison at all: a chain, however many relations it names.
+    assert compared("Who is the spouse of the mayor of the city where Ann Lee was born?") == 0
+
+
+@pytest.mark.parametrize("names", [hops.LEXICAL_MASKED, hops.LEXICAL_V8])
+def test_a_cascade_of_an_older_feature_list_still_loads_and_reads_its_own_features(
+    names: tuple[str, ...],
+) -> None:
+    """v6/v7 files name the 30 features of LEXICAL_MASKED and v8 files the 32 of LEXICAL_V8; they
+    load and predict with those."""
     embedder = HashEmbedder()
     short = _length_cascade(embedder.id, embedder.dim, (0.0, 0.0, 0.0))
-    d = embedder.dim + len(hops.LEXICAL_MASKED)
+    d = embedder.dim + len(names)
     older = replace(
         short,
-        lexical=hops.LEXICAL_MASKED,
+        lexical=names,
         stages=tuple(
             replace(s, mean=s.mean[:d], scale=s.scale[:d], weights=s.weights[:d])
             for s in short.stages
         ),
     )
     data = json.loads(json.dumps(older.to_json()))
-    assert data["lexical"] == list(hops.LEXICAL_MASKED)
+    assert data["lexical"] == list(names)
     again = hops.hop_model_from_json(data, "older.json")
-    assert isinstance(again, HopCascade) and again.lexical == hops.LEXICAL_MASKED
+    assert isinstance(again, HopCascade) and again.lexical == names
     questions = [SHORT, LONG]
     vectors = np.asarray(embedder.embed(questions))
     assert again.predict(vectors, questions) == short.predict(vectors, questions)
@@ -600,6 +665,23 @@ def test_one_cross_validation_loop_purges_and_scores_every_real_row_once() -> No
         held = set().union(*(keys[i] for i in np.flatnonzero(test_mask)))
         assert not any(keys[i] & held for i in np.flatnonzero(train_mask))
     assert (tested == ~synthetic).all()
+
+
+def test_the_loop_can_score_the_design_folds_alone() -> None:
+    """``only`` fits for and scores just the named folds: the others stay unscored (-1)."""
+    train = _train_module()
+    rows = _tiny_rows()
+    keys = [train.row_keys(r) for r in rows]  # type: ignore[attr-defined]
+    folds = train.grouped_folds(rows, 3, 5)  # type: ignore[attr-defined]
+    recipe = _RecordingRecipe()
+    questions = train.Questions(  # type: ignore[attr-defined]
+        np.zeros((len(rows), 1)), np.zeros(len(rows), dtype=int), rows, keys, folds, 0
+    )
+    _, pred, log = train.grouped_cross_validation(recipe, questions, 3, (0, 2))  # type: ignore[attr-defined]
+    assert [entry["fold"] for entry in log] == [0, 2] and len(recipe.seen) == 2
+    assert (pred[folds == 1] == -1).all()
+    assert ((pred == 1) == np.isin(folds, (0, 2))).all()
+    assert not any(test[folds == 1].any() for _, test in recipe.seen)
 
 
 def test_paired_difference_is_zero_for_equal_predictions_and_signed_otherwise() -> None:

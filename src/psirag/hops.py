@@ -4,7 +4,8 @@ needs, so that ``--max-retrievals auto`` can set the agent's budget per question
 The shipped model (:class:`HopCascade`) asks three yes/no questions in turn, more than 1 hop?
 more than 2? more than 3?, each a logistic regression over the MiniLM question embedding plus
 lexical features (:func:`lexical_features`: wh-words, relative clauses, "of" chains, relation
-nouns, counts over the question with its names masked). It is trained by
+nouns, counts over the question with its names masked, the relations a comparison goes
+through). It is trained by
 ``scripts/train_hops.py``; its weights ship as ``psirag/data/hops-minilm.json`` (plain JSON, no
 pickle) and load offline; prediction is a few dot products in numpy. The older softmax format
 (:class:`HopModel`) still loads.
@@ -134,7 +135,9 @@ LEXICAL_MASKED = (
 #: Lexical features of the shipped cascade (v8), and every name a model file may use: v7's plus
 #: two counts of chain links (:func:`_chain_links`), which tell a long question that describes
 #: one bridge entity at length (2 hops) from a short one that chains three relations.
-LEXICAL_NAMES = (*LEXICAL_MASKED, "relation_links", "defining_clauses")
+LEXICAL_V8 = (*LEXICAL_MASKED, "relation_links", "defining_clauses")
+#: Every name a model file may use: v8's plus ``compared_relations`` (:func:`_compared_relations`).
+LEXICAL_NAMES = (*LEXICAL_V8, "compared_relations")
 
 # Named things to mask: capitalised runs (and numbers) not at the start, and quoted titles.
 MASK_ENTITY_PATTERN = re.compile(
@@ -226,6 +229,32 @@ def _chain_links(question: str) -> dict[str, float]:
     }
 
 
+# A choice between named things ("x or x") or a shared property ("both", "the same"): the
+# question compares two answers found separately.
+_COMPARISON = re.compile(r"\bx or x\b|\bboth\b|\bthe same\b|\beither\b")
+
+
+def _compared_relations(question: str) -> dict[str, float]:
+    """In a comparison, the relation nouns that lead from each compared thing to the compared
+    property ("which film has the director who died first, x or x": 1; "who was born first, x or
+    x": 0). Not counted: the answer type ("which film"), the property itself ("the same
+    country") and a noun naming what a name is ("both films x"). Each noun counted is one hop
+    more per compared thing."""
+    words = masked_template(question).split()
+    if not _COMPARISON.search(" ".join(words)):
+        return {"compared_relations": 0.0}
+    nouns = 0
+    for i, word in enumerate(words):
+        if not (word in RELATION_NOUNS or word.rstrip("s") in RELATION_NOUNS):
+            continue
+        before = words[i - 1] if i else ""
+        after = words[i + 1] if i + 1 < len(words) else ""
+        if before in ("what", "which", "same") or after == "x":
+            continue
+        nouns += 1
+    return {"compared_relations": float(nouns)}
+
+
 def _lexical_table(question: str) -> dict[str, float]:
     words = _WORD.findall(question)
     lower = [w.lower() for w in words]
@@ -265,6 +294,7 @@ def _lexical_table(question: str) -> dict[str, float]:
         "prep_phrases": float(len(_PREP_PHRASE.findall(text))),
         **_masked_counts(question),
         **_chain_links(question),
+        **_compared_relations(question),
     }
 
 

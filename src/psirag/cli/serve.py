@@ -191,10 +191,12 @@ def run_serve(args: argparse.Namespace, *, embedder: Any = None) -> int:
     import uvicorn
 
     from psirag.server.app import create_app
+    from psirag.server.blas import limit_blas_threads
 
     logging.getLogger("psirag").setLevel(args.log_level.upper())
     if settings.workers > 1:
         return _serve_workers(args, settings, embedder)
+    limit_blas_threads()
     index = _load_index(args, embedder)
     llm = _llm_client(args)
     app = create_app(args.index, settings=settings, llm=llm, index=index, mcp=not args.no_mcp)
@@ -227,14 +229,13 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     import secrets
     from pathlib import Path
 
-    import uvicorn
-
     from psirag.cli.common import http_policy_from
     from psirag.embed.endpoints import confirm_index_embedder
     from psirag.index import Index
     from psirag.server.app import create_app
+    from psirag.server.blas import limit_blas_threads
     from psirag.server.jobs import JobRunner, SharedJobs
-    from psirag.server.workers import serve_workers
+    from psirag.server.workers import bind_port, serve_workers
 
     if not hasattr(os, "fork"):
         from psirag.errors import InputError
@@ -247,6 +248,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
     shared = SharedJobs.prepare(Path(args.index), n)
 
     def make_app(k: int) -> Any:
+        limit_blas_threads()  # in the worker, after the fork
         if embedder is None:
             confirm_index_embedder(index, args.embedder, http_policy_from(args))
         jobs = JobRunner.for_worker(shared, k)
@@ -261,8 +263,7 @@ def _serve_workers(args: argparse.Namespace, settings: ServerSettings, embedder:
             boot=boot,
         )
 
-    # uvicorn binds as it would itself (IPv6, SO_REUSEADDR); the app string is never imported
-    sock = uvicorn.Config("psirag", host=settings.host, port=settings.port).bind_socket()
+    sock = bind_port(settings.host, settings.port)
     _announce(args, settings, int(sock.getsockname()[1]), llm_spec(args) or "none")
     return serve_workers(n, make_app, sock, shared, log_level=args.log_level)
 
@@ -280,6 +281,7 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
 
+    from psirag.server.blas import limit_blas_threads
     from psirag.server.jobs import JOBS_FILE, JobRunner
     from psirag.server.mcp_tools import build_mcp_server
     from psirag.server.state import GatedLLM, IndexHolder, ServerState, prepare_index
@@ -298,6 +300,7 @@ def run_mcp(args: argparse.Namespace, *, embedder: Any = None) -> int:
         index = prepare_index(preloaded or _load_index(args, embedder))
         return ServerState(IndexHolder(index, Path(args.index)), settings, gated, jobs)
 
+    limit_blas_threads()  # from the main thread: OpenBLAS may ignore a change made in another
     loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="psirag-mcp-load")
     state = loader.submit(load)
     state.add_done_callback(_report_load_error)
