@@ -148,10 +148,13 @@ class Tree:
         anc = self.leaf_ancestors
         spans: dict[int, np.ndarray] = {}
         layers = self.layer[targets]
+        marked = np.zeros(self.n_nodes + 1, dtype=bool)  # the last slot: -1, no ancestor
         for lv in np.unique(layers[layers > 0]).tolist():
             wanted = np.unique(targets[layers == lv])
             row = anc[lv - 1]
-            leaves = np.flatnonzero(np.isin(row, wanted))
+            marked[wanted] = True
+            leaves = np.flatnonzero(marked[row])  # one pass (isin makes one per wanted node)
+            marked[wanted] = False
             owners = row[leaves]
             order = np.argsort(owners, kind="stable")
             leaves, owners = leaves[order], owners[order]
