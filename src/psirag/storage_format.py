@@ -113,7 +113,7 @@ INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 
 INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True)
 """Per inner node, its parent's inner index (``node - n_leaves``; -1: a root)."""
 INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True)
-INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int64", 3, False)
+INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int32", 3, False)
 """Per inner node, its stable id (:attr:`IndexData.inner_ids`), then the next id no node has
 had (k + 1 entries); absent in indexes saved before it (their ids are the saved rows)."""
 SEGMENT_TABLES = FormatFile("seg", "node_vectors, chunks, abstracts, ...", "folder", None, 3, True)
@@ -188,7 +188,7 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     )
     writer.save_array(INNER_LAYER.name, np.asarray(data.tree.layer[n:], dtype=np.int32))
     ids, next_id = data.stable_ids()
-    writer.save_array(INNER_IDS.name, np.append(ids, next_id).astype(np.int64))
+    writer.save_array(INNER_IDS.name, _small_ints(np.append(ids, next_id)))
     if data.abstract_drift is not None:  # absent: every abstract is current
         writer.save_array(DRIFT_FILE, data.abstract_drift)
     sources = data.sources
