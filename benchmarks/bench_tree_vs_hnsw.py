@@ -2,8 +2,10 @@
 
 Both rank leaves for a query vector; the truth is the exact top 10 by cosine over all leaves.
 Per index and setting: recall@10 against that truth and per-query latency (p50/p95 ms) on one
-thread (BLAS limited to one thread, hnswlib queried with ``num_threads=1``), plus build time
-and each build's peak RSS (the process's VmHWM, reset before each build; vectors included).
+thread (BLAS limited to one thread, usearch with ``threads=1``, hnswlib with
+``num_threads=1``; the settings interleaved with staggered queries, see :func:`timed`), plus
+build time and each build's peak RSS (the process's VmHWM, reset before each build; vectors
+included).
 
 - Synthetic: clustered unit vectors (dim 384, ``--clusters`` centres, Gaussian noise 0.7 of the
   centre scale, as ``_common.clustered``), ``--queries`` noisy queries drawn the same way (a
@@ -18,8 +20,14 @@ expansion_add 100, half-precision vectors, candidates rescored exactly; built wi
 at ef 16/32/64/128; with ``--hnswlib`` also a plain hnswlib graph (M 16, ef_construction 100,
 float32), the library the list used before.
 
+``--checkpoint DIR`` keeps each synthetic size's steps on disk (vectors and queries, the exact
+top 10, the tree, the graph, with each build's measured seconds and peak): a rerun with the same
+folder and arguments loads the finished steps (the row then says which, under ``resumed``)
+instead of repeating them, so that a crash at 1M costs only the step it happened in.
+
 Usage: python benchmarks/bench_tree_vs_hnsw.py [--sizes 100000 1000000] [--clusters 2000]
-       [--queries 300] [--no-2wiki] [--hnswlib] [--real NAME ...]; writes
+       [--queries 300] [--no-2wiki] [--hnswlib] [--checkpoint DIR] [--beams B ...]
+       [--efs EF ...] [--order staggered|random|fixed]; writes
        benchmarks/results/tree_vs_hnsw.json (rows merged with earlier runs by (set, n)).
 """
 
@@ -29,6 +37,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,7 +54,14 @@ from _common import (
 from psirag.config import IndexConfig
 from psirag.eval.harness import single_thread_blas
 from psirag.pipeline import routing_vectors
-from psirag.retrieval.leaf_graph import LeafGraph
+from psirag.retrieval.leaf_graph import (
+    GRAPH_FILE,
+    KEYS_FILE,
+    GraphBase,
+    LeafGraph,
+    new_base_id,
+    require_usearch,
+)
 from psirag.retrieval.lists.hnsw import GraphRanker
 from psirag.retrieval.ranking import top_k
 from psirag.retrieval.tree_search import TreeSearcher
@@ -90,21 +106,145 @@ def exact_top(e: np.ndarray, q: np.ndarray) -> list[set[int]]:
     return [set(top_k(e @ v, K).tolist()) for v in q]
 
 
-def timed(searches: dict[str, Any], q: np.ndarray, truth: list[set[int]]) -> dict[str, Any]:
-    """Recall@10 and latency of each search, the searches interleaved per query so that the
-    machine's load (shared, busy) hits each alike."""
+class Checkpoint:
+    """One synthetic size's finished steps in a folder (None: keep nothing): arrays as .npz,
+    the tree as its parent and layer arrays, the graph in usearch's format, and what each
+    build measured in ``meta.json``. Every file is written under a temporary name and renamed,
+    so a step killed half-way leaves nothing that a rerun would take for finished."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        self.resumed: list[str] = []
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, name: str) -> Path | None:
+        return None if self.folder is None else self.folder / name
+
+    def _replace(self, name: str, write: Any) -> None:
+        path = self._path(name)
+        if path is None:
+            return
+        tmp = path.with_name(f".{path.name}.tmp")
+        write(tmp)
+        os.replace(tmp, path)
+
+    def meta(self) -> dict[str, Any]:
+        path = self._path("meta.json")
+        return json.loads(path.read_text()) if path is not None and path.exists() else {}
+
+    def note(self, **values: Any) -> None:
+        merged = {**self.meta(), **values}
+        self._replace("meta.json", lambda tmp: tmp.write_text(json.dumps(merged, indent=1)))
+
+    def arrays(self, name: str) -> dict[str, np.ndarray] | None:
+        """The arrays saved under ``name`` (an .npz, read whole into memory), or None."""
+        path = self._path(f"{name}.npz")
+        if path is None or not path.exists():
+            return None
+        with np.load(path, allow_pickle=False) as saved:
+            out = {key: saved[key] for key in saved.files}
+        self.resumed.append(name)
+        return out
+
+    def keep_arrays(self, name: str, **arrays: np.ndarray) -> None:
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+
+        self._replace(f"{name}.npz", write)
+
+    def graph(self, n: int) -> LeafGraph | None:
+        """The saved graph, loaded whole into memory (not memory-mapped: searched as a graph
+        built in this process is), or None."""
+        path = self._path("graph.usearch")
+        if path is None or not path.exists():
+            return None
+        loaded = require_usearch().restore(str(path), view=False)
+        if loaded is None or len(loaded) != n:
+            raise ValueError(f"{path}: not a graph of {n} vectors; delete it to rebuild")
+        self.resumed.append("graph")
+        return LeafGraph(GraphBase(loaded, np.arange(n), new_base_id(), read_only=False))
+
+    def keep_graph(self, graph: LeafGraph) -> None:
+        self._replace("graph.usearch", lambda tmp: graph.graph.save(str(tmp)))
+
+
+def synthetic_set(
+    n: int, clusters: int, queries: int, store: Checkpoint
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`synthetic`'s vectors and queries, from the checkpoint when it has them."""
+    saved = store.arrays("vectors")
+    if saved is not None:
+        if saved["leaves"].shape[0] != n or saved["queries"].shape[0] != queries:
+            raise ValueError(f"{store.folder}: saved for another size; use another folder")
+        return saved["leaves"], saved["queries"]
+    e, q = synthetic(n, clusters, queries)
+    store.keep_arrays("vectors", leaves=e, queries=q)
+    return e, q
+
+
+def exact_truth(e: np.ndarray, q: np.ndarray, store: Checkpoint) -> list[set[int]]:
+    """:func:`exact_top`, from the checkpoint when it has it."""
+    saved = store.arrays("truth")
+    if saved is not None:
+        return [set(row.tolist()) for row in saved["top"]]
+    truth = exact_top(e, q)
+    store.keep_arrays("truth", top=np.asarray([sorted(t) for t in truth], dtype=np.int64))
+    return truth
+
+
+ORDERS = ("staggered", "random", "fixed")
+
+
+def timed(
+    searches: dict[str, Any],
+    q: np.ndarray,
+    truth: list[set[int]],
+    seed: int = 0,
+    *,
+    order: str = "staggered",
+) -> dict[str, Any]:
+    """Recall@10 and latency of each search, all searches interleaved step by step so that the
+    machine's load (shared, busy) hits each alike, in a fresh random order per step (seeded).
+
+    ``staggered`` (the default): at each step every search runs a *different* query (search s
+    at step j runs query (j + s * Q / S) mod Q), so no search follows another on the same
+    query, whose neighbourhood that one has just brought into the caches; each still runs
+    every query once. ``random``: every search on the same query per step. ``fixed``: that,
+    in the listed order (the runs before 2026-12-02's 1M row): there the first search of each
+    family ran on caches the exact scan had evicted and the rest on the same query's warm
+    ones, so usearch ef 16 measured slower than ef 32 at every size."""
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r}: expected one of {', '.join(ORDERS)}")
     ms: dict[str, list[float]] = {name: [] for name in searches}
     hits = dict.fromkeys(searches, 0.0)
-    for v, want in zip(q, truth, strict=True):
-        for name, search in searches.items():
+    names = list(searches)
+    spread = max(1, len(q) // max(1, len(names))) if order == "staggered" else 0
+    rng = np.random.default_rng(seed)
+    for step in range(len(q)):
+        turn = range(len(names)) if order == "fixed" else rng.permutation(len(names))
+        for at in turn:
+            name = names[int(at)]
+            i = (step + int(at) * spread) % len(q)
             t = time.perf_counter()
-            got = search(v)
+            got = searches[name](q[i])
             ms[name].append((time.perf_counter() - t) * 1000)
-            hits[name] += len(want & set(np.asarray(got).tolist())) / K
+            hits[name] += len(truth[i] & set(np.asarray(got).tolist())) / K
     return {
         name: {"recall@10": round(hits[name] / len(truth), 4), **latency_stats(ms[name])}
         for name in searches
     }
+
+
+def blas_threads() -> list[int] | None:
+    """Threads of each BLAS library loaded now (None: threadpoolctl is not installed, so
+    nothing limited them): the row shows that the timed searches ran on one."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    return [int(pool["num_threads"]) for pool in threadpool_info() if pool["user_api"] == "blas"]
 
 
 def hnswlib_search(e: np.ndarray) -> tuple[Any, float]:
@@ -127,27 +267,32 @@ def hnswlib_search(e: np.ndarray) -> tuple[Any, float]:
 
 
 def graph_upkeep(graph: LeafGraph, q: np.ndarray) -> dict[str, float]:
-    """Seconds the living index spends on the graph: an add of 10 leaves and a removal of 100
-    (each copies the graph first), a save into a generation and a memory-mapped open."""
+    """Seconds the living index spends on the graph (log-structured, leaf_graph.py): an add of
+    10 leaves (a delta) and a removal of 100 (tombstones), neither touching the base; the fold
+    of those changes into a new base (a copy of the graph, as every ``fold_limit`` changes and
+    ``compact`` do); that base's save into a generation and a memory-mapped open."""
     import tempfile
-    from pathlib import Path
 
     out: dict[str, float] = {}
     t0 = time.perf_counter()
-    graph.updated(None, q[:10])
-    out["add 10 leaves"] = round(time.perf_counter() - t0, 2)
-    keep = np.ones(graph.n_leaves, dtype=bool)
-    keep[:: max(1, graph.n_leaves // 100)] = False
+    added = graph.updated(None, q[:10], fold=False)
+    out["add 10 leaves"] = round(time.perf_counter() - t0, 3)
+    keep = np.ones(added.n_leaves, dtype=bool)
+    keep[: added.n_base : max(1, added.n_base // 100)] = False
     t0 = time.perf_counter()
-    graph.updated(keep, None)
-    out["remove 100 leaves"] = round(time.perf_counter() - t0, 2)
+    removed = added.updated(keep, None, fold=False)
+    out["remove 100 leaves"] = round(time.perf_counter() - t0, 3)
+    t0 = time.perf_counter()
+    folded = removed.folded()
+    out["fold those changes"] = round(time.perf_counter() - t0, 2)
+    OUT.mkdir(parents=True, exist_ok=True)  # a fresh checkout has no bench-out yet
     with tempfile.TemporaryDirectory(dir=OUT) as tmp:
         t0 = time.perf_counter()
-        graph.save(Path(tmp))
+        folded.save_base(Path(tmp) / GRAPH_FILE, Path(tmp) / KEYS_FILE)
         out["save"] = round(time.perf_counter() - t0, 2)
-        out["file_mib"] = round((Path(tmp) / "graph.usearch").stat().st_size / 2**20, 1)
+        out["file_mib"] = round((Path(tmp) / GRAPH_FILE).stat().st_size / 2**20, 1)
         t0 = time.perf_counter()
-        LeafGraph.open(Path(tmp), graph.n_leaves, int(q.shape[1]))
+        LeafGraph.open(Path(tmp), folded.n_leaves, int(q.shape[1]))
         out["open (memory-mapped)"] = round(time.perf_counter() - t0, 3)
     return out
 
@@ -160,51 +305,77 @@ def compare(
     vectors: np.ndarray | None = None,
     *,
     with_hnswlib: bool = False,
+    store: Checkpoint | None = None,
+    order: str = "staggered",
+    beams: tuple[int, ...] = BEAMS,
+    efs: tuple[int, ...] = EFS,
 ) -> dict[str, Any]:
+    store = store or Checkpoint(None)
     n = e.shape[0]
     row: dict[str, Any] = {"set": name, "n": n, "queries": int(q.shape[0])}
     row["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
-    truth = exact_top(e, q)
+    truth = exact_truth(e, q, store)
     row["rss_before_builds_mib"] = round(current_rss_mib())
-    reset_peak_rss()
-    t0 = time.perf_counter()
     if tree is None:
-        tree = build_tree(e, max_children=40, mode="auto")
-        row["tree_build_s"] = round(time.perf_counter() - t0, 1)
+        saved = store.arrays("tree")
+        if saved is not None:
+            tree = Tree(saved["parent"], saved["layer"])
+            row.update({k: v for k, v in store.meta().items() if k.startswith("tree_")})
+        else:
+            reset_peak_rss()
+            t0 = time.perf_counter()
+            tree = build_tree(e, max_children=40, mode="auto")
+            row["tree_build_s"] = round(time.perf_counter() - t0, 1)
     if vectors is None:
         abstracts = [""] * (tree.n_nodes - n)
         vectors = routing_vectors(tree, e, abstracts, IndexConfig(abstracts="none"), None)
-        row["tree_build_peak_rss_mib"] = round(peak_rss_mib())
+        if "tree" not in store.resumed:
+            row["tree_build_peak_rss_mib"] = round(peak_rss_mib())
+            store.keep_arrays("tree", parent=tree.parent, layer=tree.layer)
+            store.note(
+                tree_build_s=row["tree_build_s"],
+                tree_build_peak_rss_mib=row["tree_build_peak_rss_mib"],
+            )
     row["tree_depth"] = len(tree.layer_sizes())
     print(name, n, "tree ready", row.get("tree_build_s"), current_rss_mib(), flush=True)
-    reset_peak_rss()
-    t0 = time.perf_counter()
-    graph = LeafGraph.build(e, threads=os.cpu_count() or 1)
-    row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
-    row["hnsw_build_peak_rss_mib"] = round(peak_rss_mib())
-    row["hnsw_build_threads"] = os.cpu_count()
+    graph = store.graph(n)
+    if graph is not None:
+        row.update({k: v for k, v in store.meta().items() if k.startswith("hnsw_")})
+    else:
+        reset_peak_rss()
+        t0 = time.perf_counter()
+        graph = LeafGraph.build(e, threads=os.cpu_count() or 1)
+        row["hnsw_build_s"] = round(time.perf_counter() - t0, 1)
+        row["hnsw_build_peak_rss_mib"] = round(peak_rss_mib())
+        row["hnsw_build_threads"] = os.cpu_count()
+        store.keep_graph(graph)
+        store.note(**{k: v for k, v in row.items() if k.startswith("hnsw_")})
     row["hnsw_library"] = "usearch (f16, exact rescoring)"
+    if store.resumed:
+        row["resumed"] = list(store.resumed)
     print(name, n, "usearch graph ready", row["hnsw_build_s"], flush=True)
     row["hnsw_update_s"] = graph_upkeep(graph, q)
     ranker = GraphRanker(graph, e, np.arange(n))
     searcher = TreeSearcher(tree, vectors)
     searches: dict[str, Any] = {"exact": lambda v: top_k(e @ v, K)}
-    for b in BEAMS:
+    for b in beams:
         searches[f"tree {b}"] = lambda v, b=b: searcher.search(v, k=K, beam=b).leaves
-    for ef in EFS:
+    for ef in efs:
         searches[f"hnsw {ef}"] = lambda v, ef=ef: ranker.rank(v, K, ef)[0]
     if with_hnswlib:
         plain, seconds = hnswlib_search(e)
         row["hnswlib_build_s"] = round(seconds, 1)
-        for ef in EFS:
+        for ef in efs:
             searches[f"hnswlib {ef}"] = lambda v, ef=ef: plain(v, ef)
     with single_thread_blas():
-        got = timed(searches, q, truth)
+        row["blas_threads_while_timed"] = blas_threads()
+        got = timed(searches, q, truth, order=order)
+    row["order"] = order
     row["exact"] = got["exact"]
-    row["tree"] = {str(b): got[f"tree {b}"] for b in BEAMS}
-    row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in EFS}
+    row["tree"] = {str(b): got[f"tree {b}"] for b in beams}
+    row["hnsw"] = {str(ef): got[f"hnsw {ef}"] for ef in efs}
     if with_hnswlib:
-        row["hnswlib"] = {str(ef): got[f"hnswlib {ef}"] for ef in EFS}
+        row["hnswlib"] = {str(ef): got[f"hnswlib {ef}"] for ef in efs}
     row["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(row), flush=True)
     return row
@@ -337,6 +508,10 @@ def main() -> None:
     ap.add_argument("--no-2wiki", action="store_true")
     ap.add_argument("--end-to-end", action="store_true", help="also Recall@2/5 of HNSW + BM25")
     ap.add_argument("--hnswlib", action="store_true", help="also a plain hnswlib graph")
+    ap.add_argument("--checkpoint", type=Path, help="keep/resume each size's steps here")
+    ap.add_argument("--beams", type=int, nargs="+", default=list(BEAMS))
+    ap.add_argument("--efs", type=int, nargs="+", default=list(EFS))
+    ap.add_argument("--order", choices=ORDERS, default="staggered", help="see timed()")
     args = ap.parse_args()
     path = RESULTS / "tree_vs_hnsw.json"
     old = json.loads(path.read_text()) if path.exists() else {"rows": []}
@@ -344,10 +519,23 @@ def main() -> None:
     if not args.no_2wiki:
         merge_row(rows, two_wiki(args.hnswlib))
     for n in args.sizes:
-        e, q = synthetic(n, args.clusters, args.queries)
-        merge_row(
-            rows, compare(f"synthetic, {args.clusters} clusters", e, q, with_hnswlib=args.hnswlib)
+        folder = (
+            args.checkpoint / f"n{n}-c{args.clusters}-q{args.queries}" if args.checkpoint else None
         )
+        store = Checkpoint(folder)
+        e, q = synthetic_set(n, args.clusters, args.queries, store)
+        name = f"synthetic, {args.clusters} clusters"
+        row = compare(
+            name,
+            e,
+            q,
+            with_hnswlib=args.hnswlib,
+            store=store,
+            order=args.order,
+            beams=tuple(args.beams),
+            efs=tuple(args.efs),
+        )
+        merge_row(rows, row)
         del e
         partial = {"rows": list(rows.values()), "machine": machine_info()}
         write_result("tree_vs_hnsw.json", {**old, **partial})  # a later size may not finish

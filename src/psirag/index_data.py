@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 import numpy as np
 
 from psirag.config import IndexConfig
-from psirag.rows import LazyRows
+from psirag.rows import LazyRows, identities, match_identities
 from psirag.tree.model import Tree
 from psirag.types import Chunk
 
@@ -56,8 +56,8 @@ class SavedOrigin:
         Decodes no row that was not read."""
         if isinstance(self.chunks, LazyRows):
             return self.chunks.positions_of(chunks)
-        at = {id(c): j for j, c in enumerate(self.chunks)}
-        return np.fromiter((at.get(id(c), -1) for c in chunks), np.int64, len(chunks))
+        loaded = identities(self.chunks)  # vectorised: a dict of every chunk cost ~1 s at 200k
+        return match_identities(identities(chunks), loaded, np.arange(loaded.size))
 
     def prefix(self, chunks: Sequence[Chunk]) -> int:
         """How many leading ``chunks`` are the loaded ones, in order."""

@@ -57,7 +57,12 @@ class FormatFile:
 PHRASES_DIR = "keywords"
 DRIFT_FILE = "abstract_drift.npy"
 """Per inner node, the leaves changed under it since its keyword abstract was scored (see
-:class:`psirag.living.AbstractDriftRule`); written only when some abstract is waiting."""
+:class:`psirag.living.AbstractDriftRule`); written only when some abstract is waiting. Read
+only: since issue 24 a save writes :data:`DRIFT_NODES_FILE`."""
+DRIFT_NODES_FILE = "abstract_drift_nodes.npy"
+"""The same counts, only the inner nodes whose count is not 0: int64 ``(2, k)``, row 0 the
+inner node (``node - n_leaves``), row 1 its count; a few waiting abstracts, where the whole
+array was 8 bytes per inner node in every save."""
 """The keyword phrase table's folder (absent in indexes saved before it, or without keyword
 abstracts: such an index loads as before and its first update builds the table once)."""
 
@@ -190,14 +195,20 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     ids, next_id = data.stable_ids()
     writer.save_array(INNER_IDS.name, _small_ints(np.append(ids, next_id)))
     if data.abstract_drift is not None:  # absent: every abstract is current
-        writer.save_array(DRIFT_FILE, data.abstract_drift)
+        drift = np.asarray(data.abstract_drift, dtype=np.int64)
+        waiting = np.flatnonzero(drift)
+        writer.save_array(DRIFT_NODES_FILE, np.stack([waiting, drift[waiting]]))
     sources = data.sources
     docs = [{"id": d, **sources[d]} for d in data.documents if d in sources]
     tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
-    data.sparse.save(writer.path(BM25.name))
+    data.sparse.save(
+        writer.path(BM25.name),
+        reuse=_keeper(writer, BM25.name),
+        compact=compact,
+        first_copy=False,
+    )
     # each chunk's first copy (itself unless its text repeats an earlier one's), as an offset
     # that a removal elsewhere does not change, in a table that follows the leaves
-    (writer.staging / BM25.name / FIRST_COPY_FILE).unlink()
     first = np.asarray(data.sparse.first_copy, dtype=np.int64)
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     dups = data.sparse.duplicates
@@ -219,6 +230,25 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     if data.phrase_table is not None:  # what a save on top of this generation may trust
         data.phrase_table.mark_saved(_generation_token(writer.target, generation))
     return generation
+
+
+def _keeper(writer: IndexWriter, folder: str) -> Callable[[Sequence[str]], bool]:
+    """For a part's own save: keep files (named inside ``folder``) from the base generation,
+    all of them or, when it lacks one, none (then the part writes them)."""
+    base = writer.base
+
+    def keep(names: Sequence[str]) -> bool:
+        if base is None or base.legacy:
+            return False
+        files = base.manifest["files"]
+        full = [f"{folder}/{n}" for n in names]
+        if not all(f in files for f in full):
+            return False
+        for f in full:
+            writer.keep(f)
+        return True
+
+    return keep
 
 
 def _save_graph(writer: IndexWriter, graph: LeafGraph) -> None:
@@ -834,14 +864,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if tables
         else _load_phrase_table(reader, where, len(chunks))
     )
-    drift = None
-    if DRIFT_FILE in reader.files:
-        drift = np.asarray(reader.load_array(DRIFT_FILE, mmap=False), dtype=np.int64)
-        if drift.shape != (len(abstracts),) or (drift.size and int(drift.min()) < 0):
-            raise IndexFormatError(
-                f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
-                "abstracts; the index is corrupted or mixed, rebuild it"
-            )
+    drift = _saved_drift(reader, len(abstracts), where)
     origin = (
         None
         if reader.legacy or reader.generation is None
@@ -929,6 +952,33 @@ def _saved_ids(
             "next id; the index is corrupted, rebuild it"
         )
     return ids, next_id
+
+
+def _saved_drift(reader: IndexReader, n_inner: int, where: str | Path) -> np.ndarray | None:
+    """Per inner node, its saved drift count (None: no abstract is waiting)."""
+    if DRIFT_NODES_FILE in reader.files:
+        nodes = np.asarray(reader.load_array(DRIFT_NODES_FILE, mmap=False), dtype=np.int64)
+        ok = nodes.ndim == 2 and nodes.shape[0] == 2
+        if ok and nodes.size:
+            ok = int(nodes[0].min()) >= 0 and int(nodes[0].max()) < n_inner
+            ok = ok and int(nodes[1].min()) >= 0
+        if not ok:
+            raise IndexFormatError(
+                f"{where}: {DRIFT_NODES_FILE} does not hold (node, count) pairs for "
+                f"{n_inner} inner nodes; the index is corrupted or mixed, rebuild it"
+            )
+        drift = np.zeros(n_inner, dtype=np.int64)
+        drift[nodes[0]] = nodes[1]
+        return drift
+    if DRIFT_FILE not in reader.files:
+        return None
+    drift = np.asarray(reader.load_array(DRIFT_FILE, mmap=False), dtype=np.int64)
+    if drift.shape != (n_inner,) or (drift.size and int(drift.min()) < 0):
+        raise IndexFormatError(
+            f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {n_inner} "
+            "abstracts; the index is corrupted or mixed, rebuild it"
+        )
+    return drift
 
 
 def _load_core_v2(reader: IndexReader, where: str | Path) -> Core:
@@ -1202,7 +1252,7 @@ def _load_phrase_table_v3(
     words_table = f"{PHRASES_DIR}/words"
     if words_table not in tables:
         return None
-    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
+    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
 
     def arr(name: str) -> np.ndarray:
         return np.asarray(_read_table(reader, tables, f"{PHRASES_DIR}/{name}", folder))
@@ -1221,6 +1271,8 @@ def _load_phrase_table_v3(
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
                 arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
+                if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
+                    arrays.update({a: arr(a) for a in WORD_ARRAYS})
                 _in_key_order(reader, tables, arrays, folder)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
