@@ -195,3 +195,23 @@ def test_inner_nodes_keep_their_ids_through_adds_removes_saves_and_loads(tmp_pat
             assert _nodes_by_id(Index.load(folder, embedder=emb)) == after
             compact_saved(folder)  # rows are renumbered, ids are not
             assert _nodes_by_id(Index.load(folder, embedder=emb)) == after
+
+
+def test_an_index_saved_without_ids_takes_its_rows_as_ids(tmp_path: Path) -> None:
+    """A format-3 index saved before the ids were (the fixture of test_storage_format) loads
+    with its saved rows as ids, keeps them through an add and saves them."""
+    import shutil
+
+    folder = tmp_path / "v3"
+    shutil.copytree(Path(__file__).parent / "data" / "index_format_v3", folder)
+    emb = HashEmbedder(16)
+    index = Index.load(folder, embedder=emb)
+    ids, next_id = index.data.stable_ids()
+    assert index.data.inner_rows is not None
+    assert np.array_equal(ids, index.data.inner_rows[1]) and next_id > ids.max()
+    before = _nodes_by_id(index)
+    index.add(["Lava again, Etna said."], texts=True)
+    after = _nodes_by_id(index)
+    _check_ids_kept(before, after, next_id)  # a tiny tree: its few nodes may all change
+    index.save(folder)
+    assert _nodes_by_id(Index.load(folder, embedder=emb)) == after

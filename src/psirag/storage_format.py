@@ -118,7 +118,7 @@ INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 
 INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True)
 """Per inner node, its parent's inner index (``node - n_leaves``; -1: a root)."""
 INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True)
-INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int32", 3, False)
+INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int32", 4, False)
 """Per inner node, its stable id (:attr:`IndexData.inner_ids`), then the next id no node has
 had (k + 1 entries); absent in indexes saved before it (their ids are the saved rows)."""
 SEGMENT_TABLES = FormatFile("seg", "node_vectors, chunks, abstracts, ...", "folder", None, 3, True)
