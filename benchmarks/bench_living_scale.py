@@ -24,7 +24,10 @@ Usage: nice python benchmarks/bench_living_scale.py [--sizes 20000 200000] [--sr
 (``BENCH_SAVES_ONLY=1``: only the build and the saves, loads and bytes written: no in-memory
 update timings. ``BENCH_SEARCH_DELTA=1``: also the default profile's search latency and the
 ``hnsw`` list's recall@10 before and after a 1% add, loaded from disk.) Bytes written under
-``hnsw/`` (the HNSW graph, with ``psirag[hnsw]`` installed) are reported on their own. After
+``hnsw/`` (the HNSW graph, with ``psirag[hnsw]`` installed) are reported on their own; each
+saved update also reports the bytes the save passed to write() and read() (``write_call_bytes``,
+``read_call_bytes``: files written and then swapped for a hard link, and base files read to
+compare, show there and not in the new inodes) and its CPU seconds. After
 the CLI-like add, a second add and a removal go through load + save too, and ``psirag compact``
 (where the sources have it) is timed with the bytes it writes.
 """
@@ -132,7 +135,7 @@ def _inodes(folder: Path) -> dict[int, int]:
     return got
 
 
-def _largest_new(folder: Path, seen: dict[int, int], k: int = 6) -> list[list[Any]]:
+def _largest_new(folder: Path, seen: dict[int, int], k: int = 10) -> list[list[Any]]:
     """The ``k`` largest files (path under the generation, bytes) a save wrote."""
     got = []
     for root, _, files in os.walk(folder):
@@ -142,6 +145,19 @@ def _largest_new(folder: Path, seen: dict[int, int], k: int = 6) -> list[list[An
             if st.st_ino not in seen:
                 got.append([p.relative_to(folder).as_posix().split("/", 2)[-1], st.st_size])
     return sorted(got, key=lambda r: -r[1])[:k]
+
+
+def _io_bytes() -> tuple[int, int]:
+    """Bytes this process has passed to write() and read() so far (Linux ``/proc/self/io``
+    wchar / rchar; (0, 0) elsewhere): a save's files written and then replaced by a hard link
+    count here, not in the new inodes, and so do the base files it reads to compare."""
+    try:
+        fields = dict(
+            line.split(":") for line in Path("/proc/self/io").read_text().splitlines() if line
+        )
+        return int(fields["wchar"]), int(fields["rchar"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
 
 
 def _graph_new_bytes(folder: Path, seen: dict[int, int]) -> int:
@@ -283,14 +299,19 @@ def worker(n: int, build_only: bool = False) -> dict[str, Any]:
             ix.add([new_doc])
             t2 = time.perf_counter()
             seen = _inodes(folder)
+            io0, cpu0 = _io_bytes(), time.process_time()
             ix.save(folder)
             t3 = time.perf_counter()
+            io1, cpu1 = _io_bytes(), time.process_time()
             written = sum(s for i, s in _inodes(folder).items() if i not in seen)
             out["cli_like_add_1_doc"] = {
                 "load_seconds": round(t1 - t0, 3),
                 "add_seconds": round(t2 - t1, 3),
                 "save_seconds": round(t3 - t2, 3),
+                "save_cpu_seconds": round(cpu1 - cpu0, 3),
                 "bytes_written": written,
+                "write_call_bytes": io1[0] - io0[0],
+                "read_call_bytes": io1[1] - io0[1],
                 "graph_bytes_written": _graph_new_bytes(folder, seen),
                 "largest_files": _largest_new(folder, seen),
             }
@@ -313,12 +334,17 @@ def worker(n: int, build_only: bool = False) -> dict[str, Any]:
                 act(ix)
                 seen = _inodes(folder)
                 t1 = time.perf_counter()
+                io0, cpu0 = _io_bytes(), time.process_time()
                 ix.save(folder)
                 t2 = time.perf_counter()
+                io1, cpu1 = _io_bytes(), time.process_time()
                 out[name] = {
                     "load_add_seconds": round(t1 - t0, 3),
                     "save_seconds": round(t2 - t1, 3),
+                    "save_cpu_seconds": round(cpu1 - cpu0, 3),
                     "bytes_written": sum(s for i, s in _inodes(folder).items() if i not in seen),
+                    "write_call_bytes": io1[0] - io0[0],
+                    "read_call_bytes": io1[1] - io0[1],
                     "graph_bytes_written": _graph_new_bytes(folder, seen),
                     "largest_files": _largest_new(folder, seen),
                 }

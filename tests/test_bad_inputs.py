@@ -475,7 +475,7 @@ CASES: list[Case] = [
         ("add", "lx", "new.txt", "-q"),
         2,
         "IndexFormatError",
-        "gives format_version 0; psirag index formats are 1, 2 and 3",
+        "gives format_version 0; psirag index formats are 1, 2, 3 and 4",
         files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
         setup=lambda folder: _living(folder, ["docs"], format_version=0),
     ),
@@ -512,14 +512,14 @@ CASES: list[Case] = [
     ),
     Case(
         "format-version-newer",
-        "add to an index in a newer format (4)",
+        "add to an index in a newer format (5)",
         ("add", "lx", "docs/a.txt", "-q"),
         2,
         "IndexFormatError",
-        "it is in index format 4, newer than this psirag reads (formats 1, 2 and 3); "
+        "it is in index format 5, newer than this psirag reads (formats 1, 2, 3 and 4); "
         "upgrade psirag",
         files={"docs/a.txt": WORDS},
-        setup=lambda folder: _living(folder, ["docs"], format_version=4),
+        setup=lambda folder: _living(folder, ["docs"], format_version=5),
     ),
     # --- an index is never its own input (issue 26) -------------------------------------------
     Case(

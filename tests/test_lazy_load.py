@@ -259,3 +259,24 @@ def test_segments_and_patches_read_alike_one_by_one_and_in_bulk(tmp_path: Path) 
     assert [lines.value(r) for r in range(40)] == model
     lazy = LazyRows(lines, lambda v: v["v"], np.array([1, 3, 35, 39]))
     assert list(lazy) == [1, -1, -3, 39] and lazy.read() == 4
+
+
+def test_a_saved_origin_finds_its_rows_by_identity_not_equality() -> None:
+    """``SavedOrigin.rows_of`` on a plain list (what a save made): each chunk that is the
+    very object of a row gets that row, an equal copy or a new chunk gets -1, in any order
+    (matched by vectorised ids, not a Python dict of every chunk)."""
+    from psirag.index_data import SavedOrigin
+    from psirag.types import Chunk, Source
+
+    def chunk(i: int | str) -> Chunk:
+        return Chunk(id=f"c{i}", text=f"text {i}", source=Source("d", "", 0, 0, 1))
+
+    loaded = [chunk(i) for i in range(50)]
+    origin = SavedOrigin("/nowhere", 3, loaded)
+    copy = chunk(7)
+    assert copy == loaded[7] and copy is not loaded[7]
+    new = chunk("new")
+    asked = [loaded[5], loaded[0], new, copy, loaded[49], loaded[5]]
+    assert origin.rows_of(asked).tolist() == [5, 0, -1, -1, 49, 5]
+    assert origin.rows_of([]).tolist() == []
+    assert SavedOrigin("/nowhere", 3, []).rows_of([new]).tolist() == [-1]

@@ -127,13 +127,36 @@ def test_a_damaged_drift_file_is_a_clear_error(tmp_path: Path) -> None:
     data = Index.build(docs[:30], IndexConfig(max_children=4), texts=True, embedder=emb).data
     data, _ = add_documents(data, docs[30:31], emb, texts=True, drift_rule=rule)
     folder = Index.from_data(data, embedder=emb).save(tmp_path / "ix")
-    saved = [p for p in folder.rglob("abstract_drift.npy")]
+    saved = [p for p in folder.rglob("abstract_drift_nodes.npy")]
     assert len(saved) == 1
-    np.save(saved[0], np.zeros(3, dtype=np.int64))
+    n_inner = data.tree.n_nodes - data.tree.n_leaves
+    # same size as the saved pairs (the reader checks sizes), a node past the inner nodes
+    pairs = np.load(saved[0])
+    pairs[0, 0] = n_inner
+    np.save(saved[0], pairs)
     from psirag.errors import IndexFormatError
 
-    with pytest.raises(IndexFormatError, match=r"abstract_drift\.npy"):
+    with pytest.raises(IndexFormatError, match=r"abstract_drift_nodes\.npy"):
         Index.load(folder, embedder=emb)
+
+
+def test_the_saved_drift_holds_only_the_waiting_nodes(tmp_path: Path) -> None:
+    """A save writes the drift of the inner nodes whose abstract waits, not a count per inner
+    node (issue 24: what a one-document save writes must not grow with the index)."""
+    emb = HashEmbedder()
+    docs = _docs(80, 5)
+    rule = AbstractDriftRule(share=0.5, min_leaves=4)
+    data = Index.build(docs[:70], IndexConfig(max_children=4), texts=True, embedder=emb).data
+    data, s = add_documents(data, docs[70:71], emb, texts=True, drift_rule=rule)
+    assert s.abstracts_waiting > 0 and data.abstract_drift is not None
+    folder = Index.from_data(data, embedder=emb).save(tmp_path / "ix")
+    (saved,) = folder.rglob("abstract_drift_nodes.npy")
+    pairs = np.load(saved)
+    waiting = np.flatnonzero(data.abstract_drift)
+    assert pairs.shape == (2, waiting.size) and waiting.size < data.abstract_drift.size
+    assert np.array_equal(pairs[0], waiting)
+    assert np.array_equal(pairs[1], data.abstract_drift[waiting])
+    assert not list(folder.rglob("abstract_drift.npy"))
 
 
 @pytest.mark.parametrize("share, least", [(-0.1, 10), (1.0, 10), (0.1, 0)])

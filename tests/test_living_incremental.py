@@ -6,8 +6,10 @@ an index saved without them still loads and updates."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import bm25s
@@ -23,6 +25,7 @@ from psirag.config import IndexConfig
 from psirag.errors import IndexFormatError
 from psirag.pipeline import write_abstracts
 from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
+from psirag.storage import IndexStore
 from psirag.tree import build_tree
 
 LINES = [line for topic in TOPICS.values() for line in topic]
@@ -163,6 +166,7 @@ def test_bm25_postings_after_random_adds_and_removes_score_as_a_fresh_build(
     postings = Postings.of_counts(TermCounts.of(corpus))
     nxt = 12
     segments_seen = set()
+    previous: Path | None = None
     for step in range(24):
         if rng.random() < 0.4 and len(corpus) > 4:
             keep = np.array([rng.random() > 0.25 for _ in corpus])
@@ -175,10 +179,11 @@ def test_bm25_postings_after_random_adds_and_removes_score_as_a_fresh_build(
             postings = postings.add(batch)
             corpus = corpus + batch
         segments_seen.add(len(postings.segments))
-        if step % 8 == 7:
+        if step % 3 == 2:  # saved on top of the save before, keeping its files by name
             folder = tmp_path / f"s{step}"
             folder.mkdir()
-            postings.save(folder)
+            postings.save(folder, reuse=_linker(previous, folder))
+            previous = folder
             postings = Postings.load(folder)
         ours = SparseIndex.from_postings(postings, corpus)
         ref = SparseIndex(_native(corpus), ours.first_copy)
@@ -195,6 +200,19 @@ def test_bm25_postings_after_random_adds_and_removes_score_as_a_fresh_build(
         assert sum(by_term.values()) == int(fresh.df.sum())  # gone terms count 0
         assert postings.total_len == fresh.total_len
     assert max(segments_seen) > 1  # the adds did make segments, not one rewrite
+
+
+def _linker(previous: Path | None, folder: Path) -> Callable[[Sequence[str]], bool]:
+    """A save's ``reuse``: hard-link the named files from ``previous`` when it has them all."""
+
+    def reuse(names: Sequence[str]) -> bool:
+        if previous is None or not all((previous / n).is_file() for n in names):
+            return False
+        for n in names:
+            os.link(previous / n, folder / n)
+        return True
+
+    return reuse
 
 
 def test_index_saves_and_reloads_the_caches(tmp_path: Path) -> None:
@@ -248,7 +266,8 @@ def test_an_index_saved_without_the_caches_loads_and_updates(tmp_path: Path) -> 
     old.save(tmp_path / "old")
     files = json.loads((tmp_path / "old" / "manifest.json").read_text())["files"]
     tables = json.loads((tmp_path / "old" / "manifest.json").read_text())["tables"]
-    assert "keywords/words" in tables and "bm25/seg0.doc_tf.npy" in files
+    assert "keywords/words" in tables
+    assert any(f.startswith("bm25/s.") and f.endswith(".doc_tf.npy") for f in files)
 
 
 def test_a_damaged_phrase_table_is_a_clear_error(tmp_path: Path) -> None:
@@ -383,3 +402,60 @@ def test_a_saved_index_keeps_the_stems_and_its_first_update_equals_a_build(
     assert keyword_abstracts(leaf_texts, loaded.tree, table=table) == keyword_abstracts(
         leaf_texts, loaded.tree
     )
+
+
+def _bm25_files(folder: Path) -> dict[str, int]:
+    """The current generation's BM25 files and their inodes."""
+    pointer = json.loads((folder / "manifest.json").read_text())
+    gen = folder / "generations" / f"{pointer['generation']:06d}" / "bm25"
+    return {p.name: p.stat().st_ino for p in gen.iterdir()}
+
+
+def test_a_saved_update_writes_only_its_own_bm25_files(tmp_path: Path) -> None:
+    """Issue 24: a save keeps every BM25 file the generation before holds (a hard link) and
+    writes only the new segment, the tombstones, the new terms and a df patch; scores after
+    the adds and removals, saved and loaded, equal a fresh build's; compaction writes one
+    segment, whole df and one vocabulary part, scoring the same."""
+    emb = HashEmbedder()
+    docs = _texts(70, 11)
+    folder = tmp_path / "ix"
+    Index.build(docs[:60], IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+    before = _bm25_files(folder)
+    index = Index.load(folder, embedder=emb)
+    index.add([docs[60] + " zyxwordnew"], texts=True)
+    index.save(folder)
+    after = _bm25_files(folder)
+    new = {name for name, ino in after.items() if before.get(name) != ino}
+    kept = set(after) - new
+    assert {n for n in before if n.startswith("s.")} <= kept  # the built segment: linked
+    assert all(before[n] == after[n] for n in kept)
+    assert "postings.json" in new and any(n.startswith("df_patch.") for n in new)
+    assert any(n.startswith("terms.") for n in new)  # the new word's part
+    assert not any(n.startswith("df.") for n in new)  # df itself kept, patched
+    assert len([n for n in new if n.startswith("s.")]) == 8  # one new segment's files
+    index = Index.load(folder, embedder=emb)
+    index.remove([index.documents[3]])
+    index.save(folder)
+    removed = _bm25_files(folder)
+    written = {name for name, ino in removed.items() if after.get(name) != ino}
+    assert written <= {"postings.json"} | {n for n in written if ".dead." in n or "df_patch" in n}
+    assert any(".dead." in n for n in written)
+    loaded = Index.load(folder, embedder=emb)
+    fresh = SparseIndex.build([c.text for c in loaded.chunks])
+    for q in [*QUERIES, "zyxwordnew"]:
+        assert np.array_equal(loaded.sparse.scores(q), fresh.scores(q)), q
+    from psirag.living import compact_saved
+
+    compact_saved(folder)
+    compacted = _bm25_files(folder)
+    meta = json.loads(
+        (
+            folder / "generations" / f"{IndexStore(folder).current():06d}" / "bm25/postings.json"
+        ).read_text()
+    )
+    assert len(meta["segments"]) == 1 and meta["segments"][0][2] is None
+    assert meta["df"][1] is None and len(meta["terms"]) == 1
+    assert not any(".dead." in n or "df_patch" in n for n in compacted)
+    again = Index.load(folder, embedder=emb)
+    for q in [*QUERIES, "zyxwordnew"]:
+        assert np.array_equal(again.sparse.scores(q), fresh.scores(q)), q

@@ -214,3 +214,33 @@ def test_a_staging_folder_is_removed_with_one_descriptor_to_spare(tmp_path: Path
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert not staging.exists()
+
+
+def test_an_add_holds_few_descriptors_however_many_segments(tmp_path: Path) -> None:
+    """Small saved files are read, not memory-mapped (a map holds a descriptor while it lives):
+    an add on a small index with many segments (each earlier add appended one per table and
+    one BM25 segment) gets through with 12 descriptors to spare; it needed about 40 when each
+    segment file stayed mapped."""
+    index = tmp_path / "lx"
+    build(index)
+    for k in range(8):
+        doc = tmp_path / f"d{k}.txt"
+        doc.write_text(f"volcano{k} erupts over the town of lava{k} and ash{k}.")
+        code, err = run(["add", str(index), str(doc), "-q"])
+        assert code == 0, err
+    generation = IndexStore(index).current()
+    assert generation is not None
+    arrays = list((index / "generations" / f"{generation:06d}").rglob("*.npy"))
+    assert len(arrays) > 40  # mapping each (as before) would need more than the 12 given
+    new = tmp_path / "last.txt"
+    new.write_text("A last eruption buried the harbour of Portus under ash.")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    gc.collect()
+    in_use = len(os.listdir("/proc/self/fd"))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (in_use + 12, hard))
+    try:
+        code, err = run(["add", str(index), str(new), "-q"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert code == 0, err
+    assert Index.load(index).tree.n_leaves == len(TEXTS) + 9

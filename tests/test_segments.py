@@ -228,8 +228,11 @@ def test_a_one_document_add_writes_only_what_changed(tmp_path: Path) -> None:
 
 
 def test_psirag_compact_merges_segments_drops_removed_rows_and_migrates(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import psirag.rows
+
+    monkeypatch.setattr(psirag.rows, "MAP_MIN_BYTES", 0)  # map every file, however small
     folder = tmp_path / "ix"
     index = _index(folder)
     docs = _docs(140, 2)[120:]
@@ -268,7 +271,7 @@ def test_compact_migrates_a_format2_index(tmp_path: Path) -> None:
     shutil.copytree(Path(__file__).parent / "data" / "index_format_v2", folder)
     before = Index.load(folder)
     done = compact_saved(folder)
-    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 3
+    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 4
     assert done.generation == 3
     _same(Index.load(folder, verify="full"), before)
 

@@ -1,5 +1,5 @@
 """The storage format module: an index saved in format 2 loads, and saving it again writes
-format 3 with the same data; the table of files is what a save actually writes."""
+the current format with the same data; the table of files is what a save actually writes."""
 
 from __future__ import annotations
 
@@ -67,9 +67,11 @@ def _same_data(a: IndexData, b: IndexData) -> None:
 def test_a_format2_index_resaves_as_format3_with_the_same_data(
     old_index: Path, tmp_path: Path
 ) -> None:
-    """Saving a format-2 index writes format 3 (segments) holding the very same data; BM25's
-    files, whose format did not change, are the same bytes (but first_copy.npy, now a table),
-    and the manifest bodies agree but for the version that wrote them and the table list."""
+    """Saving a format-2 index writes the current format (segments) holding the very same
+    data; BM25's files are the same bytes where the fixture's BM25 is in bm25s's layout (it is
+    written again as it is) and score the same where it holds postings (written again in
+    postings format 2), and the manifest bodies agree but for the version that wrote them and
+    the table list."""
     index = Index.load(old_index)
     out = tmp_path / "new"
     index.save(out)
@@ -78,12 +80,19 @@ def test_a_format2_index_resaves_as_format3_with_the_same_data(
     old_files, new_files = _data_files(old_gen), _data_files(new_gen)
     bm25 = {k: v for k, v in old_files.items() if k.startswith("bm25/")}
     assert bm25.pop("bm25/first_copy.npy")  # a table in format 3 (each leaf's offset)
-    assert bm25 and bm25 == {k: v for k, v in new_files.items() if k.startswith("bm25/")}
+    new_bm25 = {k: v for k, v in new_files.items() if k.startswith("bm25/")}
+    if "bm25/postings.json" in bm25:
+        assert json.loads(new_bm25["bm25/postings.json"])["format"] == 2
+    else:
+        assert bm25 and bm25 == new_bm25
     assert not {"node_vectors.npy", "chunks.jsonl", "abstracts.jsonl"} & set(new_files)
-    _same_data(Index.load(out, verify="full").data, index.data)
+    again = Index.load(out, verify="full")
+    _same_data(again.data, index.data)
+    for q in ("Etna", "volcano eruption", "the river"):
+        assert np.array_equal(again.sparse.scores(q), index.sparse.scores(q)), q
     old_m = json.loads((old_gen / "manifest.json").read_text())
     new_m = json.loads((new_gen / "manifest.json").read_text())
-    assert old_m["format_version"] == 2 and new_m["format_version"] == FORMAT_VERSION == 3
+    assert old_m["format_version"] == 2 and new_m["format_version"] == FORMAT_VERSION == 4
     assert set(new_m.pop("tables")) >= {"leaf_vectors", "chunks", "inner_vectors"}
     assert new_m.pop("shape")["fan_out"]["max"] > 0  # since format 3: what inspect reads
     for m in (old_m, new_m):
@@ -122,7 +131,7 @@ def test_the_table_names_every_file_a_save_writes(old_index: Path, tmp_path: Pat
     _names_in_table(set(_data_files(old_index / "generations" / "000002")), 2)
     Index.load(old_index).save(tmp_path / "new")
     written = set(_data_files(tmp_path / "new" / "generations" / "000001"))
-    _names_in_table(written, 3)
+    _names_in_table(written, FORMAT_VERSION)
     assert any(n.startswith("tree/") for n in written)
 
 
@@ -137,3 +146,80 @@ def test_load_and_save_index_data_round_trip(old_index: Path, tmp_path: Path) ->
     assert again.chunks == data.chunks and again.abstracts == data.abstracts
     assert np.array_equal(again.tree.parent, data.tree.parent)
     assert again.lineage == data.lineage
+
+
+def test_a_psirag_that_reads_up_to_format_3_asks_for_an_upgrade(
+    old_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Format 4 holds files a format-3 reader misreads (BM25 postings format 2, the graph's
+    delta, the drift pairs): such a reader (the readable versions of the psirag before it)
+    refuses the index with "upgrade psirag", not a confusing error about one of its files;
+    and a save on top of a format-3 generation writes format 4."""
+    from psirag import storage
+    from psirag.errors import IndexFormatError
+
+    index = Index.load(old_index)
+    index.save(tmp_path / "v3")
+    pointer = tmp_path / "v3" / "manifest.json"
+    assert json.loads(pointer.read_text())["format_version"] == 4
+    monkeypatch.setattr(storage, "READABLE_VERSIONS", (1, 2, 3))
+    with pytest.raises(IndexFormatError) as got:
+        Index.load(tmp_path / "v3")
+    message = str(got.value)
+    assert "index format 4, newer than this psirag reads (formats 1, 2 and 3)" in message
+    assert "upgrade psirag" in message
+    monkeypatch.undo()
+    assert Index.load(tmp_path / "v3").tree.n_leaves == 3
+
+
+V3_FIXTURE = Path(__file__).parent / "data" / "index_format_v3"
+"""Saved by the code at 3e48716 (format 3, BM25 postings format 1): the format-2 fixture loaded
+and given a document, saved, then its first document removed and another added, saved (so its
+BM25 segment has a tombstone); older generations collected."""
+
+
+def test_a_format3_index_loads_searches_and_migrates_on_its_next_save(tmp_path: Path) -> None:
+    """Every index today's main saves must load, search and take updates: a format-3 index
+    scores BM25 as a fresh build of its chunks, and its next save writes format 4 (BM25
+    postings format 2) that scores the same; later saves keep its BM25 segments by link."""
+    from support.embedders import HashEmbedder
+
+    from psirag.ingest import Document
+    from psirag.retrieval.bm25 import SparseIndex
+
+    folder = tmp_path / "v3"
+    shutil.copytree(V3_FIXTURE, folder)
+    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 3
+    emb = HashEmbedder(16)
+    index = Index.load(folder, embedder=emb)
+    texts = [c.text for c in index.chunks]
+    queries = ("Etna", "volcano erupts", "wine grapes", "ferries Naples")
+
+    def same_as_fresh(ix: Index) -> None:
+        fresh = SparseIndex.build([c.text for c in ix.chunks])
+        for q in queries:
+            assert np.array_equal(ix.sparse.scores(q), fresh.scores(q)), q
+
+    same_as_fresh(index)
+    assert index.search("Etna wine", k=2)
+    index.add([Document("ash", "", "Ash from Etna closed Catania airport.", is_record=False)])
+    index.save(folder)
+    pointer = json.loads((folder / "manifest.json").read_text())
+    assert pointer["format_version"] == 4
+    gen = folder / "generations" / f"{pointer['generation']:06d}"
+    assert json.loads((gen / "bm25" / "postings.json").read_text())["format"] == 2
+    again = Index.load(folder, embedder=emb)
+    assert [c.text for c in again.chunks] == [*texts, *[c.text for c in index.chunks][4:]]
+    same_as_fresh(again)
+    again.remove([again.documents[0]])
+    again.save(folder)
+    after = Index.load(folder, embedder=emb)
+    same_as_fresh(after)
+    newest = (
+        folder
+        / "generations"
+        / f"{json.loads((folder / 'manifest.json').read_text())['generation']:06d}"
+    )
+    bm25 = {p.name: p.stat().st_ino for p in (gen / "bm25").glob("s.*.doc_terms.npy")}
+    kept = {p.name: p.stat().st_ino for p in (newest / "bm25").glob("s.*.doc_terms.npy")}
+    assert bm25 and bm25.items() <= kept.items()  # the removal linked the segments it kept

@@ -50,13 +50,19 @@ import numpy as np
 from psirag import formats, ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 from psirag.oserrors import of_the_machine, with_path
+from psirag.rows import load_npy
 
 FORMAT_NAME = "psirag-index"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Format 3 keeps the data of a generation in segments shared with other generations
-(:mod:`psirag.segments`); the layout of generations is format 2's."""
+(:mod:`psirag.segments`); the layout of generations is format 2's. Format 4 (issue 24) is
+format 3 with files a format-3 reader misreads: BM25 postings in their format 2 (files named
+by content, kept between generations), the HNSW graph's delta and tombstones, and the
+abstracts' drift as (node, count) pairs. The version tells a psirag that reads only up to 3
+to say "upgrade psirag" instead of failing on a file it does not know. A save on top of a
+format-3 generation writes format 4 (it migrates on write); format 3 still loads."""
 LEGACY_VERSION = 1
-READABLE_VERSIONS = (LEGACY_VERSION, 2, FORMAT_VERSION)
+READABLE_VERSIONS = (LEGACY_VERSION, 2, 3, FORMAT_VERSION)
 MANIFEST = "manifest.json"
 GENERATIONS = "generations"
 LOCK = "lock"
@@ -673,7 +679,7 @@ class IndexReader:
     def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
         path = self.path(name)
         try:
-            return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+            return load_npy(path, mmap=mmap)
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except (ValueError, OSError) as exc:

@@ -57,7 +57,12 @@ class FormatFile:
 PHRASES_DIR = "keywords"
 DRIFT_FILE = "abstract_drift.npy"
 """Per inner node, the leaves changed under it since its keyword abstract was scored (see
-:class:`psirag.living.AbstractDriftRule`); written only when some abstract is waiting."""
+:class:`psirag.living.AbstractDriftRule`); written only when some abstract is waiting. Read
+only: since issue 24 a save writes :data:`DRIFT_NODES_FILE`."""
+DRIFT_NODES_FILE = "abstract_drift_nodes.npy"
+"""The same counts, only the inner nodes whose count is not 0: int64 ``(2, k)``, row 0 the
+inner node (``node - n_leaves``), row 1 its count; a few waiting abstracts, where the whole
+array was 8 bytes per inner node in every save."""
 """The keyword phrase table's folder (absent in indexes saved before it, or without keyword
 abstracts: such an index loads as before and its first update builds the table once)."""
 
@@ -113,6 +118,9 @@ INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 
 INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True)
 """Per inner node, its parent's inner index (``node - n_leaves``; -1: a root)."""
 INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True)
+INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int32", 4, False)
+"""Per inner node, its stable id (:attr:`IndexData.inner_ids`), then the next id no node has
+had (k + 1 entries); absent in indexes saved before it (their ids are the saved rows)."""
 SEGMENT_TABLES = FormatFile("seg", "node_vectors, chunks, abstracts, ...", "folder", None, 3, True)
 """Segment files of the manifest's ``tables`` (:mod:`psirag.segments`): ``leaf_vectors``,
 ``leaf_parent`` (each leaf's parent as a physical row of the inner tables), ``chunks``,
@@ -134,6 +142,7 @@ FILES: tuple[FormatFile, ...] = (
     INNER_ORDER,
     INNER_PARENT,
     INNER_LAYER,
+    INNER_IDS,
 )
 """Every file of a generation besides its manifest, in any format version (``since`` and
 ``until`` say which)."""
@@ -183,15 +192,23 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         INNER_PARENT.name, _small_ints(np.where(inner_parent >= 0, inner_parent - n, -1))
     )
     writer.save_array(INNER_LAYER.name, np.asarray(data.tree.layer[n:], dtype=np.int32))
+    ids, next_id = data.stable_ids()
+    writer.save_array(INNER_IDS.name, _small_ints(np.append(ids, next_id)))
     if data.abstract_drift is not None:  # absent: every abstract is current
-        writer.save_array(DRIFT_FILE, data.abstract_drift)
+        drift = np.asarray(data.abstract_drift, dtype=np.int64)
+        waiting = np.flatnonzero(drift)
+        writer.save_array(DRIFT_NODES_FILE, np.stack([waiting, drift[waiting]]))
     sources = data.sources
     docs = [{"id": d, **sources[d]} for d in data.documents if d in sources]
     tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
-    data.sparse.save(writer.path(BM25.name))
+    data.sparse.save(
+        writer.path(BM25.name),
+        reuse=_keeper(writer, BM25.name),
+        compact=compact,
+        first_copy=False,
+    )
     # each chunk's first copy (itself unless its text repeats an earlier one's), as an offset
     # that a removal elsewhere does not change, in a table that follows the leaves
-    (writer.staging / BM25.name / FIRST_COPY_FILE).unlink()
     first = np.asarray(data.sparse.first_copy, dtype=np.int64)
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     dups = data.sparse.duplicates
@@ -213,6 +230,25 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     if data.phrase_table is not None:  # what a save on top of this generation may trust
         data.phrase_table.mark_saved(_generation_token(writer.target, generation))
     return generation
+
+
+def _keeper(writer: IndexWriter, folder: str) -> Callable[[Sequence[str]], bool]:
+    """For a part's own save: keep files (named inside ``folder``) from the base generation,
+    all of them or, when it lacks one, none (then the part writes them)."""
+    base = writer.base
+
+    def keep(names: Sequence[str]) -> bool:
+        if base is None or base.legacy:
+            return False
+        files = base.manifest["files"]
+        full = [f"{folder}/{n}" for n in names]
+        if not all(f in files for f in full):
+            return False
+        for f in full:
+            writer.keep(f)
+        return True
+
+    return keep
 
 
 def _save_graph(writer: IndexWriter, graph: LeafGraph) -> None:
@@ -828,25 +864,19 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if tables
         else _load_phrase_table(reader, where, len(chunks))
     )
-    drift = None
-    if DRIFT_FILE in reader.files:
-        drift = np.asarray(reader.load_array(DRIFT_FILE, mmap=False), dtype=np.int64)
-        if drift.shape != (len(abstracts),) or (drift.size and int(drift.min()) < 0):
-            raise IndexFormatError(
-                f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {len(abstracts)} "
-                "abstracts; the index is corrupted or mixed, rebuild it"
-            )
+    drift = _saved_drift(reader, len(abstracts), where)
     origin = (
         None
         if reader.legacy or reader.generation is None
         else SavedOrigin(str(_resolve(reader.root)), reader.generation, chunks)
     )
-    inner_rows = None
+    inner_rows = inner_ids = None
     if origin is not None and tables:
         inner_rows = (
             origin,
             np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64),
         )
+        inner_ids = _saved_ids(reader, inner_rows[1], tables["inner_vectors"].physical, where)
     graph = None
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
@@ -896,10 +926,59 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         leaf_graph=graph,
         origin=origin,
         inner_rows=inner_rows,
+        inner_ids=inner_ids,
     )
 
 
 Core = tuple[np.ndarray, Tree, Sequence[Chunk], Sequence[str]]
+
+
+def _saved_ids(
+    reader: IndexReader, rows: np.ndarray, n_rows: int, where: str | Path
+) -> tuple[np.ndarray, int]:
+    """The inner nodes' stable ids and the next one: as saved, or for an index saved before
+    they were, the rows that hold the nodes (unique, and below the rows' count)."""
+    if INNER_IDS.name not in reader.files:
+        return rows, n_rows
+    saved = np.asarray(reader.load_array(INNER_IDS.name, mmap=False), dtype=np.int64)
+    ids, next_id = saved[:-1], int(saved[-1]) if saved.size else -1
+    if (
+        saved.shape != (rows.size + 1,)
+        or (ids.size and (int(ids.min()) < 0 or int(ids.max()) >= next_id))
+        or np.unique(ids).size != ids.size
+    ):
+        raise IndexFormatError(
+            f"{where}: {INNER_IDS.name} does not hold one distinct id per inner node and the "
+            "next id; the index is corrupted, rebuild it"
+        )
+    return ids, next_id
+
+
+def _saved_drift(reader: IndexReader, n_inner: int, where: str | Path) -> np.ndarray | None:
+    """Per inner node, its saved drift count (None: no abstract is waiting)."""
+    if DRIFT_NODES_FILE in reader.files:
+        nodes = np.asarray(reader.load_array(DRIFT_NODES_FILE, mmap=False), dtype=np.int64)
+        ok = nodes.ndim == 2 and nodes.shape[0] == 2
+        if ok and nodes.size:
+            ok = int(nodes[0].min()) >= 0 and int(nodes[0].max()) < n_inner
+            ok = ok and int(nodes[1].min()) >= 0
+        if not ok:
+            raise IndexFormatError(
+                f"{where}: {DRIFT_NODES_FILE} does not hold (node, count) pairs for "
+                f"{n_inner} inner nodes; the index is corrupted or mixed, rebuild it"
+            )
+        drift = np.zeros(n_inner, dtype=np.int64)
+        drift[nodes[0]] = nodes[1]
+        return drift
+    if DRIFT_FILE not in reader.files:
+        return None
+    drift = np.asarray(reader.load_array(DRIFT_FILE, mmap=False), dtype=np.int64)
+    if drift.shape != (n_inner,) or (drift.size and int(drift.min()) < 0):
+        raise IndexFormatError(
+            f"{where}: {DRIFT_FILE} holds {drift.shape} counts for {n_inner} "
+            "abstracts; the index is corrupted or mixed, rebuild it"
+        )
+    return drift
 
 
 def _load_core_v2(reader: IndexReader, where: str | Path) -> Core:
@@ -948,7 +1027,12 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     abstracts are :class:`~psirag.rows.LazyRows`: their records are decoded when read."""
     from psirag.segments import mapped_jsonl
 
-    leaf_vectors = np.asarray(_read_table(reader, tables, "leaf_vectors", where))
+    leaf_parts = _leaf_vector_parts(reader, tables, where)
+    leaf_vectors: np.ndarray | _Rows = (
+        np.asarray(_read_table(reader, tables, "leaf_vectors", where))
+        if leaf_parts is None
+        else _Rows(sum(p.shape[0] for p in leaf_parts), leaf_parts[0])
+    )
     leaf_parent = np.asarray(_read_table(reader, tables, "leaf_parent", where), dtype=np.int64)
     inner_vectors = _read_table(reader, tables, "inner_vectors", where, physical=True)
     texts_table = tables.get("inner_abstracts")
@@ -995,9 +1079,15 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     ).astype(np.int64)
     layer = np.concatenate([np.zeros(n, dtype=np.int32), inner_layer])
     node_vectors = _mapped_node_vectors(reader, tables, order, n)
-    if node_vectors is None:
+    if node_vectors is None:  # one copy: the leaves' segments straight into place
         node_vectors = np.empty((n + k, leaf_vectors.shape[1]), dtype=leaf_vectors.dtype)
-        node_vectors[:n] = leaf_vectors
+        if leaf_parts is None:
+            node_vectors[:n] = np.asarray(leaf_vectors)
+        else:
+            at = 0
+            for part in leaf_parts:
+                node_vectors[at : at + part.shape[0]] = part
+                at += part.shape[0]
         node_vectors[n:] = inner_vectors[order]
     chunks = _lazy_chunks(reader, tables, where)
     if len(chunks) != n:
@@ -1010,6 +1100,31 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
 
     abstracts = LazyRows(inner_texts, abstract, order)
     return node_vectors, Tree(parent=parent, layer=layer), chunks, abstracts
+
+
+class _Rows:
+    """The shape and dtype of rows kept in several segments (what the load's checks read)."""
+
+    def __init__(self, n: int, first: np.ndarray) -> None:
+        self.shape = (n, *first.shape[1:])
+        self.ndim = first.ndim
+        self.dtype = first.dtype
+
+
+def _leaf_vector_parts(
+    reader: IndexReader, tables: dict[str, Table], where: str | Path
+) -> list[np.ndarray] | None:
+    """The leaf vectors' segments as memory maps when they are several, unpatched and hold no
+    removed row (an index after adds): the load copies them once, into the node vectors,
+    instead of joining them first. None: read the table as a whole."""
+    from psirag.segments import segment_parts
+
+    table = tables.get("leaf_vectors")
+    if table is None or table.kind != "npy" or len(table.segments) < 2:
+        return None
+    if table.patches or table.n_dead:
+        return None
+    return segment_parts(reader, table, f"{where} table leaf_vectors")
 
 
 def _lazy_chunks(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Any:
@@ -1137,7 +1252,7 @@ def _load_phrase_table_v3(
     words_table = f"{PHRASES_DIR}/words"
     if words_table not in tables:
         return None
-    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
+    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
 
     def arr(name: str) -> np.ndarray:
         return np.asarray(_read_table(reader, tables, f"{PHRASES_DIR}/{name}", folder))
@@ -1156,6 +1271,8 @@ def _load_phrase_table_v3(
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
                 arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
+                if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
+                    arrays.update({a: arr(a) for a in WORD_ARRAYS})
                 _in_key_order(reader, tables, arrays, folder)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):

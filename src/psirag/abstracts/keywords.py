@@ -116,15 +116,16 @@ def keyword_abstracts(
         table = PhraseTable.build(leaf_texts)
     elif table.n_leaves != n_leaves:
         raise ValueError(f"a phrase table of {table.n_leaves} leaves for {n_leaves} leaves")
-    phrases = table.phrases()
+    # a few nodes read what their phrases need; every node reads the corpus's layout
+    phrases = table.phrases() if nodes is None else table.phrase_view()
     if nodes is None:
         give_back_freed_memory()  # the layout's temporaries, before the products
-    if phrases.pid_of.size == 0:
+    if not phrases.lazy and phrases.pid_of.size == 0:
         return [[] for _ in range(targets.size)]
 
     row_of = {u: i for i, u in enumerate(rows.tolist())}
-    full = tree.leaf_membership
-    membership = (full[n_leaves:] if nodes is None else full[rows]).astype(np.int32)
+    whole_tree = tree.leaf_membership[n_leaves:] if nodes is None else None
+    membership = (tree.membership_of(rows) if whole_tree is None else whole_tree).astype(np.int32)
     # node x phrase leaf counts, columns by persistent phrase id (unsorted within a row: a
     # parent's counts are read through a dense scratch row, ties break by column id); a node
     # over every leaf (a single tree's root) has the corpus's counts, no product needed

@@ -94,6 +94,9 @@ class Phrases:
     words: np.ndarray  # n_pids: number of words
     entity: np.ndarray  # n_pids, bool: every content word capitalised
     vocab: list[str]  # surface token id -> string
+    lazy: bool = False
+    """True: the per-phrase fields are computed when read by phrase id (``a[pids]``; an update's
+    view, :meth:`PhraseTable.phrase_view`); ``pid_of`` and the by-column views are not there."""
     _surface: dict[int, str] = field(default_factory=dict)
 
     def text(self, col: int) -> str:

@@ -15,4 +15,9 @@ DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_ra
 """Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
 arrays add up to, so the first update after a load does not sort the corpus to derive them."""
 
-__all__ = ["ARRAYS", "DERIVED_ARRAYS", "VOCAB_ARRAYS"]
+WORD_ARRAYS = ("w_first", "w_df")
+"""Optional saved arrays (with :data:`DERIVED_ARRAYS`): each word's first leaf and how many
+leaves hold it, so a removal after a load re-ranks only the words it moves (indexes saved
+before they existed derive them on their first removal)."""
+
+__all__ = ["ARRAYS", "DERIVED_ARRAYS", "VOCAB_ARRAYS", "WORD_ARRAYS"]

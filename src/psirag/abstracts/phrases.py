@@ -14,8 +14,15 @@ appears in the corpus, exactly as a fresh extraction over the same leaves number
 abstract computed from an updated table equals the one a full recompute gives, bit for bit.
 
 Word, stem and phrase ids here are persistent (they only grow while the table lives), not the
-first-appearance ranks: the ranks are recomputed from the per-leaf word lists after a removal
-(a word whose first leaf went moves back) and extended in place after an add.
+first-appearance ranks: an add extends the ranks in place; a removal re-ranks only the words
+whose first occurrence it removed (each word's first leaf and leaf count are kept for that),
+and redoes the shown form only of the phrases whose counts or forms' ranks moved.
+
+An update scores its few nodes from :meth:`PhraseTable.phrase_view`, which computes a
+phrase's column order, flags and shown form when a node reads it; the corpus-wide layout
+(:meth:`PhraseTable.phrases`) is made for a build or a full recompute only. What stays linear
+in the corpus is memory-speed copying: the sorted count arrays an add inserts into, and the
+per-leaf arrays a removal closes up.
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ import itertools
 import weakref
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import numpy as np
 import Stemmer
@@ -42,7 +49,7 @@ from psirag.abstracts.phrase_model import (
     is_stopword,
     unpack_keys,
 )
-from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS
+from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
 
@@ -319,6 +326,10 @@ class _Derived:
     p_best: np.ndarray  # the shown surface key of each phrase (0: absent)
     w_rank: np.ndarray  # first-appearance rank of each word in the corpus (-1: absent)
     n_ranked: int
+    # per word: the leaf of its first occurrence and how many leaves hold it (-1 / 0: absent);
+    # what a removal reads to re-rank only the words it moves (None: derived on first removal)
+    w_first: np.ndarray | None = None
+    w_df: np.ndarray | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -370,7 +381,9 @@ class PhraseTable:
         ids = np.empty(0, dtype=np.int32)
         zero = np.zeros(1, dtype=np.int64)
         table = cls([], zero, ids, zero, none, ids, zero, ids, none)
-        table._cache["derived"] = _Derived(_Vocab.empty(), ids, ids, none, ids, ids, none, none, 0)
+        table._cache["derived"] = _Derived(
+            _Vocab.empty(), ids, ids, none, ids, ids, none, none, 0, none, none
+        )
         if len(leaf_texts) <= BUILD_BATCH:
             return table.add(leaf_texts)
         for lo in range(0, len(leaf_texts), BUILD_BATCH):
@@ -453,7 +466,8 @@ class PhraseTable:
         if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
             table._cache["vocab"] = (list(stems), {a: arrays[a] for a in VOCAB_ARRAYS})
             if all(a in arrays for a in DERIVED_ARRAYS):
-                table._cache["saved_derived"] = {a: arrays[a] for a in DERIVED_ARRAYS}
+                names = DERIVED_ARRAYS + tuple(a for a in WORD_ARRAYS if a in arrays)
+                table._cache["saved_derived"] = {a: arrays[a] for a in names}
         return table
 
     def derived_arrays(self) -> dict[str, np.ndarray] | None:
@@ -468,6 +482,11 @@ class PhraseTable:
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
                 out[name] = x.astype(np.int32)
         out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
+        if d.w_first is not None and d.w_df is not None:
+            for name in WORD_ARRAYS:
+                x = getattr(d, name)
+                small = x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1)
+                out[name] = x.astype(np.int32) if small else x
         return out
 
     def vocab(self) -> tuple[list[str], dict[str, np.ndarray]] | None:
@@ -523,18 +542,18 @@ class PhraseTable:
         s_pid = p_sorted[at]
         if np.any(p_df[s_pid] == 0):
             raise IndexFormatError(_DAMAGED.format("a candidate's phrase is in no leaf"))
-        w_rank, n_ranked = _ranks(self.lw, len(self.words))
+        w_rank, n_ranked, w_first, w_df = _word_stats(self.lw, self.lw_ptr, len(self.words))
         p_best = np.zeros(n_p, dtype=np.int64)
-        d = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
+        d = _Derived(
+            vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked, w_first, w_df
+        )
         _best_forms(d, None)
         return d
 
     def _restore_derived(self, vocab: _Vocab, a: dict[str, np.ndarray]) -> _Derived:
-        """Saved corpus counts, checked against the per-leaf arrays' sizes and ranges (copied:
-        an update changes them in place)."""
-        got = {
-            name: np.array(_ints(a[name], small=name in _DERIVED_IDS)) for name in DERIVED_ARRAYS
-        }
+        """Saved corpus counts, checked against the per-leaf arrays' sizes and ranges (not
+        copied: an update writes its counts to new arrays, so a loaded table's stay mapped)."""
+        got = {name: _ints(a[name], small=name in _DERIVED_IDS) for name in DERIVED_ARRAYS}
         n_p, n_w = self.p_key.size, len(self.words)
         p_sorted, s_pid, w_rank = got["p_sorted"], got["s_pid"], got["w_rank"]
         n_ranked = int(got["n_ranked"][0]) if got["n_ranked"].shape == (1,) else -1
@@ -549,6 +568,16 @@ class PhraseTable:
         )
         if not ok:
             raise IndexFormatError(_DAMAGED.format("the saved corpus counts disagree"))
+        words: dict[str, np.ndarray] = {}
+        if all(name in a for name in WORD_ARRAYS):
+            words = {name: _ints(a[name], small=False) for name in WORD_ARRAYS}
+            w_first = words["w_first"]
+            if (
+                w_first.shape != (n_w,)
+                or words["w_df"].shape != (n_w,)
+                or (n_w and (int(w_first.max()) >= self.n_leaves or int(w_first.min()) < -1))
+            ):
+                raise IndexFormatError(_DAMAGED.format("the saved word counts disagree"))
         return _Derived(
             vocab,
             p_sorted,
@@ -559,6 +588,8 @@ class PhraseTable:
             got["p_best"],
             w_rank,
             n_ranked,
+            words.get("w_first"),
+            words.get("w_df"),
         )
 
     # ------------------------------------------------------------------ updates
@@ -605,18 +636,21 @@ class PhraseTable:
         hit = np.zeros(u_key.size, dtype=bool)
         ok = at < d.s_key.size
         hit[ok] = d.s_key[at[ok]] == u_key[ok]
-        s_cnt = d.s_cnt  # given up by the old table: changed in place
-        s_cnt[at[hit]] += u_cnt[hit]
         miss = ~hit
+        # new arrays (a loaded table's stay mapped and unwritten), then the forms seen before
+        # get their new occurrences at their shifted positions
         s_key = np.insert(d.s_key, at[miss], u_key[miss])
-        s_cnt = np.insert(s_cnt, at[miss], u_cnt[miss])
+        s_cnt = np.insert(d.s_cnt.astype(np.int64, copy=False), at[miss], u_cnt[miss])
         s_pid = np.insert(d.s_pid, at[miss], u_pid[miss])
+        shifted = at[hit] + np.searchsorted(at[miss], at[hit], side="right")
+        s_cnt[shifted] += u_cnt[hit]
 
         # first-appearance ranks: words new to the corpus come after every word it had
         w_rank = _grown(d.w_rank, len(vocab.words), -1)
         newcomers = b.first_words[w_rank[b.first_words] < 0]
         w_rank[newcomers] = d.n_ranked + np.arange(newcomers.size)
         n_ranked = d.n_ranked + int(newcomers.size)
+        w_first, w_df = _added_word_stats(d, b, len(vocab.words), n_old)
 
         p_best = _grown(d.p_best, n_p, 0)
         table = PhraseTable(
@@ -630,7 +664,9 @@ class PhraseTable:
             _append(self.lp_pid, lp_pid, own),
             p_key,
         )
-        new = _Derived(vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked)
+        new = _Derived(
+            vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked, w_first, w_df
+        )
         touched = np.unique(ls_pid)
         _best_forms(new, touched)
         table._cache["derived"] = new
@@ -642,19 +678,34 @@ class PhraseTable:
         return table
 
     def remove(self, keep: np.ndarray) -> PhraseTable:
-        """This table with only the leaves where ``keep`` (a bool per leaf) is true."""
+        """This table with only the leaves where ``keep`` (a bool per leaf) is true.
+
+        The counts are decremented by the removed leaves' entries only; the words whose first
+        occurrence was in a removed leaf are the only ones re-ranked, and only the phrases whose
+        counts or forms' ranks moved get their shown form again (the corpus is not re-sorted,
+        and no layout is made: :meth:`phrase_view` reads what a node's phrases need)."""
         keep = np.asarray(keep, dtype=bool)
         if keep.size != self.n_leaves:
             raise ValueError(f"keep has {keep.size} entries for {self.n_leaves} leaves")
         d = self._derived()
-        gone_s = ~keep[_rows(self.ls_ptr)]
-        at = np.searchsorted(d.s_key, self.ls_key[gone_s])
-        s_cnt = d.s_cnt - np.bincount(at, weights=self.ls_cnt[gone_s], minlength=d.s_key.size)
-        s_cnt = s_cnt.astype(np.int64)
-        alive = s_cnt > 0
-        gone_p = ~keep[_rows(self.lp_ptr)]
-        p_df = d.p_df - np.bincount(self.lp_pid[gone_p], minlength=self.p_key.size)
-        keep_w = keep[_rows(self.lw_ptr)]
+        if d.w_first is None or d.w_df is None:  # a loaded table: once, then kept
+            w_rank, n_ranked, w_first, w_df = _word_stats(self.lw, self.lw_ptr, len(self.words))
+            d = replace(d, w_rank=w_rank, n_ranked=n_ranked, w_first=w_first, w_df=w_df)
+            self._cache["derived"] = d
+        assert d.w_first is not None and d.w_df is not None
+        gone = np.flatnonzero(~keep)
+        gs = _spans(self.ls_ptr, gone)
+        gp = _spans(self.lp_ptr, gone)
+        gw = _spans(self.lw_ptr, gone)
+
+        # surface counts: the removed entries' forms only; forms left with none are dropped
+        at = np.searchsorted(d.s_key, self.ls_key[gs])
+        s_cnt = np.array(d.s_cnt, dtype=np.int64)
+        np.subtract.at(s_cnt, at, self.ls_cnt[gs].astype(np.int64))
+        dead = np.unique(at[s_cnt[at] <= 0])
+        gone_pids = np.unique(self.lp_pid[gp]).astype(np.int64)
+        p_df = np.array(d.p_df, dtype=np.int64)
+        np.subtract.at(p_df, self.lp_pid[gp], 1)
 
         def kept_ptr(ptr: np.ndarray) -> np.ndarray:
             return np.concatenate(([0], np.cumsum(np.diff(ptr)[keep]))).astype(np.int64)
@@ -662,30 +713,71 @@ class PhraseTable:
         table = PhraseTable(
             self.words,
             kept_ptr(self.lw_ptr),
-            self.lw[keep_w],
+            _without(self.lw, gw),
             kept_ptr(self.ls_ptr),
-            self.ls_key[~gone_s],
-            self.ls_cnt[~gone_s],
+            _without(self.ls_key, gs),
+            _without(self.ls_cnt, gs),
             kept_ptr(self.lp_ptr),
-            self.lp_pid[~gone_p],
+            _without(self.lp_pid, gp),
             self.p_key,
         )
-        w_rank, n_ranked = _ranks(table.lw, len(self.words))
+        w_rank, n_ranked, w_first, w_df, moved = _removed_word_stats(d, self, table, keep, gw)
+        s_key = _without(d.s_key, dead)
+        s_pid = _without(d.s_pid, dead)
+        touched = gone_pids
+        if moved.size:  # a moved word changes how its forms' ties break
+            is_moved = np.zeros(len(self.words) + 1, dtype=bool)
+            is_moved[moved] = True
+            mask = (1 << PACK_BITS) - 1
+            has = np.zeros(s_key.size, dtype=bool)
+            for j in range(MAX_NGRAM):  # each word of every form (a pass, no sort)
+                has |= is_moved[((s_key >> (PACK_BITS * (MAX_NGRAM - 1 - j))) & mask) - 1]
+            touched = np.union1d(touched, s_pid[has]).astype(np.int64)
+        p_best = np.array(d.p_best, dtype=np.int64)
+        p_best[touched] = 0
         new = _Derived(
             d.vocab,
             d.p_sorted,
-            p_df.astype(np.int64),
-            d.s_key[alive],
-            s_cnt[alive],
-            d.s_pid[alive],
-            np.zeros(self.p_key.size, dtype=np.int64),
+            p_df,
+            s_key,
+            _without(s_cnt, dead),
+            s_pid,
+            p_best,
             w_rank,
             n_ranked,
+            w_first,
+            w_df,
         )
-        _best_forms(new, None)  # the ranks moved: every tie may break differently
+        _best_forms(new, touched)
         table._cache["derived"] = new
         table._lineage_from(self)
         return table
+
+    def phrase_view(self) -> Phrases:
+        """What :func:`keyword_abstracts` reads for a few nodes (an update), without laying out
+        the corpus: a phrase's column order key, word count, entity flag and shown form are
+        computed from its counts when a node asks for it (the same values, and the same order,
+        as :meth:`phrases` gives). The full layout when one is at hand already."""
+        got = self._cache.get("layout")
+        if got is not None:
+            return cast(Phrases, got.phrases)
+        d = self._derived()
+        look = _PerPhrase(self, d)
+        lazy: Any = [_Lookup(look, i) for i in range(4)]
+        return Phrases(
+            lp_ptr=self.lp_ptr,
+            lp_pid=self.lp_pid,
+            col_of=lazy[0],
+            pid_of=np.empty(0, dtype=np.int32),
+            df=d.p_df,
+            key=self.p_key,
+            is_stop=d.vocab.is_stop,
+            surface_ids=lazy[3],
+            words=lazy[1],
+            entity=lazy[2],
+            vocab=d.vocab.words,
+            lazy=True,
+        )
 
     # ------------------------------------------------------------------ what abstracts read
     def phrases(self) -> Phrases:
@@ -721,14 +813,22 @@ class _Layout:
     phrases: Phrases
 
 
+def _pads(v: _Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """What :func:`_flags` reads of a -1 padded form: capitalised, and capitalised or a digit
+    or a stopword (the pad: false, true)."""
+    return np.append(v.is_cap, False), np.append(v.is_cap | v.is_digit | v.is_stop, True)
+
+
 def _flags(
-    v: _Vocab, stems: np.ndarray, surface: np.ndarray
+    v: _Vocab,
+    stems: np.ndarray,
+    surface: np.ndarray,
+    pads: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Word counts, entity flags and kept flags of present phrases, from their stems and shown
     forms (n x 3 each)."""
     n_words = (stems >= 0).sum(axis=1).astype(np.int64)
-    pad_cap = np.append(v.is_cap, False)
-    pad_ok = np.append(v.is_cap | v.is_digit | v.is_stop, True)
+    pad_cap, pad_ok = pads or _pads(v)
     is_entity = np.all(pad_ok[surface], axis=1) & np.any(pad_cap[surface], axis=1)
     last = surface[np.arange(surface.shape[0]), np.maximum(n_words - 1, 0)]
     keep = ~((n_words > 1) & ~v.is_cap[surface[:, 0]] & v.is_cap[last])
@@ -936,3 +1036,214 @@ def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
     p_sorted = pid[order]
     first = np.concatenate(([True], p_sorted[1:] != p_sorted[:-1])) if order.size else order
     d.p_best[p_sorted[first]] = keys[order][first]
+
+
+def _spans(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The entry positions of CSR ``rows`` (few rows: what a removal reads, not the corpus)."""
+    starts, ends = ptr[rows].astype(np.int64), ptr[rows + 1].astype(np.int64)
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def _without(a: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``a`` without the entries at the sorted positions ``at`` (few: the kept runs between
+    them are copied whole, with no mask over ``a``)."""
+    if at.size == 0:
+        return a
+    at = np.asarray(at, dtype=np.int64)
+    starts = np.concatenate(([0], at + 1))
+    ends = np.concatenate((at, [a.shape[0]]))
+    runs = np.flatnonzero(ends > starts)
+    if runs.size > 4096:  # very many runs: one mask is cheaper than the slices
+        return np.delete(a, at)
+    return np.concatenate([a[starts[r] : ends[r]] for r in runs.tolist()] or [a[:0]])
+
+
+def _word_stats(
+    lw: np.ndarray, lw_ptr: np.ndarray, n_words: int
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """Each word's first-appearance rank (:func:`_ranks`), the leaf of its first occurrence
+    (-1: absent) and how many leaves hold it, from the per-leaf word lists."""
+    w_rank, n_ranked = _ranks(lw, n_words)
+    w_first = np.full(n_words, -1, dtype=np.int64)
+    w_df = np.bincount(lw, minlength=n_words).astype(np.int64) if lw.size else np.zeros(n_words)
+    if lw.size:
+        at = _first_of_each(lw)
+        w_first[lw[at]] = np.searchsorted(lw_ptr, at, side="right") - 1
+    return w_rank, n_ranked, w_first, w_df.astype(np.int64)
+
+
+def _added_word_stats(
+    d: _Derived, b: _Batch, n_words: int, n_old: int
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """``d``'s first leaves and leaf counts with batch ``b`` appended after ``n_old`` leaves
+    (in the spare room of the arrays ``d`` gave up, as the other counts)."""
+    if d.w_first is None or d.w_df is None:
+        return None, None
+    w_df = _grown(d.w_df, n_words, 0)
+    np.add.at(w_df, b.lw, 1)
+    w_first = _grown(d.w_first, n_words, -1)
+    if b.lw.size:
+        at = _first_of_each(b.lw)
+        firsts = b.lw[at]
+        fresh = w_first[firsts] < 0
+        w_first[firsts[fresh]] = n_old + np.searchsorted(b.lw_ptr, at[fresh], side="right") - 1
+    return w_first, w_df
+
+
+def _removed_word_stats(
+    d: _Derived, old: PhraseTable, new: PhraseTable, keep: np.ndarray, gw: np.ndarray
+) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, np.ndarray]:
+    """Ranks, first leaves and leaf counts after a removal, and the words it moved (their first
+    occurrence was in a removed leaf and they occur in a kept one).
+
+    Only the order of ranks matters (ties break by it), so a word that vanished leaves the
+    others' order as it was; a moved word is placed after the last unmoved word whose first
+    occurrence precedes its new one. The words are then ranked densely again (a sort over the
+    vocabulary, not the corpus)."""
+    assert d.w_first is not None and d.w_df is not None
+    gone_words = old.lw[gw]
+    w_df = np.array(d.w_df, dtype=np.int64)
+    np.subtract.at(w_df, gone_words, 1)
+    seen = np.unique(gone_words)
+    leaf_now = np.cumsum(keep) - 1  # a kept leaf's new number
+    w_first = np.array(d.w_first, dtype=np.int64)
+    first_gone = seen[~keep[w_first[seen]]]
+    vanished = first_gone[w_df[first_gone] == 0]
+    moved = first_gone[w_df[first_gone] > 0]
+    present = w_first >= 0
+    w_first[present] = leaf_now[w_first[present]]
+    w_first[vanished] = -1
+    if vanished.size == 0 and moved.size == 0:
+        return d.w_rank, d.n_ranked, w_first, w_df, moved
+    # the moved words' next occurrences: scanned from the first removed leaf they were in,
+    # a block at a time, until each is found (the new table's own numbering)
+    need = np.zeros(len(old.words), dtype=bool)
+    need[moved] = True
+    found = np.full(len(old.words), -1, dtype=np.int64)
+    pos = int(new.lw_ptr[int(leaf_now[int(d.w_first[moved].min())]) + 1]) if moved.size else 0
+    left, block = int(moved.size), 1 << 12
+    while left:
+        if pos >= new.lw.size:
+            raise IndexFormatError(_DAMAGED.format("a word's leaf count disagrees with the leaves"))
+        chunk = np.asarray(new.lw[pos : pos + block])
+        hit = np.flatnonzero(need[chunk])
+        if hit.size:
+            words = chunk[hit]
+            first = _first_of_each(words)
+            found[words[first]] = pos + hit[first]
+            need[words[first]] = False
+            left -= int(first.size)
+        pos += block
+        block *= 2
+    at = found[moved]
+    leaf = np.searchsorted(new.lw_ptr, at, side="right") - 1
+    w_first[moved] = leaf
+    # unmoved ranked words in rank order: their first leaves do not decrease along it
+    w_rank_old = np.asarray(d.w_rank, dtype=np.int64)
+    stays = w_rank_old >= 0
+    stays[vanished] = False
+    stays[moved] = False
+    u_words = np.flatnonzero(stays)
+    u_words = u_words[np.argsort(w_rank_old[u_words], kind="stable")]
+    u_rank, u_first = w_rank_old[u_words], w_first[u_words]
+    pred = np.empty(moved.size, dtype=np.int64)
+    for i, (m_leaf, m_at) in enumerate(zip(leaf.tolist(), at.tolist(), strict=True)):
+        k = int(np.searchsorted(u_first, m_leaf, side="left")) - 1
+        best = int(u_rank[k]) if k >= 0 else -1
+        before = np.asarray(new.lw[int(new.lw_ptr[m_leaf]) : m_at])
+        here = before[stays[before] & (w_first[before] == m_leaf)]
+        if here.size:
+            best = max(best, int(w_rank_old[here].max()))
+        pred[i] = best
+    words = np.concatenate([u_words, moved])
+    order = np.lexsort(
+        (
+            np.concatenate([np.zeros(u_words.size, dtype=np.int64), at]),
+            np.concatenate([np.zeros(u_words.size, dtype=np.int64), np.ones(moved.size, np.int64)]),
+            np.concatenate([u_rank, pred]),
+        )
+    )
+    w_rank = np.full(len(old.words), -1, dtype=np.int64)
+    w_rank[words[order]] = np.arange(words.size)
+    return w_rank, int(words.size), w_first, w_df, moved
+
+
+def _stem_first(d: _Derived) -> np.ndarray:
+    """Per stem id: the first-appearance rank of its earliest word (MAX_PACKED: none)."""
+    v = d.vocab
+    stem_first = np.full(len(v.stem_index) + 1, MAX_PACKED, dtype=np.int64)
+    ranked = np.flatnonzero(np.asarray(d.w_rank) >= 0)
+    np.minimum.at(stem_first, v.stem_of[ranked], np.asarray(d.w_rank)[ranked])
+    return stem_first
+
+
+class _PerPhrase:
+    """Column order key (-1: not kept or absent), word count, entity flag and shown form of
+    the phrases asked for, from their keys and counts (what :func:`_layout` computes for every
+    phrase at once)."""
+
+    _KEPT_BATCHES = 8
+    """Batches remembered for the single-phrase reads that follow them (the picker's)."""
+
+    def __init__(self, table: PhraseTable, d: _Derived) -> None:
+        self.p_key, self.p_best, self.p_df = table.p_key, d.p_best, d.p_df
+        self.vocab = d.vocab
+        self.stem_first = _stem_first(d)
+        self.pads = _pads(d.vocab)
+        self.batches: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
+        self.one: dict[int, tuple[np.ndarray, ...]] = {}
+
+    def __call__(self, pids: np.ndarray) -> tuple[np.ndarray, ...]:
+        if pids.size != 1:
+            if self.batches and pids.size:  # most reads are of the node's phrases asked last
+                keys, values = self.batches[-1]
+                at = np.minimum(np.searchsorted(keys, pids), keys.size - 1)
+                if bool(np.all(keys[at] == pids)):
+                    return tuple(a[at] for a in values)
+            got = self._compute(pids)
+            if pids.size:
+                order = np.argsort(pids, kind="stable")
+                self.batches = self.batches[-self._KEPT_BATCHES + 1 :]
+                self.batches.append((pids[order], tuple(a[order] for a in got)))
+            return got
+        pid = int(pids[0])
+        one = self.one.get(pid)
+        if one is None:
+            for keys, values in reversed(self.batches):
+                i = int(np.searchsorted(keys, pid))
+                if i < keys.size and int(keys[i]) == pid:
+                    one = tuple(a[i : i + 1] for a in values)
+                    break
+            else:
+                one = self._compute(pids)
+            self.one[pid] = one
+        return one
+
+    def _compute(self, pids: np.ndarray) -> tuple[np.ndarray, ...]:
+        stems = unpack_keys(np.asarray(self.p_key[pids], dtype=np.int64))
+        surface = unpack_keys(np.asarray(self.p_best[pids], dtype=np.int64))
+        present = np.asarray(self.p_df[pids]) > 0
+        n_words, entity, keep = _flags(self.vocab, stems, surface, self.pads)
+        keep &= present
+        order = np.full(pids.size, -1, dtype=np.int64)
+        order[keep] = _order_key(stems[keep], self.stem_first)
+        entity &= present
+        surface[~present] = -1
+        return order, n_words.astype(np.int8), entity, surface.astype(np.int32)
+
+
+class _Lookup:
+    """One of :class:`_PerPhrase`'s values, read by phrase id like an array (``a[pids]``)."""
+
+    def __init__(self, per_phrase: _PerPhrase, which: int) -> None:
+        self.per_phrase, self.which = per_phrase, which
+
+    def __getitem__(self, pids: Any) -> Any:
+        at = np.asarray(pids, dtype=np.int64)
+        got = self.per_phrase(at.reshape(-1))[self.which]
+        return got[0] if at.ndim == 0 else got.reshape(at.shape + got.shape[1:])

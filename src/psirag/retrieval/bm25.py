@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -88,9 +88,10 @@ def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray
     """A saved array; an OS error names ``path`` even where numpy's memory map gives none
     (mmap's ``dup`` of the descriptor fails with EMFILE and no file name)."""
     from psirag.oserrors import with_path
+    from psirag.rows import load_npy
 
     try:
-        return np.load(path, mmap_mode=mmap_mode, allow_pickle=False)
+        return load_npy(path, mmap=mmap_mode == "r")
     except OSError as exc:
         raise with_path(exc, path) from exc
 
@@ -234,21 +235,28 @@ def _gather_rows(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> np.nd
 class _Segment:
     """The postings of a run of consecutive chunks: their term counts (doc-major, what a merge
     and a removal read) and the same counts term-major (what a query reads), with a tombstone
-    mask. Immutable; a removal makes a new mask, so an older index value stays valid."""
+    mask. Immutable; a removal makes a new mask, so an older index value stays valid.
+
+    ``term_ids`` lists the terms the segment holds (sorted) and ``term_ptr`` has one run per
+    listed term, so a small segment costs its own terms, not the whole vocabulary; None (a
+    segment saved in postings format 1): ``term_ptr`` has one run per term id."""
 
     counts: TermCounts
-    term_ptr: np.ndarray  # int64, one row per term id known when the segment was made
+    term_ptr: np.ndarray  # int64, one run per entry of term_ids (per term id when None)
     post_doc: np.ndarray  # int32 local chunk number, term-major, chunks in order within a term
     post_tf: np.ndarray  # int32
     doc_len: np.ndarray  # int64 tokens per chunk
     alive: np.ndarray  # bool per chunk: False once removed
+    term_ids: np.ndarray | None = None  # int32 sorted terms held (None: term_ptr is dense)
 
     @classmethod
-    def of(cls, counts: TermCounts, n_terms: int) -> _Segment:
+    def of(cls, counts: TermCounts, n_terms: int = 0) -> _Segment:
         n = counts.n_docs
         doc = np.repeat(np.arange(n, dtype=np.int32), np.diff(counts.doc_ptr))
         order = np.argsort(counts.terms, kind="stable")
-        term_ptr = np.concatenate(([0], np.cumsum(np.bincount(counts.terms, minlength=n_terms))))
+        by_term = np.asarray(counts.terms)[order]
+        term_ids, starts = np.unique(by_term, return_index=True)
+        term_ptr = np.append(starts, by_term.size)
         doc_len = np.bincount(doc, weights=counts.tf, minlength=n).astype(np.int64)
         return cls(
             counts,
@@ -257,7 +265,28 @@ class _Segment:
             np.asarray(counts.tf)[order].astype(np.int32),
             doc_len,
             np.ones(n, dtype=bool),
+            term_ids.astype(np.int32),
         )
+
+    def span(self, term: int) -> tuple[int, int]:
+        """The run of ``term``'s postings (empty where the segment does not hold it)."""
+        ptr = self.term_ptr
+        if self.term_ids is None:
+            if term + 1 < ptr.size:
+                return int(ptr[term]), int(ptr[term + 1])
+            return 0, 0
+        j = int(np.searchsorted(self.term_ids, term))
+        if j < self.term_ids.size and int(self.term_ids[j]) == term:
+            return int(ptr[j]), int(ptr[j + 1])
+        return 0, 0
+
+    def term_df(self) -> tuple[np.ndarray, np.ndarray]:
+        """The terms this segment holds and, per term, its chunks (dead ones included)."""
+        counts = np.diff(self.term_ptr)
+        if self.term_ids is None:
+            held = np.flatnonzero(counts)
+            return held, counts[held]
+        return np.asarray(self.term_ids, dtype=np.int64), counts
 
     @property
     def n_alive(self) -> int:
@@ -273,6 +302,16 @@ class _Segment:
             object.__setattr__(self, "_memo", got)
         return got
 
+    def name(self) -> str:
+        """A name for this segment's files, from its term counts (what every other array is
+        made from): equal names, equal files, so a save keeps a saved segment by its name."""
+        got = self.__dict__.get("_name")
+        if got is None:
+            c = self.counts
+            got = _digest(c.doc_ptr, c.terms, c.tf)
+            object.__setattr__(self, "_name", got)
+        return str(got)
+
     def rank(self, local: np.ndarray) -> np.ndarray:
         """Position among this segment's live chunks of live chunks ``local``."""
         r = self._cache()["rank"]
@@ -285,7 +324,23 @@ class _Segment:
         return self.counts.select(self.alive)
 
 
-POSTINGS_FORMAT = 1
+def _digest(*arrays: np.ndarray) -> str:
+    """A 96-bit content name of ``arrays`` (dtype, shape and bytes)."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=12)
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str}{a.shape}".encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+POSTINGS_FORMAT = 2
+"""Format 2 (issue 24): files named by content and kept by name between generations, a
+segment's term pointers over its own terms, the vocabulary in appended parts, df as a saved
+array plus a patch. Format 1 (one file set per segment position, the whole vocabulary and df
+written by every save) still loads; its first save writes format 2."""
 SEGMENT_FILES = (
     "doc_ptr",
     "doc_terms",
@@ -296,13 +351,51 @@ SEGMENT_FILES = (
     "doc_len",
     "alive",
 )
-"""Per segment ``seg{i}.{name}.npy``: everything a load needs, so it derives nothing."""
+"""Format 1, per segment ``seg{i}.{name}.npy``: everything a load needs."""
+BODY_FILES = (
+    "doc_ptr",
+    "doc_terms",
+    "doc_tf",
+    "term_ids",
+    "term_ptr",
+    "post_doc",
+    "post_tf",
+    "doc_len",
+)
+"""Format 2, per segment ``s.{name}.{file}.npy``; its removed chunks (local numbers) are
+``s.{name}.dead.{digest}.npy``."""
 
 COMPACT_DEAD_SHARE = 0.25
 """A segment is rewritten without its removed chunks once they are this share of it."""
 MERGE_RATIO = 2
 """After an add, the newest segment is merged into the one before it while that one holds at
-most this many times its chunks: O(log n) segments, each chunk merged O(log n) times."""
+most this many times its chunks: O(log n) segments, each chunk merged O(log n) times. The
+vocabulary's saved parts follow the same rule."""
+DF_PATCH_SHARE = 8
+"""A save writes df whole again once the terms changed since it was last written whole pass
+1/8 of the vocabulary (or :data:`DF_PATCH_MIN`): below that, only the changed entries."""
+DF_PATCH_MIN = 4096
+
+Reuse = Callable[[Sequence[str]], bool]
+"""A save's way to keep files of the generation it saves on top of: given file names (inside
+the BM25 folder), hard-link them all into the new generation and say True, or do nothing and
+say False (then they are written)."""
+
+
+def _no_reuse(names: Sequence[str]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class _SavedDf:
+    """The df array a save last wrote whole (its file and values) and the terms changed since."""
+
+    name: str
+    values: np.ndarray
+    touched: np.ndarray  # sorted term ids whose df may differ from ``values`` (or are past it)
+
+    def touching(self, terms: np.ndarray) -> _SavedDf:
+        return replace(self, touched=np.union1d(self.touched, terms).astype(np.int64))
 
 
 @dataclass(frozen=True, eq=False)
@@ -315,6 +408,9 @@ class Postings:
     segment of its chunks and merges small ones, a removal sets tombstones), so an update costs
     in proportion to what it changes, and scores equal a fresh build's bit for bit (the same
     float32 / float64 arithmetic as ``bm25s`` lucene). Immutable.
+
+    A save writes only what the generation it saves on top of lacks: new segments, changed
+    tombstones, new terms, and the df entries that changed (see :data:`POSTINGS_FORMAT`).
     """
 
     vocab: dict[str, int]
@@ -324,6 +420,9 @@ class Postings:
     total_len: int
     k1: float = 1.5
     b: float = 0.75
+    vocab_parts: tuple[tuple[str, int], ...] = ()
+    """Saved vocabulary files (name, terms) covering the first term ids, in id order."""
+    saved_df: _SavedDf | None = None
 
     @classmethod
     def of_counts(cls, counts: TermCounts, *, k1: float = 1.5, b: float = 0.75) -> Postings:
@@ -332,12 +431,15 @@ class Postings:
         return cls(
             counts.vocab,
             (seg,),
-            np.diff(seg.term_ptr).astype(np.int64),
+            np.bincount(counts.terms, minlength=n_terms).astype(np.int64),
             counts.n_docs,
             int(seg.doc_len.sum()),
             k1,
             b,
         )
+
+    def _touched(self, terms: np.ndarray) -> _SavedDf | None:
+        return None if self.saved_df is None else self.saved_df.touching(terms)
 
     def add(self, texts: Sequence[str]) -> Postings:
         """These postings with ``texts`` appended as new chunks."""
@@ -349,8 +451,9 @@ class Postings:
         if len(vocab) > df.size:
             df = np.concatenate([df, np.zeros(len(vocab) - df.size, dtype=np.int64)])
         else:
-            df = df.copy()
-        df += np.diff(seg.term_ptr)
+            df = np.array(df, dtype=np.int64)
+        held, n_held = seg.term_df()
+        df[held] += n_held
         segments = [*self.segments, seg]
         while len(segments) > 1 and (segments[-2].n_alive <= MERGE_RATIO * segments[-1].n_alive):
             last = segments.pop()
@@ -362,6 +465,7 @@ class Postings:
             df=df,
             n_docs=self.n_docs + counts.n_docs,
             total_len=self.total_len + int(seg.doc_len.sum()),
+            saved_df=self._touched(held),
         )
 
     def remove(self, keep: np.ndarray) -> Postings:
@@ -369,10 +473,11 @@ class Postings:
         keep = np.asarray(keep, dtype=bool)
         if keep.size != self.n_docs:
             raise ValueError(f"keep has {keep.size} entries for {self.n_docs} chunks")
-        df = self.df.copy()
+        df = np.array(self.df, dtype=np.int64)
         total = self.total_len
         out = []
         at = 0
+        touched = []
         for seg in self.segments:
             mine = keep[at : at + seg.n_alive]
             at += seg.n_alive
@@ -382,17 +487,37 @@ class Postings:
             live = np.flatnonzero(seg.alive)
             gone = live[~mine]
             terms = _gather_rows(seg.counts.doc_ptr, seg.counts.terms, gone)
+            touched.append(np.unique(terms))
             df -= np.bincount(terms, minlength=df.size)
             total -= int(seg.doc_len[gone].sum())
-            alive = seg.alive.copy()
+            alive = np.array(seg.alive, dtype=bool)
             alive[gone] = False
-            seg = replace(seg, alive=alive)
+            old = seg
+            seg = _Segment(
+                seg.counts,
+                seg.term_ptr,
+                seg.post_doc,
+                seg.post_tf,
+                seg.doc_len,
+                alive,
+                seg.term_ids,
+            )
+            if "_name" in old.__dict__:  # the same counts: the same files, not hashed again
+                object.__setattr__(seg, "_name", old.__dict__["_name"])
             if seg.n_alive == 0:
                 continue
             if seg.alive.size - seg.n_alive > COMPACT_DEAD_SHARE * seg.alive.size:
                 seg = _Segment.of(seg.live(), len(self.vocab))
             out.append(seg)
-        return replace(self, segments=tuple(out), df=df, n_docs=int(keep.sum()), total_len=total)
+        gone_terms = np.concatenate(touched) if touched else np.empty(0, dtype=np.int64)
+        return replace(
+            self,
+            segments=tuple(out),
+            df=df,
+            n_docs=int(keep.sum()),
+            total_len=total,
+            saved_df=self._touched(gone_terms),
+        )
 
     def counts(self) -> TermCounts:
         """The term counts of the live chunks, in chunk order."""
@@ -425,47 +550,231 @@ class Postings:
             idf = np.float32(np.log(1.0 + (n - df + 0.5) / (df + 0.5)))
             offset = 0
             for seg in self.segments:
-                if t + 1 < seg.term_ptr.size:
-                    lo, hi = seg.term_ptr[t], seg.term_ptr[t + 1]
-                    if hi > lo:
-                        local = seg.post_doc[lo:hi]
-                        tf = seg.post_tf[lo:hi].astype(np.float32)
-                        ok = seg.alive[local]
-                        if not ok.all():
-                            local, tf = local[ok], tf[ok]
-                        norm = k1 * ((1 - b) + b * seg.doc_len[local].astype(np.float64) / avg)
-                        norm = norm + tf
-                        s = (np.float64(idf) * (tf / norm)).astype(np.float32)
-                        out[offset + seg.rank(local)] += s
+                lo, hi = seg.span(t)
+                if hi > lo:
+                    local = seg.post_doc[lo:hi]
+                    tf = seg.post_tf[lo:hi].astype(np.float32)
+                    ok = seg.alive[local]
+                    if not ok.all():
+                        local, tf = local[ok], tf[ok]
+                    norm = k1 * ((1 - b) + b * seg.doc_len[local].astype(np.float64) / avg)
+                    norm = norm + tf
+                    s = (np.float64(idf) * (tf / norm)).astype(np.float32)
+                    out[offset + seg.rank(local)] += s
                 offset += seg.n_alive
         return out
 
     # ------------------------------------------------------------------ saving
-    def save(self, folder: Path) -> None:
-        for i, seg in enumerate(self.segments):
-            c = seg.counts
-            arrays = (c.doc_ptr, c.terms, c.tf, seg.term_ptr, seg.post_doc, seg.post_tf)
-            for name, array in zip(SEGMENT_FILES, (*arrays, seg.doc_len, seg.alive), strict=True):
-                np.save(folder / f"seg{i}.{name}.npy", np.ascontiguousarray(array))
-        np.save(folder / "df.npy", self.df, allow_pickle=False)
-        terms = sorted(self.vocab, key=self.vocab.__getitem__)
+    def save(self, folder: Path, *, reuse: Reuse = _no_reuse, compact: bool = False) -> None:
+        """Write these postings into ``folder``; files ``reuse`` keeps from the generation
+        saved before are not written again. ``compact``: one segment without tombstones, the
+        vocabulary in one part and df whole (``psirag compact``)."""
+        me = self
+        if compact:
+            me = replace(
+                self,
+                segments=(_Segment.of(self.counts(), len(self.vocab)),) if self.segments else (),
+                vocab_parts=(),
+                saved_df=None,
+            )
+            reuse = _no_reuse
+        segments = []
+        for seg in me.segments:
+            name = seg.name()
+            body = [f"s.{name}.{f}.npy" for f in BODY_FILES]
+            if not reuse(body):
+                c = seg.counts
+                term_ids = seg.term_ids
+                term_ptr = seg.term_ptr
+                if term_ids is None:  # a format-1 segment: its own terms only from now on
+                    term_ids = np.flatnonzero(np.diff(term_ptr)).astype(np.int32)
+                    term_ptr = np.append(term_ptr[term_ids], term_ptr[-1])
+                arrays = (
+                    c.doc_ptr,
+                    c.terms,
+                    c.tf,
+                    term_ids,
+                    term_ptr,
+                    seg.post_doc,
+                    seg.post_tf,
+                    seg.doc_len,
+                )
+                for file, array in zip(body, arrays, strict=True):
+                    np.save(folder / file, np.ascontiguousarray(array), allow_pickle=False)
+            dead_file = None
+            if seg.n_alive < seg.alive.size:
+                dead = np.flatnonzero(~np.asarray(seg.alive, dtype=bool)).astype(np.int32)
+                dead_file = f"s.{name}.dead.{_digest(dead)}.npy"
+                if not reuse([dead_file]):
+                    np.save(folder / dead_file, dead, allow_pickle=False)
+            segments.append([name, int(seg.alive.size), dead_file])
+        parts = me._save_vocab(folder, reuse)
+        df_meta, saved_df = me._save_df(folder, reuse)
         meta = {
             "format": POSTINGS_FORMAT,
             "k1": self.k1,
             "b": self.b,
             "n_docs": self.n_docs,
             "total_len": self.total_len,
-            "segments": len(self.segments),
-            "terms": terms,
+            "segments": segments,
+            "terms": [list(p) for p in parts],
+            "df": df_meta,
         }
         (folder / "postings.json").write_text(json.dumps(meta, ensure_ascii=False), "utf-8")
+        # what the next save on top of this one may keep (names are by content: safe anywhere)
+        object.__setattr__(self, "vocab_parts", parts)
+        object.__setattr__(self, "saved_df", saved_df)
+
+    def _terms(self, lo: int, hi: int) -> list[str]:
+        """The terms of ids ``lo`` to ``hi`` (the vocabulary is kept in id order)."""
+        from itertools import islice
+
+        got = list(islice(self.vocab, lo, hi))
+        if len(got) == hi - lo and all(self.vocab[t] == lo + k for k, t in enumerate(got)):
+            return got
+        by_id = sorted(self.vocab, key=self.vocab.__getitem__)  # a dict out of id order
+        return by_id[lo:hi]
+
+    def _save_vocab(self, folder: Path, reuse: Reuse) -> tuple[tuple[str, int], ...]:
+        """The vocabulary as parts: the saved ones kept, the new terms as one more part, and
+        the newest parts merged while the one before holds at most MERGE_RATIO times theirs."""
+        import hashlib
+
+        n_terms = len(self.vocab)
+        kept: list[tuple[str, int, int]] = []  # name, first id, end id
+        at = 0
+        for name, n in self.vocab_parts:
+            kept.append((name, at, at + n))
+            at += n
+        if at > n_terms:
+            kept, at = [], 0
+        lo = at
+        if lo < n_terms:
+            while kept and kept[-1][2] - kept[-1][1] <= MERGE_RATIO * (n_terms - lo):
+                lo = kept.pop()[1]
+        if kept and not reuse([name for name, _, _ in kept]):
+            kept, lo = [], 0
+        parts = [(name, hi - start) for name, start, hi in kept]
+        if lo < n_terms:
+            raw = json.dumps(self._terms(lo, n_terms), ensure_ascii=False).encode("utf-8")
+            name = f"terms.{hashlib.blake2b(raw, digest_size=12).hexdigest()}.json"
+            (folder / name).write_bytes(raw)
+            parts.append((name, n_terms - lo))
+        return tuple(parts)
+
+    def _save_df(self, folder: Path, reuse: Reuse) -> tuple[list[str | None], _SavedDf]:
+        """``[whole file, patch file or None]`` and what the next save patches from: df whole
+        when nothing saved can be patched, or when the changes since it was written whole
+        outgrow a patch; else a patch of the changed entries."""
+        saved = self.saved_df
+        df = np.asarray(self.df, dtype=np.int64)
+        if saved is not None and saved.values.size <= df.size:
+            touched = np.union1d(saved.touched, np.arange(saved.values.size, df.size))
+            small = touched.size <= max(DF_PATCH_MIN, df.size // DF_PATCH_SHARE)
+            if small and reuse([saved.name]):
+                patch = np.stack([touched, df[touched]]).astype(np.int64)
+                name = f"df_patch.{_digest(patch)}.npy"
+                np.save(folder / name, patch, allow_pickle=False)
+                return [saved.name, name], replace(saved, touched=touched)
+        name = f"df.{_digest(df)}.npy"
+        np.save(folder / name, df, allow_pickle=False)
+        return [name, None], _SavedDf(name, df, np.empty(0, dtype=np.int64))
 
     @classmethod
     def load(cls, folder: Path, *, mmap: bool = True) -> Postings:
         """Saved postings; arrays that contradict each other are a ValueError naming the file."""
         meta = json.loads((folder / "postings.json").read_text("utf-8"))
+        if meta.get("format") == 1:
+            return cls._load_v1(folder, meta, mmap=mmap)
         if meta.get("format") != POSTINGS_FORMAT:
-            raise ValueError(f"{folder}/postings.json: unknown format {meta.get('format')!r}")
+            raise ValueError(
+                f"{folder}/postings.json: unknown format {meta.get('format')!r}; it was saved "
+                "by a newer psirag: upgrade psirag"
+            )
+        mode: Literal["r"] | None = "r" if mmap else None
+        terms: list[str] = []
+        parts = []
+        for name, n in meta["terms"]:
+            got = json.loads((folder / _file_name(name, folder)).read_text("utf-8"))
+            if not isinstance(got, list) or len(got) != n:
+                raise ValueError(f"{folder}/{name} does not hold {n} terms; rebuild the index")
+            terms.extend(str(t) for t in got)
+            parts.append((str(name), int(n)))
+        vocab = {t: i for i, t in enumerate(terms)}
+        if len(vocab) != len(terms):
+            raise ValueError(f"{folder}: the BM25 vocabulary lists a term twice")
+        segments = []
+        for name, size, dead_file in meta["segments"]:
+            a = {
+                f: _load_array(folder / _file_name(f"s.{name}.{f}.npy", folder), mode)
+                for f in BODY_FILES
+            }
+            n = a["doc_ptr"].size - 1
+            if (
+                n != size
+                or int(a["doc_ptr"][-1]) != a["doc_terms"].size
+                or a["doc_terms"].size != a["doc_tf"].size
+                or a["post_doc"].size != a["doc_terms"].size
+                or a["post_tf"].size != a["doc_terms"].size
+                or a["term_ptr"].size != a["term_ids"].size + 1
+                or a["doc_len"].shape != (n,)
+                or int(a["term_ptr"][-1]) != a["post_doc"].size
+                or (a["term_ids"].size and int(a["term_ids"][-1]) >= len(vocab))
+                or (a["doc_terms"].size and int(a["doc_terms"].max()) >= len(vocab))
+            ):
+                raise ValueError(f"{folder}: segment {name}'s arrays disagree; rebuild the index")
+            alive = np.ones(n, dtype=bool)
+            if dead_file is not None:
+                dead = _load_array(folder / _file_name(dead_file, folder))
+                if dead.ndim != 1 or (dead.size and (dead.min() < 0 or dead.max() >= n)):
+                    raise ValueError(f"{folder}/{dead_file}: removed chunks out of range")
+                alive[dead] = False
+            counts = TermCounts(vocab, a["doc_ptr"], a["doc_terms"], a["doc_tf"])
+            seg = _Segment(
+                counts,
+                a["term_ptr"],
+                a["post_doc"],
+                a["post_tf"],
+                a["doc_len"],
+                alive,
+                a["term_ids"],
+            )
+            object.__setattr__(seg, "_name", str(name))
+            segments.append(seg)
+        whole, patch_name = meta["df"]
+        base_df = np.asarray(_load_array(folder / _file_name(whole, folder), mode))
+        df = base_df.astype(np.int64, copy=False)
+        touched = np.empty(0, dtype=np.int64)
+        if patch_name is not None:
+            patch = _load_array(folder / _file_name(patch_name, folder))
+            if (
+                patch.ndim != 2
+                or patch.shape[0] != 2
+                or (patch.size and (patch[0].min() < 0 or patch[0].max() >= len(vocab)))
+            ):
+                raise ValueError(f"{folder}/{patch_name}: not a df patch; rebuild the index")
+            touched = np.asarray(patch[0], dtype=np.int64)
+            df = np.zeros(len(vocab), dtype=np.int64)
+            df[: base_df.size] = base_df[: len(vocab)]
+            df[touched] = patch[1]
+        got = cls(
+            vocab,
+            tuple(segments),
+            df,
+            int(meta["n_docs"]),
+            int(meta["total_len"]),
+            float(meta["k1"]),
+            float(meta["b"]),
+            tuple(parts),
+            _SavedDf(str(whole), base_df, touched),
+        )
+        if df.shape != (len(vocab),) or got.n_docs != sum(s.n_alive for s in segments):
+            raise ValueError(f"{folder}: the BM25 counts disagree with its segments")
+        return got
+
+    @classmethod
+    def _load_v1(cls, folder: Path, meta: dict[str, Any], *, mmap: bool) -> Postings:
+        """Postings saved in format 1 (dense term pointers, no content names)."""
         terms = meta["terms"]
         vocab = {str(t): i for i, t in enumerate(terms)}
         if len(vocab) != len(terms):
@@ -512,6 +821,13 @@ class Postings:
         if df.shape != (len(vocab),) or got.n_docs != sum(s.n_alive for s in segments):
             raise ValueError(f"{folder}: the BM25 counts disagree with its segments")
         return got
+
+
+def _file_name(name: object, folder: Path) -> str:
+    """A file name from postings.json, checked to be a plain name inside the folder."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name[0] == ".":
+        raise ValueError(f"{folder}/postings.json names a bad file {name!r}; rebuild the index")
+    return name
 
 
 def _merge(a: _Segment, b: _Segment, n_terms: int) -> _Segment:
@@ -759,11 +1075,21 @@ class SparseIndex:
         cand = cand[top_k(s[cand], k, cand)]
         return cand, s[cand]
 
-    def save(self, folder: Path) -> None:
+    def save(
+        self,
+        folder: Path,
+        *,
+        reuse: Reuse = _no_reuse,
+        compact: bool = False,
+        first_copy: bool = True,
+    ) -> None:
+        """Write this index into ``folder`` (see :meth:`Postings.save` for ``reuse`` and
+        ``compact``); ``first_copy=False``: the caller keeps the first copies itself."""
         folder.mkdir(parents=True, exist_ok=True)
-        np.save(folder / "first_copy.npy", self.first_copy, allow_pickle=False)
+        if first_copy:
+            np.save(folder / "first_copy.npy", self.first_copy, allow_pickle=False)
         if self.postings is not None:
-            self.postings.save(folder)
+            self.postings.save(folder, reuse=reuse, compact=compact)
             return
         assert self.retriever is not None
         self.retriever.save(folder)

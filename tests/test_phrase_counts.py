@@ -1,0 +1,217 @@
+"""The keyword phrase table keeps its corpus counts by adjusting them (issue 24 item 4): after
+random adds and removals its counts equal those derived afresh from its leaves, the abstracts
+an update scores for a few nodes equal a full recompute's, and neither a removal nor an
+update's scoring lays out or re-ranks the whole corpus."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import TOPICS, HashEmbedder
+from support.counting import count_calls
+
+from psirag import Index
+from psirag.abstracts import phrases as phrases_module
+from psirag.abstracts.keywords import keyword_abstracts
+from psirag.abstracts.phrase_names import DERIVED_ARRAYS
+from psirag.abstracts.phrases import PhraseTable
+from psirag.config import IndexConfig
+from psirag.tree import build_tree
+
+LINES = [line for topic in TOPICS.values() for line in topic]
+# forms that compete (counts tie), and words that recur, so removals move first occurrences
+NAMES = ["Mount Etna", "mount etna", "Bank of England", "Film", "film", "films", "the Film"]
+
+
+def _texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        parts = rng.sample(LINES, rng.randint(1, 3))
+        parts += [f"{rng.choice(NAMES)} {rng.choice(NAMES)}, Word{rng.randint(0, 9)} word{i}."]
+        if rng.random() < 0.1:
+            parts = ["1990 42 -- ."]  # a leaf without a phrase
+        out.append(" ".join(parts))
+    return out
+
+
+def _counts(table: PhraseTable) -> dict[str, object]:
+    """The corpus counts a table holds, with a phrase's shown form only where it is present
+    (an absent phrase's is never read)."""
+    d = table._derived()
+    out: dict[str, object] = {
+        name: np.asarray(getattr(d, name)).tolist()
+        for name in DERIVED_ARRAYS
+        if name not in ("p_best", "n_ranked")
+    }
+    out["n_ranked"] = d.n_ranked
+    present = np.asarray(d.p_df) > 0
+    out["p_best"] = np.where(present, np.asarray(d.p_best), 0).tolist()
+    out["w_first"] = None if d.w_first is None else np.asarray(d.w_first).tolist()
+    out["w_df"] = None if d.w_df is None else np.asarray(d.w_df).tolist()
+    return out
+
+
+def _derived_afresh(table: PhraseTable) -> dict[str, object]:
+    """The counts derived from the table's per-leaf arrays alone (what a load without saved
+    counts does)."""
+    again = PhraseTable.from_arrays(list(table.words), table.arrays())
+    return _counts(again)
+
+
+def _tree(n: int, seed: int):  # type: ignore[no-untyped-def]
+    vecs = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
+    return build_tree(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), max_children=3)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_counts_and_node_abstracts_after_random_updates_equal_a_full_recompute(seed: int) -> None:
+    rng = random.Random(seed)
+    pool = _texts(120, seed)
+    corpus = pool[:16]
+    table = PhraseTable.build(corpus)
+    nxt = 16
+    for _step in range(12):
+        if rng.random() < 0.5 and len(corpus) > 5:
+            keep = np.array([rng.random() > 0.25 for _ in corpus])
+            if rng.random() < 0.5:
+                keep[: rng.randint(1, 3)] = False  # the first leaves: their words move
+            keep[rng.randrange(len(corpus))] = True
+            table = table.remove(keep)
+            corpus = [t for t, k in zip(corpus, keep.tolist(), strict=True) if k]
+        else:
+            batch = pool[nxt : nxt + rng.randint(1, 6)] or pool[:2]
+            nxt += len(batch)
+            table = table.add(batch)
+            corpus = corpus + batch
+        assert _counts(table) == _derived_afresh(table)
+        tree = _tree(len(corpus), seed)
+        inner = list(range(tree.n_leaves, tree.n_nodes))
+        nodes = sorted(rng.sample(inner, max(1, len(inner) // 2)))
+        full = keyword_abstracts(corpus, tree)  # a fresh table, every node, its full layout
+        assert keyword_abstracts(corpus, tree, nodes=nodes, table=table) == [
+            full[u - tree.n_leaves] for u in nodes
+        ]
+
+
+def test_removing_the_first_leaf_moves_its_words_and_ranks_them_as_a_fresh_table() -> None:
+    corpus = [
+        "Zebra Crossing and Apple Pie near the river.",
+        "Apple Pie again, and a Zebra Crossing too.",
+        "River boats and Zebra Crossing.",
+        "Only the river and apple trees.",
+    ]
+    table = PhraseTable.build(corpus)
+    keep = np.array([False, True, True, True])
+    after = table.remove(keep)
+    fresh = PhraseTable.build([t for t, k in zip(corpus, keep.tolist(), strict=True) if k])
+    d, f = after._derived(), fresh._derived()
+    assert d.w_rank is not None
+    # the same order of words by first appearance (word ids differ between the tables)
+    order = [after.words[w] for w in np.argsort(np.where(d.w_rank < 0, 1 << 40, d.w_rank))]
+    order = order[: d.n_ranked]
+    fresh_order = [fresh.words[w] for w in np.argsort(np.where(f.w_rank < 0, 1 << 40, f.w_rank))]
+    assert order == fresh_order[: f.n_ranked]
+    assert after.phrases().surface_tokens.shape == fresh.phrases().surface_tokens.shape
+    assert [after.phrases().text(i) for i in range(after.phrases().pid_of.size)] == [
+        fresh.phrases().text(i) for i in range(fresh.phrases().pid_of.size)
+    ]
+
+
+def test_a_removal_and_the_update_scoring_do_not_lay_out_or_rerank_the_corpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    corpus = _texts(60, 5)
+    table = PhraseTable.build(corpus)
+    layouts = count_calls(monkeypatch, phrases_module, "_layout")
+    reranks = count_calls(monkeypatch, phrases_module, "_ranks")
+    keep = np.ones(60, dtype=bool)
+    keep[0] = False  # the first leaf: its words' first occurrences move
+    after = table.remove(keep)
+    after = after.add(_texts(3, 6)[:1])
+    corpus = [t for t, k in zip(corpus, keep.tolist(), strict=True) if k] + _texts(3, 6)[:1]
+    tree = _tree(60, 5)
+    nodes = list(range(tree.n_leaves, tree.n_nodes))[:5]
+    got = keyword_abstracts(corpus, tree, nodes=nodes, table=after)
+    assert layouts.n == 0
+    assert reranks.n == 0
+    # and what it gave is what a full recompute gives
+    full = keyword_abstracts(corpus, tree)
+    assert got == [full[u - tree.n_leaves] for u in nodes]
+
+
+def test_a_loaded_table_updates_without_copying_its_saved_counts() -> None:
+    corpus = _texts(40, 2)
+    table = PhraseTable.build(corpus)
+    table.phrases()
+    stems, vocab = table.vocab() or ([], {})
+    saved = dict(table.arrays())
+    saved.update(vocab)
+    saved.update(table.derived_arrays() or {})
+    frozen = {}
+    for name, array in saved.items():
+        array = np.array(array)
+        array.flags.writeable = False  # as a memory-mapped saved array
+        frozen[name] = array
+    loaded = PhraseTable.from_arrays(list(table.words), frozen, stems)
+    grown = loaded.add(_texts(44, 2)[40:])
+    shrunk = grown.remove(np.arange(44) % 4 != 1)
+    fresh = PhraseTable.build([t for i, t in enumerate(corpus + _texts(44, 2)[40:]) if i % 4 != 1])
+    assert _counts(shrunk) == _derived_afresh(shrunk)
+    tree = _tree(33, 2)
+    nodes = list(range(tree.n_leaves, tree.n_nodes))
+    texts = [t for i, t in enumerate(corpus + _texts(44, 2)[40:]) if i % 4 != 1]
+    assert keyword_abstracts(texts, tree, nodes=nodes, table=shrunk) == keyword_abstracts(
+        texts, tree, table=fresh
+    )
+
+
+def test_a_saved_index_keeps_the_word_counts_so_a_removal_after_a_load_derives_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    emb = HashEmbedder()
+    docs = _texts(30, 4)
+    index = Index.build(docs[:24], IndexConfig(max_children=4), texts=True, embedder=emb)
+    index.save(tmp_path / "ix")
+    again = Index.load(tmp_path / "ix", embedder=emb)
+    stats = count_calls(monkeypatch, phrases_module, "_word_stats")
+    derives = count_calls(monkeypatch, PhraseTable, "_derive")
+    for ix in (index, again):
+        ix.remove(["0", "3"])
+        ix.add(docs[24:], texts=True)
+    assert stats.n == 0
+    assert derives.n == 1  # the loaded table restores its saved counts (once), derives none
+    assert again.abstracts == index.abstracts
+    table = again.data.phrase_table
+    assert table is not None
+    assert _counts(table) == _derived_afresh(table)
+    # saved again and loaded: the counts after the updates come back as they were
+    again.save(tmp_path / "ix")
+    third = Index.load(tmp_path / "ix", embedder=emb).data.phrase_table
+    assert third is not None and _counts(third) == _counts(table)
+
+
+def test_a_table_saved_before_the_word_counts_derives_them_on_its_first_removal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    corpus = _texts(40, 8)
+    table = PhraseTable.build(corpus)
+    stems, vocab = table.vocab() or ([], {})
+    saved = dict(table.arrays())
+    saved.update(vocab)
+    saved.update(
+        {k: v for k, v in (table.derived_arrays() or {}).items() if k in DERIVED_ARRAYS}
+    )  # what an index saved by an older psirag holds
+    loaded = PhraseTable.from_arrays(list(table.words), saved, stems)
+    stats = count_calls(monkeypatch, phrases_module, "_word_stats")
+    grown = loaded.add(_texts(43, 8)[40:])
+    assert stats.n == 0  # an add needs no word counts
+    shrunk = grown.remove(np.arange(43) % 5 != 0)
+    assert stats.n == 1
+    again = shrunk.remove(np.arange(shrunk.n_leaves) != 2)
+    assert stats.n == 1  # derived once, then kept
+    assert _counts(shrunk) == _derived_afresh(shrunk)
+    assert _counts(again) == _derived_afresh(again)
