@@ -115,7 +115,9 @@ def test_a_checkpointed_size_resumes_every_finished_step_with_its_measurements(
     assert set(first["hnsw_update_s"]) >= {"add 10 leaves", "fold those changes", "save"}
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]
     limited = importlib.util.find_spec("threadpoolctl") is not None
-    assert first["blas_threads_while_timed"] == ([1] if limited else None)
+    # one thread in every BLAS library the process has loaded (a full test run can hold two)
+    blas = first["blas_threads_while_timed"]
+    assert (blas and set(blas) == {1}) if limited else blas is None
 
 
 @needs_usearch

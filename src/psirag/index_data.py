@@ -180,6 +180,13 @@ class IndexData:
     still holds its vector and abstract (-1: new or changed since), as loading and updates
     carry it; a save on top of that generation keeps those rows without reading them back.
     Valid only while its first item is ``origin`` (None: the save matches rows by content)."""
+    inner_ids: tuple[np.ndarray, int] | None = None
+    """Stable ids of the inner nodes: per inner node (``abstracts`` order) its id, and the next
+    id no node has had. An update keeps the id of every node it leaves as it was (same leaves,
+    abstract and vector) and gives new and changed nodes new ids past every earlier one (tree
+    ids, which are positions, move whenever a leaf is appended). A load gives the saved rows
+    (a save appends new nodes' rows in the same order, so ids survive a save and a load until
+    a compaction renumbers the rows); None: ``0 .. k-1`` (a build), see :meth:`stable_ids`."""
     """An HNSW graph over the leaf vectors (``psirag[hnsw]``): the dense list at scale, built
     with an index of more than :data:`psirag.config.EXACT_DENSE_LEAVES` leaves when usearch is
     installed, changed by every update and saved in the generation; None: none (the tree
@@ -197,6 +204,12 @@ class IndexData:
             raise ValueError(
                 f"abstract drift of {drift.shape} for {tree.n_nodes - tree.n_leaves} inner nodes"
             )
+        ids = self.inner_ids
+        if ids is not None and (
+            ids[0].shape != (tree.n_nodes - tree.n_leaves,)
+            or (ids[0].size and ids[0].max() >= ids[1])
+        ):
+            raise ValueError(f"inner ids of {ids[0].shape} (next {ids[1]}) do not fit the tree")
         graph = self.leaf_graph
         if graph is not None and graph.n_leaves != tree.n_leaves:
             raise ValueError(f"an HNSW graph of {graph.n_leaves} leaves for {tree.n_leaves}")
@@ -211,6 +224,13 @@ class IndexData:
                 f"{len(self.abstracts)} abstracts, node vectors {self.node_vectors.shape}, "
                 f"a tree of {tree.n_leaves} leaves and {tree.n_nodes} nodes"
             )
+
+    def stable_ids(self) -> tuple[np.ndarray, int]:
+        """:attr:`inner_ids`, or for a value without them ``0 .. k-1`` and ``k``."""
+        if self.inner_ids is not None:
+            return self.inner_ids
+        k = self.tree.n_nodes - self.tree.n_leaves
+        return np.arange(k, dtype=np.int64), k
 
     @property
     def n_leaves(self) -> int:
@@ -241,6 +261,7 @@ class IndexData:
             changes["phrase_table"] = IndexData.__dict__["phrase_table"].held(self)
         if {"tree", "node_vectors", "abstracts"} & set(changes):
             changes.setdefault("inner_rows", None)  # the carried rows may not hold them now
+            changes.setdefault("inner_ids", None)
         return replace(self, **changes)
 
 

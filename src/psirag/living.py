@@ -189,19 +189,32 @@ def _changed_leaves(
     old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray, olds: np.ndarray
 ) -> np.ndarray:
     """For each new-tree node ``nodes[i]`` that was old node ``olds[i]``: how many leaves
-    entered or left its subtree (the size of the two leaf sets' symmetric difference)."""
-    leaf_map = node_map[: old.n_leaves]
-    m_old, m_new = old.leaf_membership, new.leaf_membership
-    mark = np.zeros(new.n_leaves, dtype=bool)
+    entered or left its subtree (the size of the two leaf sets' symmetric difference).
+
+    Per layer, from each leaf's ancestor there (:attr:`Tree.leaf_ancestors`, which the next
+    update reads again as its old tree's): a leaf is in both sets when its old ancestor maps
+    to its new one. Array passes, no sparse membership of either tree."""
     out = np.zeros(nodes.size, dtype=np.int64)
-    for i, (u, v) in enumerate(zip(nodes.tolist(), olds.tolist(), strict=True)):
-        now = m_new.indices[m_new.indptr[u] : m_new.indptr[u + 1]]
-        before = leaf_map[m_old.indices[m_old.indptr[v] : m_old.indptr[v + 1]]]
-        before = before[before >= 0]
-        mark[now] = True
-        common = int(np.count_nonzero(mark[before]))
-        mark[now] = False
-        out[i] = now.size + (m_old.indptr[v + 1] - m_old.indptr[v]) - 2 * common
+    if nodes.size == 0:
+        return out
+    leaf_map = node_map[: old.n_leaves]
+    kept = leaf_map >= 0
+    moved_to = leaf_map[kept]
+    old_anc, new_anc = old.leaf_ancestors, new.leaf_ancestors
+    layers = np.asarray(new.layer[nodes], dtype=np.int64)
+    for lv in np.unique(layers).tolist():
+        before = old_anc[lv - 1] if lv <= old_anc.shape[0] else np.full(old.n_leaves, -1)
+        now = new_anc[lv - 1] if lv <= new_anc.shape[0] else np.full(new.n_leaves, -1)
+        count_old = np.bincount(before[before >= 0], minlength=old.n_nodes)
+        count_new = np.bincount(now[now >= 0], minlength=new.n_nodes)
+        was_under = before[kept]
+        mapped = np.where(was_under >= 0, node_map[np.maximum(was_under, 0)], -1)
+        is_under = now[moved_to]
+        both = (mapped >= 0) & (mapped == is_under)
+        common = np.bincount(is_under[both], minlength=new.n_nodes)
+        here = layers == lv
+        u, v = nodes[here], olds[here]
+        out[here] = count_new[u] + count_old[v] - 2 * common[u]
     return out
 
 
@@ -275,6 +288,10 @@ class _State:
     rows: np.ndarray | None = None
     """Per node of ``tree``, the saved origin's inner row that still holds it unchanged (-1:
     a leaf, or new or changed since; see :attr:`IndexData.inner_rows`); None: not known."""
+    ids: np.ndarray | None = None
+    """Per node of ``tree``, its stable id (:attr:`IndexData.inner_ids`; -1: a leaf, or new
+    or changed since: it gets a new id at the end)."""
+    next_id: int = 0
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
@@ -285,7 +302,7 @@ class _State:
             list(data.chunks),
             np.asarray(data.node_vectors[:n], dtype=np.float32),
             list(data.abstracts),
-            np.array(data.node_vectors, dtype=np.float32),
+            np.asarray(data.node_vectors, dtype=np.float32),  # read only: apply copies
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
             _postings(data),
@@ -300,6 +317,8 @@ class _State:
             np.empty(0, dtype=np.int64),
             duplicates=data.sparse.duplicates,
             rows=_inner_rows(data),
+            ids=np.concatenate([np.full(n, -1, dtype=np.int64), data.stable_ids()[0]]),
+            next_id=data.stable_ids()[1],
         )
 
     def _timed(self, key: str, t0: float) -> None:
@@ -334,14 +353,26 @@ class _State:
             self.terms = self.terms.add(texts)
         self._timed("bm25", t0)
 
-    def apply(self, update: TreeUpdate, chunks: list[Chunk], leaf_vectors: np.ndarray) -> None:
+    def apply(
+        self,
+        update: TreeUpdate,
+        chunks: list[Chunk],
+        leaf_vectors: np.ndarray,
+        appended: np.ndarray | None = None,
+    ) -> None:
         """Move to ``update.tree``: every node's abstract and vector taken over from its old
-        node (``node_map``); new and changed nodes, and the old dirty ones, marked dirty."""
+        node (``node_map``); new and changed nodes, and the old dirty ones, marked dirty.
+        The leaves' vectors are ``leaf_vectors`` then ``appended``, written once, into the new
+        node vectors (the state's leaf vectors are a view of those)."""
         tree = update.tree
         n_old, n_new = self.tree.n_leaves, tree.n_leaves
         abstracts = [""] * (tree.n_nodes - n_new)
-        vectors = np.zeros((tree.n_nodes, self.vectors.shape[1]), dtype=np.float32)
-        vectors[:n_new] = leaf_vectors
+        vectors = np.empty((tree.n_nodes, self.vectors.shape[1]), dtype=np.float32)
+        k = leaf_vectors.shape[0]
+        vectors[:k] = leaf_vectors
+        if appended is not None:
+            vectors[k:n_new] = appended
+        vectors[n_new:] = 0.0  # rows no old node fills are new nodes, refreshed below
         old_inner = np.arange(n_old, self.tree.n_nodes)
         target = update.node_map[old_inner]
         keep = target >= n_new
@@ -364,10 +395,24 @@ class _State:
             rows = np.full(tree.n_nodes, -1, dtype=np.int64)
             rows[target[keep]] = self.rows[old_inner[keep]]
             self.rows = rows
+        if self.ids is not None:  # and its id (new nodes have none yet)
+            ids = np.full(tree.n_nodes, -1, dtype=np.int64)
+            ids[target[keep]] = self.ids[old_inner[keep]]
+            self.ids = ids
         self.drift = drift
-        self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaf_vectors
+        self.tree, self.chunks, self.leaf_vectors = tree, chunks, vectors[:n_new]
         self.abstracts, self.vectors = abstracts, vectors
         self.dirty = np.union1d(update.dirty, carried).astype(np.int64)
+
+    def inner_ids(self) -> tuple[np.ndarray, int] | None:
+        """The inner nodes' stable ids after the update: kept ones as they were, new and
+        changed ones numbered on from ``next_id`` in node order."""
+        if self.ids is None:
+            return None
+        ids = self.ids[self.tree.n_leaves :].copy()
+        new = np.flatnonzero(ids < 0)
+        ids[new] = self.next_id + np.arange(new.size)
+        return ids, self.next_id + int(new.size)
 
     def refresh(
         self,
@@ -390,7 +435,7 @@ class _State:
         refresh = self.dirty
         waiting = np.empty(0, dtype=np.int64)
         if config.abstracts == "keywords" and refresh.size and rule.share > 0:
-            leaves = np.diff(tree.leaf_membership.indptr)[refresh]
+            leaves = np.diff(tree.membership_of(refresh).indptr)
             wait = rule.may_wait(self.drift[refresh], leaves) & ~np.isin(refresh, self.fresh)
             waiting, refresh = refresh[wait], refresh[~wait]
         leaf_texts = _LeafTexts(self.chunks)
@@ -421,8 +466,13 @@ class _State:
         vectors_of = np.union1d(refresh, waiting).astype(np.int64)
         if self.rows is not None:  # their saved rows no longer hold them
             self.rows[vectors_of] = -1
+        if self.ids is not None:  # nor are they the nodes those ids named
+            self.ids[vectors_of] = -1
         t0 = time.perf_counter()
         if vectors_of.size:
+            if not self.vectors.flags.writeable:  # the loaded value's own (apply makes a copy)
+                self.vectors = np.array(self.vectors)
+                self.leaf_vectors = self.vectors[:n]
             self.vectors[vectors_of] = routing_vectors(
                 tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=vectors_of.tolist()
             )
@@ -731,7 +781,8 @@ def update_documents(
         state.apply(
             update,
             state.chunks + new_chunks,
-            np.concatenate([state.leaf_vectors, embedded.vectors]).astype(np.float32),
+            state.leaf_vectors,
+            appended=np.asarray(embedded.vectors, dtype=np.float32),
         )
         summary.seconds["tree"] = summary.seconds.get("tree", 0.0) + time.perf_counter() - t0
         state.append_leaves([c.text for c in new_chunks])  # timed as abstracts and bm25
@@ -771,6 +822,7 @@ def update_documents(
         inner_rows=None
         if state.rows is None or data.origin is None
         else (data.origin, state.rows[state.tree.n_leaves :]),
+        inner_ids=state.inner_ids(),
     )
     if not wanted:  # the new documents come after the old ones: no need to list them again
         new.__dict__["documents"] = data.documents + tuple(

@@ -302,7 +302,7 @@ def routing_vectors(
     inner node of ``tree`` (read only for abstract-text routing)."""
     n = tree.n_leaves
     targets = None if nodes is None else np.asarray(nodes, dtype=np.int64).reshape(-1)
-    membership = tree.leaf_membership[n:] if targets is None else tree.leaf_membership[targets]
+    membership = tree.leaf_membership[n:] if targets is None else tree.membership_of(targets)
     mean = _normalise_rows(np.asarray(membership @ leaf_vectors))
     texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
     if config.routing == "leaf_mean" or not texts:

@@ -170,25 +170,32 @@ def _dead_rows(reader: IndexReader, table: Table, where: str) -> np.ndarray:
     return dead
 
 
+def segment_parts(reader: IndexReader, table: Table, where: str) -> list[np.ndarray]:
+    """An ``npy`` table's segments as memory maps of their rows, in order (patches and
+    removed rows not applied), each checked against the manifest."""
+    parts = [_load_npy(reader, f) for f, _ in table.segments]
+    for i, ((f, n), part) in enumerate(zip(table.segments, parts, strict=True)):
+        start = table.start if i == 0 else 0
+        if (
+            part.ndim == 0
+            or part.shape[0] < start + n
+            or (i > 0 and part.shape[0] != n)
+            or part.shape[1:] != parts[0].shape[1:]
+        ):
+            raise IndexFormatError(
+                f"{where}: {f} holds {part.shape} rows, the manifest says {n}; the index is "
+                "corrupted, rebuild it"
+            )
+    parts[0] = parts[0][table.start : table.start + table.segments[0][1]]
+    return parts
+
+
 def read_physical(reader: IndexReader, table: Table, where: str) -> Rows:
     """Every physical row, patched (removed rows included): a memory map when the table is one
     unpatched ``npy`` segment, else a new array or list."""
     rows: Any
     if table.kind == "npy":
-        parts = [_load_npy(reader, f) for f, _ in table.segments]
-        for i, ((f, n), part) in enumerate(zip(table.segments, parts, strict=True)):
-            start = table.start if i == 0 else 0
-            if (
-                part.ndim == 0
-                or part.shape[0] < start + n
-                or (i > 0 and part.shape[0] != n)
-                or part.shape[1:] != parts[0].shape[1:]
-            ):
-                raise IndexFormatError(
-                    f"{where}: {f} holds {part.shape} rows, the manifest says {n}; the index is "
-                    "corrupted, rebuild it"
-                )
-        parts[0] = parts[0][table.start : table.start + table.segments[0][1]]
+        parts = segment_parts(reader, table, where)
         if len(parts) == 1 and not table.patches:
             return parts[0]
         rows = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])

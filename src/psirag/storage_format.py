@@ -118,6 +118,9 @@ INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 
 INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True)
 """Per inner node, its parent's inner index (``node - n_leaves``; -1: a root)."""
 INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True)
+INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int32", 4, False)
+"""Per inner node, its stable id (:attr:`IndexData.inner_ids`), then the next id no node has
+had (k + 1 entries); absent in indexes saved before it (their ids are the saved rows)."""
 SEGMENT_TABLES = FormatFile("seg", "node_vectors, chunks, abstracts, ...", "folder", None, 3, True)
 """Segment files of the manifest's ``tables`` (:mod:`psirag.segments`): ``leaf_vectors``,
 ``leaf_parent`` (each leaf's parent as a physical row of the inner tables), ``chunks``,
@@ -139,6 +142,7 @@ FILES: tuple[FormatFile, ...] = (
     INNER_ORDER,
     INNER_PARENT,
     INNER_LAYER,
+    INNER_IDS,
 )
 """Every file of a generation besides its manifest, in any format version (``since`` and
 ``until`` say which)."""
@@ -188,6 +192,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         INNER_PARENT.name, _small_ints(np.where(inner_parent >= 0, inner_parent - n, -1))
     )
     writer.save_array(INNER_LAYER.name, np.asarray(data.tree.layer[n:], dtype=np.int32))
+    ids, next_id = data.stable_ids()
+    writer.save_array(INNER_IDS.name, _small_ints(np.append(ids, next_id)))
     if data.abstract_drift is not None:  # absent: every abstract is current
         drift = np.asarray(data.abstract_drift, dtype=np.int64)
         waiting = np.flatnonzero(drift)
@@ -864,12 +870,13 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         if reader.legacy or reader.generation is None
         else SavedOrigin(str(_resolve(reader.root)), reader.generation, chunks)
     )
-    inner_rows = None
+    inner_rows = inner_ids = None
     if origin is not None and tables:
         inner_rows = (
             origin,
             np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64),
         )
+        inner_ids = _saved_ids(reader, inner_rows[1], tables["inner_vectors"].physical, where)
     graph = None
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
@@ -919,10 +926,32 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         leaf_graph=graph,
         origin=origin,
         inner_rows=inner_rows,
+        inner_ids=inner_ids,
     )
 
 
 Core = tuple[np.ndarray, Tree, Sequence[Chunk], Sequence[str]]
+
+
+def _saved_ids(
+    reader: IndexReader, rows: np.ndarray, n_rows: int, where: str | Path
+) -> tuple[np.ndarray, int]:
+    """The inner nodes' stable ids and the next one: as saved, or for an index saved before
+    they were, the rows that hold the nodes (unique, and below the rows' count)."""
+    if INNER_IDS.name not in reader.files:
+        return rows, n_rows
+    saved = np.asarray(reader.load_array(INNER_IDS.name, mmap=False), dtype=np.int64)
+    ids, next_id = saved[:-1], int(saved[-1]) if saved.size else -1
+    if (
+        saved.shape != (rows.size + 1,)
+        or (ids.size and (int(ids.min()) < 0 or int(ids.max()) >= next_id))
+        or np.unique(ids).size != ids.size
+    ):
+        raise IndexFormatError(
+            f"{where}: {INNER_IDS.name} does not hold one distinct id per inner node and the "
+            "next id; the index is corrupted, rebuild it"
+        )
+    return ids, next_id
 
 
 def _saved_drift(reader: IndexReader, n_inner: int, where: str | Path) -> np.ndarray | None:
@@ -998,7 +1027,12 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     abstracts are :class:`~psirag.rows.LazyRows`: their records are decoded when read."""
     from psirag.segments import mapped_jsonl
 
-    leaf_vectors = np.asarray(_read_table(reader, tables, "leaf_vectors", where))
+    leaf_parts = _leaf_vector_parts(reader, tables, where)
+    leaf_vectors: np.ndarray | _Rows = (
+        np.asarray(_read_table(reader, tables, "leaf_vectors", where))
+        if leaf_parts is None
+        else _Rows(sum(p.shape[0] for p in leaf_parts), leaf_parts[0])
+    )
     leaf_parent = np.asarray(_read_table(reader, tables, "leaf_parent", where), dtype=np.int64)
     inner_vectors = _read_table(reader, tables, "inner_vectors", where, physical=True)
     texts_table = tables.get("inner_abstracts")
@@ -1045,9 +1079,15 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     ).astype(np.int64)
     layer = np.concatenate([np.zeros(n, dtype=np.int32), inner_layer])
     node_vectors = _mapped_node_vectors(reader, tables, order, n)
-    if node_vectors is None:
+    if node_vectors is None:  # one copy: the leaves' segments straight into place
         node_vectors = np.empty((n + k, leaf_vectors.shape[1]), dtype=leaf_vectors.dtype)
-        node_vectors[:n] = leaf_vectors
+        if leaf_parts is None:
+            node_vectors[:n] = np.asarray(leaf_vectors)
+        else:
+            at = 0
+            for part in leaf_parts:
+                node_vectors[at : at + part.shape[0]] = part
+                at += part.shape[0]
         node_vectors[n:] = inner_vectors[order]
     chunks = _lazy_chunks(reader, tables, where)
     if len(chunks) != n:
@@ -1060,6 +1100,31 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
 
     abstracts = LazyRows(inner_texts, abstract, order)
     return node_vectors, Tree(parent=parent, layer=layer), chunks, abstracts
+
+
+class _Rows:
+    """The shape and dtype of rows kept in several segments (what the load's checks read)."""
+
+    def __init__(self, n: int, first: np.ndarray) -> None:
+        self.shape = (n, *first.shape[1:])
+        self.ndim = first.ndim
+        self.dtype = first.dtype
+
+
+def _leaf_vector_parts(
+    reader: IndexReader, tables: dict[str, Table], where: str | Path
+) -> list[np.ndarray] | None:
+    """The leaf vectors' segments as memory maps when they are several, unpatched and hold no
+    removed row (an index after adds): the load copies them once, into the node vectors,
+    instead of joining them first. None: read the table as a whole."""
+    from psirag.segments import segment_parts
+
+    table = tables.get("leaf_vectors")
+    if table is None or table.kind != "npy" or len(table.segments) < 2:
+        return None
+    if table.patches or table.n_dead:
+        return None
+    return segment_parts(reader, table, f"{where} table leaf_vectors")
 
 
 def _lazy_chunks(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Any:

@@ -124,8 +124,8 @@ def keyword_abstracts(
         return [[] for _ in range(targets.size)]
 
     row_of = {u: i for i, u in enumerate(rows.tolist())}
-    full = tree.leaf_membership
-    membership = (full[n_leaves:] if nodes is None else full[rows]).astype(np.int32)
+    whole_tree = tree.leaf_membership[n_leaves:] if nodes is None else None
+    membership = (tree.membership_of(rows) if whole_tree is None else whole_tree).astype(np.int32)
     # node x phrase leaf counts, columns by persistent phrase id (unsorted within a row: a
     # parent's counts are read through a dense scratch row, ties break by column id); a node
     # over every leaf (a single tree's root) has the corpus's counts, no product needed

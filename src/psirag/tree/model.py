@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -90,6 +91,22 @@ class Tree:
                 counts[p] += counts[node]
         return counts
 
+    @cached_property
+    def leaf_ancestors(self) -> np.ndarray:
+        """(depth, n_leaves): row ``lv - 1`` holds each leaf's ancestor at layer ``lv`` (-1
+        where the leaf's tree is lower). Depth steps of array indexing: what an update reads to
+        count the leaves that entered or left a node, instead of the sparse membership."""
+        n = self.n_leaves
+        out = np.full((self.depth, n), -1, dtype=np.int64)
+        current = self.parent[:n].astype(np.int64)
+        for lv in range(self.depth):
+            out[lv] = current
+            up = np.full(n, -1, dtype=np.int64)
+            has = current >= 0
+            up[has] = self.parent[current[has]]
+            current = up
+        return out
+
     def nodes_bottom_up(self) -> np.ndarray:
         """Node ids ordered by layer (leaves first), stable within a layer."""
         return np.argsort(self.layer, kind="stable")
@@ -116,6 +133,44 @@ class Tree:
         return sp.csr_matrix(
             (data, (np.concatenate(rows), np.concatenate(cols))), shape=(self.n_nodes, n)
         )
+
+    def membership_of(self, nodes: np.ndarray | Sequence[int]) -> sp.csr_matrix:
+        """``leaf_membership[nodes]`` (the same rows, leaves in ascending order), made from
+        :attr:`leaf_ancestors` when the whole matrix was not made: an update reads the rows of
+        the few nodes it changed, and the whole matrix costs a pass over every leaf per layer
+        with a sort."""
+        if "leaf_membership" in self.__dict__:
+            return self.leaf_membership[nodes]
+        import scipy.sparse as sp
+
+        targets = np.asarray(nodes, dtype=np.int64).reshape(-1)
+        n = self.n_leaves
+        anc = self.leaf_ancestors
+        spans: dict[int, np.ndarray] = {}
+        layers = self.layer[targets]
+        marked = np.zeros(self.n_nodes + 1, dtype=bool)  # the last slot: -1, no ancestor
+        for lv in np.unique(layers[layers > 0]).tolist():
+            wanted = np.unique(targets[layers == lv])
+            row = anc[lv - 1]
+            marked[wanted] = True
+            leaves = np.flatnonzero(marked[row])  # one pass (isin makes one per wanted node)
+            marked[wanted] = False
+            owners = row[leaves]
+            order = np.argsort(owners, kind="stable")
+            leaves, owners = leaves[order], owners[order]
+            cuts = np.searchsorted(owners, wanted, side="left")
+            ends = np.searchsorted(owners, wanted, side="right")
+            for u, a, b in zip(wanted.tolist(), cuts.tolist(), ends.tolist(), strict=True):
+                spans[u] = leaves[a:b]
+        parts = [
+            spans[u] if u in spans else np.asarray([u], dtype=np.int64) for u in targets.tolist()
+        ]
+        sizes = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
+        indptr = np.zeros(targets.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        indices = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+        data = np.ones(indices.size, dtype=np.float32)
+        return sp.csr_matrix((data, indices, indptr), shape=(targets.size, n))
 
     def leaves_under(self, node: int) -> np.ndarray:
         m = self.leaf_membership

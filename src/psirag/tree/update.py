@@ -175,8 +175,50 @@ class _Kids:
         self._lists[u] = kids
 
 
+class _Column:
+    """One per-node column of the working tree: the old tree's array, the entries an update
+    changed, then the added nodes. An update touches a few nodes, and a Python list of every
+    node (what this replaced) cost more than the update at 200k leaves."""
+
+    def __init__(self, base: np.ndarray) -> None:
+        self._base = base
+        self._n = int(base.shape[0])
+        self._changed: dict[int, Any] = {}
+        self._added: list[Any] = []
+
+    def __len__(self) -> int:
+        return self._n + len(self._added)
+
+    def __getitem__(self, u: int) -> Any:
+        if u >= self._n:
+            return self._added[u - self._n]
+        got = self._changed.get(u)
+        return self._base[u].item() if got is None else got
+
+    def __setitem__(self, u: int, value: Any) -> None:
+        if u >= self._n:
+            self._added[u - self._n] = value
+        else:
+            self._changed[u] = value
+
+    def append(self, value: Any) -> None:
+        self._added.append(value)
+
+    def array(self, dtype: Any) -> np.ndarray:
+        """Every entry, as one new array."""
+        out = np.empty(len(self), dtype=dtype)
+        out[: self._n] = self._base
+        if self._changed:
+            at = np.fromiter(self._changed, dtype=np.int64, count=len(self._changed))
+            out[at] = np.asarray(list(self._changed.values()), dtype=dtype)
+        if self._added:
+            out[self._n :] = np.asarray(self._added, dtype=dtype)
+        return out
+
+
 class _Work:
-    """A mutable copy of a tree (lists) that updates edit, then turn back into a :class:`Tree`.
+    """A mutable copy of a tree (columns over its arrays) that updates edit, then turn back into
+    a :class:`Tree`.
 
     Working ids: the old tree's ids, then added nodes in creation order. ``row[u]`` is a leaf's
     row in the combined vectors: the old leaves' rows first, then the new chunks'. The two
@@ -187,10 +229,11 @@ class _Work:
         self.old = tree
         self.vectors = vectors  # (old leaves, dim)
         self.new = new if new is not None else vectors[:0]  # (new chunks, dim)
-        self.parent: list[int] = tree.parent.tolist()
-        self.layer: list[int] = tree.layer.tolist()
-        self.alive: list[bool] = [True] * tree.n_nodes
-        self.row: list[int] = list(range(tree.n_leaves)) + [-1] * (tree.n_nodes - tree.n_leaves)
+        n, n_nodes = tree.n_leaves, tree.n_nodes
+        self.parent = _Column(tree.parent)
+        self.layer = _Column(tree.layer)
+        self.alive = _Column(np.ones(n_nodes, dtype=bool))
+        self.row = _Column(np.concatenate([np.arange(n), np.full(n_nodes - n, -1)]))
         self.kids = _Kids(tree)
         self.new_rows: list[int] = []  # working ids of added leaves, in input order
         self.counts: dict[str, int] = {}
@@ -266,7 +309,7 @@ class _Work:
         leaf_vecs = self.vectors[: self.old.n_leaves].astype(np.float64)
         sums = np.asarray(self.old.leaf_membership @ leaf_vecs)
         # each node's root, by array steps (a Python walk per node cost seconds at 200k)
-        parent = np.asarray(self.parent, dtype=np.int64)
+        parent = self.parent.array(np.int64)
         tree_of = np.arange(parent.size)
         while True:
             up = parent[tree_of]
@@ -274,7 +317,7 @@ class _Work:
             if not moves.any():
                 break
             tree_of[moves] = up[moves]
-        layer_arr = np.asarray(self.layer, dtype=np.int64)
+        layer_arr = self.layer.array(np.int64)
         by_layer: dict[int, set[int]] = {}  # alive nodes per layer, made when a layer is read
 
         def layer_set(lv: int) -> set[int]:
@@ -335,7 +378,7 @@ class _Work:
                 self.bump("rehomed")
                 if p >= 0:
                     touched.add(p)
-        for r in np.unique(tree_of[np.asarray(self.alive, dtype=bool)]).tolist():
+        for r in np.unique(tree_of[self.alive.array(bool)]).tolist():
             while self.alive[r] and self.layer[r] > 0 and len(self.kids[r]) == 1:
                 c = self.kids[r][0]
                 self.kill(r)
@@ -345,9 +388,9 @@ class _Work:
     # -------------------------------------------------------------- back to a Tree
 
     def finish(self, max_children: int | None) -> TreeUpdate:
-        parent = np.asarray(self.parent, dtype=np.int64)
-        layer = np.asarray(self.layer, dtype=np.int64)
-        alive = np.asarray(self.alive, dtype=bool)
+        parent = self.parent.array(np.int64)
+        layer = self.layer.array(np.int64)
+        alive = self.alive.array(bool)
         ids = np.arange(parent.size)
         n_old = self.old.n_leaves
         old_leaves = np.flatnonzero(alive[:n_old])
@@ -362,7 +405,7 @@ class _Work:
             parent=np.where(p >= 0, compact_id[np.maximum(p, 0)], -1).astype(np.int64),
             layer=layer[order].astype(np.int32),
         )
-        rows = np.asarray(self.row, dtype=np.int64)[leaves]
+        rows = self.row.array(np.int64)[leaves]
         final, final_id = compact, np.arange(compact.n_nodes)
         if max_children is not None and compact.fan_out.max(initial=0) > max_children:
             # sums read lazily: a split reads its node's children, not every leaf of the tree

@@ -1,0 +1,217 @@
+"""The tree stage of an update without whole-index passes (issue 24): the counts of leaves
+that entered or left each node, read from per-layer ancestor arrays, equal the leaf sets'
+symmetric differences, and the working tree's columns give the same tree as before."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from support import HashEmbedder
+from support.trees import unit
+
+from psirag import Index, IndexConfig
+from psirag.living import _changed_leaves, compact_saved
+from psirag.tree import Tree, build_tree, check_invariants, insert_leaves, remove_leaves
+
+
+def brute_changed(old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray) -> list[int]:
+    """The symmetric difference of each node's old and new leaf sets, as Python sets."""
+    pre = np.full(new.n_nodes, -1)
+    kept = np.flatnonzero(node_map >= 0)
+    pre[node_map[kept]] = kept
+    out = []
+    for u in nodes.tolist():
+        now = set(new.leaves_under(u).tolist())
+        before = {
+            int(node_map[x]) if node_map[x] >= 0 else -1 - x
+            for x in old.leaves_under(int(pre[u])).tolist()
+        }
+        out.append(len(now ^ before))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_changed_leaves_equal_the_leaf_sets_difference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    dim = 8
+    max_children = 4 if seed % 2 else 6
+    vectors = unit(rng.normal(size=(120, dim)))
+    tree = build_tree(vectors, max_children=max_children)
+    checked = 0
+    for step in range(8):
+        if step % 2:
+            gone = rng.choice(tree.n_leaves, size=int(rng.integers(1, 12)), replace=False)
+            update = remove_leaves(tree, gone, vectors, max_children=max_children)
+            vectors = np.delete(vectors, gone, axis=0)
+        else:
+            new = unit(rng.normal(size=(int(rng.integers(1, 15)), dim)))
+            update = insert_leaves(tree, vectors, new, max_children=max_children)
+            vectors = np.concatenate([vectors, new])
+        new_tree = update.tree
+        check_invariants(new_tree, max_children)
+        pre = np.full(new_tree.n_nodes, -1)
+        kept = np.flatnonzero(update.node_map >= 0)
+        pre[update.node_map[kept]] = kept
+        inner = np.arange(new_tree.n_leaves, new_tree.n_nodes)
+        nodes = inner[pre[inner] >= 0]
+        got = _changed_leaves(tree, new_tree, update.node_map, nodes, pre[nodes])
+        assert got.tolist() == brute_changed(tree, new_tree, update.node_map, nodes)
+        checked += int(np.count_nonzero(got))
+        tree = new_tree
+    assert checked > 0  # some node did change under the updates
+
+
+def test_leaf_ancestors_are_the_parent_chains() -> None:
+    rng = np.random.default_rng(3)
+    tree = build_tree(unit(rng.normal(size=(50, 6))), max_children=3)
+    anc = tree.leaf_ancestors
+    assert anc.shape == (tree.depth, tree.n_leaves)
+    for leaf in range(tree.n_leaves):
+        u, chain = leaf, []
+        while tree.parent[u] >= 0:
+            u = int(tree.parent[u])
+            chain.append(u)
+        assert anc[:, leaf].tolist() == chain
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_membership_of_equals_the_whole_matrix_rows(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    vectors = unit(rng.normal(size=(90, 6)))
+    tree = build_tree(vectors, max_children=3 + seed)
+    update = insert_leaves(tree, vectors, unit(rng.normal(size=(7, 6))), max_children=3 + seed)
+    tree = update.tree  # a tree whose whole matrix was never made
+    nodes = np.concatenate([rng.integers(0, tree.n_nodes, 12), update.dirty, [tree.root]])
+    rows = tree.membership_of(nodes)
+    assert "leaf_membership" not in tree.__dict__
+    whole = tree.leaf_membership[nodes]
+    assert np.array_equal(rows.indptr, whole.indptr)
+    assert np.array_equal(rows.indices, whole.indices)
+    assert rows.dtype == whole.dtype and rows.shape == whole.shape
+    x = rng.normal(size=(tree.n_leaves, 6)).astype(np.float32)
+    assert np.array_equal(np.asarray(rows @ x), np.asarray(whole @ x))  # the same sums, bit for bit
+
+
+NODE_TABLES = ("leaf_vectors", "leaf_parent", "inner_vectors", "inner_abstracts")
+
+
+def _node_bytes_of_one_add(folder: Path, n_docs: int) -> tuple[int, int, int]:
+    """Bytes the save after a one-document add writes for the node tables' rows, and for the
+    whole-array tree files (inner order, parents, layers), and the inner nodes after it."""
+    emb = HashEmbedder()
+    texts = [
+        f"{('volcano lava ash', 'river delta silt', 'bread dough oven')[i % 3]} passage {i} "
+        f"with Word{i} and Name{i % 7}."
+        for i in range(n_docs)
+    ]
+    Index.build(texts, IndexConfig(max_children=6), texts=True, embedder=emb).save(folder)
+    index = Index.load(folder, embedder=emb)
+    before = {p.stat().st_ino for p in folder.rglob("*") if p.is_file()}
+    index.add(["Lava and ash near the volcano, Word9000 said."], texts=True)
+    index.save(folder)
+    rows = tree = 0
+    for p in folder.rglob("*"):
+        if not p.is_file() or p.stat().st_ino in before:
+            continue
+        if p.parent.name == "seg" and p.name.split(".")[0] in NODE_TABLES:
+            rows += p.stat().st_size
+        elif p.parent.name == "tree":
+            tree += p.stat().st_size
+    return rows, tree, index.tree.n_nodes - index.tree.n_leaves
+
+
+def test_a_one_document_save_writes_node_rows_by_the_change(tmp_path: Path) -> None:
+    """Inner nodes keep their saved rows across an add (only new and changed ones are
+    appended), and the leaves' rows are appended: the node tables' bytes do not grow with the
+    index (a save that rewrote them would write 8x more at 8x the chunks)."""
+    small_rows, _, _ = _node_bytes_of_one_add(tmp_path / "small", 150)
+    big_rows, big_tree, inner = _node_bytes_of_one_add(tmp_path / "big", 1200)
+    assert small_rows > 0
+    assert big_rows < 2 * small_rows + 4096, (small_rows, big_rows)
+    # the whole-array tree files: three small ints per inner node (order, parent, layer),
+    # not one per leaf, nor any vector
+    assert big_tree <= 3 * 8 * inner + 3 * 128, (big_tree, inner)
+
+
+def _nodes_by_id(index: Index) -> dict[int, tuple[frozenset[str], str, bytes]]:
+    """Each inner node by its stable id: its leaves' chunk ids, its abstract, its vector."""
+    data = index.data
+    tree, n = data.tree, data.tree.n_leaves
+    ids, _ = data.stable_ids()
+    assert np.unique(ids).size == ids.size  # one node per id
+    out = {}
+    for u in range(n, tree.n_nodes):
+        leaves = frozenset(data.chunks[x].id for x in tree.leaves_under(u).tolist())
+        out[int(ids[u - n])] = (leaves, data.abstracts[u - n], data.node_vectors[u].tobytes())
+    return out
+
+
+def _check_ids_kept(before: dict[int, Any], after: dict[int, Any], next_before: int) -> int:
+    """Every node an update left as it was keeps its id; every other one has a new id."""
+    id_of = {node: i for i, node in before.items()}
+    kept = 0
+    for i, node in after.items():
+        if node in id_of:
+            assert i == id_of[node], "an unchanged node got another id"
+            kept += 1
+        else:
+            assert i >= next_before, f"a new or changed node reuses id {i}"
+    return kept
+
+
+def test_inner_nodes_keep_their_ids_through_adds_removes_saves_and_loads(tmp_path: Path) -> None:
+    """Stable node ids (issue 24): tree ids are positions and move with every appended leaf,
+    the stable ids do not; a save appends the new nodes' rows in id order, so a load gives the
+    very ids the updated value had."""
+    emb = HashEmbedder()
+    texts = [
+        f"{('volcano lava ash', 'river delta silt', 'bread dough oven')[i % 3]} passage {i} "
+        f"with Word{i} and Name{i % 7}."
+        for i in range(150)
+    ]
+    index = Index.build(texts, IndexConfig(max_children=5), texts=True, embedder=emb)
+    folder = tmp_path / "ix"
+    index.save(folder)
+    for loaded in (False, True):
+        if loaded:
+            index = Index.load(folder, embedder=emb)
+        before, next_id = _nodes_by_id(index), index.data.stable_ids()[1]
+        n_before = index.tree.n_leaves
+        index.add(["Lava and ash near the volcano, Word9000 said."], texts=True)
+        after = _nodes_by_id(index)
+        kept = _check_ids_kept(before, after, next_id)
+        assert 0 < kept < len(after)  # some nodes changed, most did not
+        tree_ids_moved = index.tree.n_leaves != n_before  # what the stable ids are for
+        assert tree_ids_moved
+        before, next_id = after, index.data.stable_ids()[1]
+        index.remove([index.documents[4]])
+        after = _nodes_by_id(index)
+        assert 0 < _check_ids_kept(before, after, next_id) < len(after)
+        if loaded:
+            index.save(folder)
+            assert _nodes_by_id(Index.load(folder, embedder=emb)) == after
+            compact_saved(folder)  # rows are renumbered, ids are not
+            assert _nodes_by_id(Index.load(folder, embedder=emb)) == after
+
+
+def test_an_index_saved_without_ids_takes_its_rows_as_ids(tmp_path: Path) -> None:
+    """A format-3 index saved before the ids were (the fixture of test_storage_format) loads
+    with its saved rows as ids, keeps them through an add and saves them."""
+    import shutil
+
+    folder = tmp_path / "v3"
+    shutil.copytree(Path(__file__).parent / "data" / "index_format_v3", folder)
+    emb = HashEmbedder(16)
+    index = Index.load(folder, embedder=emb)
+    ids, next_id = index.data.stable_ids()
+    assert index.data.inner_rows is not None
+    assert np.array_equal(ids, index.data.inner_rows[1]) and next_id > ids.max()
+    before = _nodes_by_id(index)
+    index.add(["Lava again, Etna said."], texts=True)
+    after = _nodes_by_id(index)
+    _check_ids_kept(before, after, next_id)  # a tiny tree: its few nodes may all change
+    index.save(folder)
+    assert _nodes_by_id(Index.load(folder, embedder=emb)) == after
