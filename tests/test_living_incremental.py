@@ -16,7 +16,8 @@ import bm25s
 import numpy as np
 import pytest
 import Stemmer
-from support import TOPICS, HashEmbedder
+from support import HashEmbedder
+from support import competing_texts as _texts
 
 from psirag import Index
 from psirag.abstracts.keywords import keyword_abstracts
@@ -27,22 +28,6 @@ from psirag.pipeline import write_abstracts
 from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
 from psirag.storage import IndexStore
 from psirag.tree import build_tree
-
-LINES = [line for topic in TOPICS.values() for line in topic]
-# names and words that recur in several surface forms, so counts tie and forms compete
-NAMES = ["Mount Etna", "mount etna", "Bank of England", "Film", "film", "films", "the Film"]
-
-
-def _texts(n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        parts = rng.sample(LINES, rng.randint(1, 3))
-        parts += [f"{rng.choice(NAMES)} {rng.choice(NAMES)}, Word{rng.randint(0, 9)} word{i}."]
-        if rng.random() < 0.1:
-            parts = ["1990 42 -- ."]  # a leaf without a phrase
-        out.append(" ".join(parts))
-    return out
 
 
 def _signature(table: PhraseTable) -> tuple[object, ...]:

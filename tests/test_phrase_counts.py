@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import TOPICS, HashEmbedder
+from support import HashEmbedder
+from support import competing_texts as _texts
 from support.counting import count_calls
 
 from psirag import Index
@@ -20,22 +21,6 @@ from psirag.abstracts.phrase_names import DERIVED_ARRAYS
 from psirag.abstracts.phrases import PhraseTable
 from psirag.config import IndexConfig
 from psirag.tree import build_tree
-
-LINES = [line for topic in TOPICS.values() for line in topic]
-# forms that compete (counts tie), and words that recur, so removals move first occurrences
-NAMES = ["Mount Etna", "mount etna", "Bank of England", "Film", "film", "films", "the Film"]
-
-
-def _texts(n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        parts = rng.sample(LINES, rng.randint(1, 3))
-        parts += [f"{rng.choice(NAMES)} {rng.choice(NAMES)}, Word{rng.randint(0, 9)} word{i}."]
-        if rng.random() < 0.1:
-            parts = ["1990 42 -- ."]  # a leaf without a phrase
-        out.append(" ".join(parts))
-    return out
 
 
 def _counts(table: PhraseTable) -> dict[str, object]:

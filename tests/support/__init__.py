@@ -10,7 +10,7 @@ stand-in index and questions), ``support.datasets`` (a tiny eval data set on dis
 (the system Chromium).
 """
 
-from support.corpora import TOPICS, build_index
+from support.corpora import TOPICS, build_index, competing_texts
 from support.embedders import HashEmbedder
 from support.fake_llm import (
     ANSWER_REPLY,
@@ -56,6 +56,7 @@ __all__ = [
     "build_index",
     "child_env",
     "client_for",
+    "competing_texts",
     "echo_prompt",
     "free_port",
     "no_more_replies",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import shutil
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,35 @@ TOPICS = {
         "Croissants are baked from laminated dough with butter layers.",
     ],
 }
+
+
+# names and words that recur in several surface forms, so counts tie and forms compete, and
+# removals move a word's first occurrence
+COMPETING_NAMES = [
+    "Mount Etna",
+    "mount etna",
+    "Bank of England",
+    "Film",
+    "film",
+    "films",
+    "the Film",
+]
+
+
+def competing_texts(n: int, seed: int) -> list[str]:
+    """``n`` passages of 1-3 topic lines plus two competing names and a numbered word (one in
+    ten is a passage without a phrase): the keyword and BM25 update tests' random corpus."""
+    rng = random.Random(seed)
+    lines = [line for topic in TOPICS.values() for line in topic]
+    out = []
+    for i in range(n):
+        parts = rng.sample(lines, rng.randint(1, 3))
+        names = COMPETING_NAMES
+        parts += [f"{rng.choice(names)} {rng.choice(names)}, Word{rng.randint(0, 9)} word{i}."]
+        if rng.random() < 0.1:
+            parts = ["1990 42 -- ."]  # a leaf without a phrase
+        out.append(" ".join(parts))
+    return out
 
 
 def build_index(folder: Path) -> Index:
