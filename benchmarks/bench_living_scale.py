@@ -506,7 +506,7 @@ def reuse_worker(source: Path) -> dict[str, Any]:
     from psirag.ingest import Document
 
     emb = LoopbackHashEmbedder()
-    out: dict[str, Any] = {"index": str(source)}
+    out: dict[str, Any] = {"index": source.name}  # no path of this machine in results
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp, single_thread_blas():
         folder = Path(tmp) / "ix"
         t0 = time.perf_counter()

@@ -10,7 +10,7 @@ counts there, and so do base files read back to compare; memory-mapped reads do 
 descriptors open before it, and its largest new files.
 
 Run it once per checkout on the same ``--index``: ``PYTHONPATH=OLD/src:benchmarks python
-benchmarks/bench_save_io.py --chunks 200000 --index /tmp/ix200k --label old`` then the same
+benchmarks/bench_save_io.py --chunks 200000 --index DIR --label old`` then the same
 with this checkout's ``src`` and ``--label new`` (an index saved by the old checkout: the new
 one's first save migrates it, so compare the later steps).
 

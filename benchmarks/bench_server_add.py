@@ -158,7 +158,7 @@ def main() -> None:
             print(f"built {args.chunks:,} chunks in {out['build_and_save_s']} s", flush=True)
         else:
             shutil.copytree(args.index, folder, symlinks=True)
-            out["index"] = str(args.index)
+            out["index"] = args.index.name  # no path of this machine in results
             out["copy_s"] = round(time.perf_counter() - t0, 2)
 
         t0 = time.perf_counter()
