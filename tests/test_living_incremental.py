@@ -16,8 +16,9 @@ import bm25s
 import numpy as np
 import pytest
 import Stemmer
-from support import HashEmbedder
+from support import HashEmbedder, random_phrase_updates
 from support import competing_texts as _texts
+from support.trees import random_tree
 
 from psirag import Index
 from psirag.abstracts.keywords import keyword_abstracts
@@ -27,7 +28,6 @@ from psirag.errors import IndexFormatError
 from psirag.pipeline import write_abstracts
 from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
 from psirag.storage import IndexStore
-from psirag.tree import build_tree
 
 
 def _signature(table: PhraseTable) -> tuple[object, ...]:
@@ -48,33 +48,17 @@ def _signature(table: PhraseTable) -> tuple[object, ...]:
     )
 
 
-def _random_tree(n: int, seed: int):  # type: ignore[no-untyped-def]
-    vecs = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
-    return build_tree(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), max_children=3)
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_phrase_table_after_random_updates_equals_a_fresh_one(seed: int) -> None:
     rng = random.Random(seed)
-    pool = _texts(80, seed)
-    corpus = pool[:12]
-    table = PhraseTable.build(corpus)
-    nxt = 12
-    for _step in range(10):
-        if rng.random() < 0.5 and len(corpus) > 4:
-            keep = np.array([rng.random() > 0.3 for _ in corpus])
-            keep[rng.randrange(len(corpus))] = True
-            table = table.remove(keep)
-            corpus = [t for t, k in zip(corpus, keep.tolist(), strict=True) if k]
-        else:
-            batch = pool[nxt : nxt + rng.randint(1, 6)] or pool[:2]
-            nxt += len(batch)
-            table = table.add(batch)
-            corpus = corpus + batch
+    updates = random_phrase_updates(
+        rng, _texts(80, seed), start=12, steps=10, min_left=4, drop_share=0.3
+    )
+    for table, corpus in updates:
         fresh = PhraseTable.build(corpus)
         assert table.n_leaves == len(corpus)
         assert _signature(table) == _signature(fresh)
-        tree = _random_tree(len(corpus), seed)
+        tree = random_tree(len(corpus), seed)
         assert keyword_abstracts(corpus, tree, table=table) == keyword_abstracts(corpus, tree)
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import HashEmbedder
+from support import HashEmbedder, random_phrase_updates
 from support import competing_texts as _texts
 from support.counting import count_calls
+from support.trees import random_tree
 
 from psirag import Index
 from psirag.abstracts import phrases as phrases_module
@@ -20,7 +21,6 @@ from psirag.abstracts.keywords import keyword_abstracts
 from psirag.abstracts.phrase_names import DERIVED_ARRAYS
 from psirag.abstracts.phrases import PhraseTable
 from psirag.config import IndexConfig
-from psirag.tree import build_tree
 
 
 def _counts(table: PhraseTable) -> dict[str, object]:
@@ -47,33 +47,15 @@ def _derived_afresh(table: PhraseTable) -> dict[str, object]:
     return _counts(again)
 
 
-def _tree(n: int, seed: int):  # type: ignore[no-untyped-def]
-    vecs = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
-    return build_tree(vecs / np.linalg.norm(vecs, axis=1, keepdims=True), max_children=3)
-
-
 @pytest.mark.parametrize("seed", range(8))
 def test_counts_and_node_abstracts_after_random_updates_equal_a_full_recompute(seed: int) -> None:
     rng = random.Random(seed)
-    pool = _texts(120, seed)
-    corpus = pool[:16]
-    table = PhraseTable.build(corpus)
-    nxt = 16
-    for _step in range(12):
-        if rng.random() < 0.5 and len(corpus) > 5:
-            keep = np.array([rng.random() > 0.25 for _ in corpus])
-            if rng.random() < 0.5:
-                keep[: rng.randint(1, 3)] = False  # the first leaves: their words move
-            keep[rng.randrange(len(corpus))] = True
-            table = table.remove(keep)
-            corpus = [t for t, k in zip(corpus, keep.tolist(), strict=True) if k]
-        else:
-            batch = pool[nxt : nxt + rng.randint(1, 6)] or pool[:2]
-            nxt += len(batch)
-            table = table.add(batch)
-            corpus = corpus + batch
+    updates = random_phrase_updates(
+        rng, _texts(120, seed), start=16, steps=12, min_left=5, drop_share=0.25, move_first=True
+    )
+    for table, corpus in updates:
         assert _counts(table) == _derived_afresh(table)
-        tree = _tree(len(corpus), seed)
+        tree = random_tree(len(corpus), seed)
         inner = list(range(tree.n_leaves, tree.n_nodes))
         nodes = sorted(rng.sample(inner, max(1, len(inner) // 2)))
         full = keyword_abstracts(corpus, tree)  # a fresh table, every node, its full layout
@@ -118,7 +100,7 @@ def test_a_removal_and_the_update_scoring_do_not_lay_out_or_rerank_the_corpus(
     after = table.remove(keep)
     after = after.add(_texts(3, 6)[:1])
     corpus = [t for t, k in zip(corpus, keep.tolist(), strict=True) if k] + _texts(3, 6)[:1]
-    tree = _tree(60, 5)
+    tree = random_tree(60, 5)
     nodes = list(range(tree.n_leaves, tree.n_nodes))[:5]
     got = keyword_abstracts(corpus, tree, nodes=nodes, table=after)
     assert layouts.n == 0
@@ -146,7 +128,7 @@ def test_a_loaded_table_updates_without_copying_its_saved_counts() -> None:
     shrunk = grown.remove(np.arange(44) % 4 != 1)
     fresh = PhraseTable.build([t for i, t in enumerate(corpus + _texts(44, 2)[40:]) if i % 4 != 1])
     assert _counts(shrunk) == _derived_afresh(shrunk)
-    tree = _tree(33, 2)
+    tree = random_tree(33, 2)
     nodes = list(range(tree.n_leaves, tree.n_nodes))
     texts = [t for i, t in enumerate(corpus + _texts(44, 2)[40:]) if i % 4 != 1]
     assert keyword_abstracts(texts, tree, nodes=nodes, table=shrunk) == keyword_abstracts(

@@ -10,7 +10,7 @@ stand-in index and questions), ``support.datasets`` (a tiny eval data set on dis
 (the system Chromium).
 """
 
-from support.corpora import TOPICS, build_index, competing_texts
+from support.corpora import TOPICS, build_index, competing_texts, random_phrase_updates
 from support.embedders import HashEmbedder
 from support.fake_llm import (
     ANSWER_REPLY,
@@ -60,6 +60,7 @@ __all__ = [
     "echo_prompt",
     "free_port",
     "no_more_replies",
+    "random_phrase_updates",
     "sse_events",
     "stop_process",
 ]

@@ -6,11 +6,13 @@ import hashlib
 import json
 import random
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from psirag.abstracts.phrases import PhraseTable
 from psirag.config import IndexConfig
 from psirag.index import Index
 from psirag.ingest import documents_from_strings
@@ -66,6 +68,40 @@ def competing_texts(n: int, seed: int) -> list[str]:
             parts = ["1990 42 -- ."]  # a leaf without a phrase
         out.append(" ".join(parts))
     return out
+
+
+def random_phrase_updates(
+    rng: random.Random,
+    pool: list[str],
+    *,
+    start: int,
+    steps: int,
+    min_left: int,
+    drop_share: float,
+    move_first: bool = False,
+) -> Iterator[tuple[PhraseTable, list[str]]]:
+    """A phrase table built on ``pool[:start]``, then ``steps`` random updates: each removes
+    about ``drop_share`` of the passages (while more than ``min_left`` are left; with
+    ``move_first``, half the time the first ones too, so their words' first occurrences move)
+    or adds the next 1-6 of ``pool``. Yields the table and its corpus after each step; the
+    caller may draw from ``rng`` between steps."""
+    corpus = pool[:start]
+    table = PhraseTable.build(corpus)
+    nxt = start
+    for _step in range(steps):
+        if rng.random() < 0.5 and len(corpus) > min_left:
+            keep = np.array([rng.random() > drop_share for _ in corpus])
+            if move_first and rng.random() < 0.5:
+                keep[: rng.randint(1, 3)] = False
+            keep[rng.randrange(len(corpus))] = True
+            table = table.remove(keep)
+            corpus = [t for t, k in zip(corpus, keep.tolist(), strict=True) if k]
+        else:
+            batch = pool[nxt : nxt + rng.randint(1, 6)] or pool[:2]
+            nxt += len(batch)
+            table = table.add(batch)
+            corpus = corpus + batch
+        yield table, corpus
 
 
 def build_index(folder: Path) -> Index:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from psirag.tree import Tree
+from psirag.tree import Tree, build_tree
 
 
 def unit(x: np.ndarray) -> np.ndarray:
@@ -55,3 +55,9 @@ def clustered_unit(rng: np.random.Generator, n: int, dim: int, clusters: int) ->
     centers = rng.normal(size=(clusters, dim)) * 3
     labels = rng.integers(0, clusters, n)
     return unit(centers[labels] + rng.normal(size=(n, dim)))
+
+
+def random_tree(n: int, seed: int, max_children: int = 3) -> Tree:
+    """A tree over ``n`` random unit vectors (8-d, seeded): the shape keyword tests score on."""
+    vecs = np.random.default_rng(seed).normal(size=(n, 8)).astype(np.float32)
+    return build_tree(unit(vecs), max_children=max_children)
