@@ -297,6 +297,7 @@ class _State:
     def of(cls, data: IndexData) -> _State:
         n = data.tree.n_leaves
         keywords = data.config.abstracts == "keywords"
+        inner_ids, next_id = data.stable_ids()
         return cls(
             data.tree,
             list(data.chunks),
@@ -317,8 +318,8 @@ class _State:
             np.empty(0, dtype=np.int64),
             duplicates=data.sparse.duplicates,
             rows=_inner_rows(data),
-            ids=np.concatenate([np.full(n, -1, dtype=np.int64), data.stable_ids()[0]]),
-            next_id=data.stable_ids()[1],
+            ids=np.concatenate([np.full(n, -1, dtype=np.int64), inner_ids]),
+            next_id=next_id,
         )
 
     def _timed(self, key: str, t0: float) -> None:
