@@ -1084,10 +1084,7 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
         if leaf_parts is None:
             node_vectors[:n] = np.asarray(leaf_vectors)
         else:
-            at = 0
-            for part in leaf_parts:
-                node_vectors[at : at + part.shape[0]] = part
-                at += part.shape[0]
+            np.concatenate(leaf_parts, out=node_vectors[:n])
         node_vectors[n:] = inner_vectors[order]
     chunks = _lazy_chunks(reader, tables, where)
     if len(chunks) != n:
