@@ -49,6 +49,19 @@ def load_npy(path: Path, *, mmap: bool = True) -> np.ndarray:
     return array
 
 
+def csr_positions(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The entry positions of the CSR ``rows`` (row pointers ``ptr``), in row order, without a
+    pass over the whole layout: what an update reads of the few rows it removes."""
+    rows = np.asarray(rows, dtype=np.int64)
+    starts, ends = ptr[rows].astype(np.int64), ptr[rows + 1].astype(np.int64)
+    lengths = ends - starts
+    total = int(lengths.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
 def line_starts(data: bytes | mmap.mmap | memoryview, rows: int, where: str) -> np.ndarray:
     """Where each of the ``rows`` lines of ``data`` starts, plus its length (int64, ``rows + 1``),
     found with numpy over the bytes (JSON escapes every newline inside a value, so each
@@ -381,6 +394,7 @@ __all__ = [
     "LazyRows",
     "MappedLines",
     "checked_starts",
+    "csr_positions",
     "identities",
     "line_starts",
     "load_npy",

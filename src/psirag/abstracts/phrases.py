@@ -56,6 +56,7 @@ from psirag.abstracts.phrase_model import (
 from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
+from psirag.rows import csr_positions
 
 __all__ = ["PhraseTable"]
 
@@ -703,9 +704,9 @@ class PhraseTable:
             self._cache["derived"] = d
         assert d.w_first is not None and d.w_df is not None
         gone = np.flatnonzero(~keep)
-        gs = _spans(self.ls_ptr, gone)
-        gp = _spans(self.lp_ptr, gone)
-        gw = _spans(self.lw_ptr, gone)
+        gs = csr_positions(self.ls_ptr, gone)
+        gp = csr_positions(self.lp_ptr, gone)
+        gw = csr_positions(self.lw_ptr, gone)
 
         # surface counts: the removed entries' forms only; forms left with none are dropped
         at = np.searchsorted(d.s_key, self.ls_key[gs])
@@ -1106,17 +1107,6 @@ def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
     p_sorted = pid[order]
     first = np.concatenate(([True], p_sorted[1:] != p_sorted[:-1])) if order.size else order
     d.p_best[p_sorted[first]] = keys[order][first]
-
-
-def _spans(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The entry positions of CSR ``rows`` (few rows: what a removal reads, not the corpus)."""
-    starts, ends = ptr[rows].astype(np.int64), ptr[rows + 1].astype(np.int64)
-    lengths = ends - starts
-    total = int(lengths.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return np.arange(total, dtype=np.int64) + shift
 
 
 def _without(a: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -20,6 +20,7 @@ from psirag.errors import InputError
 from psirag.ids import nfc
 from psirag.retrieval.duplicates import DuplicateMap
 from psirag.retrieval.ranking import first_copies, top_k
+from psirag.rows import csr_positions
 
 if TYPE_CHECKING:
     import bm25s
@@ -219,16 +220,6 @@ _EMPTY_I32 = np.empty(0, dtype=np.int32)
 TOKENIZE_BATCH = 50_000
 """Chunks a build tokenises at a time: bm25s's token lists of a whole 1M-chunk corpus are
 Python strings, several GiB at once."""
-
-
-def _gather_rows(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The entries of CSR ``rows`` (in row order), without a pass over the whole array."""
-    starts, ends = ptr[rows], ptr[rows + 1]
-    lengths = ends - starts
-    if not lengths.sum():
-        return values[:0]
-    offsets = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-    return values[np.arange(int(lengths.sum())) + offsets]
 
 
 @dataclass(frozen=True, eq=False)
@@ -486,7 +477,7 @@ class Postings:
                 continue
             live = np.flatnonzero(seg.alive)
             gone = live[~mine]
-            terms = _gather_rows(seg.counts.doc_ptr, seg.counts.terms, gone)
+            terms = seg.counts.terms[csr_positions(seg.counts.doc_ptr, gone)]
             touched.append(np.unique(terms))
             df -= np.bincount(terms, minlength=df.size)
             total -= int(seg.doc_len[gone].sum())
