@@ -18,6 +18,7 @@ from psirag.index_data import IndexData
 from psirag.living import (
     EXACT_ABSTRACTS,
     AbstractDriftRule,
+    UpdateSummary,
     add_documents,
     remove_documents,
 )
@@ -29,6 +30,22 @@ def _docs(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     lines = [line for topic in TOPICS.values() for line in topic]
     return [" ".join(rng.sample(lines, rng.randint(1, 3))) + f" Marker{i}." for i in range(n)]
+
+
+EAGER_WAIT = AbstractDriftRule(share=0.5, min_leaves=4)
+"""A rule under which one added document leaves abstracts waiting on a test-sized tree."""
+
+
+def _one_added(
+    n_docs: int, seed: int, built: int
+) -> tuple[HashEmbedder, list[str], IndexData, UpdateSummary]:
+    """An index of the first ``built`` of ``n_docs`` passages plus the next one added under
+    :data:`EAGER_WAIT` (the passages, the updated data and the add's summary)."""
+    emb = HashEmbedder()
+    docs = _docs(n_docs, seed)
+    data = Index.build(docs[:built], IndexConfig(max_children=4), texts=True, embedder=emb).data
+    data, s = add_documents(data, docs[built : built + 1], emb, texts=True, drift_rule=EAGER_WAIT)
+    return emb, docs, data, s
 
 
 def _drift(data: IndexData) -> np.ndarray:
@@ -103,11 +120,7 @@ def test_exact_rule_and_small_nodes_rescore_everything() -> None:
 
 
 def test_drift_counts_survive_save_and_load(tmp_path: Path) -> None:
-    emb = HashEmbedder()
-    docs = _docs(40, 3)
-    rule = AbstractDriftRule(share=0.5, min_leaves=4)
-    data = Index.build(docs[:30], IndexConfig(max_children=4), texts=True, embedder=emb).data
-    data, s = add_documents(data, docs[30:31], emb, texts=True, drift_rule=rule)
+    emb, docs, data, s = _one_added(40, 3, 30)
     assert s.abstracts_waiting > 0 and data.abstract_drift is not None
     Index.from_data(data, embedder=emb).save(tmp_path / "ix")
     again = Index.load(tmp_path / "ix", embedder=emb).data
@@ -115,17 +128,13 @@ def test_drift_counts_survive_save_and_load(tmp_path: Path) -> None:
     assert np.array_equal(again.abstract_drift, data.abstract_drift)
     root = int(again.tree.roots[0]) - again.tree.n_leaves
     before = int(again.abstract_drift[root])
-    later, s2 = add_documents(again, docs[31:32], emb, texts=True, drift_rule=rule)
+    later, s2 = add_documents(again, docs[31:32], emb, texts=True, drift_rule=EAGER_WAIT)
     new_root = int(later.tree.roots[0]) - later.tree.n_leaves
     assert int(_drift(later)[new_root]) in (0, before + s2.chunks_added)
 
 
 def test_a_damaged_drift_file_is_a_clear_error(tmp_path: Path) -> None:
-    emb = HashEmbedder()
-    docs = _docs(36, 4)
-    rule = AbstractDriftRule(share=0.5, min_leaves=4)
-    data = Index.build(docs[:30], IndexConfig(max_children=4), texts=True, embedder=emb).data
-    data, _ = add_documents(data, docs[30:31], emb, texts=True, drift_rule=rule)
+    emb, _, data, _ = _one_added(36, 4, 30)
     folder = Index.from_data(data, embedder=emb).save(tmp_path / "ix")
     saved = [p for p in folder.rglob("abstract_drift_nodes.npy")]
     assert len(saved) == 1
@@ -143,11 +152,7 @@ def test_a_damaged_drift_file_is_a_clear_error(tmp_path: Path) -> None:
 def test_the_saved_drift_holds_only_the_waiting_nodes(tmp_path: Path) -> None:
     """A save writes the drift of the inner nodes whose abstract waits, not a count per inner
     node (issue 24: what a one-document save writes must not grow with the index)."""
-    emb = HashEmbedder()
-    docs = _docs(80, 5)
-    rule = AbstractDriftRule(share=0.5, min_leaves=4)
-    data = Index.build(docs[:70], IndexConfig(max_children=4), texts=True, embedder=emb).data
-    data, s = add_documents(data, docs[70:71], emb, texts=True, drift_rule=rule)
+    emb, _, data, s = _one_added(80, 5, 70)
     assert s.abstracts_waiting > 0 and data.abstract_drift is not None
     folder = Index.from_data(data, embedder=emb).save(tmp_path / "ix")
     (saved,) = folder.rglob("abstract_drift_nodes.npy")
