@@ -150,3 +150,58 @@ def test_a_server_s_second_save_keeps_the_inner_rows_unread(
     assert (
         np.asarray(again.node_vectors).tobytes() == np.asarray(second.data.node_vectors).tobytes()
     )
+
+
+COUNTS = tuple(
+    f"keywords/{name}" for name in ("p_sorted", "p_df", "p_best", "s_key", "s_cnt", "s_pid")
+)
+"""The phrase table's corpus counts: per phrase and per surface form, far more rows than
+leaves; a save after adds and removals writes the rows they changed without reading these."""
+
+
+def _exactly_the_same_table(a: Index, b: Index) -> None:
+    ta, tb = a._data.phrase_table, b._data.phrase_table
+    assert ta is not None and tb is not None
+    assert list(ta.words) == list(tb.words)
+    for name, array in ta.arrays().items():
+        assert np.array_equal(np.asarray(array), np.asarray(tb.arrays()[name])), name
+    tb._derived()  # a loaded table restores its saved counts when first used
+    da, db = ta.derived_arrays(), tb.derived_arrays()
+    assert da is not None and db is not None and set(da) == set(db)
+    for name in da:
+        assert np.array_equal(np.asarray(da[name]), np.asarray(db[name])), name
+
+
+def test_saves_after_random_updates_write_the_counts_unread_and_load_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random adds and removals, one to three per save, each save on top of the last: no save
+    reads back the corpus counts, the leaf vectors or a growing table, and every load gives
+    back exactly the phrase table, chunks, abstracts and vectors the updated index held."""
+    import random
+
+    rng = random.Random(24)
+    folder = tmp_path / "ix"
+    emb = HashEmbedder()
+    docs = [Document(f"d{i}", "", t, is_record=False) for i, t in enumerate(_docs(120))]
+    Index.build(docs, IndexConfig(max_children=4), embedder=emb).save(folder)
+    fresh = iter(range(1000, 10**6))
+    for step in range(8):
+        index = Index.load(folder, embedder=emb)
+        for _ in range(rng.randint(1, 3)):
+            if rng.random() < 0.5 and len(index.documents) > 60:
+                index.remove(rng.sample(list(index.documents), rng.randint(1, 3)))
+            else:
+                k = next(fresh)
+                text = f"Etna Word{k} erupted near Place{k % 9}; silt of River{k % 4} " * 3
+                index.add([Document(f"n{k}", "", text, is_record=False)])
+        reads = _read_tables(monkeypatch)
+        index.save(folder)
+        read = set(reads)
+        monkeypatch.undo()
+        assert not read & {*COUNTS, *GROWING, "leaf_vectors"}, (step, sorted(read))
+        again = Index.load(folder, verify="full", embedder=emb)
+        _exactly_the_same_table(index, again)
+        assert [c.text for c in again.chunks] == [c.text for c in index.chunks]
+        assert again.abstracts == index.abstracts
+        assert np.asarray(again.node_vectors).tobytes() == np.asarray(index.node_vectors).tobytes()

@@ -32,10 +32,16 @@ from psirag.living import UpdateSummary, compact_saved
 from psirag.segments import (
     COMPACT_FRACTION,
     Table,
+    dead_rows,
     key_order,
+    live_rows,
+    logical_of,
+    physical_of,
     read_logical,
     sorted_rows,
     tables_of,
+    values_at,
+    write_delta,
     write_table,
 )
 from psirag.storage import IndexStore, IndexWriter
@@ -119,6 +125,64 @@ def test_a_table_after_random_changes_reads_back_as_its_model(tmp_path: Path, ki
             continue  # compacted (or nothing appended yet)
         max_files = max(max_files, len(table.files()))
     assert max_files <= 16, max_files  # small segments and patches merge
+
+
+def test_deltas_written_unread_read_back_as_their_model(tmp_path: Path) -> None:
+    """write_delta (the save's O(change) path: rows appended, patched and removed as told,
+    nothing of the base read) after random changes: the table reads back as its model, each
+    row's physical place maps to and from its logical one, values_at reads patched values,
+    and a delta too big for the table's fractions is refused with nothing written."""
+    rng = random.Random(24)
+    folder = tmp_path / "t"
+    counter = iter(range(1, 10**6))
+    model = [next(counter) for _ in range(1200)]
+    _save(folder, "t", "npy", np.asarray(model, dtype=np.int64), None)
+    refused = 0
+    for step in range(30):
+        with IndexStore(folder).open() as reader:
+            table = tables_of(reader.manifest, "t")["t"]
+            live = live_rows(reader, table, "t")
+            dead = dead_rows(reader, table, "t")
+        logical = np.arange(len(model))
+        assert np.array_equal(physical_of(logical, dead), live), step
+        assert np.array_equal(logical_of(live, dead), logical), step
+        big = step % 7 == 6  # past COMPACT_FRACTION: refused
+        gone = sorted(rng.sample(range(len(model)), 400 if big else rng.randint(0, 5)))
+        kept = [i for i in range(len(model)) if i not in set(gone)]
+        changed = sorted(rng.sample(kept, rng.randint(0, 4)))
+        values = np.asarray([next(counter) for _ in changed], dtype=np.int64)
+        added = np.asarray([next(counter) for _ in range(rng.randint(0, 8))], dtype=np.int64)
+        with IndexWriter(folder) as writer:
+            assert writer.base is not None
+            new = write_delta(
+                writer,
+                writer.base,
+                "t",
+                table,
+                append=added,
+                patch_ids=live[changed],
+                patch_values=values,
+                dead=live[gone],
+            )
+            if new is None:
+                refused += 1
+                assert not list(writer.staging.glob("seg/*")), step
+                assert big or table.n_dead + table.patched > 200, (step, table)
+                continue
+            writer.commit({"tables": {"t": new.to_json()}})
+        for i, v in zip(changed, values.tolist(), strict=True):
+            model[i] = v
+        model = [model[i] for i in kept] + added.tolist()
+        if step % 10 == 9:  # what a save does now and then: the table as one segment
+            _save(folder, "t", "npy", np.asarray(model, dtype=np.int64), None, compact=True)
+        with IndexStore(folder).open(verify="full") as reader:
+            table = tables_of(reader.manifest, "t")["t"]
+            assert read_logical(reader, table, "t").tolist() == model, step
+            live = live_rows(reader, table, "t")
+            pick = np.asarray(rng.sample(range(len(model)), 20))
+            got = values_at(reader, table, live[pick], "t")
+            assert got.tolist() == [model[i] for i in pick.tolist()], step
+    assert refused >= 3
 
 
 def test_an_append_writes_only_the_new_rows_and_links_the_base(tmp_path: Path) -> None:

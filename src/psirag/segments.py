@@ -420,41 +420,224 @@ def write_table(
         physical = np.empty(n, dtype=np.int64)
         physical[:m] = live[kept]
         physical[m:] = table.physical + np.arange(n - m)
-    n_dead = table.n_dead + int(removed.size)
-    if n_dead + table.patched + changed.size > max(COMPACT_MIN_ROWS, COMPACT_FRACTION * n):
+    written = _write_delta(
+        writer,
+        reader,
+        name,
+        table,
+        append=_take(rows, m, n) if n > m else None,
+        patch_ids=physical[changed],
+        patch_values=(rows[changed] if kind == "npy" else [rows[i] for i in changed.tolist()]),
+        dead=removed,
+        n_rows=n,
+    )
+    if written is None:
         return fresh()
+    return written, physical
 
-    segments = list(table.segments)
-    if n > m:  # appended rows: one segment, merged with the small ones before it
-        tail = [_take(rows, m, n)]
-        size = n - m
-        while len(segments) > 1 and segments[-1][1] <= 2 * size:
-            f, k = segments.pop()
-            part = _load_npy(reader, f) if kind == "npy" else _load_jsonl(reader, f)
-            tail.insert(0, part)
-            size += k
-        seg = segment_file(name, generation, kind)
-        _write_rows(writer, seg, kind, _concat(kind, tail))
-        segments.append((seg, size))
-    patches = list(table.patches)
-    if changed.size:
-        ids = [physical[changed]]
-        values = [rows[changed] if kind == "npy" else [rows[i] for i in changed.tolist()]]
-        size = int(changed.size)
-        while patches and patches[-1][2] <= 2 * size:
-            rf, vf, k = patches.pop()
-            ids.insert(0, np.asarray(_load_npy(reader, rf, mmap=False), dtype=np.int64))
-            values.insert(
-                0, _load_npy(reader, vf, mmap=False) if kind == "npy" else _load_jsonl(reader, vf)
+
+def physical_of(logical: np.ndarray, dead: np.ndarray) -> np.ndarray:
+    """The physical row of each logical row, given the table's sorted removed rows: O(k log d)
+    for k rows, where :func:`live_rows` maps every row. (``dead[j] - j`` live rows come before
+    the j-th removed row, so that many removed rows lie before logical row ``i`` as there are
+    ``j`` with ``dead[j] - j <= i``.)"""
+    logical = np.asarray(logical, dtype=np.int64)
+    if dead.size == 0:
+        return logical
+    before = np.asarray(dead, dtype=np.int64) - np.arange(dead.size, dtype=np.int64)
+    return logical + np.searchsorted(before, logical, side="right")
+
+
+def logical_of(physical: np.ndarray, dead: np.ndarray) -> np.ndarray:
+    """The logical row of each live physical row (the inverse of :func:`physical_of`)."""
+    physical = np.asarray(physical, dtype=np.int64)
+    return physical - np.searchsorted(np.asarray(dead, dtype=np.int64), physical)
+
+
+def values_at(reader: IndexReader, table: Table, physical: np.ndarray, where: str) -> np.ndarray:
+    """The values of an ``npy`` table's physical rows ``physical`` (patched), read from its
+    mapped segments and its patches only: O(k log k + patched rows), not a read of the table."""
+    physical = np.asarray(physical, dtype=np.int64)
+    parts = segment_parts(reader, table, where)
+    ends = np.cumsum([p.shape[0] for p in parts])
+    which = np.searchsorted(ends, physical, side="right")
+    out = np.empty((physical.size, *parts[0].shape[1:]), dtype=parts[0].dtype)
+    for i in np.unique(which).tolist():
+        at = np.flatnonzero(which == i)
+        start = int(ends[i - 1]) if i else 0
+        out[at] = parts[i][physical[at] - start]
+    for rows_file, values_file, n in table.patches:  # in order: a later patch wins
+        ids = np.asarray(_load_npy(reader, rows_file, mmap=False), dtype=np.int64)
+        values = _load_npy(reader, values_file)
+        if ids.ndim != 1 or ids.size != n or len(values) != n:
+            raise IndexFormatError(
+                f"{where}: the patch {rows_file} does not fit the manifest; the index is "
+                "corrupted, rebuild it"
             )
-            size += k
-        all_ids = np.concatenate(ids)
-        all_values = _concat(kind, values)
+        order = np.argsort(ids, kind="stable")
+        at = np.minimum(np.searchsorted(ids[order], physical), max(n - 1, 0))
+        hit = ids[order][at] == physical if n else np.zeros(physical.size, dtype=bool)
+        out[hit] = values[order[at[hit]]]
+    return out
+
+
+def dead_rows(reader: IndexReader, table: Table, where: str) -> np.ndarray:
+    """The table's removed physical rows, sorted (checked against the manifest)."""
+    return _dead_rows(reader, table, where)
+
+
+def write_delta(
+    writer: IndexWriter,
+    reader: IndexReader,
+    name: str,
+    table: Table,
+    *,
+    append: Rows | None = None,
+    patch_ids: np.ndarray | None = None,
+    patch_values: Rows | None = None,
+    dead: np.ndarray | None = None,
+) -> Table | None:
+    """Save table ``name`` as the base generation's ``table`` changed by what the caller knows
+    changed, without reading or comparing the base's rows: rows ``append`` added at the end,
+    physical rows ``patch_ids`` set to ``patch_values``, live physical rows ``dead`` removed
+    (each array distinct). O(change) (plus the small segments and patches it merges). None,
+    with nothing written, when the table should be written again as one segment instead
+    (:data:`COMPACT_FRACTION`, :data:`REUSE_FRACTION`, :data:`MAX_FILES`): then save it the
+    ordinary way."""
+    dead = np.unique(np.asarray([] if dead is None else dead, dtype=np.int64))
+    ids = np.empty(0, dtype=np.int64) if patch_ids is None else np.asarray(patch_ids, np.int64)
+    if np.unique(ids).size != ids.size:
+        raise ValueError(f"table {name}: a row is patched twice")
+    n_append = 0 if append is None else _length(append)
+    n_rows = table.rows - int(dead.size) + n_append
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= table.physical):
+        raise ValueError(f"table {name}: a patched row is not one of its rows")
+    if dead.size and (int(dead.min()) < 0 or int(dead.max()) >= table.physical):
+        raise ValueError(f"table {name}: a removed row is not one of its rows")
+    if patch_values is not None and _length(patch_values) != ids.size:
+        raise ValueError(f"table {name}: {ids.size} patched rows, {_length(patch_values)} values")
+    if table.kind == "npy":
+        first = np.load(reader.path(table.segments[0][0]), mmap_mode="r", allow_pickle=False)
+        for part in (append, patch_values):
+            if part is not None and _length(part) and not _compatible("npy", part, first):
+                raise ValueError(f"table {name}: new rows differ from the saved ones in type")
+    return _write_delta(
+        writer,
+        reader,
+        name,
+        table,
+        append=append if n_append else None,
+        patch_ids=ids,
+        patch_values=patch_values if ids.size else None,
+        dead=dead,
+        n_rows=n_rows,
+    )
+
+
+Layout = tuple[
+    list[tuple[str, int]],
+    list[tuple[str, int]],
+    list[tuple[str, str, int]],
+    list[tuple[str, str, int]],
+]
+
+
+def _delta_layout(
+    table: Table, n_append: int, n_patch: int, n_dead: int, n_rows: int
+) -> Layout | None:
+    """The files ``table`` has after a delta (segments with a placeholder for the appended
+    one, the small segments it absorbs, patches likewise), or None when the table should be
+    written again as one segment instead."""
+    m = table.rows - n_dead  # base rows kept
+    if m - n_patch < REUSE_FRACTION * n_rows:
+        return None  # little of the base is left: a new segment is smaller and simpler
+    if table.n_dead + n_dead + table.patched + n_patch > max(
+        COMPACT_MIN_ROWS, COMPACT_FRACTION * n_rows
+    ):
+        return None
+    segments = list(table.segments)
+    merged_segments: list[tuple[str, int]] = []
+    if n_append:
+        size = n_append
+        while len(segments) > 1 and segments[-1][1] <= 2 * size:
+            merged_segments.insert(0, segments.pop())
+            size += merged_segments[0][1]
+        segments.append(("", size))  # its place: named when written
+    patches = list(table.patches)
+    merged_patches: list[tuple[str, str, int]] = []
+    if n_patch:
+        size = n_patch
+        while patches and patches[-1][2] <= 2 * size:
+            merged_patches.insert(0, patches.pop())
+            size += merged_patches[0][2]
+        patches.append(("", "", 0))  # its place: named and counted when written
+    if len(segments) + len(patches) > MAX_FILES:
+        return None
+    return segments, merged_segments, patches, merged_patches
+
+
+def delta_fits(table: Table, *, n_append: int = 0, n_patch: int = 0, n_dead: int = 0) -> bool:
+    """Whether :func:`write_delta` would write ``table`` as a delta of this size (rather than
+    return None): for columns that must all take theirs or all be saved whole."""
+    n_rows = table.rows - n_dead + n_append
+    return _delta_layout(table, n_append, n_patch, n_dead, n_rows) is not None
+
+
+def _write_delta(
+    writer: IndexWriter,
+    reader: IndexReader,
+    name: str,
+    table: Table,
+    *,
+    append: Rows | None,
+    patch_ids: np.ndarray,
+    patch_values: Rows | None,
+    dead: np.ndarray,
+    n_rows: int,
+) -> Table | None:
+    """The files of table ``name`` after ``table`` gains ``append`` (merged with the small
+    segments before it), the patch ``patch_ids`` = ``patch_values`` (merged with the small
+    patches before it) and the tombstones ``dead``; None (nothing written) when the table
+    should be one new segment instead. ``n_rows``: its logical rows after."""
+    kind = table.kind
+    where = f"{reader.folder} table {name}"
+    changed = int(patch_ids.size)
+    n_append = 0 if append is None else _length(append)
+    layout = _delta_layout(table, n_append, changed, int(dead.size), n_rows)
+    if layout is None:
+        return None
+    segments, merged_segments, patches, merged_patches = layout
+    if append is not None:
+        segments.append((segment_file(name, writer.generation, kind), segments.pop()[1]))
+    old_dead = _dead_rows(reader, table, where) if dead.size and table.n_dead else None
+    all_dead = dead if old_dead is None else np.union1d(old_dead, dead)
+    n_dead = table.n_dead + int(dead.size)
+    if all_dead.size != n_dead and dead.size:
+        raise ValueError(f"table {name}: a removed row was removed before")
+
+    if append is not None:
+        tail = [
+            _load_npy(reader, f) if kind == "npy" else _load_jsonl(reader, f)
+            for f, _ in merged_segments
+        ]
+        _write_rows(writer, segments[-1][0], kind, _concat(kind, [*tail, append]))
+    if changed:
+        assert patch_values is not None
+        ids = [
+            np.asarray(_load_npy(reader, rf, mmap=False), dtype=np.int64)
+            for rf, _, _ in merged_patches
+        ]
+        values: list[Rows] = [
+            _load_npy(reader, vf, mmap=False) if kind == "npy" else _load_jsonl(reader, vf)
+            for _, vf, _ in merged_patches
+        ]
+        all_ids = np.concatenate([*ids, patch_ids])
+        all_values = _concat(kind, [*values, patch_values])
         # a later patch wins: keep each row's last value
         last = all_ids.size - 1 - np.unique(all_ids[::-1], return_index=True)[1]
         last.sort()
-        rf = segment_file(name, generation, "patch-rows.npy")
-        vf = segment_file(name, generation, f"patch.{kind}")
+        rf = segment_file(name, writer.generation, "patch-rows.npy")
+        vf = segment_file(name, writer.generation, f"patch.{kind}")
         writer.save_array(rf, all_ids[last])
         _write_rows(
             writer,
@@ -462,19 +645,16 @@ def write_table(
             kind,
             all_values[last] if kind == "npy" else [all_values[i] for i in last.tolist()],
         )
-        patches.append((rf, vf, int(last.size)))
-    dead = table.dead
-    if removed.size:
-        old_dead = _dead_rows(reader, table, where)
-        dead = segment_file(name, generation, "dead.npy")
-        writer.save_array(dead, np.union1d(old_dead, removed).astype(np.int64))
-    new = Table(kind, tuple(segments), tuple(patches), dead, n_dead, table.start)
-    if len(segments) + len(patches) > MAX_FILES:
-        return fresh()
+        patches[-1] = (rf, vf, int(last.size))
+    dead_file = table.dead
+    if dead.size:
+        dead_file = segment_file(name, writer.generation, "dead.npy")
+        writer.save_array(dead_file, all_dead.astype(np.int64))
+    new = Table(kind, tuple(segments), tuple(patches), dead_file, n_dead, table.start)
     for f in new.files():
         if f in table.files() and not (writer.staging / f).exists():  # shared: kept once
             _keep(writer, reader, f)
-    return new, physical
+    return new
 
 
 def is_fresh(table: Table, name: str, generation: int) -> bool:
@@ -579,16 +759,22 @@ __all__ = [
     "COMPACT_FRACTION",
     "SEGMENTS_DIR",
     "Table",
+    "dead_rows",
+    "delta_fits",
     "head_rows",
     "is_fresh",
     "key_order",
     "line_starts_file",
     "live_rows",
+    "logical_of",
     "mapped_jsonl",
+    "physical_of",
     "read_logical",
     "read_physical",
     "segment_file",
     "sorted_rows",
     "tables_of",
+    "values_at",
+    "write_delta",
     "write_table",
 ]

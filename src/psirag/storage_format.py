@@ -21,7 +21,7 @@ from psirag._version import __version__
 from psirag.config import IndexConfig
 from psirag.errors import IndexFormatError
 from psirag.index_data import BuildStats, Deferred, IndexData, SavedOrigin, fresh_lineage
-from psirag.rows import LazyRows, MappedLines
+from psirag.rows import LazyRows, MappedLines, csr_positions
 from psirag.storage import FORMAT_VERSION, IndexReader, IndexWriter, _resolve
 from psirag.tree import Tree
 from psirag.tree.shape import shape_summary
@@ -173,11 +173,14 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         vectors_file = segment_file("node_vectors", writer.generation, "npy")
         writer.save_array(vectors_file, data.node_vectors)
     inner_order = _save_inner(tables, data, vectors_file)
+    # a kept leaf is the very chunk loaded from its row, and updates carry its vector with it
+    # (only new leaves get vectors): the kept rows are not read back to be compared
     tables.save(
         "leaf_vectors",
         "npy",
         data.node_vectors[:n],
         src=leaf_src,
+        compare=False,
         prewritten=None if vectors_file is None else (vectors_file, 0),
     )
     parent = data.tree.parent
@@ -360,6 +363,38 @@ class _TableSaver:
         )
         self.written[name] = table
         return physical
+
+    def delta(
+        self,
+        name: str,
+        *,
+        append: np.ndarray | None = None,
+        patch: tuple[np.ndarray, np.ndarray] | None = None,
+        dead: np.ndarray | None = None,
+    ) -> bool:
+        """Save ``npy`` table ``name`` as the base's changed by what the caller knows changed
+        (:func:`psirag.segments.write_delta`; ``patch``: physical rows and values); False,
+        with nothing written, when it should be saved the ordinary way instead."""
+        from psirag.segments import write_delta
+
+        old = self.base.get(name)
+        reader = self.writer.base
+        if self.compact or old is None or reader is None or old.kind != "npy":
+            return False
+        table = write_delta(
+            self.writer,
+            reader,
+            name,
+            old,
+            append=append,
+            patch_ids=None if patch is None else patch[0],
+            patch_values=None if patch is None else patch[1],
+            dead=dead,
+        )
+        if table is None:
+            return False
+        self.written[name] = table
+        return True
 
     def read(self, name: str, *, physical: bool = False) -> Any:
         """The base generation's rows of table ``name`` (None: it has none)."""
@@ -614,7 +649,6 @@ def _save_phrase_table(
     the leaves (:data:`CSR_GROUPS`), per-phrase and per-word arrays grow at the end (row ``i``
     continues the base's row ``i``), the sorted ones go by key (:data:`SORTED_GROUPS`); the
     word and stem lists likewise."""
-    arrays = {name: np.asarray(a) for name, a in table.arrays().items()}
     base = tables.writer.base
     # a table that only adds and removals made from the one saved as the base generation:
     # kept leaves' lists, phrase keys, words, stems and word flags are the base's rows as they
@@ -625,6 +659,9 @@ def _save_phrase_table(
         and base.generation is not None
         and table.saved_from == _generation_token(base.root, base.generation)
     )
+    if same and not isinstance(leaf_src, str) and _save_phrase_delta(tables, table, leaf_src):
+        return
+    arrays = {name: np.asarray(a) for name, a in table.arrays().items()}
     for ptr_name, entries in CSR_GROUPS.items():
         lengths = np.diff(np.asarray(arrays[ptr_name], dtype=np.int64))
         len_table = f"{PHRASES_DIR}/{ptr_name}_len"
@@ -657,18 +694,12 @@ def _save_phrase_table(
     else:
         old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
 
-    def p_sorted_keys(values: np.ndarray, keys: Any) -> np.ndarray | None:
-        keys = np.asarray(keys) if keys is not None else None
-        if keys is None or (values.size and (values.min() < 0 or values.max() >= keys.size)):
-            return None
-        return np.asarray(keys[values])
-
     _save_sorted(
         tables,
         derived,
         ("p_sorted",),
-        p_sorted_keys(derived["p_sorted"], p_key),
-        lambda old: p_sorted_keys(old["p_sorted"], old_p_key),
+        _keys_of(derived["p_sorted"], p_key),
+        lambda old: _keys_of(old["p_sorted"], old_p_key),
     )
     _save_sorted(
         tables, derived, SORTED_GROUPS["s_key"], derived["s_key"], lambda old: old["s_key"]
@@ -676,6 +707,262 @@ def _save_phrase_table(
     for name, array in derived.items():
         if name != "p_sorted" and name not in SORTED_GROUPS["s_key"]:
             tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
+
+
+def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.ndarray) -> bool:
+    """:func:`_save_phrase_table` for a table that adds and removals made from the one the base
+    generation holds, in O(change): the removed leaves' list entries become tombstones and the
+    new leaves' entries an appended segment; the corpus counts are written at the phrases and
+    surface forms the updates changed (:attr:`PhraseTable.changed_since_saved`), found in the
+    base's tables by id or key, without reading or comparing the others. False, with nothing
+    written, when that cannot be done (a base saved without the counts, a table that must be
+    written again): then the whole table is saved the ordinary way."""
+    from psirag.segments import dead_rows, physical_of, values_at
+
+    changes = table.changed_since_saved
+    reader = tables.writer.base
+    if changes is None or reader is None or tables.compact:
+        return False
+    vocab = table.vocab()
+    derived = table.derived_arrays(small=False)
+    if vocab is None or derived is None:
+        return False
+    stems, vocab_arrays = vocab
+    base = tables.base
+    names = [
+        *(f"{ptr}_len" for ptr in CSR_GROUPS),
+        *(e for group in CSR_GROUPS.values() for e in group),
+        "p_key",
+        "words",
+        "stems",
+        *vocab_arrays,
+        *derived,
+    ]
+    if any(f"{PHRASES_DIR}/{name}" not in base for name in names):
+        return False
+    n_p_base = base[f"{PHRASES_DIR}/p_key"].rows
+    n_p = int(table.p_key.size)
+    if n_p < n_p_base or any(
+        base[f"{PHRASES_DIR}/{name}"].rows != n_p_base for name in ("p_sorted", "p_df", "p_best")
+    ):
+        return False
+    m = int(np.count_nonzero(leaf_src >= 0))
+    n_base_leaves = base[f"{PHRASES_DIR}/lw_ptr_len"].rows
+    kept = leaf_src[:m]
+    if (
+        bool(np.any(leaf_src[m:] >= 0))
+        or (m and (int(kept[0]) < 0 or int(kept[-1]) >= n_base_leaves))
+        or (m > 1 and not bool(np.all(np.diff(kept) > 0)))
+    ):
+        return False
+    gone = np.ones(n_base_leaves, dtype=bool)
+    gone[kept] = False
+    removed = np.flatnonzero(gone)
+    where = str(reader.folder)
+
+    def base_dtype(name: str) -> np.dtype[Any]:
+        return np.dtype(reader.load_array(base[f"{PHRASES_DIR}/{name}"].segments[0][0]).dtype)
+
+    def cast(values: np.ndarray, name: str) -> np.ndarray | None:
+        """``values`` in the base table's dtype (None: they do not fit it)."""
+        dtype = base_dtype(name)
+        values = np.asarray(values)
+        if values.size and np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            if int(values.min()) < info.min or int(values.max()) > info.max:
+                return None
+        return values.astype(dtype, copy=False)
+
+    def delta(
+        name: str,
+        append: np.ndarray | None = None,
+        patch: tuple[np.ndarray, np.ndarray] | None = None,
+        dead_logical: np.ndarray | None = None,
+    ) -> bool:
+        """Write table ``name`` as a delta given in logical rows of the base."""
+        full = f"{PHRASES_DIR}/{name}"
+        old_dead = dead_rows(reader, base[full], f"{where} table {full}")
+        if append is not None:
+            got = cast(append, name)
+            if got is None:
+                return False
+            append = got if got.size else None
+        if patch is not None:
+            values = cast(patch[1], name)
+            if values is None:
+                return False
+            rows = physical_of(patch[0], old_dead)
+            # rows an update may have changed: write those whose value did change
+            differ = values_at(reader, base[full], rows, f"{where} table {full}") != values
+            patch = (rows[differ], values[differ]) if bool(differ.any()) else None
+        dead = None if dead_logical is None else physical_of(dead_logical, old_dead)
+        return tables.delta(full, append=append, patch=patch, dead=dead)
+
+    # per-leaf lists: the removed leaves' entries go, the new leaves' are appended
+    for ptr_name, entries in CSR_GROUPS.items():
+        ptr = np.asarray(getattr(table, ptr_name), dtype=np.int64)
+        len_table = f"{PHRASES_DIR}/{ptr_name}_len"
+        old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
+        old_ptr = np.concatenate([[0], np.cumsum(old_lengths)])
+        gone_entries = csr_positions(old_ptr, removed)
+        lengths = np.diff(ptr)
+        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src, compare=False)
+        for name in entries:
+            column = np.asarray(getattr(table, name))
+            if not delta(name, column[int(ptr[m]) :], dead_logical=gone_entries):
+                src = _entry_sources(leaf_src, old_lengths, lengths)
+                whole = table.arrays()[name]
+                tables.save(f"{PHRASES_DIR}/{name}", "npy", whole, src=src, compare=False)
+    # phrase ids only grow: new phrases are appended, changed counts and forms patched
+    pids = np.asarray(changes[0], dtype=np.int64)
+    old_pids = pids[pids < n_p_base]
+    new_pids = np.arange(n_p_base, n_p, dtype=np.int64)
+    plain = [
+        ("p_key", table.p_key[n_p_base:], None),
+        ("p_sorted", new_pids, None),  # a load sorts the appended ids in by key
+        ("p_df", derived["p_df"][n_p_base:], (old_pids, derived["p_df"][old_pids])),
+        ("p_best", derived["p_best"][n_p_base:], (old_pids, derived["p_best"][old_pids])),
+    ]
+    for name, append, patch in plain:
+        if delta(name, append, patch):
+            continue
+        if name == "p_sorted":  # saved whole, in the stored order the base has
+            small = table.derived_arrays() or {}
+            all_keys = np.asarray(table.p_key)
+            base_keys = all_keys[:n_p_base]
+            _save_sorted(
+                tables,
+                small,
+                ("p_sorted",),
+                _keys_of(small["p_sorted"], all_keys),
+                lambda old, keys=base_keys: _keys_of(old["p_sorted"], keys),
+            )
+        elif name == "p_key":
+            tables.save(f"{PHRASES_DIR}/p_key", "npy", table.arrays()["p_key"], compare=False)
+        else:
+            small = table.derived_arrays() or {}
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", small[name])
+    _save_surface_delta(tables, table, derived, np.asarray(changes[1], dtype=np.int64), delta)
+    # words, stems and per-word arrays: sized by the vocabulary, saved the ordinary way
+    tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words), compare=False)
+    for name, array in vocab_arrays.items():
+        tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array), compare=False)
+    tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems), compare=False)
+    for name in ("w_rank", "n_ranked", *WORD_ARRAY_NAMES):
+        if name in derived:
+            array = derived[name] if name == "n_ranked" else _small_ints(derived[name])
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
+    return True
+
+
+WORD_ARRAY_NAMES = ("w_first", "w_df")
+
+
+def _keys_of(values: np.ndarray, keys: Any) -> np.ndarray | None:
+    """``keys[values]`` (phrase keys of stored phrase ids), None when an id is out of range."""
+    keys = np.asarray(keys) if keys is not None else None
+    values = np.asarray(values)
+    if keys is None or (values.size and (values.min() < 0 or values.max() >= keys.size)):
+        return None
+    return np.asarray(keys[values])
+
+
+def _save_surface_delta(
+    tables: _TableSaver,
+    table: PhraseTable,
+    derived: dict[str, np.ndarray],
+    keys: np.ndarray,
+    delta: Callable[..., bool],
+) -> None:
+    """The corpus's surface forms (``s_key`` with ``s_cnt`` and ``s_pid``, stored by key
+    with new keys appended) changed at ``keys`` only: a form now absent is a tombstone, a new
+    one is appended, a kept one gets its count patched. Found in the base by key (a search of
+    its sorted first segment and of its appended rows); the ordinary way when not possible."""
+    from psirag.segments import dead_rows, logical_of, segment_parts
+
+    reader = tables.writer.base
+    assert reader is not None
+    group = SORTED_GROUPS["s_key"]
+    s_key = np.asarray(derived["s_key"])
+    at = np.searchsorted(s_key, keys)
+    present = at < s_key.size
+    present[present] = s_key[at[present]] == keys[present]
+    table_name = f"{PHRASES_DIR}/s_key"
+    key_table = tables.base[table_name]
+    where = f"{reader.folder} table {table_name}"
+    physical = None
+    if not key_table.patches:
+        parts = segment_parts(reader, key_table, where)
+        physical = _live_rows_by_key(parts, dead_rows(reader, key_table, where), keys)
+    ok = physical is not None
+    if physical is not None:
+        in_base = physical >= 0
+        kept_dead = dead_rows(reader, key_table, where)
+        gone = logical_of(physical[in_base & ~present], kept_dead)
+        stay = in_base & present
+        patched = logical_of(physical[stay], kept_dead)
+        fresh = at[present & ~in_base]
+        cnt = np.asarray(derived["s_cnt"])
+        plans = {
+            "s_key": (s_key[fresh], None),
+            "s_cnt": (cnt[fresh], (patched, cnt[at[stay]])),
+            "s_pid": (np.asarray(derived["s_pid"])[fresh], None),
+        }
+        # every column must take its delta, or the group is saved whole
+        from psirag.segments import delta_fits
+
+        for name in group:
+            append, patch = plans[name]
+            column = tables.base[f"{PHRASES_DIR}/{name}"]
+            if not delta_fits(
+                column,
+                n_append=int(append.size),
+                n_patch=0 if patch is None else int(patch[0].size),
+                n_dead=int(gone.size),
+            ):
+                ok = False
+        if ok:
+            for name in group:
+                append, patch = plans[name]
+                if not delta(name, append, patch, dead_logical=gone):
+                    raise RuntimeError(f"the phrase table's {name} delta did not fit after all")
+            return
+    small = table.derived_arrays() or {}
+    _save_sorted(tables, small, group, small["s_key"], lambda old: old["s_key"])
+
+
+def _live_rows_by_key(
+    parts: list[np.ndarray], dead: np.ndarray, keys: np.ndarray
+) -> np.ndarray | None:
+    """The live physical row holding each of ``keys`` in a table stored by key (its first
+    segment sorted, the rest appended), or -1; None when a key is live twice (not a table
+    stored by key)."""
+    head = parts[0]
+    out = np.full(keys.size, -1, dtype=np.int64)
+    if head.shape[0]:
+        at = np.minimum(np.searchsorted(head, keys), head.shape[0] - 1)
+        hit = np.asarray(head[at]) == keys
+        out[hit] = at[hit]
+    if dead.size:  # a removed row holds its key no more
+        j = np.minimum(np.searchsorted(dead, out), dead.size - 1)
+        out[(out >= 0) & (dead[j] == out)] = -1
+    if len(parts) > 1:
+        tail = np.concatenate([np.asarray(p) for p in parts[1:]])
+        rows = head.shape[0] + np.arange(tail.size, dtype=np.int64)
+        if dead.size:
+            live = ~np.isin(rows, dead, assume_unique=True)
+            tail, rows = tail[live], rows[live]
+        order = np.argsort(tail, kind="stable")
+        ordered = tail[order]
+        if ordered.size > 1 and not bool(np.all(np.diff(ordered) > 0)):
+            return None
+        if ordered.size:
+            at = np.minimum(np.searchsorted(ordered, keys), ordered.size - 1)
+            hit = ordered[at] == keys
+            if bool(np.any(out[hit] >= 0)):
+                return None
+            out[hit] = rows[order[at[hit]]]
+    return out
 
 
 def _entry_sources(

@@ -377,10 +377,29 @@ class PhraseTable:
     def mark_saved(self, token: Any) -> None:
         """Record that this table is the one saved as (or loaded from) ``token``."""
         self._cache["saved_from"] = token
+        none = np.empty(0, dtype=np.int64)
+        self._cache["changed_since_saved"] = (none, none)
 
-    def _lineage_from(self, parent: PhraseTable) -> None:
+    @property
+    def changed_since_saved(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Since :attr:`saved_from`: the phrase ids whose leaf count or shown form an update
+        may have changed (new phrases included), and the surface keys whose count an update
+        changed (sorted, distinct), so a save writes those rows of the corpus counts without
+        comparing the others. None: not known (not descended from a saved table)."""
+        got: tuple[np.ndarray, np.ndarray] | None = self._cache.get("changed_since_saved")
+        return got
+
+    def _lineage_from(self, parent: PhraseTable, pids: np.ndarray, keys: np.ndarray) -> None:
+        """Carry ``parent``'s saved generation over, with the rows this update changed
+        (``pids``, ``keys``: see :attr:`changed_since_saved`)."""
         if parent.saved_from is not None:
             self._cache["saved_from"] = parent.saved_from
+            before = parent.changed_since_saved
+            if before is not None:
+                self._cache["changed_since_saved"] = (
+                    np.union1d(before[0], np.asarray(pids, dtype=np.int64)),
+                    np.union1d(before[1], np.asarray(keys, dtype=np.int64)),
+                )
 
     # ------------------------------------------------------------------ making one
     @classmethod
@@ -480,13 +499,19 @@ class PhraseTable:
                 table._cache["saved_derived"] = {a: arrays[a] for a in names}
         return table
 
-    def derived_arrays(self) -> dict[str, np.ndarray] | None:
+    def derived_arrays(self, *, small: bool = True) -> dict[str, np.ndarray] | None:
         """What to save besides :meth:`vocab` so a load need not derive the corpus counts
-        (:data:`DERIVED_ARRAYS`; None when they are not at hand)."""
+        (:data:`DERIVED_ARRAYS`; None when they are not at hand). ``small=False``: the arrays
+        as held (no int32 copies: a save that writes a few rows of them reads those only)."""
         d = self._cache.get("derived")
         if d is None:
             return None
         out = {name: getattr(d, name) for name in DERIVED_ARRAYS if name != "n_ranked"}
+        if not small:
+            out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
+            if d.w_first is not None and d.w_df is not None:
+                out.update(w_first=d.w_first, w_df=d.w_df)
+            return out
         for name in ("p_sorted", "p_df", "s_cnt", "s_pid", "w_rank"):  # ids and counts
             x = out[name]
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
@@ -680,7 +705,7 @@ class PhraseTable:
         touched = np.unique(ls_pid)
         _best_forms(new, touched)
         table._cache["derived"] = new
-        table._lineage_from(self)
+        table._lineage_from(self, touched, u_key)
         prev = self._cache.get("layout")
         if prev is not None:
             table._cache["pending"] = (prev, touched, newcomers, self._cache)
@@ -760,7 +785,7 @@ class PhraseTable:
         )
         _best_forms(new, touched)
         table._cache["derived"] = new
-        table._lineage_from(self)
+        table._lineage_from(self, touched, self.ls_key[gs])
         return table
 
     # ------------------------------------------------------------------ a big build's memory
