@@ -475,7 +475,7 @@ CASES: list[Case] = [
         ("add", "lx", "new.txt", "-q"),
         2,
         "IndexFormatError",
-        "gives format_version 0; psirag index formats are 1, 2, 3 and 4",
+        "gives format_version 0; psirag index formats are 1, 2, 3, 4 and 5",
         files={"docs/a.txt": WORDS, "docs/b.txt": OTHER, "new.txt": OTHER + " Freight."},
         setup=lambda folder: _living(folder, ["docs"], format_version=0),
     ),
@@ -512,14 +512,14 @@ CASES: list[Case] = [
     ),
     Case(
         "format-version-newer",
-        "add to an index in a newer format (5)",
+        "add to an index in a newer format (6)",
         ("add", "lx", "docs/a.txt", "-q"),
         2,
         "IndexFormatError",
-        "it is in index format 5, newer than this psirag reads (formats 1, 2, 3 and 4); "
+        "it is in index format 6, newer than this psirag reads (formats 1, 2, 3, 4 and 5); "
         "upgrade psirag",
         files={"docs/a.txt": WORDS},
-        setup=lambda folder: _living(folder, ["docs"], format_version=5),
+        setup=lambda folder: _living(folder, ["docs"], format_version=6),
     ),
     # --- an index is never its own input (issue 26) -------------------------------------------
     Case(

@@ -52,7 +52,7 @@ def test_build_search_round_trip(
 
     index.save(tmp_path / "idx")
     manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
-    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 4
+    assert manifest["format"] == "psirag-index" and manifest["format_version"] == 5
     assert manifest["counts"]["chunks"] == len(topic_texts)
     assert manifest["embedder"]["id"] == "test:hash-64"
     assert all(len(f["sha256"]) == 64 for f in manifest["files"].values())
@@ -232,7 +232,7 @@ def test_corrupted_and_foreign_folders(tmp_path: Path, topic_texts: list[str]) -
     with pytest.raises(IndexFormatError, match="checksum"):
         Index.load(target, verify="full")
     vec.write_bytes(original)
-    (generation / "tree" / "inner_parent.npy").write_bytes(b"short")
+    (generation / segment_of(generation, "inner_parent")).write_bytes(b"short")
     with pytest.raises(IndexFormatError, match="bytes"):
         Index.load(target)
     foreign = tmp_path / "foreign"

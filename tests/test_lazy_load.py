@@ -68,7 +68,7 @@ def _eager(folder: Path) -> tuple[list[Any], list[str]]:
         tables = tables_of(reader.manifest, "t")
         chunks = [storage_format._chunk(r) for r in read_logical(reader, tables["chunks"], "t")]
         texts = read_physical(reader, tables["inner_abstracts"], "t")
-        order = reader.load_array("tree/inner_order.npy", mmap=False)
+        order = storage_format.saved_inner_order(reader)
     return chunks, [texts[i] for i in order.tolist()]
 
 

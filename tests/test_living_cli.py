@@ -92,7 +92,7 @@ def _loadable(folder: Path) -> Index:
     "point",
     [
         "file:seg/chunks.000002.jsonl",
-        "file:tree/inner_order.npy",
+        "file:seg/leaf_vectors.000002.npy",
         "staged",
         "renamed",
         "before-pointer",

@@ -286,6 +286,13 @@ def test_a_one_document_add_writes_only_what_changed(tmp_path: Path) -> None:
     inner = tables["inner_vectors"]
     new_rows = sum(n for _, n in inner["segments"][1:])
     assert 0 < new_rows < (index.tree.n_nodes - index.tree.n_leaves) / 4
+    # the inner nodes' arrays (format 5): the rows that changed, not whole files again
+    for name in ("inner_order", "inner_parent", "inner_layer", "inner_ids"):
+        (first, rows), *rest = tables[name]["segments"]
+        assert (g1 / first).stat().st_ino == (g2 / first).stat().st_ino, name
+        changed = sum(n for _, n in rest) + sum(n for _, _, n in tables[name]["patches"])
+        assert changed <= new_rows + 1, (name, tables[name])
+    assert not list((g2 / "tree").glob("*.npy"))
     written = _new_bytes(g2)
     assert written < total / 3, (written, total)
     _same(Index.load(folder, verify="full"), index)
@@ -335,7 +342,7 @@ def test_compact_migrates_a_format2_index(tmp_path: Path) -> None:
     shutil.copytree(Path(__file__).parent / "data" / "index_format_v2", folder)
     before = Index.load(folder)
     done = compact_saved(folder)
-    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 4
+    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 5
     assert done.generation == 3
     _same(Index.load(folder, verify="full"), before)
 

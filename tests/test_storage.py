@@ -553,7 +553,7 @@ def test_format1_loads_and_the_next_save_migrates(
     ]
     assert (folder / "llm-cache.sqlite").read_bytes() == b"user data"
     assert corpus_of(Index.load(folder, verify="full")) == "betatag"
-    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 4
+    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 5
 
 
 def test_default_load_does_not_hash(

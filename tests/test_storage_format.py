@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -92,7 +93,7 @@ def test_a_format2_index_resaves_as_format3_with_the_same_data(
         assert np.array_equal(again.sparse.scores(q), index.sparse.scores(q)), q
     old_m = json.loads((old_gen / "manifest.json").read_text())
     new_m = json.loads((new_gen / "manifest.json").read_text())
-    assert old_m["format_version"] == 2 and new_m["format_version"] == FORMAT_VERSION == 4
+    assert old_m["format_version"] == 2 and new_m["format_version"] == FORMAT_VERSION == 5
     assert set(new_m.pop("tables")) >= {"leaf_vectors", "chunks", "inner_vectors"}
     assert new_m.pop("shape")["fan_out"]["max"] > 0  # since format 3: what inspect reads
     for m in (old_m, new_m):
@@ -132,7 +133,7 @@ def test_the_table_names_every_file_a_save_writes(old_index: Path, tmp_path: Pat
     Index.load(old_index).save(tmp_path / "new")
     written = set(_data_files(tmp_path / "new" / "generations" / "000001"))
     _names_in_table(written, FORMAT_VERSION)
-    assert any(n.startswith("tree/") for n in written)
+    assert any(n.startswith("seg/inner_order.") for n in written)  # tree/ until format 4
 
 
 def test_load_and_save_index_data_round_trip(old_index: Path, tmp_path: Path) -> None:
@@ -148,28 +149,31 @@ def test_load_and_save_index_data_round_trip(old_index: Path, tmp_path: Path) ->
     assert again.lineage == data.lineage
 
 
-def test_a_psirag_that_reads_up_to_format_3_asks_for_an_upgrade(
-    old_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("reads", [(1, 2, 3), (1, 2, 3, 4)])
+def test_a_psirag_that_reads_older_formats_asks_for_an_upgrade(
+    old_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reads: tuple[int, ...]
 ) -> None:
     """Format 4 holds files a format-3 reader misreads (BM25 postings format 2, the graph's
-    delta, the drift pairs): such a reader (the readable versions of the psirag before it)
+    delta, the drift pairs), format 5 keeps the inner nodes' arrays in tables where a format-4
+    reader looks for files: such a reader (the readable versions of the psirag before it)
     refuses the index with "upgrade psirag", not a confusing error about one of its files;
-    and a save on top of a format-3 generation writes format 4."""
+    and a save on top of an older generation writes the current format."""
     from psirag import storage
     from psirag.errors import IndexFormatError
 
     index = Index.load(old_index)
-    index.save(tmp_path / "v3")
-    pointer = tmp_path / "v3" / "manifest.json"
-    assert json.loads(pointer.read_text())["format_version"] == 4
-    monkeypatch.setattr(storage, "READABLE_VERSIONS", (1, 2, 3))
+    index.save(tmp_path / "new")
+    pointer = tmp_path / "new" / "manifest.json"
+    assert json.loads(pointer.read_text())["format_version"] == FORMAT_VERSION == 5
+    monkeypatch.setattr(storage, "READABLE_VERSIONS", reads)
     with pytest.raises(IndexFormatError) as got:
-        Index.load(tmp_path / "v3")
+        Index.load(tmp_path / "new")
     message = str(got.value)
-    assert "index format 4, newer than this psirag reads (formats 1, 2 and 3)" in message
+    shown = ", ".join(map(str, reads[:-1])) + f" and {reads[-1]}"
+    assert f"index format 5, newer than this psirag reads (formats {shown})" in message
     assert "upgrade psirag" in message
     monkeypatch.undo()
-    assert Index.load(tmp_path / "v3").tree.n_leaves == 3
+    assert Index.load(tmp_path / "new").tree.n_leaves == 3
 
 
 V3_FIXTURE = Path(__file__).parent / "data" / "index_format_v3"
@@ -180,7 +184,7 @@ BM25 segment has a tombstone); older generations collected."""
 
 def test_a_format3_index_loads_searches_and_migrates_on_its_next_save(tmp_path: Path) -> None:
     """Every index today's main saves must load, search and take updates: a format-3 index
-    scores BM25 as a fresh build of its chunks, and its next save writes format 4 (BM25
+    scores BM25 as a fresh build of its chunks, and its next save writes format 4+ (BM25
     postings format 2) that scores the same; later saves keep its BM25 segments by link."""
     from support.embedders import HashEmbedder
 
@@ -205,7 +209,7 @@ def test_a_format3_index_loads_searches_and_migrates_on_its_next_save(tmp_path: 
     index.add([Document("ash", "", "Ash from Etna closed Catania airport.", is_record=False)])
     index.save(folder)
     pointer = json.loads((folder / "manifest.json").read_text())
-    assert pointer["format_version"] == 4
+    assert pointer["format_version"] == FORMAT_VERSION
     gen = folder / "generations" / f"{pointer['generation']:06d}"
     assert json.loads((gen / "bm25" / "postings.json").read_text())["format"] == 2
     again = Index.load(folder, embedder=emb)
@@ -223,3 +227,51 @@ def test_a_format3_index_loads_searches_and_migrates_on_its_next_save(tmp_path: 
     bm25 = {p.name: p.stat().st_ino for p in (gen / "bm25").glob("s.*.doc_terms.npy")}
     kept = {p.name: p.stat().st_ino for p in (newest / "bm25").glob("s.*.doc_terms.npy")}
     assert bm25 and bm25.items() <= kept.items()  # the removal linked the segments it kept
+
+
+V4_FIXTURE = Path(__file__).parent / "data" / "index_format_v4"
+"""Saved by the code at eb60c77 (format 4: the inner nodes' arrays as whole files under
+``tree/``): the format-3 fixture given a document and saved, then its first document removed
+and another added, saved; older generations collected."""
+
+
+def test_a_format4_index_loads_and_its_inner_arrays_become_tables_that_saves_patch(
+    tmp_path: Path,
+) -> None:
+    """A format-4 index loads as it was saved (tree, stable ids, abstracts, vectors); its next
+    save writes format 5, whose inner-node arrays are tables instead of ``tree/*.npy``, and
+    loads back the same, also after an add (that a save writes those tables as the rows that
+    changed: tests/test_segments.py)."""
+    from support.embedders import HashEmbedder
+
+    from psirag.ingest import Document
+    from psirag.storage_format import INNER_TABLES
+
+    folder = tmp_path / "v4"
+    shutil.copytree(V4_FIXTURE, folder)
+    assert json.loads((folder / "manifest.json").read_text())["format_version"] == 4
+    emb = HashEmbedder(16)
+    index = Index.load(folder, embedder=emb)
+    assert index.search("Etna ash", k=2)
+
+    def same(a: Any, b: Any) -> None:
+        assert [c.text for c in a.chunks] == [c.text for c in b.chunks]
+        assert list(a.abstracts) == list(b.abstracts)
+        assert np.array_equal(a.tree.parent, b.tree.parent)
+        assert np.array_equal(a.tree.layer, b.tree.layer)
+        assert np.asarray(a.node_vectors).tobytes() == np.asarray(b.node_vectors).tobytes()
+        ids_a, next_a = a.stable_ids()
+        ids_b, next_b = b.stable_ids()
+        assert np.array_equal(ids_a, ids_b) and next_a == next_b
+
+    assert index.data.inner_ids is not None  # saved by format 4
+    index.save(folder)
+    pointer = json.loads((folder / "manifest.json").read_text())
+    assert pointer["format_version"] == FORMAT_VERSION == 5
+    assert not [f for f in pointer["files"] if f.startswith("tree/")]
+    assert set(INNER_TABLES) <= set(pointer["tables"])
+    again = Index.load(folder, embedder=emb)
+    same(again.data, index.data)
+    again.add([Document("tide", "", "The tide at Naples rose over the ferry quay.", False)])
+    again.save(folder)
+    same(Index.load(folder, embedder=emb, verify="full").data, again.data)

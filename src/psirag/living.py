@@ -1013,7 +1013,7 @@ def update_saved(
     from psirag.index_data import SavedOrigin
     from psirag.oserrors import saving
     from psirag.storage import IndexWriter, _resolve
-    from psirag.storage_format import INNER_ORDER, load_index_data, save_index_data
+    from psirag.storage_format import load_index_data, save_index_data, saved_inner_order
 
     store = _writable_store(folder)
     with IndexWriter(store, wait=wait) as writer:
@@ -1035,10 +1035,7 @@ def update_saved(
             generation = save_index_data(writer, new)
         origin = SavedOrigin(str(_resolve(store.folder)), generation, new.chunks)
         # the rows that now hold the inner nodes, so the next save on top keeps them unread
-        rows = store.read(
-            lambda reader: np.asarray(reader.load_array(INNER_ORDER.name), dtype=np.int64),
-            generation=generation,
-        )
+        rows = store.read(saved_inner_order, generation=generation)
         new = replace(new, origin=origin, inner_rows=(origin, rows))
         return SavedUpdate(
             new, summary, generation, from_legacy, time.perf_counter() - t0, loaded=loaded

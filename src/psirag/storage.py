@@ -53,16 +53,18 @@ from psirag.oserrors import of_the_machine, with_path
 from psirag.rows import load_npy
 
 FORMAT_NAME = "psirag-index"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Format 3 keeps the data of a generation in segments shared with other generations
 (:mod:`psirag.segments`); the layout of generations is format 2's. Format 4 (issue 24) is
 format 3 with files a format-3 reader misreads: BM25 postings in their format 2 (files named
 by content, kept between generations), the HNSW graph's delta and tombstones, and the
 abstracts' drift as (node, count) pairs. The version tells a psirag that reads only up to 3
 to say "upgrade psirag" instead of failing on a file it does not know. A save on top of a
-format-3 generation writes format 4 (it migrates on write); format 3 still loads."""
+format-3 generation writes format 4 (it migrates on write); format 3 still loads. Format 5
+keeps the inner nodes' arrays (``tree/inner_*.npy`` in formats 3 and 4, written whole by each
+save) as segment tables that a save patches; formats 3 and 4 still load."""
 LEGACY_VERSION = 1
-READABLE_VERSIONS = (LEGACY_VERSION, 2, 3, FORMAT_VERSION)
+READABLE_VERSIONS = (LEGACY_VERSION, 2, 3, 4, FORMAT_VERSION)
 MANIFEST = "manifest.json"
 GENERATIONS = "generations"
 LOCK = "lock"

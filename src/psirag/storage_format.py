@@ -113,19 +113,29 @@ MANIFEST_FIELDS = (
 )
 """Fields kept in the generation's manifest body (see :func:`manifest_body`)."""
 
-INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 3, True)
+INNER_ORDER = FormatFile("tree/inner_order.npy", "tree.parent", "npy", "int32", 3, True, until=4)
 """Per inner node (memory order: by layer), its physical row in the ``inner_*`` tables."""
-INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True)
+INNER_PARENT = FormatFile("tree/inner_parent.npy", "tree.parent", "npy", "int32", 3, True, until=4)
 """Per inner node, its parent's inner index (``node - n_leaves``; -1: a root)."""
-INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True)
-INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int32", 4, False)
+INNER_LAYER = FormatFile("tree/inner_layer.npy", "tree.layer", "npy", "int32", 3, True, until=4)
+INNER_IDS = FormatFile("tree/inner_ids.npy", "inner_ids", "npy", "int32", 4, False, until=4)
 """Per inner node, its stable id (:attr:`IndexData.inner_ids`), then the next id no node has
 had (k + 1 entries); absent in indexes saved before it (their ids are the saved rows)."""
 SEGMENT_TABLES = FormatFile("seg", "node_vectors, chunks, abstracts, ...", "folder", None, 3, True)
 """Segment files of the manifest's ``tables`` (:mod:`psirag.segments`): ``leaf_vectors``,
 ``leaf_parent`` (each leaf's parent as a physical row of the inner tables), ``chunks``,
 ``inner_vectors``, ``inner_abstracts``, ``documents`` and the phrase table's
-``keywords/<array>``, ``keywords/words`` and ``keywords/stems``."""
+``keywords/<array>``, ``keywords/words`` and ``keywords/stems``; since format 5 also the
+inner nodes' arrays of :data:`INNER_TABLES`."""
+INNER_TABLES = {
+    "inner_order": INNER_ORDER,
+    "inner_parent": INNER_PARENT,
+    "inner_layer": INNER_LAYER,
+    "inner_ids": INNER_IDS,
+}
+"""Since format 5 the per-inner-node arrays (in memory order) are tables whose rows follow the
+inner nodes, so a save writes the rows an update changed (a one-document add changes a
+handful) instead of the whole files of formats 3 and 4 (the values: see those files)."""
 
 FILES: tuple[FormatFile, ...] = (
     NODE_VECTORS,
@@ -190,13 +200,15 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     tables.save("leaf_parent", "npy", leaf_parent, src=leaf_src)
     tables.save("chunks", "jsonl", _ChunkRows(data.chunks), src=leaf_src, compare=False)
     inner_parent = parent[n:]
-    writer.save_array(INNER_ORDER.name, _small_ints(inner_order))
-    writer.save_array(
-        INNER_PARENT.name, _small_ints(np.where(inner_parent >= 0, inner_parent - n, -1))
-    )
-    writer.save_array(INNER_LAYER.name, np.asarray(data.tree.layer[n:], dtype=np.int32))
     ids, next_id = data.stable_ids()
-    writer.save_array(INNER_IDS.name, _small_ints(np.append(ids, next_id)))
+    # row i continues the base's row i: the rows an update changed become a patch
+    for name, values in (
+        ("inner_order", _small_ints(inner_order)),
+        ("inner_parent", _small_ints(np.where(inner_parent >= 0, inner_parent - n, -1))),
+        ("inner_layer", np.asarray(data.tree.layer[n:], dtype=np.int32)),
+        ("inner_ids", _small_ints(np.append(ids, next_id))),
+    ):
+        tables.save(name, "npy", values)
     if data.abstract_drift is not None:  # absent: every abstract is current
         drift = np.asarray(data.abstract_drift, dtype=np.int64)
         waiting = np.flatnonzero(drift)
@@ -760,8 +772,13 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     removed = np.flatnonzero(gone)
     where = str(reader.folder)
 
+    dtypes: dict[str, np.dtype[Any]] = {}
+
     def base_dtype(name: str) -> np.dtype[Any]:
-        return np.dtype(reader.load_array(base[f"{PHRASES_DIR}/{name}"].segments[0][0]).dtype)
+        if name not in dtypes:  # (a header read: once per table)
+            first = base[f"{PHRASES_DIR}/{name}"].segments[0][0]
+            dtypes[name] = np.dtype(reader.load_array(first).dtype)
+        return dtypes[name]
 
     def cast(values: np.ndarray, name: str) -> np.ndarray | None:
         """``values`` in the base table's dtype (None: they do not fit it)."""
@@ -1159,11 +1176,10 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
     )
     inner_rows = inner_ids = None
     if origin is not None and tables:
-        inner_rows = (
-            origin,
-            np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64),
+        inner_rows = (origin, saved_inner_order(reader, tables, where))
+        inner_ids = _saved_ids(
+            reader, tables, inner_rows[1], tables["inner_vectors"].physical, where
         )
-        inner_ids = _saved_ids(reader, inner_rows[1], tables["inner_vectors"].physical, where)
     graph = None
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
@@ -1220,14 +1236,50 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
 Core = tuple[np.ndarray, Tree, Sequence[Chunk], Sequence[str]]
 
 
+def _inner_array(
+    reader: IndexReader, tables: dict[str, Table], name: str, where: str | Path
+) -> np.ndarray | None:
+    """An inner-node array of :data:`INNER_TABLES`: its table (format 5), or its file
+    (formats 3 and 4); None when the generation has neither."""
+    if name in tables:
+        return np.asarray(_read_table(reader, tables, name, where))
+    file = INNER_TABLES[name].name
+    if file not in reader.files:
+        return None
+    return np.asarray(reader.load_array(file, mmap=False))
+
+
+def saved_inner_order(
+    reader: IndexReader, tables: dict[str, Table] | None = None, where: str | Path | None = None
+) -> np.ndarray:
+    """Per inner node, its physical row in the inner tables (``inner_order``) as a generation
+    saved it (any format from 3)."""
+    from psirag.segments import tables_of
+
+    where = reader.folder if where is None else where
+    if tables is None:
+        tables = tables_of(reader.manifest, f"{reader.folder / 'manifest.json'}")
+    order = _inner_array(reader, tables, "inner_order", where)
+    if order is None:
+        raise IndexFormatError(
+            f"{where}: the manifest lists no inner_order; the index is incomplete, rebuild it"
+        )
+    return np.asarray(order, dtype=np.int64)
+
+
 def _saved_ids(
-    reader: IndexReader, rows: np.ndarray, n_rows: int, where: str | Path
+    reader: IndexReader,
+    tables: dict[str, Table],
+    rows: np.ndarray,
+    n_rows: int,
+    where: str | Path,
 ) -> tuple[np.ndarray, int]:
     """The inner nodes' stable ids and the next one: as saved, or for an index saved before
     they were, the rows that hold the nodes (unique, and below the rows' count)."""
-    if INNER_IDS.name not in reader.files:
+    got = _inner_array(reader, tables, "inner_ids", where)
+    if got is None:
         return rows, n_rows
-    saved = np.asarray(reader.load_array(INNER_IDS.name, mmap=False), dtype=np.int64)
+    saved = np.asarray(got, dtype=np.int64)
     ids, next_id = saved[:-1], int(saved[-1]) if saved.size else -1
     if (
         saved.shape != (rows.size + 1,)
@@ -1310,7 +1362,7 @@ def _read_table(
 
 def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Path) -> Core:
     """node_vectors, tree, chunks and abstracts of a format-3 generation, assembled from its
-    tables: leaf rows in order, inner rows picked by ``tree/inner_order.npy``. Chunks and
+    tables: leaf rows in order, inner rows picked by ``inner_order``. Chunks and
     abstracts are :class:`~psirag.rows.LazyRows`: their records are decoded when read."""
     from psirag.segments import mapped_jsonl
 
@@ -1326,9 +1378,16 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     if texts_table is None:
         raise IndexFormatError(f"{where}: the manifest lists no table inner_abstracts; rebuild it")
     inner_texts = mapped_jsonl(reader, texts_table, f"{where} table inner_abstracts")
-    order = np.asarray(reader.load_array(INNER_ORDER.name, mmap=False), dtype=np.int64)
-    inner_parent = np.asarray(reader.load_array(INNER_PARENT.name, mmap=False), dtype=np.int64)
-    inner_layer = np.asarray(reader.load_array(INNER_LAYER.name, mmap=False), dtype=np.int32)
+    order = saved_inner_order(reader, tables, where)
+    inner_parent = _inner_array(reader, tables, "inner_parent", where)
+    inner_layer = _inner_array(reader, tables, "inner_layer", where)
+    if inner_parent is None or inner_layer is None:
+        raise IndexFormatError(
+            f"{where}: the manifest lists no inner_parent or inner_layer; the index is "
+            "incomplete, rebuild it"
+        )
+    inner_parent = np.asarray(inner_parent, dtype=np.int64)
+    inner_layer = np.asarray(inner_layer, dtype=np.int32)
     n, k = leaf_vectors.shape[0], order.size
     n_rows = inner_texts.physical
 
@@ -1347,7 +1406,7 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     ):
         raise bad("its tables and tree arrays disagree in size")
     if k and (int(order.min()) < 0 or int(order.max()) >= n_rows or not _distinct(order, n_rows)):
-        raise bad("tree/inner_order.npy does not name distinct rows of the inner tables")
+        raise bad("inner_order does not name distinct rows of the inner tables")
     if k and (int(inner_parent.min()) < -1 or int(inner_parent.max()) >= k):
         raise bad("tree/inner_parent.npy names a parent that does not exist")
     slot_of = np.full(n_rows + 1, -1, dtype=np.int64)  # the last: a leaf that is a root
