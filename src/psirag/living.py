@@ -825,10 +825,15 @@ def update_documents(
         else (data.origin, state.rows[state.tree.n_leaves :]),
         inner_ids=state.inner_ids(),
     )
-    if not wanted:  # the new documents come after the old ones: no need to list them again
-        new.__dict__["documents"] = data.documents + tuple(
-            dict.fromkeys(c.source.document for c in new_chunks)
-        )
+    # the kept documents keep their order and the new ones come after them: no need to list
+    # every chunk's document again (a save asks for the list)
+    gone_ids = set(wanted)
+    kept_ids = data.documents
+    if gone_ids:
+        kept_ids = tuple(d for d in kept_ids if d not in gone_ids)
+    new.__dict__["documents"] = kept_ids + tuple(
+        dict.fromkeys(c.source.document for c in new_chunks)
+    )
     return new, summary
 
 
