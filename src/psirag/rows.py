@@ -295,11 +295,12 @@ class LazyRows(Sequence[T], Generic[T]):
     __hash__ = None  # type: ignore[assignment]
 
     def __add__(self, other: Sequence[T]) -> LazyRows[T]:
-        """These rows then ``other`` (kept in memory), sharing the decoded rows."""
+        """These rows then ``other`` (kept in memory), sharing the decoded rows; reads no row
+        (an update appends its new chunks to the loaded ones this way)."""
         return LazyRows(
             self.source,
             self.convert,
-            self._rows(),
+            self.rows,
             tail=self.tail + tuple(other),
             _cache=(self._cache, self._lock),
         )
@@ -315,13 +316,21 @@ class LazyRows(Sequence[T], Generic[T]):
         return np.arange(self._head, dtype=np.int64) if self.rows is None else self.rows
 
     def take(self, items: np.ndarray) -> LazyRows[T] | tuple[T, ...]:
-        """The items at positions ``items`` (in that order), without reading them; a tuple
-        when some are tail items."""
+        """The items at positions ``items`` (in that order), without reading them: rows, then
+        tail items when every tail item taken comes after every row taken (a removal keeps
+        the order); else a tuple."""
         items = np.asarray(items, dtype=np.int64)
-        if items.size and int(items.max()) >= self._head:
+        in_tail = items >= self._head
+        cut = int(np.count_nonzero(~in_tail))
+        if bool(in_tail[:cut].any()):
             return tuple(self._item(int(i)) for i in items.tolist())
+        tail = self.tail
         return LazyRows(
-            self.source, self.convert, self._rows()[items], _cache=(self._cache, self._lock)
+            self.source,
+            self.convert,
+            self._rows()[items[:cut]],
+            tail=tuple(tail[j] for j in (items[cut:] - self._head).tolist()),
+            _cache=(self._cache, self._lock),
         )
 
     def read(self) -> int:
@@ -345,7 +354,8 @@ class LazyRows(Sequence[T], Generic[T]):
             return np.where(hit, pos, -1)
 
         if isinstance(items, LazyRows) and items._cache is self._cache:
-            own = position(items._rows())
+            # rows of a sequence over all of the source are their own positions
+            own = items._rows() if self.rows is None else position(items._rows())
             return np.concatenate([own, self._by_identity(items.tail)])
         return self._by_identity(items)
 
