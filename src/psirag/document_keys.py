@@ -32,10 +32,12 @@ def document_key(doc_id: str) -> int:
     return int.from_bytes(digest, "little")
 
 
-def keys_of(chunks: Iterable[Chunk]) -> np.ndarray | None:
-    """Per chunk, its document's key (uint64); None when a document id is not in NFC (the
-    keys could not find it by its NFC form, as :func:`psirag.ids.match` does)."""
+def keys_of(chunks: Iterable[Chunk]) -> tuple[np.ndarray, int] | None:
+    """Per chunk, its document's key (uint64), and the number of documents; None when a
+    document id is not in NFC (the keys could not find it by its NFC form, as
+    :func:`psirag.ids.match` does)."""
     out: list[int] = []
+    seen: set[str] = set()
     last: str | None = None
     key = 0
     for c in chunks:
@@ -44,8 +46,9 @@ def keys_of(chunks: Iterable[Chunk]) -> np.ndarray | None:
             if nfc(doc) != doc:
                 return None
             last, key = doc, document_key(doc)
+            seen.add(doc)
         out.append(key)
-    return np.asarray(out, dtype=np.uint64)
+    return np.asarray(out, dtype=np.uint64), len(seen)
 
 
 class DocumentIndex(Protocol):
@@ -79,17 +82,12 @@ class KeyedDocuments:
     """:class:`DocumentIndex` from per-leaf document keys and the chunks they describe (read
     only where a key matches)."""
 
-    def __init__(self, keys: np.ndarray, chunks: Sequence[Chunk], count: int | None = None):
+    def __init__(self, keys: np.ndarray, count: int, chunks: Sequence[Chunk]) -> None:
+        """``count``: the number of documents, kept beside the keys (two documents may share
+        a key, so the keys alone cannot count them)."""
         self.keys = np.asarray(keys, dtype=np.uint64)
+        self.count = count
         self.chunks = chunks
-        self._count = count
-
-    @property
-    def count(self) -> int:
-        if self._count is None:  # distinct keys (a sort: numpy's unique is slower here)
-            ordered = np.sort(self.keys)
-            self._count = int(ordered.size and 1 + np.count_nonzero(ordered[1:] != ordered[:-1]))
-        return self._count
 
     def _leaves_by_id(self, doc_ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Per id of ``doc_ids`` that is stored, its leaves (ascending); one pass over the

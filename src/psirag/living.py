@@ -48,7 +48,7 @@ from psirag.pipeline import (
     write_abstracts,
 )
 from psirag.retrieval.leaf_graph import usearch_available
-from psirag.rows import LazyRows
+from psirag.rows import LazyRows, PickedRows
 from psirag.tree import Tree, build_tree
 from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
 from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
@@ -271,7 +271,9 @@ class _State:
     chunks: Sequence[Chunk]
     """The leaves' chunks: the loaded rows (not decoded) with new chunks after them."""
     leaf_vectors: np.ndarray
-    abstracts: list[str]
+    abstracts: Sequence[str]
+    """The inner nodes' abstracts: after :meth:`apply`, a :class:`PickedRows` over the
+    loaded ones (not read) with the changed nodes' own texts."""
     vectors: np.ndarray
     dirty: np.ndarray
     phrases: PhraseTable | None = None
@@ -305,7 +307,7 @@ class _State:
             data.tree,
             data.chunks,
             np.asarray(data.node_vectors[:n], dtype=np.float32),
-            list(data.abstracts),
+            data.abstracts,
             np.asarray(data.node_vectors, dtype=np.float32),  # read only: apply copies
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
@@ -370,7 +372,6 @@ class _State:
         node vectors (the state's leaf vectors are a view of those)."""
         tree = update.tree
         n_old, n_new = self.tree.n_leaves, tree.n_leaves
-        abstracts = [""] * (tree.n_nodes - n_new)
         vectors = np.empty((tree.n_nodes, self.vectors.shape[1]), dtype=np.float32)
         k = leaf_vectors.shape[0]
         vectors[:k] = leaf_vectors
@@ -380,8 +381,9 @@ class _State:
         old_inner = np.arange(n_old, self.tree.n_nodes)
         target = update.node_map[old_inner]
         keep = target >= n_new
-        for u, v in zip(old_inner[keep].tolist(), target[keep].tolist(), strict=True):
-            abstracts[v - n_new] = self.abstracts[u - n_old]
+        pick = np.full(tree.n_nodes - n_new, -1, dtype=np.int64)  # new nodes: "" for now
+        pick[target[keep] - n_new] = old_inner[keep] - n_old
+        abstracts = PickedRows(self.abstracts, pick, {}, "")
         vectors[target[keep]] = self.vectors[old_inner[keep]]
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
@@ -459,8 +461,8 @@ class _State:
                 progress=progress,
                 table=self.phrases,
             )
-            for u, text in zip(refresh.tolist(), written.texts, strict=True):
-                self.abstracts[u - n] = text
+            own = {u - n: text for u, text in zip(refresh.tolist(), written.texts, strict=True)}
+            self.abstracts = _with_texts(self.abstracts, own)
             summary.llm_calls += int(written.llm.get("calls", 0) or 0)
             summary.llm_cached += int(written.llm.get("cached", 0) or 0)
         summary.seconds["abstracts"] = time.perf_counter() - t0 + self.seconds.get("abstracts", 0.0)
@@ -809,13 +811,13 @@ def update_documents(
     inner_drift = state.drift[state.tree.n_leaves :]
     n_docs = n_known - len(wanted) + len(documents)
     stats = replace(data.stats, documents=n_docs, truncated=data.stats.truncated + truncated)
-    keys = _updated_keys(directory, None if not wanted else ~gone, new_chunks)
+    keys = _updated_keys(directory, None if not wanted else ~gone, len(wanted), new_chunks)
     new = IndexData(
         config=config,
         chunks=state.chunks,
         tree=state.tree,
         node_vectors=state.vectors,
-        abstracts=tuple(state.abstracts),
+        abstracts=state.abstracts,
         sparse=sparse,
         embedder_id=data.embedder_id,
         stats=stats,
@@ -831,14 +833,10 @@ def update_documents(
         inner_ids=state.inner_ids(),
         document_keys=keys,
     )
-    added_docs = tuple(dict.fromkeys(c.source.document for c in new_chunks))
-    if keys is not None:  # the count carried, not counted again
-        from psirag.document_keys import KeyedDocuments
-
-        count = n_known - len(wanted) + len(added_docs)
-        new.__dict__["document_index"] = KeyedDocuments(keys, new.chunks, count)
     if not wanted and "documents" in data.__dict__:  # the new ones come after the old ones
-        new.__dict__["documents"] = data.documents + added_docs
+        new.__dict__["documents"] = data.documents + tuple(
+            dict.fromkeys(c.source.document for c in new_chunks)
+        )
     return new, summary
 
 
@@ -956,6 +954,13 @@ def _first_documents(chunks: Sequence[Chunk], k: int) -> list[str]:
     return list(out)
 
 
+def _with_texts(abstracts: Sequence[str], texts: dict[int, str]) -> PickedRows[str]:
+    """``abstracts`` with the items ``texts`` (position -> text) replaced, none read."""
+    if isinstance(abstracts, PickedRows):
+        return PickedRows(abstracts.base, abstracts.pick, {**abstracts.own, **texts}, "")
+    return PickedRows(abstracts, np.arange(len(abstracts)), texts, "")
+
+
 def _kept(chunks: Sequence[Chunk], keep: np.ndarray) -> Sequence[Chunk]:
     """The chunks at positions ``keep`` (ascending), a loaded sequence's rows not read."""
     if isinstance(chunks, LazyRows):
@@ -971,21 +976,24 @@ def _appended(chunks: Sequence[Chunk], new: Sequence[Chunk]) -> Sequence[Chunk]:
 
 
 def _updated_keys(
-    directory: DocumentIndex, keep: np.ndarray | None, new_chunks: Sequence[Chunk]
-) -> np.ndarray | None:
+    directory: DocumentIndex, keep: np.ndarray | None, removed: int, new_chunks: Sequence[Chunk]
+) -> tuple[np.ndarray, int] | None:
     """The document keys after an update: the kept leaves' (``keep``: a mask; None: all),
-    then the new chunks'; None where the index has none."""
+    then the new chunks'; with the count less ``removed`` documents plus the new ones; None
+    where the index has none."""
     from psirag.document_keys import KeyedDocuments, keys_of
 
     if not isinstance(directory, KeyedDocuments):
         return None
     keys = directory.keys if keep is None else directory.keys[keep]
+    count = directory.count - removed
     if new_chunks:
         added = keys_of(new_chunks)
         if added is None:
             return None
-        keys = np.concatenate([keys, added])
-    return keys
+        keys = np.concatenate([keys, added[0]])
+        count += added[1]
+    return keys, count
 
 
 # ------------------------------------------------------------------ full rebuilds

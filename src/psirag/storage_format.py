@@ -204,8 +204,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         waiting = np.flatnonzero(drift)
         writer.save_array(DRIFT_NODES_FILE, np.stack([waiting, drift[waiting]]))
     keys = data.leaf_document_keys()
-    if keys is not None:
-        tables.save(DOCUMENT_KEYS, "npy", keys, src=leaf_src)
+    if keys is not None:  # (the number of documents is the manifest's count)
+        tables.save(DOCUMENT_KEYS, "npy", keys[0], src=leaf_src)
     sources = data.sources
     # (no sources: the document list, which decodes every chunk, is not needed)
     docs = [{"id": d, **sources[d]} for d in data.documents if d in sources] if sources else []
@@ -763,7 +763,7 @@ def manifest_body(data: IndexData) -> dict[str, Any]:
             "dim": int(data.node_vectors.shape[1]),
         },
         "counts": {
-            "documents": len(data.documents),
+            "documents": data.document_index.count,  # the documents are not listed
             "chunks": tree.n_leaves,
             "nodes": tree.n_nodes,
             "trees": int(tree.roots.size),
@@ -863,14 +863,21 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
             )
         sparse.duplicates = DuplicateMap(first_copy, hashes)
     document_keys = None
-    if DOCUMENT_KEYS in tables:
-        document_keys = np.asarray(_read_table(reader, tables, DOCUMENT_KEYS, where))
-        if document_keys.shape != (len(chunks),) or document_keys.dtype != np.uint64:
+    if DOCUMENT_KEYS in tables:  # saved with the manifest's count of documents
+        keys = np.asarray(_read_table(reader, tables, DOCUMENT_KEYS, where))
+        n_docs = m.get("counts", {}).get("documents")
+        if (
+            keys.shape != (len(chunks),)
+            or keys.dtype != np.uint64
+            or not isinstance(n_docs, int)
+            or not (min(1, len(chunks)) <= n_docs <= len(chunks))
+        ):
             raise IndexFormatError(
-                f"{where}: the {DOCUMENT_KEYS} table holds {document_keys.shape} rows of "
-                f"{document_keys.dtype} for {len(chunks)} chunks; the index is corrupted, "
+                f"{where}: the {DOCUMENT_KEYS} table holds {keys.shape} rows of {keys.dtype} "
+                f"for {len(chunks)} chunks and {n_docs!r} documents; the index is corrupted, "
                 "rebuild it"
             )
+        document_keys = (keys, n_docs)
     bm25_docs = sparse.n_docs
     if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
         raise IndexFormatError(
