@@ -194,21 +194,31 @@ def prepare_index(index: Index) -> Index:
     if not isinstance(inner, BatchingEmbedder):
         index.embedder = BatchingEmbedder(inner)
     index.embed_query("warm up")
+    _warming[0] = index.data
     threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
 
 
+_warming: list[IndexData | None] = [None]
+"""The data the last :func:`prepare_index` warms up: an older one's warm-up stops early."""
+
+
 def warm_up(data: IndexData) -> None:
-    """Make what a loaded index defers: the tree's tables (the tree views read them; at 200k
-    chunks they took 5 s, which every write paid before publishing) and what the first
-    update reads (the keyword phrase table a load leaves unread, the document keys), so the
-    first ``POST /documents`` after a start costs what a later one does. Errors are left to
-    the request or write that needs the value (it raises them again)."""
+    """Make what a loaded index defers: what the first update reads (the document keys, the
+    keyword phrase table a load leaves unread), so the first ``POST /documents`` after a start
+    costs what a later one does, then the tree's tables (the tree views read them; at 200k
+    chunks they took 5 s, which every write paid before publishing), unless newer data is
+    being served by then. Errors are left to the request or write that needs the value (it
+    raises them again)."""
     try:
-        tree = data.tree
-        _ = (tree.fan_out, tree.roots, tree.leaf_counts, tree.leaf_membership)
         _ = data.document_index
         _ = data.phrase_table
+        tree = data.tree
+        _ = (tree.fan_out, tree.roots)
+        if _warming[0] is data:
+            _ = tree.leaf_counts
+        if _warming[0] is data:
+            _ = tree.leaf_membership
     except Exception as exc:  # the value's own user reports it
         log.debug("warming the index up failed: %s", exc)
 
