@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 import numpy as np
 
 from psirag.config import IndexConfig
-from psirag.rows import LazyRows, identities, match_identities
+from psirag.rows import LazyRows, PickedRows, identities, match_identities
 from psirag.tree.model import Tree
 from psirag.types import Chunk
 
 if TYPE_CHECKING:  # a runtime import would cycle through psirag.retrieval
     from psirag.abstracts.phrases import PhraseTable
+    from psirag.document_keys import DocumentIndex
     from psirag.retrieval.bm25 import SparseIndex
     from psirag.retrieval.leaf_graph import LeafGraph
 
@@ -191,11 +192,16 @@ class IndexData:
     with an index of more than :data:`psirag.config.EXACT_DENSE_LEAVES` leaves when usearch is
     installed, changed by every update and saved in the generation; None: none (the tree
     search ranks in its place)."""
+    document_keys: tuple[np.ndarray, int] | None = None
+    """Per leaf, the 64-bit key of its document id (:mod:`psirag.document_keys`), and the
+    number of documents, as a load or an update gives them, so that an update finds documents
+    without decoding every chunk; None: made from the chunks when first asked
+    (:attr:`document_index`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunks, LazyRows):
             object.__setattr__(self, "chunks", tuple(self.chunks))
-        if not isinstance(self.abstracts, LazyRows):
+        if not isinstance(self.abstracts, (LazyRows, PickedRows)):
             object.__setattr__(self, "abstracts", tuple(self.abstracts))
         object.__setattr__(self, "node_vectors", _read_only(self.node_vectors))
         tree = self.tree
@@ -210,6 +216,11 @@ class IndexData:
             or (ids[0].size and ids[0].max() >= ids[1])
         ):
             raise ValueError(f"inner ids of {ids[0].shape} (next {ids[1]}) do not fit the tree")
+        keys = self.document_keys
+        if keys is not None and (keys[0].shape != (tree.n_leaves,) or keys[1] > tree.n_leaves):
+            raise ValueError(
+                f"document keys of {keys[0].shape} ({keys[1]} documents) for {tree.n_leaves} leaves"
+            )
         graph = self.leaf_graph
         if graph is not None and graph.n_leaves != tree.n_leaves:
             raise ValueError(f"an HNSW graph of {graph.n_leaves} leaves for {tree.n_leaves}")
@@ -246,6 +257,27 @@ class IndexData:
         return tuple(dict.fromkeys(c.source.document for c in self.chunks))
 
     @cached_property
+    def document_index(self) -> DocumentIndex:
+        """The documents' questions an update asks (count, membership, leaves of a document),
+        answered from :attr:`document_keys` without decoding chunks; without them the keys
+        are made from the chunks here (an index saved before them decodes every chunk once,
+        and its next save keeps them), or, for stored ids not in NFC, from the document list."""
+        from psirag.document_keys import KeyedDocuments, ListedDocuments, keys_of
+
+        keys = self.document_keys if self.document_keys is not None else keys_of(self.chunks)
+        if keys is None:
+            return ListedDocuments(self)
+        return KeyedDocuments(keys[0], keys[1], self.chunks)
+
+    def leaf_document_keys(self) -> tuple[np.ndarray, int] | None:
+        """Per leaf, its document's key, and the number of documents (what a save keeps);
+        None: the stored ids are not all in NFC, so the index has none."""
+        from psirag.document_keys import KeyedDocuments
+
+        found = self.document_index
+        return (found.keys, found.count) if isinstance(found, KeyedDocuments) else None
+
+    @cached_property
     def leaf_documents(self) -> np.ndarray:
         """The document id of every leaf (an object array, for masks by ``np.isin``)."""
         return np.array([c.source.document for c in self.chunks], dtype=object)
@@ -262,6 +294,8 @@ class IndexData:
         if {"tree", "node_vectors", "abstracts"} & set(changes):
             changes.setdefault("inner_rows", None)  # the carried rows may not hold them now
             changes.setdefault("inner_ids", None)
+        if "chunks" in changes:
+            changes.setdefault("document_keys", None)  # made again from the new chunks
         return replace(self, **changes)
 
 

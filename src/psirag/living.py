@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -48,6 +48,7 @@ from psirag.pipeline import (
     write_abstracts,
 )
 from psirag.retrieval.leaf_graph import usearch_available
+from psirag.rows import LazyRows, PickedRows
 from psirag.tree import Tree, build_tree
 from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
 from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
@@ -55,6 +56,7 @@ from psirag.types import Chunk
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
+    from psirag.document_keys import DocumentIndex
     from psirag.retrieval.bm25 import Postings
     from psirag.retrieval.duplicates import DuplicateMap
     from psirag.retrieval.leaf_graph import LeafGraph
@@ -238,7 +240,7 @@ def document_digests(chunks: Sequence[Chunk]) -> dict[str, str]:
     return {d: _digest(texts) for d, texts in by_doc.items()}
 
 
-def _free_id(wanted: str, doc: Document, taken: set[str]) -> str:
+def _free_id(wanted: str, doc: Document, taken: _Taken) -> str:
     """A new id for a document whose id is taken: a record of another file gets that file's
     name in front, a text given directly the next free number, then ``#2``, ``#3``..."""
     if doc.path is None and wanted.isdigit():
@@ -266,9 +268,12 @@ class _State:
     ``dirty`` (ids of this tree) and recomputed once at the end."""
 
     tree: Tree
-    chunks: list[Chunk]
+    chunks: Sequence[Chunk]
+    """The leaves' chunks: the loaded rows (not decoded) with new chunks after them."""
     leaf_vectors: np.ndarray
-    abstracts: list[str]
+    abstracts: Sequence[str]
+    """The inner nodes' abstracts: after :meth:`apply`, a :class:`PickedRows` over the
+    loaded ones (not read) with the changed nodes' own texts."""
     vectors: np.ndarray
     dirty: np.ndarray
     phrases: PhraseTable | None = None
@@ -300,9 +305,9 @@ class _State:
         inner_ids, next_id = data.stable_ids()
         return cls(
             data.tree,
-            list(data.chunks),
+            data.chunks,
             np.asarray(data.node_vectors[:n], dtype=np.float32),
-            list(data.abstracts),
+            data.abstracts,
             np.asarray(data.node_vectors, dtype=np.float32),  # read only: apply copies
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
@@ -357,7 +362,7 @@ class _State:
     def apply(
         self,
         update: TreeUpdate,
-        chunks: list[Chunk],
+        chunks: Sequence[Chunk],
         leaf_vectors: np.ndarray,
         appended: np.ndarray | None = None,
     ) -> None:
@@ -367,7 +372,6 @@ class _State:
         node vectors (the state's leaf vectors are a view of those)."""
         tree = update.tree
         n_old, n_new = self.tree.n_leaves, tree.n_leaves
-        abstracts = [""] * (tree.n_nodes - n_new)
         vectors = np.empty((tree.n_nodes, self.vectors.shape[1]), dtype=np.float32)
         k = leaf_vectors.shape[0]
         vectors[:k] = leaf_vectors
@@ -377,8 +381,9 @@ class _State:
         old_inner = np.arange(n_old, self.tree.n_nodes)
         target = update.node_map[old_inner]
         keep = target >= n_new
-        for u, v in zip(old_inner[keep].tolist(), target[keep].tolist(), strict=True):
-            abstracts[v - n_new] = self.abstracts[u - n_old]
+        pick = np.full(tree.n_nodes - n_new, -1, dtype=np.int64)  # new nodes: "" for now
+        pick[target[keep] - n_new] = old_inner[keep] - n_old
+        abstracts = PickedRows(self.abstracts, pick, {}, "")
         vectors[target[keep]] = self.vectors[old_inner[keep]]
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
@@ -456,8 +461,8 @@ class _State:
                 progress=progress,
                 table=self.phrases,
             )
-            for u, text in zip(refresh.tolist(), written.texts, strict=True):
-                self.abstracts[u - n] = text
+            own = {u - n: text for u, text in zip(refresh.tolist(), written.texts, strict=True)}
+            self.abstracts = _with_texts(self.abstracts, own)
             summary.llm_calls += int(written.llm.get("calls", 0) or 0)
             summary.llm_cached += int(written.llm.get("cached", 0) or 0)
         summary.seconds["abstracts"] = time.perf_counter() - t0 + self.seconds.get("abstracts", 0.0)
@@ -689,13 +694,15 @@ def update_documents(
             f"would be embedded with {embedder.id!r}; vectors of two models cannot share a "
             f"tree. Add with the index's own embedder ({config.embedder!r}) or rebuild."
         )
-    from psirag.ids import match, some
+    from psirag.ids import some
 
-    # an add alone reads no id of the index's documents (their count is cached with them)
-    wanted, missing = match(remove, data.documents) if remove else ([], [])
-    n_known = len(data.documents)
+    # the documents' questions are answered from per-leaf keys: no chunk is decoded but those
+    # of the documents asked about
+    directory = data.document_index
+    wanted, missing = directory.match(remove) if remove else ([], [])
+    n_known = directory.count
     if missing:
-        sample = ", ".join(repr(d) for d in data.documents[:5])
+        sample = ", ".join(repr(d) for d in _first_documents(data.chunks, 5))
         raise InputError(
             f"unknown document id(s) [{some(missing)}]: this index holds {n_known:,} documents "
             f"(e.g. {sample}); `psirag inspect DIR --json` lists the counts, nothing was removed"
@@ -716,13 +723,13 @@ def update_documents(
     graph = data.leaf_graph if data.leaf_graph is not None and usearch_available() else None
     if wanted:
         t0 = time.perf_counter()
-        gone = np.isin(data.leaf_documents, np.array(wanted, dtype=object))
+        gone = directory.leaves_of(wanted)
         leaf_ids = np.flatnonzero(gone)
         update = remove_leaves(
             state.tree, leaf_ids, state.leaf_vectors, max_children=config.max_children
         )
         keep = np.flatnonzero(~gone)
-        state.apply(update, [state.chunks[i] for i in keep.tolist()], state.leaf_vectors[keep])
+        state.apply(update, _kept(state.chunks, keep), state.leaf_vectors[keep])
         summary.seconds["tree"] = time.perf_counter() - t0
         state.keep_leaves(~gone)  # timed as abstracts and bm25
         if graph is not None:  # tombstones, so that the insertion below can search the graph
@@ -736,8 +743,8 @@ def update_documents(
     truncated = 0
     if documents:
         t0 = time.perf_counter()
-        indexed = set(data.documents) if not wanted else None  # else: what is left
-        documents = _admit(state.chunks, sources, config, documents, summary, indexed)
+        left = _Left(directory, wanted)  # the documents indexed and not removed
+        documents = _admit(data.chunks, sources, config, documents, summary, left)
         new_chunks = chunk_documents(documents, config, progress=progress) if documents else []
         summary.seconds["chunking"] = summary.seconds.get("chunking", 0.0) + (
             time.perf_counter() - t0
@@ -745,8 +752,7 @@ def update_documents(
     if new_chunks:
         if embedder is None:
             raise InputError("adding documents needs an embedder")
-        known_ids = {c.id for c in state.chunks}
-        clash = [c.id for c in new_chunks if c.id in known_ids]
+        clash = _known_chunk_ids(data.chunks, _Left(directory, wanted), new_chunks)
         if clash:  # cannot happen with unique document ids; a guard for hand-made Documents
             raise InputError(
                 f"chunk id {clash[0]} is already in the index; give the document a new id"
@@ -781,7 +787,7 @@ def update_documents(
         # insert_leaves keeps the old leaf ids and appends the new ones in input order
         state.apply(
             update,
-            state.chunks + new_chunks,
+            _appended(state.chunks, new_chunks),
             state.leaf_vectors,
             appended=np.asarray(embedded.vectors, dtype=np.float32),
         )
@@ -805,12 +811,13 @@ def update_documents(
     inner_drift = state.drift[state.tree.n_leaves :]
     n_docs = n_known - len(wanted) + len(documents)
     stats = replace(data.stats, documents=n_docs, truncated=data.stats.truncated + truncated)
+    keys = _updated_keys(directory, None if not wanted else ~gone, len(wanted), new_chunks)
     new = IndexData(
         config=config,
-        chunks=tuple(state.chunks),
+        chunks=state.chunks,
         tree=state.tree,
         node_vectors=state.vectors,
-        abstracts=tuple(state.abstracts),
+        abstracts=state.abstracts,
         sparse=sparse,
         embedder_id=data.embedder_id,
         stats=stats,
@@ -824,16 +831,17 @@ def update_documents(
         if state.rows is None or data.origin is None
         else (data.origin, state.rows[state.tree.n_leaves :]),
         inner_ids=state.inner_ids(),
+        document_keys=keys,
     )
-    # the kept documents keep their order and the new ones come after them: no need to list
-    # every chunk's document again (a save asks for the list)
-    gone_ids = set(wanted)
-    kept_ids = data.documents
-    if gone_ids:
-        kept_ids = tuple(d for d in kept_ids if d not in gone_ids)
-    new.__dict__["documents"] = kept_ids + tuple(
-        dict.fromkeys(c.source.document for c in new_chunks)
-    )
+    if "documents" in data.__dict__:  # listed already: the kept ones keep their order and
+        # the new ones come after them, so the list is not made again from every chunk
+        gone_ids = set(wanted)
+        kept_ids = data.documents
+        if gone_ids:
+            kept_ids = tuple(d for d in kept_ids if d not in gone_ids)
+        new.__dict__["documents"] = kept_ids + tuple(
+            dict.fromkeys(c.source.document for c in new_chunks)
+        )
     return new, summary
 
 
@@ -855,24 +863,23 @@ def _admit(
     config: Any,
     documents: list[Document],
     summary: UpdateSummary,
-    indexed: set[str] | None = None,
+    indexed: _Left,
 ) -> list[Document]:
     """Skip documents already indexed, refuse a changed file given to ``add``, rename new
-    documents whose id another document holds. ``indexed``: the ids of ``chunks``'
-    documents, when known."""
+    documents whose id another document holds. ``indexed``: the documents of ``chunks`` that
+    stay."""
     # digests only of the indexed documents a new one shares an id with (hashing every chunk
     # of the corpus cost more than the rest of a small add's chunking)
-    if indexed is None:
-        indexed = {c.source.document for c in chunks}
-    asked = {d.id for d in documents} & indexed
-    existing = document_digests([c for c in chunks if c.source.document in asked]) if asked else {}
-    taken = indexed | {d.id for d in documents}
+    asked = indexed.present([d.id for d in documents])
+    mine = np.flatnonzero(indexed.leaves_of(sorted(asked))).tolist() if asked else []
+    existing = document_digests([chunks[i] for i in mine]) if asked else {}
+    taken = _Taken(indexed, {d.id for d in documents})
     out: list[Document] = []
     kept: set[str] = set()
     for doc in documents:
         if doc.id in existing:
-            mine = document_digests(chunk_documents([doc], config)).get(doc.id)
-            if mine == existing[doc.id]:
+            mine_digest = document_digests(chunk_documents([doc], config)).get(doc.id)
+            if mine_digest == existing[doc.id]:
                 summary.skipped.append(doc.id)
                 if doc.path is not None and doc.id not in sources:
                     sources[doc.id] = {"path": doc.path, "sha256": doc.sha256}
@@ -884,7 +891,7 @@ def _admit(
                     "(the file changed since); re-index it with `psirag sync`, or remove it "
                     "first (`psirag remove DIR --doc ID`)"
                 )
-        if doc.id in indexed or doc.id in kept:
+        if doc.id in asked or doc.id in kept:
             new_id = _free_id(doc.id, doc, taken)
             summary.renamed[doc.id] = new_id
             doc = replace(doc, id=new_id)
@@ -892,6 +899,106 @@ def _admit(
         kept.add(doc.id)
         out.append(doc)
     return out
+
+
+class _Left:
+    """The documents an update keeps: indexed (``directory``) and not ``removed``."""
+
+    def __init__(self, directory: DocumentIndex, removed: Sequence[str]) -> None:
+        self.directory = directory
+        self.removed = set(removed)
+
+    def present(self, doc_ids: Sequence[str]) -> set[str]:
+        """Those of ``doc_ids`` that are kept (one pass over the keys for all of them)."""
+        return self.directory.present([d for d in doc_ids if d not in self.removed])
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id not in self.removed and doc_id in self.directory
+
+    def leaves_of(self, doc_ids: Sequence[str]) -> np.ndarray:
+        return self.directory.leaves_of([d for d in doc_ids if d not in self.removed])
+
+    def every_id(self) -> set[str]:
+        return self.directory.every_id() - self.removed
+
+
+class _Taken:
+    """Ids a renamed document may not get: the kept documents' and the new ones' so far.
+    Iterating lists every indexed id (only :func:`_free_id`'s numbered ids do)."""
+
+    def __init__(self, indexed: _Left, new: set[str]) -> None:
+        self.indexed = indexed
+        self.new = new
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self.new or doc_id in self.indexed
+
+    def add(self, doc_id: str) -> None:
+        self.new.add(doc_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.indexed.every_id() | self.new)
+
+
+def _known_chunk_ids(chunks: Sequence[Chunk], left: _Left, new_chunks: list[Chunk]) -> list[str]:
+    """Ids of ``new_chunks`` that a kept chunk already has. A chunk id hashes its document id
+    and text, so only the chunks of a kept document of the same id can have it: those are
+    read, not every chunk (``_admit`` renames such documents: a guard for hand-made ones)."""
+    docs = list(dict.fromkeys(c.source.document for c in new_chunks))
+    known = {chunks[i].id for i in np.flatnonzero(left.leaves_of(docs)).tolist()}
+    return [c.id for c in new_chunks if c.id in known]
+
+
+def _first_documents(chunks: Sequence[Chunk], k: int) -> list[str]:
+    """The first ``k`` document ids in corpus order (for a message), reading few chunks."""
+    out: dict[str, None] = {}
+    for i in range(len(chunks)):
+        out.setdefault(chunks[i].source.document, None)
+        if len(out) >= k:
+            break
+    return list(out)
+
+
+def _with_texts(abstracts: Sequence[str], texts: dict[int, str]) -> PickedRows[str]:
+    """``abstracts`` with the items ``texts`` (position -> text) replaced, none read."""
+    if isinstance(abstracts, PickedRows):
+        return PickedRows(abstracts.base, abstracts.pick, {**abstracts.own, **texts}, "")
+    return PickedRows(abstracts, np.arange(len(abstracts)), texts, "")
+
+
+def _kept(chunks: Sequence[Chunk], keep: np.ndarray) -> Sequence[Chunk]:
+    """The chunks at positions ``keep`` (ascending), a loaded sequence's rows not read."""
+    if isinstance(chunks, LazyRows):
+        return chunks.take(keep)
+    return tuple(chunks[i] for i in keep.tolist())
+
+
+def _appended(chunks: Sequence[Chunk], new: Sequence[Chunk]) -> Sequence[Chunk]:
+    """``chunks`` then ``new``, a loaded sequence's rows not read."""
+    if isinstance(chunks, LazyRows):
+        return chunks + new
+    return tuple(chunks) + tuple(new)
+
+
+def _updated_keys(
+    directory: DocumentIndex, keep: np.ndarray | None, removed: int, new_chunks: Sequence[Chunk]
+) -> tuple[np.ndarray, int] | None:
+    """The document keys after an update: the kept leaves' (``keep``: a mask; None: all),
+    then the new chunks'; with the count less ``removed`` documents plus the new ones; None
+    where the index has none."""
+    from psirag.document_keys import KeyedDocuments, keys_of
+
+    if not isinstance(directory, KeyedDocuments):
+        return None
+    keys = directory.keys if keep is None else directory.keys[keep]
+    count = directory.count - removed
+    if new_chunks:
+        added = keys_of(new_chunks)
+        if added is None:
+            return None
+        keys = np.concatenate([keys, added[0]])
+        count += added[1]
+    return keys, count
 
 
 # ------------------------------------------------------------------ full rebuilds

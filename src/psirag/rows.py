@@ -288,18 +288,19 @@ class LazyRows(Sequence[T], Generic[T]):
         yield from self.tail
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, (tuple, list, LazyRows)):
+        if not isinstance(other, (tuple, list, LazyRows, PickedRows)):
             return NotImplemented
         return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
 
     __hash__ = None  # type: ignore[assignment]
 
     def __add__(self, other: Sequence[T]) -> LazyRows[T]:
-        """These rows then ``other`` (kept in memory), sharing the decoded rows."""
+        """These rows then ``other`` (kept in memory), sharing the decoded rows; reads no row
+        (an update appends its new chunks to the loaded ones this way)."""
         return LazyRows(
             self.source,
             self.convert,
-            self._rows(),
+            self.rows,
             tail=self.tail + tuple(other),
             _cache=(self._cache, self._lock),
         )
@@ -315,13 +316,21 @@ class LazyRows(Sequence[T], Generic[T]):
         return np.arange(self._head, dtype=np.int64) if self.rows is None else self.rows
 
     def take(self, items: np.ndarray) -> LazyRows[T] | tuple[T, ...]:
-        """The items at positions ``items`` (in that order), without reading them; a tuple
-        when some are tail items."""
+        """The items at positions ``items`` (in that order), without reading them: rows, then
+        tail items when every tail item taken comes after every row taken (a removal keeps
+        the order); else a tuple."""
         items = np.asarray(items, dtype=np.int64)
-        if items.size and int(items.max()) >= self._head:
+        in_tail = items >= self._head
+        cut = int(np.count_nonzero(~in_tail))
+        if bool(in_tail[:cut].any()):
             return tuple(self._item(int(i)) for i in items.tolist())
+        tail = self.tail
         return LazyRows(
-            self.source, self.convert, self._rows()[items], _cache=(self._cache, self._lock)
+            self.source,
+            self.convert,
+            self._rows()[items[:cut]],
+            tail=tuple(tail[j] for j in (items[cut:] - self._head).tolist()),
+            _cache=(self._cache, self._lock),
         )
 
     def read(self) -> int:
@@ -345,7 +354,8 @@ class LazyRows(Sequence[T], Generic[T]):
             return np.where(hit, pos, -1)
 
         if isinstance(items, LazyRows) and items._cache is self._cache:
-            own = position(items._rows())
+            # rows of a sequence over all of the source are their own positions
+            own = items._rows() if self.rows is None else position(items._rows())
             return np.concatenate([own, self._by_identity(items.tail)])
         return self._by_identity(items)
 
@@ -372,6 +382,76 @@ class LazyRows(Sequence[T], Generic[T]):
         return match_identities(identities(items), objects[ok], pos[ok])
 
 
+class PickedRows(Sequence[T], Generic[T]):
+    """A read-only sequence whose item ``i`` is ``own[i]`` where given, else ``base[pick[i]]``
+    (``pick[i] < 0``: ``fill``): what an update makes of the inner nodes' abstracts, most of
+    which stay as they were at new positions, without reading the old ones (a loaded index's
+    are :class:`LazyRows`, decoded when read; listing them decoded every one). Made over
+    another ``PickedRows``, it picks from that one's base, so updates never stack levels."""
+
+    base: Sequence[T]
+    pick: np.ndarray
+    own: dict[int, T]
+    fill: T
+
+    def __init__(self, base: Sequence[T], pick: np.ndarray, own: dict[int, T], fill: T) -> None:
+        pick = np.asarray(pick, dtype=np.int64)
+        if isinstance(base, PickedRows):
+            own = dict(own)
+            under = np.full(pick.size, -1, dtype=np.int64)
+            picked = pick >= 0
+            under[picked] = base.pick[pick[picked]]
+            if base.own:  # items of the base's own: copied, by the positions picking them
+                theirs = np.fromiter(base.own.keys(), np.int64, len(base.own))
+                for i in np.flatnonzero(picked & np.isin(pick, theirs)).tolist():
+                    own.setdefault(i, base.own[int(pick[i])])
+            pick, base = under, base.base
+        self.base = base
+        self.pick = pick
+        self.own = own
+        self.fill = fill
+
+    def __len__(self) -> int:
+        return int(self.pick.size)
+
+    def _item(self, i: int) -> T:
+        if i in self.own:
+            return self.own[i]
+        j = int(self.pick[i])
+        return self.fill if j < 0 else self.base[j]
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[T, ...]: ...
+    def __getitem__(self, i: int | slice) -> T | tuple[T, ...]:
+        n = len(self)
+        if isinstance(i, slice):
+            return tuple(self._item(j) for j in range(*i.indices(n)))
+        i = int(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"item {i} of {n}")
+        return self._item(i)
+
+    def __iter__(self) -> Iterator[T]:
+        return (self._item(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, (tuple, list, LazyRows, PickedRows)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (tuple, (tuple(self),))
+
+    def __repr__(self) -> str:
+        return f"PickedRows({len(self):,} items, {len(self.own):,} own)"
+
+
 def identities(objects: Iterable[Any]) -> np.ndarray:
     """The ``id`` of each object, as uint64 (CPython: its address)."""
     return np.fromiter(map(id, objects), dtype=np.uint64)
@@ -393,6 +473,7 @@ def match_identities(wanted: np.ndarray, known: np.ndarray, values: np.ndarray) 
 __all__ = [
     "LazyRows",
     "MappedLines",
+    "PickedRows",
     "checked_starts",
     "csr_positions",
     "identities",

@@ -82,6 +82,11 @@ DUPLICATE_HASHES = "duplicate_hashes"
 """Format 3 table (rows follow the leaves): each chunk's duplicate-key hash
 (:class:`psirag.retrieval.duplicates.DuplicateMap`), so the first add after a load maps its
 new texts only; absent in indexes saved before it (their first add maps every text once)."""
+DOCUMENT_KEYS = "document_keys"
+"""Format 3 table (rows follow the leaves): each chunk's document key
+(:mod:`psirag.document_keys`), so an update finds documents without decoding every chunk;
+absent in indexes saved before it (their first update makes the keys from the chunks) and in
+indexes whose document ids are not all in NFC."""
 BM25 = FormatFile("bm25", "sparse", "folder", None, 1, True)
 """bm25s's files, ``first_copy.npy`` and (since the living index) the term counts."""
 PHRASE_WORDS = FormatFile(
@@ -213,8 +218,12 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         drift = np.asarray(data.abstract_drift, dtype=np.int64)
         waiting = np.flatnonzero(drift)
         writer.save_array(DRIFT_NODES_FILE, np.stack([waiting, drift[waiting]]))
+    keys = data.leaf_document_keys()
+    if keys is not None:  # (the number of documents is the manifest's count)
+        tables.save(DOCUMENT_KEYS, "npy", keys[0], src=leaf_src)
     sources = data.sources
-    docs = [{"id": d, **sources[d]} for d in data.documents if d in sources]
+    # (no sources: the document list, which decodes every chunk, is not needed)
+    docs = [{"id": d, **sources[d]} for d in data.documents if d in sources] if sources else []
     tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
     data.sparse.save(
         writer.path(BM25.name),
@@ -1058,7 +1067,7 @@ def manifest_body(data: IndexData) -> dict[str, Any]:
             "dim": int(data.node_vectors.shape[1]),
         },
         "counts": {
-            "documents": len(data.documents),
+            "documents": data.document_index.count,  # the documents are not listed
             "chunks": tree.n_leaves,
             "nodes": tree.n_nodes,
             "trees": int(tree.roots.size),
@@ -1157,6 +1166,22 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
                 f"{first_copy.size} chunks; the index is corrupted, rebuild it"
             )
         sparse.duplicates = DuplicateMap(first_copy, hashes)
+    document_keys = None
+    if DOCUMENT_KEYS in tables:  # saved with the manifest's count of documents
+        keys = np.asarray(_read_table(reader, tables, DOCUMENT_KEYS, where))
+        n_docs = m.get("counts", {}).get("documents")
+        if (
+            keys.shape != (len(chunks),)
+            or keys.dtype != np.uint64
+            or not isinstance(n_docs, int)
+            or not (min(1, len(chunks)) <= n_docs <= len(chunks))
+        ):
+            raise IndexFormatError(
+                f"{where}: the {DOCUMENT_KEYS} table holds {keys.shape} rows of {keys.dtype} "
+                f"for {len(chunks)} chunks and {n_docs!r} documents; the index is corrupted, "
+                "rebuild it"
+            )
+        document_keys = (keys, n_docs)
     bm25_docs = sparse.n_docs
     if sparse.first_copy.size != len(chunks) or bm25_docs != len(chunks):
         raise IndexFormatError(
@@ -1230,6 +1255,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         origin=origin,
         inner_rows=inner_rows,
         inner_ids=inner_ids,
+        document_keys=document_keys,
     )
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -17,6 +18,9 @@ import numpy as np
 if TYPE_CHECKING:
     from psirag.embed import Embedder
     from psirag.index import Index
+    from psirag.index_data import IndexData
+
+log = logging.getLogger("psirag.server")
 
 MAX_BATCH = 64
 """Most queries embedded in one call of the model."""
@@ -183,15 +187,40 @@ class BatchingEmbedder:
 
 
 def prepare_index(index: Index) -> Index:
-    """Put the embedder behind the batching worker and compute the tree's lazy tables once, so
-    the first requests are not the slow ones and threads never race to fill a cache."""
+    """Put the embedder behind the batching worker and embed a query once, so the first
+    request is not the slow one; then :func:`warm_up` the index on a background thread (a
+    search needs none of what it makes, and a write publishes without waiting for it)."""
     inner = index.embedder
     if not isinstance(inner, BatchingEmbedder):
         index.embedder = BatchingEmbedder(inner)
     index.embed_query("warm up")
-    tree = index.tree
-    _ = (tree.leaf_counts, tree.leaf_membership, tree.fan_out, tree.roots)
+    _warming[0] = index.data
+    threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
+
+
+_warming: list[IndexData | None] = [None]
+"""The data the last :func:`prepare_index` warms up: an older one's warm-up stops early."""
+
+
+def warm_up(data: IndexData) -> None:
+    """Make what a loaded index defers: what the first update reads (the document keys, the
+    keyword phrase table a load leaves unread), so the first ``POST /documents`` after a start
+    costs what a later one does, then the tree's tables (the tree views read them; at 200k
+    chunks they took 5 s, which every write paid before publishing), unless newer data is
+    being served by then. Errors are left to the request or write that needs the value (it
+    raises them again)."""
+    try:
+        _ = data.document_index
+        _ = data.phrase_table
+        tree = data.tree
+        _ = (tree.fan_out, tree.roots)
+        if _warming[0] is data:
+            _ = tree.leaf_counts
+        if _warming[0] is data:
+            _ = tree.leaf_membership
+    except Exception as exc:  # the value's own user reports it
+        log.debug("warming the index up failed: %s", exc)
 
 
 __all__ = [
@@ -201,4 +230,5 @@ __all__ = [
     "BatchingEmbedder",
     "QueryVectorCache",
     "prepare_index",
+    "warm_up",
 ]

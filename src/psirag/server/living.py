@@ -68,7 +68,7 @@ def apply_write(state: ServerState, kind: JobKind, payload: Any, job: Job) -> di
     job.progress(1, 1)
     return {
         "generation": generation.number,
-        "documents": len(updated.documents),
+        "documents": updated.data.document_index.count,
         "update": summary.to_dict(),
         "saved_generation": done.generation,
         "loaded_from_disk": done.loaded,

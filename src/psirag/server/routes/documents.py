@@ -13,7 +13,6 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 
 from psirag.errors import InputError
-from psirag.ids import match
 from psirag.server import catalog
 from psirag.server.deps import CurrentGeneration, IndexDep, State, tag_response
 from psirag.server.errors import (
@@ -70,7 +69,10 @@ async def add_document(request: Request, state: State, index: IndexDep) -> dict[
             "version does not have; rebuild the index with `psirag index` instead"
         )
     documents, rejected = await _documents_from_request(request, state)
-    taken = set(index.documents)
+    # one pass over the document keys, not a list of every document (issue 24)
+    taken = await state.blocking(
+        lambda: index.data.document_index.present([d.id for d in documents])
+    )
     clash = [d.id for d in documents if d.id in taken]
     if clash:
         more = f" and {len(clash) - 3} more" if len(clash) > 3 else ""
@@ -95,7 +97,9 @@ async def remove_document(doc_id: str, state: State, index: IndexDep) -> dict[st
             "removing documents needs the living index (Index.remove), which this psirag "
             "version does not have; rebuild the index without the document instead"
         )
-    found, _ = match([doc_id], index.documents)  # compared in NFC (psirag.ids)
+    found, _ = await state.blocking(
+        lambda: index.data.document_index.match([doc_id])  # compared in NFC (psirag.ids)
+    )
     if not found:
         raise NotFoundError(f"document {doc_id!r} is not in this index (see GET /documents)")
     doc_id = found[0]
@@ -112,7 +116,7 @@ async def sources(generation: CurrentGeneration) -> dict[str, Any]:
     return {
         "generation": generation.number,
         "saved_generation": generation.saved,
-        "documents": len(index.documents),
+        "documents": index.data.document_index.count,
         "sources": dict(index.data.sources),
         "drift": index.drift(),
     }
@@ -137,7 +141,8 @@ async def sync(request: Request, state: State, index: IndexDep) -> dict[str, Any
                 f'{NOT_JSON}: send JSON {{"remove": [ids], "documents": [{{"id", "text", ...}}]}}'
             ) from None
         raise InputError(field_errors(errors)[0]) from None
-    remove, missing = match(body.remove, index.documents)
+    directory = index.data.document_index
+    remove, missing = await state.blocking(lambda: directory.match(body.remove))
     if missing:
         raise NotFoundError(
             f"document(s) {', '.join(repr(m) for m in missing[:3])} not in this index (see "
@@ -145,7 +150,8 @@ async def sync(request: Request, state: State, index: IndexDep) -> dict[str, Any
         )
     if not (remove or body.documents):
         raise InputError("nothing to sync: give documents to remove or to add")
-    taken = set(index.documents) - set(remove)
+    new_ids = [d.id for d in body.documents]
+    taken = await state.blocking(lambda: directory.present(new_ids)) - set(remove)
     clash = [d.id for d in body.documents if d.id in taken]
     if clash:
         raise InputError(

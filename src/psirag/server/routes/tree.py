@@ -70,7 +70,7 @@ async def current(
     return {
         "generation": generation.number,
         "etag": generation.etag,
-        "documents": len(index.documents),
+        "documents": index.data.document_index.count,
         "chunks": int(index.tree.n_leaves),
         "nodes": int(index.tree.n_nodes),
     }

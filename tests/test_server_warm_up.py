@@ -1,0 +1,86 @@
+"""A served index is warmed up on a background thread (issue 24): after a start, what the first
+update reads (the phrase table a load defers, the document keys) and the tree's tables are
+made without a request waiting, so the first ``POST /documents`` costs what a later one does;
+the write routes answer their document questions from the keys, not from a list of every
+document."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient
+from support import HashEmbedder, build_index
+
+import psirag.storage_format as storage_format
+from psirag.index import Index
+from psirag.index_data import Deferred, IndexData
+from psirag.server.app import create_app
+from psirag.server.embedding import prepare_index
+
+
+def _warmed(timeout: float = 30.0) -> None:
+    """Wait for the warm-up threads started so far."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread.name == "psirag-warm-up":
+            thread.join(max(0.0, deadline - time.monotonic()))
+            assert not thread.is_alive()
+
+
+def test_prepare_index_makes_what_the_first_update_reads(tmp_path: Path) -> None:
+    build_index(tmp_path / "index")
+    index = Index.load(tmp_path / "index", embedder=HashEmbedder())
+    data = index.data
+    assert isinstance(IndexData.__dict__["phrase_table"].held(data), Deferred)  # deferred
+    prepare_index(index)
+    _warmed()
+    table = IndexData.__dict__["phrase_table"].held(data)
+    assert table is not None and not isinstance(table, Deferred)
+    assert "document_index" in data.__dict__
+    assert data.document_index.count == len(data.documents)
+    tree = data.tree
+    assert "leaf_counts" in tree.__dict__ and "leaf_membership" in tree.__dict__
+    assert np.array_equal(tree.leaf_counts, np.diff(tree.leaf_membership.indptr))
+
+
+def test_the_write_routes_read_only_the_chunks_they_ask_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "index"
+    build_index(folder)
+    Index.load(folder, embedder=HashEmbedder()).save(folder)  # a generation with keys
+    decoded = 0
+    chunk = storage_format._chunk
+
+    def counted(row: dict[str, Any]) -> Any:
+        nonlocal decoded
+        decoded += 1
+        return chunk(row)
+
+    monkeypatch.setattr(storage_format, "_chunk", counted)
+    index = Index.load(folder, embedder=HashEmbedder())
+    n_docs = len(Index.load(folder, embedder=HashEmbedder()).documents)
+    decoded = 0
+    app = create_app(folder, index=index, mcp=False)
+    with TestClient(app) as client:
+        _warmed()
+        doc = index.data.chunks[0].source.document
+        before = decoded
+        clash = client.post("/documents", json={"text": "x y z", "id": doc})
+        assert clash.status_code == 400 and "already indexed" in clash.text
+        sync = client.post("/sync", json={"documents": [{"id": doc, "text": "x"}]})
+        assert sync.status_code == 400 and "already indexed" in sync.text
+        assert client.delete("/documents/no-such-doc").status_code == 404
+        assert client.get("/sources").json()["documents"] == n_docs
+        assert client.get("/generation").json()["documents"] == n_docs
+        read = decoded - before
+    mine = int(index.data.document_index.leaves_of([doc]).sum())
+    assert read <= mine < len(index.data.chunks) // 2, read  # the clashing document's chunks
