@@ -135,42 +135,46 @@ class Tree:
         )
 
     def membership_of(self, nodes: np.ndarray | Sequence[int]) -> sp.csr_matrix:
-        """``leaf_membership[nodes]`` (the same rows, leaves in ascending order), made from
-        :attr:`leaf_ancestors` when the whole matrix was not made: an update reads the rows of
-        the few nodes it changed, and the whole matrix costs a pass over every leaf per layer
-        with a sort."""
+        """``leaf_membership[nodes]`` (the same rows, leaves in ascending order), made from the
+        children table when the whole matrix was not made: an update reads the rows of the few
+        nodes it changed, and the whole matrix costs a pass over every leaf per layer with a
+        sort. A node's row costs a pass over its subtree (a single tree's root: all leaves, in
+        order, no sort)."""
         if "leaf_membership" in self.__dict__:
             return self.leaf_membership[nodes]
         import scipy.sparse as sp
 
         targets = np.asarray(nodes, dtype=np.int64).reshape(-1)
         n = self.n_leaves
-        anc = self.leaf_ancestors
+        one_root = self.roots[0] if self.roots.size == 1 else -1
         spans: dict[int, np.ndarray] = {}
-        layers = self.layer[targets]
-        marked = np.zeros(self.n_nodes + 1, dtype=bool)  # the last slot: -1, no ancestor
-        for lv in np.unique(layers[layers > 0]).tolist():
-            wanted = np.unique(targets[layers == lv])
-            row = anc[lv - 1]
-            marked[wanted] = True
-            leaves = np.flatnonzero(marked[row])  # one pass (isin makes one per wanted node)
-            marked[wanted] = False
-            owners = row[leaves]
-            order = np.argsort(owners, kind="stable")
-            leaves, owners = leaves[order], owners[order]
-            cuts = np.searchsorted(owners, wanted, side="left")
-            ends = np.searchsorted(owners, wanted, side="right")
-            for u, a, b in zip(wanted.tolist(), cuts.tolist(), ends.tolist(), strict=True):
-                spans[u] = leaves[a:b]
-        parts = [
-            spans[u] if u in spans else np.asarray([u], dtype=np.int64) for u in targets.tolist()
-        ]
+        parts = []
+        for u in targets.tolist():
+            got = spans.get(u)
+            if got is None:
+                if u == one_root:
+                    got = np.arange(n, dtype=np.int64)
+                elif self.layer[u] == 0:
+                    got = np.asarray([u], dtype=np.int64)
+                else:
+                    got = self.leaves_below(u)
+                spans[u] = got
+            parts.append(got)
         sizes = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
         indptr = np.zeros(targets.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=indptr[1:])
         indices = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
         data = np.ones(indices.size, dtype=np.float32)
         return sp.csr_matrix((data, indices, indptr), shape=(targets.size, n))
+
+    def leaves_below(self, node: int) -> np.ndarray:
+        """The leaves under ``node``, ascending, by descending the children table: a pass over
+        the node's subtree (:meth:`leaves_under` makes the membership of every node)."""
+        offsets, order = self._children_csr
+        here = np.asarray([node], dtype=np.int64)
+        while here.size and self.layer[here[0]] > 0:
+            here = gather_ranges(order, offsets[here], offsets[here + 1])
+        return np.sort(here)
 
     def leaves_under(self, node: int) -> np.ndarray:
         m = self.leaf_membership
