@@ -226,6 +226,18 @@ def _changed_leaves(
     return out
 
 
+def _runs(sources: np.ndarray, targets: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(source, target, length)`` of each run of consecutive ids that ``sources`` maps to
+    consecutive ``targets`` (both ascending): ``out[targets] = values[sources]`` as slices."""
+    if sources.size == 0:
+        return []
+    cut = np.flatnonzero((np.diff(sources) != 1) | (np.diff(targets) != 1)) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [sources.size]])
+    sizes = (ends - starts).tolist()
+    return list(zip(sources[starts].tolist(), targets[starts].tolist(), sizes, strict=True))
+
+
 def _moved_leaves_count(
     old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray, moved: np.ndarray
 ) -> np.ndarray:
@@ -451,14 +463,13 @@ class _State:
         old_inner = np.arange(n_old, self.tree.n_nodes)
         target = update.node_map[old_inner]
         keep = target >= n_new
-        if keep.any():  # one object-array scatter, not a Python step per node
-            carried_text = np.empty(tree.n_nodes - n_new, dtype=object)
-            carried_text[:] = ""
-            old_text = np.empty(len(self.abstracts), dtype=object)
-            old_text[:] = self.abstracts
-            carried_text[target[keep] - n_new] = old_text[old_inner[keep] - n_old]
-            abstracts = carried_text.tolist()
-        vectors[target[keep]] = self.vectors[old_inner[keep]]
+        # kept inner nodes move in runs (an add shifts each layer's by a constant): one slice
+        # copy per run, not a step or an index per node
+        for src, dst, size in _runs(old_inner[keep], target[keep]):
+            abstracts[dst - n_new : dst - n_new + size] = self.abstracts[
+                src - n_old : src - n_old + size
+            ]
+            vectors[dst : dst + size] = self.vectors[src : src + size]
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
         assert self.drift is not None and self.fresh is not None

@@ -146,20 +146,13 @@ class Tree:
 
         targets = np.asarray(nodes, dtype=np.int64).reshape(-1)
         n = self.n_leaves
-        one_root = self.roots[0] if self.roots.size == 1 else -1
-        spans: dict[int, np.ndarray] = {}
-        parts = []
-        for u in targets.tolist():
-            got = spans.get(u)
-            if got is None:
-                if u == one_root:
-                    got = np.arange(n, dtype=np.int64)
-                elif self.layer[u] == 0:
-                    got = np.asarray([u], dtype=np.int64)
-                else:
-                    got = self.leaves_below(u)
-                spans[u] = got
-            parts.append(got)
+        one_root = int(self.roots[0]) if self.roots.size == 1 else -1
+        below = np.unique(targets[targets != one_root])
+        ptr, leaves = self.leaf_rows(below)
+        spans = {u: leaves[ptr[k] : ptr[k + 1]] for k, u in enumerate(below.tolist())}
+        if one_root >= 0:
+            spans[one_root] = np.arange(n, dtype=np.int64)
+        parts = [spans[u] for u in targets.tolist()]
         sizes = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
         indptr = np.zeros(targets.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=indptr[1:])
@@ -167,14 +160,33 @@ class Tree:
         data = np.ones(indices.size, dtype=np.float32)
         return sp.csr_matrix((data, indices, indptr), shape=(targets.size, n))
 
-    def leaves_below(self, node: int) -> np.ndarray:
-        """The leaves under ``node``, ascending, by descending the children table: a pass over
-        the node's subtree (:meth:`leaves_under` makes the membership of every node)."""
+    def leaf_rows(self, nodes: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the leaves under it, ascending, as CSR rows ``(indptr, indices)``: one
+        descent of the children table for all of them (array steps per layer) and one sort,
+        in time of their subtrees' sizes."""
         offsets, order = self._children_csr
-        here = np.asarray([node], dtype=np.int64)
-        while here.size and self.layer[here[0]] > 0:
-            here = gather_ranges(order, offsets[here], offsets[here + 1])
-        return np.sort(here)
+        here = np.asarray(nodes, dtype=np.int64).reshape(-1)
+        count = here.size
+        owner = np.arange(count, dtype=np.int64)
+        while here.size:
+            inner = self.layer[here] > 0
+            if not inner.any():
+                break
+            up = here[inner]
+            kids = gather_ranges(order, offsets[up], offsets[up + 1])
+            kid_owner = np.repeat(owner[inner], offsets[up + 1] - offsets[up])
+            here = np.concatenate([here[~inner], kids])
+            owner = np.concatenate([owner[~inner], kid_owner])
+        n = max(self.n_leaves, 1)
+        key = np.sort(owner * n + here)
+        indptr = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner, minlength=count), out=indptr[1:])
+        return indptr, key % n
+
+    def leaves_below(self, node: int) -> np.ndarray:
+        """The leaves under ``node``, ascending (:meth:`leaf_rows` of one node): a pass over
+        the node's subtree (:meth:`leaves_under` makes the membership of every node)."""
+        return self.leaf_rows([node])[1]
 
     def leaves_under(self, node: int) -> np.ndarray:
         m = self.leaf_membership

@@ -185,6 +185,15 @@ class _Kids:
             return len(got)
         return int(self._ptr[u + 1] - self._ptr[u]) if u < self._n else 0
 
+    def counts(self, nodes: np.ndarray) -> np.ndarray:
+        """:meth:`count` of several old nodes, as one array."""
+        out = self._ptr[nodes + 1] - self._ptr[nodes]
+        for k, u in enumerate(nodes.tolist()):
+            got = self._lists.get(u)
+            if got is not None:
+                out[k] = len(got)
+        return out
+
     @property
     def lists(self) -> dict[int, list[int]]:
         """The lists made so far: every node whose children an update may have changed."""
@@ -219,14 +228,12 @@ class _Sums:
         if missing:
             import scipy.sparse as sp  # as the membership matrix does: only a removal needs it
 
-            parts = [self._tree.leaves_below(u) for u in missing]
-            cols = np.unique(np.concatenate(parts))
-            indptr = np.zeros(len(parts) + 1, dtype=np.int64)
-            np.cumsum([p.size for p in parts], out=indptr[1:])
-            local = np.searchsorted(cols, np.concatenate(parts))
+            indptr, leaves = self._tree.leaf_rows(missing)
+            cols = np.unique(leaves)
+            local = np.searchsorted(cols, leaves)
             rows = sp.csr_matrix(
                 (np.ones(local.size, dtype=np.float32), local, indptr),
-                shape=(len(parts), cols.size),
+                shape=(len(missing), cols.size),
             )
             # the membership rows' product: each sum adds its leaves in id order
             base = np.asarray(rows @ self._vectors[cols].astype(np.float64))
@@ -395,7 +402,8 @@ class _Work:
         def layer_set(lv: int) -> set[int]:
             got = by_layer.get(lv)
             if got is None:
-                got = {v for v in layer_nodes(lv).tolist() if self.alive[v]}
+                dead = {u for u, ok in self.alive.changed.items() if not ok}
+                got = set(layer_nodes(lv).tolist()) - dead
                 by_layer[lv] = got
             return got
 
@@ -451,7 +459,7 @@ class _Work:
                 if cands.size == 0:
                     continue  # u is alone in its layer: the root collapse below removes it
                 if max_children is not None:
-                    room = np.asarray([self.kids.count(v) < max_children for v in cands.tolist()])
+                    room = self.kids.counts(cands) < max_children
                     if room.any():
                         cands = cands[room]
                 c = self.kids[u][0]
