@@ -14,7 +14,14 @@ from support.trees import unit
 
 from psirag import Index, IndexConfig
 from psirag.living import _changed_leaves, compact_saved
-from psirag.tree import Tree, build_tree, check_invariants, insert_leaves, remove_leaves
+from psirag.tree import (
+    Tree,
+    build_forest,
+    build_tree,
+    check_invariants,
+    insert_leaves,
+    remove_leaves,
+)
 
 
 def brute_changed(old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray) -> list[int]:
@@ -175,6 +182,28 @@ def test_membership_of_equals_the_whole_matrix_rows(seed: int) -> None:
     assert rows.dtype == whole.dtype and rows.shape == whole.shape
     x = rng.normal(size=(tree.n_leaves, 6)).astype(np.float32)
     assert np.array_equal(np.asarray(rows @ x), np.asarray(whole @ x))  # the same sums, bit for bit
+
+
+@pytest.mark.parametrize("forest", [False, True])
+def test_leaf_rows_of_any_nodes_equal_the_membership_rows(forest: bool) -> None:
+    """One descent for many nodes (what a removal's re-homing and the dirty nodes' rows read)
+    gives each node's leaves in ascending order, leaves and roots included, in a forest too."""
+    rng = np.random.default_rng(11)
+    vectors = unit(rng.normal(size=(140, 6)))
+    if forest:
+        tree = build_forest(vectors, rng.integers(0, 5, 140), max_children=3)
+        assert tree.roots.size > 1
+    else:
+        tree = build_tree(vectors, max_children=3)
+    nodes = np.concatenate([rng.integers(0, tree.n_nodes, 40), tree.roots, [0]])
+    indptr, leaves = tree.leaf_rows(nodes)
+    rows = tree.membership_of(nodes)  # made from leaf_rows: the whole matrix was not made
+    whole = tree.leaf_membership[nodes]
+    assert np.array_equal(indptr, whole.indptr) and np.array_equal(leaves, whole.indices)
+    assert np.array_equal(rows.indptr, whole.indptr)
+    assert np.array_equal(rows.indices, whole.indices)
+    for u in nodes.tolist():
+        assert tree.leaves_below(u).tolist() == tree.leaves_under(u).tolist()
 
 
 NODE_TABLES = ("leaf_vectors", "leaf_parent", "inner_vectors", "inner_abstracts")

@@ -178,10 +178,20 @@ class Tree:
             here = np.concatenate([here[~inner], kids])
             owner = np.concatenate([owner[~inner], kid_owner])
         n = max(self.n_leaves, 1)
-        key = np.sort(owner * n + here)
+        grouped = np.argsort(owner, kind="stable")  # runs already: near linear
+        owner, here = owner[grouped], here[grouped]
+        sizes = np.bincount(owner, minlength=count)
         indptr = np.zeros(count + 1, dtype=np.int64)
-        np.cumsum(np.bincount(owner, minlength=count), out=indptr[1:])
-        return indptr, key % n
+        np.cumsum(sizes, out=indptr[1:])
+        out = np.empty_like(here)
+        big = sizes > n // 8  # a row of many leaves: a mask of all leaves, not a sort
+        for k in np.flatnonzero(big).tolist():
+            mask = np.zeros(n, dtype=bool)
+            mask[here[indptr[k] : indptr[k + 1]]] = True
+            out[indptr[k] : indptr[k + 1]] = np.flatnonzero(mask)
+        small = ~big[owner]
+        out[small] = np.sort(owner[small] * n + here[small]) % n
+        return indptr, out
 
     def leaves_below(self, node: int) -> np.ndarray:
         """The leaves under ``node``, ascending (:meth:`leaf_rows` of one node): a pass over
