@@ -19,9 +19,12 @@ child hands that child to the most similar node of its layer in the same tree (o
 first) and goes too; a root left with one child is dropped, so the tree gets shorter but stays
 equi-depth.
 
-Afterwards every node above ``max_children`` is split by the builder's own rebalancing
-(:func:`psirag.tree.rebalance.split_wide_nodes`), and ids are renumbered the builder's way: leaves
-first (old leaves in their order, then the new ones), abstract nodes by layer.
+Afterwards every node above ``max_children`` is split by the builder's own rebalancing loop
+(:func:`psirag.tree.rebalance.split_wide_nodes`, visiting only the wide nodes), and ids are
+renumbered the builder's way: leaves first (old leaves in their order, then the new ones),
+abstract nodes by layer. The work is proportional to the change, plus array copies over the
+nodes (the renumbering, the new tree's children table laid out from the old one's): no sort
+and no Python step per node.
 """
 
 from __future__ import annotations
