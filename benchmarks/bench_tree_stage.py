@@ -1,13 +1,14 @@
-"""The tree stage of a one-document add (issue 24), alone and in CPU seconds: insertion into
-the tree, carrying the per-node data over to the new tree (``living._State.apply``) and the
-dirty nodes' leaf-mean routing vectors, at several sizes, for this checkout and (``--src``)
-another one, side by side in one run.
+"""The tree stage of a one-document add and removal (issue 24), alone and in CPU seconds:
+insertion into (removal from) the tree, carrying the per-node data over to the new tree
+(``living._State.apply``) and the dirty nodes' leaf-mean routing vectors, at several sizes,
+for this checkout and (``--src``) another one, side by side in one run.
 
 Why CPU seconds: the machine's two cores are shared, and wall time there is mostly waiting.
 Why a synthetic tree: the tree stage reads only the tree and the vectors, and a balanced tree
 of fan-out 30 over random unit vectors is made in a second where a build takes minutes. Each
 add puts 8 new chunks (one document) under given insertion points (as the HNSW graph gives
-them), then the next add starts from the tree the last one made (as a running server does).
+them), then the next add starts from the tree the last one made (as a running server does);
+then as many removals of 8 neighbouring leaves.
 
 Usage: nice python benchmarks/bench_tree_stage.py [--sizes 20000 200000 1000000]
        [--src OTHER_SRC --other-label main] [--out tree_stage.json]
@@ -57,7 +58,7 @@ def worker(n: int) -> dict[str, Any]:
     from psirag import living
     from psirag.config import IndexConfig
     from psirag.pipeline import routing_vectors
-    from psirag.tree.update import check_invariants, insert_leaves
+    from psirag.tree.update import check_invariants, insert_leaves, remove_leaves
 
     tree, vectors = synthetic_tree(n)
     k = tree.n_nodes - n
@@ -97,10 +98,39 @@ def worker(n: int) -> dict[str, Any]:
             cpu[key].append(v)
         cpu["total"].append(t3 - t0)
     check_invariants(state.tree, 40)
+    # then as many one-document removals (8 neighbouring leaves), as living.update_documents
+    # makes them: the tree's removal, the kept leaves' vectors, carrying the per-node data
+    trusted = "check_vectors" in inspect.signature(remove_leaves).parameters
+    gone_cpu: dict[str, list[float]] = {"remove": [], "apply": [], "routing": [], "total": []}
+    for _ in range(ADDS):
+        start = int(rng.integers(0, state.tree.n_leaves - 8))
+        gone = np.arange(start, start + 8)
+        t0 = time.process_time()
+        extra = {"check_vectors": False} if trusted else {}
+        update = remove_leaves(state.tree, gone, state.leaf_vectors, max_children=40, **extra)
+        t1 = time.process_time()
+        keep = np.ones(state.tree.n_leaves, dtype=bool)
+        keep[gone] = False
+        kept = np.flatnonzero(keep)
+        state.apply(update, [state.chunks[i] for i in kept.tolist()], state.leaf_vectors[kept])
+        t2 = time.process_time()
+        dirty = state.dirty
+        state.vectors[dirty] = routing_vectors(
+            state.tree, state.leaf_vectors, state.abstracts, config, None, nodes=dirty.tolist()
+        )
+        state.dirty = np.empty(0, dtype=np.int64)
+        t3 = time.process_time()
+        for key, v in (("remove", t1 - t0), ("apply", t2 - t1), ("routing", t3 - t2)):
+            gone_cpu[key].append(v)
+        gone_cpu["total"].append(t3 - t0)
+    check_invariants(state.tree, 40)
     return {
         "n": n,
         "cpu_ms_median": {k: round(1000 * float(np.median(v)), 2) for k, v in cpu.items()},
         "cpu_ms_all_total": [round(1000 * v, 2) for v in cpu["total"]],
+        "remove_cpu_ms_median": {
+            k: round(1000 * float(np.median(v)), 2) for k, v in gone_cpu.items()
+        },
     }
 
 
@@ -138,9 +168,11 @@ def main() -> None:
     for label, src in runs:
         rows = run(src, args.sizes)
         totals = {r["n"]: r["cpu_ms_median"]["total"] for r in rows}
+        removals = {r["n"]: r["remove_cpu_ms_median"]["total"] for r in rows}
         entry: dict[str, Any] = {"rows": rows}
         if 20_000 in totals and 200_000 in totals:
             entry["ratio_200k_20k"] = round(totals[200_000] / totals[20_000], 2)
+            entry["remove_ratio_200k_20k"] = round(removals[200_000] / removals[20_000], 2)
         result[label] = entry
     sys.path.insert(0, str(HERE))
     from _common import machine_info

@@ -14,7 +14,14 @@ from support.trees import unit
 
 from psirag import Index, IndexConfig
 from psirag.living import _changed_leaves, compact_saved
-from psirag.tree import Tree, build_tree, check_invariants, insert_leaves, remove_leaves
+from psirag.tree import (
+    Tree,
+    build_forest,
+    build_tree,
+    check_invariants,
+    insert_leaves,
+    remove_leaves,
+)
 
 
 def brute_changed(old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray) -> list[int]:
@@ -57,11 +64,93 @@ def test_changed_leaves_equal_the_leaf_sets_difference(seed: int) -> None:
         pre[update.node_map[kept]] = kept
         inner = np.arange(new_tree.n_leaves, new_tree.n_nodes)
         nodes = inner[pre[inner] >= 0]
+        want = brute_changed(tree, new_tree, update.node_map, nodes)
         got = _changed_leaves(tree, new_tree, update.node_map, nodes, pre[nodes])
-        assert got.tolist() == brute_changed(tree, new_tree, update.node_map, nodes)
+        assert got.tolist() == want
+        # and from the moved nodes alone (what an update uses: no pass over every leaf)
+        assert update.moved is not None
+        local = _changed_leaves(tree, new_tree, update.node_map, nodes, pre[nodes], update.moved)
+        assert local.tolist() == want
         checked += int(np.count_nonzero(got))
         tree = new_tree
     assert checked > 0  # some node did change under the updates
+
+
+def _random_updates(seed: int, steps: int = 10) -> list[tuple[Tree, Any]]:
+    """(old tree, update) pairs of a random add/remove sequence: small fan-outs (so nodes
+    split, re-home and roots drop), batch and single insertions."""
+    rng = np.random.default_rng(seed)
+    dim = 6
+    max_children = [2, 3, 4, 6][seed % 4]
+    vectors = unit(rng.normal(size=(int(rng.integers(20, 90)), dim)))
+    tree = build_tree(vectors, max_children=max_children)
+    out = []
+    for step in range(steps):
+        if step % 3 == 2 and tree.n_leaves > 2:
+            gone = rng.choice(tree.n_leaves, int(rng.integers(1, tree.n_leaves // 2 + 1)), False)
+            update = remove_leaves(tree, gone, vectors, max_children=max_children)
+            vectors = np.delete(vectors, gone, axis=0)
+        else:
+            new = unit(rng.normal(size=(int(rng.integers(1, 25)), dim)))
+            rule = ["auto", "single", "batch"][step % 3]
+            update = insert_leaves(tree, vectors, new, max_children=max_children, rule=rule)
+            vectors = np.concatenate([vectors, new])
+        out.append((tree, update))
+        tree = update.tree
+    return out
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_an_update_patches_the_children_table_and_names_the_moved_nodes(seed: int) -> None:
+    """The new tree's children table, laid out from the old one's by the change, is the one
+    a fresh tree of the same arrays makes; ``moved`` is exactly the new nodes and the nodes
+    whose parent changed."""
+    splits = 0
+    for old, update in _random_updates(seed):
+        new = update.tree
+        fresh = Tree(new.parent.copy(), new.layer.copy())
+        for got, want in zip(new._children_csr, fresh._children_csr, strict=True):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+        pre = np.full(new.n_nodes, -1)
+        kept = np.flatnonzero(update.node_map >= 0)
+        pre[update.node_map[kept]] = kept
+        was_parent = np.where(pre >= 0, old.parent[np.maximum(pre, 0)], -1)
+        mapped = np.where(was_parent >= 0, update.node_map[np.maximum(was_parent, 0)], -1)
+        brute = np.flatnonzero((pre < 0) | (mapped != new.parent))
+        assert update.moved is not None and update.moved.tolist() == brute.tolist()
+        splits += update.counts.get("split", 0)
+    assert splits > 0 or seed % 4 == 3  # the small fan-outs split nodes
+
+
+def test_the_splits_of_the_wide_nodes_alone_equal_the_splits_over_every_node() -> None:
+    """:func:`split_wide_nodes` told which nodes are wide (what an update knows) splits
+    them, and the parents they overfill, as the loop over every node does."""
+    from psirag.tree.rebalance import SubtreeSums, children_lists, split_wide_nodes
+
+    rng = np.random.default_rng(7)
+    for trial in range(20):
+        vectors = unit(rng.normal(size=(int(rng.integers(30, 160)), 5)))
+        tree = build_tree(vectors, max_children=8)
+        parent, layer = tree.parent.tolist(), tree.layer.tolist()
+        # pile some leaves under one node, and some layer-1 nodes under one layer-2 node
+        n = tree.n_leaves
+        for u in rng.choice(n, int(rng.integers(5, n // 2)), replace=False).tolist():
+            parent[u] = parent[0]
+        ones = [u for u in range(n, len(layer)) if layer[u] == 1]
+        if tree.depth >= 2:
+            for u in ones[: int(rng.integers(1, len(ones) + 1))]:
+                parent[u] = parent[ones[0]]
+        full_p, full_l = list(parent), list(layer)
+        kids = children_lists(full_p)
+        split_wide_nodes(full_p, full_l, kids, SubtreeSums(kids, leaf_vectors=vectors), 3)
+        wide: dict[int, list[int]] = {}
+        for u, k in enumerate(children_lists(parent)):
+            if len(k) > 3:
+                wide.setdefault(layer[u], []).append(u)
+        kids = children_lists(parent)
+        sums = SubtreeSums(kids, leaf_vectors=vectors)
+        split_wide_nodes(parent, layer, kids, sums, 3, wide=wide)
+        assert (parent, layer) == (full_p, full_l), trial
 
 
 def test_leaf_ancestors_are_the_parent_chains() -> None:
@@ -93,6 +182,28 @@ def test_membership_of_equals_the_whole_matrix_rows(seed: int) -> None:
     assert rows.dtype == whole.dtype and rows.shape == whole.shape
     x = rng.normal(size=(tree.n_leaves, 6)).astype(np.float32)
     assert np.array_equal(np.asarray(rows @ x), np.asarray(whole @ x))  # the same sums, bit for bit
+
+
+@pytest.mark.parametrize("forest", [False, True])
+def test_leaf_rows_of_any_nodes_equal_the_membership_rows(forest: bool) -> None:
+    """One descent for many nodes (what a removal's re-homing and the dirty nodes' rows read)
+    gives each node's leaves in ascending order, leaves and roots included, in a forest too."""
+    rng = np.random.default_rng(11)
+    vectors = unit(rng.normal(size=(140, 6)))
+    if forest:
+        tree = build_forest(vectors, rng.integers(0, 5, 140), max_children=3)
+        assert tree.roots.size > 1
+    else:
+        tree = build_tree(vectors, max_children=3)
+    nodes = np.concatenate([rng.integers(0, tree.n_nodes, 40), tree.roots, [0]])
+    indptr, leaves = tree.leaf_rows(nodes)
+    rows = tree.membership_of(nodes)  # made from leaf_rows: the whole matrix was not made
+    whole = tree.leaf_membership[nodes]
+    assert np.array_equal(indptr, whole.indptr) and np.array_equal(leaves, whole.indices)
+    assert np.array_equal(rows.indptr, whole.indptr)
+    assert np.array_equal(rows.indices, whole.indices)
+    for u in nodes.tolist():
+        assert tree.leaves_below(u).tolist() == tree.leaves_under(u).tolist()
 
 
 NODE_TABLES = ("leaf_vectors", "leaf_parent", "inner_vectors", "inner_abstracts")

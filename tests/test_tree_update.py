@@ -65,6 +65,15 @@ def check_update(
     for u in dirty:
         p = int(new.parent[u])
         assert p < 0 or p in dirty
+    # and holds nothing else: a dirty node is new, has other children, or a dirty child
+    for u in dirty:
+        o = int(pre[u])
+        kids = new.children(u)
+        assert (
+            o < 0
+            or sorted(pre[kids].tolist()) != sorted(old.children(o).tolist())
+            or any(int(k) in dirty for k in kids.tolist())
+        ), f"node {u} is marked dirty but did not change"
 
 
 @pytest.mark.parametrize("seed", range(200))

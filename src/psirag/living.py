@@ -188,17 +188,25 @@ EXACT_ABSTRACTS = AbstractDriftRule(share=0.0)
 
 
 def _changed_leaves(
-    old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray, olds: np.ndarray
+    old: Tree,
+    new: Tree,
+    node_map: np.ndarray,
+    nodes: np.ndarray,
+    olds: np.ndarray,
+    moved: np.ndarray | None = None,
 ) -> np.ndarray:
     """For each new-tree node ``nodes[i]`` that was old node ``olds[i]``: how many leaves
     entered or left its subtree (the size of the two leaf sets' symmetric difference).
 
-    Per layer, from each leaf's ancestor there (:attr:`Tree.leaf_ancestors`, which the next
-    update reads again as its old tree's): a leaf is in both sets when its old ancestor maps
-    to its new one. Array passes, no sparse membership of either tree."""
+    With ``moved`` (:attr:`TreeUpdate.moved`), from the few leaves that can have moved: see
+    :func:`_moved_leaves_count`. Without it, per layer, from each leaf's ancestor there
+    (:attr:`Tree.leaf_ancestors`): a leaf is in both sets when its old ancestor maps to its new
+    one. Array passes, no sparse membership of either tree."""
     out = np.zeros(nodes.size, dtype=np.int64)
     if nodes.size == 0:
         return out
+    if moved is not None:
+        return _moved_leaves_count(old, new, node_map, nodes, moved)
     leaf_map = node_map[: old.n_leaves]
     kept = leaf_map >= 0
     moved_to = leaf_map[kept]
@@ -218,6 +226,84 @@ def _changed_leaves(
         u, v = nodes[here], olds[here]
         out[here] = count_new[u] + count_old[v] - 2 * common[u]
     return out
+
+
+def _runs(sources: np.ndarray, targets: np.ndarray) -> list[tuple[int, int, int]]:
+    """``(source, target, length)`` of each run of consecutive ids that ``sources`` maps to
+    consecutive ``targets`` (both ascending): ``out[targets] = values[sources]`` as slices."""
+    if sources.size == 0:
+        return []
+    cut = np.flatnonzero((np.diff(sources) != 1) | (np.diff(targets) != 1)) + 1
+    starts = np.concatenate([[0], cut])
+    ends = np.concatenate([cut, [sources.size]])
+    sizes = (ends - starts).tolist()
+    return list(zip(sources[starts].tolist(), targets[starts].tolist(), sizes, strict=True))
+
+
+def _moved_leaves_count(
+    old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray, moved: np.ndarray
+) -> np.ndarray:
+    """:func:`_changed_leaves` from the nodes an update moved, in time proportional to the change.
+
+    A leaf that is not new and none of whose new ancestors is new or moved has every ancestor
+    it had. So only the leaves under a moved node (in the new tree: they may have entered a
+    node; under its old self in the old tree: they may have left one) and the removed leaves
+    can count, and of those only the ones under a moved node with a counted node above it.
+    For each such leaf, its old ancestors (mapped to new ids) and its new ones, a few steps up
+    each tree."""
+    counted = np.zeros(nodes.size, dtype=np.int64)
+    wanted = set(nodes.tolist())
+    n_old, n_new = old.n_leaves, new.n_leaves
+    gone = np.flatnonzero(node_map[:n_old] < 0)  # removed leaves, ascending
+    # a new leaf's old id: kept leaves keep their order
+    skip = gone - np.arange(gone.size)
+
+    def old_leaf(leaves: np.ndarray) -> np.ndarray:
+        out = leaves + np.searchsorted(skip, leaves, side="right")
+        return np.where(leaves < n_old - gone.size, out, -1)
+
+    inner_map = node_map[n_old:]
+    back = np.full(new.n_nodes - n_new, -1, dtype=np.int64)  # new abstract id -> old id
+    has = inner_map >= 0
+    back[inner_map[has] - n_new] = n_old + np.flatnonzero(has)
+
+    def above(tree: Tree, u: int, mapping: np.ndarray | None) -> bool:
+        """Whether a counted node is above ``u`` (old tree: ``mapping`` to new ids)."""
+        u = int(tree.parent[u])
+        while u >= 0:
+            if (int(mapping[u]) if mapping is not None else u) in wanted:
+                return True
+            u = int(tree.parent[u])
+        return False
+
+    now_side: list[np.ndarray] = [np.empty(0, dtype=np.int64)]
+    old_side: list[np.ndarray] = [gone]
+    for x in moved.tolist():
+        if above(new, x, None):
+            now_side.append(new.leaves_below(x))
+        o = int(old_leaf(np.asarray([x]))[0]) if x < n_new else int(back[x - n_new])
+        if o >= 0 and above(old, o, node_map):
+            old_side.append(old.leaves_below(o))
+    from_old = np.unique(np.concatenate(old_side))
+    kept_old = from_old[node_map[from_old] >= 0]
+    now_leaves = np.unique(np.concatenate([*now_side, node_map[kept_old]]))
+    # every candidate as its old leaf (-1: new) and its new leaf (-1: removed)
+    as_old = np.concatenate([old_leaf(now_leaves), from_old[node_map[from_old] < 0]])
+    as_new = np.concatenate([now_leaves, np.full(as_old.size - now_leaves.size, -1)])
+    layers = np.asarray(new.layer[nodes], dtype=np.int64)
+    for lv in range(1, int(layers.max(initial=0)) + 1):
+        has = as_old >= 0
+        as_old[has] = old.parent[as_old[has]]
+        has = as_new >= 0
+        as_new[has] = new.parent[as_new[has]]
+        here = np.flatnonzero(layers == lv)
+        if here.size == 0:
+            continue
+        mapped = np.where(as_old >= 0, node_map[np.maximum(as_old, 0)], -1)
+        for i in here.tolist():
+            u = int(nodes[i])
+            counted[i] = int(np.count_nonzero((mapped == u) != (as_new == u)))
+    return counted
 
 
 # ------------------------------------------------------------------ documents
@@ -384,7 +470,10 @@ class _State:
         pick = np.full(tree.n_nodes - n_new, -1, dtype=np.int64)  # new nodes: "" for now
         pick[target[keep] - n_new] = old_inner[keep] - n_old
         abstracts = PickedRows(self.abstracts, pick, {}, "")
-        vectors[target[keep]] = self.vectors[old_inner[keep]]
+        # kept inner nodes move in runs (an add shifts each layer's by a constant): one slice
+        # copy per run, not an index per node
+        for src, dst, size in _runs(old_inner[keep], target[keep]):
+            vectors[dst : dst + size] = self.vectors[src : src + size]
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
         assert self.drift is not None and self.fresh is not None
@@ -395,7 +484,9 @@ class _State:
         was[target[keep]] = old_inner[keep]
         dirty = np.asarray(update.dirty, dtype=np.int64)
         kept = dirty[was[dirty] >= 0]
-        drift[kept] += _changed_leaves(self.tree, tree, update.node_map, kept, was[kept])
+        drift[kept] += _changed_leaves(
+            self.tree, tree, update.node_map, kept, was[kept], update.moved
+        )
         self.fresh = np.union1d(fresh[fresh >= n_new], dirty[was[dirty] < 0]).astype(np.int64)
         if self.rows is not None:  # a node keeps its saved row until refresh changes it
             rows = np.full(tree.n_nodes, -1, dtype=np.int64)
@@ -726,7 +817,11 @@ def update_documents(
         gone = directory.leaves_of(wanted)
         leaf_ids = np.flatnonzero(gone)
         update = remove_leaves(
-            state.tree, leaf_ids, state.leaf_vectors, max_children=config.max_children
+            state.tree,
+            leaf_ids,
+            state.leaf_vectors,
+            max_children=config.max_children,
+            check_vectors=False,
         )
         keep = np.flatnonzero(~gone)
         state.apply(update, _kept(state.chunks, keep), state.leaf_vectors[keep])

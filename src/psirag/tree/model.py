@@ -135,42 +135,68 @@ class Tree:
         )
 
     def membership_of(self, nodes: np.ndarray | Sequence[int]) -> sp.csr_matrix:
-        """``leaf_membership[nodes]`` (the same rows, leaves in ascending order), made from
-        :attr:`leaf_ancestors` when the whole matrix was not made: an update reads the rows of
-        the few nodes it changed, and the whole matrix costs a pass over every leaf per layer
-        with a sort."""
+        """``leaf_membership[nodes]`` (the same rows, leaves in ascending order), made from the
+        children table when the whole matrix was not made: an update reads the rows of the few
+        nodes it changed, and the whole matrix costs a pass over every leaf per layer with a
+        sort. A node's row costs a pass over its subtree (a single tree's root: all leaves, in
+        order, no sort)."""
         if "leaf_membership" in self.__dict__:
             return self.leaf_membership[nodes]
         import scipy.sparse as sp
 
         targets = np.asarray(nodes, dtype=np.int64).reshape(-1)
         n = self.n_leaves
-        anc = self.leaf_ancestors
-        spans: dict[int, np.ndarray] = {}
-        layers = self.layer[targets]
-        marked = np.zeros(self.n_nodes + 1, dtype=bool)  # the last slot: -1, no ancestor
-        for lv in np.unique(layers[layers > 0]).tolist():
-            wanted = np.unique(targets[layers == lv])
-            row = anc[lv - 1]
-            marked[wanted] = True
-            leaves = np.flatnonzero(marked[row])  # one pass (isin makes one per wanted node)
-            marked[wanted] = False
-            owners = row[leaves]
-            order = np.argsort(owners, kind="stable")
-            leaves, owners = leaves[order], owners[order]
-            cuts = np.searchsorted(owners, wanted, side="left")
-            ends = np.searchsorted(owners, wanted, side="right")
-            for u, a, b in zip(wanted.tolist(), cuts.tolist(), ends.tolist(), strict=True):
-                spans[u] = leaves[a:b]
-        parts = [
-            spans[u] if u in spans else np.asarray([u], dtype=np.int64) for u in targets.tolist()
-        ]
+        one_root = int(self.roots[0]) if self.roots.size == 1 else -1
+        below = np.unique(targets[targets != one_root])
+        ptr, leaves = self.leaf_rows(below)
+        spans = {u: leaves[ptr[k] : ptr[k + 1]] for k, u in enumerate(below.tolist())}
+        if one_root >= 0:
+            spans[one_root] = np.arange(n, dtype=np.int64)
+        parts = [spans[u] for u in targets.tolist()]
         sizes = np.fromiter((p.size for p in parts), dtype=np.int64, count=len(parts))
         indptr = np.zeros(targets.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=indptr[1:])
         indices = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
         data = np.ones(indices.size, dtype=np.float32)
         return sp.csr_matrix((data, indices, indptr), shape=(targets.size, n))
+
+    def leaf_rows(self, nodes: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Per node, the leaves under it, ascending, as CSR rows ``(indptr, indices)``: one
+        descent of the children table for all of them (array steps per layer) and one sort,
+        in time of their subtrees' sizes."""
+        offsets, order = self._children_csr
+        here = np.asarray(nodes, dtype=np.int64).reshape(-1)
+        count = here.size
+        owner = np.arange(count, dtype=np.int64)
+        while here.size:
+            inner = self.layer[here] > 0
+            if not inner.any():
+                break
+            up = here[inner]
+            kids = gather_ranges(order, offsets[up], offsets[up + 1])
+            kid_owner = np.repeat(owner[inner], offsets[up + 1] - offsets[up])
+            here = np.concatenate([here[~inner], kids])
+            owner = np.concatenate([owner[~inner], kid_owner])
+        n = max(self.n_leaves, 1)
+        grouped = np.argsort(owner, kind="stable")  # runs already: near linear
+        owner, here = owner[grouped], here[grouped]
+        sizes = np.bincount(owner, minlength=count)
+        indptr = np.zeros(count + 1, dtype=np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        out = np.empty_like(here)
+        big = sizes > n // 8  # a row of many leaves: a mask of all leaves, not a sort
+        for k in np.flatnonzero(big).tolist():
+            mask = np.zeros(n, dtype=bool)
+            mask[here[indptr[k] : indptr[k + 1]]] = True
+            out[indptr[k] : indptr[k + 1]] = np.flatnonzero(mask)
+        small = ~big[owner]
+        out[small] = np.sort(owner[small] * n + here[small]) % n
+        return indptr, out
+
+    def leaves_below(self, node: int) -> np.ndarray:
+        """The leaves under ``node``, ascending (:meth:`leaf_rows` of one node): a pass over
+        the node's subtree (:meth:`leaves_under` makes the membership of every node)."""
+        return self.leaf_rows([node])[1]
 
     def leaves_under(self, node: int) -> np.ndarray:
         m = self.leaf_membership

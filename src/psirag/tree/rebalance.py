@@ -10,6 +10,7 @@ needs it, so no (nodes x d) table is held (3 GiB at a million leaves).
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable
 
@@ -197,20 +198,27 @@ def split_wide_nodes(
     children: list[list[int]],
     total: SubtreeSums,
     max_children: int,
+    *,
+    wide: dict[int, list[int]] | None = None,
 ) -> None:
     """The rebalancing loop, in place on the lists.
 
     Level by level from the bottom, a node with more than ``max_children`` children becomes
     near-equal siblings grouped by :func:`_balanced_groups`; a split root gets a new root.
     ``total(u)`` is the sum of the leaf embeddings below ``u``; the loop records the sums of
-    the nodes it changes or creates there.
+    the nodes it changes or creates there. ``wide``: per level, every node that has more than
+    ``max_children`` children (a tree update knows them; the loop then visits only those, and
+    the parents that a split gives new children, in the same order as over every node).
     """
     by_level: dict[int, list[int]] = {}
-    for node, lay in enumerate(layer):
-        by_level.setdefault(lay, []).append(node)
+    if wide is None:
+        for node, lay in enumerate(layer):
+            by_level.setdefault(lay, []).append(node)
+    else:
+        by_level = {lv: sorted(nodes) for lv, nodes in wide.items() if nodes}
     level = 1
-    while by_level.get(level):
-        for node in list(by_level[level]):
+    while level <= max(by_level, default=0):
+        for node in list(by_level.get(level, [])):
             kids = children[node]
             if len(kids) <= max_children:
                 continue
@@ -229,6 +237,11 @@ def split_wide_nodes(
                 by_level.setdefault(level + 1, []).append(holder)
                 total.set(holder, total(node).copy())
                 parent[node] = holder
+            elif wide is not None:  # the parent gains children: visit it on its level
+                above = by_level.setdefault(level + 1, [])
+                at = bisect.bisect_left(above, holder)
+                if at == len(above) or above[at] != holder:
+                    above.insert(at, holder)
             total.keep_children(holder)
             total.keep_children(node)
             kid_arr = np.asarray(kids)

@@ -19,16 +19,19 @@ child hands that child to the most similar node of its layer in the same tree (o
 first) and goes too; a root left with one child is dropped, so the tree gets shorter but stays
 equi-depth.
 
-Afterwards every node above ``max_children`` is split by the builder's own rebalancing
-(:func:`psirag.tree.rebalance.split_overfull`), and ids are renumbered the builder's way: leaves
-first (old leaves in their order, then the new ones), abstract nodes by layer.
+Afterwards every node above ``max_children`` is split by the builder's own rebalancing loop
+(:func:`psirag.tree.rebalance.split_wide_nodes`, visiting only the wide nodes), and ids are
+renumbered the builder's way: leaves first (old leaves in their order, then the new ones),
+abstract nodes by layer. The work is proportional to the change, plus array copies over the
+nodes (the renumbering, the new tree's children table laid out from the old one's): no sort
+and no Python step per node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -36,7 +39,7 @@ from psirag.errors import IndexFormatError, InputError
 from psirag.tree.build import TreeMode, build_tree
 from psirag.tree.dasgupta import dasgupta_terms
 from psirag.tree.model import Tree, gather_ranges
-from psirag.tree.rebalance import renumber_order, reorder, split_overfull
+from psirag.tree.rebalance import SubtreeSums, split_wide_nodes
 
 __all__ = [
     "INSERT_RULES",
@@ -76,6 +79,9 @@ class TreeUpdate:
     and routing vectors must be recomputed, every other node's are still valid.
     ``new_leaves`` are the new ids of the added leaves, in input order (always the last ids).
     ``counts`` says how the change was made (chunks by path, subtrees grafted, nodes re-homed).
+    ``moved`` lists, sorted, the new tree's nodes that are new or whose parent changed (None:
+    not known): only leaves under them can have entered or left a node, which lets an update
+    count those leaves without a pass over every leaf.
     """
 
     tree: Tree
@@ -83,6 +89,7 @@ class TreeUpdate:
     dirty: np.ndarray
     new_leaves: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     counts: dict[str, int] = field(default_factory=dict)
+    moved: np.ndarray | None = None
 
     @property
     def dirty_with_siblings(self) -> np.ndarray:
@@ -174,6 +181,72 @@ class _Kids:
     def __setitem__(self, u: int, kids: list[int]) -> None:
         self._lists[u] = kids
 
+    def count(self, u: int) -> int:
+        """How many children ``u`` has, without making its list."""
+        got = self._lists.get(u)
+        if got is not None:
+            return len(got)
+        return int(self._ptr[u + 1] - self._ptr[u]) if u < self._n else 0
+
+    def counts(self, nodes: np.ndarray) -> np.ndarray:
+        """:meth:`count` of several old nodes, as one array."""
+        out = self._ptr[nodes + 1] - self._ptr[nodes]
+        for k, u in enumerate(nodes.tolist()):
+            got = self._lists.get(u)
+            if got is not None:
+                out[k] = len(got)
+        return out
+
+    @property
+    def lists(self) -> dict[int, list[int]]:
+        """The lists made so far: every node whose children an update may have changed."""
+        return self._lists
+
+
+class _Sums:
+    """The float64 sum of the leaf vectors under each node of ``tree``, made when first read.
+
+    A removal adds to the sums of every ancestor of what it removes, and reads only those of
+    the nodes it re-homes and their candidates: the additions to a node not yet read are kept
+    and applied, in order, when it is, so each sum is the same float64 value as in a table of
+    every node's sum (the leaf membership matrix times the leaf vectors) changed in place.
+    """
+
+    def __init__(self, tree: Tree, vectors: np.ndarray) -> None:
+        self._tree = tree
+        self._vectors = vectors  # (leaves, dim), the tree's leaf order
+        self._got: dict[int, np.ndarray] = {}
+        self._pending: dict[int, list[np.ndarray]] = {}
+
+    def add(self, u: int, delta: np.ndarray) -> None:
+        got = self._got.get(u)
+        if got is None:
+            self._pending.setdefault(u, []).append(delta)
+        else:
+            got += delta
+
+    def read(self, nodes: list[int]) -> np.ndarray:
+        """The current sums of ``nodes``, one row each (a copy)."""
+        missing = [u for u in dict.fromkeys(nodes) if u not in self._got]
+        if missing:
+            import scipy.sparse as sp  # as the membership matrix does: only a removal needs it
+
+            indptr, leaves = self._tree.leaf_rows(missing)
+            cols = np.unique(leaves)
+            local = np.searchsorted(cols, leaves)
+            rows = sp.csr_matrix(
+                (np.ones(local.size, dtype=np.float32), local, indptr),
+                shape=(len(missing), cols.size),
+            )
+            # the membership rows' product: each sum adds its leaves in id order
+            base = np.asarray(rows @ self._vectors[cols].astype(np.float64))
+            for k, u in enumerate(missing):
+                value = base[k].copy()
+                for delta in self._pending.pop(u, []):
+                    value += delta
+                self._got[u] = value
+        return np.stack([self._got[u] for u in nodes])
+
 
 class _Column:
     """One per-node column of the working tree: the old tree's array, the entries an update
@@ -204,6 +277,11 @@ class _Column:
     def append(self, value: Any) -> None:
         self._added.append(value)
 
+    @property
+    def changed(self) -> dict[int, Any]:
+        """The old entries an update changed, by id."""
+        return self._changed
+
     def array(self, dtype: Any) -> np.ndarray:
         """Every entry, as one new array."""
         out = np.empty(len(self), dtype=dtype)
@@ -229,11 +307,11 @@ class _Work:
         self.old = tree
         self.vectors = vectors  # (old leaves, dim)
         self.new = new if new is not None else vectors[:0]  # (new chunks, dim)
-        n, n_nodes = tree.n_leaves, tree.n_nodes
+        n_nodes = tree.n_nodes
         self.parent = _Column(tree.parent)
         self.layer = _Column(tree.layer)
         self.alive = _Column(np.ones(n_nodes, dtype=bool))
-        self.row = _Column(np.concatenate([np.arange(n), np.full(n_nodes - n, -1)]))
+        self.rows_added: list[int] = []  # row of each added node (-1: not a leaf)
         self.kids = _Kids(tree)
         self.new_rows: list[int] = []  # working ids of added leaves, in input order
         self.counts: dict[str, int] = {}
@@ -242,7 +320,7 @@ class _Work:
         self.parent.append(-1)
         self.layer.append(layer)
         self.alive.append(True)
-        self.row.append(row)
+        self.rows_added.append(row)
         self.kids[len(self.parent) - 1] = []
         return len(self.parent) - 1
 
@@ -272,6 +350,13 @@ class _Work:
 
     def bump(self, key: str, by: int = 1) -> None:
         self.counts[key] = self.counts.get(key, 0) + by
+
+    def row(self, u: int) -> int:
+        """Working node ``u``'s row in the combined vectors (-1: not a leaf)."""
+        old = self.old
+        if u >= old.n_nodes:
+            return self.rows_added[u - old.n_nodes]
+        return u if u < old.n_leaves else -1
 
     def vector(self, row: int) -> np.ndarray:
         """Row ``row`` of the combined vectors (old leaves, then new chunks)."""
@@ -306,30 +391,40 @@ class _Work:
 
     def prune(self, removed: np.ndarray, max_children: int | None) -> None:
         """Remove leaves, prune emptied nodes, re-home only-children, drop one-child roots."""
-        leaf_vecs = self.vectors[: self.old.n_leaves].astype(np.float64)
-        sums = np.asarray(self.old.leaf_membership @ leaf_vecs)
-        # each node's root, by array steps (a Python walk per node cost seconds at 200k)
-        parent = self.parent.array(np.int64)
-        tree_of = np.arange(parent.size)
-        while True:
-            up = parent[tree_of]
-            moves = up >= 0
-            if not moves.any():
-                break
-            tree_of[moves] = up[moves]
-        layer_arr = self.layer.array(np.int64)
+        old = self.old
+        sums = _Sums(old, self.vectors)
+        one_tree = old.roots.size == 1
         by_layer: dict[int, set[int]] = {}  # alive nodes per layer, made when a layer is read
+        tree_of: dict[int, np.ndarray] = {}  # per layer read: its nodes' roots (a forest)
+
+        def layer_nodes(lv: int) -> np.ndarray:
+            inner = old.layer[old.n_leaves :]  # abstract ids read bottom-up: one range a layer
+            lo, hi = np.searchsorted(inner, [lv, lv + 1], side="left")
+            return np.arange(old.n_leaves + lo, old.n_leaves + hi, dtype=np.int64)
 
         def layer_set(lv: int) -> set[int]:
             got = by_layer.get(lv)
             if got is None:
-                got = {v for v in np.flatnonzero(layer_arr == lv).tolist() if self.alive[v]}
+                dead = {u for u, ok in self.alive.changed.items() if not ok}
+                got = set(layer_nodes(lv).tolist()) - dead
                 by_layer[lv] = got
             return got
 
+        def same_tree(lv: int, u: int) -> np.ndarray:
+            """The nodes of layer ``lv`` in ``u``'s tree, as a mask over :func:`layer_nodes`."""
+            roots = tree_of.get(lv)
+            if roots is None:  # each node's root, by array steps over the old parents
+                roots = layer_nodes(lv)
+                for _ in range(old.depth - lv):
+                    up = old.parent[roots]
+                    roots = np.where(up >= 0, up, roots)
+                tree_of[lv] = roots
+            return roots == roots[u - int(layer_nodes(lv)[0])]
+
         def shift(u: int, delta: np.ndarray) -> None:
+            delta = np.array(delta, dtype=np.float64)  # its own copy: rows change later
             while u >= 0:
-                sums[u] += delta
+                sums.add(u, delta)
                 u = self.parent[u]
 
         def drop(u: int) -> int:
@@ -341,7 +436,7 @@ class _Work:
 
         touched: set[int] = set()
         for leaf in removed.tolist():
-            shift(self.parent[leaf], -sums[leaf])
+            shift(self.parent[leaf], -sums.read([leaf])[0])
             p = drop(leaf)
             if p >= 0:
                 touched.add(p)
@@ -357,113 +452,248 @@ class _Work:
             for u in here:
                 if not self.alive[u] or len(self.kids[u]) != 1 or self.parent[u] < 0:
                     continue
-                cands = np.asarray(
-                    sorted(v for v in layer_set(lv) if v != u and tree_of[v] == tree_of[u]),
-                    dtype=np.int64,
-                )
+                alive = layer_set(lv)
+                if one_tree:
+                    mine = sorted(v for v in alive if v != u)
+                else:
+                    nodes = layer_nodes(lv)[same_tree(lv, u)].tolist()
+                    mine = [v for v in nodes if v != u and v in alive]
+                cands = np.asarray(mine, dtype=np.int64)
                 if cands.size == 0:
                     continue  # u is alone in its layer: the root collapse below removes it
                 if max_children is not None:
-                    room = np.asarray([len(self.kids[v]) < max_children for v in cands.tolist()])
+                    room = self.kids.counts(cands) < max_children
                     if room.any():
                         cands = cands[room]
                 c = self.kids[u][0]
-                cand_sums = sums[cands]
-                score = cand_sums @ sums[c] / (np.linalg.norm(cand_sums, axis=1) + 1e-12)
+                cand_sums = sums.read(cands.tolist())
+                sum_c = sums.read([c])[0]
+                score = cand_sums @ sum_c / (np.linalg.norm(cand_sums, axis=1) + 1e-12)
                 target = int(cands[int(np.argmax(score))])
-                shift(u, -sums[c])
+                shift(u, -sum_c)
                 self.set_parent(c, target)
-                shift(target, sums[c])
+                shift(target, sums.read([c])[0])
                 p = drop(u)
                 self.bump("rehomed")
                 if p >= 0:
                     touched.add(p)
-        for r in np.unique(tree_of[self.alive.array(bool)]).tolist():
+        for r in [r for r in old.roots.tolist() if self.alive[r]]:  # the trees still there
             while self.alive[r] and self.layer[r] > 0 and len(self.kids[r]) == 1:
                 c = self.kids[r][0]
                 self.kill(r)
+                self.parent[c] = -1  # the new root (a split below must see one)
                 self.bump("roots_dropped")
                 r = c
+
+    # -------------------------------------------------------------- splits
+
+    def split(self, max_children: int) -> None:
+        """Split every node left with more than ``max_children`` children by the builder's
+        rebalancing (:func:`split_wide_nodes`), here on the working ids. Only nodes whose
+        children an update changed can be wide (and any the old tree had), so the loop visits
+        those instead of every node, in the order it would visit them in the new tree."""
+        wide: dict[int, list[int]] = {}
+        for u, kids in self.kids.lists.items():
+            if len(kids) > max_children and self.alive[u]:
+                wide.setdefault(self.layer[u], []).append(u)
+        for u in np.flatnonzero(self.old.fan_out > max_children).tolist():
+            if u not in self.kids.lists and self.alive[u]:
+                wide.setdefault(self.layer[u], []).append(u)
+        if not wide:
+            return
+        # children in the new tree's id order (working order, new leaves by input position):
+        # the order the splits group them and add their sums in
+        n_old = self.old.n_leaves
+        position = {u: n_old + k for k, u in enumerate(self.new_rows)}
+        for kids in self.kids.lists.values():
+            kids.sort(key=lambda u: position.get(u, u))
+        before = len(self.parent)
+        children = cast("list[list[int]]", _KidsView(self))
+        split_wide_nodes(
+            cast("list[int]", self.parent),
+            cast("list[int]", self.layer),
+            children,
+            _WorkSums(self, children),
+            max_children,
+            wide=wide,
+        )
+        for _ in range(before, len(self.parent)):
+            self.alive.append(True)
+            self.rows_added.append(-1)
+        self.bump("split", len(self.parent) - before)
 
     # -------------------------------------------------------------- back to a Tree
 
     def finish(self, max_children: int | None) -> TreeUpdate:
+        """The new tree, renumbered the builder's way (leaves first: old ones in their order,
+        then the new ones in input order; abstract nodes by layer, old before added), with its
+        children table made from the old one's by the change (what every search and the next
+        update read), and the id map and dirty set.
+
+        Array passes over the nodes (the renumbering itself), no sort and no Python loop over
+        them: the work per node is a copy."""
+        if max_children is not None:
+            self.split(max_children)
+        old = self.old
+        n_old, old_nodes = old.n_leaves, old.n_nodes
         parent = self.parent.array(np.int64)
         layer = self.layer.array(np.int64)
         alive = self.alive.array(bool)
-        ids = np.arange(parent.size)
-        n_old = self.old.n_leaves
-        old_leaves = np.flatnonzero(alive[:n_old])
-        leaves = np.concatenate([old_leaves, np.asarray(self.new_rows, dtype=np.int64)])
-        inner = ids[alive & (layer > 0)]
-        inner = inner[np.argsort(layer[inner], kind="stable")]
-        order = np.concatenate([leaves, inner])
-        compact_id = np.full(parent.size, -1, dtype=np.int64)
-        compact_id[order] = np.arange(order.size)
+        n_work = parent.size
+        new_rows = np.asarray(self.new_rows, dtype=np.int64)
+        killed = np.fromiter((u for u, ok in self.alive.changed.items() if not ok), dtype=np.int64)
+        # ids: old leaves in order, new leaves in input order, then by layer old and added
+        new_id = np.full(n_work, -1, dtype=np.int64)
+        dead_leaves = killed[killed < n_old]
+        n_kept = n_old - dead_leaves.size
+        if dead_leaves.size:
+            kept_leaves = np.flatnonzero(alive[:n_old])
+            new_id[kept_leaves] = np.arange(n_kept)
+        else:
+            new_id[:n_old] = np.arange(n_old)
+        n_leaves = n_kept + new_rows.size
+        new_id[new_rows] = n_kept + np.arange(new_rows.size)
+        added = np.arange(old_nodes, n_work, dtype=np.int64)
+        added_inner = added[(layer[added] > 0) & alive[added]]
+        added_layer = layer[added_inner]
+        top = max(old.depth, int(added_layer.max(initial=0)))
+        old_inner_layer = old.layer[n_old:]  # ascending: abstract ids read bottom-up
+        dead_inner = killed[killed >= n_old]
+        old_count = np.bincount(old_inner_layer, minlength=top + 1)[: top + 1].astype(np.int64)
+        if dead_inner.size:
+            old_count -= np.bincount(layer[dead_inner], minlength=top + 1)[: top + 1]
+        add_count = np.bincount(added_layer, minlength=top + 1)[: top + 1].astype(np.int64)
+        # first new id of each layer's abstract nodes, and of its added ones
+        first = n_leaves + np.concatenate([[0], np.cumsum(old_count + add_count)[:-1]])
+        first[0] = n_leaves
+        added_below = first - n_leaves - np.concatenate([[0], np.cumsum(old_count)[:-1]])
+        inner_alive = alive[n_old:old_nodes]
+        rank = np.arange(old_nodes - n_old, dtype=np.int64)
+        if dead_inner.size:
+            rank = np.cumsum(inner_alive) - 1
+        ids_inner = n_leaves + rank + added_below[old_inner_layer]
+        new_id[n_old:old_nodes] = np.where(inner_alive, ids_inner, -1)
+        if added_inner.size:
+            by_layer = np.argsort(added_layer, kind="stable")
+            ranks = np.empty(added_inner.size, dtype=np.int64)
+            starts = np.concatenate([[0], np.cumsum(add_count)[:-1]])
+            ranks[by_layer] = np.arange(added_inner.size) - starts[added_layer[by_layer]]
+            new_id[added_inner] = first[added_layer] + old_count[added_layer] + ranks
+        n_final = n_leaves + int(old_count[1:].sum() + add_count[1:].sum())
+        order = np.empty(n_final, dtype=np.int64)  # new id -> working id
+        present = np.flatnonzero(new_id >= 0)
+        order[new_id[present]] = present
         p = parent[order]
-        compact = Tree(
-            parent=np.where(p >= 0, compact_id[np.maximum(p, 0)], -1).astype(np.int64),
-            layer=layer[order].astype(np.int32),
+        new_parent = np.where(p >= 0, new_id[np.maximum(p, 0)], -1)
+        final = Tree(parent=new_parent, layer=layer[order].astype(np.int32))
+        final.__dict__["n_leaves"] = n_leaves
+        # what changed: nodes that are new or whose parent changed, lists that changed
+        lists = {u: kids for u, kids in self.kids.lists.items() if alive[u]}
+        old_offsets, old_order = old._children_csr
+        changed = [
+            u
+            for u, kids in lists.items()
+            if u >= old_nodes
+            or len(kids) != old_offsets[u + 1] - old_offsets[u]
+            or sorted(kids) != old_order[old_offsets[u] : old_offsets[u + 1]].tolist()
+        ]
+        final.__dict__["_children_csr"] = _patched_children(
+            old, final, new_id, alive, killed, {u: lists[u] for u in changed}
         )
-        rows = self.row.array(np.int64)[leaves]
-        final, final_id = compact, np.arange(compact.n_nodes)
-        if max_children is not None and compact.fan_out.max(initial=0) > max_children:
-            # sums read lazily: a split reads its node's children, not every leaf of the tree
-            split_p, split_l = split_overfull(
-                compact.parent.tolist(),
-                compact.layer.tolist(),
-                lambda leaf: self.vector(int(rows[leaf])),
-                max_children,
-                n_leaves=compact.n_leaves,
-                dim=self.vectors.shape[1],
-            )
-            split_layer = np.asarray(split_l, dtype=np.int64)
-            order2 = renumber_order(split_layer, compact.n_leaves)
-            final = reorder(np.asarray(split_p, dtype=np.int64), split_layer, order2)
-            inv = np.empty_like(order2)
-            inv[order2] = np.arange(order2.size)
-            final_id = inv[: compact.n_nodes]
-            self.bump("split", final.n_nodes - compact.n_nodes)
-        old_n = self.old.n_nodes
-        node_map = np.full(old_n, -1, dtype=np.int64)
-        kept = compact_id[:old_n] >= 0
-        node_map[kept] = final_id[compact_id[:old_n][kept]]
-        new_leaves = final_id[compact_id[np.asarray(self.new_rows, dtype=np.int64)]]
-        dirty = _dirty(self.old, final, node_map)
+        moved = [new_id[u] for u in added.tolist() if alive[u]]
+        for u in self.parent.changed:
+            if u < old_nodes and alive[u]:
+                was = old.parent[u]
+                if new_parent[new_id[u]] != (new_id[was] if was >= 0 else -1):
+                    moved.append(new_id[u])
+        node_map = new_id[:old_nodes].copy()
+        dirty = _closed_upwards(final, [int(new_id[u]) for u in changed])
         return TreeUpdate(
             tree=final,
             node_map=node_map,
             dirty=dirty,
-            new_leaves=np.asarray(new_leaves, dtype=np.int64),
+            new_leaves=new_id[new_rows],
             counts=dict(self.counts),
+            moved=np.unique(np.asarray(moved, dtype=np.int64)),
         )
 
 
-def _dirty(old: Tree, new: Tree, node_map: np.ndarray) -> np.ndarray:
-    """New abstract nodes whose subtree differs from their old node's (or that are new).
+class _KidsView:
+    """A working tree's children lists as the list of lists :func:`split_wide_nodes` edits
+    (a node it appends gets the last working id)."""
 
-    Bottom-up, one layer at a time: a node is clean when it has an old node, as many children
-    as that old node, and every child is clean with that old node as its old parent (the map is
-    one-to-one, so the children are then the very same)."""
-    pre = np.full(new.n_nodes, -1, dtype=np.int64)
-    kept = node_map >= 0
-    pre[node_map[kept]] = np.flatnonzero(kept)
-    clean = np.zeros(new.n_nodes, dtype=bool)
-    clean[: new.n_leaves] = pre[: new.n_leaves] >= 0
-    has_parent = np.flatnonzero(new.parent >= 0)
-    p_new = new.parent[has_parent]
-    old_parent_of = np.where(pre[has_parent] >= 0, old.parent[np.maximum(pre[has_parent], 0)], -2)
-    same_parent = (pre[p_new] >= 0) & (old_parent_of == pre[p_new])
-    old_fan = old.fan_out
-    for lv in range(1, new.depth + 1):
-        ok = clean[has_parent] & same_parent
-        bad = np.bincount(p_new[~ok], minlength=new.n_nodes)
-        nodes = np.flatnonzero(new.layer == lv)
-        o = pre[nodes]
-        clean[nodes] = (
-            (o >= 0) & (bad[nodes] == 0) & (new.fan_out[nodes] == old_fan[np.maximum(o, 0)])
-        )
-    return np.flatnonzero(~clean[new.n_leaves :]) + new.n_leaves
+    def __init__(self, work: _Work) -> None:
+        self._work = work
+
+    def __getitem__(self, u: int) -> list[int]:
+        return self._work.kids[u]
+
+    def __setitem__(self, u: int, kids: list[int]) -> None:
+        self._work.kids[u] = kids
+
+    def append(self, kids: list[int]) -> None:
+        self._work.kids[len(self._work.parent) - 1] = kids
+
+
+class _WorkSums(SubtreeSums):
+    """:class:`SubtreeSums` over a working tree, whose leaves are not the first ids (the new
+    ones were added last): a node is a leaf by its layer, its vector by its row."""
+
+    def __init__(self, work: _Work, children: list[list[int]]) -> None:
+        super().__init__(children, leaf_vector=work.vector, dim=int(work.vectors.shape[1]))
+        self._work = work
+
+    def _first(self, node: int) -> np.ndarray:
+        if self._work.layer[node] == 0:
+            return self._work.vector(self._work.row(node)).astype(np.float64)
+        return super()._first(node)
+
+
+def _patched_children(
+    old: Tree,
+    new: Tree,
+    new_id: np.ndarray,
+    alive: np.ndarray,
+    killed: np.ndarray,
+    lists: dict[int, list[int]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The new tree's children table (what :attr:`Tree._children_csr` computes: per node, its
+    children ascending) from the old one's: a node whose children did not change has the same
+    children under new ids, which keep their order, so its block is copied; only the nodes in
+    ``lists`` (working id -> children, every new node and every changed one) are laid out.
+    Array copies instead of the sort of every node by its parent."""
+    old_offsets, old_order = old._children_csr
+    old_nodes = old.n_nodes
+    fan = np.zeros(new.n_nodes, dtype=np.int64)
+    kept = new_id[:old_nodes] >= 0
+    fan[new_id[:old_nodes][kept]] = np.diff(old_offsets)[kept]
+    redone = np.fromiter(lists, dtype=np.int64, count=len(lists))
+    fan[new_id[redone]] = [len(k) for k in lists.values()]
+    offsets = np.zeros(new.n_nodes + 1, dtype=np.int64)
+    np.cumsum(fan, out=offsets[1:])
+    order = np.empty(int(offsets[-1]), dtype=np.int64)
+    skip_old = np.ones(old_order.size, dtype=bool)
+    for u in [*redone[redone < old_nodes].tolist(), *killed.tolist()]:
+        skip_old[old_offsets[u] : old_offsets[u + 1]] = False
+    fill = np.ones(order.size, dtype=bool)
+    for u, kids in lists.items():
+        w = int(new_id[u])
+        fill[offsets[w] : offsets[w + 1]] = False
+        order[offsets[w] : offsets[w + 1]] = np.sort(new_id[np.asarray(kids, dtype=np.int64)])
+    order[fill] = new_id[old_order[skip_old]]
+    return offsets, order
+
+
+def _closed_upwards(tree: Tree, nodes: list[int]) -> np.ndarray:
+    """``nodes`` and all their ancestors, sorted: the abstract nodes whose subtree changed,
+    when ``nodes`` are those that are new or whose children changed."""
+    out: set[int] = set()
+    for u in nodes:
+        while u >= 0 and u not in out:
+            out.add(u)
+            u = int(tree.parent[u])
+    got = np.asarray(sorted(out), dtype=np.int64)
+    return got[tree.layer[got] > 0] if got.size else got
 
 
 # ------------------------------------------------------------------ public API
@@ -724,14 +954,20 @@ def remove_leaves(
     leaf_vectors: np.ndarray,
     *,
     max_children: int | None = 40,
+    check_vectors: bool = True,
 ) -> TreeUpdate:
     """Remove the given leaves from a tree or a forest (a tree that loses every leaf goes).
 
     The remaining leaves keep their relative order as ids ``0 .. n_left-1``. At least one leaf
-    must remain: clearing an index is a rebuild, not an update.
+    must remain: clearing an index is a rebuild, not an update. ``check_vectors=False``: the
+    vectors are the index's own, checked when stored (their shape is checked, not every
+    value: the removal reads a few of them, and a pass over all would cost more).
     """
     _check_max_children(max_children)
-    vecs = _vectors("leaf_vectors", leaf_vectors, tree.n_leaves, None)
+    if check_vectors:
+        vecs = _vectors("leaf_vectors", leaf_vectors, tree.n_leaves, None)
+    else:
+        vecs = _trusted("leaf_vectors", leaf_vectors, tree.n_leaves, None)
     ids = np.asarray(list(leaf_ids) if not isinstance(leaf_ids, np.ndarray) else leaf_ids)
     if ids.size and not np.issubdtype(ids.dtype, np.integer):
         raise InputError(f"leaf ids must be integers, got {ids.dtype} values")
