@@ -20,9 +20,18 @@ and redoes the shown form only of the phrases whose counts or forms' ranks moved
 
 An update scores its few nodes from :meth:`PhraseTable.phrase_view`, which computes a
 phrase's column order, flags and shown form when a node reads it; the corpus-wide layout
-(:meth:`PhraseTable.phrases`) is made for a build or a full recompute only. What stays linear
-in the corpus is memory-speed copying: the sorted count arrays an add inserts into, and the
-per-leaf arrays a removal closes up.
+(:meth:`PhraseTable.phrases`) is made for a build or a full recompute only.
+
+An update copies no corpus-wide array (issue 24): the per-leaf entry arrays are held as pieces
+(:class:`_Pieces`: a removal splits them where its leaves were, an add appends a piece, and
+one update in about ``MAX_PIECES / 2`` copies them into one again); a removal leaves a spent
+surface form as a tombstone (count 0) instead of closing the sorted form arrays up; an add
+appends its new forms and phrases after the sorted ones, in a tail kept in key order and
+folded in past :data:`TAIL_MAX`; the counts a table gives up to the next one are changed in
+place (a loaded table's mapped counts are copied once, by the first update after a load). An
+add compares, for each phrase it touched, only the phrase's old shown form with the batch's
+forms. What stays linear in the corpus is a removal's pass over the form arrays (the forms of
+the phrases it touched, and of the words whose first occurrence it moved), at memory speed.
 """
 
 from __future__ import annotations
@@ -366,18 +375,20 @@ class _Derived:
     def sorted_forms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``s_key``, ``s_cnt``, ``s_pid`` of the forms in use (count > 0), by key: what a
         fresh derivation gives (a removal leaves spent forms as tombstones, adds a tail)."""
-        order = _fold_order(self.s_key, self.s_tail)
-        live = np.asarray(self.s_cnt[order]) > 0
-        order = order[live]
-        return self.s_key[order], self.s_cnt[order], self.s_pid[order]
+        keys, counts, pids = _folded(self.s_tail, self.s_key, self.s_cnt, self.s_pid)
+        live = np.asarray(counts) > 0
+        if bool(live.all()):  # no copy (a big build's save holds tens of millions of forms)
+            return keys, counts, pids
+        return keys[live], counts[live], pids[live]
 
     def full_p_sorted(self, p_key: np.ndarray) -> np.ndarray:
         """Every phrase id by key (``p_sorted`` with the tail merged in)."""
         if self.p_tail is None or self.p_tail.size == 0:
             return np.asarray(self.p_sorted)
-        head_keys = np.asarray(p_key)[np.asarray(self.p_sorted)]
-        at = np.searchsorted(head_keys, p_key[self.p_tail])
-        return np.insert(np.asarray(self.p_sorted), at, self.p_tail.astype(self.p_sorted.dtype))
+        head = p_key.shape[0] - self.p_tail.size
+        sorter = np.asarray(self.p_sorted)
+        at = np.searchsorted(p_key[:head], p_key[self.p_tail], sorter=sorter)
+        return np.insert(sorter, at, self.p_tail.astype(sorter.dtype))
 
 
 TAIL_MAX = 1 << 16
@@ -413,15 +424,16 @@ def _lookup(
     return out
 
 
-def _fold_order(keys: np.ndarray, tail: np.ndarray | None) -> np.ndarray:
-    """The positions of ``keys`` in key order, when ``keys[:h]`` is sorted and ``tail`` gives
-    the rest's positions in key order (a merge, no sort of the whole)."""
-    n = keys.shape[0]
+def _folded(tail: np.ndarray | None, keys: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+    """``keys`` and its parallel ``arrays`` in key order, when ``keys[:h]`` is sorted and
+    ``tail`` gives the rest's positions in key order: the tail's rows inserted into the sorted
+    part (the memory of an insertion, no order array over the whole); as they are without a
+    tail."""
     if tail is None or tail.size == 0:
-        return np.arange(n, dtype=np.int64)
-    head = n - tail.size
+        return [keys, *arrays]
+    head = keys.shape[0] - tail.size
     at = np.searchsorted(np.asarray(keys[:head]), np.asarray(keys[tail]))
-    return np.insert(np.arange(head, dtype=np.int64), at, tail)
+    return [np.insert(np.asarray(a[:head]), at, np.asarray(a[tail])) for a in (keys, *arrays)]
 
 
 def _with_tail(tail: np.ndarray | None, keys: np.ndarray, new_at: np.ndarray) -> np.ndarray:
@@ -520,7 +532,7 @@ class PhraseTable:
         for by_pid in (self.p_key, d.p_df, d.p_best):
             by_pid[:] = by_pid[order]
         d.s_pid[:] = new_of[d.s_pid]
-        d = replace(d, p_sorted=np.arange(n_p, dtype=order.dtype), p_tail=None)
+        d = replace(d, p_sorted=np.arange(n_p, dtype=new_of.dtype), p_tail=None)
         table = PhraseTable(
             self.words,
             self.lw_ptr,
@@ -760,8 +772,7 @@ class PhraseTable:
         s_cnt[at[hit]] += u_cnt[hit]
         s_tail = _with_tail(d.s_tail, s_key, n_s + np.arange(n_miss))
         if _tail_is_long(s_tail, s_key.shape[0]):  # folded in: sorted again, by a merge
-            order = _fold_order(s_key, s_tail)
-            s_key, s_cnt, s_pid = s_key[order], s_cnt[order], s_pid[order]
+            s_key, s_cnt, s_pid = _folded(s_tail, s_key, s_cnt, s_pid)
             s_tail = np.empty(0, dtype=np.int64)
 
         # first-appearance ranks: words new to the corpus come after every word it had
@@ -1133,6 +1144,8 @@ class _Pieces:
             self.pieces = [np.concatenate(self.pieces).astype(self.dtype, copy=False)]
             self.starts = np.array([0, self.pieces[0].shape[0]], dtype=np.int64)
         whole = self.pieces[0]
+        if copy:  # np.array(pieces): the caller may write to it
+            return np.array(whole, dtype=dtype)
         return whole if dtype is None else whole.astype(dtype, copy=False)
 
     def __getitem__(self, key: Any) -> Any:
