@@ -686,7 +686,8 @@ class PhraseTable:
             p_sorted.shape == got["p_df"].shape == got["p_best"].shape == (n_p,)
             and got["s_key"].shape == got["s_cnt"].shape == s_pid.shape
             and w_rank.shape == (n_w,)
-            and (n_p == 0 or np.array_equal(np.bincount(p_sorted, minlength=n_p), np.ones(n_p)))
+            # n_p ids, none twice: a permutation (no n_p-long float array to compare with)
+            and (n_p == 0 or int(np.bincount(p_sorted, minlength=n_p).max()) == 1)
             and (s_pid.size == 0 or (int(s_pid.min()) >= 0 and int(s_pid.max()) < n_p))
             and (n_p == 0 or int(got["p_df"].min()) >= 0)
             and (n_w == 0 or n_ranked > int(w_rank.max()))
