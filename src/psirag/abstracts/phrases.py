@@ -881,9 +881,12 @@ class PhraseTable:
         w_rank, n_ranked, w_first, w_df, moved = _removed_word_stats(d, self, table, keep, gw)
         s_key, s_pid = d.s_key, d.s_pid
         touched = gone_pids
-        if moved.size:  # a moved word changes how its forms' ties break
+        # a moved word changes how its forms' ties break, where it now ranks on the other side
+        # of a word of its stem (only such words tell forms of one phrase apart)
+        flipped = _order_flipped(d.vocab, moved, np.asarray(d.w_rank), w_rank)
+        if flipped.size:
             is_moved = np.zeros(len(self.words) + 1, dtype=bool)
-            is_moved[moved] = True
+            is_moved[flipped] = True
             has = _forms_with(s_key, is_moved)
             touched = np.union1d(touched, s_pid[has]).astype(np.int64)
         p_best = _own(d.p_best)
@@ -903,7 +906,7 @@ class PhraseTable:
             d.s_tail,
             d.p_tail,
         )
-        _best_forms(new, touched)
+        _best_forms(new, touched, self.p_key)
         table._cache["derived"] = new
         # its entry arrays are views of this table's buffers: an add to it must not write in
         # their spare room (this table's entries may lie there)
@@ -1406,19 +1409,71 @@ def _ranks(lw: np.ndarray, n_words: int) -> tuple[np.ndarray, int]:
     return w_rank, int(firsts.size)
 
 
-def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
+def _best_forms(d: _Derived, pids: np.ndarray | None, p_key: np.ndarray | None = None) -> None:
     """Set ``p_best`` of ``pids`` (None: every phrase): the surface form with the most
-    occurrences, ties to the form whose words appeared first (in place: ``d`` is new)."""
+    occurrences, ties to the form whose words appeared first (in place: ``d`` is new). With
+    ``p_key``, the phrases' forms are looked up by their stems' words (:func:`_forms_of`)."""
+    sel: np.ndarray | None = None
     if pids is None:
         sel = np.flatnonzero(np.asarray(d.s_cnt) > 0)
         d.p_best[:] = 0
     else:
         if pids.size == 0:
             return
-        wanted = np.zeros(d.p_best.size, dtype=bool)
-        wanted[pids] = True
-        sel = np.flatnonzero(wanted[d.s_pid])
+        if p_key is not None:
+            sel = _forms_of(d, p_key, pids)
+        if sel is None:  # a pass over every form
+            wanted = np.zeros(d.p_best.size, dtype=bool)
+            wanted[pids] = True
+            sel = np.flatnonzero(wanted[d.s_pid])
     _pick_best(d, sel)
+
+
+FORMS_OF_MAX = 1 << 20
+"""Candidate surface keys :func:`_forms_of` may make; past it, the forms are found by a pass
+over all of them."""
+
+
+def _forms_of(d: _Derived, p_key: np.ndarray, pids: np.ndarray) -> np.ndarray | None:
+    """Positions in ``s_key`` of every form of the phrases ``pids``, found without a pass over
+    the corpus's forms: a form of a phrase is a choice of one word per stem of it (a stem has
+    a few surface words: case, inflection), so each such choice is looked up (None: more
+    choices than :data:`FORMS_OF_MAX`)."""
+    ptr, words = _words_by_stem(d.vocab)
+    stems = unpack_keys(np.asarray(p_key[pids], dtype=np.int64))
+    owner = np.arange(pids.size, dtype=np.int64)
+    keys = np.zeros(pids.size, dtype=np.int64)
+    for j in range(MAX_NGRAM):
+        stem = stems[owner, j]
+        has = stem >= 0
+        safe = np.where(has, stem, 0)
+        count = np.where(has, ptr[safe + 1] - ptr[safe], 1)
+        total = int(count.sum())
+        if total > FORMS_OF_MAX:
+            return None
+        offset = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        start = np.repeat(np.where(has, ptr[safe], 0), count)
+        word = np.where(
+            np.repeat(has, count), words[np.minimum(start + offset, words.size - 1)], -1
+        )
+        keys = (np.repeat(keys, count) << PACK_BITS) | (word + 1)
+        owner = np.repeat(owner, count)
+    at = d.form_positions(keys)
+    return np.unique(at[at >= 0])
+
+
+def _words_by_stem(v: _Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """Per stem id, its words (CSR row pointers and word ids), made once per vocabulary."""
+    got: tuple[np.ndarray, np.ndarray] | None = getattr(v, "_by_stem", None)
+    if got is None:
+        n_stems = len(v.stem_index)
+        stem_of = np.asarray(v.stem_of, dtype=np.int64)
+        words = np.argsort(stem_of, kind="stable")
+        counts = np.bincount(stem_of, minlength=n_stems) if stem_of.size else np.zeros(n_stems)
+        ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        got = (ptr, words.astype(np.int64))
+        object.__setattr__(v, "_by_stem", got)  # a cache: the vocabulary itself is unchanged
+    return got
 
 
 def _pick_best(d: _Derived, sel: np.ndarray) -> None:
@@ -1543,6 +1598,30 @@ def _removed_word_stats(
     w_rank = np.full(len(old.words), -1, dtype=np.int64)
     w_rank[words[order]] = np.arange(words.size)
     return w_rank, int(words.size), w_first, w_df, moved
+
+
+def _order_flipped(
+    v: _Vocab, moved: np.ndarray, old_rank: np.ndarray, new_rank: np.ndarray
+) -> np.ndarray:
+    """The ``moved`` words whose rank order against another present word of their stem is not
+    what it was. Forms of one phrase differ only in which word of each stem they show, and
+    their ties break by those words' ranks: a moved word that keeps its order against every
+    word of its stem changes no phrase's shown form."""
+    if moved.size == 0:
+        return moved
+    ptr, words = _words_by_stem(v)
+    stem = np.asarray(v.stem_of)[moved]
+    count = ptr[stem + 1] - ptr[stem]
+    offset = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(
+        np.cumsum(count) - count, count
+    )
+    owner = np.repeat(moved, count)
+    other = words[np.repeat(ptr[stem], count) + offset]
+    ok = (other != owner) & (new_rank[other] >= 0)
+    owner, other = owner[ok], other[ok]
+    before = old_rank[owner] < old_rank[other]
+    after = new_rank[owner] < new_rank[other]
+    return np.unique(owner[before != after])
 
 
 _SCAN_BLOCK = 1 << 16
