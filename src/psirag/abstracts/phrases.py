@@ -30,8 +30,10 @@ appends its new forms and phrases after the sorted ones, in a tail kept in key o
 folded in past :data:`TAIL_MAX`; the counts a table gives up to the next one are changed in
 place (a loaded table's mapped counts are copied once, by the first update after a load). An
 add compares, for each phrase it touched, only the phrase's old shown form with the batch's
-forms. What stays linear in the corpus is a removal's pass over the form arrays (the forms of
-the phrases it touched, and of the words whose first occurrence it moved), at memory speed.
+forms; a removal looks its phrases' forms up by their stems' words. What stays linear in the
+corpus: the first update after a load copies the loaded counts once, and a removal that moves
+a word's first occurrence to the other side of a word of the same stem passes over the forms
+once (memory speed) to find the phrases that word is in.
 """
 
 from __future__ import annotations
