@@ -32,6 +32,11 @@ def _counts(table: PhraseTable) -> dict[str, object]:
         for name in DERIVED_ARRAYS
         if name not in ("p_best", "n_ranked")
     }
+    # the surface forms in use, by key (a removal leaves a form it spent as a tombstone of
+    # count 0, an add appends new forms and phrases as a tail kept in key order)
+    for name, array in zip(("s_key", "s_cnt", "s_pid"), d.sorted_forms(), strict=True):
+        out[name] = np.asarray(array).tolist()
+    out["p_sorted"] = np.asarray(d.full_p_sorted(table.p_key)).tolist()
     out["n_ranked"] = d.n_ranked
     present = np.asarray(d.p_df) > 0
     out["p_best"] = np.where(present, np.asarray(d.p_best), 0).tolist()
@@ -182,3 +187,83 @@ def test_a_table_saved_before_the_word_counts_derives_them_on_its_first_removal(
     assert stats.n == 1  # derived once, then kept
     assert _counts(shrunk) == _derived_afresh(shrunk)
     assert _counts(again) == _derived_afresh(again)
+
+
+def _shares(a: object, b: object) -> bool:
+    """Whether the per-leaf entry array ``a`` (an array or pieces of arrays) holds a view of
+    ``b``'s memory."""
+    pieces = getattr(a, "pieces", [a])
+    base = getattr(b, "pieces", [b])
+    return any(np.shares_memory(np.asarray(p), np.asarray(q)) for p in pieces for q in base)
+
+
+def test_a_removal_and_the_add_after_it_copy_no_kept_leafs_entries() -> None:
+    corpus = _texts(50, 9)
+    table = PhraseTable.build(corpus)
+    keep = np.ones(50, dtype=bool)
+    keep[[7, 30]] = False
+    shrunk = table.remove(keep)
+    grown = shrunk.add(_texts(53, 9)[50:])
+    for name in ("lw", "ls_key", "ls_cnt", "lp_pid"):
+        # the kept leaves' entries are views of the table they were in (no copy): the
+        # removal split the arrays where the removed leaves were, the add appended a piece
+        assert _shares(getattr(shrunk, name), getattr(table, name)), name
+        assert _shares(getattr(grown, name), getattr(table, name)), name
+    assert _counts(grown) == _derived_afresh(grown)
+    texts = [t for t, k in zip(corpus, keep.tolist(), strict=True) if k] + _texts(53, 9)[50:]
+    tree = random_tree(len(texts), 9)
+    nodes = list(range(tree.n_leaves, tree.n_nodes))
+    assert keyword_abstracts(texts, tree, nodes=nodes, table=grown) == keyword_abstracts(
+        texts, tree
+    )
+
+
+def test_an_add_appends_its_new_forms_to_the_corpus_counts_in_place() -> None:
+    corpus = _texts(40, 3)
+    table = PhraseTable.build(corpus)
+    before = table._derived()
+    grown = table.add(["Zanzibar Quokka Observatory opened beside the Quokka Bay."])
+    after = grown._derived()
+    # the new forms went after the old ones in the same buffer (no insertion into a sorted
+    # array of every form), and a sorted tail says where they are
+    assert np.shares_memory(after.s_key, before.s_key)
+    assert after.s_tail is not None and after.s_tail.size > 0
+    assert _counts(grown) == _derived_afresh(grown)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_folded_tails_and_compacted_pieces_keep_the_counts_and_abstracts_exact(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # tiny bounds, so the tails are folded into the sorted counts and the per-leaf arrays'
+    # pieces copied into one again many times along the walk
+    monkeypatch.setattr(phrases_module, "TAIL_MAX", 3)
+    monkeypatch.setattr(phrases_module, "MAX_PIECES", 3)
+    if seed % 2:  # a removal finds its phrases' forms by a pass over all of them
+        monkeypatch.setattr(phrases_module, "FORMS_OF_MAX", 2)
+    rng = random.Random(100 + seed)
+    updates = random_phrase_updates(
+        rng, _texts(120, seed), start=12, steps=14, min_left=5, drop_share=0.2, move_first=True
+    )
+    for table, corpus in updates:
+        assert _counts(table) == _derived_afresh(table)
+        saved = table.derived_arrays() or {}
+        assert int(np.asarray(saved["s_cnt"]).min()) > 0  # no tombstone is saved
+        tree = random_tree(len(corpus), seed)
+        nodes = list(range(tree.n_leaves, tree.n_nodes))
+        full = keyword_abstracts(corpus, tree)
+        assert keyword_abstracts(corpus, tree, nodes=nodes, table=table) == full
+
+
+def test_pieces_read_like_the_array_they_make_up() -> None:
+    rng = np.random.default_rng(4)
+    whole = rng.integers(0, 1000, 300)
+    pieces = phrases_module._Pieces([whole[:100], whole[100:250], whole[250:]])
+    gone = np.sort(rng.choice(300, 40, replace=False))
+    kept = np.delete(whole, gone)
+    fewer = pieces.without(gone)
+    at = rng.integers(0, kept.size, 500)
+    assert np.array_equal(fewer[at], kept[at])
+    assert np.array_equal(fewer[17:203], kept[17:203])
+    assert np.array_equal(fewer.append(np.arange(5), own=False)[kept.size :], np.arange(5))
+    assert np.array_equal(np.asarray(fewer), kept)

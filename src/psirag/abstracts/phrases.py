@@ -20,9 +20,20 @@ and redoes the shown form only of the phrases whose counts or forms' ranks moved
 
 An update scores its few nodes from :meth:`PhraseTable.phrase_view`, which computes a
 phrase's column order, flags and shown form when a node reads it; the corpus-wide layout
-(:meth:`PhraseTable.phrases`) is made for a build or a full recompute only. What stays linear
-in the corpus is memory-speed copying: the sorted count arrays an add inserts into, and the
-per-leaf arrays a removal closes up.
+(:meth:`PhraseTable.phrases`) is made for a build or a full recompute only.
+
+An update copies no corpus-wide array (issue 24): the per-leaf entry arrays are held as pieces
+(:class:`_Pieces`: a removal splits them where its leaves were, an add appends a piece, and
+one update in about ``MAX_PIECES / 2`` copies them into one again); a removal leaves a spent
+surface form as a tombstone (count 0) instead of closing the sorted form arrays up; an add
+appends its new forms and phrases after the sorted ones, in a tail kept in key order and
+folded in past :data:`TAIL_MAX`; the counts a table gives up to the next one are changed in
+place (a loaded table's mapped counts are copied once, by the first update after a load). An
+add compares, for each phrase it touched, only the phrase's old shown form with the batch's
+forms; a removal looks its phrases' forms up by their stems' words. What stays linear in the
+corpus: the first update after a load copies the loaded counts once, and a removal that moves
+a word's first occurrence to the other side of a word of the same stem passes over the forms
+once (memory speed) to find the phrases that word is in.
 """
 
 from __future__ import annotations
@@ -73,6 +84,9 @@ KEEP_LAYOUT_MAX_PHRASES = 1 << 24
 """A build keeps its table's layout (for an add in the same process) up to this many phrases;
 past it the layout (about 40 bytes a phrase, 2 GiB at 1M leaves) is let go once the abstracts
 are scored, and the first add remakes it, as after a load."""
+
+Entries = Any
+"""A per-leaf entry array: an ``np.ndarray``, or a :class:`_Pieces` read like one."""
 
 _FLAGS = ("is_stop", "starts_alpha", "is_cap", "is_digit", "roman", "joiner")
 
@@ -340,6 +354,103 @@ class _Derived:
     # what a removal reads to re-rank only the words it moves (None: derived on first removal)
     w_first: np.ndarray | None = None
     w_df: np.ndarray | None = None
+    # what adds appended after the sorted part (None: nothing): the forms s_key[h:] are in
+    # the order they came, s_tail holds their positions in key order; the phrases not in
+    # p_sorted (the last ids) are p_tail, in key order. An add so writes O(its forms), not
+    # an insertion into every sorted array; a tail is folded in when it holds more than
+    # TAIL_MAX (O(n) once per that many new forms or phrases)
+    s_tail: np.ndarray | None = None
+    p_tail: np.ndarray | None = None
+
+    def form_positions(self, keys: np.ndarray) -> np.ndarray:
+        """Where each surface key is in ``s_key`` (-1: not there)."""
+        tail = self.s_tail if self.s_tail is not None else np.empty(0, dtype=np.int64)
+        head = self.s_key.shape[0] - tail.size
+        return _lookup(self.s_key[:head], None, keys, self.s_key, tail)
+
+    def phrase_ids(self, p_key: np.ndarray, keys: np.ndarray) -> np.ndarray:
+        """The phrase id of each stem key (-1: a phrase the corpus never had)."""
+        tail = self.p_tail if self.p_tail is not None else np.empty(0, dtype=np.int64)
+        head = p_key.shape[0] - tail.size
+        return _lookup(p_key[:head], self.p_sorted, keys, p_key, tail)
+
+    def sorted_forms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``s_key``, ``s_cnt``, ``s_pid`` of the forms in use (count > 0), by key: what a
+        fresh derivation gives (a removal leaves spent forms as tombstones, adds a tail)."""
+        keys, counts, pids = _folded(self.s_tail, self.s_key, self.s_cnt, self.s_pid)
+        live = np.asarray(counts) > 0
+        if bool(live.all()):  # no copy (a big build's save holds tens of millions of forms)
+            return keys, counts, pids
+        return keys[live], counts[live], pids[live]
+
+    def full_p_sorted(self, p_key: np.ndarray) -> np.ndarray:
+        """Every phrase id by key (``p_sorted`` with the tail merged in)."""
+        if self.p_tail is None or self.p_tail.size == 0:
+            return np.asarray(self.p_sorted)
+        head = p_key.shape[0] - self.p_tail.size
+        sorter = np.asarray(self.p_sorted)
+        at = np.searchsorted(p_key[:head], p_key[self.p_tail], sorter=sorter)
+        return np.insert(sorter, at, self.p_tail.astype(sorter.dtype))
+
+
+TAIL_MAX = 1 << 16
+"""A tail (:class:`_Derived`) is folded into its sorted part when it holds more: a one-document
+add brings a few hundred new forms, so a fold (a merge over the corpus's forms) comes once in
+hundreds of adds, and keeping the tail sorted costs an add O(TAIL_MAX) at most."""
+
+
+def _lookup(
+    head: np.ndarray,
+    sorter: np.ndarray | None,
+    keys: np.ndarray,
+    full: np.ndarray,
+    tail: np.ndarray,
+) -> np.ndarray:
+    """Position (by ``sorter`` when given: the id) of each key among ``head`` (sorted, or in
+    ``sorter`` order) or ``full[tail]`` (in key order), -1 where it is in neither."""
+    out = np.full(keys.size, -1, dtype=np.int64)
+    if head.shape[0]:
+        at = np.searchsorted(head, keys, sorter=sorter)
+        inside = np.flatnonzero(at < head.shape[0])
+        where = at[inside] if sorter is None else np.asarray(sorter[at[inside]], dtype=np.int64)
+        hit = np.asarray(head[where]) == keys[inside]
+        out[inside[hit]] = where[hit]
+    if tail.size:
+        rest = np.flatnonzero(out < 0)
+        tail_keys = np.asarray(full[tail])
+        t_at = np.searchsorted(tail_keys, keys[rest])
+        in_tail = t_at < tail.size
+        rest, t_at = rest[in_tail], t_at[in_tail]
+        t_hit = tail_keys[t_at] == keys[rest]
+        out[rest[t_hit]] = tail[t_at[t_hit]]
+    return out
+
+
+def _folded(tail: np.ndarray | None, keys: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+    """``keys`` and its parallel ``arrays`` in key order, when ``keys[:h]`` is sorted and
+    ``tail`` gives the rest's positions in key order: the tail's rows inserted into the sorted
+    part (the memory of an insertion, no order array over the whole); as they are without a
+    tail."""
+    if tail is None or tail.size == 0:
+        return [keys, *arrays]
+    head = keys.shape[0] - tail.size
+    at = np.searchsorted(np.asarray(keys[:head]), np.asarray(keys[tail]))
+    return [np.insert(np.asarray(a[:head]), at, np.asarray(a[tail])) for a in (keys, *arrays)]
+
+
+def _with_tail(tail: np.ndarray | None, keys: np.ndarray, new_at: np.ndarray) -> np.ndarray:
+    """The positions ``tail`` (in the order of ``keys`` at them) with ``new_at`` (keys new to
+    both, ascending) merged in."""
+    new_at = np.asarray(new_at, dtype=np.int64)
+    if tail is None or tail.size == 0:
+        return new_at
+    at = np.searchsorted(np.asarray(keys[tail]), np.asarray(keys[new_at]))
+    return np.insert(tail, at, new_at)
+
+
+def _tail_is_long(tail: np.ndarray, n: int) -> bool:
+    del n  # a fixed bound: see TAIL_MAX
+    return tail.size > TAIL_MAX
 
 
 @dataclass(frozen=True, eq=False)
@@ -352,12 +463,12 @@ class PhraseTable:
 
     words: list[str]
     lw_ptr: np.ndarray
-    lw: np.ndarray
+    lw: Entries
     ls_ptr: np.ndarray
-    ls_key: np.ndarray
-    ls_cnt: np.ndarray
+    ls_key: Entries
+    ls_cnt: Entries
     lp_ptr: np.ndarray
-    lp_pid: np.ndarray
+    lp_pid: Entries
     p_key: np.ndarray
     _cache: dict[str, Any] = field(default_factory=dict, repr=False)
 
@@ -429,10 +540,10 @@ class PhraseTable:
         array at a time: only for the table a build is making, which nothing else holds."""
         d = self._cache.pop("derived", None) or self._derive()
         n_p = self.p_key.size
-        order = d.p_sorted
+        order = d.full_p_sorted(self.p_key)
         new_of = np.empty(n_p, dtype=np.int32 if n_p < 2**31 else np.int64)
         new_of[order] = np.arange(n_p, dtype=new_of.dtype)
-        lp_pid = self.lp_pid
+        lp_pid = np.asarray(self.lp_pid)  # a build's own array: written in place
         for lo in range(0, self.n_leaves, BUILD_BATCH):
             ptr = self.lp_ptr[lo : lo + BUILD_BATCH + 1]
             a, b = int(ptr[0]), int(ptr[-1])
@@ -442,7 +553,7 @@ class PhraseTable:
         for by_pid in (self.p_key, d.p_df, d.p_best):
             by_pid[:] = by_pid[order]
         d.s_pid[:] = new_of[d.s_pid]
-        d.p_sorted[:] = np.arange(n_p, dtype=d.p_sorted.dtype)
+        d = replace(d, p_sorted=np.arange(n_p, dtype=new_of.dtype), p_tail=None)
         table = PhraseTable(
             self.words,
             self.lw_ptr,
@@ -507,6 +618,9 @@ class PhraseTable:
         if d is None:
             return None
         out = {name: getattr(d, name) for name in DERIVED_ARRAYS if name != "n_ranked"}
+        # by key, without the forms a removal left as tombstones (a fresh derivation's)
+        out["s_key"], out["s_cnt"], out["s_pid"] = d.sorted_forms()
+        out["p_sorted"] = d.full_p_sorted(self.p_key)
         if not small:
             out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
             if d.w_first is not None and d.w_df is not None:
@@ -536,7 +650,7 @@ class PhraseTable:
     def arrays(self) -> dict[str, np.ndarray]:
         """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
         packed keys as int64."""
-        out = {a: getattr(self, a) for a in ARRAYS}
+        out = {a: np.asarray(getattr(self, a)) for a in ARRAYS}
         for name in _ID_ARRAYS:
             x = out[name]
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= 0):
@@ -565,9 +679,10 @@ class PhraseTable:
             if len(vocab.index) != len(self.words):
                 raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
         n_p = self.p_key.size
-        p_df = np.bincount(self.lp_pid, minlength=n_p).astype(np.int64)
-        s_key, inv = _unique_inverse(self.ls_key)
-        s_cnt = np.bincount(inv, weights=self.ls_cnt, minlength=s_key.size).astype(np.int64)
+        p_df = np.bincount(np.asarray(self.lp_pid), minlength=n_p).astype(np.int64)
+        s_key, inv = _unique_inverse(np.asarray(self.ls_key))
+        s_cnt = np.bincount(inv, weights=np.asarray(self.ls_cnt), minlength=s_key.size)
+        s_cnt = s_cnt.astype(np.int64)
         p_sorted = np.argsort(self.p_key, kind="stable")
         s_stem = _pack(np.where(unpack_keys(s_key) >= 0, vocab.stem_of[unpack_keys(s_key)], -1))
         sorted_keys = self.p_key[p_sorted]
@@ -577,7 +692,9 @@ class PhraseTable:
         s_pid = p_sorted[at]
         if np.any(p_df[s_pid] == 0):
             raise IndexFormatError(_DAMAGED.format("a candidate's phrase is in no leaf"))
-        w_rank, n_ranked, w_first, w_df = _word_stats(self.lw, self.lw_ptr, len(self.words))
+        w_rank, n_ranked, w_first, w_df = _word_stats(
+            np.asarray(self.lw), self.lw_ptr, len(self.words)
+        )
         p_best = np.zeros(n_p, dtype=np.int64)
         d = _Derived(
             vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked, w_first, w_df
@@ -596,7 +713,8 @@ class PhraseTable:
             p_sorted.shape == got["p_df"].shape == got["p_best"].shape == (n_p,)
             and got["s_key"].shape == got["s_cnt"].shape == s_pid.shape
             and w_rank.shape == (n_w,)
-            and (n_p == 0 or np.array_equal(np.bincount(p_sorted, minlength=n_p), np.ones(n_p)))
+            # n_p ids, none twice: a permutation (no n_p-long float array to compare with)
+            and (n_p == 0 or int(np.bincount(p_sorted, minlength=n_p).max()) == 1)
             and (s_pid.size == 0 or (int(s_pid.min()) >= 0 and int(s_pid.max()) < n_p))
             and (n_p == 0 or int(got["p_df"].min()) >= 0)
             and (n_w == 0 or n_ranked > int(w_rank.max()))
@@ -641,18 +759,19 @@ class PhraseTable:
         n_old = self.n_leaves
         # phrase ids: the stem keys seen before keep theirs, new ones are numbered on
         uniq, inv = _unique_inverse(b.ls_stem)
-        pos = np.searchsorted(self.p_key, uniq, sorter=d.p_sorted)
-        found = np.zeros(uniq.size, dtype=bool)
-        inside = np.flatnonzero(pos < d.p_sorted.size)
-        found[inside] = self.p_key[d.p_sorted[pos[inside]]] == uniq[inside]
-        pid_u = np.empty(uniq.size, dtype=np.int64)
-        pid_u[found] = d.p_sorted[pos[found]]
+        if d.p_sorted.dtype != np.intp:  # a searchsorted sorter is intp: converted once, kept
+            d = replace(d, p_sorted=d.p_sorted.astype(np.intp))
+        pid_u = d.phrase_ids(self.p_key, uniq)
         n_p_old = self.p_key.size
-        fresh = np.flatnonzero(~found)
+        fresh = np.flatnonzero(pid_u < 0)
         pid_u[fresh] = n_p_old + np.arange(fresh.size)
         p_key = _append(self.p_key, uniq[fresh], own)
         n_p = p_key.size
-        p_sorted = np.insert(d.p_sorted, pos[fresh], pid_u[fresh])
+        # new phrases join the tail (uniq is sorted: so are they); a long tail is folded in
+        p_sorted, p_tail = d.p_sorted, _with_tail(d.p_tail, p_key, pid_u[fresh])
+        if _tail_is_long(p_tail, n_p):
+            p_sorted = _Derived.full_p_sorted(replace(d, p_tail=p_tail), p_key)
+            p_tail = np.empty(0, dtype=np.int64)
         ls_pid = pid_u[inv]
 
         # each new leaf's distinct phrases
@@ -667,18 +786,22 @@ class PhraseTable:
         u_cnt = np.bincount(u_inv, weights=b.ls_cnt, minlength=u_key.size).astype(np.int64)
         u_pid = np.empty(u_key.size, dtype=np.int64)
         u_pid[u_inv] = ls_pid
-        at = np.searchsorted(d.s_key, u_key)
-        hit = np.zeros(u_key.size, dtype=bool)
-        ok = at < d.s_key.size
-        hit[ok] = d.s_key[at[ok]] == u_key[ok]
-        miss = ~hit
-        # new arrays (a loaded table's stay mapped and unwritten), then the forms seen before
-        # get their new occurrences at their shifted positions
-        s_key = np.insert(d.s_key, at[miss], u_key[miss])
-        s_cnt = np.insert(d.s_cnt.astype(np.int64, copy=False), at[miss], u_cnt[miss])
-        s_pid = np.insert(d.s_pid, at[miss], u_pid[miss])
-        shifted = at[hit] + np.searchsorted(at[miss], at[hit], side="right")
-        s_cnt[shifted] += u_cnt[hit]
+        at = d.form_positions(u_key)
+        hit, miss = at >= 0, at < 0
+        # the forms seen before get their new occurrences where they are; new forms are
+        # appended (in the spare room of the arrays this table gave up, else in new ones: a
+        # loaded table's stay mapped and unwritten) and join the tail
+        n_s = d.s_key.shape[0]
+        n_miss = int(np.count_nonzero(miss))
+        s_key = _grown(d.s_key, n_s + n_miss, 0)
+        s_cnt = _grown(d.s_cnt, n_s + n_miss, 0)
+        s_pid = _grown(d.s_pid, n_s + n_miss, 0)
+        s_key[n_s:], s_cnt[n_s:], s_pid[n_s:] = u_key[miss], u_cnt[miss], u_pid[miss]
+        s_cnt[at[hit]] += u_cnt[hit]
+        s_tail = _with_tail(d.s_tail, s_key, n_s + np.arange(n_miss))
+        if _tail_is_long(s_tail, s_key.shape[0]):  # folded in: sorted again, by a merge
+            s_key, s_cnt, s_pid = _folded(s_tail, s_key, s_cnt, s_pid)
+            s_tail = np.empty(0, dtype=np.int64)
 
         # first-appearance ranks: words new to the corpus come after every word it had
         w_rank = _grown(d.w_rank, len(vocab.words), -1)
@@ -691,19 +814,37 @@ class PhraseTable:
         table = PhraseTable(
             vocab.words,
             _append(self.lw_ptr, self.lw_ptr[-1] + b.lw_ptr[1:], own),
-            _append(self.lw, b.lw, own),
+            _entries_appended(self.lw, b.lw, own),
             _append(self.ls_ptr, self.ls_ptr[-1] + b.ls_ptr[1:], own),
-            _append(self.ls_key, b.ls_key, own),
-            _append(self.ls_cnt, b.ls_cnt, own),
+            _entries_appended(self.ls_key, b.ls_key, own),
+            _entries_appended(self.ls_cnt, b.ls_cnt, own),
             _append(self.lp_ptr, self.lp_ptr[-1] + _ptr(lp_leaf, b.n)[1:], own),
-            _append(self.lp_pid, lp_pid, own),
+            _entries_appended(self.lp_pid, lp_pid, own),
             p_key,
         )
         new = _Derived(
-            vocab, p_sorted, p_df, s_key, s_cnt, s_pid, p_best, w_rank, n_ranked, w_first, w_df
+            vocab,
+            p_sorted,
+            p_df,
+            s_key,
+            s_cnt,
+            s_pid,
+            p_best,
+            w_rank,
+            n_ranked,
+            w_first,
+            w_df,
+            s_tail,
+            p_tail,
         )
         touched = np.unique(ls_pid)
-        _best_forms(new, touched)
+        # an add only raises the counts of the batch's forms and ranks no word before an old
+        # one, so a touched phrase's best form is its old best or one of the batch's forms:
+        # those are the only ones compared (no pass over the corpus's forms)
+        olds = np.asarray(p_best[touched])
+        olds = olds[olds != 0]
+        cand = new.form_positions(np.concatenate([olds, u_key]).astype(np.int64))
+        _pick_best(new, np.unique(cand[cand >= 0]))
         table._cache["derived"] = new
         table._lineage_from(self, touched, u_key)
         prev = self._cache.get("layout")
@@ -724,7 +865,9 @@ class PhraseTable:
             raise ValueError(f"keep has {keep.size} entries for {self.n_leaves} leaves")
         d = self._derived()
         if d.w_first is None or d.w_df is None:  # a loaded table: once, then kept
-            w_rank, n_ranked, w_first, w_df = _word_stats(self.lw, self.lw_ptr, len(self.words))
+            w_rank, n_ranked, w_first, w_df = _word_stats(
+                np.asarray(self.lw), self.lw_ptr, len(self.words)
+            )
             d = replace(d, w_rank=w_rank, n_ranked=n_ranked, w_first=w_first, w_df=w_df)
             self._cache["derived"] = d
         assert d.w_first is not None and d.w_df is not None
@@ -733,13 +876,19 @@ class PhraseTable:
         gp = csr_positions(self.lp_ptr, gone)
         gw = csr_positions(self.lw_ptr, gone)
 
-        # surface counts: the removed entries' forms only; forms left with none are dropped
-        at = np.searchsorted(d.s_key, self.ls_key[gs])
-        s_cnt = np.array(d.s_cnt, dtype=np.int64)
-        np.subtract.at(s_cnt, at, self.ls_cnt[gs].astype(np.int64))
-        dead = np.unique(at[s_cnt[at] <= 0])
+        # this table gives its counts up to the new one, as an add does (and remakes them if
+        # asked again): they are changed in place, copied only when they are not this
+        # process's own (a loaded table's mapped arrays, the first time)
+        del self._cache["derived"]
+        # surface counts: the removed entries' forms only; a form left with none stays, with
+        # a count of 0 (a tombstone: nothing is closed up; a save leaves it out)
+        at = d.form_positions(np.asarray(self.ls_key[gs], dtype=np.int64))
+        if at.size and int(at.min()) < 0:
+            raise IndexFormatError(_DAMAGED.format("a leaf's form is not in the corpus counts"))
+        s_cnt = _own(d.s_cnt)
+        np.subtract.at(s_cnt, at, self.ls_cnt[gs].astype(s_cnt.dtype))
         gone_pids = np.unique(self.lp_pid[gp]).astype(np.int64)
-        p_df = np.array(d.p_df, dtype=np.int64)
+        p_df = _own(d.p_df)
         np.subtract.at(p_df, self.lp_pid[gp], 1)
 
         def kept_ptr(ptr: np.ndarray) -> np.ndarray:
@@ -748,43 +897,47 @@ class PhraseTable:
         table = PhraseTable(
             self.words,
             kept_ptr(self.lw_ptr),
-            _without(self.lw, gw),
+            _entries_without(self.lw, gw),
             kept_ptr(self.ls_ptr),
-            _without(self.ls_key, gs),
-            _without(self.ls_cnt, gs),
+            _entries_without(self.ls_key, gs),
+            _entries_without(self.ls_cnt, gs),
             kept_ptr(self.lp_ptr),
-            _without(self.lp_pid, gp),
+            _entries_without(self.lp_pid, gp),
             self.p_key,
         )
         w_rank, n_ranked, w_first, w_df, moved = _removed_word_stats(d, self, table, keep, gw)
-        s_key = _without(d.s_key, dead)
-        s_pid = _without(d.s_pid, dead)
+        s_key, s_pid = d.s_key, d.s_pid
         touched = gone_pids
-        if moved.size:  # a moved word changes how its forms' ties break
+        # a moved word changes how its forms' ties break, where it now ranks on the other side
+        # of a word of its stem (only such words tell forms of one phrase apart)
+        flipped = _order_flipped(d.vocab, moved, np.asarray(d.w_rank), w_rank)
+        if flipped.size:
             is_moved = np.zeros(len(self.words) + 1, dtype=bool)
-            is_moved[moved] = True
-            mask = (1 << PACK_BITS) - 1
-            has = np.zeros(s_key.size, dtype=bool)
-            for j in range(MAX_NGRAM):  # each word of every form (a pass, no sort)
-                has |= is_moved[((s_key >> (PACK_BITS * (MAX_NGRAM - 1 - j))) & mask) - 1]
+            is_moved[flipped] = True
+            has = _forms_with(s_key, is_moved)
             touched = np.union1d(touched, s_pid[has]).astype(np.int64)
-        p_best = np.array(d.p_best, dtype=np.int64)
+        p_best = _own(d.p_best)
         p_best[touched] = 0
         new = _Derived(
             d.vocab,
             d.p_sorted,
             p_df,
             s_key,
-            _without(s_cnt, dead),
+            s_cnt,
             s_pid,
             p_best,
             w_rank,
             n_ranked,
             w_first,
             w_df,
+            d.s_tail,
+            d.p_tail,
         )
-        _best_forms(new, touched)
+        _best_forms(new, touched, self.p_key)
         table._cache["derived"] = new
+        # its entry arrays are views of this table's buffers: an add to it must not write in
+        # their spare room (this table's entries may lie there)
+        table._cache["extended"] = True
         table._lineage_from(self, touched, self.ls_key[gs])
         return table
 
@@ -922,7 +1075,7 @@ def _finish(
     col_of[pid_of] = np.arange(pid_of.size, dtype=np.int32)
     ph = Phrases(
         lp_ptr=table.lp_ptr,
-        lp_pid=table.lp_pid,
+        lp_pid=np.asarray(table.lp_pid),
         col_of=col_of,
         pid_of=pid_of.astype(np.int32, copy=False),
         df=d.p_df.astype(np.int32),  # a copy: an add changes the counts in place
@@ -981,6 +1134,187 @@ def _layout(table: PhraseTable, d: _Derived) -> _Layout:
     return _finish(table, d, stem_first, pid_of, col_key, (surface, words, entity))
 
 
+MAX_PIECES = 64
+"""Pieces a per-leaf entry array (:class:`_Pieces`) may hold before it is copied into one
+again: a removal splits a piece where its leaves were, an add after a load or a removal
+appends one. So an update copies none of the corpus's entries, and one in about
+``MAX_PIECES / 2`` updates copies them all once."""
+
+
+class _Pieces:
+    """A 1-D array held as consecutive pieces (views of earlier tables' arrays and the new
+    entries), read like the array they make up: by position (``a[positions]``, ``a[i:j]``),
+    or whole (``np.asarray(a)``, which also makes this one piece). Lets a removal drop a few
+    leaves' entries and an add append a few without copying every other entry (a per-leaf
+    array of a 1M-leaf corpus holds 10**8 entries)."""
+
+    __slots__ = ("dtype", "pieces", "starts")
+
+    def __init__(self, pieces: Sequence[np.ndarray]) -> None:
+        kept = [p for p in pieces if p.shape[0]]
+        self.dtype = np.result_type(*pieces) if pieces else np.dtype(np.int64)
+        self.pieces = kept or [np.empty(0, dtype=self.dtype)]
+        lengths = [p.shape[0] for p in self.pieces]
+        self.starts = np.concatenate(([0], np.cumsum(lengths, dtype=np.int64)))
+
+    @property
+    def size(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (self.size,)
+
+    ndim = 1
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if len(self.pieces) > 1:  # once: later reads see one piece
+            self.pieces = [np.concatenate(self.pieces).astype(self.dtype, copy=False)]
+            self.starts = np.array([0, self.pieces[0].shape[0]], dtype=np.int64)
+        whole = self.pieces[0]
+        if copy:  # np.array(pieces): the caller may write to it
+            return np.array(whole, dtype=dtype)
+        return whole if dtype is None else whole.astype(dtype, copy=False)
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.size)
+            if step == 1:
+                return self._span(start, max(start, stop))
+        elif isinstance(key, (int, np.integer)):
+            i = int(key) + (self.size if int(key) < 0 else 0)
+            return self.take(np.array([i], dtype=np.int64))[0]
+        else:
+            at = np.asarray(key)
+            if at.dtype.kind in "iu":
+                return self.take(at)
+        return np.asarray(self)[key]
+
+    def _span(self, start: int, stop: int) -> np.ndarray:
+        first = int(np.searchsorted(self.starts, start, side="right")) - 1
+        parts = []
+        for i in range(max(first, 0), len(self.pieces)):
+            lo = int(self.starts[i])
+            if lo >= stop:
+                break
+            piece = self.pieces[i]
+            parts.append(piece[max(start - lo, 0) : stop - lo])
+        if len(parts) == 1:
+            return np.asarray(parts[0])
+        return np.concatenate(parts) if parts else np.empty(0, dtype=self.dtype)
+
+    def take(self, positions: np.ndarray) -> np.ndarray:
+        """The entries at ``positions`` (any shape, 0 <= position < size)."""
+        at = np.asarray(positions, dtype=np.int64)
+        if len(self.pieces) == 1:
+            return np.asarray(self.pieces[0][at])
+        flat = at.reshape(-1)
+        if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= self.size):
+            raise IndexError(f"a position is outside an array of {self.size} entries")
+        order = None
+        if flat.size > 1 and bool(np.any(flat[1:] < flat[:-1])):
+            order = np.argsort(flat, kind="stable")
+            flat = flat[order]
+        cuts = np.searchsorted(flat, self.starts)
+        got = np.empty(flat.size, dtype=self.dtype)
+        for i, piece in enumerate(self.pieces):
+            lo, hi = int(cuts[i]), int(cuts[i + 1])
+            if hi > lo:
+                got[lo:hi] = piece[flat[lo:hi] - self.starts[i]]
+        if order is not None:
+            out = np.empty_like(got)
+            out[order] = got
+            got = out
+        return got.reshape(at.shape)
+
+    def without(self, at: np.ndarray) -> _Pieces:
+        """These entries but those at the sorted positions ``at`` (their pieces split)."""
+        at = np.asarray(at, dtype=np.int64)
+        starts = np.concatenate(([0], at + 1))
+        ends = np.concatenate((at, [self.size]))
+        runs = np.flatnonzero(ends > starts)
+        pieces: list[np.ndarray] = []
+        for r in runs.tolist():
+            pieces += self._views(int(starts[r]), int(ends[r]))
+        return _Pieces(pieces or [self.pieces[0][:0]])._bounded()
+
+    def _views(self, start: int, stop: int) -> list[np.ndarray]:
+        first = int(np.searchsorted(self.starts, start, side="right")) - 1
+        out = []
+        for i in range(max(first, 0), len(self.pieces)):
+            lo = int(self.starts[i])
+            if lo >= stop:
+                break
+            out.append(self.pieces[i][max(start - lo, 0) : stop - lo])
+        return out
+
+    def append(self, extra: np.ndarray, own: bool) -> _Pieces:
+        """These entries with ``extra`` after them: in the spare room of the last piece when
+        ``own`` and it has room (see :func:`_grown`), else as a new piece with room to spare."""
+        last = self.pieces[-1]
+        n = last.shape[0] + extra.shape[0]
+        if own and _has_room(last, n):
+            return _Pieces([*self.pieces[:-1], _append(last, extra, True)])
+        tail = _new_buffer(extra[:0], extra.shape[0], 0)
+        tail[:] = extra
+        return _Pieces([*self.pieces, tail])._bounded()
+
+    def _bounded(self) -> _Pieces:
+        if len(self.pieces) > MAX_PIECES:
+            whole = np.concatenate(self.pieces).astype(self.dtype, copy=False)
+            return _Pieces([whole])
+        return self
+
+
+def _entries_without(a: np.ndarray | _Pieces, at: np.ndarray) -> np.ndarray | _Pieces:
+    """A per-leaf entry array without the entries at the sorted positions ``at``: the kept
+    runs as views (:class:`_Pieces`), none of them copied."""
+    if at.size == 0:
+        return a
+    pieces = a if isinstance(a, _Pieces) else _Pieces([np.asarray(a)])
+    return pieces.without(at)
+
+
+def _entries_appended(
+    a: np.ndarray | _Pieces, extra: np.ndarray, own: bool
+) -> np.ndarray | _Pieces:
+    """A per-leaf entry array with ``extra`` after it: in ``a``'s spare room when ``own`` and
+    there is room (as :func:`_append`), else as a new piece (:class:`_Pieces`) after ``a``,
+    which is not copied (a loaded table's mapped arrays, a table a removal made)."""
+    if isinstance(a, _Pieces):
+        return a.append(extra, own)
+    if a.shape[0] == 0 or (own and _has_room(a, a.shape[0] + extra.shape[0])):
+        return _append(a, extra, own)
+    return _Pieces([a]).append(extra, False)
+
+
+def _own(a: np.ndarray) -> np.ndarray:
+    """``a`` to be changed in place: itself when it is an array :func:`_new_buffer` made (a
+    table's counts it gives up), else a copy in one (a loaded table's mapped counts)."""
+    if _has_room(a, a.shape[0]):
+        return a
+    return _new_buffer(np.asarray(a), a.shape[0], 0)
+
+
+def _has_room(a: np.ndarray, n: int) -> bool:
+    """Whether ``a`` is the start of an array :func:`_new_buffer` made, with room for ``n``
+    rows (what :func:`_grown` writes in place)."""
+    buf = a.base
+    return bool(
+        isinstance(buf, np.ndarray)
+        and _SPARE.get(id(buf)) is buf
+        and buf.shape[1:] == a.shape[1:]
+        and buf.shape[0] >= n
+        and buf.dtype == a.dtype
+        and a.size
+        and np.shares_memory(a[:1], buf[:1])
+        and buf.flags.writeable
+    )
+
+
 def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
     """``a`` with ``extra`` after it: in the spare room of ``a``'s buffer when ``own`` (no
     other array was appended there), else in a new buffer (earlier views stay as they are)."""
@@ -996,18 +1330,8 @@ def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
     when there is room (the caller owns ``a``: a layout given up), else copied into a new one
     with a quarter to spare: appending one row at a time costs O(1) amortised, not O(n)."""
     m = a.shape[0]
-    buf = a.base
-    if (
-        isinstance(buf, np.ndarray)
-        and _SPARE.get(id(buf)) is buf
-        and buf.shape[1:] == a.shape[1:]
-        and buf.shape[0] >= n
-        and buf.dtype == a.dtype
-        and a.size
-        and np.shares_memory(a[:1], buf[:1])
-        and buf.flags.writeable
-    ):
-        out = buf[:n]
+    if _has_room(a, n):
+        out = cast(np.ndarray, a.base)[:n]
         out[m:] = fill
         return out
     return _new_buffer(a, n, fill)
@@ -1112,18 +1436,77 @@ def _ranks(lw: np.ndarray, n_words: int) -> tuple[np.ndarray, int]:
     return w_rank, int(firsts.size)
 
 
-def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
+def _best_forms(d: _Derived, pids: np.ndarray | None, p_key: np.ndarray | None = None) -> None:
     """Set ``p_best`` of ``pids`` (None: every phrase): the surface form with the most
-    occurrences, ties to the form whose words appeared first (in place: ``d`` is new)."""
+    occurrences, ties to the form whose words appeared first (in place: ``d`` is new). With
+    ``p_key``, the phrases' forms are looked up by their stems' words (:func:`_forms_of`)."""
+    sel: np.ndarray | None = None
     if pids is None:
-        sel = np.arange(d.s_key.size)
+        sel = np.flatnonzero(np.asarray(d.s_cnt) > 0)
         d.p_best[:] = 0
     else:
         if pids.size == 0:
             return
-        wanted = np.zeros(d.p_best.size, dtype=bool)
-        wanted[pids] = True
-        sel = np.flatnonzero(wanted[d.s_pid])
+        if p_key is not None:
+            sel = _forms_of(d, p_key, pids)
+        if sel is None:  # a pass over every form
+            wanted = np.zeros(d.p_best.size, dtype=bool)
+            wanted[pids] = True
+            sel = np.flatnonzero(wanted[d.s_pid])
+    _pick_best(d, sel)
+
+
+FORMS_OF_MAX = 1 << 20
+"""Candidate surface keys :func:`_forms_of` may make; past it, the forms are found by a pass
+over all of them."""
+
+
+def _forms_of(d: _Derived, p_key: np.ndarray, pids: np.ndarray) -> np.ndarray | None:
+    """Positions in ``s_key`` of every form of the phrases ``pids``, found without a pass over
+    the corpus's forms: a form of a phrase is a choice of one word per stem of it (a stem has
+    a few surface words: case, inflection), so each such choice is looked up (None: more
+    choices than :data:`FORMS_OF_MAX`)."""
+    ptr, words = _words_by_stem(d.vocab)
+    stems = unpack_keys(np.asarray(p_key[pids], dtype=np.int64))
+    owner = np.arange(pids.size, dtype=np.int64)
+    keys = np.zeros(pids.size, dtype=np.int64)
+    for j in range(MAX_NGRAM):
+        stem = stems[owner, j]
+        has = stem >= 0
+        safe = np.where(has, stem, 0)
+        count = np.where(has, ptr[safe + 1] - ptr[safe], 1)
+        total = int(count.sum())
+        if total > FORMS_OF_MAX:
+            return None
+        offset = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+        start = np.repeat(np.where(has, ptr[safe], 0), count)
+        word = np.where(
+            np.repeat(has, count), words[np.minimum(start + offset, words.size - 1)], -1
+        )
+        keys = (np.repeat(keys, count) << PACK_BITS) | (word + 1)
+        owner = np.repeat(owner, count)
+    at = d.form_positions(keys)
+    return np.unique(at[at >= 0])
+
+
+def _words_by_stem(v: _Vocab) -> tuple[np.ndarray, np.ndarray]:
+    """Per stem id, its words (CSR row pointers and word ids), made once per vocabulary."""
+    got: tuple[np.ndarray, np.ndarray] | None = getattr(v, "_by_stem", None)
+    if got is None:
+        n_stems = len(v.stem_index)
+        stem_of = np.asarray(v.stem_of, dtype=np.int64)
+        words = np.argsort(stem_of, kind="stable")
+        counts = np.bincount(stem_of, minlength=n_stems) if stem_of.size else np.zeros(n_stems)
+        ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        got = (ptr, words.astype(np.int64))
+        object.__setattr__(v, "_by_stem", got)  # a cache: the vocabulary itself is unchanged
+    return got
+
+
+def _pick_best(d: _Derived, sel: np.ndarray) -> None:
+    """Set ``p_best`` of the phrases of the forms at positions ``sel`` to the best of those
+    forms (a removal leaves spent forms as tombstones: they are passed over)."""
+    sel = sel[np.asarray(d.s_cnt[sel]) > 0]
     keys = d.s_key[sel]
     words = unpack_keys(keys)
     rkey = _pack(np.where(words >= 0, d.w_rank[words], -1))
@@ -1132,20 +1515,6 @@ def _best_forms(d: _Derived, pids: np.ndarray | None) -> None:
     p_sorted = pid[order]
     first = np.concatenate(([True], p_sorted[1:] != p_sorted[:-1])) if order.size else order
     d.p_best[p_sorted[first]] = keys[order][first]
-
-
-def _without(a: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``a`` without the entries at the sorted positions ``at`` (few: the kept runs between
-    them are copied whole, with no mask over ``a``)."""
-    if at.size == 0:
-        return a
-    at = np.asarray(at, dtype=np.int64)
-    starts = np.concatenate(([0], at + 1))
-    ends = np.concatenate((at, [a.shape[0]]))
-    runs = np.flatnonzero(ends > starts)
-    if runs.size > 4096:  # very many runs: one mask is cheaper than the slices
-        return np.delete(a, at)
-    return np.concatenate([a[starts[r] : ends[r]] for r in runs.tolist()] or [a[:0]])
 
 
 def _word_stats(
@@ -1256,6 +1625,49 @@ def _removed_word_stats(
     w_rank = np.full(len(old.words), -1, dtype=np.int64)
     w_rank[words[order]] = np.arange(words.size)
     return w_rank, int(words.size), w_first, w_df, moved
+
+
+def _order_flipped(
+    v: _Vocab, moved: np.ndarray, old_rank: np.ndarray, new_rank: np.ndarray
+) -> np.ndarray:
+    """The ``moved`` words whose rank order against another present word of their stem is not
+    what it was. Forms of one phrase differ only in which word of each stem they show, and
+    their ties break by those words' ranks: a moved word that keeps its order against every
+    word of its stem changes no phrase's shown form."""
+    if moved.size == 0:
+        return moved
+    ptr, words = _words_by_stem(v)
+    stem = np.asarray(v.stem_of)[moved]
+    count = ptr[stem + 1] - ptr[stem]
+    offset = np.arange(int(count.sum()), dtype=np.int64) - np.repeat(
+        np.cumsum(count) - count, count
+    )
+    owner = np.repeat(moved, count)
+    other = words[np.repeat(ptr[stem], count) + offset]
+    ok = (other != owner) & (new_rank[other] >= 0)
+    owner, other = owner[ok], other[ok]
+    before = old_rank[owner] < old_rank[other]
+    after = new_rank[owner] < new_rank[other]
+    return np.unique(owner[before != after])
+
+
+_SCAN_BLOCK = 1 << 16
+"""Forms :func:`_forms_with` reads at a time (its temporaries stay in the CPU's cache)."""
+
+
+def _forms_with(s_key: np.ndarray, is_word: np.ndarray) -> np.ndarray:
+    """Per surface form (packed word ids): whether one of its words is marked in ``is_word``
+    (one entry per word, plus a last False for the pad). One pass, a block at a time."""
+    assert MAX_NGRAM == 3  # the three fields below
+    mask = (1 << PACK_BITS) - 1
+    has = np.empty(s_key.shape[0], dtype=bool)
+    for lo in range(0, s_key.shape[0], _SCAN_BLOCK):
+        k = np.asarray(s_key[lo : lo + _SCAN_BLOCK])
+        h = is_word[(k & mask) - 1]
+        h |= is_word[((k >> PACK_BITS) & mask) - 1]
+        h |= is_word[(k >> (2 * PACK_BITS)) - 1]
+        has[lo : lo + _SCAN_BLOCK] = h
+    return has
 
 
 def _stem_first(d: _Derived) -> np.ndarray:
