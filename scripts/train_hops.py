@@ -1085,7 +1085,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--design-only",
         action="store_true",
-        help="score the cascades on the design folds only, paired against the first; saves nothing",
+        help="score the cascades on the design folds only, paired against the first, training on"
+        " nothing from (or sharing a template or entity with) the other folds; saves nothing",
     )
     ap.add_argument(
         "--design-folds",
