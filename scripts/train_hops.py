@@ -24,15 +24,20 @@ split for comparison. Intervals: 95% bootstrap over questions.
 Recipes: ``v1`` (the old model: 8 lexical features, real questions only) to ``v4`` are softmax
 regressions (v2-v4: the 30 structural features of ``LEXICAL_MASKED``, synthetic questions, the
 embedding block down-weighted); ``v6``, ``v7``, ``v8`` (``LEXICAL_V8``, two chain-link counts
-more) and ``v9`` (shipped: v8 plus ``compared_relations`` at a weight set by hand, see
-``CascadeRecipe.fixed``) are cascades (three yes/no steps, see ``CascadeRecipe``): their L2
+more), ``v9`` (v8 plus ``compared_relations`` at a weight set by hand, see
+``CascadeRecipe.fixed``) and ``v10`` (shipped: v9 with step 2's score blended into step 3's, see
+``CascadeRecipe.third_blend``) are cascades (three yes/no steps, see ``CascadeRecipe``): their L2
 strengths and step thresholds are chosen on grouped, purged inner folds of each training part,
 for the 2-4-hop mix of ``TARGET_MIX``, and their temperatures are fit on the same out-of-fold
 scores. Both kinds go through one loop, :func:`grouped_cross_validation`. The last recipe in
 ``--recipes`` is fit on everything and written to ``--out``; with several cascades, the report
 adds the last one's paired bootstrap differences against the others.
 
-Usage: ``python scripts/train_hops.py --data ../shared/data --cache PATH.npz [--recipes v8,v9]
+Designing a variant: ``--design-only`` fits and scores the design folds (``--design-folds``, 0-2)
+alone and trains on nothing that is in, or shares a template, sub-question or entity with, the
+other folds (:func:`sealed_pool`); those are scored once, by a full run, after the choice.
+
+Usage: ``python scripts/train_hops.py --data ../shared/data --cache PATH.npz [--recipes v9,v10]
 [--out src/psirag/data/hops-minilm.json] [--report benchmarks/results/hops.json] [--no-save]``.
 Embedding the ~3,800 questions with MiniLM takes a few CPU minutes; ``--cache`` keeps the vectors
 (an .npz keyed by text sha1). Set ``OMP_NUM_THREADS=1`` on a shared machine.
@@ -491,17 +496,34 @@ def summarise(
     return out
 
 
+def sealed_pool(q: Questions, design: tuple[int, ...]) -> np.ndarray:
+    """Rows a design run may use at all: not a real question of a fold outside ``design`` and
+    sharing no template, sub-question or entity with one. Designing inside this pool leaves the
+    other folds' questions out of every fit, setting and choice, so that they can be scored
+    once, at the end, as questions the design never touched."""
+    real = np.asarray([r["source"] != "synthetic" for r in q.rows])
+    sealed = real & ~np.isin(q.folds, design)
+    return purge(q.keys, sealed, np.ones(len(q.rows), dtype=bool))
+
+
 def grouped_cross_validation(
-    recipe: Recipe | CascadeRecipe, q: Questions, k: int, only: tuple[int, ...] | None = None
+    recipe: Recipe | CascadeRecipe,
+    q: Questions,
+    k: int,
+    only: tuple[int, ...] | None = None,
+    pool: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[dict[str, object]]]:
     """Out-of-fold scores and predicted hop indices of every real row under the grouped, purged
     split, for either kind of recipe: for each fold the recipe picks its settings inside the
     purged training part (``recipe.choose``) and then scores the fold (``recipe.held_out``).
-    With ``only``, just those folds are scored (designing on them leaves the others unseen).
+    With ``only``, just those folds are scored (designing on them leaves the others unseen);
+    with ``pool`` (see :func:`sealed_pool`), only those rows are ever trained on.
     Returns the scores, the predictions (-1 for synthetic and unscored rows) and a log line per
     fold."""
     real = np.asarray([r["source"] != "synthetic" for r in q.rows])
     allowed = recipe.allowed(q.rows)
+    if pool is not None:
+        allowed = allowed & pool
     scores = np.full((len(q.rows), recipe.width), np.nan)
     pred = np.full(len(q.rows), -1)
     log = []
@@ -607,6 +629,13 @@ class CascadeRecipe:
     #: Lexical features with a weight set by hand, not learned (name: (first step, weight per
     #: unit)): 0 before that step, the given weight from it on.
     fixed: tuple[tuple[str, int, float], ...] = ()
+    #: Per-source weights of step 3 alone, when they differ from ``deep_weights`` (None: the
+    #: same).
+    third_weights: dict[str, float] | None = None
+    #: How much of step 2's score step 3 adds to its own (picked on inner folds, with the
+    #: thresholds): step 2's "how deep is this chain" also orders 3 against 4 hops, where step
+    #: 3's own fit, learnt from few 4-hop chains, does not carry over to new templates.
+    third_blend: tuple[float, ...] = (0.0,)
 
     #: Out-of-fold scores per question: one per step.
     width = 3
@@ -624,7 +653,8 @@ class CascadeRecipe:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Step scores and predicted hop index of the ``test`` rows, fit on the ``train`` rows."""
         l2s = choice["l2"]
-        scores, _ = stage_scores(self, q.x, q.y, q.rows, train, test, l2s, q.dim)  # type: ignore[arg-type]
+        blend = float(choice.get("blend", 0.0))  # type: ignore[arg-type]
+        scores, _ = stage_scores(self, q.x, q.y, q.rows, train, test, l2s, q.dim, blend)  # type: ignore[arg-type]
         return scores, cascade_predict(scores, choice["thresholds"])  # type: ignore[arg-type]
 
 
@@ -664,6 +694,17 @@ CASCADES = {
 # questions lost 9-11 points on folds 0-2; held fixed, every other weight is v8's.
 CASCADES["v9"] = replace(
     CASCADES["v8"], name="v9", lexical=hops.LEXICAL_NAMES, fixed=(("compared_relations", 3, 4.0),)
+)
+# v9 plus step 2's score added to step 3's (``third_blend``, picked on inner folds from 0-2 with
+# the thresholds) and 2Wiki at 0.2 in step 3's own fit. Step 3 learns 3 against 4 hops from about
+# 90 MuSiQue chains and 2Wiki's comparisons; on the design folds its own score ordered MuSiQue's
+# 3- and 4-hop questions no better than chance (AUC 0.50), step 2's at 0.70. The comparisons
+# keep their fixed +4 per compared relation.
+CASCADES["v10"] = replace(
+    CASCADES["v9"],
+    name="v10",
+    third_weights={**CASCADES["v9"].deep_weights, "2wiki": 0.2},
+    third_blend=(0.0, 0.5, 1.0, 2.0),
 )
 
 
@@ -708,6 +749,8 @@ def fit_stage(
     """One step on the rows of ``train`` that reach it (hops >= above), weighted per source."""
     src = np.asarray([str(r["source"]) for r in rows])
     table = recipe.first_weights if above == 1 else recipe.deep_weights
+    if above == 3 and recipe.third_weights is not None:
+        table = recipe.third_weights
     weight = np.asarray([table.get(s, 1.0) for s in src])
     hop = np.asarray(HOPS)[y]
     sel = train & (hop >= above) & (weight > 0)
@@ -750,17 +793,31 @@ def stage_scores(
     test: np.ndarray,
     l2s: tuple[float, float, float],
     dim: int,
+    blend: float = 0.0,
 ) -> tuple[np.ndarray, list[hops.HopStage]]:
     stages = [fit_stage(recipe, k + 1, x, y, rows, train, l2s[k], dim) for k in range(3)]
+    stages[2] = blend_stage(stages[2], stages[1], blend)
     scores = np.stack([s.score(x[test]) for s in stages], axis=1)
     return scores, stages
+
+
+def blend_stage(own: hops.HopStage, other: hops.HopStage, share: float) -> hops.HopStage:
+    """``own`` plus ``share`` times ``other``'s score, as one stage of ``own``'s form: both are
+    linear in the input, so the sum is ``((x - own.mean) / own.scale) @ w + b`` for some w, b."""
+    if share == 0.0:
+        return own
+    ratio = own.scale.astype(np.float64) / other.scale
+    weights = own.weights + share * ratio * other.weights
+    shift = float(((own.mean - other.mean) / other.scale) @ other.weights) + other.bias
+    return replace(own, weights=weights, bias=own.bias + share * shift)
 
 
 def choose_cascade(recipe: CascadeRecipe, q: Questions, train: np.ndarray) -> dict[str, object]:
     """Pick each step's L2 strength and steps 2-3's thresholds on grouped, purged inner folds of
     ``train`` (out-of-fold scores), and fit the temperatures on the same scores. Step 1 keeps
-    threshold 0 (it is class-balanced); its L2 maximises balanced 1-hop accuracy. Steps 2-3
-    maximise the MuSiQue accuracy at :data:`TARGET_MIX`."""
+    threshold 0 (it is class-balanced); its L2 maximises balanced 1-hop accuracy. Steps 2-3,
+    with the share of step 2's score added to step 3's (``recipe.third_blend``), maximise the
+    MuSiQue accuracy at :data:`TARGET_MIX`."""
     x, y, rows, keys, folds, dim = q.x, q.y, q.rows, q.keys, q.folds, q.dim
     real = np.asarray([r["source"] != "synthetic" for r in rows])
     src = np.asarray([str(r["source"]) for r in rows])
@@ -802,44 +859,46 @@ def choose_cascade(recipe: CascadeRecipe, q: Questions, train: np.ndarray) -> di
 
     best1 = max(recipe.first_l2, key=balanced_first)
     mu = src[idx] == "musique"
-    best = (-1.0, recipe.deep_l2[0], recipe.deep_l2[0], 0.0, 0.0)
+    best = (-1.0, recipe.deep_l2[0], recipe.deep_l2[0], 0.0, 0.0, recipe.third_blend[0])
     if mu.any():
-        for l2b in recipe.deep_l2:
-            for l2c in recipe.deep_l2:
-                s = np.stack(
-                    [np.ones(mu.sum()), per_l2[(1, l2b)][idx][mu], per_l2[(2, l2c)][idx][mu]], 1
-                )
-                grid = np.asarray(
+        for l2b, l2c, share in itertools.product(
+            recipe.deep_l2, recipe.deep_l2, recipe.third_blend
+        ):
+            second = per_l2[(1, l2b)][idx][mu]
+            s = np.stack([np.ones(mu.sum()), second, per_l2[(2, l2c)][idx][mu] + share * second], 1)
+            grid = np.asarray(
+                [
                     [
-                        [
-                            mix_accuracy(cascade_predict(s, (0.0, t2, t3)), yy[mu])
-                            for t3 in recipe.thresholds
-                        ]
-                        for t2 in recipe.thresholds
+                        mix_accuracy(cascade_predict(s, (0.0, t2, t3)), yy[mu])
+                        for t3 in recipe.thresholds
                     ]
+                    for t2 in recipe.thresholds
+                ]
+            )
+            # A threshold pair is judged with its neighbours (3 x 3 mean), so that one
+            # lucky question on a small validation set does not pick it.
+            padded = np.pad(grid, 1, mode="edge")
+            smooth = (
+                sum(
+                    padded[i : i + grid.shape[0], j : j + grid.shape[1]]
+                    for i in range(3)
+                    for j in range(3)
                 )
-                # A threshold pair is judged with its neighbours (3 x 3 mean), so that one
-                # lucky question on a small validation set does not pick it.
-                padded = np.pad(grid, 1, mode="edge")
-                smooth = (
-                    sum(
-                        padded[i : i + grid.shape[0], j : j + grid.shape[1]]
-                        for i in range(3)
-                        for j in range(3)
-                    )
-                    / 9.0
+                / 9.0
+            )
+            a, b = np.unravel_index(int(np.argmax(smooth)), smooth.shape)
+            if smooth[a, b] > best[0] + 1e-12:
+                best = (
+                    float(smooth[a, b]),
+                    l2b,
+                    l2c,
+                    recipe.thresholds[a],
+                    recipe.thresholds[b],
+                    share,
                 )
-                a, b = np.unravel_index(int(np.argmax(smooth)), smooth.shape)
-                if smooth[a, b] > best[0] + 1e-12:
-                    best = (
-                        float(smooth[a, b]),
-                        l2b,
-                        l2c,
-                        recipe.thresholds[a],
-                        recipe.thresholds[b],
-                    )
     l2s = (best1, best[1], best[2])
-    table = oof[l2s]
+    table = oof[l2s].copy()
+    table[:, 2] += best[5] * table[:, 1]
     temperatures = []
     for k in range(3):
         reach = (yy >= k) & np.isfinite(table[idx, k])
@@ -849,6 +908,7 @@ def choose_cascade(recipe: CascadeRecipe, q: Questions, train: np.ndarray) -> di
     return {
         "l2": l2s,
         "thresholds": (0.0, best[3], best[4]),
+        "blend": best[5],
         "temperatures": tuple(temperatures),
         "inner_mix_accuracy": round(best[0], 4),
     }
@@ -879,9 +939,10 @@ def build_cascade(
     l2s = choice["l2"]
     thresholds = choice["thresholds"]
     temperatures = choice["temperatures"]
+    fitted = [fit_stage(recipe, k + 1, x, y, rows, train, l2s[k], dim) for k in range(3)]  # type: ignore[index]
+    fitted[2] = blend_stage(fitted[2], fitted[1], float(choice.get("blend", 0.0)))  # type: ignore[arg-type]
     stages = []
-    for k in range(3):
-        s = fit_stage(recipe, k + 1, x, y, rows, train, l2s[k], dim)  # type: ignore[index]
+    for k, s in enumerate(fitted):
         stages.append(
             hops.HopStage(
                 s.above,
@@ -960,6 +1021,7 @@ def cascade_evaluate(
     report["chosen"] = {
         "l2": list(final["l2"]),  # type: ignore[call-overload]
         "thresholds": list(final["thresholds"]),  # type: ignore[call-overload]
+        "blend": final["blend"],
         "temperatures": [round(t, 4) for t in final["temperatures"]],  # type: ignore[attr-defined]
     }
     report["leave_source_out"] = leave_source_out(recipe, questions, seed, ("popqa", "musique"))
@@ -978,9 +1040,11 @@ def design_only(
     design: tuple[int, ...],
     dim: int,
 ) -> int:
-    """Score each cascade on the design folds alone (the other folds are neither fit for nor
-    scored) and print its accuracies and, from the second on, paired differences against the
-    first: the loop a variant is designed in before it is run once on every fold."""
+    """Score each cascade on the design folds alone and print its accuracies and, from the
+    second on, paired differences against the first: the loop a variant is designed in before
+    it is run once on every fold. The other folds are sealed (:func:`sealed_pool`): neither fit
+    for, scored, nor trained on, and nothing sharing a template, sub-question or entity with
+    them is trained on either."""
     src = np.asarray([str(r["source"]) for r in rows])
     first: np.ndarray | None = None
     for name in names:
@@ -989,10 +1053,14 @@ def design_only(
         cascade = CASCADES[name]
         x = features(vectors, questions, cascade.lexical).astype(np.float64)
         q = Questions(x, y, rows, keys, folds, dim)
-        _, pred, _ = grouped_cross_validation(cascade, q, args.folds, design)
+        pool = sealed_pool(q, design)
+        _, pred, _ = grouped_cross_validation(cascade, q, args.folds, design, pool)
         idx = np.flatnonzero(pred >= 0)
         mu = idx[src[idx] == "musique"]
-        line: dict[str, object] = {"musique_at_target_mix": round(mix_accuracy(pred[mu], y[mu]), 4)}
+        line: dict[str, object] = {
+            "pool": int(pool.sum()),
+            "musique_at_target_mix": round(mix_accuracy(pred[mu], y[mu]), 4),
+        }
         for source in ("musique", "popqa", "2wiki", "hotpotqa"):
             sel = idx[src[idx] == source]
             line[source] = round(float((pred[sel] == y[sel]).mean()), 4) if len(sel) else None
@@ -1012,12 +1080,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=str(ROOT / "benchmarks" / "results" / "hops.json"))
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=SEED)
-    ap.add_argument("--recipes", default="v9", help="recipes to cross-validate; the last ships")
+    ap.add_argument("--recipes", default="v10", help="recipes to cross-validate; the last ships")
     ap.add_argument("--no-save", action="store_true", help="evaluate only")
     ap.add_argument(
         "--design-only",
         action="store_true",
-        help="score the cascades on the design folds only, paired against the first; saves nothing",
+        help="score the cascades on the design folds only, paired against the first, training on"
+        " nothing from (or sharing a template or entity with) the other folds; saves nothing",
     )
     ap.add_argument(
         "--design-folds",
@@ -1100,21 +1169,24 @@ def main(argv: list[str] | None = None) -> int:
         }
         report["recipes"][recipe.name] = result  # type: ignore[index]
         shipped = {"recipe": recipe, "x": x, "l2": l2, "ew": ew, "t": temperature, "r": result}
-    # The last cascade against each earlier one of this run, on the same out-of-fold questions.
+    # The last cascade against each earlier one of this run, on the same out-of-fold questions:
+    # all folds, and the folds outside the design ones alone.
     if len(cascade_predictions) > 1:
         last = list(cascade_predictions)[-1]
         real = np.flatnonzero(cascade_predictions[last] >= 0)
-        src = np.asarray([str(rows[i]["source"]) for i in real])
-        report["paired"] = {
-            f"{last} - {other}": paired_difference(
-                cascade_predictions[other][real],
-                cascade_predictions[last][real],
-                y[real],
-                src,
-                args.seed,
-            )
-            for other in list(cascade_predictions)[:-1]
-        }
+        untouched = real[~np.isin(folds[real], design)]
+        for key, part in (("paired", real), ("paired_untouched_folds", untouched)):
+            src = np.asarray([str(rows[i]["source"]) for i in part])
+            report[key] = {
+                f"{last} - {other}": paired_difference(
+                    cascade_predictions[other][part],
+                    cascade_predictions[last][part],
+                    y[part],
+                    src,
+                    args.seed,
+                )
+                for other in list(cascade_predictions)[:-1]
+            }
     if not args.no_save and "cascade" in shipped:
         grouped = shipped["r"]["grouped"]  # type: ignore[index]
         model_c = build_cascade(
@@ -1134,6 +1206,7 @@ def main(argv: list[str] | None = None) -> int:
                 "grouped_musique": grouped["musique"]["accuracy"],
                 "grouped_popqa": grouped["popqa"]["accuracy"],
                 "musique_at_target_mix": shipped["r"]["musique_at_target_mix"],  # type: ignore[index]
+                "third_blend": shipped["choice"]["blend"],  # type: ignore[index]
             },
         )
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

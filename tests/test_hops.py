@@ -49,6 +49,9 @@ LONG = (
 def test_the_shipped_model_loads_offline() -> None:
     model = load_hop_model()
     assert isinstance(model, HopCascade)
+    assert model.meta["recipe"] == "v10"
+    # v10 adds step 2's score to step 3's, at a share picked on inner folds.
+    assert model.meta["third_blend"] in (0.0, 0.5, 1.0, 2.0)
     assert model.embedder.startswith("st:all-MiniLM-L6-v2")
     assert model.lexical == LEXICAL_NAMES
     assert [stage.above for stage in model.stages] == [1, 2, 3]
@@ -74,11 +77,19 @@ def test_the_shipped_model_tells_one_hop_from_three() -> None:
     ]
     three_hops = [
         "In which country was the wife of the man who painted The Night Watch born?",
-        "Who is the spouse of the mayor of the city where the headquarters of the company "
-        "that makes the Walkman is located?",
+        "What language is spoken in the country where the director of Salt Road was born?",
     ]
     assert predictor.predict(one_hop) == [1, 1, 1, 1]
     assert predictor.predict(three_hops) == [3, 3]
+    # Four relations (maker, headquarters, mayor, spouse): v9 and earlier called it 3; at least
+    # 3 is asked here, since most 4-hop chains are still called 3 (BENCHMARKS).
+    (walkman,) = predictor.predict(
+        [
+            "Who is the spouse of the mayor of the city where the headquarters of the company "
+            "that makes the Walkman is located?"
+        ]
+    )
+    assert walkman >= 3
     # A comparison through a relation is 4 hops (two facts per compared thing); a direct one, 2.
     comparisons = [
         "Which film has the director who was born earlier, The Quiet Harbour or Salt Road?",
@@ -698,3 +709,59 @@ def test_paired_difference_is_zero_for_equal_predictions_and_signed_otherwise() 
     assert diff["hotpotqa"]["difference"] == 0
     flipped = train.paired_difference(y, worse, y, src, 1)  # type: ignore[attr-defined]
     assert flipped["popqa"]["difference"] == -1.0
+
+
+def test_the_design_pool_seals_the_other_folds() -> None:
+    """A design run never trains on a real question of a sealed fold, nor on anything sharing a
+    template, sub-question or entity with one; it scores the design folds only."""
+    train = _train_module()
+    rows = [dict(r, titles=r.get("titles", [])) for r in GROUPED_ROWS] + _tiny_rows()
+    for row in rows[::6]:
+        row["source"] = "synthetic"
+    keys = [train.row_keys(r) for r in rows]  # type: ignore[attr-defined]
+    folds = train.grouped_folds(rows, 3, 2)  # type: ignore[attr-defined]
+    questions = train.Questions(  # type: ignore[attr-defined]
+        np.zeros((len(rows), 1)), np.zeros(len(rows), dtype=int), rows, keys, folds, 0
+    )
+    design = (0, 1)
+    pool = train.sealed_pool(questions, design)  # type: ignore[attr-defined]
+    real = np.asarray([r["source"] != "synthetic" for r in rows])
+    sealed = real & (folds == 2)
+    assert sealed.any() and not (pool & sealed).any()
+    held = set().union(*(keys[i] for i in np.flatnonzero(sealed)))
+    assert not any(keys[i] & held for i in np.flatnonzero(pool))
+    # Rows left out of the pool are sealed or share something with a sealed row.
+    assert all(sealed[i] or keys[i] & held for i in np.flatnonzero(~pool))
+    recipe = _RecordingRecipe()
+    _, pred, _ = train.grouped_cross_validation(recipe, questions, 3, design, pool)  # type: ignore[attr-defined]
+    assert (pred[folds == 2] == -1).all()
+    for train_mask, _ in recipe.seen:
+        assert not (train_mask & ~pool).any()
+    unsealed = _RecordingRecipe()
+    train.grouped_cross_validation(unsealed, questions, 3, design)  # type: ignore[attr-defined]
+    # Without the pool, the sealed fold's questions would be trained on.
+    assert any((t & sealed).any() for t, _ in unsealed.seen)
+
+
+def test_a_blended_stage_scores_its_own_score_plus_a_share_of_the_other() -> None:
+    train = _train_module()
+    rng = np.random.default_rng(3)
+    d = 7
+
+    def stage(above: int) -> HopStage:
+        return HopStage(
+            above,
+            rng.normal(size=d).astype(np.float32),
+            rng.uniform(0.5, 2.0, d).astype(np.float32),
+            rng.normal(size=d).astype(np.float32),
+            float(rng.normal()),
+        )
+
+    own, other = stage(3), stage(2)
+    x = rng.normal(size=(20, d))
+    assert train.blend_stage(own, other, 0.0) is own  # type: ignore[attr-defined]
+    for share in (0.5, 2.0):
+        mixed = train.blend_stage(own, other, share)  # type: ignore[attr-defined]
+        assert mixed.above == 3
+        assert np.array_equal(mixed.mean, own.mean) and np.array_equal(mixed.scale, own.scale)
+        assert np.allclose(mixed.score(x), own.score(x) + share * other.score(x), atol=1e-5)
