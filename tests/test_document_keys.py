@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
+from support.counting import count_calls
 
 import psirag.document_keys as document_keys
 import psirag.storage_format as storage_format
@@ -163,19 +164,11 @@ def test_the_first_add_after_a_load_decodes_few_chunks(
     saved: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     Index.load(saved, embedder=HashEmbedder()).save(saved)  # now with keys
-    decoded = 0
-    chunk = storage_format._chunk
-
-    def counted(row: dict[str, Any]) -> Any:
-        nonlocal decoded
-        decoded += 1
-        return chunk(row)
-
-    monkeypatch.setattr(storage_format, "_chunk", counted)
+    decoded = count_calls(monkeypatch, storage_format, "_chunk")
     index = Index.load(saved, embedder=HashEmbedder())
     index.add(_docs(2, 9, "late"))
     index.remove(["d-20"])
-    assert decoded <= 6, decoded  # the removed document's leaf and a few tree leaves, not 40
+    assert decoded.n <= 6, decoded.n  # the removed document's leaf and a few tree leaves, not 40
     assert isinstance(index.data.chunks, LazyRows)
     abstracts = index.data.abstracts  # the kept ones picked from the loaded rows, unread
     assert isinstance(abstracts, PickedRows) and isinstance(abstracts.base, LazyRows)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient
 from support import HashEmbedder, build_index
+from support.counting import count_calls
 
 import psirag.storage_format as storage_format
 from psirag.index import Index
@@ -57,23 +57,15 @@ def test_the_write_routes_read_only_the_chunks_they_ask_about(
     folder = tmp_path / "index"
     build_index(folder)
     Index.load(folder, embedder=HashEmbedder()).save(folder)  # a generation with keys
-    decoded = 0
-    chunk = storage_format._chunk
-
-    def counted(row: dict[str, Any]) -> Any:
-        nonlocal decoded
-        decoded += 1
-        return chunk(row)
-
-    monkeypatch.setattr(storage_format, "_chunk", counted)
+    decoded = count_calls(monkeypatch, storage_format, "_chunk")
     index = Index.load(folder, embedder=HashEmbedder())
     n_docs = len(Index.load(folder, embedder=HashEmbedder()).documents)
-    decoded = 0
+    decoded.n = 0
     app = create_app(folder, index=index, mcp=False)
     with TestClient(app) as client:
         _warmed()
         doc = index.data.chunks[0].source.document
-        before = decoded
+        before = decoded.n
         clash = client.post("/documents", json={"text": "x y z", "id": doc})
         assert clash.status_code == 400 and "already indexed" in clash.text
         sync = client.post("/sync", json={"documents": [{"id": doc, "text": "x"}]})
@@ -81,6 +73,6 @@ def test_the_write_routes_read_only_the_chunks_they_ask_about(
         assert client.delete("/documents/no-such-doc").status_code == 404
         assert client.get("/sources").json()["documents"] == n_docs
         assert client.get("/generation").json()["documents"] == n_docs
-        read = decoded - before
+        read = decoded.n - before
     mine = int(index.data.document_index.leaves_of([doc]).sum())
     assert read <= mine < len(index.data.chunks) // 2, read  # the clashing document's chunks
