@@ -22,7 +22,7 @@ JSON value per line). No pickle anywhere."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -209,6 +209,47 @@ def read_physical(reader: IndexReader, table: Table, where: str) -> Rows:
                     "corrupted, rebuild it"
                 )
             rows.extend(texts)
+    for ids, values in _patches(reader, table, where):
+        if table.kind == "npy":
+            rows[ids] = values
+        else:
+            for i, v in zip(ids.tolist(), values, strict=True):
+                rows[i] = v
+    return rows
+
+
+def growable_rows(reader: IndexReader, table: Table, where: str) -> tuple[np.ndarray, int] | None:
+    """The rows of an ``npy`` table with no removed rows, as ``(buffer, n)``: ``buffer[:n]``
+    are the rows, writable, and the buffer has room after them. The first segment is mapped
+    copy-on-write (the file is never changed; the pages an update writes become the
+    process's own), so when its file was saved with spare rows (see
+    :meth:`~psirag.storage.IndexWriter.save_array`) the later segments and the patches are
+    written into the map in O(their rows), and an update appends in place: no pass over the
+    table. Without room the rows are copied into a new buffer with a quarter to spare. None
+    for a table with removed rows or one that starts inside a shared file (read those with
+    :func:`read_logical`)."""
+    if table.kind != "npy" or table.n_dead or table.start:
+        return None
+    parts = segment_parts(reader, table, where)  # every segment checked against the manifest
+    n = table.physical
+    n_first = table.segments[0][1]
+    full = reader.load_array(table.segments[0][0], private=True)
+    if full.shape[0] >= n and full.flags.writeable:
+        buf = np.asarray(full)
+    else:
+        buf = np.empty((n + n // 4 + 1024, *parts[0].shape[1:]), dtype=parts[0].dtype)
+        buf[:n_first] = parts[0]
+    at = n_first
+    for part in parts[1:]:
+        buf[at : at + part.shape[0]] = part
+        at += part.shape[0]
+    for ids, values in _patches(reader, table, where):
+        buf[ids] = values
+    return buf, n
+
+
+def _patches(reader: IndexReader, table: Table, where: str) -> Iterator[tuple[np.ndarray, Any]]:
+    """Each patch of ``table`` as (physical rows, values), checked against the table."""
     for rows_file, values_file, n in table.patches:
         ids = np.asarray(_load_npy(reader, rows_file, mmap=False), dtype=np.int64)
         values = (
@@ -226,12 +267,7 @@ def read_physical(reader: IndexReader, table: Table, where: str) -> Rows:
                 f"{where}: the patch {rows_file} does not fit the table's {table.physical} rows; "
                 "the index is corrupted, rebuild it"
             )
-        if table.kind == "npy":
-            rows[ids] = values
-        else:
-            for i, v in zip(ids.tolist(), values, strict=True):
-                rows[i] = v
-    return rows
+        yield ids, values
 
 
 def live_rows(reader: IndexReader, table: Table, where: str) -> np.ndarray:
@@ -259,12 +295,23 @@ def segment_file(name: str, generation: int, what: str) -> str:
     return f"{SEGMENTS_DIR}/{name.replace('/', '.')}.{generation:06d}.{what}"
 
 
-def _write_rows(writer: IndexWriter, path: str, kind: Kind, rows: Rows) -> None:
+def _write_rows(
+    writer: IndexWriter, path: str, kind: Kind, rows: Rows, *, spare: bool = False
+) -> None:
     if kind == "npy":
-        writer.save_array(path, np.asarray(rows))
+        array = np.asarray(rows)
+        extra = spare_rows(array.shape[0]) if spare and array.ndim else 0
+        writer.save_array(path, array, spare_rows=extra)
     else:
         writer.save_jsonl(path, rows)
         _save_line_starts(writer, path, _length(rows))
+
+
+def spare_rows(n: int) -> int:
+    """Rows of room a table that grows in place is written with (:func:`growable_rows`): an
+    eighth of its rows, at least a few thousand. Held as a hole in the file, so it costs no
+    disk until a copy of the index fills it in."""
+    return n // 8 + 4096
 
 
 def line_starts_file(path: str) -> str:
@@ -352,6 +399,7 @@ def write_table(
     compact: bool = False,
     prewritten: tuple[str, int] | None = None,
     fresh_rows: Rows | None = None,
+    spare: bool = False,
 ) -> tuple[Table, np.ndarray]:
     """Save ``rows`` as table ``name`` of ``writer``'s generation; returns the table and the
     physical row of each row (stable across generations until the table is compacted).
@@ -363,7 +411,8 @@ def write_table(
     trust that continued rows are unchanged (the chunks, whose identity says so). Without a
     usable base (or with ``compact``), the table is written as one new segment
     (``prewritten``: rows ``start ..`` of a file this generation wrote already hold it;
-    ``fresh_rows``: the rows to write then, in another order than ``rows``)."""
+    ``fresh_rows``: the rows to write then, in another order than ``rows``; ``spare``: a new
+    segment of an ``npy`` table is written with room to grow, see :func:`growable_rows`)."""
     n = _length(rows)
     generation = writer.generation
 
@@ -371,7 +420,7 @@ def write_table(
         if prewritten is not None:
             return Table(kind, ((prewritten[0], n),), start=prewritten[1]), np.arange(n)
         seg = segment_file(name, generation, kind)
-        _write_rows(writer, seg, kind, rows if fresh_rows is None else fresh_rows)
+        _write_rows(writer, seg, kind, rows if fresh_rows is None else fresh_rows, spare=spare)
         return Table(kind, ((seg, n),)), np.arange(n, dtype=np.int64)
 
     if base is None or compact or prewritten is not None or base[0].kind != kind:

@@ -678,10 +678,10 @@ class IndexReader:
             )
         return _inside(self.folder, name)
 
-    def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
+    def load_array(self, name: str, *, mmap: bool = True, private: bool = False) -> np.ndarray:
         path = self.path(name)
         try:
-            return load_npy(path, mmap=mmap)
+            return load_npy(path, mmap=mmap, private=private)
         except FileNotFoundError as exc:
             raise _Vanished(f"{self.folder}: {name} disappeared while loading ({exc})") from exc
         except (ValueError, OSError) as exc:
@@ -832,9 +832,26 @@ class IndexWriter:
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
-    def save_array(self, name: str, array: np.ndarray) -> None:
+    def save_array(self, name: str, array: np.ndarray, *, spare_rows: int = 0) -> None:
+        """Write ``array`` as a ``.npy`` file; ``spare_rows``: the file holds that many more
+        rows of zeros after it (a hole in the file where the filesystem has them: no disk
+        used), room that a load maps copy-on-write so an update can append rows without
+        copying the array (the table that lists the file says how many rows are real)."""
+        array = np.ascontiguousarray(array)
         with open(self.path(name), "wb") as fh:
-            np.save(fh, np.ascontiguousarray(array), allow_pickle=False)
+            if spare_rows <= 0 or array.ndim == 0:
+                np.save(fh, array, allow_pickle=False)
+            else:
+                shape = (array.shape[0] + spare_rows, *array.shape[1:])
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(array.dtype),
+                    "fortran_order": False,
+                    "shape": shape,
+                }
+                np.lib.format.write_array_header_1_0(fh, header)
+                array.tofile(fh)
+                row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+                fh.truncate(fh.tell() + spare_rows * row_bytes)
         _checkpoint(f"file:{name}")
 
     def save_jsonl(self, name: str, rows: Iterable[Any], *, base_lines: int = 0) -> None:
