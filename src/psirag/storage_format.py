@@ -28,7 +28,7 @@ from psirag.tree.shape import shape_summary
 from psirag.types import Chunk, source_from_dict
 
 if TYPE_CHECKING:
-    from psirag.abstracts.phrases import PhraseTable
+    from psirag.abstracts.phrases import HeldCounts, PhraseTable
     from psirag.retrieval.leaf_graph import LeafGraph
     from psirag.segments import Kind, Table
 
@@ -381,6 +381,7 @@ class _TableSaver:
             compact=self.compact,
             prewritten=prewritten,
             fresh_rows=fresh_rows,
+            spare=name in GROWABLE_TABLES,
         )
         self.written[name] = table
         return physical
@@ -653,6 +654,15 @@ anywhere in that order, so they are stored with new keys appended and sorted aga
 (a merge of the sorted base segment with the few appended rows)."""
 
 
+GROWABLE_TABLES = frozenset(
+    f"{PHRASES_DIR}/{name}"
+    for name in ("p_key", "p_sorted", "p_df", "p_best", "s_key", "s_cnt", "s_pid")
+)
+"""Phrase-table arrays an add appends to and patches in place: written with room to grow and
+loaded copy-on-write (:func:`psirag.segments.growable_rows`), so the first update after a
+load copies none of them (at 1M chunks each holds tens of millions of rows)."""
+
+
 CSR_GROUPS: dict[str, tuple[str, ...]] = {
     "lw_ptr": ("lw",),
     "ls_ptr": ("ls_key", "ls_cnt"),
@@ -705,6 +715,7 @@ def _save_phrase_table(
     for name, array in vocab_arrays.items():
         tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array), compare=not same)
     tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems), compare=not same)
+    table.restore_saved_counts()  # a compaction's loaded table: its counts are written again
     derived = {name: np.asarray(a) for name, a in (table.derived_arrays() or {}).items()}
     if not derived:
         return
@@ -738,6 +749,7 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     base's tables by id or key, without reading or comparing the others. False, with nothing
     written, when that cannot be done (a base saved without the counts, a table that must be
     written again): then the whole table is saved the ordinary way."""
+    from psirag.abstracts.phrase_names import DERIVED_ARRAYS
     from psirag.segments import dead_rows, physical_of, values_at
 
     changes = table.changed_since_saved
@@ -745,9 +757,10 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     if changes is None or reader is None or tables.compact:
         return False
     vocab = table.vocab()
-    derived = table.derived_arrays(small=False)
-    if vocab is None or derived is None:
+    held = table.held_counts()
+    if vocab is None or held is None:
         return False
+    word_counts = held.words()
     stems, vocab_arrays = vocab
     base = tables.base
     names = [
@@ -757,7 +770,8 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
         "words",
         "stems",
         *vocab_arrays,
-        *derived,
+        *DERIVED_ARRAYS,
+        *word_counts,
     ]
     if any(f"{PHRASES_DIR}/{name}" not in base for name in names):
         return False
@@ -834,8 +848,9 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
         lengths = np.diff(ptr)
         tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src, compare=False)
         for name in entries:
-            column = np.asarray(getattr(table, name))
-            if not delta(name, column[int(ptr[m]) :], dead_logical=gone_entries):
+            # the new leaves' entries only (a loaded table's are pieces: not joined)
+            appended = np.asarray(getattr(table, name)[int(ptr[m]) :])
+            if not delta(name, appended, dead_logical=gone_entries):
                 src = _entry_sources(leaf_src, old_lengths, lengths)
                 whole = table.arrays()[name]
                 tables.save(f"{PHRASES_DIR}/{name}", "npy", whole, src=src, compare=False)
@@ -843,11 +858,13 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     pids = np.asarray(changes[0], dtype=np.int64)
     old_pids = pids[pids < n_p_base]
     new_pids = np.arange(n_p_base, n_p, dtype=np.int64)
+    new_df, new_best = held.phrases_from(n_p_base)
+    old_df, old_best = held.phrases_at(old_pids)
     plain = [
-        ("p_key", table.p_key[n_p_base:], None),
-        ("p_sorted", new_pids, None),  # a load sorts the appended ids in by key
-        ("p_df", derived["p_df"][n_p_base:], (old_pids, derived["p_df"][old_pids])),
-        ("p_best", derived["p_best"][n_p_base:], (old_pids, derived["p_best"][old_pids])),
+        ("p_key", np.asarray(table.p_key[n_p_base:]), None),
+        ("p_sorted", new_pids, None),  # a load keeps the appended ids as the tail, by key
+        ("p_df", new_df, (old_pids, old_df)),
+        ("p_best", new_best, (old_pids, old_best)),
     ]
     for name, append, patch in plain:
         if delta(name, append, patch):
@@ -868,16 +885,17 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
         else:
             small = table.derived_arrays() or {}
             tables.save(f"{PHRASES_DIR}/{name}", "npy", small[name])
-    _save_surface_delta(tables, table, derived, np.asarray(changes[1], dtype=np.int64), delta)
+    _save_surface_delta(tables, table, held, np.asarray(changes[1], dtype=np.int64), delta)
     # words, stems and per-word arrays: sized by the vocabulary, saved the ordinary way
     tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words), compare=False)
     for name, array in vocab_arrays.items():
         tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array), compare=False)
     tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems), compare=False)
     for name in ("w_rank", "n_ranked", *WORD_ARRAY_NAMES):
-        if name in derived:
-            array = derived[name] if name == "n_ranked" else _small_ints(derived[name])
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
+        if name in word_counts:
+            array = word_counts[name]
+            saved = array if name == "n_ranked" else _small_ints(array)
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", saved)
     return True
 
 
@@ -896,23 +914,23 @@ def _keys_of(values: np.ndarray, keys: Any) -> np.ndarray | None:
 def _save_surface_delta(
     tables: _TableSaver,
     table: PhraseTable,
-    derived: dict[str, np.ndarray],
+    held: HeldCounts,
     keys: np.ndarray,
     delta: Callable[..., bool],
 ) -> None:
     """The corpus's surface forms (``s_key`` with ``s_cnt`` and ``s_pid``, stored by key
-    with new keys appended) changed at ``keys`` only: a form now absent is a tombstone, a new
-    one is appended, a kept one gets its count patched. Found in the base by key (a search of
-    its sorted first segment and of its appended rows); the ordinary way when not possible."""
+    with new keys appended) changed at ``keys`` only: a form the base has gets its count
+    patched (to 0 when it is spent: kept as a row, so a load maps the table as it is, with no
+    removed rows to drop), a new one in use is appended, one the table no longer holds is a
+    tombstone. Found in the base by key (a search of its sorted first segment and of its
+    appended rows) and in the table without sorting it; the ordinary way when not possible."""
     from psirag.segments import dead_rows, logical_of, segment_parts
 
     reader = tables.writer.base
     assert reader is not None
     group = SORTED_GROUPS["s_key"]
-    s_key = np.asarray(derived["s_key"])
-    at = np.searchsorted(s_key, keys)
-    present = at < s_key.size
-    present[present] = s_key[at[present]] == keys[present]
+    keys = np.unique(keys)
+    held_at, counts, pids = held.forms_at(keys)
     table_name = f"{PHRASES_DIR}/s_key"
     key_table = tables.base[table_name]
     where = f"{reader.folder} table {table_name}"
@@ -924,15 +942,14 @@ def _save_surface_delta(
     if physical is not None:
         in_base = physical >= 0
         kept_dead = dead_rows(reader, key_table, where)
-        gone = logical_of(physical[in_base & ~present], kept_dead)
-        stay = in_base & present
+        gone = logical_of(physical[in_base & ~held_at], kept_dead)
+        stay = in_base & held_at
         patched = logical_of(physical[stay], kept_dead)
-        fresh = at[present & ~in_base]
-        cnt = np.asarray(derived["s_cnt"])
+        fresh = held_at & ~in_base & (counts > 0)
         plans = {
-            "s_key": (s_key[fresh], None),
-            "s_cnt": (cnt[fresh], (patched, cnt[at[stay]])),
-            "s_pid": (np.asarray(derived["s_pid"])[fresh], None),
+            "s_key": (keys[fresh], None),
+            "s_cnt": (counts[fresh], (patched, counts[stay])),
+            "s_pid": (pids[fresh], None),
         }
         # every column must take its delta, or the group is saved whole
         from psirag.segments import delta_fits
@@ -1585,6 +1602,7 @@ class _MappedFiles:
 
         self.folder = reader.folder
         self.arrays: dict[str, np.ndarray] = {}
+        self.private: dict[str, np.ndarray] = {}  # copy-on-write maps, each handed out once
         self.lines: dict[str, MappedLines] = {}
         listed = reader.manifest.get("files", {})
         for name, table in tables.items():
@@ -1596,12 +1614,18 @@ class _MappedFiles:
                 texts = []
             for f in arrays:
                 self.arrays[f] = reader.load_array(f)
+            if name in GROWABLE_TABLES and table.kind == "npy" and table.segments:
+                first = table.segments[0][0]  # mapped now: the file may go before it is read
+                self.private[first] = reader.load_array(first, private=True)
             for f, n in texts:
                 saved = line_starts_file(f)
                 starts = reader.load_array(saved) if saved in listed else None
                 self.lines[f] = MappedLines([(reader.path(f), n, starts, f"{where} ({f})")])
 
-    def load_array(self, name: str, *, mmap: bool = True) -> np.ndarray:
+    def load_array(self, name: str, *, mmap: bool = True, private: bool = False) -> np.ndarray:
+        if private:  # writable: the copy-on-write map the first time, later a copy
+            got = self.private.pop(name, None)
+            return got if got is not None else np.array(self.arrays[name])
         array = self.arrays[name]
         return array if mmap else np.array(array)
 
@@ -1610,7 +1634,7 @@ class _MappedFiles:
         return (lines.value(i) for i in range(lines.physical))
 
     def read_jsonl(self, name: str) -> list[Any]:
-        return list(self.iter_jsonl(name))
+        return self.lines[name].every_value()
 
 
 def _load_phrase_table_v3(
@@ -1622,9 +1646,31 @@ def _load_phrase_table_v3(
     if words_table not in tables:
         return None
     from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
+    from psirag.abstracts.phrases import entry_pieces, spare_view
+    from psirag.segments import dead_rows, growable_rows, head_rows, segment_parts
 
-    def arr(name: str) -> np.ndarray:
-        return np.asarray(_read_table(reader, tables, f"{PHRASES_DIR}/{name}", folder))
+    # tables an add grows in place (copy-on-write, no copy), and the sorted groups whose
+    # first segment is sorted (their appended rows become the in-memory tails)
+    heads: dict[str, int] = {}
+    grown: set[str] = set()
+
+    def arr(name: str) -> Any:
+        full = f"{PHRASES_DIR}/{name}"
+        table = tables.get(full)
+        where = f"{folder} table {full}"
+        if table is not None and full in GROWABLE_TABLES:
+            got = growable_rows(reader, table, where)
+            if got is not None:
+                grown.add(name)
+                if name in SORTED_GROUPS:
+                    heads[name] = head_rows(reader, table, where)
+                return spare_view(*got)
+        entries = any(name in group for group in CSR_GROUPS.values())
+        if entries and table is not None and table.kind == "npy" and not table.patches:
+            # per-leaf entries: segments as pieces, removed leaves' rows left out
+            parts = segment_parts(reader, table, where)
+            return entry_pieces(parts, dead_rows(reader, table, where))
+        return np.asarray(_read_table(reader, tables, full, folder))
 
     try:
         words = _read_table(reader, tables, words_table, folder)
@@ -1642,14 +1688,17 @@ def _load_phrase_table_v3(
                 arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
                 if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
                     arrays.update({a: arr(a) for a in WORD_ARRAYS})
-                _in_key_order(reader, tables, arrays, folder)
+                whole = [g for g, cols in SORTED_GROUPS.items() if not {g, *cols} <= grown]
+                if whole:  # a group read as one array (removed rows): sorted again
+                    heads.clear()
+                    _in_key_order(reader, tables, arrays, folder)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
             raise
         raise IndexFormatError(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
-    return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder)
+    return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder, heads or None)
 
 
 def _generation_token(root: Path, generation: int) -> tuple[str, int]:
@@ -1722,6 +1771,7 @@ def _deferred_table(
     arrays: dict[str, np.ndarray],
     n_chunks: int,
     folder: str | Path,
+    heads: dict[str, int] | None = None,
 ) -> Deferred[PhraseTable]:
     """A phrase table made on first use (only updates use one: a search never parses it nor
     imports the keyword code) from what a load read: ``word_lists()`` gives the parsed words
@@ -1743,7 +1793,7 @@ def _deferred_table(
                 raise ValueError("the word list holds something other than words")
             if stems is not None and not all(isinstance(w, str) for w in stems):
                 raise ValueError("the stem list holds something other than stems")
-            table = PhraseTable.from_arrays(words, arrays, stems)
+            table = PhraseTable.from_arrays(words, arrays, stems, heads=heads)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             if isinstance(exc, IndexFormatError):
                 raise

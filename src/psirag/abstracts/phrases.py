@@ -69,7 +69,7 @@ from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
 from psirag.rows import csr_positions
 
-__all__ = ["PhraseTable"]
+__all__ = ["HeldCounts", "PhraseTable", "entry_pieces", "spare_view"]
 
 _DAMAGED = "the saved keyword phrase table is inconsistent ({}); rebuild the index"
 
@@ -393,6 +393,44 @@ class _Derived:
         return np.insert(sorter, at, self.p_tail.astype(sorter.dtype))
 
 
+class HeldCounts:
+    """Read access to a table's corpus counts (:meth:`PhraseTable.held_counts`) at given
+    phrases and surface forms: what a save in O(change) writes."""
+
+    def __init__(self, d: _Derived) -> None:
+        self._d = d
+
+    def phrases_at(self, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``p_df`` and ``p_best`` of the phrases ``pids``."""
+        return np.asarray(self._d.p_df[pids]), np.asarray(self._d.p_best[pids])
+
+    def phrases_from(self, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """``p_df`` and ``p_best`` of the phrases ``start ..`` (the ones new since a save)."""
+        return np.asarray(self._d.p_df[start:]), np.asarray(self._d.p_best[start:])
+
+    def forms_at(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each surface key: whether the table holds it (a spent form, count 0, too),
+        its count and its phrase (0 where it does not)."""
+        at = self._d.form_positions(np.asarray(keys, dtype=np.int64))
+        held = at >= 0
+        where = np.where(held, at, 0)
+        d = self._d
+        if d.s_cnt.shape[0] == 0:
+            zero = np.zeros(at.size, dtype=np.int64)
+            return held, zero, zero
+        cnt = np.where(held, np.asarray(d.s_cnt[where], dtype=np.int64), 0)
+        pid = np.where(held, np.asarray(d.s_pid[where], dtype=np.int64), 0)
+        return held, cnt, pid
+
+    def words(self) -> dict[str, np.ndarray]:
+        """The per-word arrays (vocabulary-sized: saved whole) and ``n_ranked``."""
+        d = self._d
+        out = {"w_rank": d.w_rank, "n_ranked": np.array([d.n_ranked], dtype=np.int64)}
+        if d.w_first is not None and d.w_df is not None:
+            out.update(w_first=d.w_first, w_df=d.w_df)
+        return out
+
+
 TAIL_MAX = 1 << 16
 """A tail (:class:`_Derived`) is folded into its sorted part when it holds more: a one-document
 add brings a few hundred new forms, so a fold (a merge over the corpus's forms) comes once in
@@ -570,15 +608,28 @@ class PhraseTable:
 
     @classmethod
     def from_arrays(
-        cls, words: list[str], arrays: dict[str, np.ndarray], stems: list[str] | None = None
+        cls,
+        words: list[str],
+        arrays: dict[str, Any],
+        stems: list[str] | None = None,
+        *,
+        heads: dict[str, int] | None = None,
     ) -> PhraseTable:
         """A saved table (see :meth:`arrays`); the counts are derived on first use. With
         ``stems`` and :data:`VOCAB_ARRAYS` in ``arrays`` (see :meth:`vocab`) the words are not
-        stemmed and tested again."""
+        stemmed and tested again. Per-leaf entry arrays may come as :func:`entry_pieces`.
+        ``heads``: the saved ``s_key`` group and ``p_sorted`` are sorted only in their first
+        that many rows, the rest appended by saves after it (they become the tails an add
+        keeps, see :class:`_Derived`: no sort of the whole on load)."""
         missing = [a for a in ARRAYS if a not in arrays]
         if missing:
             raise ValueError(f"phrase table lacks {missing}")
-        a = {name: _ints(arrays[name], small=name in _ID_ARRAYS) for name in ARRAYS}
+        a = {
+            name: arrays[name]
+            if isinstance(arrays[name], _Pieces)
+            else _ints(arrays[name], small=name in _ID_ARRAYS)
+            for name in ARRAYS
+        }
         table = cls(
             list(words),
             a["lw_ptr"],
@@ -598,8 +649,8 @@ class PhraseTable:
             and int(table.lw_ptr[-1]) == table.lw.size
             and int(table.ls_ptr[-1]) == table.ls_key.size == table.ls_cnt.size
             and int(table.lp_ptr[-1]) == table.lp_pid.size
-            and (table.lw.size == 0 or int(table.lw.max()) < len(words))
-            and (table.lp_pid.size == 0 or int(table.lp_pid.max()) < table.p_key.size)
+            and (table.lw.size == 0 or _largest(table.lw) < len(words))
+            and (table.lp_pid.size == 0 or _largest(table.lp_pid) < table.p_key.size)
         )
         if not ok:
             raise ValueError("phrase table arrays disagree in size")
@@ -608,6 +659,8 @@ class PhraseTable:
             if all(a in arrays for a in DERIVED_ARRAYS):
                 names = DERIVED_ARRAYS + tuple(a for a in WORD_ARRAYS if a in arrays)
                 table._cache["saved_derived"] = {a: arrays[a] for a in names}
+                if heads is not None:
+                    table._cache["saved_heads"] = dict(heads)
         return table
 
     def derived_arrays(self, *, small: bool = True) -> dict[str, np.ndarray] | None:
@@ -620,13 +673,15 @@ class PhraseTable:
         out = {name: getattr(d, name) for name in DERIVED_ARRAYS if name != "n_ranked"}
         # by key, without the forms a removal left as tombstones (a fresh derivation's)
         out["s_key"], out["s_cnt"], out["s_pid"] = d.sorted_forms()
-        out["p_sorted"] = d.full_p_sorted(self.p_key)
+        out["p_sorted"] = d.full_p_sorted(self.p_key).astype(np.intp, copy=False)
         if not small:
             out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
             if d.w_first is not None and d.w_df is not None:
                 out.update(w_first=d.w_first, w_df=d.w_df)
             return out
-        for name in ("p_sorted", "p_df", "s_cnt", "s_pid", "w_rank"):  # ids and counts
+        # ids and counts (not p_sorted: a searchsorted sorter is read as intp, and a loaded
+        # one that is not would be converted whole by the first add)
+        for name in ("p_df", "s_cnt", "s_pid", "w_rank"):
             x = out[name]
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
                 out[name] = x.astype(np.int32)
@@ -637,6 +692,20 @@ class PhraseTable:
                 small = x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1)
                 out[name] = x.astype(np.int32) if small else x
         return out
+
+    def restore_saved_counts(self) -> bool:
+        """Restore the corpus counts a load left unread (cheap: they are mapped, not derived);
+        whether counts are now at hand. What a whole save (a compaction) calls, so that it
+        writes them again rather than leave the next load to derive them over the corpus."""
+        if "derived" not in self._cache and "saved_derived" in self._cache:
+            self._derived()
+        return "derived" in self._cache
+
+    def held_counts(self) -> HeldCounts | None:
+        """The corpus counts as this table holds them (None: not at hand), read where a save
+        needs them: no fold of the tails, no copy (:meth:`derived_arrays` gives them sorted)."""
+        d = self._cache.get("derived")
+        return None if d is None else HeldCounts(d)
 
     def vocab(self) -> tuple[list[str], dict[str, np.ndarray]] | None:
         """What to save besides :meth:`arrays` so a load need not redo the words: the stem list
@@ -703,22 +772,37 @@ class PhraseTable:
         return d
 
     def _restore_derived(self, vocab: _Vocab, a: dict[str, np.ndarray]) -> _Derived:
-        """Saved corpus counts, checked against the per-leaf arrays' sizes and ranges (not
-        copied: an update writes its counts to new arrays, so a loaded table's stay mapped)."""
+        """Saved corpus counts, checked against the per-leaf arrays' sizes and, at evenly
+        spread sample rows, their order and ranges (not copied nor read whole: a loaded
+        table's arrays stay mapped; those a load mapped copy-on-write an add changes in place,
+        see :func:`spare_view`). With saved heads the appended rows become the tails."""
         got = {name: _ints(a[name], small=name in _DERIVED_IDS) for name in DERIVED_ARRAYS}
         n_p, n_w = self.p_key.size, len(self.words)
         p_sorted, s_pid, w_rank = got["p_sorted"], got["s_pid"], got["w_rank"]
         n_ranked = int(got["n_ranked"][0]) if got["n_ranked"].shape == (1,) else -1
+        heads = self._cache.pop("saved_heads", None)
+        p_tail = s_tail = None
         ok = (
             p_sorted.shape == got["p_df"].shape == got["p_best"].shape == (n_p,)
             and got["s_key"].shape == got["s_cnt"].shape == s_pid.shape
             and w_rank.shape == (n_w,)
-            # n_p ids, none twice: a permutation (no n_p-long float array to compare with)
-            and (n_p == 0 or int(np.bincount(p_sorted, minlength=n_p).max()) == 1)
-            and (s_pid.size == 0 or (int(s_pid.min()) >= 0 and int(s_pid.max()) < n_p))
-            and (n_p == 0 or int(got["p_df"].min()) >= 0)
             and (n_w == 0 or n_ranked > int(w_rank.max()))
         )
+        if ok and heads is not None:
+            p_head, s_head = int(heads["p_sorted"]), int(heads["s_key"])
+            ok = 0 <= p_head <= n_p and 0 <= s_head <= got["s_key"].shape[0]
+            if ok:  # the appended phrase ids are the last ones (ids only grow)
+                new_ids = np.asarray(p_sorted[p_head:], dtype=np.int64)
+                ok = bool(np.array_equal(np.sort(new_ids), np.arange(p_head, n_p)))
+            if ok:
+                by_key = np.argsort(np.asarray(self.p_key[new_ids]), kind="stable")
+                p_tail = new_ids[by_key] if new_ids.size else None
+                p_sorted = p_sorted[:p_head]
+                tail_keys = np.asarray(got["s_key"][s_head:])
+                s_tail = s_head + np.argsort(tail_keys, kind="stable") if tail_keys.size else None
+        ok = ok and _sampled_sorted(p_sorted, self.p_key, n_p)
+        ok = ok and _sampled_sorted(None, got["s_key"][: got["s_key"].shape[0] - _n(s_tail)], 0)
+        ok = ok and _sampled_in(s_pid, 0, n_p) and _sampled_in(got["p_df"], 0, None)
         if not ok:
             raise IndexFormatError(_DAMAGED.format("the saved corpus counts disagree"))
         words: dict[str, np.ndarray] = {}
@@ -743,6 +827,8 @@ class PhraseTable:
             n_ranked,
             words.get("w_first"),
             words.get("w_df"),
+            s_tail,
+            p_tail,
         )
 
     # ------------------------------------------------------------------ updates
@@ -1267,6 +1353,71 @@ class _Pieces:
             whole = np.concatenate(self.pieces).astype(self.dtype, copy=False)
             return _Pieces([whole])
         return self
+
+
+def entry_pieces(parts: Sequence[np.ndarray], dead: np.ndarray) -> np.ndarray | _Pieces:
+    """A saved per-leaf entry array from its segments (memory maps) and its removed rows
+    (sorted positions in them), read as one array without copying any (:class:`_Pieces`)."""
+    if len(parts) == 1 and dead.size == 0:
+        return parts[0]
+    pieces = _Pieces(list(parts))
+    return pieces.without(dead) if dead.size else pieces._bounded()
+
+
+def spare_view(buf: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` rows of ``buf``, whose rows after them are room an add may append in
+    (:func:`_grown`): for a loaded array mapped copy-on-write, whose changes never reach its
+    file (:func:`psirag.segments.growable_rows`)."""
+    view = buf[:n]
+    if view.base is not buf:  # a view of memory it does not own (a small file, read)
+        buf = np.array(buf)
+        view = buf[:n]
+    _SPARE[id(buf)] = buf
+    return view
+
+
+def _largest(a: np.ndarray | _Pieces) -> int:
+    """The largest value of a non-empty array or :class:`_Pieces` (read piece by piece)."""
+    if isinstance(a, _Pieces):
+        return max(int(p.max()) for p in a.pieces if p.shape[0])
+    return int(a.max())
+
+
+SAMPLE_ROWS = 4096
+"""Rows a load checks of each saved count array (evenly spread): a damaged or crafted file is
+an error at the first update, without a pass over tens of millions of rows."""
+
+
+def _sample(n: int) -> np.ndarray:
+    return np.unique(np.linspace(0, max(n - 1, 0), min(n, SAMPLE_ROWS)).astype(np.int64))
+
+
+def _n(a: np.ndarray | None) -> int:
+    return 0 if a is None else int(a.size)
+
+
+def _sampled_sorted(ids: np.ndarray | None, keys: np.ndarray, n_ids: int) -> bool:
+    """Whether ``keys`` (at ``ids`` when given, ids below ``n_ids``) rise strictly at sample
+    rows."""
+    n = (keys if ids is None else ids).shape[0]
+    if n == 0:
+        return True
+    at = _sample(n)
+    if ids is not None:
+        got = np.asarray(ids[at], dtype=np.int64)
+        if int(got.min()) < 0 or int(got.max()) >= n_ids:
+            return False
+        at = got
+    k = np.asarray(keys[at])
+    return bool(np.all(k[1:] > k[:-1]))
+
+
+def _sampled_in(a: np.ndarray, low: int, high: int | None) -> bool:
+    """Whether ``a`` holds values in ``[low, high)`` at sample rows."""
+    if a.shape[0] == 0:
+        return True
+    got = np.asarray(a[_sample(a.shape[0])], dtype=np.int64)
+    return int(got.min()) >= low and (high is None or int(got.max()) < high)
 
 
 def _entries_without(a: np.ndarray | _Pieces, at: np.ndarray) -> np.ndarray | _Pieces:
