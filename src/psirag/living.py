@@ -890,7 +890,7 @@ def update_documents(
         state.append_leaves([c.text for c in new_chunks])  # timed as abstracts and bm25
         for k, v in update.counts.items():
             summary.tree[k] = summary.tree.get(k, 0) + v
-        sources.update(document_sources(documents))
+        sources.update(document_sources(documents, new_chunks))
         summary.added = [d.id for d in documents]
         summary.chunks_added = len(new_chunks)
     if not wanted and not new_chunks:

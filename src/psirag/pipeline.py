@@ -428,7 +428,7 @@ def build_index_data(
         sparse=sparse,
         embedder_id=embedder.id,
         stats=stats,
-        sources=document_sources(documents),
+        sources=document_sources(documents, chunks),
         lineage=fresh_lineage(len(chunks)),
         phrase_table=abstracts.table,
         leaf_graph=graph,
@@ -459,9 +459,17 @@ def leaf_graph(leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> L
     return LeafGraph.build(leaf_vectors)
 
 
-def document_sources(documents: Sequence[Document]) -> dict[str, dict[str, Any]]:
-    """Where each document read from a file came from (for ``psirag sync``)."""
-    return {d.id: {"path": d.path, "sha256": d.sha256} for d in documents if d.path is not None}
+def document_sources(
+    documents: Sequence[Document], chunks: Sequence[Chunk]
+) -> dict[str, dict[str, Any]]:
+    """Where each document read from a file came from (for ``psirag sync``), in document
+    order; only documents that gave ``chunks`` (an index saves its sources in this order)."""
+    made = {c.source.document for c in chunks}
+    return {
+        d.id: {"path": d.path, "sha256": d.sha256}
+        for d in documents
+        if d.path is not None and d.id in made
+    }
 
 
 __all__ = [

@@ -221,9 +221,10 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     keys = data.leaf_document_keys()
     if keys is not None:  # (the number of documents is the manifest's count)
         tables.save(DOCUMENT_KEYS, "npy", keys[0], src=leaf_src)
-    sources = data.sources
-    # (no sources: the document list, which decodes every chunk, is not needed)
-    docs = [{"id": d, **sources[d]} for d in data.documents if d in sources] if sources else []
+    # in the order the sources were recorded (the corpus order of the documents they name,
+    # but for a source recorded later for a document indexed before): listing the documents
+    # in corpus order would decode every chunk, 3.5 s of a one-file `psirag add` at 200k
+    docs = [{"id": d, **source} for d, source in data.sources.items()]
     tables.save("documents", "jsonl", docs, src=tables.keyed_sources("documents", docs))
     data.sparse.save(
         writer.path(BM25.name),
