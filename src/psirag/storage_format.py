@@ -1655,7 +1655,7 @@ def _load_phrase_table_v3(
     heads: dict[str, int] = {}
     grown: set[str] = set()
 
-    def arr(name: str) -> Any:
+    def arr(name: str, heads: dict[str, int] = heads, grown: set[str] = grown) -> Any:
         full = f"{PHRASES_DIR}/{name}"
         table = tables.get(full)
         where = f"{folder} table {full}"
@@ -1673,9 +1673,31 @@ def _load_phrase_table_v3(
             return entry_pieces(parts, dead_rows(reader, table, where))
         return np.asarray(_read_table(reader, tables, full, folder))
 
+    def counts(heads: dict[str, int], grown: set[str]) -> dict[str, Any]:
+        """The saved corpus counts (and, into ``heads``, where the sorted ones' tails start)."""
+        names = [*DERIVED_ARRAYS]
+        if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
+            names += WORD_ARRAYS
+        got = {a: arr(a, heads, grown) for a in names}
+        whole = [g for g, cols in SORTED_GROUPS.items() if not {g, *cols} <= grown]
+        if whole:  # a group read as one array (removed rows): sorted again
+            heads.clear()
+            with_keys = {**got, "p_key": arrays["p_key"]}
+            _in_key_order(reader, tables, with_keys, folder)
+            got = {a: with_keys[a] for a in got}
+        return got
+
+    def counts_again() -> tuple[dict[str, Any], dict[str, int] | None]:
+        """The saved counts read again (copies of the maps: an add grew the first ones in
+        place), for a second update from the loaded table rather than a derivation."""
+        again: dict[str, int] = {}
+        got = counts(again, set())
+        return got, again or None
+
+    arrays: dict[str, Any] = {}
     try:
         words = _read_table(reader, tables, words_table, folder)
-        arrays = {a: arr(a) for a in ARRAYS if a not in CSR_GROUPS}
+        arrays.update({a: arr(a) for a in ARRAYS if a not in CSR_GROUPS})
         for ptr_name in CSR_GROUPS:
             lengths = np.asarray(arr(f"{ptr_name}_len"), dtype=np.int64)
             if lengths.size and int(lengths.min()) < 0:
@@ -1686,20 +1708,22 @@ def _load_phrase_table_v3(
             stems = _read_table(reader, tables, f"{PHRASES_DIR}/stems", folder)
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
-                arrays.update({a: arr(a) for a in DERIVED_ARRAYS})
-                if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
-                    arrays.update({a: arr(a) for a in WORD_ARRAYS})
-                whole = [g for g, cols in SORTED_GROUPS.items() if not {g, *cols} <= grown]
-                if whole:  # a group read as one array (removed rows): sorted again
-                    heads.clear()
-                    _in_key_order(reader, tables, arrays, folder)
+                arrays.update(counts(heads, grown))
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
             raise
         raise IndexFormatError(
             f"{folder}: the keyword phrase table is unreadable ({exc}); rebuild the index"
         ) from exc
-    return _deferred_table(lambda: (words, stems), arrays, n_chunks, folder, heads or None)
+
+    return _deferred_table(
+        lambda: (words, stems),
+        arrays,
+        n_chunks,
+        folder,
+        heads or None,
+        counts_again if "p_df" in arrays else None,
+    )
 
 
 def _generation_token(root: Path, generation: int) -> tuple[str, int]:
@@ -1773,6 +1797,7 @@ def _deferred_table(
     n_chunks: int,
     folder: str | Path,
     heads: dict[str, int] | None = None,
+    reload: Callable[[], tuple[dict[str, Any], dict[str, int] | None]] | None = None,
 ) -> Deferred[PhraseTable]:
     """A phrase table made on first use (only updates use one: a search never parses it nor
     imports the keyword code) from what a load read: ``word_lists()`` gives the parsed words
@@ -1794,7 +1819,7 @@ def _deferred_table(
                 raise ValueError("the word list holds something other than words")
             if stems is not None and not all(isinstance(w, str) for w in stems):
                 raise ValueError("the stem list holds something other than stems")
-            table = PhraseTable.from_arrays(words, arrays, stems, heads=heads)
+            table = PhraseTable.from_arrays(words, arrays, stems, heads=heads, reload=reload)
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             if isinstance(exc, IndexFormatError):
                 raise

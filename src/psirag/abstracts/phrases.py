@@ -45,7 +45,7 @@ import os
 import tempfile
 import weakref
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -614,13 +614,16 @@ class PhraseTable:
         stems: list[str] | None = None,
         *,
         heads: dict[str, int] | None = None,
+        reload: Callable[[], tuple[dict[str, Any], dict[str, int] | None]] | None = None,
     ) -> PhraseTable:
         """A saved table (see :meth:`arrays`); the counts are derived on first use. With
         ``stems`` and :data:`VOCAB_ARRAYS` in ``arrays`` (see :meth:`vocab`) the words are not
         stemmed and tested again. Per-leaf entry arrays may come as :func:`entry_pieces`.
         ``heads``: the saved ``s_key`` group and ``p_sorted`` are sorted only in their first
         that many rows, the rest appended by saves after it (they become the tails an add
-        keeps, see :class:`_Derived`: no sort of the whole on load)."""
+        keeps, see :class:`_Derived`: no sort of the whole on load). ``reload``: reads the
+        saved counts (and heads) again, for a second update from this table after the first
+        grew its counts in place (else they would be derived over the corpus)."""
         missing = [a for a in ARRAYS if a not in arrays]
         if missing:
             raise ValueError(f"phrase table lacks {missing}")
@@ -661,6 +664,8 @@ class PhraseTable:
                 table._cache["saved_derived"] = {a: arrays[a] for a in names}
                 if heads is not None:
                     table._cache["saved_heads"] = dict(heads)
+                if reload is not None:
+                    table._cache["reload_counts"] = reload
         return table
 
     def derived_arrays(self, *, small: bool = True) -> dict[str, np.ndarray] | None:
@@ -741,6 +746,11 @@ class PhraseTable:
         if saved is not None:
             vocab = _Vocab.restore(self.words, *saved)
             kept = self._cache.pop("saved_derived", None)
+            reload = self._cache.get("reload_counts")
+            if kept is None and reload is not None:  # a second update from this table
+                kept, heads = reload()
+                if heads is not None:
+                    self._cache["saved_heads"] = heads
             if kept is not None:
                 return self._restore_derived(vocab, kept)
         else:
