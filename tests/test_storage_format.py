@@ -275,3 +275,13 @@ def test_a_format4_index_loads_and_its_inner_arrays_become_tables_that_saves_pat
     again.add([Document("tide", "", "The tide at Naples rose over the ferry quay.", False)])
     again.save(folder)
     same(Index.load(folder, embedder=emb, verify="full").data, again.data)
+
+
+def test_the_inner_ids_check_finds_a_repeated_id_without_a_sort() -> None:
+    from psirag.storage_format import _distinct_below
+
+    ids = np.arange(0, 2_000, 3)
+    assert _distinct_below(ids, 2_000)
+    assert not _distinct_below(np.append(ids, 3), 2_000)
+    assert _distinct_below(np.array([5, 10**12 - 1]), 10**12)  # sparse: sorted instead
+    assert not _distinct_below(np.array([7, 7]), 10**12)

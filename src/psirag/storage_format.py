@@ -315,6 +315,16 @@ def saved_graph_base(manifest: dict[str, Any]) -> str | None:
     return None
 
 
+def _distinct_below(ids: np.ndarray, bound: int) -> bool:
+    """Whether ``ids`` (each in ``0 .. bound - 1``) holds no id twice: a mark per id, not a
+    sort (a load checks the inner nodes' ids of a 1M-leaf tree)."""
+    if bound > 64 * ids.size + (1 << 20):  # sparse ids (or a crafted bound): a sort
+        return bool(np.unique(ids).size == ids.size)
+    seen = np.zeros(max(bound, 0), dtype=bool)
+    seen[ids] = True
+    return int(np.count_nonzero(seen)) == ids.size
+
+
 def _small_ints(a: np.ndarray) -> np.ndarray:
     a = np.asarray(a, dtype=np.int64)
     fits = a.size == 0 or (int(a.max()) < 2**31 and int(a.min()) >= -(2**31))
@@ -1328,7 +1338,7 @@ def _saved_ids(
     if (
         saved.shape != (rows.size + 1,)
         or (ids.size and (int(ids.min()) < 0 or int(ids.max()) >= next_id))
-        or np.unique(ids).size != ids.size
+        or not _distinct_below(ids, next_id)
     ):
         raise IndexFormatError(
             f"{where}: {INNER_IDS.name} does not hold one distinct id per inner node and the "
