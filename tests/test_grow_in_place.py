@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from support import HashEmbedder
+from support.counting import record_tables
 
 import psirag.segments as segments
 from psirag import Index, IndexConfig
@@ -46,15 +47,18 @@ def _digests(folder: Path) -> dict[str, str]:
 
 def _logical_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tables read as one array (:func:`segments.read_logical`), in order."""
-    seen: list[str] = []
-    real = segments.read_logical
+    return record_tables(monkeypatch, segments, "read_logical")
 
-    def counted(reader: Any, table: Any, where: str) -> Any:
-        seen.append(where.rsplit(" table ", 1)[-1])
-        return real(reader, table, where)
 
-    monkeypatch.setattr(segments, "read_logical", counted)
-    return seen
+def _same_counts(a: Index, b: Index) -> None:
+    """The two indexes' phrase tables hold the same corpus counts (restored if unread)."""
+    ta, tb = a._data.phrase_table, b._data.phrase_table
+    assert ta is not None and tb is not None
+    assert ta.restore_saved_counts() and tb.restore_saved_counts()
+    da, db = ta.derived_arrays(), tb.derived_arrays()
+    assert da is not None and db is not None and set(da) == set(db)
+    for name in db:
+        assert np.array_equal(np.asarray(da[name]), np.asarray(db[name])), name
 
 
 def test_a_save_writes_the_count_arrays_with_spare_rows(tmp_path: Path) -> None:
@@ -99,12 +103,7 @@ def test_the_first_add_after_a_load_grows_the_counts_in_place_and_changes_no_fil
     index.save(folder)
     again = Index.load(folder, verify="full", embedder=emb)
     assert again.abstracts == index.abstracts
-    a, b = again._data.phrase_table, index._data.phrase_table
-    assert a is not None and b is not None and a.restore_saved_counts()
-    da, db = a.derived_arrays(), b.derived_arrays()
-    assert da is not None and db is not None
-    for name in da:
-        assert np.array_equal(np.asarray(da[name]), np.asarray(db[name])), name
+    _same_counts(again, index)
 
 
 def test_removals_keep_spent_forms_as_rows_so_the_next_load_maps_the_table(
@@ -134,12 +133,7 @@ def test_removals_keep_spent_forms_as_rows_so_the_next_load_maps_the_table(
                 assert tables[name]["n_dead"] == 0, name
     assert not set(reads) & GROWABLE_TABLES, reads
     assert index.abstracts == memory.abstracts
-    got, want = index._data.phrase_table, memory._data.phrase_table
-    assert got is not None and want is not None
-    dg, dw = got.derived_arrays(), want.derived_arrays()
-    assert dg is not None and dw is not None
-    for name in dw:
-        assert np.array_equal(np.asarray(dg[name]), np.asarray(dw[name])), name
+    _same_counts(index, memory)
 
 
 def test_a_compaction_writes_the_counts_again(tmp_path: Path) -> None:
@@ -238,9 +232,4 @@ def test_a_second_update_from_the_loaded_index_reads_the_counts_again(
     control.remove([control.documents[5]])
     assert not derived
     assert second.abstracts == control.abstracts
-    a, b = second._data.phrase_table, control._data.phrase_table
-    assert a is not None and b is not None
-    da, db = a.derived_arrays(), b.derived_arrays()
-    assert da is not None and db is not None
-    for name in db:
-        assert np.array_equal(np.asarray(da[name]), np.asarray(db[name])), name
+    _same_counts(second, control)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 from support import HashEmbedder
-from support.counting import count_calls
+from support.counting import count_calls, record_tables
 
 import psirag.segments as segments
 from psirag import Index, IndexConfig
@@ -33,15 +33,7 @@ def _docs(n: int) -> list[str]:
 
 def _read_tables(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tables a save reads back from its base generation, in order."""
-    seen: list[str] = []
-    real = segments.read_physical
-
-    def counted(reader: Any, table: Any, where: str) -> Any:
-        seen.append(where.rsplit(" table ", 1)[-1])
-        return real(reader, table, where)
-
-    monkeypatch.setattr(segments, "read_physical", counted)
-    return seen
+    return record_tables(monkeypatch, segments, "read_physical")
 
 
 def _same_table(a: Index, b: Index) -> None:

@@ -24,3 +24,17 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> CallC
 
     monkeypatch.setattr(owner, name, counted)
     return count
+
+
+def record_tables(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[str]:
+    """Replace ``owner.name`` (a reader of one table, called as ``(reader, table, where)``)
+    with a wrapper that records the table names it reads, in order, and then reads."""
+    seen: list[str] = []
+    real = getattr(owner, name)
+
+    def recorded(reader: Any, table: Any, where: str) -> Any:
+        seen.append(where.rsplit(" table ", 1)[-1])
+        return real(reader, table, where)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return seen
