@@ -25,6 +25,7 @@ embedder (e.g. ``bench_living_scale.py --build-only --save DIR``; the copy goes 
 ``$BENCH_TMP`` or the system's temporary folder, and ``DIR`` is left as it is).
 
 Usage: nice python benchmarks/bench_server_add.py [--chunks 20000] [--repeats 3] [--index DIR]
+       [--no-bulk]
 """
 
 from __future__ import annotations
@@ -131,6 +132,11 @@ def main() -> None:
         default=None,
         help="no build: measure on a copy of this saved index (--chunks is then its size)",
     )
+    parser.add_argument(
+        "--no-bulk",
+        action="store_true",
+        help="skip the 1%% sync (at 1M chunks it rescores abstracts for minutes)",
+    )
     args = parser.parse_args()
     if args.index is not None and not (args.index / "manifest.json").exists():
         parser.error(f"--index {args.index}: no saved index there (no manifest.json)")
@@ -227,10 +233,11 @@ def main() -> None:
             records = [
                 {"id": f"delta-{k}", "text": t, "is_record": True} for k, t in enumerate(more)
             ]
-            for name, method, route, body in (
+            writes: list[tuple[str, str, str, Any]] = [
                 ("server_api_add_1pct", "POST", "/sync", {"documents": records}),
                 ("server_api_remove_1_doc", "DELETE", "/documents/17", None),
-            ):
+            ]
+            for name, method, route, body in writes[1:] if args.no_bulk else writes:
                 seen = _inodes(folder)
                 t0 = time.perf_counter()
                 job = _send_and_wait(url, method, route, body)

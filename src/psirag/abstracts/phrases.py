@@ -1393,7 +1393,7 @@ def _largest(a: np.ndarray | _Pieces) -> int:
     return int(a.max())
 
 
-SAMPLE_ROWS = 4096
+SAMPLE_ROWS = 512
 """Rows a load checks of each saved count array (evenly spread): a damaged or crafted file is
 an error at the first update, without a pass over tens of millions of rows."""
 
