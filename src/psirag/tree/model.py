@@ -82,13 +82,15 @@ class Tree:
 
     @cached_property
     def leaf_counts(self) -> np.ndarray:
-        """Number of leaves below each node (1 for a leaf)."""
-        counts = np.zeros(self.n_nodes, dtype=np.int64)
-        counts[self.layer == 0] = 1
-        for node in self.nodes_bottom_up():
-            p = self.parent[node]
-            if p >= 0:
-                counts[p] += counts[node]
+        """Number of leaves below each node (1 for a leaf): summed up one layer at a time (an
+        update carries it to the tree it makes, see :func:`carried_leaf_counts`)."""
+        counts = (self.layer == 0).astype(np.int64)
+        for lv in range(self.depth):
+            nodes = np.flatnonzero(self.layer == lv)
+            nodes = nodes[self.parent[nodes] >= 0]
+            counts += np.bincount(
+                self.parent[nodes], weights=counts[nodes], minlength=self.n_nodes
+            ).astype(np.int64)
         return counts
 
     @cached_property
@@ -205,6 +207,27 @@ class Tree:
     def layer_sizes(self) -> list[int]:
         """Number of nodes in each layer, leaves first."""
         return np.bincount(self.layer).tolist() if self.n_nodes else []
+
+
+def carried_leaf_counts(
+    old: Tree, new: Tree, node_map: np.ndarray, dirty: np.ndarray
+) -> np.ndarray | None:
+    """``new.leaf_counts`` from ``old``'s when those were made (else None): a node kept
+    (``node_map``: old id -> new id, -1 for a node gone) and not ``dirty`` (the nodes whose
+    leaves changed, closed upwards) keeps its count, a dirty one sums its children's, lower
+    layers first. In time of the change, not of the tree."""
+    before = old.__dict__.get("leaf_counts")
+    if before is None:
+        return None
+    counts = np.zeros(new.n_nodes, dtype=np.int64)
+    counts[: new.n_leaves] = 1
+    kept = np.flatnonzero(node_map >= new.n_leaves)
+    counts[node_map[kept]] = before[kept]
+    dirty = np.asarray(dirty, dtype=np.int64)
+    offsets, order = new._children_csr
+    for u in dirty[np.argsort(new.layer[dirty], kind="stable")].tolist():
+        counts[u] = int(counts[order[offsets[u] : offsets[u + 1]]].sum())
+    return counts
 
 
 def gather_ranges(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
