@@ -167,7 +167,11 @@ class Index:
             with saving(folder, had_index=False):
                 writer = IndexWriter(Path(folder))
         with saving(writer.target, had_index=writer.base is not None), writer:
-            save_index_data(writer, self._data)
+            generation = save_index_data(writer, self._data)
+        if own:  # what the next save on top of this generation may keep unread
+            from psirag.living import as_saved
+
+            self._data = as_saved(self._data, writer.target, generation)
         return Path(folder) if own else writer.target
 
     def describe(self) -> dict[str, Any]:

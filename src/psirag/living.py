@@ -1225,10 +1225,9 @@ def update_saved(
     changed directly and nothing is read; when another process published meanwhile, the
     disk generation is loaded as usual. The saved result names the generation it became
     (:attr:`IndexData.origin`), so it can be the ``base`` of the next update."""
-    from psirag.index_data import SavedOrigin
     from psirag.oserrors import saving
-    from psirag.storage import IndexWriter, _resolve
-    from psirag.storage_format import load_index_data, save_index_data, saved_inner_order
+    from psirag.storage import IndexWriter
+    from psirag.storage_format import load_index_data, save_index_data
 
     store = _writable_store(folder)
     with IndexWriter(store, wait=wait) as writer:
@@ -1248,13 +1247,23 @@ def update_saved(
         t0 = time.perf_counter()
         with saving(writer.target, had_index=on_disk is not None):
             generation = save_index_data(writer, new)
-        origin = SavedOrigin(str(_resolve(store.folder)), generation, new.chunks)
-        # the rows that now hold the inner nodes, so the next save on top keeps them unread
-        rows = store.read(saved_inner_order, generation=generation)
-        new = replace(new, origin=origin, inner_rows=(origin, rows))
+        new = as_saved(new, store.folder, generation)
         return SavedUpdate(
             new, summary, generation, from_legacy, time.perf_counter() - t0, loaded=loaded
         )
+
+
+def as_saved(data: IndexData, folder: str | Path, generation: int) -> IndexData:
+    """``data`` as the generation ``generation`` of ``folder`` that it was just saved as: it
+    names its origin and the rows that now hold its inner nodes, so the next save on top
+    writes only what changes after it (without them every later save wrote everything)."""
+    from psirag.index_data import SavedOrigin
+    from psirag.storage import IndexStore, _resolve
+    from psirag.storage_format import saved_inner_order
+
+    origin = SavedOrigin(str(_resolve(Path(folder))), generation, data.chunks)
+    rows = IndexStore(folder).read(saved_inner_order, generation=generation)
+    return replace(data, origin=origin, inner_rows=(origin, rows))
 
 
 def _writable_store(folder: str | Path) -> IndexStore:
