@@ -608,7 +608,7 @@ def _carried_inner_rows(
         return None
     logical = np.full(rows.size, -1, dtype=np.int64)
     logical[has] = at
-    if np.unique(logical[has]).size != int(has.sum()):
+    if not _distinct_below(logical[has], live.size):
         return None
     return logical
 

@@ -5,8 +5,9 @@ index."""
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from typing import Any
+
+import numpy as np
 
 from psirag.tree.model import Tree
 
@@ -28,9 +29,15 @@ def fan_out_bucket(f: int) -> tuple[int, int]:
 def fan_out_summary(tree: Tree) -> dict[str, Any]:
     """Min, max, mean and a bucketed histogram of the inner nodes' numbers of children."""
     fan = tree.fan_out[tree.n_leaves :]
-    hist = dict(
-        sorted(Counter(fan_out_bucket(int(f)) for f in fan).items(), key=lambda kv: kv[0][0])
-    )
+    # one count per bucket with numpy (a bucket per node in Python cost 0.9 s of every save
+    # at 1M chunks); the same buckets as fan_out_bucket
+    edges = np.asarray(FAN_OUT_EDGES)
+    at = np.maximum(np.searchsorted(edges, fan, side="right") - 1, 0)  # 0 as fan_out_bucket
+    hist = {
+        fan_out_bucket(int(edges[k])): int(n)
+        for k, n in enumerate(np.bincount(at, minlength=edges.size).tolist())
+        if n
+    }
     return {
         "min": int(fan.min()) if fan.size else 0,
         "max": int(fan.max()) if fan.size else 0,
