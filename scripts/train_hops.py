@@ -25,8 +25,9 @@ Recipes: ``v1`` (the old model: 8 lexical features, real questions only) to ``v4
 regressions (v2-v4: the 30 structural features of ``LEXICAL_MASKED``, synthetic questions, the
 embedding block down-weighted); ``v6``, ``v7``, ``v8`` (``LEXICAL_V8``, two chain-link counts
 more), ``v9`` (v8 plus ``compared_relations`` at a weight set by hand, see
-``CascadeRecipe.fixed``) and ``v10`` (shipped: v9 with step 2's score blended into step 3's, see
-``CascadeRecipe.third_blend``) are cascades (three yes/no steps, see ``CascadeRecipe``): their L2
+``CascadeRecipe.fixed``), ``v10`` (v9 with step 2's score blended into step 3's, see
+``CascadeRecipe.third_blend``) and ``v11`` (shipped: v10 with a stronger L2 grid in steps 2-3) are
+cascades (three yes/no steps, see ``CascadeRecipe``): their L2
 strengths and step thresholds are chosen on grouped, purged inner folds of each training part,
 for the 2-4-hop mix of ``TARGET_MIX``, and their temperatures are fit on the same out-of-fold
 scores. Both kinds go through one loop, :func:`grouped_cross_validation`. The last recipe in
@@ -37,7 +38,7 @@ Designing a variant: ``--design-only`` fits and scores the design folds (``--des
 alone and trains on nothing that is in, or shares a template, sub-question or entity with, the
 other folds (:func:`sealed_pool`); those are scored once, by a full run, after the choice.
 
-Usage: ``python scripts/train_hops.py --data ../shared/data --cache PATH.npz [--recipes v9,v10]
+Usage: ``python scripts/train_hops.py --data ../shared/data --cache PATH.npz [--recipes v10,v11]
 [--out src/psirag/data/hops-minilm.json] [--report benchmarks/results/hops.json] [--no-save]``.
 Embedding the ~3,800 questions with MiniLM takes a few CPU minutes; ``--cache`` keeps the vectors
 (an .npz keyed by text sha1). Set ``OMP_NUM_THREADS=1`` on a shared machine.
@@ -1098,7 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=str(ROOT / "benchmarks" / "results" / "hops.json"))
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=SEED)
-    ap.add_argument("--recipes", default="v10", help="recipes to cross-validate; the last ships")
+    ap.add_argument("--recipes", default="v11", help="recipes to cross-validate; the last ships")
     ap.add_argument("--no-save", action="store_true", help="evaluate only")
     ap.add_argument(
         "--design-only",
