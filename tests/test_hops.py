@@ -49,8 +49,8 @@ LONG = (
 def test_the_shipped_model_loads_offline() -> None:
     model = load_hop_model()
     assert isinstance(model, HopCascade)
-    assert model.meta["recipe"] == "v10"
-    # v10 adds step 2's score to step 3's, at a share picked on inner folds.
+    assert model.meta["recipe"] == "v11"
+    # v10 and v11 add step 2's score to step 3's, at a share picked on inner folds.
     assert model.meta["third_blend"] in (0.0, 0.5, 1.0, 2.0)
     assert model.embedder.startswith("st:all-MiniLM-L6-v2")
     assert model.lexical == LEXICAL_NAMES
@@ -765,3 +765,14 @@ def test_a_blended_stage_scores_its_own_score_plus_a_share_of_the_other() -> Non
         assert mixed.above == 3
         assert np.array_equal(mixed.mean, own.mean) and np.array_equal(mixed.scale, own.scale)
         assert np.allclose(mixed.score(x), own.score(x) + share * other.score(x), atol=1e-5)
+
+
+def test_v11_is_v10_with_a_stronger_penalty_in_steps_two_and_three() -> None:
+    """v11 changes only the L2 grid of steps 2-3 (three times stronger); every other setting,
+    step 1's grid and the blend shares included, is v10's."""
+    train = _train_module()
+    v10, v11 = train.CASCADES["v10"], train.CASCADES["v11"]  # type: ignore[attr-defined]
+    assert v11.deep_l2 == (0.1, 0.3, 1.0) and v10.deep_l2 == (0.03, 0.1, 0.3)
+    assert replace(v11, name="v10", deep_l2=v10.deep_l2) == v10
+    # The shipped model is v11's.
+    assert load_hop_model().meta["recipe"] == v11.name
