@@ -1,0 +1,105 @@
+"""The first update after a load, what ``psirag add`` pays (issue 24): load a saved index, add
+one document, save, timed apart, with the imports already warm (a first round on a small
+index), so the figures are the index's own costs and not the interpreter's start-up.
+
+Each round runs in a fresh child process on a fresh copy of the index. ``--src`` gives the
+sources of each side, so two commits run alternately in one run (old, new, old, new...), on
+the same saved index: ``git worktree add --detach <dir> <commit>`` and ``--src <dir>/src src``.
+The embedder is the hashed bag of words of ``bench_living_scale.py`` (the index must have been
+built with it, e.g. ``bench_living_scale.py --build-only --save DIR``).
+
+Usage: python benchmarks/bench_first_update.py --index DIR --warm SMALL_INDEX
+       [--src SRC [SRC ...]] [--pairs 2] [--out first_update.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+
+def _round(index: Path, copy: Path) -> dict[str, Any]:
+    """Copy ``index`` to ``copy``; load, add one document, save."""
+    from bench_living_scale import LoopbackHashEmbedder, corpus_vocab, new_document
+
+    from psirag import Index
+    from psirag.eval.harness import single_thread_blas
+
+    if copy.exists():
+        shutil.rmtree(copy)
+    shutil.copytree(index, copy)
+    emb = LoopbackHashEmbedder()
+    with single_thread_blas():
+        t0 = time.perf_counter()
+        loaded = Index.load(copy, embedder=emb)
+        t1 = time.perf_counter()
+        topic, vocab = corpus_vocab(loaded.data.tree.n_leaves)
+        doc = new_document(topic, vocab, doc_id="first-update")
+        t2 = time.perf_counter()
+        summary = loaded.add([doc])
+        t3 = time.perf_counter()
+        loaded.save(copy)
+        t4 = time.perf_counter()
+    return {
+        "load_s": round(t1 - t0, 3),
+        "add_s": round(t3 - t2, 3),
+        "save_s": round(t4 - t3, 3),
+        "total_s": round(t4 - t0 - (t2 - t1), 3),
+        "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+    }
+
+
+def _child(index: Path, warm: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        _round(warm, Path(tmp) / "warm")  # imports and first-use caches
+        print(json.dumps(_round(index, Path(tmp) / "ix")))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--index", type=Path, required=True, help="the saved index to update")
+    p.add_argument("--warm", type=Path, required=True, help="a small saved index to warm up on")
+    p.add_argument("--src", type=Path, nargs="+", default=[HERE.parent / "src"])
+    p.add_argument("--pairs", type=int, default=2, help="rounds of each source, alternating")
+    p.add_argument("--out", default="first_update.json")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        _child(args.index, args.warm)
+        return
+    for folder in (args.index, args.warm):
+        if not (folder / "manifest.json").exists():
+            p.error(f"{folder}: no saved index there (no manifest.json)")
+    rows: list[dict[str, Any]] = []
+    for k in range(args.pairs):
+        for src in args.src:
+            env = {**os.environ, "PYTHONPATH": f"{src.resolve()}{os.pathsep}{HERE}"}
+            env["OMP_NUM_THREADS"] = "1"
+            cmd = [sys.executable, __file__, "--child", "--index", str(args.index)]
+            done = subprocess.run(
+                [*cmd, "--warm", str(args.warm)], env=env, capture_output=True, text=True
+            )
+            if done.returncode != 0:
+                sys.exit(f"round {k} with {src} failed:\n{done.stderr[-3000:]}")
+            row = {"src": src.resolve().parent.name, "round": k}
+            row.update(json.loads(done.stdout.strip().splitlines()[-1]))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    sys.path.insert(0, str(HERE))
+    from _common import machine_info, write_result
+
+    write_result(args.out, {"index": args.index.name, "rows": rows, "machine": machine_info()})
+
+
+if __name__ == "__main__":
+    main()
