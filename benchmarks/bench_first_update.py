@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,34 +28,26 @@ HERE = Path(__file__).resolve().parent
 
 
 def _round(index: Path, copy: Path) -> dict[str, Any]:
-    """Copy ``index`` to ``copy``; load, add one document, save."""
-    from bench_living_scale import LoopbackHashEmbedder, corpus_vocab, new_document
+    """Copy ``index`` to ``copy``; load, add one document, save (``_saved_update``)."""
+    from bench_living_scale import LoopbackHashEmbedder, _saved_update, corpus_vocab, new_document
 
-    from psirag import Index
     from psirag.eval.harness import single_thread_blas
 
     if copy.exists():
         shutil.rmtree(copy)
     shutil.copytree(index, copy)
-    emb = LoopbackHashEmbedder()
+    n = json.loads((copy / "manifest.json").read_text())["counts"]["chunks"]
+    topic, vocab = corpus_vocab(n)
+    doc = new_document(topic, vocab, doc_id="first-update")
+    stages: dict[str, float] = {}
+
+    def add(ix: Any) -> None:
+        stages.update(ix.add([doc]).seconds)
+
     with single_thread_blas():
-        t0 = time.perf_counter()
-        loaded = Index.load(copy, embedder=emb)
-        t1 = time.perf_counter()
-        topic, vocab = corpus_vocab(loaded.data.tree.n_leaves)
-        doc = new_document(topic, vocab, doc_id="first-update")
-        t2 = time.perf_counter()
-        summary = loaded.add([doc])
-        t3 = time.perf_counter()
-        loaded.save(copy)
-        t4 = time.perf_counter()
-    return {
-        "load_s": round(t1 - t0, 3),
-        "add_s": round(t3 - t2, 3),
-        "save_s": round(t4 - t3, 3),
-        "total_s": round(t4 - t0 - (t2 - t1), 3),
-        "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
-    }
+        row = _saved_update(copy, LoopbackHashEmbedder(), add)
+    row["stages"] = {k: round(v, 3) for k, v in stages.items()}
+    return row
 
 
 def _child(index: Path, warm: Path) -> None:
