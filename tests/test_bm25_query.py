@@ -206,3 +206,34 @@ def test_a_search_imports_neither_bm25s_nor_scipy() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_term_counts_count_the_query_tokens_of_each_chunk() -> None:
+    """A build numbers each distinct word's stem once (TermCounts.append): its counts must be
+    the tokens a query gets from the same text, including words that share a stem, stopwords,
+    case, NFC and chunks with no indexable word."""
+    from collections import Counter
+
+    from psirag.retrieval.bm25 import TermCounts, _tokenize
+
+    texts = [
+        "Running runners run; the runner RUNS.",
+        "Caf\u00e9 and cafe\u0301 are one word, a is a stopword",
+        "",
+        "x y z",
+        "connection connected connecting connects",
+        "running again, Running twice",
+    ]
+    first = TermCounts.of(texts[:3])
+    counts = first.append(texts[3:])
+    name_of = {i: t for t, i in counts.vocab.items()}
+    for row, tokens in enumerate(_tokenize(texts)):
+        a, b = int(counts.doc_ptr[row]), int(counts.doc_ptr[row + 1])
+        got = {
+            name_of[int(t)]: int(f) for t, f in zip(counts.terms[a:b], counts.tf[a:b], strict=True)
+        }
+        assert got == dict(Counter(tokens)), texts[row]
+    # the first batch's ids are kept; the second's new stems come after them, in sorted order
+    assert all(counts.vocab[t] == i for t, i in first.vocab.items())
+    later = [t for t, i in sorted(counts.vocab.items(), key=lambda x: x[1]) if t not in first.vocab]
+    assert later == sorted(later) and len(later) > 0

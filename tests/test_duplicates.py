@@ -114,3 +114,33 @@ def test_records_under_different_titles_stay_apart(tmp_path: Path) -> None:
     }
     assert record_heading("Tara Strong", "Tara Strong\nbody") == "tara strong"
     assert record_heading("notes", "Some text") is None
+
+
+def test_the_duplicate_key_is_the_regex_normalisation() -> None:
+    """duplicate_key skips the markup pass when no rule character occurs and collapses
+    whitespace with str.split: the keys must be the plain regex ones (rules replaced by a
+    space, every run of \\s one space, stripped, casefolded), for every whitespace character
+    \\s knows and for markup at line starts and inside lines."""
+    import re
+
+    from psirag.retrieval.duplicates import _RULES
+
+    def reference(text: str) -> str:
+        return re.sub(r"\s+", " ", _RULES.sub(" ", text)).strip().casefold()
+
+    spaces = [c for c in map(chr, range(0x110000)) if re.fullmatch(r"\s", c)]
+    texts = [f"{c}A{c}{c}b  STRASSE{c}" for c in spaces]
+    texts += [
+        "Title\n=====\n\nBody text",
+        "  # Heading\n* item one\n- item two\n+ three\n> quoted\n",
+        "a--b  c__d ~~e~~ **bold** x=y 1+1 a>b a-b",
+        "#notaheading\n-1 stays\n>> deep\tquote",
+        "+ plus only",
+        "> quote only",
+        "under__score only",
+        "",
+        "   ",
+        "\u00c9t\u00c9 \u1e9e \ufb01",
+    ]
+    for text in texts:
+        assert duplicate_key(text) == reference(text), repr(text)

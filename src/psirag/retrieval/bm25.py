@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -73,16 +74,22 @@ def _tokenize(texts: Sequence[str], *, progress: bool = False) -> list[list[str]
     gives them: lower case, runs of two or more word characters, stopwords dropped, then
     stemmed (each distinct word once). NFC first: a word typed composed (U+00E9) and
     decomposed (e + U+0301) is one token."""
+    words = _words(texts, progress=progress)
+    distinct = list(dict.fromkeys(chain.from_iterable(words)))
+    stem_of = dict(zip(distinct, _stemmer().stemWords(distinct), strict=True))
+    return [[stem_of[w] for w in doc] for doc in words]
+
+
+def _words(texts: Sequence[str], *, progress: bool = False) -> list[list[str]]:
+    """The words of ``texts`` before stemming: lower case (after NFC), runs of two or more word
+    characters, stopwords dropped (what :func:`_tokenize` stems)."""
     split, stop = _TOKEN.findall, _STOPWORDS
     rows: Iterable[str] = texts
     if progress:
         from tqdm.auto import tqdm
 
         rows = tqdm(texts, desc="Split strings", leave=False)
-    words = [[w for w in split(nfc(t).lower()) if w not in stop] for t in rows]
-    distinct = list(dict.fromkeys(w for doc in words for w in doc))
-    stem_of = dict(zip(distinct, _stemmer().stemWords(distinct), strict=True))
-    return [[stem_of[w] for w in doc] for doc in words]
+    return [[w for w in split(nfc(t).lower()) if w not in stop] for t in rows]
 
 
 def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray:
@@ -149,18 +156,25 @@ class TermCounts:
 
     def append(self, texts: Sequence[str], *, progress: bool = False) -> TermCounts:
         """These counts with ``texts`` added as new chunks at the end."""
-        tokens = _tokenize(texts, progress=progress)
+        # the tokens of _tokenize, each distinct word stemmed and looked up in the vocabulary
+        # once (a build's cost is these passes over every word: one dict lookup per word)
+        words = _words(texts, progress=progress)
+        distinct = list(dict.fromkeys(chain.from_iterable(words)))
+        stems = _stemmer().stemWords(distinct)
         vocab = self.vocab
-        fresh = {t for doc in tokens for t in doc if t not in vocab}
+        fresh = {t for t in stems if t not in vocab}
         if fresh:
             vocab = dict(vocab)
             for t in sorted(fresh):
                 vocab[t] = len(vocab)
-        lengths = np.fromiter((len(d) for d in tokens), dtype=np.int64, count=len(tokens))
+        id_of = dict(zip(distinct, map(vocab.__getitem__, stems), strict=True))
+        lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
         flat = np.fromiter(
-            (vocab[t] for doc in tokens for t in doc), dtype=np.int64, count=int(lengths.sum())
+            map(id_of.__getitem__, chain.from_iterable(words)),
+            dtype=np.int64,
+            count=int(lengths.sum()),
         )
-        doc = np.repeat(np.arange(len(tokens), dtype=np.int64), lengths)
+        doc = np.repeat(np.arange(len(words), dtype=np.int64), lengths)
         pair = np.sort(doc * max(len(vocab), 1) + flat)
         start = (
             np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1]))) if pair.size else pair
@@ -168,7 +182,7 @@ class TermCounts:
         tf = np.diff(np.append(start, pair.size)).astype(np.int32)
         keys = pair[start]
         rows = keys // max(len(vocab), 1)
-        ptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(tokens)))))
+        ptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=len(words)))))
         return TermCounts(
             vocab,
             np.concatenate([self.doc_ptr, self.doc_ptr[-1] + ptr[1:]]).astype(np.int64),

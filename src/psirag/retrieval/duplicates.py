@@ -26,14 +26,18 @@ SHINGLE_WORDS = 3
 _RULES = re.compile(r"[=\-*#_~]{2,}|^[ \t]*[#*\-+>]+(?=[ \t])", re.MULTILINE)
 """Markup that carries no words: runs of rule characters (``=====``, ``---``, ``**``, ``##``)
 and the markers that open a heading, bullet or quote line."""
-_SPACE = re.compile(r"\s+")
+_RULE_CHARS = re.compile(r"[=\-*#_~+>]")
+"""The characters every match of :data:`_RULES` holds one of."""
 _WORD = re.compile(r"\w+")
 
 
 def duplicate_key(text: str) -> str:
     """``text`` without markup rules, with whitespace collapsed, casefolded: equal keys are the
     same passage."""
-    return _SPACE.sub(" ", _RULES.sub(" ", text)).strip().casefold()
+    if _RULE_CHARS.search(text):  # most passages hold no rule character: skip _RULES
+        text = _RULES.sub(" ", text)
+    # str.split() splits at the characters \s matches (str.isspace; a test checks every one)
+    return " ".join(text.split()).casefold()
 
 
 def _key_hash(key: str) -> int:
