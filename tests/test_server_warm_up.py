@@ -24,6 +24,7 @@ from psirag.index import Index
 from psirag.index_data import Deferred, IndexData
 from psirag.server.app import create_app
 from psirag.server.embedding import prepare_index
+from psirag.tree import Tree
 
 
 def _warmed(timeout: float = 30.0) -> None:
@@ -47,8 +48,19 @@ def test_prepare_index_makes_what_the_first_update_reads(tmp_path: Path) -> None
     assert "document_index" in data.__dict__
     assert data.document_index.count == len(data.documents)
     tree = data.tree
-    assert "leaf_counts" in tree.__dict__ and "leaf_membership" in tree.__dict__
+    # the leaf counts, not the whole membership (a pass over every node per generation)
+    assert "leaf_counts" in tree.__dict__ and "leaf_membership" not in tree.__dict__
     assert np.array_equal(tree.leaf_counts, np.diff(tree.leaf_membership.indptr))
+    for node in range(tree.n_nodes):  # what the views read without it, made the same
+        below = Tree(parent=tree.parent, layer=tree.layer).leaves_under(node)
+        assert np.array_equal(below, tree.leaves_under(node)), node
+    rng = np.random.default_rng(3)
+    for _ in range(20):  # a document filter's nodes: the leaves and everything above them
+        leaves = rng.choice(tree.n_leaves, size=int(rng.integers(1, 6)), replace=False)
+        mask = np.zeros(tree.n_leaves, dtype=np.float32)
+        mask[leaves] = 1
+        want = np.asarray(tree.leaf_membership @ mask).ravel() > 0
+        assert np.array_equal(tree.ancestors_of(leaves), want)
 
 
 def test_the_write_routes_read_only_the_chunks_they_ask_about(

@@ -211,7 +211,7 @@ class Retriever:
                 f"{len(documents):,} documents, e.g. {sample} (see `psirag inspect`)"
             )
         leaves = np.isin(data.leaf_documents, list(docs))
-        nodes = np.asarray(data.tree.leaf_membership @ leaves.astype(np.float32)).ravel() > 0
+        nodes = data.tree.ancestors_of(np.flatnonzero(leaves))
         return DocFilter(leaves, nodes)
 
     # ------------------------------------------------------------------ ranking

@@ -206,10 +206,9 @@ _warming: list[IndexData | None] = [None]
 def warm_up(data: IndexData) -> None:
     """Make what a loaded index defers: what the first update reads (the document keys, the
     keyword phrase table a load leaves unread), so the first ``POST /documents`` after a start
-    costs what a later one does, then the tree's tables (the tree views read them; at 200k
-    chunks they took 5 s, which every write paid before publishing), unless newer data is
-    being served by then. Errors are left to the request or write that needs the value (it
-    raises them again)."""
+    costs what a later one does, then the tree's small tables (fan-out, roots, leaf counts: the
+    tree views read them), unless newer data is being served by then. Errors are left to the
+    request or write that needs the value (it raises them again)."""
     try:
         _ = data.document_index
         _ = data.phrase_table
@@ -217,8 +216,8 @@ def warm_up(data: IndexData) -> None:
         _ = (tree.fan_out, tree.roots)
         if _warming[0] is data:
             _ = tree.leaf_counts
-        if _warming[0] is data:
-            _ = tree.leaf_membership
+        # not the whole leaf membership: 8 s of CPU per published generation at 1M chunks,
+        # competing with the next write; the views read a node's leaves from its subtree
     except Exception as exc:  # the value's own user reports it
         log.debug("warming the index up failed: %s", exc)
 

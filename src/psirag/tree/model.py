@@ -201,8 +201,25 @@ class Tree:
         return self.leaf_rows([node])[1]
 
     def leaves_under(self, node: int) -> np.ndarray:
-        m = self.leaf_membership
+        """The leaves under ``node``, ascending: read from :attr:`leaf_membership` when it was
+        made (a build makes it), else by a pass over the node's subtree (:meth:`leaves_below`):
+        a served index does not make the whole matrix for each generation it publishes."""
+        m = self.__dict__.get("leaf_membership")
+        if m is None:
+            return self.leaves_below(node)
         return m.indices[m.indptr[node] : m.indptr[node + 1]].astype(np.int64)
+
+    def ancestors_of(self, leaves: np.ndarray) -> np.ndarray:
+        """A mask over the nodes: ``leaves`` and every node above one of them (what
+        ``leaf_membership @ mask > 0`` gives), one array step per layer."""
+        marked = np.zeros(self.n_nodes, dtype=bool)
+        here = np.unique(np.asarray(leaves, dtype=np.int64))
+        while here.size:
+            marked[here] = True
+            up = self.parent[here]
+            up = up[up >= 0]
+            here = np.unique(up[~marked[up]])
+        return marked
 
     def layer_sizes(self) -> list[int]:
         """Number of nodes in each layer, leaves first."""
