@@ -50,7 +50,7 @@ import numpy as np
 from psirag import formats, ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 from psirag.oserrors import of_the_machine, with_path
-from psirag.rows import load_npy
+from psirag.rows import joined_values, load_npy
 
 FORMAT_NAME = "psirag-index"
 FORMAT_VERSION = 5
@@ -690,27 +690,14 @@ class IndexReader:
             raise IndexFormatError(f"{self.folder}: cannot read {name} ({exc}); rebuild") from exc
 
     def read_jsonl(self, name: str) -> list[Any]:
-        """Every row of a listed JSONL file, parsed by one ``json.loads`` of the rows joined as
-        an array: for short rows (word lists, small records) several times faster than a call
-        per row. A file that does not parse that way into one value per line is read by
-        :meth:`iter_jsonl`, whose error names the bad line. (Lines that are not values alone
-        but join into one value per line, such as ``[1`` then ``2],3``, read as those values:
-        psirag writes one value per line, and such a file says nothing a valid one could not.)"""
-        path = self.path(name)
+        """Every row of a listed JSONL file, parsed at once (:func:`psirag.rows.joined_values`);
+        a file that does not parse that way into one value per line is read by
+        :meth:`iter_jsonl`, whose error names the bad line."""
         try:
-            with open(path, encoding="utf-8") as fh:
-                lines = fh.read().split("\n")
-        except (OSError, UnicodeDecodeError):
-            return list(self.iter_jsonl(name))  # which says what went wrong
-        if lines and not lines[-1]:
-            lines.pop()
-        try:
-            rows = json.loads("[" + ",".join(lines) + "]")
-        except ValueError:
+            rows = joined_values(self.path(name).read_bytes())
+        except OSError:
             rows = None
-        if not isinstance(rows, list) or len(rows) != len(lines):
-            return list(self.iter_jsonl(name))
-        return rows
+        return list(self.iter_jsonl(name)) if rows is None else rows  # which says what failed
 
     def iter_jsonl(self, name: str) -> Iterator[dict[str, Any]]:
         path = self.path(name)

@@ -1660,21 +1660,17 @@ def _load_phrase_table_v3(
     from psirag.abstracts.phrases import entry_pieces, spare_view
     from psirag.segments import dead_rows, growable_rows, head_rows, segment_parts
 
-    # tables an add grows in place (copy-on-write, no copy), and the sorted groups whose
-    # first segment is sorted (their appended rows become the in-memory tails)
-    heads: dict[str, int] = {}
-    grown: set[str] = set()
-
-    def arr(name: str, heads: dict[str, int] = heads, grown: set[str] = grown) -> Any:
+    def arr(name: str, grown: set[str] | None = None) -> Any:
+        """Table ``name``: one an add grows in place mapped copy-on-write (its name then
+        joins ``grown``), per-leaf entries as segment pieces, anything else read whole."""
         full = f"{PHRASES_DIR}/{name}"
         table = tables.get(full)
         where = f"{folder} table {full}"
         if table is not None and full in GROWABLE_TABLES:
             got = growable_rows(reader, table, where)
             if got is not None:
-                grown.add(name)
-                if name in SORTED_GROUPS:
-                    heads[name] = head_rows(reader, table, where)
+                if grown is not None:
+                    grown.add(name)
                 return spare_view(*got)
         entries = any(name in group for group in CSR_GROUPS.values())
         if entries and table is not None and table.kind == "npy" and not table.patches:
@@ -1683,28 +1679,29 @@ def _load_phrase_table_v3(
             return entry_pieces(parts, dead_rows(reader, table, where))
         return np.asarray(_read_table(reader, tables, full, folder))
 
-    def counts(heads: dict[str, int], grown: set[str]) -> dict[str, Any]:
-        """The saved corpus counts (and, into ``heads``, where the sorted ones' tails start)."""
+    def counts() -> tuple[dict[str, Any], dict[str, int] | None]:
+        """The saved corpus counts, and where the sorted groups' appended rows (the in-memory
+        tails) start when every column of them was mapped (else the groups are sorted again
+        here, and None). Called again for a second update from the loaded table: the maps are
+        then copies (the first add grew the first ones in place)."""
         names = [*DERIVED_ARRAYS]
         if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
             names += WORD_ARRAYS
-        got = {a: arr(a, heads, grown) for a in names}
-        whole = [g for g, cols in SORTED_GROUPS.items() if not {g, *cols} <= grown]
-        if whole:  # a group read as one array (removed rows): sorted again
-            heads.clear()
-            with_keys = {**got, "p_key": arrays["p_key"]}
-            _in_key_order(reader, tables, with_keys, folder)
-            got = {a: with_keys[a] for a in got}
-        return got
-
-    def counts_again() -> tuple[dict[str, Any], dict[str, int] | None]:
-        """The saved counts read again (copies of the maps: an add grew the first ones in
-        place), for a second update from the loaded table rather than a derivation."""
-        again: dict[str, int] = {}
-        got = counts(again, set())
-        return got, again or None
+        grown: set[str] = set()
+        got = {a: arr(a, grown) for a in names}
+        if all({g, *cols} <= grown for g, cols in SORTED_GROUPS.items()):
+            heads = {
+                g: head_rows(reader, tables[full], f"{folder} table {full}")
+                for g in SORTED_GROUPS
+                for full in [f"{PHRASES_DIR}/{g}"]
+            }
+            return got, heads
+        with_keys = {**got, "p_key": arrays["p_key"]}  # a group with removed rows, read whole
+        _in_key_order(reader, tables, with_keys, folder)
+        return {a: with_keys[a] for a in got}, None
 
     arrays: dict[str, Any] = {}
+    heads: dict[str, int] | None = None
     try:
         words = _read_table(reader, tables, words_table, folder)
         arrays.update({a: arr(a) for a in ARRAYS if a not in CSR_GROUPS})
@@ -1718,7 +1715,8 @@ def _load_phrase_table_v3(
             stems = _read_table(reader, tables, f"{PHRASES_DIR}/stems", folder)
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
-                arrays.update(counts(heads, grown))
+                saved, heads = counts()
+                arrays.update(saved)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, IndexFormatError):
             raise
@@ -1731,8 +1729,8 @@ def _load_phrase_table_v3(
         arrays,
         n_chunks,
         folder,
-        heads or None,
-        counts_again if "p_df" in arrays else None,
+        heads,
+        counts if "p_df" in arrays else None,
     )
 
 

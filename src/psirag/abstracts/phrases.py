@@ -411,10 +411,10 @@ class HeldCounts:
     def forms_at(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each surface key: whether the table holds it (a spent form, count 0, too),
         its count and its phrase (0 where it does not)."""
-        at = self._d.form_positions(np.asarray(keys, dtype=np.int64))
+        d = self._d
+        at = d.form_positions(np.asarray(keys, dtype=np.int64))
         held = at >= 0
         where = np.where(held, at, 0)
-        d = self._d
         if d.s_cnt.shape[0] == 0:
             zero = np.zeros(at.size, dtype=np.int64)
             return held, zero, zero
@@ -668,10 +668,11 @@ class PhraseTable:
                     table._cache["reload_counts"] = reload
         return table
 
-    def derived_arrays(self, *, small: bool = True) -> dict[str, np.ndarray] | None:
+    def derived_arrays(self) -> dict[str, np.ndarray] | None:
         """What to save besides :meth:`vocab` so a load need not derive the corpus counts
-        (:data:`DERIVED_ARRAYS`; None when they are not at hand). ``small=False``: the arrays
-        as held (no int32 copies: a save that writes a few rows of them reads those only)."""
+        (:data:`DERIVED_ARRAYS`, sorted and without spent forms, ids and counts as int32 where
+        they fit; None when they are not at hand). A save in O(change) reads
+        :meth:`held_counts` instead."""
         d = self._cache.get("derived")
         if d is None:
             return None
@@ -679,11 +680,6 @@ class PhraseTable:
         # by key, without the forms a removal left as tombstones (a fresh derivation's)
         out["s_key"], out["s_cnt"], out["s_pid"] = d.sorted_forms()
         out["p_sorted"] = d.full_p_sorted(self.p_key).astype(np.intp, copy=False)
-        if not small:
-            out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
-            if d.w_first is not None and d.w_df is not None:
-                out.update(w_first=d.w_first, w_df=d.w_df)
-            return out
         # ids and counts (not p_sorted: a searchsorted sorter is read as intp, and a loaded
         # one that is not would be converted whole by the first add)
         for name in ("p_df", "s_cnt", "s_pid", "w_rank"):
