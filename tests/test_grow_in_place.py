@@ -233,3 +233,24 @@ def test_a_second_update_from_the_loaded_index_reads_the_counts_again(
     assert not derived
     assert second.abstracts == control.abstracts
     _same_counts(second, control)
+
+
+def test_a_crafted_appended_phrase_id_is_a_clear_error(tmp_path: Path) -> None:
+    """The rows saves appended to ``p_sorted`` must be the newest phrase ids (they become the
+    tail): a file that names another is refused at the first update, not used."""
+    folder = tmp_path / "ix"
+    emb = HashEmbedder()
+    Index.build(_docs(60), IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+    index = Index.load(folder, embedder=emb)
+    index.add(["Unique Zanzibarword lava of Word9001."], texts=True)
+    index.save(folder)
+    table = _current(folder)["tables"]["keywords/p_sorted"]
+    assert len(table["segments"]) == 2  # the base and the appended ids
+    gen = sorted((folder / "generations").iterdir())[-1]
+    appended = gen / table["segments"][1][0]
+    ids = np.load(appended)
+    appended.unlink()
+    np.save(appended, np.zeros_like(ids))  # same size: the ids of old phrases instead
+    broken = Index.load(folder, embedder=emb)
+    with pytest.raises(IndexFormatError, match="corpus counts"):
+        broken.add(["Another passage about Etna."], texts=True)
