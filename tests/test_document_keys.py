@@ -273,3 +273,29 @@ def test_adding_files_saves_their_sources_without_decoding_the_corpus(
     sources = again.data.sources
     assert list(sources) == [d for d in again.documents if d in sources]  # corpus order
     assert len(sources) == 31 and not any("blank" in d for d in sources)
+
+
+def test_a_document_filtered_search_reads_only_that_documents_chunks(
+    saved: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search restricted to some documents found their leaves through the per-leaf
+    document of every chunk (decoding the whole corpus on a loaded index); the keys find
+    them, and the results are those of the listing path. An unknown id still fails with
+    the document count and a few examples."""
+    Index.load(saved, embedder=HashEmbedder()).save(saved)  # now with keys
+    real = keys_of
+    monkeypatch.setattr(
+        document_keys, "keys_of", lambda c: None if isinstance(c, tuple) else real(c)
+    )
+    loaded = Index.load(saved, embedder=HashEmbedder())
+    listed = Index.from_data(_listed(loaded.data), embedder=HashEmbedder())
+    assert isinstance(listed.data.document_index, ListedDocuments)
+    index = Index.load(saved, embedder=HashEmbedder())
+    decoded = count_calls(monkeypatch, storage_format, "_chunk")
+    hits = index.search("lava volcano", k=5, docs=["d-3", "d-17"])
+    assert decoded.n <= 12, decoded.n  # the two documents' leaves and the hits, not 40
+    assert "leaf_documents" not in index.data.__dict__ and "documents" not in index.data.__dict__
+    assert hits and {h.source.document for h in hits} <= {"d-3", "d-17"}
+    assert hits == listed.search("lava volcano", k=5, docs=["d-3", "d-17"])
+    with pytest.raises(InputError, match=r"unknown document id.*40 documents, e\.g\. 'd-0'"):
+        index.search("lava", docs=["d-3", "nope"])

@@ -256,6 +256,18 @@ class IndexData:
         """Document ids in corpus order (the first chunk of each)."""
         return tuple(dict.fromkeys(c.source.document for c in self.chunks))
 
+    def first_documents(self, k: int) -> list[str]:
+        """The first ``k`` document ids in corpus order, reading chunks only until they are
+        found (a message's examples: not the whole list of :attr:`documents`)."""
+        if "documents" in self.__dict__:
+            return list(self.documents[:k])
+        out: dict[str, None] = {}
+        for i in range(len(self.chunks)):
+            if len(out) >= k:
+                break
+            out.setdefault(self.chunks[i].source.document, None)
+        return list(out)
+
     @cached_property
     def document_index(self) -> DocumentIndex:
         """The documents' questions an update asks (count, membership, leaves of a document),

@@ -199,18 +199,18 @@ class Retriever:
         """The masks of ``docs`` (None or empty: no restriction); unknown ids fail clearly."""
         if not docs:
             return None
-        from psirag.ids import match, some
+        from psirag.ids import some
 
         data = self.data
-        documents = data.documents
-        docs, missing = match(docs, documents)
+        found = data.document_index  # keyed: reads only the named documents' chunks
+        docs, missing = found.match(docs)
         if missing:
-            sample = ", ".join(repr(d) for d in documents[:5])
+            sample = ", ".join(repr(d) for d in data.first_documents(5))
             raise InputError(
                 f"unknown document id(s) [{some(missing)}]; this index holds "
-                f"{len(documents):,} documents, e.g. {sample} (see `psirag inspect`)"
+                f"{found.count:,} documents, e.g. {sample} (see `psirag inspect`)"
             )
-        leaves = np.isin(data.leaf_documents, list(docs))
+        leaves = found.leaves_of(docs)
         nodes = data.tree.ancestors_of(np.flatnonzero(leaves))
         return DocFilter(leaves, nodes)
 
