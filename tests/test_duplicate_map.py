@@ -121,7 +121,28 @@ def test_a_removal_maps_from_hashes_unless_two_keys_share_one(
     assert np.array_equal(got.first_copy, first_copy_of(kept_texts))
     assert got.extended([*kept_texts, kept_texts[0].upper()]).first_copy[-1] == 0
     monkeypatch.setattr(duplicates, "_key_hash", lambda key: 7)  # every key collides
-    assert DuplicateMap.of(texts).kept(keep) is None  # only the keys can tell them apart
+    collided = DuplicateMap.of(texts).kept(keep)  # groups come from the keys' first copies
+    assert np.array_equal(collided.first_copy, got.first_copy)
+    grown = collided.extended([*kept_texts, kept_texts[0].upper(), "a text of its own"])
+    assert grown.first_copy[-2] == 0 and grown.first_copy[-1] == len(kept_texts) + 1
+
+
+def test_removals_keep_the_groups_of_copies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random removals, also of first copies whose later copies stay, and of whole groups,
+    equal the map made anew from the kept texts, without sorting the corpus's hashes."""
+    rng = random.Random(5)
+    base = _texts(rng, 40)
+    texts = [rng.choice(base) if rng.random() < 0.5 else t for t in _texts(rng, 300)]
+    dmap = DuplicateMap.of(texts)
+    assert (dmap.first_copy != np.arange(len(texts))).sum() > 50  # many copies
+    sorts = count_calls(monkeypatch, np, "unique")
+    for _ in range(30):
+        keep = np.array([rng.random() > 0.1 for _ in texts])
+        keep[0] = False  # a first copy with later copies
+        texts = [t for t, k in zip(texts, keep, strict=True) if k]
+        dmap = dmap.kept(keep)
+        assert np.array_equal(dmap.first_copy, DuplicateMap.of(texts).first_copy)
+    assert sorts.n <= 30  # only the orphaned groups, one small sort per removal
 
 
 def test_a_removal_that_leaves_nothing_to_index_is_refused() -> None:

@@ -119,21 +119,30 @@ class DuplicateMap:
             np.concatenate([self.first_copy, new]), np.concatenate([self.hashes, new_hashes])
         )
 
-    def kept(self, keep: np.ndarray) -> DuplicateMap | None:
-        """The map of the texts where ``keep`` (a bool per text) is true, in order, from the
-        hashes alone (a removal normalises no text). None when two different keys share a
-        hash here: then only the keys can tell them apart (map the texts again)."""
+    def kept(self, keep: np.ndarray) -> DuplicateMap:
+        """The map of the texts where ``keep`` (a bool per text) is true, in order. A removal
+        keeps every group of copies (the texts that share a first copy) and only renumbers
+        it: no text is normalised and nothing is sorted but the groups whose first copy was
+        removed, so a one-document removal costs a few passes over the arrays, not a sort
+        of the corpus's hashes. Exact also when two keys share a hash: groups come from
+        :attr:`first_copy`, which the keys made."""
         keep = np.asarray(keep, dtype=bool)
         if keep.shape != self.first_copy.shape:
             raise ValueError(f"keep has {keep.size} entries for a duplicate map of {self.size}")
-        firsts = self.hashes[self.first_copy == np.arange(self.size)]
-        if np.unique(firsts).size != firsts.size:
-            return None  # a hash shared by two keys
-        # no hash is shared by two keys: equal hashes are equal keys, and the first kept text
-        # of a hash is the first copy of every kept text with it
-        hashes = self.hashes[keep]
-        _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        return DuplicateMap(first[inverse.reshape(-1)].astype(np.int64), hashes)
+        first = self.first_copy
+        position = np.cumsum(keep, dtype=np.int64) - 1  # each kept text's new place
+        groups = first[keep]  # old first copy of each kept text
+        new_first = position[groups]
+        lost = np.flatnonzero(~keep)
+        lost_heads = lost[first[lost] == lost]  # groups that lose their first copy
+        if lost_heads.size:
+            orphans = np.flatnonzero(np.isin(groups, lost_heads))  # new places, ascending
+            if orphans.size:  # each such group's first kept text is its new first copy
+                _, head, which = np.unique(
+                    groups[orphans], return_index=True, return_inverse=True
+                )
+                new_first[orphans] = orphans[head][which.reshape(-1)]
+        return DuplicateMap(new_first, self.hashes[keep])
 
 
 def shingles(text: str, size: int = SHINGLE_WORDS) -> frozenset[tuple[str, ...]]:
