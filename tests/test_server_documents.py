@@ -299,6 +299,35 @@ def test_labels_tell_siblings_apart() -> None:
     assert distinctive(["", "x"]) == ["", "x"]
 
 
+@pytest.mark.parametrize("collide", [False, True])
+def test_node_documents_of_a_loaded_index_decode_only_the_named_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collide: bool
+) -> None:
+    """The tree view's documents come from the saved per-leaf document keys: a loaded index
+    decodes one chunk per node it names, not every leaf's chunk. When two documents share
+    a key (here all of them), the keys cannot tell them apart, and every leaf is read."""
+    from support.counting import count_calls
+
+    import psirag.document_keys as document_keys
+    import psirag.storage_format as storage_format
+    from psirag.server.views import node_document
+
+    if collide:
+        monkeypatch.setattr(document_keys, "document_key", lambda doc_id: 7)
+    build_index(tmp_path / "index")
+    index = Index.load(tmp_path / "index", embedder=HashEmbedder())
+    tree = index.tree
+    decoded = count_calls(monkeypatch, storage_format, "_chunk")
+    root = int(tree.roots[0])
+    named = node_document(index, root)
+    assert decoded.n == (tree.n_leaves if collide else 0) + (named is not None)
+    truth = Index.load(tmp_path / "index", embedder=HashEmbedder())
+    for u in range(tree.n_nodes):
+        leaves = tree.leaves_under(u) if u >= tree.n_leaves else [u]
+        docs = {truth.source(int(leaf)).document for leaf in leaves}
+        assert node_document(index, u) == (docs.pop() if len(docs) == 1 else None), u
+
+
 def test_node_documents_match_each_nodes_own_leaves(tmp_path: Path) -> None:
     """The document the tree view gives each node (computed once per index, bottom-up) is the
     one all its leaves share, else none, as gathering its leaves says; also after an add."""

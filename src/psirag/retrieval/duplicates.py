@@ -138,9 +138,7 @@ class DuplicateMap:
         if lost_heads.size:
             orphans = np.flatnonzero(np.isin(groups, lost_heads))  # new places, ascending
             if orphans.size:  # each such group's first kept text is its new first copy
-                _, head, which = np.unique(
-                    groups[orphans], return_index=True, return_inverse=True
-                )
+                _, head, which = np.unique(groups[orphans], return_index=True, return_inverse=True)
                 new_first[orphans] = orphans[head][which.reshape(-1)]
         return DuplicateMap(new_first, self.hashes[keep])
 

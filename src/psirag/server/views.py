@@ -47,13 +47,12 @@ def node_label(index: Index, node: int) -> str:
 
 def node_document(index: Index, node: int) -> str | None:
     """The document of a leaf, or of an inner node whose leaves all come from one document."""
-    names, first, one = _node_documents.of(index)
-    return str(names[first[node]]) if one[node] else None
+    first, one = _node_documents.of(index)
+    return index.data.chunks[int(first[node])].source.document if one[node] else None
 
 
-NodeDocuments = tuple[np.ndarray, np.ndarray, np.ndarray]
-"""Document ids, and per node: the code of its first leaf's document, and whether all its
-leaves share it."""
+NodeDocuments = tuple[np.ndarray, np.ndarray]
+"""Per node: its first leaf, and whether all its leaves come from one document."""
 
 
 class _NodeDocuments:
@@ -73,21 +72,37 @@ class _NodeDocuments:
             return self.documents
 
 
+def _leaf_document_codes(index: Index) -> np.ndarray:
+    """Per leaf, a number of its document (equal numbers, equal documents). From the saved
+    document keys when no two documents share a key (as many distinct keys as documents),
+    so a loaded index decodes no chunk; else from every leaf's document id."""
+    data = index.data
+    keyed = data.leaf_document_keys()
+    if keyed is not None:
+        distinct, codes = np.unique(keyed[0], return_inverse=True)
+        if distinct.size == keyed[1]:
+            return codes.reshape(-1).astype(np.int64)
+    code: dict[str, int] = {}
+    docs = data.leaf_documents
+    return np.fromiter((code.setdefault(d, len(code)) for d in docs), np.int64, len(docs))
+
+
 def _documents_per_node(index: Index) -> NodeDocuments:
     tree = index.tree
-    code: dict[str, int] = {}
-    docs = index.data.leaf_documents
-    codes = np.fromiter((code.setdefault(d, len(code)) for d in docs), np.int64, len(docs))
-    names = np.array(list(code), dtype=object)
-    low = np.full(tree.n_nodes, len(names), dtype=np.int64)
+    codes = _leaf_document_codes(index)
+    n = tree.n_leaves
+    low = np.full(tree.n_nodes, np.iinfo(np.int64).max, dtype=np.int64)
     high = np.full(tree.n_nodes, -1, dtype=np.int64)
-    low[: tree.n_leaves] = high[: tree.n_leaves] = codes
+    first = np.full(tree.n_nodes, n, dtype=np.int64)
+    low[:n] = high[:n] = codes
+    first[:n] = np.arange(n)
     parent, layer = np.asarray(tree.parent), np.asarray(tree.layer)
     for depth in np.unique(layer):  # children before parents: a parent is layers above
         nodes = np.flatnonzero((layer == depth) & (parent >= 0))
         np.minimum.at(low, parent[nodes], low[nodes])
         np.maximum.at(high, parent[nodes], high[nodes])
-    return names, low, low == high
+        np.minimum.at(first, parent[nodes], first[nodes])
+    return first, low == high
 
 
 _node_documents = _NodeDocuments()
