@@ -25,7 +25,7 @@ from support.counting import count_calls
 import psirag.document_keys as document_keys
 import psirag.storage_format as storage_format
 from psirag import Index, IndexConfig
-from psirag.document_keys import KeyedDocuments, ListedDocuments, keys_of
+from psirag.document_keys import KeyedDocuments, ListedDocuments, document_rows, keys_of
 from psirag.errors import InputError
 from psirag.ids import match
 from psirag.index_data import IndexData
@@ -89,6 +89,9 @@ def _same(a: Index, b: Index) -> None:
     assert np.array_equal(da.node_vectors, db.node_vectors)
     assert np.array_equal(da.tree.parent, db.tree.parent)
     assert da.documents == db.documents
+    assert document_rows(da) == document_rows(db)
+    assert [r[0] for r in document_rows(da)] == list(da.documents)
+    assert sum(r[2] for r in document_rows(da)) == len(da.chunks)
     assert da.stats == db.stats and da.sources == db.sources and da.lineage == db.lineage
     for query in ("Mount Word3", "new1 words", "num0"):
         assert [(p.id, p.score) for p in a.search(query)] == [
@@ -153,6 +156,8 @@ def test_colliding_keys_give_the_same_answers(saved: Path, monkeypatch: pytest.M
     assert np.array_equal(found.leaves_of(["d-3", "d-30"]), listed.leaves_of(["d-3", "d-30"]))
     assert ("d-5" in found) and ("d-50" not in found)
     assert found.every_id() == set(data.documents)
+    assert found.first_leaves() is None  # the keys cannot count the documents' leaves
+    assert document_rows(data) == document_rows(listed.data)
     real = keys_of
     monkeypatch.setattr(
         document_keys, "keys_of", lambda c: None if isinstance(c, tuple) else real(c)
@@ -299,3 +304,26 @@ def test_a_document_filtered_search_reads_only_that_documents_chunks(
     assert hits == listed.search("lava volcano", k=5, docs=["d-3", "d-17"])
     with pytest.raises(InputError, match=r"unknown document id.*40 documents, e\.g\. 'd-0'"):
         index.search("lava", docs=["d-3", "nope"])
+
+
+def test_the_document_list_reads_one_chunk_per_document(
+    saved: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's document list (id, title, chunk count in corpus order) comes from the
+    keys' runs: one chunk read per document, not every chunk. Leaves of one document that
+    are not one run (not something psirag writes) make the keys step aside."""
+    Index.load(saved, embedder=HashEmbedder()).save(saved)  # now with keys
+    index = Index.load(saved, embedder=HashEmbedder())
+    listed = _listed(Index.load(saved, embedder=HashEmbedder()).data)
+    decoded = count_calls(monkeypatch, storage_format, "_chunk")
+    rows = document_rows(index.data)
+    assert decoded.n == 40, decoded.n  # one per document
+    chunks = tuple(listed.chunks)
+    by_doc: dict[str, list[Chunk]] = {}
+    for c in chunks:
+        by_doc.setdefault(c.source.document, []).append(c)
+    assert rows == [(d, cs[0].source.title, len(cs)) for d, cs in by_doc.items()]
+    split = [chunks[0], chunks[1], chunks[0]]  # d-0's leaves on both sides of another's
+    keys = keys_of(split)
+    assert keys is not None and keys[1] == 2
+    assert KeyedDocuments(keys[0], keys[1], split).first_leaves() is None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -136,6 +136,40 @@ class KeyedDocuments:
     def every_id(self) -> set[str]:
         return {c.source.document for c in self.chunks}
 
+    def first_leaves(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Each document's first leaf and its number of leaves, in corpus order, from the
+        keys alone; None when the keys cannot say (two documents share a key, or a document's
+        leaves are not one run), so that the caller reads the chunks instead."""
+        keys = self.keys
+        if keys.size == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        starts = np.concatenate(([0], np.flatnonzero(keys[1:] != keys[:-1]) + 1))
+        if starts.size != self.count or np.unique(keys).size != self.count:
+            return None
+        sizes = np.diff(np.append(starts, keys.size))
+        return starts.astype(np.int64), sizes.astype(np.int64)
+
+
+def document_rows(data: IndexData) -> list[tuple[str, str, int]]:
+    """``(id, title, chunks)`` of every document, in corpus order: one chunk read per document
+    where the keys tell the documents apart, else one pass over every chunk."""
+    found = data.document_index
+    runs = found.first_leaves() if isinstance(found, KeyedDocuments) else None
+    if runs is not None:
+        chunks = data.chunks
+        out = []
+        for leaf, size in zip(runs[0].tolist(), runs[1].tolist(), strict=True):
+            source = chunks[leaf].source
+            out.append((source.document, source.title, size))
+        return out
+    rows: dict[str, list[Any]] = {}
+    for chunk in data.chunks:
+        row = rows.get(chunk.source.document)
+        if row is None:
+            rows[chunk.source.document] = row = [chunk.source.title, 0]
+        row[1] += 1
+    return [(doc, title, n) for doc, (title, n) in rows.items()]
+
 
 class ListedDocuments:
     """:class:`DocumentIndex` from the document list (what an index without keys uses)."""
@@ -168,4 +202,11 @@ class ListedDocuments:
         return self._ids
 
 
-__all__ = ["DocumentIndex", "KeyedDocuments", "ListedDocuments", "document_key", "keys_of"]
+__all__ = [
+    "DocumentIndex",
+    "KeyedDocuments",
+    "ListedDocuments",
+    "document_key",
+    "document_rows",
+    "keys_of",
+]

@@ -27,20 +27,18 @@ _cache: tuple[Index, list[dict[str, Any]]] | None = None
 
 def indexed_rows(index: Index) -> list[dict[str, Any]]:
     """``{id, title, chunks, order}`` of each indexed document, in corpus order (kept for the
-    last index object asked: one pass over the chunks per generation, not per page)."""
+    last index object asked: made once per generation, not per page; one chunk read per
+    document, see :func:`psirag.document_keys.document_rows`)."""
     global _cache
     with _cache_lock:
         if _cache is not None and _cache[0] is index:
             return _cache[1]
-    rows: dict[str, dict[str, Any]] = {}
-    for chunk in index.chunks:
-        source = chunk.source
-        row = rows.get(source.document)
-        if row is None:
-            row = {"id": source.document, "title": source.title, "chunks": 0, "order": len(rows)}
-            rows[source.document] = row
-        row["chunks"] += 1
-    result = list(rows.values())
+    from psirag.document_keys import document_rows
+
+    result = [
+        {"id": doc, "title": title, "chunks": n, "order": k}
+        for k, (doc, title, n) in enumerate(document_rows(index.data))
+    ]
     with _cache_lock:
         _cache = (index, result)
     return result

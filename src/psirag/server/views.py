@@ -208,15 +208,10 @@ def node_payload(index: Index, node: int) -> dict[str, Any]:
 
 def documents_payload(index: Index) -> dict[str, Any]:
     """Every document with its title and chunk count, in corpus order."""
-    counts: dict[str, list[Any]] = {}
-    for chunk in index.chunks:
-        entry = counts.setdefault(chunk.source.document, [chunk.source.title, 0])
-        entry[1] += 1
-    return {
-        "documents": [
-            {"id": doc, "title": title, "chunks": n} for doc, (title, n) in counts.items()
-        ]
-    }
+    from psirag.document_keys import document_rows
+
+    rows = document_rows(index.data)
+    return {"documents": [{"id": doc, "title": title, "chunks": n} for doc, title, n in rows]}
 
 
 def passage_entry(n: int, p: Passage) -> dict[str, Any]:
