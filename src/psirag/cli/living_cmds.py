@@ -551,14 +551,14 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
         new, changed = plan.new, plan.changed
         run.plan = plan.to_dict()
         to_remove = plan.remove
-        everything = set(index.documents)
         if args.dry_run:
             return UpdateSummary()
-        if to_remove and set(to_remove) >= everything:
-            all_gone = set(plan.gone_documents) >= everything
+        found = index.data.document_index  # by the document keys: no list of every id
+        if to_remove and len(found.present(to_remove)) == found.count:
+            all_gone = len(found.present(plan.gone_documents)) == found.count
             if all_gone and not args.allow_remove_all:
                 raise InputError(
-                    f"this sync would remove all {len(everything):,} documents of "
+                    f"this sync would remove all {found.count:,} documents of "
                     f"{args.index} (none of its files is among {', '.join(args.paths)}); "
                     "nothing was changed. Check the paths, or pass --allow-remove-all"
                 )
