@@ -776,3 +776,78 @@ def test_v11_is_v10_with_a_stronger_penalty_in_steps_two_and_three() -> None:
     assert replace(v11, name="v10", deep_l2=v10.deep_l2) == v10
     # The shipped model is v11's.
     assert load_hop_model().meta["recipe"] == v11.name
+
+
+def _chain_features(question: str) -> dict[str, float]:
+    names = hops.LEXICAL_V12
+    return dict(zip(names, hops.lexical_features(question, names).tolist(), strict=True))
+
+
+def test_chain_length_counts_nested_links_possessives_and_clause_depth() -> None:
+    nested = _chain_features("What is the birthplace of the father of the director of Quill?")
+    assert nested["of_chain"] == 3 and nested["possessive_chain"] == 0
+    owned = _chain_features("Who is Ann Lee's father's wife's brother?")
+    # Three possessives in a row; the relation nouns after them are held by possessives.
+    assert owned["possessive_chain"] == 3 and owned["possessed_relations"] == 3
+    deep = _chain_features("Where was the man who founded the company that made the Walkman born?")
+    assert deep["clause_nesting"] == 2
+    # Coordinated clauses ("..., who ..., and who ...") are not nested.
+    flat = _chain_features("Who is Ann Lee, who sang, and who danced in Salt Road?")
+    assert flat["clause_nesting"] == 1
+    for question in ("In what city was Tomas Varga born?", "What is Ann Lee's occupation?"):
+        fact = _chain_features(question)
+        assert fact["of_chain"] == 0 and fact["clause_nesting"] == 0, question
+        assert fact["possessive_chain"] <= 1 and fact["possessed_relations"] == 0, question
+    assert (
+        nested["relation_mentions"]
+        > _chain_features("What is Ann Lee's occupation?")["relation_mentions"]
+    )
+
+
+def test_written_single_facts_are_many_frames_about_made_up_things() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from hops_synthetic import WRITTEN_FRAMES, written_single_facts
+
+    rows = written_single_facts(5, 400)
+    again = written_single_facts(5, 400)
+    assert rows == again and len(rows) == 400
+    assert len({str(r["question"]) for r in rows}) == 400
+    assert all(r["hops"] == 1 and r["source"] == "synthetic" for r in rows)
+    assert all(r["set"] == "written" for r in rows)
+    # Every frame is used, so no single template makes up the 1-hop class.
+    train = _train_module()
+    templates = {train.template_key(str(r["question"])) for r in rows}  # type: ignore[attr-defined]
+    assert len(templates) >= sum(len(t) for t in WRITTEN_FRAMES.values()) * 0.9
+
+
+def test_written_rows_join_the_folds_without_moving_the_others() -> None:
+    train = _train_module()
+    rows = [dict(r, titles=r.get("titles", [])) for r in GROUPED_ROWS]
+    folds = train.grouped_folds(rows, 3, 4)  # type: ignore[attr-defined]
+    extra = [
+        {
+            "question": "In what city was Quenna Ostrava born?",
+            "hops": 1,
+            "source": "synthetic",
+            "set": "written",
+            "titles": [],
+        },
+        {
+            "question": "What does Quenna Ostrava do for a living?",
+            "hops": 1,
+            "source": "synthetic",
+            "set": "written",
+            "titles": [],
+        },
+    ]
+    both = train.extend_folds(folds, rows, extra, 3, 4)  # type: ignore[attr-defined]
+    assert np.array_equal(both[: len(rows)], folds)
+    # Same template as a grouped row: that row's fold.
+    assert both[len(rows)] == folds[0]
+    assert 0 <= both[len(rows) + 1] < 3
+    # Only recipes that ask for them train on the written rows.
+    allowed_old = train.CASCADES["v11"].allowed(rows + extra)  # type: ignore[attr-defined]
+    allowed_new = train.CASCADES["d-written"].allowed(rows + extra)  # type: ignore[attr-defined]
+    assert allowed_old[: len(rows)].all() and not allowed_old[len(rows) :].any()
+    assert allowed_new.all()
+    assert not train.RECIPES["v3"].allowed(rows + extra)[len(rows) :].any()  # type: ignore[attr-defined]
