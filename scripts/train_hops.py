@@ -34,6 +34,14 @@ scores. Both kinds go through one loop, :func:`grouped_cross_validation`. The la
 ``--recipes`` is fit on everything and written to ``--out``; with several cascades, the report
 adds the last one's paired bootstrap differences against the others.
 
+Session 36: ``--split-seed`` redraws the grouped folds (default: ``--seed``) without changing
+the training data; ``v12`` (v11 plus ``hops_synthetic.written_single_facts``, 800 single facts
+about made-up things in 75 frames, in step 1) and the design candidates ``d-*`` were designed on
+folds 0-2 of ``--split-seed 7``. The written rows join the folds after the others
+(:func:`extend_folds`), and recipes that do not take them (v11 and older) never train on them, so
+an older recipe's retrain is unchanged. A model trained with ``--split-seed`` also records the
+split and its sealed-fold accuracies in its meta.
+
 Designing a variant: ``--design-only`` fits and scores the design folds (``--design-folds``, 0-2)
 alone and trains on nothing that is in, or shares a template, sub-question or entity with, the
 other folds (:func:`sealed_pool`); those are scored once, by a full run, after the choice.

@@ -851,3 +851,12 @@ def test_written_rows_join_the_folds_without_moving_the_others() -> None:
     assert allowed_old[: len(rows)].all() and not allowed_old[len(rows) :].any()
     assert allowed_new.all()
     assert not train.RECIPES["v3"].allowed(rows + extra)[len(rows) :].any()  # type: ignore[attr-defined]
+
+
+def test_v12_is_v11_with_the_written_single_facts() -> None:
+    """The v12 candidate changes only which rows train: the written single facts join step 1;
+    the features, grids, weights and blend are v11's."""
+    train = _train_module()
+    v11, v12 = train.CASCADES["v11"], train.CASCADES["v12"]  # type: ignore[attr-defined]
+    assert v12.written and not v11.written
+    assert replace(v12, name="v11", written=False) == v11
