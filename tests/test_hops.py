@@ -860,3 +860,31 @@ def test_v12_is_v11_with_the_written_single_facts() -> None:
     v11, v12 = train.CASCADES["v11"], train.CASCADES["v12"]  # type: ignore[attr-defined]
     assert v12.written and not v11.written
     assert replace(v12, name="v11", written=False) == v11
+
+
+def test_the_meta_records_the_split_only_when_one_is_given() -> None:
+    """Without --split-seed the meta is v11's (so an older retrain stays byte-identical); with
+    it, the split, its design folds and the sealed folds' accuracies are recorded."""
+    import argparse
+
+    train = _train_module()
+    result = {
+        "grouped": {
+            "2wiki": {"accuracy": 0.9},
+            "hotpotqa": {"accuracy": 0.8},
+            "musique/2": {"accuracy": 0.85},
+            "musique/3": {"accuracy": 0.6},
+        },
+        "untouched_folds": {
+            "musique_at_target_mix": 0.74,
+            "summary": {"popqa": {"accuracy": 0.97}, "2wiki": {"accuracy": 0.94}},
+        },
+        "ece_calibrated": 0.013,
+    }
+    plain = argparse.Namespace(split_seed=None)
+    assert train.split_meta(plain, 1604, result, (0, 1, 2)) == {}  # type: ignore[attr-defined]
+    meta = train.split_meta(argparse.Namespace(split_seed=7), 7, result, (0, 1, 2))  # type: ignore[attr-defined]
+    assert meta["split_seed"] == 7 and meta["design_folds"] == [0, 1, 2]
+    assert meta["sealed_folds_musique_at_target_mix"] == 0.74
+    assert meta["sealed_folds_popqa"] == 0.97 and meta["sealed_folds_hotpotqa"] is None
+    assert meta["grouped_musique_by_hops"] == {2: 0.85, 3: 0.6, 4: None}
