@@ -136,7 +136,7 @@ LEXICAL_MASKED = (
 #: two counts of chain links (:func:`_chain_links`), which tell a long question that describes
 #: one bridge entity at length (2 hops) from a short one that chains three relations.
 LEXICAL_V8 = (*LEXICAL_MASKED, "relation_links", "defining_clauses")
-#: Every name a model file may use, and the features of the v9, v10 and v11 (shipped) cascades:
+#: The features of the v9, v10, v11 (shipped) and v12 cascades:
 #: v8's plus ``compared_relations`` (:func:`_compared_relations`).
 LEXICAL_NAMES = (*LEXICAL_V8, "compared_relations")
 #: Chain-length counts (:func:`_chain_length`), tried as the v12 candidates' extra features: the
