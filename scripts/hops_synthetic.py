@@ -202,3 +202,262 @@ def synthetic_questions(data: Path, seed: int, per_hop: int = 400) -> list[dict[
             rows.append({"question": text, "hops": hops, "source": "synthetic", "titles": [name]})
             made += 1
     return rows
+
+
+# --- Single facts about made-up things (the v12 candidates' extra 1-hop training data) ----------
+
+# Name parts for made-up entities: no real person, place or work is meant, and the grouped split
+# drops any of these that shares an entity with a scored question anyway.
+_FIRST = [
+    "Arlen",
+    "Bexa",
+    "Corvin",
+    "Daska",
+    "Elio",
+    "Fenna",
+    "Garrik",
+    "Halvi",
+    "Ilsa",
+    "Jorund",
+    "Kesta",
+    "Lorien",
+    "Maelis",
+    "Nadir",
+    "Orsa",
+    "Pellin",
+    "Quenna",
+    "Rasmo",
+    "Selka",
+    "Tavin",
+    "Ulla",
+    "Varek",
+    "Wynne",
+    "Xandra",
+    "Yorick",
+    "Zelma",
+    "Bronte",
+    "Cedric",
+    "Delphine",
+    "Emrys",
+    "Faustine",
+    "Gideon",
+    "Henrike",
+    "Isko",
+    "Jovana",
+    "Kasimir",
+    "Leofric",
+    "Mirela",
+    "Niamh",
+    "Osvald",
+]
+_LAST = [
+    "Ambergast",
+    "Brelloch",
+    "Carvane",
+    "Dunmere",
+    "Esselwood",
+    "Farquist",
+    "Galloran",
+    "Hestrand",
+    "Ivesmark",
+    "Jurlow",
+    "Kettleby",
+    "Lomarsh",
+    "Morrigane",
+    "Nettlefold",
+    "Ostrava",
+    "Pendergrave",
+    "Quillon",
+    "Ravensholt",
+    "Strathmore",
+    "Thistlewood",
+    "Ulverdane",
+    "Vantrell",
+    "Whitcombe",
+    "Yarborough",
+    "Zellerin",
+    "Achterberg",
+    "Blomqvist",
+    "Castellan",
+    "Drobny",
+    "Eisenhart",
+]
+_STEMS = [
+    "Brinmoor",
+    "Caldreth",
+    "Dorvale",
+    "Elsmire",
+    "Fennick",
+    "Glaswyn",
+    "Harrowgate",
+    "Istrel",
+    "Jorvane",
+    "Kestwick",
+    "Lundmere",
+    "Marrowby",
+    "Norhaven",
+    "Oskarva",
+    "Pellinor",
+    "Quarrendon",
+    "Rostelle",
+    "Sundmark",
+    "Tarnwick",
+    "Ulmsby",
+    "Vesterholm",
+    "Wrenfield",
+    "Yarrowdale",
+    "Zorndorf",
+]
+_WORK_WORDS = [
+    "Silent Harbour",
+    "The Glass Orchard",
+    "Night of the Ember",
+    "Paper Lanterns",
+    "The Last Cartographer",
+    "Winter in Velmora",
+    "Iron Meridian",
+    "A Song for Tamsin",
+    "The Hollow Crown Road",
+    "Lanterns Over Kell",
+    "Salt and Thunder",
+    "The Cobalt Hour",
+    "Orchids at Dawn",
+    "The Ninth Ferryman",
+    "Echoes of Brannock",
+]
+
+# Single-fact frames, by the kind of thing asked about. Several wordings per relation (the
+# place-of-birth one in seven), so that no one template stands for "one fact".
+WRITTEN_FRAMES: dict[str, tuple[str, ...]] = {
+    "person": (
+        "In what city was {x} born?",
+        "In which city was {x} born?",
+        "In what town was {x} born?",
+        "What city was {x} born in?",
+        "Which city is the birthplace of {x}?",
+        "{x} was born in which city?",
+        "In what place was {x} born?",
+        "What is {x}'s occupation?",
+        "What does {x} do for a living?",
+        "What was {x}'s profession?",
+        "What kind of work did {x} do?",
+        "In what year was {x} born?",
+        "What is the birth date of {x}?",
+        "When did {x} pass away?",
+        "In what city did {x} die?",
+        "Who was the father of {x}?",
+        "Who is {x}'s mother?",
+        "Whom did {x} marry?",
+        "Who was {x}'s spouse?",
+        "What country is {x} a citizen of?",
+        "What is the nationality of {x}?",
+        "Which school did {x} graduate from?",
+        "Where was {x} educated?",
+        "What sport does {x} play?",
+        "Which team does {x} play for?",
+        "What instrument does {x} play?",
+        "What genre of music does {x} perform?",
+        "Which political party does {x} belong to?",
+        "What religion did {x} practise?",
+        "What is {x} best known for?",
+        "Which prize did {x} win?",
+        "How many children did {x} have?",
+        "Where is {x} buried?",
+        "What language does {x} write in?",
+        "What was {x}'s rank in the army?",
+    ),
+    "work": (
+        "Who directed {x}?",
+        "Who is the author of {x}?",
+        "Who wrote {x}?",
+        "Who composed {x}?",
+        "Who produced {x}?",
+        "Who was the screenwriter for {x}?",
+        "What genre is {x}?",
+        "What is the genre of {x}?",
+        "In what year was {x} published?",
+        "When was {x} first performed?",
+        "Which studio released {x}?",
+        "What language is {x} in?",
+        "In which country was {x} made?",
+        "Who plays the lead role in {x}?",
+        "How many episodes does {x} have?",
+        "What award did {x} win?",
+    ),
+    "place": (
+        "In what country is {x}?",
+        "Which country is {x} located in?",
+        "What is the capital of {x}?",
+        "What is the population of {x}?",
+        "Which river runs through {x}?",
+        "In what year was {x} founded?",
+        "Who founded {x}?",
+        "What region is {x} part of?",
+        "What is the area of {x}?",
+        "What is the official language of {x}?",
+        "What currency is used in {x}?",
+        "Who is the current mayor of {x}?",
+        "What is {x} famous for?",
+        "What is the climate of {x} like?",
+    ),
+    "organisation": (
+        "Who founded {x}?",
+        "When was {x} established?",
+        "Where is {x} headquartered?",
+        "In which city is {x} based?",
+        "Who is the chief executive of {x}?",
+        "What industry is {x} in?",
+        "What does {x} make?",
+        "How many people work at {x}?",
+        "Which company owns {x}?",
+        "What league does {x} play in?",
+    ),
+}
+
+
+_ORGANISATION_WORDS = ["Industries", "Group", "Athletic", "Records", "Institute", "Works"]
+
+
+def _made_up(kind: str, rng: np.random.Generator) -> str:
+    def pick(items: list[str]) -> str:
+        return items[int(rng.integers(len(items)))]
+
+    if kind == "person":
+        return f"{pick(_FIRST)} {pick(_LAST)}"
+    if kind == "work":
+        return (
+            pick(_WORK_WORDS)
+            if rng.random() < 0.5
+            else f"{pick(_STEMS)} {pick(['Nights', 'Chronicle', 'Suite', 'Saga', 'Story'])}"
+        )
+    if kind == "place":
+        return pick(_STEMS) + pick(["", " Falls", " Bay", "burg", "ton", " Province"])
+    return f"{pick(_LAST)} {pick(_ORGANISATION_WORDS)}"
+
+
+def written_single_facts(seed: int, n: int = 800) -> list[dict[str, object]]:
+    """``n`` single-fact questions about made-up people, works, places and organisations in
+    the frames of :data:`WRITTEN_FRAMES` (every frame about equally often), source
+    ``synthetic``, set ``written``; deterministic by seed."""
+    rng = np.random.default_rng(seed)
+    frames = [(kind, frame) for kind, table in WRITTEN_FRAMES.items() for frame in table]
+    rows: list[dict[str, object]] = []
+    seen: set[str] = set()
+    tries = 0
+    while len(rows) < n and tries < n * 20:
+        kind, frame = (
+            frames[len(rows) % len(frames)]
+            if tries % 2 == 0
+            else frames[int(rng.integers(len(frames)))]
+        )
+        tries += 1
+        name = _made_up(kind, rng)
+        text = frame.format(x=name)
+        text = text[0].upper() + text[1:]
+        if text in seen:
+            continue
+        seen.add(text)
+        rows.append(
+            {"question": text, "hops": 1, "source": "synthetic", "set": "written", "titles": [name]}
+        )
+    return rows

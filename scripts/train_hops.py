@@ -34,6 +34,14 @@ scores. Both kinds go through one loop, :func:`grouped_cross_validation`. The la
 ``--recipes`` is fit on everything and written to ``--out``; with several cascades, the report
 adds the last one's paired bootstrap differences against the others.
 
+Session 36: ``--split-seed`` redraws the grouped folds (default: ``--seed``) without changing
+the training data; ``v12`` (v11 plus ``hops_synthetic.written_single_facts``, 800 single facts
+about made-up things in 75 frames, in step 1) and the design candidates ``d-*`` were designed on
+folds 0-2 of ``--split-seed 7``. The written rows join the folds after the others
+(:func:`extend_folds`), and recipes that do not take them (v11 and older) never train on them, so
+an older recipe's retrain is unchanged. A model trained with ``--split-seed`` also records the
+split and its sealed-fold accuracies in its meta.
+
 Designing a variant: ``--design-only`` fits and scores the design folds (``--design-folds``, 0-2)
 alone and trains on nothing that is in, or shares a template, sub-question or entity with, the
 other folds (:func:`sealed_pool`); those are scored once, by a full run, after the choice.
@@ -62,7 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from hops_synthetic import synthetic_questions  # noqa: E402
+from hops_synthetic import synthetic_questions, written_single_facts  # noqa: E402
 
 import psirag.hops as hops  # noqa: E402
 from psirag.hops import HOPS, HopModel, features  # noqa: E402
@@ -242,6 +250,30 @@ def grouped_folds(rows: list[dict[str, object]], k: int, seed: int) -> np.ndarra
     return np.asarray([fold_of_name[first[find(i)]] for i in range(len(rows))])
 
 
+def extend_folds(
+    folds: np.ndarray,
+    rows: list[dict[str, object]],
+    extra: list[dict[str, object]],
+    k: int,
+    seed: int,
+) -> np.ndarray:
+    """``folds`` of ``rows`` followed by folds for the ``extra`` rows: an extra row sharing a
+    template with a row of ``rows`` takes that row's fold; the others are grouped by template
+    and each group drawn a fold (seed ``seed + 1``). The folds of ``rows`` do not change."""
+    fold_of_template: dict[str, int] = {}
+    for row, fold in zip(rows, folds.tolist(), strict=True):
+        fold_of_template.setdefault(template_key(str(row["question"])), int(fold))
+    new_templates = sorted(
+        {template_key(str(r["question"])) for r in extra} - set(fold_of_template)
+    )
+    rng = np.random.default_rng(seed + 1)
+    fold_of_template.update(
+        zip(new_templates, rng.integers(0, k, len(new_templates)).tolist(), strict=True)
+    )
+    more = [fold_of_template[template_key(str(r["question"]))] for r in extra]
+    return np.concatenate([folds, np.asarray(more, dtype=folds.dtype)])
+
+
 def row_keys(row: dict[str, object]) -> set[str]:
     return (
         {"t:" + template_key(str(row["question"]))}
@@ -292,7 +324,12 @@ class Recipe:
 
     def allowed(self, rows: list[dict[str, object]]) -> np.ndarray:
         """Rows this recipe may train on: the real questions, plus the synthetic ones if set."""
-        return np.asarray([r["source"] != "synthetic" or self.synthetic for r in rows])
+        return np.asarray(
+            [
+                (r["source"] != "synthetic" or self.synthetic) and r.get("set") != "written"
+                for r in rows
+            ]
+        )
 
     def choose(self, q: Questions, train: np.ndarray) -> dict[str, object]:
         """L2 strength and embedding weight, picked on a grouped validation fold of ``train``."""
@@ -637,13 +674,22 @@ class CascadeRecipe:
     #: thresholds): step 2's "how deep is this chain" also orders 3 against 4 hops, where step
     #: 3's own fit, learnt from few 4-hop chains, does not carry over to new templates.
     third_blend: tuple[float, ...] = (0.0,)
+    #: Whether the written single facts about made-up things (``written_single_facts``) train
+    #: step 1 (v12 candidates); older recipes never see them.
+    written: bool = False
+    #: Lexical features learnt in steps 2-3 only (0 in step 1, where they would read a long
+    #: single fact as a chain).
+    deep_only: tuple[str, ...] = ()
+    #: Weight of each written single fact in step 1's fit (times the synthetic source's).
+    written_weight: float = 1.0
 
     #: Out-of-fold scores per question: one per step.
     width = 3
 
     def allowed(self, rows: list[dict[str, object]]) -> np.ndarray:
-        """Every row may train (each step weighs the sources itself)."""
-        return np.ones(len(rows), dtype=bool)
+        """Every row may train (each step weighs the sources itself), except the written single
+        facts where the recipe does not take them."""
+        return np.asarray([self.written or r.get("set") != "written" for r in rows])
 
     def choose(self, q: Questions, train: np.ndarray) -> dict[str, object]:
         """L2 strengths, thresholds and temperatures, picked on inner folds of ``train``."""
@@ -726,6 +772,31 @@ CASCADES["d-l2e"] = replace(CASCADES["d-l2"], name="d-l2e", deep_embedding_weigh
 # nothing significant elsewhere; a penalty of 3 was never picked there.
 CASCADES["v11"] = replace(CASCADES["v10"], name="v11", deep_l2=(1e-1, 3e-1, 1.0))
 
+# Design candidates for v12 (session 36; scored with --design-only --split-seed 7 on folds 0-2,
+# folds 3-4 of that split sealed): the chain-length counts (``hops.LEXICAL_CHAIN``), the written
+# single facts about made-up things in step 1, both, and both with the chain counts in steps 2-3
+# only (a constant 0 column in step 1 would not move it, so the counts are learnt everywhere).
+CASCADES["d-chain"] = replace(CASCADES["v11"], name="d-chain", lexical=hops.LEXICAL_V12)
+CASCADES["d-written"] = replace(CASCADES["v11"], name="d-written", written=True)
+CASCADES["d-both"] = replace(CASCADES["d-chain"], name="d-both", written=True)
+CASCADES["d-chain23"] = replace(CASCADES["d-chain"], name="d-chain23", deep_only=hops.LEXICAL_CHAIN)
+CASCADES["d-both23"] = replace(CASCADES["d-chain23"], name="d-both23", written=True)
+CASCADES["d-written05"] = replace(CASCADES["d-written"], name="d-written05", written_weight=0.5)
+CASCADES["d-written2"] = replace(CASCADES["d-written"], name="d-written2", written_weight=2.0)
+# v11 plus the written single facts about made-up things in step 1 (weight 1): of the candidates
+# above (design folds 0-2 of --split-seed 7, folds 3-4 sealed), none raised MuSiQue at the
+# issue's mix; this one and d-written05 lost least there (-0.3, one question), and it lost nothing
+# significant elsewhere (2Wiki +5.0 [+3.0, +7.0], HotpotQA -1.7 [-4.2, 0], PopQA -0.4). The
+# chain-length counts lost HotpotQA (-5 to -7 points, significant) without a MuSiQue gain.
+CASCADES["v12"] = replace(CASCADES["v11"], name="v12", written=True)
+# Two of the counts alone (nested "of" links and possessive chains), in steps 2-3.
+CASCADES["d-both23s"] = replace(
+    CASCADES["d-both23"],
+    name="d-both23s",
+    lexical=(*hops.LEXICAL_NAMES, "of_chain", "possessive_chain"),
+    deep_only=("of_chain", "possessive_chain"),
+)
+
 
 def fit_binary(
     x: np.ndarray,
@@ -771,16 +842,26 @@ def fit_stage(
     if above == 3 and recipe.third_weights is not None:
         table = recipe.third_weights
     weight = np.asarray([table.get(s, 1.0) for s in src])
+    if recipe.written_weight != 1.0:
+        written = np.asarray([r.get("set") == "written" for r in rows])
+        weight = np.where(written, weight * recipe.written_weight, weight)
     hop = np.asarray(HOPS)[y]
     sel = train & (hop >= above) & (weight > 0)
     mean, scale = standardise(x[sel])
     scale = scale.copy()
     scale[:dim] /= recipe.embedding_weight if above == 1 else recipe.deep_embedding_weight
     inputs = (x[sel] - mean) / scale
-    for name, _, _ in recipe.fixed:
+    unused = [name for name, _, _ in recipe.fixed]
+    if above == 1:
+        unused += list(recipe.deep_only)
+    for name in unused:
         # A constant column gets no gradient, so its weight stays exactly 0 in the fit.
         inputs[:, dim + recipe.lexical.index(name)] = 0.0
     coef, bias = fit_binary(inputs, hop[sel] > above, l2, weight[sel], above == 1)
+    if above == 1:
+        for name in recipe.deep_only:
+            j = dim + recipe.lexical.index(name)
+            mean[j], scale[j], coef[j] = 0.0, 1.0, 0.0
     for name, first, value in recipe.fixed:
         if above >= first:
             j = dim + recipe.lexical.index(name)
@@ -1032,7 +1113,7 @@ def cascade_evaluate(
             "musique_at_target_mix_ci95": mix_interval(pred[mu_part], y[mu_part], seed),
         }
     # Out-of-fold choice for the shipped model: every outer fold's scores at one setting.
-    final = choose_cascade(recipe, questions, np.ones(len(rows), bool))
+    final = choose_cascade(recipe, questions, recipe.allowed(rows))
     probs = cascade_probabilities(scores[idx], (1.0, 1.0, 1.0))
     calibrated = cascade_probabilities(scores[idx], final["temperatures"])  # type: ignore[arg-type]
     report["ece_raw"] = round(expected_calibration_error(probs, y[idx]), 4)
@@ -1083,12 +1164,46 @@ def design_only(
         for source in ("musique", "popqa", "2wiki", "hotpotqa"):
             sel = idx[src[idx] == source]
             line[source] = round(float((pred[sel] == y[sel]).mean()), 4) if len(sel) else None
+        for hop in (2, 3, 4):
+            sel = mu[y[mu] == HOPS.index(hop)]
+            line[f"musique/{hop}"] = (
+                round(float((pred[sel] == y[sel]).mean()), 4) if len(sel) else None
+            )
         if first is None:
             first = pred
         else:
             line["paired"] = paired_difference(first[idx], pred[idx], y[idx], src[idx], args.seed)
         print(json.dumps({name: line}))
     return 0
+
+
+def split_meta(
+    args: argparse.Namespace, split_seed: int, result: dict[str, object], design: tuple[int, ...]
+) -> dict[str, object]:
+    """What a model trained with an explicit ``--split-seed`` also records in its meta: the
+    split, its design folds and the accuracies measured on every fold and on the others alone
+    (a run without ``--split-seed`` writes the meta of v11 and older, byte for byte)."""
+    if args.split_seed is None:
+        return {}
+    grouped: dict[str, dict[str, float]] = result["grouped"]  # type: ignore[assignment]
+    untouched: dict[str, object] = result["untouched_folds"]  # type: ignore[assignment]
+    summary: dict[str, dict[str, float]] = untouched["summary"]  # type: ignore[assignment]
+
+    def accuracy(table: dict[str, dict[str, float]], key: str) -> float | None:
+        return table[key]["accuracy"] if key in table else None
+
+    return {
+        "split_seed": split_seed,
+        "design_folds": list(design),
+        "grouped_2wiki": accuracy(grouped, "2wiki"),
+        "grouped_hotpotqa": accuracy(grouped, "hotpotqa"),
+        "grouped_musique_by_hops": {h: accuracy(grouped, f"musique/{h}") for h in (2, 3, 4)},
+        "sealed_folds_musique_at_target_mix": untouched["musique_at_target_mix"],
+        "sealed_folds_popqa": accuracy(summary, "popqa"),
+        "sealed_folds_2wiki": accuracy(summary, "2wiki"),
+        "sealed_folds_hotpotqa": accuracy(summary, "hotpotqa"),
+        "ece_calibrated": result.get("ece_calibrated"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1099,6 +1214,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", default=str(ROOT / "benchmarks" / "results" / "hops.json"))
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument(
+        "--split-seed",
+        type=int,
+        default=None,
+        help="seed of the grouped folds (default: --seed); --seed still draws the synthetic"
+        " questions and the bootstrap, so a new split keeps the training data of every recipe",
+    )
     ap.add_argument("--recipes", default="v11", help="recipes to cross-validate; the last ships")
     ap.add_argument("--no-save", action="store_true", help="evaluate only")
     ap.add_argument(
@@ -1118,17 +1240,25 @@ def main(argv: list[str] | None = None) -> int:
     from psirag.eval.embedcache import CachingEmbedder
 
     data = Path(args.data)
-    rows = load_questions(data) + synthetic_questions(data, args.seed)
+    base = load_questions(data) + synthetic_questions(data, args.seed)
+    written = written_single_facts(args.seed)
+    rows = base + written
     questions = [str(r["question"]) for r in rows]
     y = np.asarray([HOPS.index(int(r["hops"])) for r in rows])  # type: ignore[call-overload]
     embedder = CachingEmbedder(load_embedder("minilm"), args.cache)
     vectors = np.asarray(embedder.embed(questions, progress=True, desc="questions"))
     dim = vectors.shape[1]
     keys = [row_keys(r) for r in rows]
-    folds = grouped_folds(rows, args.folds, args.seed)
+    split_seed = args.seed if args.split_seed is None else args.split_seed
+    # The written single facts join the folds afterwards, so that every other row keeps the fold
+    # it had before they existed (and a retrain of an older recipe stays byte-identical).
+    folds = extend_folds(
+        grouped_folds(base, args.folds, split_seed), base, written, args.folds, split_seed
+    )
     report: dict[str, object] = {
         "embedder": embedder.id,
         "seed": args.seed,
+        "split_seed": split_seed,
         "folds": args.folds,
         "sizes": dict(sorted(Counter(f"{r['source']}/{r['hops']}" for r in rows).items())),
         "recipes": {},
@@ -1136,7 +1266,11 @@ def main(argv: list[str] | None = None) -> int:
     # Recipes cross-validated by an earlier run (another --recipes) are kept in the report.
     if Path(args.report).exists():
         previous = json.loads(Path(args.report).read_text(encoding="utf-8"))
-        if previous.get("seed") == args.seed and previous.get("folds") == args.folds:
+        if (
+            previous.get("seed") == args.seed
+            and previous.get("split_seed", previous.get("seed")) == split_seed
+            and previous.get("folds") == args.folds
+        ):
             report["recipes"] = previous.get("recipes", {})
     names = args.recipes.split(",")
     unknown = [n for n in names if n not in RECIPES and n not in CASCADES]
@@ -1213,7 +1347,7 @@ def main(argv: list[str] | None = None) -> int:
             shipped["x"],  # type: ignore[arg-type]
             y,
             rows,
-            np.ones(len(rows), dtype=bool),
+            shipped["cascade"].allowed(rows),  # type: ignore[attr-defined]
             shipped["choice"],  # type: ignore[arg-type]
             dim,
             embedder.id,
@@ -1226,6 +1360,7 @@ def main(argv: list[str] | None = None) -> int:
                 "grouped_popqa": grouped["popqa"]["accuracy"],
                 "musique_at_target_mix": shipped["r"]["musique_at_target_mix"],  # type: ignore[index]
                 "third_blend": shipped["choice"]["blend"],  # type: ignore[index]
+                **split_meta(args, split_seed, shipped["r"], design),  # type: ignore[arg-type]
             },
         )
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -776,3 +776,115 @@ def test_v11_is_v10_with_a_stronger_penalty_in_steps_two_and_three() -> None:
     assert replace(v11, name="v10", deep_l2=v10.deep_l2) == v10
     # The shipped model is v11's.
     assert load_hop_model().meta["recipe"] == v11.name
+
+
+def _chain_features(question: str) -> dict[str, float]:
+    names = hops.LEXICAL_V12
+    return dict(zip(names, hops.lexical_features(question, names).tolist(), strict=True))
+
+
+def test_chain_length_counts_nested_links_possessives_and_clause_depth() -> None:
+    nested = _chain_features("What is the birthplace of the father of the director of Quill?")
+    assert nested["of_chain"] == 3 and nested["possessive_chain"] == 0
+    owned = _chain_features("Who is Ann Lee's father's wife's brother?")
+    # Three possessives in a row; the relation nouns after them are held by possessives.
+    assert owned["possessive_chain"] == 3 and owned["possessed_relations"] == 3
+    deep = _chain_features("Where was the man who founded the company that made the Walkman born?")
+    assert deep["clause_nesting"] == 2
+    # Coordinated clauses ("..., who ..., and who ...") are not nested.
+    flat = _chain_features("Who is Ann Lee, who sang, and who danced in Salt Road?")
+    assert flat["clause_nesting"] == 1
+    for question in ("In what city was Tomas Varga born?", "What is Ann Lee's occupation?"):
+        fact = _chain_features(question)
+        assert fact["of_chain"] == 0 and fact["clause_nesting"] == 0, question
+        assert fact["possessive_chain"] <= 1 and fact["possessed_relations"] == 0, question
+    assert (
+        nested["relation_mentions"]
+        > _chain_features("What is Ann Lee's occupation?")["relation_mentions"]
+    )
+
+
+def test_written_single_facts_are_many_frames_about_made_up_things() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from hops_synthetic import WRITTEN_FRAMES, written_single_facts
+
+    rows = written_single_facts(5, 400)
+    again = written_single_facts(5, 400)
+    assert rows == again and len(rows) == 400
+    assert len({str(r["question"]) for r in rows}) == 400
+    assert all(r["hops"] == 1 and r["source"] == "synthetic" for r in rows)
+    assert all(r["set"] == "written" for r in rows)
+    # Every frame is used, so no single template makes up the 1-hop class.
+    train = _train_module()
+    templates = {train.template_key(str(r["question"])) for r in rows}  # type: ignore[attr-defined]
+    assert len(templates) >= sum(len(t) for t in WRITTEN_FRAMES.values()) * 0.9
+
+
+def test_written_rows_join_the_folds_without_moving_the_others() -> None:
+    train = _train_module()
+    rows = [dict(r, titles=r.get("titles", [])) for r in GROUPED_ROWS]
+    folds = train.grouped_folds(rows, 3, 4)  # type: ignore[attr-defined]
+    extra = [
+        {
+            "question": "In what city was Quenna Ostrava born?",
+            "hops": 1,
+            "source": "synthetic",
+            "set": "written",
+            "titles": [],
+        },
+        {
+            "question": "What does Quenna Ostrava do for a living?",
+            "hops": 1,
+            "source": "synthetic",
+            "set": "written",
+            "titles": [],
+        },
+    ]
+    both = train.extend_folds(folds, rows, extra, 3, 4)  # type: ignore[attr-defined]
+    assert np.array_equal(both[: len(rows)], folds)
+    # Same template as a grouped row: that row's fold.
+    assert both[len(rows)] == folds[0]
+    assert 0 <= both[len(rows) + 1] < 3
+    # Only recipes that ask for them train on the written rows.
+    allowed_old = train.CASCADES["v11"].allowed(rows + extra)  # type: ignore[attr-defined]
+    allowed_new = train.CASCADES["d-written"].allowed(rows + extra)  # type: ignore[attr-defined]
+    assert allowed_old[: len(rows)].all() and not allowed_old[len(rows) :].any()
+    assert allowed_new.all()
+    assert not train.RECIPES["v3"].allowed(rows + extra)[len(rows) :].any()  # type: ignore[attr-defined]
+
+
+def test_v12_is_v11_with_the_written_single_facts() -> None:
+    """The v12 candidate changes only which rows train: the written single facts join step 1;
+    the features, grids, weights and blend are v11's."""
+    train = _train_module()
+    v11, v12 = train.CASCADES["v11"], train.CASCADES["v12"]  # type: ignore[attr-defined]
+    assert v12.written and not v11.written
+    assert replace(v12, name="v11", written=False) == v11
+
+
+def test_the_meta_records_the_split_only_when_one_is_given() -> None:
+    """Without --split-seed the meta is v11's (so an older retrain stays byte-identical); with
+    it, the split, its design folds and the sealed folds' accuracies are recorded."""
+    import argparse
+
+    train = _train_module()
+    result = {
+        "grouped": {
+            "2wiki": {"accuracy": 0.9},
+            "hotpotqa": {"accuracy": 0.8},
+            "musique/2": {"accuracy": 0.85},
+            "musique/3": {"accuracy": 0.6},
+        },
+        "untouched_folds": {
+            "musique_at_target_mix": 0.74,
+            "summary": {"popqa": {"accuracy": 0.97}, "2wiki": {"accuracy": 0.94}},
+        },
+        "ece_calibrated": 0.013,
+    }
+    plain = argparse.Namespace(split_seed=None)
+    assert train.split_meta(plain, 1604, result, (0, 1, 2)) == {}  # type: ignore[attr-defined]
+    meta = train.split_meta(argparse.Namespace(split_seed=7), 7, result, (0, 1, 2))  # type: ignore[attr-defined]
+    assert meta["split_seed"] == 7 and meta["design_folds"] == [0, 1, 2]
+    assert meta["sealed_folds_musique_at_target_mix"] == 0.74
+    assert meta["sealed_folds_popqa"] == 0.97 and meta["sealed_folds_hotpotqa"] is None
+    assert meta["grouped_musique_by_hops"] == {2: 0.85, 3: 0.6, 4: None}

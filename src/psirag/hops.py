@@ -136,9 +136,23 @@ LEXICAL_MASKED = (
 #: two counts of chain links (:func:`_chain_links`), which tell a long question that describes
 #: one bridge entity at length (2 hops) from a short one that chains three relations.
 LEXICAL_V8 = (*LEXICAL_MASKED, "relation_links", "defining_clauses")
-#: Every name a model file may use, and the features of the v9, v10 and v11 (shipped) cascades:
+#: The features of the v9, v10, v11 (shipped) and v12 cascades:
 #: v8's plus ``compared_relations`` (:func:`_compared_relations`).
 LEXICAL_NAMES = (*LEXICAL_V8, "compared_relations")
+#: Chain-length counts (:func:`_chain_length`), tried as the v12 candidates' extra features: the
+#: longest nested "the x of the y of" run, the longest possessive chain ("x's father's
+#: birthplace"), relation nouns held by a possessive, relative clauses nested in one clause, and
+#: relation nouns in the whole question (plurals too).
+LEXICAL_CHAIN = (
+    "of_chain",
+    "possessive_chain",
+    "possessed_relations",
+    "clause_nesting",
+    "relation_mentions",
+)
+LEXICAL_V12 = (*LEXICAL_NAMES, *LEXICAL_CHAIN)
+#: Every name a model file may use.
+LEXICAL_KNOWN = LEXICAL_V12
 
 # Named things to mask: capitalised runs (and numbers) not at the start, and quoted titles.
 MASK_ENTITY_PATTERN = re.compile(
@@ -256,6 +270,54 @@ def _compared_relations(question: str) -> dict[str, float]:
     return {"compared_relations": float(nouns)}
 
 
+# "the director of the", "the capital city of": one link of a nested "of" chain in the masked
+# question (a noun phrase of at most three words, then "of").
+_OF_LINK = r"(?:the|a|an) (?:[a-z']+ ){1,3}?of "
+_OF_CHAIN = re.compile(r"(?:" + _OF_LINK + r")+")
+_POSSESSIVE = re.compile(r"['\u2019]s\b")
+_CLAUSE_BREAK = re.compile(r"[,;:()]|\band\b|\bor\b|\bbut\b")
+
+
+def _relation_word(word: str) -> bool:
+    return word in RELATION_NOUNS or (word.endswith("s") and word[:-1] in RELATION_NOUNS)
+
+
+def _chain_length(question: str) -> dict[str, float]:
+    """How long the longest relation chain is, read four ways: the longest run of nested "the x
+    of" links (masked question), the longest run of possessives with at most two words between
+    them ("x's father's birthplace": 2), relation nouns right after a possessive ("Godiva's
+    birthplace"), the most relative pronouns inside one clause (commas and "and" end a clause,
+    so "the city where the man who ..." nests 2, "x, who ..., and who ..." 1 each), and every
+    relation noun, plurals included, in the unmasked words."""
+    template = masked_template(question)
+    of_chain = max((m.group(0).count(" of ") for m in _OF_CHAIN.finditer(template)), default=0)
+    lower = question.lower()
+    tokens = re.findall(r"[a-z0-9\u2019']+", lower)
+    possessive_chain = run = gap = 0
+    possessed = 0
+    for i, token in enumerate(tokens):
+        if _POSSESSIVE.search(token):
+            run = run + 1 if gap <= 2 and run else 1
+            gap = 0
+            possessive_chain = max(possessive_chain, run)
+            if i + 1 < len(tokens) and _relation_word(_POSSESSIVE.sub("", tokens[i + 1])):
+                possessed += 1
+        else:
+            gap += 1
+    nesting = 0
+    for clause in _CLAUSE_BREAK.split(template):
+        words = clause.split()
+        nesting = max(nesting, sum(w in _RELATIVE for w in words[1:]))
+    mentions = sum(_relation_word(_POSSESSIVE.sub("", t)) for t in tokens)
+    return {
+        "of_chain": float(of_chain),
+        "possessive_chain": float(possessive_chain),
+        "possessed_relations": float(possessed),
+        "clause_nesting": float(nesting),
+        "relation_mentions": float(mentions) / 2.0,
+    }
+
+
 def _lexical_table(question: str) -> dict[str, float]:
     words = _WORD.findall(question)
     lower = [w.lower() for w in words]
@@ -296,6 +358,7 @@ def _lexical_table(question: str) -> dict[str, float]:
         **_masked_counts(question),
         **_chain_links(question),
         **_compared_relations(question),
+        **_chain_length(question),
     }
 
 
@@ -381,10 +444,10 @@ class HopModel:
                 f"{where}: a hop model field is missing or not numeric: {exc}"
             ) from exc
         lexical = tuple(str(name) for name in data.get("lexical", LEXICAL_V1))
-        unknown = sorted(set(lexical) - set(LEXICAL_NAMES))
+        unknown = sorted(set(lexical) - set(LEXICAL_KNOWN))
         if unknown:
             raise InputError(
-                f"{where}: unknown lexical features {unknown}; this psirag knows {LEXICAL_NAMES}"
+                f"{where}: unknown lexical features {unknown}; this psirag knows {LEXICAL_KNOWN}"
             )
         if not np.isfinite(temperature) or temperature <= 0:
             raise InputError(f"{where}: temperature must be a positive number, got {temperature}")
@@ -538,11 +601,11 @@ class HopCascade:
         if not isinstance(data, dict) or data.get("format") != FORMAT_CASCADE:
             raise InputError(f"{where}: not a hop cascade (expected format {FORMAT_CASCADE!r})")
         lexical = tuple(str(name) for name in data.get("lexical", ()))
-        unknown = sorted(set(lexical) - set(LEXICAL_NAMES))
+        unknown = sorted(set(lexical) - set(LEXICAL_KNOWN))
         if not lexical or unknown:
             raise InputError(
                 f"{where}: unknown or missing lexical features {unknown}; "
-                f"this psirag knows {LEXICAL_NAMES}"
+                f"this psirag knows {LEXICAL_KNOWN}"
             )
         raw = data.get("stages")
         if not isinstance(raw, list) or len(raw) != len(HOPS) - 1:
