@@ -9,8 +9,12 @@ one new 8-paragraph document is added:
 
 - ``in_memory``: ``Index.add`` on a loaded index (the floor: no load, no save), each time on
   the loaded index, and ``in_memory_chained``: each add on the previous add's result;
-- ``server_api``: ``POST /documents`` to a ``psirag serve`` child (same embedder) and polling
-  its job until done (in-memory add + save + publish; the served index is not reloaded);
+- ``server_api``: ``POST /documents`` to a ``psirag serve`` child (same embedder) and waiting
+  for its job (``GET /jobs/{id}?wait=30``; a server without ``?wait`` is polled every 10 ms)
+  until done (in-memory add + save + publish; the served index is not reloaded). Each job's
+  phase timings (``server_api_phases_each``: request, queued, lock, update, save, unlock,
+  prepare, publish, jobs file, run and its CPU seconds, as the job record says them) come with
+  the client's side: the POST's round trip and how long after the job finished it saw it done;
 - ``server_cli``: ``psirag add --server URL FILE`` in a fresh process (the above plus the
   client's start-up and upload);
 - ``cli_local``: ``psirag add INDEX FILE`` in a fresh process (start-up, load, add, save),
@@ -97,13 +101,26 @@ def _send_and_wait(
     request = urllib.request.Request(
         f"{url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
     )
+    t0 = time.perf_counter()
     with urllib.request.urlopen(request, timeout=600) as r:
         job = json.loads(r.read())["job"]
+    posted = time.perf_counter() - t0
     while job["status"] not in ("done", "failed"):
-        time.sleep(0.01)
-        job = _get(f"{url}/jobs/{job['id']}")
+        asked = time.perf_counter()
+        job = _get(f"{url}/jobs/{job['id']}?wait=30")  # a server without ?wait answers at once
+        if job["status"] not in ("done", "failed") and time.perf_counter() - asked < 0.005:
+            time.sleep(0.01)
+    seen = time.time()
     if job["status"] != "done":
         raise RuntimeError(f"job failed: {job['error']}")
+    # the client's side of the round trip: the POST's answer, and how long after the job
+    # finished (the server's clock: the same machine) the client saw it done
+    client = {"post_s": round(posted, 4)}
+    if job.get("finished") is not None:
+        client["seen_after_finish_s"] = round(seen - float(job["finished"]), 4)
+    job["client"] = client
+    if "timings" in job:  # again: the jobs file is written after the job reads done
+        job["timings"] = _get(f"{url}/jobs/{job['id']}").get("timings", job["timings"])
     return job
 
 
@@ -208,7 +225,7 @@ def main() -> None:
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError("the benchmark server did not start") from None
                     time.sleep(0.2)
-            api, job_seconds, api_bytes = [], [], []
+            api, job_seconds, api_bytes, phases = [], [], [], []
             for k in range(args.repeats):
                 seen = _inodes(folder)
                 t0 = time.perf_counter()
@@ -216,9 +233,12 @@ def main() -> None:
                 api.append(time.perf_counter() - t0)
                 api_bytes.append(_written(folder, seen))
                 job_seconds.append(job["result"]["update"]["seconds"])
+                phases.append({**job.get("timings", {}), **job["client"]})
                 assert job["result"]["loaded_from_disk"] is False
             out["server_api"] = {**_summary(api), "bytes_written": api_bytes}
             out["server_api_stages"] = job_seconds[-1]
+            out["server_api_stages_each"] = job_seconds
+            out["server_api_phases_each"] = phases  # the job's timings (newer servers only)
             cli_server, cli_server_bytes = [], []
             for k in range(args.repeats):
                 path = Path(tmp) / f"via-server-{k}.txt"
@@ -245,6 +265,7 @@ def main() -> None:
                     "seconds": round(time.perf_counter() - t0, 3),
                     "bytes_written": _written(folder, seen),
                     "stages": job["result"]["update"]["seconds"],
+                    "phases": {**job.get("timings", {}), **job["client"]},
                 }
             out["server_index_loads"] = _get(f"{url}/index")["index_loads"]
         finally:
