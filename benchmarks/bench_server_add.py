@@ -28,8 +28,11 @@ removal (``DELETE /documents/17``) are timed once each after the adds.
 embedder (e.g. ``bench_living_scale.py --build-only --save DIR``; the copy goes under
 ``$BENCH_TMP`` or the system's temporary folder, and ``DIR`` is left as it is).
 
+``--src DIR`` measures other sources (an old commit's) with this same script, side by side;
+``--server-only`` leaves out the in-process rows.
+
 Usage: nice python benchmarks/bench_server_add.py [--chunks 20000] [--repeats 3] [--index DIR]
-       [--no-bulk]
+       [--no-bulk] [--src DIR --label NAME] [--server-only] [--out NAME.json]
 """
 
 from __future__ import annotations
@@ -154,7 +157,29 @@ def main() -> None:
         action="store_true",
         help="skip the 1%% sync (at 1M chunks it rescores abstracts for minutes)",
     )
+    parser.add_argument(
+        "--src",
+        type=Path,
+        default=None,
+        help="the psirag sources to measure (the server, the CLI and this process; default: "
+        "this tree's), e.g. an old commit's `git archive <commit> src | tar -x -C DIR`",
+    )
+    parser.add_argument(
+        "--label", default=None, help="names --src in the results (no machine paths there)"
+    )
+    parser.add_argument(
+        "--server-only",
+        action="store_true",
+        help="only the server's rows (no in-memory adds, no `psirag add INDEX FILE`): at 1M "
+        "chunks the in-process rows hold a second copy of the index in memory",
+    )
+    parser.add_argument("--out", default=None, help="results file name (default server_add_N)")
     args = parser.parse_args()
+    if args.src is not None:
+        global SRC
+        SRC = args.src.resolve()
+        if not (SRC / "psirag" / "__init__.py").exists():
+            parser.error(f"--src {args.src}: no psirag package there")
     if args.index is not None and not (args.index / "manifest.json").exists():
         parser.error(f"--index {args.index}: no saved index there (no manifest.json)")
     sys.path.insert(0, str(HERE))
@@ -165,6 +190,8 @@ def main() -> None:
     from psirag.ingest import Document
 
     out: dict[str, Any] = {"chunks": args.chunks, "repeats": args.repeats}
+    if args.label or args.src is not None:
+        out["src"] = args.label or args.src.name
     with tempfile.TemporaryDirectory(
         prefix="psirag-bench-server-", dir=os.environ.get("BENCH_TMP")
     ) as tmp:
@@ -191,21 +218,24 @@ def main() -> None:
             args.chunks = out["chunks"] = loaded.data.tree.n_leaves
             vocab = corpus_vocab(args.chunks)[1]
         memory = []
-        for k in range(args.repeats):
+        for k in range(0 if args.server_only else args.repeats):
             t0 = time.perf_counter()
             summary = Index.from_data(loaded.data, embedder=LoopbackHashEmbedder()).add(
                 [_new_document(vocab, k)], texts=True
             )
             memory.append(time.perf_counter() - t0)
-        out["in_memory"] = _summary(memory)
-        out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
-        chained, index = [], Index.from_data(loaded.data, embedder=LoopbackHashEmbedder())
-        for k in range(args.repeats):  # each add on the previous one's result, as a server does
-            t0 = time.perf_counter()
-            summary = index.add([_new_document(vocab, 50 + k)], texts=True)
-            chained.append(time.perf_counter() - t0)
-        out["in_memory_chained"] = _summary(chained)
-        out["in_memory_chained_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+        if not args.server_only:
+            out["in_memory"] = _summary(memory)
+            out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+            chained, index = [], Index.from_data(loaded.data, embedder=LoopbackHashEmbedder())
+            for k in range(args.repeats):  # each add on the previous one's result, as a server
+                t0 = time.perf_counter()
+                summary = index.add([_new_document(vocab, 50 + k)], texts=True)
+                chained.append(time.perf_counter() - t0)
+            out["in_memory_chained"] = _summary(chained)
+            out["in_memory_chained_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+            del index
+        del loaded
 
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -273,16 +303,17 @@ def main() -> None:
             server.wait(timeout=30)
 
         local, local_bytes = [], []
-        for k in range(args.repeats):
+        for k in range(0 if args.server_only else args.repeats):
             path = Path(tmp) / f"local-{k}.txt"
             path.write_text(_new_document(vocab, 300 + k), encoding="utf-8")
             seen = _inodes(folder)
             local.append(_timed_run([sys.executable, __file__, "--cli", str(folder), str(path)]))
             local_bytes.append(_written(folder, seen))
-        out["cli_local"] = {**_summary(local), "bytes_written": local_bytes}
+        if local:
+            out["cli_local"] = {**_summary(local), "bytes_written": local_bytes}
     out["machine"] = machine_info()
     print(json.dumps(out, indent=2))
-    write_result(f"server_add_{args.chunks}.json", out)
+    write_result(args.out or f"server_add_{args.chunks}.json", out)
 
 
 def _serve(folder: str, port: str) -> int:
