@@ -175,3 +175,19 @@ def test_saved_timings_are_checked_field_by_field() -> None:
     raw["timings"] = ["run", 1.5]
     job = _job_from_saved(raw)
     assert job is not None and job.timings == {}
+
+
+def test_a_held_request_on_any_worker_sees_the_job_finish(tmp_path: Path) -> None:
+    """With ``--workers 2`` a wait may reach the worker that does not run the job: it reads
+    the job's shared file until it is done."""
+    _, proc = serve_new_index(tmp_path, "--workers", "2")
+    try:
+        proc.wait_ready()
+        for k in range(4):  # fresh connections: the kernel spreads them over both workers
+            job = _post(proc.url, f"reed-{k}", f"Reeds {k} bend in the wind along the river.")
+            with httpx.Client(timeout=60) as client:
+                done = client.get(f"{proc.url}/jobs/{job['id']}", params={"wait": 30}).json()
+            assert done["status"] == "done", done
+            assert done["timings"]["run"] > 0, done
+    finally:
+        proc.stop()
