@@ -9,8 +9,12 @@ one new 8-paragraph document is added:
 
 - ``in_memory``: ``Index.add`` on a loaded index (the floor: no load, no save), each time on
   the loaded index, and ``in_memory_chained``: each add on the previous add's result;
-- ``server_api``: ``POST /documents`` to a ``psirag serve`` child (same embedder) and polling
-  its job until done (in-memory add + save + publish; the served index is not reloaded);
+- ``server_api``: ``POST /documents`` to a ``psirag serve`` child (same embedder) and waiting
+  for its job (``GET /jobs/{id}?wait=30``; a server without ``?wait`` is polled every 10 ms)
+  until done (in-memory add + save + publish; the served index is not reloaded). Each job's
+  phase timings (``server_api_phases_each``: request, queued, lock, update, save, unlock,
+  prepare, publish, jobs file, run and its CPU seconds, as the job record says them) come with
+  the client's side: the POST's round trip and how long after the job finished it saw it done;
 - ``server_cli``: ``psirag add --server URL FILE`` in a fresh process (the above plus the
   client's start-up and upload);
 - ``cli_local``: ``psirag add INDEX FILE`` in a fresh process (start-up, load, add, save),
@@ -24,8 +28,11 @@ removal (``DELETE /documents/17``) are timed once each after the adds.
 embedder (e.g. ``bench_living_scale.py --build-only --save DIR``; the copy goes under
 ``$BENCH_TMP`` or the system's temporary folder, and ``DIR`` is left as it is).
 
+``--src DIR`` measures other sources (an old commit's) with this same script, side by side;
+``--server-only`` leaves out the in-process rows.
+
 Usage: nice python benchmarks/bench_server_add.py [--chunks 20000] [--repeats 3] [--index DIR]
-       [--no-bulk]
+       [--no-bulk] [--src DIR --label NAME] [--server-only] [--out NAME.json]
 """
 
 from __future__ import annotations
@@ -97,13 +104,26 @@ def _send_and_wait(
     request = urllib.request.Request(
         f"{url}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
     )
+    t0 = time.perf_counter()
     with urllib.request.urlopen(request, timeout=600) as r:
         job = json.loads(r.read())["job"]
+    posted = time.perf_counter() - t0
     while job["status"] not in ("done", "failed"):
-        time.sleep(0.01)
-        job = _get(f"{url}/jobs/{job['id']}")
+        asked = time.perf_counter()
+        job = _get(f"{url}/jobs/{job['id']}?wait=30")  # a server without ?wait answers at once
+        if job["status"] not in ("done", "failed") and time.perf_counter() - asked < 0.005:
+            time.sleep(0.01)
+    seen = time.time()
     if job["status"] != "done":
         raise RuntimeError(f"job failed: {job['error']}")
+    # the client's side of the round trip: the POST's answer, and how long after the job
+    # finished (the server's clock: the same machine) the client saw it done
+    client = {"post_s": round(posted, 4)}
+    if job.get("finished") is not None:
+        client["seen_after_finish_s"] = round(seen - float(job["finished"]), 4)
+    job["client"] = client
+    if "timings" in job:  # again: the jobs file is written after the job reads done
+        job["timings"] = _get(f"{url}/jobs/{job['id']}").get("timings", job["timings"])
     return job
 
 
@@ -119,7 +139,13 @@ def _timed_run(command: list[str]) -> float:
 
 
 def _summary(seconds: list[float]) -> dict[str, float]:
-    return {"median_s": round(statistics.median(seconds), 3), "min_s": round(min(seconds), 3)}
+    """Median and minimum; with the first (after a start or a load: cold) apart from the
+    steady rest."""
+    out = {"median_s": round(statistics.median(seconds), 3), "min_s": round(min(seconds), 3)}
+    if len(seconds) > 1:
+        out["first_s"] = round(seconds[0], 3)
+        out["steady_median_s"] = round(statistics.median(seconds[1:]), 3)
+    return out
 
 
 def main() -> None:
@@ -137,7 +163,29 @@ def main() -> None:
         action="store_true",
         help="skip the 1%% sync (at 1M chunks it rescores abstracts for minutes)",
     )
+    parser.add_argument(
+        "--src",
+        type=Path,
+        default=None,
+        help="the psirag sources to measure (the server, the CLI and this process; default: "
+        "this tree's), e.g. an old commit's `git archive <commit> src | tar -x -C DIR`",
+    )
+    parser.add_argument(
+        "--label", default=None, help="names --src in the results (no machine paths there)"
+    )
+    parser.add_argument(
+        "--server-only",
+        action="store_true",
+        help="only the server's rows (no in-memory adds, no `psirag add INDEX FILE`): at 1M "
+        "chunks the in-process rows hold a second copy of the index in memory",
+    )
+    parser.add_argument("--out", default=None, help="results file name (default server_add_N)")
     args = parser.parse_args()
+    if args.src is not None:
+        global SRC
+        SRC = args.src.resolve()
+        if not (SRC / "psirag" / "__init__.py").exists():
+            parser.error(f"--src {args.src}: no psirag package there")
     if args.index is not None and not (args.index / "manifest.json").exists():
         parser.error(f"--index {args.index}: no saved index there (no manifest.json)")
     sys.path.insert(0, str(HERE))
@@ -148,6 +196,8 @@ def main() -> None:
     from psirag.ingest import Document
 
     out: dict[str, Any] = {"chunks": args.chunks, "repeats": args.repeats}
+    if args.label or args.src is not None:
+        out["src"] = args.label or args.src.name
     with tempfile.TemporaryDirectory(
         prefix="psirag-bench-server-", dir=os.environ.get("BENCH_TMP")
     ) as tmp:
@@ -166,6 +216,11 @@ def main() -> None:
             shutil.copytree(args.index, folder, symlinks=True)
             out["index"] = args.index.name  # no path of this machine in results
             out["copy_s"] = round(time.perf_counter() - t0, 2)
+            # the copy's pages are written back now, not under the timed adds (at 1M chunks
+            # 5.6 GB of writeback slowed the first adds and their saves' fsyncs)
+            t0 = time.perf_counter()
+            os.sync()
+            out["sync_s"] = round(time.perf_counter() - t0, 2)
 
         t0 = time.perf_counter()
         loaded = Index.load(folder, embedder=LoopbackHashEmbedder())
@@ -174,21 +229,24 @@ def main() -> None:
             args.chunks = out["chunks"] = loaded.data.tree.n_leaves
             vocab = corpus_vocab(args.chunks)[1]
         memory = []
-        for k in range(args.repeats):
+        for k in range(0 if args.server_only else args.repeats):
             t0 = time.perf_counter()
             summary = Index.from_data(loaded.data, embedder=LoopbackHashEmbedder()).add(
                 [_new_document(vocab, k)], texts=True
             )
             memory.append(time.perf_counter() - t0)
-        out["in_memory"] = _summary(memory)
-        out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
-        chained, index = [], Index.from_data(loaded.data, embedder=LoopbackHashEmbedder())
-        for k in range(args.repeats):  # each add on the previous one's result, as a server does
-            t0 = time.perf_counter()
-            summary = index.add([_new_document(vocab, 50 + k)], texts=True)
-            chained.append(time.perf_counter() - t0)
-        out["in_memory_chained"] = _summary(chained)
-        out["in_memory_chained_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+        if not args.server_only:
+            out["in_memory"] = _summary(memory)
+            out["in_memory_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+            chained, index = [], Index.from_data(loaded.data, embedder=LoopbackHashEmbedder())
+            for k in range(args.repeats):  # each add on the previous one's result, as a server
+                t0 = time.perf_counter()
+                summary = index.add([_new_document(vocab, 50 + k)], texts=True)
+                chained.append(time.perf_counter() - t0)
+            out["in_memory_chained"] = _summary(chained)
+            out["in_memory_chained_stages"] = {k: round(v, 3) for k, v in summary.seconds.items()}
+            del index
+        del loaded
 
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -208,7 +266,7 @@ def main() -> None:
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError("the benchmark server did not start") from None
                     time.sleep(0.2)
-            api, job_seconds, api_bytes = [], [], []
+            api, job_seconds, api_bytes, phases = [], [], [], []
             for k in range(args.repeats):
                 seen = _inodes(folder)
                 t0 = time.perf_counter()
@@ -216,9 +274,12 @@ def main() -> None:
                 api.append(time.perf_counter() - t0)
                 api_bytes.append(_written(folder, seen))
                 job_seconds.append(job["result"]["update"]["seconds"])
+                phases.append({**job.get("timings", {}), **job["client"]})
                 assert job["result"]["loaded_from_disk"] is False
             out["server_api"] = {**_summary(api), "bytes_written": api_bytes}
             out["server_api_stages"] = job_seconds[-1]
+            out["server_api_stages_each"] = job_seconds
+            out["server_api_phases_each"] = phases  # the job's timings (newer servers only)
             cli_server, cli_server_bytes = [], []
             for k in range(args.repeats):
                 path = Path(tmp) / f"via-server-{k}.txt"
@@ -245,6 +306,7 @@ def main() -> None:
                     "seconds": round(time.perf_counter() - t0, 3),
                     "bytes_written": _written(folder, seen),
                     "stages": job["result"]["update"]["seconds"],
+                    "phases": {**job.get("timings", {}), **job["client"]},
                 }
             out["server_index_loads"] = _get(f"{url}/index")["index_loads"]
         finally:
@@ -252,16 +314,17 @@ def main() -> None:
             server.wait(timeout=30)
 
         local, local_bytes = [], []
-        for k in range(args.repeats):
+        for k in range(0 if args.server_only else args.repeats):
             path = Path(tmp) / f"local-{k}.txt"
             path.write_text(_new_document(vocab, 300 + k), encoding="utf-8")
             seen = _inodes(folder)
             local.append(_timed_run([sys.executable, __file__, "--cli", str(folder), str(path)]))
             local_bytes.append(_written(folder, seen))
-        out["cli_local"] = {**_summary(local), "bytes_written": local_bytes}
+        if local:
+            out["cli_local"] = {**_summary(local), "bytes_written": local_bytes}
     out["machine"] = machine_info()
     print(json.dumps(out, indent=2))
-    write_result(f"server_add_{args.chunks}.json", out)
+    write_result(args.out or f"server_add_{args.chunks}.json", out)
 
 
 def _serve(folder: str, port: str) -> int:

@@ -189,6 +189,15 @@ def test_rows_derived_from_loaded_ones_are_known_by_row_without_decoding(saved: 
     mixed: list[Any] = [decoded[1], "x", decoded[0]]
     assert chunks.positions_of(mixed).tolist() == [8, -1, 4]
     assert both[1] is chunks[5] and len(both) == 5 and both[4] == "not a loaded chunk"
+    # a sequence of chosen rows knows its own rows carried on with more after them
+    assert isinstance(kept, LazyRows)
+    read = chunks.read()
+    assert kept.positions_of(both).tolist() == [0, 1, 2, 3, -1]
+    assert kept.positions_of(chunks.take(np.array([9, 0, 30]))).tolist() == [2, 0, 3]
+    shuffled = chunks.take(np.array([30, 5, 9]))
+    assert isinstance(shuffled, LazyRows)
+    assert shuffled.positions_of(shuffled + extra).tolist() == [0, 1, 2, -1]  # type: ignore[operator]
+    assert chunks.read() == read  # none decoded
 
 
 def test_line_starts_are_found_with_numpy_when_a_segment_has_none(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ reader holding the old value keeps a consistent view)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
@@ -124,9 +124,30 @@ class _MadeOnRead(Generic[T]):
         return cast("T | Deferred[T]", obj.__dict__.get(self._slot))
 
 
-def fresh_lineage(n_leaves: int) -> dict[str, int]:
-    """The lineage of a full build: nothing added or removed since."""
-    return {"built_leaves": n_leaves, "added": 0, "removed": 0, "updates": 0}
+LAST_NUMBER = "last_number"
+"""The lineage's highest numbered document id (``"17"``) the index has held (-1: none), so
+that a new text whose numbered id is taken gets the next free number without a list of every
+id; it never goes down (a removed number is not given again). Indexes saved before it lack it:
+the first update that needs it lists the ids once and keeps the count."""
+
+
+def numbered_id(doc_id: str) -> int | None:
+    """The number a document id is (``"17"``: ASCII digits only), else None."""
+    return int(doc_id) if doc_id.isascii() and doc_id.isdecimal() else None
+
+
+def last_number(doc_ids: Iterable[str]) -> int:
+    """The highest numbered id of ``doc_ids`` (-1: none is a number)."""
+    return max((n for d in doc_ids if (n := numbered_id(d)) is not None), default=-1)
+
+
+def fresh_lineage(n_leaves: int, doc_ids: Iterable[str] | None = None) -> dict[str, int]:
+    """The lineage of a full build: nothing added or removed since (with ``doc_ids``, the
+    documents' highest numbered id, :data:`LAST_NUMBER`)."""
+    lineage = {"built_leaves": n_leaves, "added": 0, "removed": 0, "updates": 0}
+    if doc_ids is not None:
+        lineage[LAST_NUMBER] = last_number(doc_ids)
+    return lineage
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -311,4 +332,13 @@ class IndexData:
         return replace(self, **changes)
 
 
-__all__ = ["BuildStats", "Deferred", "IndexData", "SavedOrigin", "fresh_lineage"]
+__all__ = [
+    "LAST_NUMBER",
+    "BuildStats",
+    "Deferred",
+    "IndexData",
+    "SavedOrigin",
+    "fresh_lineage",
+    "last_number",
+    "numbered_id",
+]

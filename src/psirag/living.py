@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -34,7 +34,7 @@ import numpy as np
 
 from psirag.embed import Embedder
 from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
-from psirag.index_data import IndexData
+from psirag.index_data import LAST_NUMBER, IndexData, last_number, numbered_id
 from psirag.ingest import Document
 from psirag.pipeline import (
     Corpus,
@@ -332,12 +332,11 @@ def document_digests(chunks: Sequence[Chunk]) -> dict[str, str]:
 
 def _free_id(wanted: str, doc: Document, taken: _Taken) -> str:
     """A new id for a document whose id is taken: a record of another file gets that file's
-    name in front, a text given directly the next free number, then ``#2``, ``#3``..."""
-    if doc.path is None and wanted.isdigit():
-        k = int(wanted)
-        numbers = [int(t) for t in taken if t.isdigit()]
-        k = max([k, *numbers]) + 1
-        return str(k)
+    name in front, a text given directly the next free number (past every number the index
+    has held: :data:`~psirag.index_data.LAST_NUMBER`, no list of the ids), then ``#2``,
+    ``#3``..."""
+    if doc.path is None and (k := numbered_id(wanted)) is not None:
+        return str(max(k, taken.last_number()) + 1)
     base = wanted
     if doc.path is not None and doc.is_record:
         base = f"{Path(doc.path).name}:{wanted}"
@@ -644,14 +643,29 @@ def _postings(data: IndexData) -> Postings | None:
     return Postings.of_counts(counts, k1=data.config.bm25_k1, b=data.config.bm25_b)
 
 
-def _lineage(data: IndexData, added: int, removed: int) -> dict[str, int]:
+def _lineage(
+    data: IndexData, added: int, removed: int, number: int | None = None
+) -> dict[str, int]:
+    """``data``'s lineage after one more update; ``number``: the highest numbered id now
+    known (None: the one ``data`` kept, if any)."""
     old = dict(data.lineage) or {"built_leaves": data.tree.n_leaves}
-    return {
+    lineage = {
         "built_leaves": int(old.get("built_leaves", data.tree.n_leaves)),
         "added": int(old.get("added", 0)) + added,
         "removed": int(old.get("removed", 0)) + removed,
         "updates": int(old.get("updates", 0)) + 1,
     }
+    if number is None:
+        number = old.get(LAST_NUMBER)
+    if number is not None:
+        lineage[LAST_NUMBER] = int(number)
+    return lineage
+
+
+def _kept_number(data: IndexData) -> dict[str, int]:
+    """The lineage's :data:`LAST_NUMBER` of ``data``, if it has one (a rebuild keeps it)."""
+    number = data.lineage.get(LAST_NUMBER)
+    return {} if number is None else {LAST_NUMBER: int(number)}
 
 
 def drift_report(data: IndexData, rule: RebuildRule | None = None) -> dict[str, Any]:
@@ -844,10 +858,11 @@ def update_documents(
             sources.pop(d, None)
     new_chunks: list[Chunk] = []
     truncated = 0
+    number: int | None = None  # the highest numbered id, when _admit knows it
     if documents:
         t0 = time.perf_counter()
         left = _Left(directory, wanted)  # the documents indexed and not removed
-        documents = _admit(data.chunks, sources, config, documents, summary, left)
+        documents, number = _admit(data, sources, documents, summary, left)
         new_chunks = chunk_documents(documents, config, progress=progress) if documents else []
         summary.seconds["chunking"] = summary.seconds.get("chunking", 0.0) + (
             time.perf_counter() - t0
@@ -925,7 +940,7 @@ def update_documents(
         embedder_id=data.embedder_id,
         stats=stats,
         sources=sources,
-        lineage=_lineage(data, len(new_chunks), summary.chunks_removed),
+        lineage=_lineage(data, len(new_chunks), summary.chunks_removed, number),
         phrase_table=state.phrases,
         origin=data.origin,
         abstract_drift=inner_drift if inner_drift.any() else None,
@@ -961,22 +976,24 @@ def _updated_graph(
 
 
 def _admit(
-    chunks: Sequence[Chunk],
+    data: IndexData,
     sources: dict[str, dict[str, Any]],
-    config: Any,
     documents: list[Document],
     summary: UpdateSummary,
     indexed: _Left,
-) -> list[Document]:
+) -> tuple[list[Document], int | None]:
     """Skip documents already indexed, refuse a changed file given to ``add``, rename new
-    documents whose id another document holds. ``indexed``: the documents of ``chunks`` that
-    stay."""
+    documents whose id another document holds. ``indexed``: the documents of ``data`` that
+    stay. Also returns the highest numbered id with the admitted ones (None: ``data``'s
+    lineage does not know it and no rename needed it)."""
+    chunks, config = data.chunks, data.config
     # digests only of the indexed documents a new one shares an id with (hashing every chunk
     # of the corpus cost more than the rest of a small add's chunking)
     asked = indexed.present([d.id for d in documents])
     mine = np.flatnonzero(indexed.leaves_of(sorted(asked))).tolist() if asked else []
     existing = document_digests([chunks[i] for i in mine]) if asked else {}
-    taken = _Taken(indexed, {d.id for d in documents})
+    held = data.lineage.get(LAST_NUMBER)
+    taken = _Taken(indexed, {d.id for d in documents}, None if held is None else int(held))
     out: list[Document] = []
     kept: set[str] = set()
     for doc in documents:
@@ -1001,7 +1018,7 @@ def _admit(
         taken.add(doc.id)
         kept.add(doc.id)
         out.append(doc)
-    return out
+    return out, taken.last
 
 
 class _Left:
@@ -1026,21 +1043,30 @@ class _Left:
 
 
 class _Taken:
-    """Ids a renamed document may not get: the kept documents' and the new ones' so far.
-    Iterating lists every indexed id (only :func:`_free_id`'s numbered ids do)."""
+    """Ids a renamed document may not get: the kept documents' and the new ones' so far, and
+    every number up to the highest numbered id the index has held."""
 
-    def __init__(self, indexed: _Left, new: set[str]) -> None:
+    def __init__(self, indexed: _Left, new: set[str], last: int | None = None) -> None:
         self.indexed = indexed
         self.new = new
+        self.last = last
+        """The highest numbered id of the index and the new ids (None: not known yet)."""
 
     def __contains__(self, doc_id: object) -> bool:
         return doc_id in self.new or doc_id in self.indexed
 
     def add(self, doc_id: str) -> None:
         self.new.add(doc_id)
+        number = numbered_id(doc_id)
+        if number is not None and self.last is not None:
+            self.last = max(self.last, number)
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.indexed.every_id() | self.new)
+    def last_number(self) -> int:
+        """:attr:`last`; for an index saved before the lineage kept it, found once from every
+        indexed id (the update then keeps it)."""
+        if self.last is None:
+            self.last = last_number(self.indexed.every_id() | self.new)
+        return self.last
 
 
 def _known_chunk_ids(chunks: Sequence[Chunk], left: _Left, new_chunks: list[Chunk]) -> list[str]:
@@ -1148,7 +1174,7 @@ def rebuild_data(
         embedder_id=data.embedder_id,
         stats=replace(data.stats, tree_mode=built.mode, llm=abstracts.llm),
         sources=dict(data.sources),
-        lineage=fresh_lineage(n),
+        lineage={**fresh_lineage(n), **_kept_number(data)},
         phrase_table=abstracts.table,
         origin=data.origin,
         leaf_graph=data.leaf_graph or leaf_graph(leaf_vectors),  # same leaves, same graph

@@ -429,7 +429,7 @@ def build_index_data(
         embedder_id=embedder.id,
         stats=stats,
         sources=document_sources(documents, chunks),
-        lineage=fresh_lineage(len(chunks)),
+        lineage=fresh_lineage(len(chunks), (d.id for d in documents)),
         phrase_table=abstracts.table,
         leaf_graph=graph,
     )

@@ -392,8 +392,16 @@ class LazyRows(Sequence[T], Generic[T]):
             return np.where(hit, pos, -1)
 
         if isinstance(items, LazyRows) and items._cache is self._cache:
-            # rows of a sequence over all of the source are their own positions
-            own = items._rows() if self.rows is None else position(items._rows())
+            # rows of a sequence over all of the source are their own positions, and so are
+            # this sequence's own rows carried on (an update's ``+``: the same array) while
+            # they are increasing: no search (at 1M chunks each save's search cost 40 ms)
+            theirs = items._rows()
+            if self.rows is None:
+                own = theirs
+            elif theirs is self.rows and order is None and (head.size == 0 or head[0] >= 0):
+                own = np.arange(head.size, dtype=np.int64)
+            else:
+                own = position(theirs)
             return np.concatenate([own, self._by_identity(items.tail)])
         return self._by_identity(items)
 

@@ -6,9 +6,10 @@ same loaders as a local ``psirag add``, so there is one parsing path. A sync rea
 sources (``GET /sources``), plans here as a local sync does, reads the new and changed files
 with the same loaders and names, and sends them with the ids to remove (``POST /sync``), so
 the server records each file's path and sha256 for the next sync. The command waits for the
-server's job (``GET /jobs/{id}``) and prints the same summary as a local update. Every failure
-(a bad URL, no server there, a wrong key, a refused file, a failed job) is one line naming the
-server and what to do. The URL is always the user's: it is never read from an index.
+server's job (``GET /jobs/{id}?wait=S``, long-polled) and prints the same summary as a local
+update. Every failure (a bad URL, no server there, a wrong key, a refused file, a failed job)
+is one line naming the server and what to do. The URL is always the user's: it is never read
+from an index.
 """
 
 from __future__ import annotations
@@ -28,8 +29,12 @@ from psirag.errors import InputError, PsiragError
 
 POLL_START_S = 0.05
 POLL_MAX_S = 1.0
+"""The pauses between polls of a server that does not hold ``GET /jobs/{id}?wait=S``."""
+JOB_WAIT_S = 30.0
+"""How long each ``GET /jobs/{id}?wait=S`` asks the server to hold the answer."""
 REQUEST_TIMEOUT_S = 60.0
-"""One HTTP request's limit (a job is waited for by polling, so a long add is not cut off)."""
+"""One HTTP request's limit (over :data:`JOB_WAIT_S`; a job is waited for in many requests,
+so a long add is not cut off)."""
 
 
 class ServerCallError(PsiragError):
@@ -139,15 +144,22 @@ class ServerClient:
         return self.call("DELETE", f"/documents/{urllib.parse.quote(doc_id, safe='')}")
 
     def wait(self, job: dict[str, Any]) -> dict[str, Any]:
-        """Poll the job until it is done; :class:`ServerCallError` with its error if it failed.
-        Bounded by the server: a job always ends (done or failed), and a server that stops
-        answering ends the wait with an error."""
-        job_id = str(job["id"])
+        """Wait for the job until it is done; :class:`ServerCallError` with its error if it
+        failed. Each request long-polls (``GET /jobs/{id}?wait=S``: the server answers as soon
+        as the job finishes); a server that answers an unfinished job at once (an older one,
+        which ignores ``wait``) is polled instead, every :data:`POLL_START_S` doubling to
+        :data:`POLL_MAX_S`. Bounded by the server: a job always ends (done or failed), and a
+        server that stops answering ends the wait with an error."""
+        path = f"/jobs/{urllib.parse.quote(str(job['id']), safe='')}?wait={JOB_WAIT_S:g}"
         pause = POLL_START_S
         while job.get("status") not in ("done", "failed"):
-            time.sleep(pause)
-            pause = min(pause * 2, POLL_MAX_S)
-            job = self.call("GET", f"/jobs/{urllib.parse.quote(job_id, safe='')}")
+            asked = time.monotonic()
+            job = self.call("GET", path)
+            if job.get("status") in ("done", "failed"):
+                break
+            if time.monotonic() - asked < JOB_WAIT_S / 2:  # the server did not hold it
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_S)
         if job["status"] == "failed":
             raise ServerCallError(
                 f"the psirag server at {self.url} could not apply the change: {job.get('error')}"

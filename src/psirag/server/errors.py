@@ -44,6 +44,10 @@ class NotFoundError(PsiragError):
     """A node, document or job id that does not exist (404)."""
 
 
+class UnprocessableError(PsiragError):
+    """A well-formed request whose value is out of range (422)."""
+
+
 class NotImplementedYetError(PsiragError):
     """A feature this index object does not offer (501)."""
 
@@ -68,6 +72,7 @@ _STATUS_OF: tuple[tuple[type[BaseException], int], ...] = (
     (PayloadTooLargeError, 413),
     (RequestTimeoutError, 504),
     (NotFoundError, 404),
+    (UnprocessableError, 422),
     (NotImplementedYetError, 501),
     (LLMNotConfiguredError, 503),
     (LLMError, 502),
@@ -175,6 +180,7 @@ __all__ = [
     "NotImplementedYetError",
     "PayloadTooLargeError",
     "RequestTimeoutError",
+    "UnprocessableError",
     "error_body",
     "error_response",
     "exception_response",

@@ -58,6 +58,16 @@ class Job:
     payload: Any = field(default=None, repr=False)
     """What the write needs, as JSON data: the documents of an add, the ids of a removal."""
     retry_of: str | None = None
+    started: float | None = None
+    """When the writer began running it (seconds since the epoch; None: not yet)."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Where the job's time went, in seconds, by phase: ``request`` (reading and checking the
+    request before it was queued), ``queued``, ``lock`` (the writer lock, and a load when
+    another process wrote meanwhile), ``update`` (the change itself; its stages are in the
+    result's ``update.seconds``), ``save``, ``unlock`` (publishing the pointer and what
+    follows the save), ``prepare`` (the new generation's embedder and warm-up start),
+    ``publish``, ``jobs_file`` (writing this record), ``run`` (running to done) and
+    ``run_cpu`` (CPU seconds of the writer thread over ``run``)."""
 
     def progress(self, done: int, total: int) -> None:
         self.done, self.total = int(done), int(total)
@@ -88,6 +98,8 @@ class Job:
             "documents": self.documents,
             "retryable": self.retryable,
             "retry_of": self.retry_of,
+            "started": self.started,
+            "timings": dict(self.timings),
         }
 
     def saved(self) -> dict[str, Any]:
@@ -114,6 +126,13 @@ def _time(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) and value >= 0 else None
+
+
+def _timings(value: Any) -> dict[str, float]:
+    """A saved job's phase timings: the entries that are a name and a finite number >= 0."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: t for k, v in value.items() if isinstance(k, str) and (t := _time(v)) is not None}
 
 
 def _payload(kind: str, value: Any) -> Any:
@@ -162,6 +181,8 @@ def _job_from_saved(raw: Any, *, live: bool = False) -> Job | None:
         documents=documents,
         payload=_payload(kind, raw.get("payload")),
         retry_of=retry_of if isinstance(retry_of, str) and _JOB_ID.match(retry_of) else None,
+        started=_time(raw.get("started")),
+        timings=_timings(raw.get("timings")),
     )
     if not live and job.status in ("queued", "running"):  # the last server stopped meanwhile
         job.interrupt()

@@ -40,6 +40,7 @@ import queue
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,8 @@ class JobRunner:
         self._step = id_step
         self._shared_done: list[str] = []  # this runner's finished jobs in the shared folder
         self._warned: set[str] = set()
+        self._watchers: dict[str, list[Callable[[], None]]] = {}
+        """Callbacks to run once a job finishes (:meth:`when_finished`), by job id."""
         self._next = max(self._load() + 1, first_id, self._after_own_shared(first_id))
         self._thread = threading.Thread(target=self._run, name="psirag-writer", daemon=True)
         self._thread.start()
@@ -121,8 +124,11 @@ class JobRunner:
         documents: list[dict[str, str]] | None = None,
         payload: Any = None,
         retry_of: str | None = None,
+        request_s: float | None = None,
     ) -> Job:
-        """Queue a write; ``work`` defaults to :attr:`perform` (which reads the payload)."""
+        """Queue a write; ``work`` defaults to :attr:`perform` (which reads the payload).
+        ``request_s``: the seconds the request took before it queued the job (its timings'
+        ``request``)."""
         run = work or self.perform
         if self.observe is not None:
             raise RuntimeError("an observing runner takes no jobs (it only reads another's file)")
@@ -136,6 +142,8 @@ class JobRunner:
                 payload=payload,
                 retry_of=retry_of,
             )
+            if request_s is not None:
+                job.timings["request"] = round(request_s, 4)
             self._next += self._step
             self._jobs[job.id] = job
             finished = [j for j in self._jobs.values() if j.finished is not None]
@@ -159,6 +167,27 @@ class JobRunner:
         if job is not None or self.shared is None or not _JOB_ID.match(job_id):
             return job
         return self._read_shared(self.shared / f"{job_id}.json")
+
+    def when_finished(self, job_id: str, callback: Callable[[], None]) -> bool:
+        """Have ``callback`` called (on the writer thread, once) when this runner's job
+        ``job_id`` finishes; False, and no call, when it has finished already or is not this
+        runner's (another worker's job: read its file again instead). Take the callback back
+        with :meth:`forget`."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.status in ("done", "failed"):
+                return False
+            self._watchers.setdefault(job_id, []).append(callback)
+            return True
+
+    def forget(self, job_id: str, callback: Callable[[], None]) -> None:
+        """Take back a callback of :meth:`when_finished` (a waiter that stopped waiting)."""
+        with self._lock:
+            waiting = self._watchers.get(job_id, [])
+            if callback in waiting:
+                waiting.remove(callback)
+            if not waiting:
+                self._watchers.pop(job_id, None)
 
     def all(self) -> list[Job]:
         """Every remembered job, oldest first (with a shared folder: every worker's)."""
@@ -248,18 +277,34 @@ class JobRunner:
             if item is None:
                 return
             job, work = item
+            job.started = time.time()
+            job.timings["queued"] = round(max(0.0, job.started - job.created), 4)
+            t0, cpu0 = time.perf_counter(), time.thread_time()
             job.status = "running"
             self._save(job)
+            saving = time.perf_counter() - t0
+            status: JobStatus = "done"
             try:
                 job.result = work(job)
-                job.status = "done"
             except Exception as exc:  # a failed job is reported on its status, never raised
                 job.error = f"{type(exc).__name__}: {exc}"
-                job.status = "failed"
+                status = "failed"
                 log.warning("job %s (%s) failed: %s", job.id, job.kind, job.error)
                 log.debug("%s", traceback.format_exc())
+            job.timings["run"] = round(time.perf_counter() - t0, 4)
+            job.timings["run_cpu"] = round(time.thread_time() - cpu0, 4)
             job.finished = time.time()
+            with self._lock:  # finished before it reads done; the waiters hear it once
+                job.status = status
+                waiting = self._watchers.pop(job.id, [])
+            for callback in waiting:
+                try:
+                    callback()
+                except Exception as exc:  # a waiter's failure is its own
+                    log.debug("a waiter of job %s failed: %s", job.id, exc)
+            t1 = time.perf_counter()
             self._save(job)
+            job.timings["jobs_file"] = round(saving + time.perf_counter() - t1, 4)
 
     def _save(self, changed: Job | None = None) -> bool:
         """Write the jobs file atomically (a temporary file, then a rename), and the job that

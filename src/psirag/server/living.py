@@ -4,6 +4,7 @@ thread (:class:`psirag.server.jobs.JobRunner`), saved, then published to new req
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -48,14 +49,32 @@ def apply_write(state: ServerState, kind: JobKind, payload: Any, job: Job) -> di
     # disk (no reload); when another process (`psirag add` from the command line, another
     # worker of --workers N) published since, that generation is loaded instead, so its change
     # is never overwritten. Waits for the lock: with --workers N the other workers write too.
+    change = _change(kind, payload)
+    spans: dict[str, float] = {}
+
+    def timed(index: Index) -> UpdateSummary:
+        spans["change"] = time.perf_counter()
+        try:
+            return change(index)
+        finally:
+            spans["changed"] = time.perf_counter()
+
+    timings = job.timings
     with state.holder.writing():
+        t0 = time.perf_counter()
         updated, done = Index.update_saved(
             state.holder.folder,
-            _change(kind, payload),
+            timed,
             embedder=served.embedder,
             base=served,
             wait=WRITER_LOCK_WAIT_S,
         )
+        t1 = time.perf_counter()
+        began, ended = spans.get("change", t0), spans.get("changed", t0)
+        timings["lock"] = round(began - t0, 4)
+        timings["update"] = round(ended - began, 4)
+        timings["save"] = round(done.save_seconds, 4)
+        timings["unlock"] = round(max(0.0, t1 - ended - done.save_seconds), 4)
         if done.loaded:
             state.holder.count_load()
             log.info("index: another process wrote %s; loaded it from disk", state.holder.folder)
@@ -63,8 +82,11 @@ def apply_write(state: ServerState, kind: JobKind, payload: Any, job: Job) -> di
         if done.generation is not None:
             summary.seconds["save"] = done.save_seconds  # as `psirag add` reports it
         prepare_index(updated)
+        t2 = time.perf_counter()
+        timings["prepare"] = round(t2 - t1, 4)
         saved = done.generation if done.generation is not None else state.holder.get().saved
         generation = state.holder.publish(updated, saved=saved)
+        timings["publish"] = round(time.perf_counter() - t2, 4)
     job.progress(1, 1)
     return {
         "generation": generation.number,

@@ -5,6 +5,8 @@ index)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 import zlib
 from typing import Any
@@ -19,6 +21,7 @@ from psirag.server.errors import (
     NOT_JSON,
     NotFoundError,
     NotImplementedYetError,
+    UnprocessableError,
     field_errors,
     is_json_error,
 )
@@ -68,6 +71,7 @@ async def add_document(request: Request, state: State, index: IndexDep) -> dict[
             "adding documents needs the living index (Index.add), which this psirag "
             "version does not have; rebuild the index with `psirag index` instead"
         )
+    t0 = time.perf_counter()
     documents, rejected = await _documents_from_request(request, state)
     # one pass over the document keys, not a list of every document (issue 24)
     taken = await state.blocking(
@@ -84,6 +88,7 @@ async def add_document(request: Request, state: State, index: IndexDep) -> dict[
         "add",
         documents=[{"id": d.id, "title": d.title} for d in documents],
         payload=[document_to_json(d) for d in documents],
+        request_s=time.perf_counter() - t0,
     )
     return {"job": job.to_dict(), "rejected": rejected}
 
@@ -97,13 +102,19 @@ async def remove_document(doc_id: str, state: State, index: IndexDep) -> dict[st
             "removing documents needs the living index (Index.remove), which this psirag "
             "version does not have; rebuild the index without the document instead"
         )
+    t0 = time.perf_counter()
     found, _ = await state.blocking(
         lambda: index.data.document_index.match([doc_id])  # compared in NFC (psirag.ids)
     )
     if not found:
         raise NotFoundError(f"document {doc_id!r} is not in this index (see GET /documents)")
     doc_id = found[0]
-    job = state.jobs.submit("remove", documents=[{"id": doc_id, "title": ""}], payload=[doc_id])
+    job = state.jobs.submit(
+        "remove",
+        documents=[{"id": doc_id, "title": ""}],
+        payload=[doc_id],
+        request_s=time.perf_counter() - t0,
+    )
     return {"job": job.to_dict()}
 
 
@@ -132,6 +143,7 @@ async def sync(request: Request, state: State, index: IndexDep) -> dict[str, Any
             "syncing needs the living index (Index.update), which this psirag version does not "
             "have; rebuild the index with `psirag index` instead"
         )
+    t0 = time.perf_counter()
     try:
         body = SyncRequest.model_validate_json(await request.body())
     except ValidationError as exc:
@@ -165,17 +177,73 @@ async def sync(request: Request, state: State, index: IndexDep) -> dict[str, Any
         "sync",
         documents=listed,
         payload={"remove": remove, "documents": [d.model_dump() for d in body.documents]},
+        request_s=time.perf_counter() - t0,
     )
     return {"job": job.to_dict()}
 
 
+MAX_JOB_WAIT_S = 60.0
+"""The longest ``GET /jobs/{id}?wait=S`` holds a request open."""
+SHARED_JOB_POLL_S = 0.05
+"""How often a wait re-reads another worker's job file (``psirag serve --workers N``)."""
+
+
 @router.get("/jobs/{job_id}")
-async def job_status(job_id: str, state: State) -> dict[str, Any]:
-    """A write job: queued, running, done or failed, with its progress."""
+async def job_status(
+    job_id: str,
+    state: State,
+    wait: float | None = Query(
+        None,
+        description=f"seconds (0 to {MAX_JOB_WAIT_S:g}) to hold the answer until the job is "
+        "done or failed: it returns as soon as the job finishes, else after this long, with "
+        "the job as it is then",
+    ),
+) -> dict[str, Any]:
+    """A write job: queued, running, done or failed, with its progress and phase timings.
+    ``?wait=S`` long-polls: the answer comes when the job finishes, or after ``S`` seconds."""
+    if wait is not None and not 0.0 <= wait <= MAX_JOB_WAIT_S:  # NaN fails too
+        raise UnprocessableError(
+            f"wait must be a number of seconds from 0 to {MAX_JOB_WAIT_S:g}, got {wait:g}; "
+            "poll again to wait longer"
+        )
     job = state.jobs.get(job_id)
     if job is None:
         raise NotFoundError(f"no job {job_id!r} (the server keeps the last jobs only)")
+    if wait and job.status not in ("done", "failed"):
+        job = await _finished_or_late(state, job_id, wait) or job
     return job.to_dict()
+
+
+async def _finished_or_late(state: State, job_id: str, wait: float) -> Any:
+    """The job once it finishes, or as it is after ``wait`` seconds (no thread is held:
+    the writer wakes this request; another worker's job is read again every
+    :data:`SHARED_JOB_POLL_S`)."""
+    loop = asyncio.get_running_loop()
+    finished = loop.create_future()
+
+    def settle() -> None:  # on the event loop
+        if not finished.done():
+            finished.set_result(None)
+
+    def wake() -> None:  # on the writer thread
+        loop.call_soon_threadsafe(settle)
+
+    deadline = loop.time() + wait
+    if state.jobs.when_finished(job_id, wake):
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(finished, timeout=wait)
+        finally:
+            state.jobs.forget(job_id, wake)
+        return state.jobs.get(job_id)
+    job = state.jobs.get(job_id)  # finished already, or another worker's
+    while job is not None and job.status not in ("done", "failed"):
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        await asyncio.sleep(min(SHARED_JOB_POLL_S, left))
+        job = state.jobs.get(job_id)
+    return job
 
 
 @router.post("/jobs/{job_id}/retry", status_code=202)
