@@ -319,3 +319,38 @@ def test_dirty_with_siblings_adds_the_abstract_siblings_of_dirty_nodes() -> None
         if p >= 0:
             assert set(t.children(p).tolist()) <= wide
     assert all(t.layer[u] > 0 for u in wide)
+
+
+def test_batch_groups_small_graph_matches_scipy_components() -> None:
+    """The union-find that joins a few new chunks' groups (no scipy import) gives the
+    components scipy gives, on random graphs with isolated nodes and long chains."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from psirag.tree.update import _components
+
+    rng = np.random.default_rng(5)
+    for m, links in [(1, 0), (7, 0), (30, 12), (60, 200), (200, 150)]:
+        rows = rng.integers(0, m, links)
+        cols = rng.integers(0, m, links)
+        ours = _components(m, rows, cols)
+        graph = coo_matrix((np.ones(links), (rows, cols)), shape=(m, m))
+        _, theirs = connected_components(graph, directed=False)
+        # the same partition: equal labels exactly where scipy's are equal
+        assert np.array_equal(ours[:, None] == ours[None, :], theirs[:, None] == theirs[None, :])
+    chain = np.arange(99)
+    assert np.unique(_components(100, chain[::-1], chain[::-1] + 1)).size == 1
+
+
+def test_children_table_is_each_parents_children_in_node_order() -> None:
+    rng = np.random.default_rng(9)
+    n_leaves, n_inner = 500, 40
+    parent = np.concatenate(
+        [rng.integers(n_leaves, n_leaves + n_inner, n_leaves), np.full(n_inner, -1)]
+    )
+    parent[n_leaves : n_leaves + n_inner - 1] = n_leaves + n_inner - 1
+    tree = Tree(
+        parent=parent, layer=np.r_[np.zeros(n_leaves), np.ones(n_inner - 1), 2].astype(np.int32)
+    )
+    for node in range(tree.n_nodes):
+        assert tree.children(node).tolist() == np.flatnonzero(parent == node).tolist()

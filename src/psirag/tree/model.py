@@ -58,7 +58,12 @@ class Tree:
     @cached_property
     def _children_csr(self) -> tuple[np.ndarray, np.ndarray]:
         has_parent = np.flatnonzero(self.parent >= 0)
-        order = has_parent[np.argsort(self.parent[has_parent], kind="stable")]
+        n = self.n_nodes
+        if n < 2**31:  # (parent, node) as one distinct key: a plain sort, several times faster
+            key = self.parent[has_parent].astype(np.int64) * n + has_parent
+            order = np.sort(key) % n
+        else:
+            order = has_parent[np.argsort(self.parent[has_parent], kind="stable")]
         counts = np.bincount(self.parent[has_parent], minlength=self.n_nodes)
         offsets = np.zeros(self.n_nodes + 1, dtype=np.int64)
         np.cumsum(counts, out=offsets[1:])
