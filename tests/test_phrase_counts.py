@@ -306,8 +306,8 @@ def test_a_loaded_table_finds_its_words_by_the_saved_hashes_and_numbers_new_ones
     vocab = loaded._derived().vocab
     assert (vocab.index._index is None) is hashes
     assert (vocab.stem_index._index is None) is hashes
-    grown = loaded.add(more[:5]).add(more[5:] + ["Zyxwv qwerty Zyxwv eats apples, Qwerty."])
-    kept = table.add(more[:5]).add(more[5:] + ["Zyxwv qwerty Zyxwv eats apples, Qwerty."])
+    grown = loaded.add(more[:5]).add([*more[5:], "Zyxwv qwerty Zyxwv eats apples, Qwerty."])
+    kept = table.add(more[:5]).add([*more[5:], "Zyxwv qwerty Zyxwv eats apples, Qwerty."])
     assert len(grown.words) > len(table.words)
     assert grown.words == kept.words
     for name, array in kept.arrays().items():
