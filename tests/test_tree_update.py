@@ -354,3 +354,17 @@ def test_children_table_is_each_parents_children_in_node_order() -> None:
     )
     for node in range(tree.n_nodes):
         assert tree.children(node).tolist() == np.flatnonzero(parent == node).tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_leaf_counts_are_the_leaves_below_each_node(seed: int) -> None:
+    from support.trees import random_tree
+
+    tree = random_tree(40 + 17 * seed, 3)
+    below = np.zeros(tree.n_nodes, dtype=np.int64)
+    for leaf in range(tree.n_leaves):  # walk each leaf up to its root
+        u = leaf
+        while u >= 0:
+            below[u] += 1
+            u = int(tree.parent[u])
+    assert np.array_equal(tree.leaf_counts, below)

@@ -89,9 +89,14 @@ class Tree:
     def leaf_counts(self) -> np.ndarray:
         """Number of leaves below each node (1 for a leaf): summed up one layer at a time (an
         update carries it to the tree it makes, see :func:`carried_leaf_counts`)."""
-        counts = (self.layer == 0).astype(np.int64)
-        for lv in range(self.depth):
-            nodes = np.flatnonzero(self.layer == lv)
+        n = self.n_leaves
+        counts = np.zeros(self.n_nodes, dtype=np.int64)
+        counts[:n] = 1
+        up = self.parent[:n]  # the leaves (ids 0 .. n-1): one unweighted count
+        counts += np.bincount(up[up >= 0], minlength=self.n_nodes)
+        inner_layer = self.layer[n:]
+        for lv in range(1, self.depth):
+            nodes = n + np.flatnonzero(inner_layer == lv)
             nodes = nodes[self.parent[nodes] >= 0]
             counts += np.bincount(
                 self.parent[nodes], weights=counts[nodes], minlength=self.n_nodes
