@@ -368,3 +368,38 @@ def test_leaf_counts_are_the_leaves_below_each_node(seed: int) -> None:
             below[u] += 1
             u = int(tree.parent[u])
     assert np.array_equal(tree.leaf_counts, below)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_an_updates_leaf_sums_are_scipys_product_to_the_bit(seed: int) -> None:
+    """The routing means of an update's few nodes, summed without scipy, are the floats of
+    ``membership_of(nodes) @ leaf_vectors`` (what a full recompute's product gives), also
+    for leaves with -0.0 components; past the bound the sum is scipy's product itself."""
+    from support.trees import random_tree
+
+    from psirag import pipeline
+
+    tree = random_tree(300 + 50 * seed, seed, max_children=4)
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(tree.n_leaves, 8)).astype(np.float32)
+    vectors[::7, 2] = -0.0
+    nodes = np.arange(tree.n_leaves, tree.n_nodes)
+    expected = np.asarray(tree.membership_of(nodes) @ vectors)
+    got = pipeline._leaf_sums(tree, nodes, vectors)
+    assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
+    ptr, leaves = tree.membership_rows(nodes)
+    assert np.array_equal(ptr, tree.membership_of(nodes).indptr)
+    assert np.array_equal(leaves, tree.membership_of(nodes).indices)
+
+
+def test_leaf_sums_past_the_bound_are_scipys_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.trees import random_tree
+
+    from psirag import pipeline
+
+    tree = random_tree(120, 3)
+    vectors = np.random.default_rng(3).normal(size=(tree.n_leaves, 8)).astype(np.float32)
+    nodes = np.arange(tree.n_leaves, tree.n_nodes)
+    monkeypatch.setattr(pipeline, "_SUMMED_IN_NUMPY", 10)
+    got = pipeline._leaf_sums(tree, nodes, vectors)
+    assert got.tobytes() == np.asarray(tree.membership_of(nodes) @ vectors).tobytes()

@@ -156,6 +156,16 @@ class Tree:
             return self.leaf_membership[nodes]
         import scipy.sparse as sp
 
+        indptr, indices = self.membership_rows(nodes)
+        data = np.ones(indices.size, dtype=np.float32)
+        return sp.csr_matrix((data, indices, indptr), shape=(indptr.size - 1, self.n_leaves))
+
+    def membership_rows(self, nodes: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of :meth:`membership_of` as CSR ``(indptr, indices)`` (what an update of a
+        few nodes reads; no scipy import)."""
+        if "leaf_membership" in self.__dict__:
+            rows = self.leaf_membership[nodes]
+            return rows.indptr.astype(np.int64), rows.indices.astype(np.int64)
         targets = np.asarray(nodes, dtype=np.int64).reshape(-1)
         n = self.n_leaves
         one_root = int(self.roots[0]) if self.roots.size == 1 else -1
@@ -169,8 +179,7 @@ class Tree:
         indptr = np.zeros(targets.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=indptr[1:])
         indices = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
-        data = np.ones(indices.size, dtype=np.float32)
-        return sp.csr_matrix((data, indices, indptr), shape=(targets.size, n))
+        return indptr, indices
 
     def leaf_rows(self, nodes: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Per node, the leaves under it, ascending, as CSR rows ``(indptr, indices)``: one
