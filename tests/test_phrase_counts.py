@@ -334,3 +334,22 @@ def test_saved_word_hashes_that_disagree_with_the_words_are_a_format_error() -> 
         loaded = PhraseTable.from_arrays(list(table.words), {**saved, "w_hash": bad}, stems)
         with pytest.raises(IndexFormatError, match="hashes"):
             loaded.add(["A new leaf about apples."])
+
+
+@pytest.mark.parametrize("marked", [0, 1, 3, 9])
+def test_forms_with_marks_the_forms_holding_a_marked_word(marked: int) -> None:
+    """Both ways of the scan (a few marked words compared, many looked up) mark exactly the
+    packed forms with a marked word in one of their three places (0: the pad)."""
+    from psirag.abstracts.phrase_model import PACK_BITS
+    from psirag.abstracts.phrases import _forms_with
+
+    rng = np.random.default_rng(marked)
+    n_words = 50
+    fields = rng.integers(0, n_words + 1, (5000, 3))  # word id + 1, 0: no word
+    fields[:100, 1:] = 0  # one-word forms
+    keys = (fields[:, 0] << (2 * PACK_BITS)) | (fields[:, 1] << PACK_BITS) | fields[:, 2]
+    words = rng.choice(n_words, marked, replace=False)
+    is_word = np.zeros(n_words + 1, dtype=bool)
+    is_word[words] = True
+    expected = np.isin(fields, words + 1).any(axis=1)
+    assert np.array_equal(_forms_with(keys, is_word), expected)

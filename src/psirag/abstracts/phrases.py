@@ -1927,13 +1927,26 @@ def _forms_with(s_key: np.ndarray, is_word: np.ndarray) -> np.ndarray:
     assert MAX_NGRAM == 3  # the three fields below
     mask = (1 << PACK_BITS) - 1
     has = np.empty(s_key.shape[0], dtype=bool)
+    # a few marked words (a removal's): compared field by field, twice as fast as a lookup
+    few = (np.flatnonzero(is_word[:-1]) + 1).tolist()
     for lo in range(0, s_key.shape[0], _SCAN_BLOCK):
         k = np.asarray(s_key[lo : lo + _SCAN_BLOCK])
-        h = is_word[(k & mask) - 1]
-        h |= is_word[((k >> PACK_BITS) & mask) - 1]
-        h |= is_word[(k >> (2 * PACK_BITS)) - 1]
+        if len(few) <= _FEW_WORDS:
+            fields = (k & mask, (k >> PACK_BITS) & mask, k >> (2 * PACK_BITS))
+            h = np.zeros(k.shape[0], dtype=bool)
+            for word in few:
+                for field in fields:
+                    h |= field == word
+        else:
+            h = is_word[(k & mask) - 1]
+            h |= is_word[((k >> PACK_BITS) & mask) - 1]
+            h |= is_word[(k >> (2 * PACK_BITS)) - 1]
         has[lo : lo + _SCAN_BLOCK] = h
     return has
+
+
+_FEW_WORDS = 4
+"""Marked words up to which :func:`_forms_with` compares each field with each of them."""
 
 
 def _stem_first(d: _Derived) -> np.ndarray:
