@@ -353,3 +353,20 @@ def test_forms_with_marks_the_forms_holding_a_marked_word(marked: int) -> None:
     is_word[words] = True
     expected = np.isin(fields, words + 1).any(axis=1)
     assert np.array_equal(_forms_with(keys, is_word), expected)
+
+
+def test_word_hashes_are_the_saved_formats_blake2b() -> None:
+    """What ``keywords/w_hash`` holds (a saved format: other processes and versions read it):
+    the first 8 bytes of BLAKE2b of each string's UTF-8, as a little-endian signed int64."""
+    import hashlib
+
+    from psirag.abstracts.phrases import _hash64
+
+    words = ["Etna", "é", "", "x" * 70, "naïve-Ωmega"]
+    expected = [
+        int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little", signed=True)
+        for w in words
+    ]
+    got = _hash64(words)
+    assert got.dtype == np.int64 and got.tolist() == expected
+    assert _hash64([]).shape == (0,)

@@ -162,11 +162,11 @@ def _pack(cols: np.ndarray) -> np.ndarray:
 def _hash64(keys: Sequence[str]) -> np.ndarray:
     """A stable 64-bit hash of each string (BLAKE2b of its UTF-8): what :class:`_Ids` saves so
     a loaded vocabulary finds words without hashing every one into a dict."""
-    out = np.empty(len(keys), dtype=np.int64)
-    for i, key in enumerate(keys):
-        digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        out[i] = int.from_bytes(digest, "little", signed=True)
-    return out
+    digests = b"".join(
+        hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        for key in keys
+    )
+    return np.frombuffer(digests, dtype="<i8").astype(np.int64)
 
 
 _HASH_SAMPLE = 64
