@@ -267,3 +267,106 @@ def test_pieces_read_like_the_array_they_make_up() -> None:
     assert np.array_equal(fewer[17:203], kept[17:203])
     assert np.array_equal(fewer.append(np.arange(5), own=False)[kept.size :], np.arange(5))
     assert np.array_equal(np.asarray(fewer), kept)
+
+
+def _saved_form(table: PhraseTable, hashes: bool = True) -> tuple[list[str], dict[str, object]]:
+    """What a save writes of ``table`` (read only, as memory maps are); without the word and
+    stem hashes when ``hashes`` is false (an index saved before them)."""
+    from psirag.abstracts.phrase_names import HASH_ARRAYS
+
+    stems, vocab = table.vocab() or ([], {})
+    saved = dict(table.arrays())
+    saved.update(vocab)
+    saved.update(table.derived_arrays() or {})
+    out: dict[str, object] = {}
+    for name, array in saved.items():
+        if name in HASH_ARRAYS and not hashes:
+            continue
+        array = np.array(array)
+        array.flags.writeable = False
+        out[name] = array
+    return list(stems), out
+
+
+@pytest.mark.parametrize("hashes", [True, False])
+def test_a_loaded_table_finds_its_words_by_the_saved_hashes_and_numbers_new_ones_the_same(
+    hashes: bool,
+) -> None:
+    """A table loaded with the saved word and stem hashes makes no dict of its words (an add
+    finds its words by their hashes) and gives, after adds of old and new words, the words,
+    stems, arrays and counts of the same table kept in memory; one saved before the hashes
+    makes the dicts, and its next save has the hashes of every word and stem."""
+    from psirag.abstracts.phrases import _hash64
+
+    corpus = _texts(40, 3)
+    more = _texts(52, 3)[40:]
+    table = PhraseTable.build(corpus)
+    stems, saved = _saved_form(table, hashes)
+    loaded = PhraseTable.from_arrays(list(table.words), saved, stems)
+    vocab = loaded._derived().vocab
+    assert (vocab.index._index is None) is hashes
+    assert (vocab.stem_index._index is None) is hashes
+    grown = loaded.add(more[:5]).add([*more[5:], "Zyxwv qwerty Zyxwv eats apples, Qwerty."])
+    kept = table.add(more[:5]).add([*more[5:], "Zyxwv qwerty Zyxwv eats apples, Qwerty."])
+    assert len(grown.words) > len(table.words)
+    assert grown.words == kept.words
+    for name, array in kept.arrays().items():
+        assert np.array_equal(np.asarray(grown.arrays()[name]), np.asarray(array)), name
+    assert _counts(grown) == _counts(kept) == _derived_afresh(grown)
+    stems_g, vocab_g = grown.vocab() or ([], {})
+    stems_k, vocab_k = kept.vocab() or ([], {})
+    assert stems_g == stems_k and len(stems_g) > len(stems)
+    for name in vocab_k:
+        assert np.array_equal(np.asarray(vocab_g[name]), np.asarray(vocab_k[name])), name
+    assert np.array_equal(vocab_g["w_hash"], _hash64(grown.words))
+    assert np.array_equal(vocab_g["s_hash"], _hash64(stems_g))
+
+
+def test_saved_word_hashes_that_disagree_with_the_words_are_a_format_error() -> None:
+    from psirag.errors import IndexFormatError
+
+    table = PhraseTable.build(_texts(30, 5))
+    stems, saved = _saved_form(table)
+    for bad in (
+        np.roll(np.asarray(saved["w_hash"]), 1),  # hashes of other words
+        np.asarray(saved["w_hash"])[:-1],  # one short
+    ):
+        loaded = PhraseTable.from_arrays(list(table.words), {**saved, "w_hash": bad}, stems)
+        with pytest.raises(IndexFormatError, match="hashes"):
+            loaded.add(["A new leaf about apples."])
+
+
+@pytest.mark.parametrize("marked", [0, 1, 3, 9])
+def test_forms_with_marks_the_forms_holding_a_marked_word(marked: int) -> None:
+    """Both ways of the scan (a few marked words compared, many looked up) mark exactly the
+    packed forms with a marked word in one of their three places (0: the pad)."""
+    from psirag.abstracts.phrase_model import PACK_BITS
+    from psirag.abstracts.phrases import _forms_with
+
+    rng = np.random.default_rng(marked)
+    n_words = 50
+    fields = rng.integers(0, n_words + 1, (5000, 3))  # word id + 1, 0: no word
+    fields[:100, 1:] = 0  # one-word forms
+    keys = (fields[:, 0] << (2 * PACK_BITS)) | (fields[:, 1] << PACK_BITS) | fields[:, 2]
+    words = rng.choice(n_words, marked, replace=False)
+    is_word = np.zeros(n_words + 1, dtype=bool)
+    is_word[words] = True
+    expected = np.isin(fields, words + 1).any(axis=1)
+    assert np.array_equal(_forms_with(keys, is_word), expected)
+
+
+def test_word_hashes_are_the_saved_formats_blake2b() -> None:
+    """What ``keywords/w_hash`` holds (a saved format: other processes and versions read it):
+    the first 8 bytes of BLAKE2b of each string's UTF-8, as a little-endian signed int64."""
+    import hashlib
+
+    from psirag.abstracts.phrases import _hash64
+
+    words = ["Etna", "é", "", "x" * 70, "naïve-Ωmega"]
+    expected = [
+        int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little", signed=True)
+        for w in words
+    ]
+    got = _hash64(words)
+    assert got.dtype == np.int64 and got.tolist() == expected
+    assert _hash64([]).shape == (0,)

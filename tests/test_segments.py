@@ -441,3 +441,20 @@ def test_a_removal_writes_tombstones_not_the_phrase_lists(tmp_path: Path) -> Non
         assert not rest and (g1 / first).stat().st_ino == (g2 / first).stat().st_ino, name
     assert _new_bytes(g2) < total / 3
     _same(Index.load(folder, verify="full"), index)
+
+
+def test_joined_values_reads_one_value_per_line_or_gives_up() -> None:
+    """The whole-file read of a JSON-lines table: one value per line (a last line with or
+    without its newline), None where that is not so (a blank line, bad UTF-8, bad JSON),
+    so that the caller reads line by line and names the bad one."""
+    import json
+
+    from psirag.rows import joined_values
+
+    values = ["w", "é", 'a "q"', 3, None, [1, "x\\ny"], {"k": "v,w"}]
+    text = "\n".join(json.dumps(v) for v in values)
+    assert joined_values(text.encode()) == values
+    assert joined_values((text + "\n").encode()) == values
+    assert joined_values(b"") == []
+    for bad in (b'"a"\n\n"b"\n', b'"a"\n\n', b"\xff\n", b'"a"\n{\n', b'"a" "b"\n'):
+        assert joined_values(bad) is None, bad

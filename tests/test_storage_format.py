@@ -285,3 +285,43 @@ def test_the_inner_ids_check_finds_a_repeated_id_without_a_sort() -> None:
     assert not _distinct_below(np.append(ids, 3), 2_000)
     assert _distinct_below(np.array([5, 10**12 - 1]), 10**12)  # sparse: sorted instead
     assert not _distinct_below(np.array([7, 7]), 10**12)
+
+
+def test_an_index_saved_before_the_word_hashes_saves_them_and_then_loads_without_word_dicts(
+    tmp_path: Path,
+) -> None:
+    """The format-4 fixture has no ``keywords/w_hash`` / ``s_hash``: its first update makes
+    the word and stem dicts, as before, and its save writes the hashes (whole, once); the next
+    load finds an add's words by those hashes, and gives what the index kept in memory gives."""
+    from support.embedders import HashEmbedder
+
+    from psirag.abstracts.phrases import _hash64
+    from psirag.ingest import Document
+
+    folder = tmp_path / "v4"
+    shutil.copytree(V4_FIXTURE, folder)
+    assert "keywords/w_hash" not in json.loads((folder / "manifest.json").read_text())["tables"]
+    emb = HashEmbedder(16)
+    index = Index.load(folder, embedder=emb)
+    index.add([Document("tide", "", "The tide at Naples rose over the ferry quay.", False)])
+    table = index.data.phrase_table
+    assert table is not None and table._derived().vocab.index._index is not None
+    index.save(folder)
+    tables = json.loads((folder / "manifest.json").read_text())["tables"]
+    assert {"keywords/w_hash", "keywords/s_hash"} <= set(tables)
+    again = Index.load(folder, embedder=emb)
+    loaded = again.data.phrase_table
+    assert loaded is not None
+    vocab = loaded._derived().vocab
+    assert vocab.index._index is None and vocab.stem_index._index is None
+    assert np.array_equal(vocab.index.hashes(), _hash64(loaded.words))
+    doc = Document("crater", "", "Vesuvian crater walks: Pompeii guides and Etna ash.", False)
+    for ix in (index, again):
+        ix.add([doc])
+    assert list(again.data.abstracts) == list(index.data.abstracts)
+    again.save(folder)
+    third = Index.load(folder, embedder=emb, verify="full").data.phrase_table
+    added = again.data.phrase_table
+    assert added is not None and len(added.words) > len(loaded.words)
+    assert third is not None and third.words == added.words
+    assert np.array_equal(third._derived().vocab.index.hashes(), _hash64(third.words))

@@ -319,3 +319,87 @@ def test_dirty_with_siblings_adds_the_abstract_siblings_of_dirty_nodes() -> None
         if p >= 0:
             assert set(t.children(p).tolist()) <= wide
     assert all(t.layer[u] > 0 for u in wide)
+
+
+def test_batch_groups_small_graph_matches_scipy_components() -> None:
+    """The union-find that joins a few new chunks' groups (no scipy import) gives the
+    components scipy gives, on random graphs with isolated nodes and long chains."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from psirag.tree.update import _components
+
+    rng = np.random.default_rng(5)
+    for m, links in [(1, 0), (7, 0), (30, 12), (60, 200), (200, 150)]:
+        rows = rng.integers(0, m, links)
+        cols = rng.integers(0, m, links)
+        ours = _components(m, rows, cols)
+        graph = coo_matrix((np.ones(links), (rows, cols)), shape=(m, m))
+        _, theirs = connected_components(graph, directed=False)
+        # the same partition: equal labels exactly where scipy's are equal
+        assert np.array_equal(ours[:, None] == ours[None, :], theirs[:, None] == theirs[None, :])
+    chain = np.arange(99)
+    assert np.unique(_components(100, chain[::-1], chain[::-1] + 1)).size == 1
+
+
+def test_children_table_is_each_parents_children_in_node_order() -> None:
+    rng = np.random.default_rng(9)
+    n_leaves, n_inner = 500, 40
+    parent = np.concatenate(
+        [rng.integers(n_leaves, n_leaves + n_inner, n_leaves), np.full(n_inner, -1)]
+    )
+    parent[n_leaves : n_leaves + n_inner - 1] = n_leaves + n_inner - 1
+    tree = Tree(
+        parent=parent, layer=np.r_[np.zeros(n_leaves), np.ones(n_inner - 1), 2].astype(np.int32)
+    )
+    for node in range(tree.n_nodes):
+        assert tree.children(node).tolist() == np.flatnonzero(parent == node).tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_leaf_counts_are_the_leaves_below_each_node(seed: int) -> None:
+    from support.trees import random_tree
+
+    tree = random_tree(40 + 17 * seed, 3)
+    below = np.zeros(tree.n_nodes, dtype=np.int64)
+    for leaf in range(tree.n_leaves):  # walk each leaf up to its root
+        u = leaf
+        while u >= 0:
+            below[u] += 1
+            u = int(tree.parent[u])
+    assert np.array_equal(tree.leaf_counts, below)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_an_updates_leaf_sums_are_scipys_product_to_the_bit(seed: int) -> None:
+    """The routing means of an update's few nodes, summed without scipy, are the floats of
+    ``membership_of(nodes) @ leaf_vectors`` (what a full recompute's product gives), also
+    for leaves with -0.0 components; past the bound the sum is scipy's product itself."""
+    from support.trees import random_tree
+
+    from psirag import pipeline
+
+    tree = random_tree(300 + 50 * seed, seed, max_children=4)
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(tree.n_leaves, 8)).astype(np.float32)
+    vectors[::7, 2] = -0.0
+    nodes = np.arange(tree.n_leaves, tree.n_nodes)
+    expected = np.asarray(tree.membership_of(nodes) @ vectors)
+    got = pipeline._leaf_sums(tree, nodes, vectors)
+    assert got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
+    ptr, leaves = tree.membership_rows(nodes)
+    assert np.array_equal(ptr, tree.membership_of(nodes).indptr)
+    assert np.array_equal(leaves, tree.membership_of(nodes).indices)
+
+
+def test_leaf_sums_past_the_bound_are_scipys_product(monkeypatch: pytest.MonkeyPatch) -> None:
+    from support.trees import random_tree
+
+    from psirag import pipeline
+
+    tree = random_tree(120, 3)
+    vectors = np.random.default_rng(3).normal(size=(tree.n_leaves, 8)).astype(np.float32)
+    nodes = np.arange(tree.n_leaves, tree.n_nodes)
+    monkeypatch.setattr(pipeline, "_SUMMED_IN_NUMPY", 10)
+    got = pipeline._leaf_sums(tree, nodes, vectors)
+    assert got.tobytes() == np.asarray(tree.membership_of(nodes) @ vectors).tobytes()

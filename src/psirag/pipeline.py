@@ -302,8 +302,10 @@ def routing_vectors(
     inner node of ``tree`` (read only for abstract-text routing)."""
     n = tree.n_leaves
     targets = None if nodes is None else np.asarray(nodes, dtype=np.int64).reshape(-1)
-    membership = tree.leaf_membership[n:] if targets is None else tree.membership_of(targets)
-    mean = _normalise_rows(np.asarray(membership @ leaf_vectors))
+    if targets is None:
+        mean = _normalise_rows(np.asarray(tree.leaf_membership[n:] @ leaf_vectors))
+    else:
+        mean = _normalise_rows(_leaf_sums(tree, targets, leaf_vectors))
     texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
     if config.routing == "leaf_mean" or not texts:
         routing = mean
@@ -321,6 +323,27 @@ def routing_vectors(
     if targets is not None:
         return np.asarray(routing, dtype=np.float32).reshape(targets.size, leaf_vectors.shape[1])
     return np.concatenate([leaf_vectors, routing]).astype(np.float32)
+
+
+_SUMMED_IN_NUMPY = 1 << 16
+"""Leaves (all target rows together) up to which :func:`_leaf_sums` adds them up itself."""
+
+
+def _leaf_sums(tree: Tree, targets: np.ndarray, leaf_vectors: np.ndarray) -> np.ndarray:
+    """``membership_of(targets) @ leaf_vectors``, the same floats: each row's leaves added in
+    ascending order one after another (an accumulate, as scipy's sparse product does), for an
+    update's few nodes without importing scipy; a larger sum is scipy's product."""
+    ptr, leaves = tree.membership_rows(targets)
+    if leaves.size > _SUMMED_IN_NUMPY:
+        return np.asarray(tree.membership_of(targets) @ leaf_vectors)
+    dtype = np.result_type(np.float32, leaf_vectors.dtype)
+    out = np.zeros((targets.size, leaf_vectors.shape[1]), dtype=dtype)
+    for i in range(targets.size):
+        rows = leaves[ptr[i] : ptr[i + 1]]
+        if rows.size:
+            out[i] = np.cumsum(np.asarray(leaf_vectors[rows], dtype=dtype), axis=0)[-1]
+    out += 0.0  # scipy's sum starts at +0: never -0.0
+    return out
 
 
 def sparse_index(

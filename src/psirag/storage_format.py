@@ -760,7 +760,7 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     base's tables by id or key, without reading or comparing the others. False, with nothing
     written, when that cannot be done (a base saved without the counts, a table that must be
     written again): then the whole table is saved the ordinary way."""
-    from psirag.abstracts.phrase_names import DERIVED_ARRAYS
+    from psirag.abstracts.phrase_names import DERIVED_ARRAYS, HASH_ARRAYS
     from psirag.segments import dead_rows, physical_of, values_at
 
     changes = table.changed_since_saved
@@ -784,7 +784,8 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
         *DERIVED_ARRAYS,
         *word_counts,
     ]
-    if any(f"{PHRASES_DIR}/{name}" not in base for name in names):
+    # (the word and stem hashes may be new: a base saved before them gets them whole)
+    if any(f"{PHRASES_DIR}/{name}" not in base for name in names if name not in HASH_ARRAYS):
         return False
     n_p_base = base[f"{PHRASES_DIR}/p_key"].rows
     n_p = int(table.p_key.size)
@@ -1656,7 +1657,13 @@ def _load_phrase_table_v3(
     words_table = f"{PHRASES_DIR}/words"
     if words_table not in tables:
         return None
-    from psirag.abstracts.phrase_names import ARRAYS, DERIVED_ARRAYS, VOCAB_ARRAYS, WORD_ARRAYS
+    from psirag.abstracts.phrase_names import (
+        ARRAYS,
+        DERIVED_ARRAYS,
+        HASH_ARRAYS,
+        VOCAB_ARRAYS,
+        WORD_ARRAYS,
+    )
     from psirag.abstracts.phrases import entry_pieces, spare_view
     from psirag.segments import dead_rows, growable_rows, head_rows, segment_parts
 
@@ -1714,6 +1721,8 @@ def _load_phrase_table_v3(
         if f"{PHRASES_DIR}/stems" in tables:
             stems = _read_table(reader, tables, f"{PHRASES_DIR}/stems", folder)
             arrays.update({a: arr(a) for a in VOCAB_ARRAYS})
+            if all(f"{PHRASES_DIR}/{a}" in tables for a in HASH_ARRAYS):
+                arrays.update({a: arr(a) for a in HASH_ARRAYS})
             if all(f"{PHRASES_DIR}/{a}" in tables for a in DERIVED_ARRAYS):
                 saved, heads = counts()
                 arrays.update(saved)
@@ -1823,9 +1832,9 @@ def _deferred_table(
 
         try:
             words, stems = word_lists()
-            if not all(isinstance(w, str) for w in words):
+            if not set(map(type, words)) <= {str}:  # every one, at C speed
                 raise ValueError("the word list holds something other than words")
-            if stems is not None and not all(isinstance(w, str) for w in stems):
+            if stems is not None and not set(map(type, stems)) <= {str}:
                 raise ValueError("the stem list holds something other than stems")
             table = PhraseTable.from_arrays(words, arrays, stems, heads=heads, reload=reload)
         except (OSError, ValueError, UnicodeDecodeError) as exc:

@@ -21,10 +21,9 @@ import contextlib
 import gc
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 
 from psirag.abstracts.phrase_model import MAX_NGRAM, STOPWORDS, PhraseInfo, Phrases
 from psirag.heap import give_back_freed_memory
@@ -32,6 +31,8 @@ from psirag.retrieval.ranking import top_k
 from psirag.tree.model import Tree
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
+
     from psirag.abstracts.phrases import PhraseTable
 
 __all__ = ["STOPWORDS", "format_abstract", "keyword_abstracts"]
@@ -70,6 +71,13 @@ phrase counts of a whole tree repeat each leaf's phrases once per ancestor."""
 def format_abstract(phrases: Iterable[str]) -> str:
     """One line of text, comma-separated, as the paper's keyword prompt formats its output."""
     return ", ".join(phrases)
+
+
+class _LeafRows(NamedTuple):
+    """Some nodes' leaves as CSR rows: what an update reads of the membership matrix."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
 
 
 def keyword_abstracts(
@@ -125,7 +133,11 @@ def keyword_abstracts(
 
     row_of = {u: i for i, u in enumerate(rows.tolist())}
     whole_tree = tree.leaf_membership[n_leaves:] if nodes is None else None
-    membership = (tree.membership_of(rows) if whole_tree is None else whole_tree).astype(np.int32)
+    membership: Any = (
+        _LeafRows(*tree.membership_rows(rows))  # an update: the rows alone, no scipy matrix
+        if whole_tree is None
+        else whole_tree.astype(np.int32)
+    )
     # node x phrase leaf counts, columns by persistent phrase id (unsorted within a row: a
     # parent's counts are read through a dense scratch row, ties break by column id); a node
     # over every leaf (a single tree's root) has the corpus's counts, no product needed
@@ -137,6 +149,8 @@ def keyword_abstracts(
     order = np.argsort(tree.parent[targets], kind="stable")
     ordered = targets[order]
     if nodes is None:  # every node: sparse products, a block of parent groups at a time
+        import scipy.sparse as sp  # here: an update's few nodes need no sparse product
+
         blocks = _product_blocks(tree, ordered, row_of, membership, whole, phrases.lp_ptr)
         leaf_pid = sp.csr_matrix(
             (np.ones(phrases.lp_pid.size, dtype=np.int8), phrases.lp_pid, phrases.lp_ptr),

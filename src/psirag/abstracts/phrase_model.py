@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = [
     "JOINERS",
@@ -114,6 +116,8 @@ class Phrases:
     def leaf_pid(self) -> sp.csr_matrix:
         """n_leaves x n_pids, 0/1 int32: the phrases each leaf holds (made on first use: an
         update reads the rows of its few nodes' leaves instead)."""
+        import scipy.sparse as sp  # here: an update never makes it
+
         return sp.csr_matrix(
             (np.ones(self.lp_pid.size, dtype=np.int32), self.lp_pid, self.lp_ptr),
             shape=(self.lp_ptr.size - 1, self.key.size),
@@ -156,6 +160,8 @@ class Phrases:
     @cached_property
     def leaf_phrase(self) -> sp.csr_matrix:
         """The leaf x column presence matrix."""
+        import scipy.sparse as sp
+
         cols = self.col_of[self.leaf_pid.indices]
         inside = cols >= 0
         rows = np.repeat(np.arange(self.leaf_pid.shape[0]), np.diff(self.leaf_pid.indptr))

@@ -11,6 +11,11 @@ VOCAB_ARRAYS = ("w_stem", "w_flags")
 """Optional saved arrays (with the stem list): each word's stem id and its flags as bits, so a
 loaded table does not stem and test every word of the corpus again on its first update."""
 
+HASH_ARRAYS = ("w_hash", "s_hash")
+"""Optional saved arrays (with :data:`VOCAB_ARRAYS`): a 64-bit hash of each word and of each
+stem, so a loaded table finds an update's words without making a dict of every word and stem
+(indexes saved before them make the dicts on their first update, and save the hashes then)."""
+
 DERIVED_ARRAYS = ("p_sorted", "p_df", "s_key", "s_cnt", "s_pid", "p_best", "w_rank", "n_ranked")
 """Optional saved arrays (with :data:`VOCAB_ARRAYS`): the corpus-level counts the per-leaf
 arrays add up to, so the first update after a load does not sort the corpus to derive them."""
@@ -20,4 +25,4 @@ WORD_ARRAYS = ("w_first", "w_df")
 leaves hold it, so a removal after a load re-ranks only the words it moves (indexes saved
 before they existed derive them on their first removal)."""
 
-__all__ = ["ARRAYS", "DERIVED_ARRAYS", "VOCAB_ARRAYS", "WORD_ARRAYS"]
+__all__ = ["ARRAYS", "DERIVED_ARRAYS", "HASH_ARRAYS", "VOCAB_ARRAYS", "WORD_ARRAYS"]

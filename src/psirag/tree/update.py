@@ -842,14 +842,39 @@ def batch_groups(new: np.ndarray, best_old: np.ndarray) -> list[np.ndarray]:
         rows.append(r + lo)
         cols.append(c)
     r_all, c_all = np.concatenate(rows), np.concatenate(cols)
-    # here, not at module level: csgraph pulls in scipy.linalg, which no search needs
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    if r_all.size <= _SMALL_GRAPH:  # a few links (one document): no scipy import
+        label = _components(m, r_all, c_all)
+    else:
+        # here, not at module level: csgraph pulls in scipy.linalg, which no search needs
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
 
-    graph = coo_matrix((np.ones(r_all.size), (r_all, c_all)), shape=(m, m))
-    n_comp, label = connected_components(graph, directed=False)
-    groups = [np.flatnonzero(label == k) for k in range(n_comp)]
+        graph = coo_matrix((np.ones(r_all.size), (r_all, c_all)), shape=(m, m))
+        label = connected_components(graph, directed=False)[1]
+    groups = [np.flatnonzero(label == k) for k in np.unique(label).tolist()]
     return sorted(groups, key=lambda g: int(g[0]))
+
+
+_SMALL_GRAPH = 4096
+"""Links up to which :func:`batch_groups` joins the groups itself (union-find in Python)."""
+
+
+def _components(m: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """A connected-component label per node of the undirected graph on ``m`` nodes with the
+    links ``rows[i] - cols[i]`` (labels are any distinct ints per component)."""
+    root = list(range(m))
+
+    def find(u: int) -> int:
+        while root[u] != u:
+            root[u] = root[root[u]]
+            u = root[u]
+        return u
+
+    for a, b in zip(rows.tolist(), cols.tolist(), strict=True):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            root[max(ra, rb)] = min(ra, rb)
+    return np.array([find(u) for u in range(m)], dtype=np.int64)
 
 
 def insert_leaves(
