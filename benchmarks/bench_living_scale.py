@@ -260,10 +260,13 @@ class RssSampler:
 
     def stage_peaks(self, start: float, seconds: dict[str, float]) -> dict[str, float]:
         """Peak RSS per stage, the stages laid end to end from ``start`` by their timers in
-        build order (a stage's untimed gaps count as "other")."""
+        build order (a stage's untimed gaps count as "other"; a ``*_thread`` timer, a stage
+        run on a background thread beside the others, is not laid out)."""
         bounds = []
         t = start
         for name, secs in seconds.items():
+            if name.endswith("_thread"):
+                continue
             bounds.append((name, t, t + secs))
             t += secs
         peaks: dict[str, float] = {}

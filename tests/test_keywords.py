@@ -373,3 +373,103 @@ def test_repeated_word_phrases_do_not_crash() -> None:
     assert len(phrases) == 2
     for node in phrases:
         assert len({p.lower() for p in node}) == len(node)
+
+
+def _random_corpus(rng: np.random.Generator, n: int) -> list[str]:
+    """Passages of a few topics' pseudo-words, some capitalised names, some stopwords."""
+    topics = [[f"t{t}w{i}" for i in range(12)] for t in range(4)]
+    names = ["Mount Etna", "Five Little Peppers", "Arena", "Nova Scotia", "Red River"]
+    common = ["the", "of", "river", "stone", "play", "music"]
+    out = []
+    for _ in range(n):
+        topic = topics[int(rng.integers(len(topics)))]
+        words = [
+            str(rng.choice(topic)) if rng.random() < 0.6 else str(rng.choice(common))
+            for _ in range(int(rng.integers(3, 14)))
+        ]
+        if rng.random() < 0.4:
+            words.insert(int(rng.integers(len(words) + 1)), str(rng.choice(names)))
+        out.append(" ".join(words))
+    return out
+
+
+def _random_tree(rng: np.random.Generator, n: int) -> Tree:
+    """Leaves in random groups, groups in random groups, under one root or several."""
+    parent: list[int] = []
+    layer = [0] * n
+    level = list(range(n))
+    depth = 0
+    while len(level) > 1 and depth < 3:
+        depth += 1
+        groups: list[list[int]] = []
+        order = rng.permutation(len(level)).tolist()
+        at = 0
+        while at < len(order):
+            size = int(rng.integers(1, 6))
+            groups.append([level[i] for i in order[at : at + size]])
+            at += size
+        nxt = []
+        for g in groups:
+            node = len(layer)
+            layer.append(depth)
+            nxt.append(node)
+            for child in g:
+                while len(parent) <= child:
+                    parent.append(-1)
+                parent[child] = node
+        level = nxt
+    while len(parent) < len(layer):
+        parent.append(-1)
+    return Tree(parent=np.array(parent), layer=np.array(layer))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_single_leaf_phrases_read_from_their_leaves_match_the_full_product(
+    seed: int, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Phrases of one leaf skip the node x phrase products (count 1 wherever the leaf is, so
+    only the lowest columns of each ranked list are scored): the
+    abstracts are exactly those of the products over every column (also when nodes are scored
+    a slice at a time, ``chunk``)."""
+    import psirag.abstracts.keywords as kw
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 160))
+    texts = _random_corpus(rng, n)
+    tree = _random_tree(rng, n)
+    if chunk is not None:
+        monkeypatch.setattr(kw, "_SCORE_CHUNK", chunk)
+    max_phrases = int(rng.integers(3, 12))
+    split = kw.keyword_abstracts(texts, tree, max_phrases=max_phrases)
+    real_split = kw._split_leaf_phrases
+    seen: list[int] = []
+
+    def no_split(phrases: object) -> tuple[object, object]:
+        _multi, single = real_split(phrases)  # type: ignore[arg-type]
+        seen.append(single.pid.size)
+        everything = kw._LeafPhrases(phrases.lp_ptr, phrases.lp_pid)  # type: ignore[attr-defined]
+        return everything, kw._LeafPhrases(np.zeros_like(single.ptr), single.pid[:0])
+
+    monkeypatch.setattr(kw, "_split_leaf_phrases", no_split)
+    full = kw.keyword_abstracts(texts, tree, max_phrases=max_phrases)
+    assert seen and seen[0] > 0  # the corpus has single-leaf phrases to split out
+    assert split == full
+    assert sum(len(p) for p in split) > 0
+
+
+def test_leaf_rows_gather_in_pieces_reads_every_row_once() -> None:
+    import psirag.abstracts.keywords as kw
+
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 7, size=50)
+    ptr = np.concatenate(([0], np.cumsum(lengths)))
+    rows = kw._LeafPhrases(ptr, rng.integers(0, 1000, size=int(ptr[-1])))
+    leaves = rng.choice(50, size=30, replace=False)
+    want = np.concatenate([rows.pid[ptr[i] : ptr[i + 1]] for i in leaves])
+    for size in (1, 5, 13, 10_000):
+        pieces = list(rows.gather(leaves, size))
+        assert np.array_equal(np.concatenate(pieces), want)
+        assert all(p.size > 0 for p in pieces)
+        if size >= want.size:
+            assert len(pieces) == 1

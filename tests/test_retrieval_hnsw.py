@@ -246,3 +246,51 @@ def test_the_onnx_embedder_loads_after_the_graph_library() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "both loaded" in done.stdout
+
+
+def test_the_graph_is_built_on_a_background_thread_with_two_cores(
+    small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two or more cores the build makes its graph beside the other stages (its own
+    timer, ``hnsw_thread``); without, in line. Either graph ranks as the exact scan does."""
+    import psirag.pipeline as pipeline
+
+    seen: list[str] = []
+    real_build = LeafGraph.build
+
+    def build(vectors: np.ndarray, *, threads: int = 0) -> LeafGraph:
+        import threading
+
+        seen.append(threading.current_thread().name)
+        return real_build(vectors, threads=threads)
+
+    monkeypatch.setattr(LeafGraph, "build", build)
+    monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 2)
+    threaded = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    monkeypatch.setenv("PSIRAG_GRAPH_THREAD", "0")
+    inline = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    assert seen == ["psirag-hnsw", "MainThread"]
+    assert "hnsw_thread" in threaded.stats.seconds and "hnsw" in threaded.stats.seconds
+    assert "hnsw_thread" not in inline.stats.seconds and "hnsw" in inline.stats.seconds
+    hnsw = SearchConfig(lists=("hnsw",), k=10, beam=1000)
+    dense = SearchConfig(lists=("dense",), k=10)
+    for index in (threaded, inline):
+        assert index.data.leaf_graph is not None and index.data.leaf_graph.n_leaves == 400
+        for query in ("w1 w2 w3", "w10 w150 w77"):
+            got = np.array([p.score for p in index.search(query, config=hnsw)])
+            want = index.search(query, config=dense)
+            assert int(np.sum(got >= want[-1].score - 1e-5)) >= 9
+
+
+def test_a_failed_background_graph_build_is_raised_by_the_build(
+    small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psirag.pipeline as pipeline
+
+    def broken(vectors: np.ndarray, *, threads: int = 0) -> LeafGraph:
+        raise MemoryError("no room for the graph")
+
+    monkeypatch.setattr(LeafGraph, "build", broken)
+    monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 2)
+    with pytest.raises(MemoryError, match="no room for the graph"):
+        Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)

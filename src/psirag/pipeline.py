@@ -9,6 +9,8 @@ it over the same tree.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -413,6 +415,8 @@ def build_index_data(
     seconds["tree"] = time.perf_counter() - t0
     give_back_freed_memory()
 
+    # the HNSW graph reads only the leaf vectors: built beside the abstracts, routing and BM25
+    graph_build = GraphBuild(embedded.vectors, report=say)
     leaf_texts = [c.text for c in chunks]
     t0 = time.perf_counter()
     if batch is not None and llm is not None:
@@ -432,9 +436,11 @@ def build_index_data(
     seconds["bm25"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    graph = leaf_graph(embedded.vectors, report=say)
+    graph, thread_seconds = graph_build.result()
     if graph is not None:
         seconds["hnsw"] = time.perf_counter() - t0
+        if thread_seconds is not None:
+            seconds["hnsw_thread"] = thread_seconds
     stats = BuildStats(
         seconds=seconds,
         truncated=embedded.truncated,
@@ -482,6 +488,56 @@ def leaf_graph(leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> L
     return LeafGraph.build(leaf_vectors)
 
 
+def graph_in_background() -> bool:
+    """Whether a build makes its leaf graph on a thread beside the other stages: with two or
+    more cores (usearch releases the GIL while it inserts, and the abstracts, routing and BM25
+    stages are mostly one core of Python). ``PSIRAG_GRAPH_THREAD=0`` turns it off."""
+    if os.environ.get("PSIRAG_GRAPH_THREAD", "1") == "0":
+        return False
+    return (os.cpu_count() or 1) >= 2
+
+
+class GraphBuild:
+    """The leaf graph of a build (:func:`leaf_graph`), made on a background thread with one
+    usearch thread (:func:`graph_in_background`) or, without one, when :meth:`result` is asked.
+    The graph is the same kind either way (usearch's insertion order is the keys' order; a graph
+    built with several threads is not deterministic anyway)."""
+
+    def __init__(self, leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> None:
+        self._vectors: np.ndarray | None = leaf_vectors
+        self._report = report
+        self._graph: LeafGraph | None = None
+        self._error: BaseException | None = None
+        self._seconds: float | None = None
+        self._thread: threading.Thread | None = None
+        n = int(leaf_vectors.shape[0])
+        if n > GRAPH_MIN_LEAVES and graph_in_background() and usearch_available():
+            self._thread = threading.Thread(target=self._run, name="psirag-hnsw", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            assert self._vectors is not None
+            self._graph = LeafGraph.build(self._vectors, threads=1)
+        except BaseException as exc:  # raised again by result(), on the caller's thread
+            self._error = exc
+        self._seconds = time.perf_counter() - t0
+
+    def result(self) -> tuple[LeafGraph | None, float | None]:
+        """The graph (None where :func:`leaf_graph` gives none) and the seconds the background
+        thread took (None when it was built here)."""
+        if self._thread is None:
+            vectors, self._vectors = self._vectors, None
+            assert vectors is not None
+            return leaf_graph(vectors, report=self._report), None
+        self._thread.join()
+        self._vectors = None
+        if self._error is not None:
+            raise self._error
+        return self._graph, self._seconds
+
+
 def document_sources(
     documents: Sequence[Document], chunks: Sequence[Chunk]
 ) -> dict[str, dict[str, Any]]:
@@ -501,6 +557,7 @@ __all__ = [
     "BatchBackend",
     "BuiltTree",
     "Embedded",
+    "GraphBuild",
     "Reporter",
     "build_chunk_tree",
     "build_index_data",

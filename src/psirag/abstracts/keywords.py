@@ -148,14 +148,20 @@ def keyword_abstracts(
     # children grouped under each parent, so the parent's row is scattered once
     order = np.argsort(tree.parent[targets], kind="stable")
     ordered = targets[order]
+    single: _LeafPhrases | None = None
     if nodes is None:  # every node: sparse products, a block of parent groups at a time
         import scipy.sparse as sp  # here: an update's few nodes need no sparse product
 
-        blocks = _product_blocks(tree, ordered, row_of, membership, whole, phrases.lp_ptr)
+        # only phrases of two or more leaves go through the products: one of a single leaf has
+        # count 1 in every node over that leaf (and in its parent), so it is read from the
+        # leaf's row; a phrase that is not a column is never scored and is left out
+        multi, single = _split_leaf_phrases(phrases)
+        blocks = _product_blocks(tree, ordered, row_of, membership, whole, multi.ptr)
         leaf_pid = sp.csr_matrix(
-            (np.ones(phrases.lp_pid.size, dtype=np.int8), phrases.lp_pid, phrases.lp_ptr),
+            (np.ones(multi.pid.size, dtype=np.int8), multi.pid, multi.ptr),
             shape=(n_leaves, phrases.key.size),
         )
+        del multi
         sub_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     else:  # a few nodes (an update): each from its own leaves' rows, no corpus-wide matrix
         blocks = [ordered.size]
@@ -192,6 +198,7 @@ def keyword_abstracts(
     current = -2
     parent_pids = np.empty(0, dtype=np.int64)
     start = 0
+    pool = CANDIDATE_POOL * max_phrases
     with _collector_paused():  # many small objects; a full pass over a big heap is slow
         for stop in blocks:
             chunk = ordered[start:stop].tolist()
@@ -220,33 +227,60 @@ def keyword_abstracts(
                     else:
                         parent_pids = np.empty(0, dtype=np.int64)
                     current = p
-                pids, data = node_row(int(row_of[u]))
-                n_u = float(leaf_counts[row_of[u]])
+                r_u = int(row_of[u])
+                pids, data = node_row(r_u)
+                n_u = float(leaf_counts[r_u])
                 if bar is not None:
                     bar.update(1)
                 # a root compares with the rest of the corpus (nothing, for a single tree)
                 n_p = float(leaf_counts[row_of[p]]) if p >= 0 else float(n_leaves)
+                # the node's phrases: the product's row, then (a slice at a time) the
+                # single-leaf phrases of its leaves, each held by one leaf here and in the parent
+                segments: list[tuple[np.ndarray, np.ndarray | None]] = []
+                segments += [
+                    (pids[lo : lo + _SCORE_CHUNK], data[lo : lo + _SCORE_CHUNK])
+                    for lo in range(0, pids.size, _SCORE_CHUNK)
+                ]
+                n_total = pids.size
+                if single is not None and not whole[r_u]:
+                    leaves = membership.indices[membership.indptr[r_u] : membership.indptr[r_u + 1]]
+                    for part in single.gather(leaves, _SCORE_CHUNK):
+                        segments.append((part, None))
+                        n_total += part.size
+                if not segments:
+                    segments.append((pids, data))
                 parts = []
                 n_multi = 0
-                for lo in range(0, max(pids.size, 1), _SCORE_CHUNK):
-                    c_pids, c_data = pids[lo : lo + _SCORE_CHUNK], data[lo : lo + _SCORE_CHUNK]
-                    cols = col_of[c_pids]
-                    kept = cols >= 0
-                    c_pids, cols = c_pids[kept], cols[kept]
-                    df_u = c_data[kept].astype(np.float64)
-                    if p >= 0:
-                        # a parent's row holds every phrase of its child's (sorted when read
-                        # per node)
-                        if scratch is not None:
-                            df_p = scratch[c_pids]
-                        else:
-                            df_p = pdata[parent_pids.searchsorted(c_pids)]
+                for c_pids, c_data in segments:
+                    if c_data is None:  # single-leaf phrases, all columns
+                        # each is held by one leaf here and in the parent (or the corpus):
+                        # every one scores the same and ties go to the lower column, so only
+                        # the lowest columns of each ranked list can be picked
+                        is_multi = phrases.words[c_pids] > 1
+                        n_multi += int(np.count_nonzero(is_multi))
+                        cols = col_of[c_pids]
+                        at = _lowest_columns(cols, (phrases.entity[c_pids], is_multi), pool)
+                        c_pids, cols = c_pids[at], cols[at]
+                        df_u = np.ones(c_pids.size, dtype=np.float64)
+                        df_p = np.ones(c_pids.size, dtype=global_df.dtype)
                     else:
-                        df_p = global_df[c_pids]
+                        cols = col_of[c_pids]
+                        kept = cols >= 0
+                        c_pids, cols = c_pids[kept], cols[kept]
+                        df_u = c_data[kept].astype(np.float64)
+                        if p >= 0:
+                            # a parent's row holds every phrase of its child's (sorted when read
+                            # per node)
+                            if scratch is not None:
+                                df_p = scratch[c_pids]
+                            else:
+                                df_p = pdata[parent_pids.searchsorted(c_pids)]
+                        else:
+                            df_p = global_df[c_pids]
+                        n_multi += int(np.count_nonzero(phrases.words[c_pids] > 1))
                     idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
                     arrays = (c_pids, cols, df_u, df_p, idf_u)
-                    if pids.size > _SCORE_CHUNK and c_pids.size:  # a big node: keep candidates
-                        n_multi += int(np.count_nonzero(phrases.words[c_pids] > 1))
+                    if n_total > _SCORE_CHUNK and c_pids.size:  # a big node: keep candidates
                         at = _candidates(phrases, arrays, n_u, n_p, max_phrases)
                         arrays = tuple(a[at] for a in arrays)
                     parts.append(arrays)
@@ -265,13 +299,90 @@ def keyword_abstracts(
                     n_p,
                     idf_u,
                     max_phrases,
-                    n_multi=n_multi if pids.size > _SCORE_CHUNK else None,
+                    n_multi=n_multi,
                 )
     node_df = None
     _forget(phrases)
     if bar is not None:
         bar.close()
     return [done[u] for u in targets.tolist()]
+
+
+class _LeafPhrases:
+    """Some of each leaf's phrases, CSR by leaf (``ptr``: n_leaves + 1, ``pid``)."""
+
+    def __init__(self, ptr: np.ndarray, pid: np.ndarray) -> None:
+        self.ptr = ptr
+        self.pid = pid
+
+    def gather(self, leaves: np.ndarray, size: int) -> Iterator[np.ndarray]:
+        """The phrases of these leaves' rows, in pieces of about ``size`` (a row is not cut)."""
+        starts = self.ptr[leaves]
+        lengths = self.ptr[leaves + 1] - starts
+        ends = np.cumsum(lengths)
+        total = int(ends[-1]) if ends.size else 0
+        if total == 0:
+            return
+        cuts = np.searchsorted(ends, np.arange(size, total, size), side="left") + 1
+        bounds = np.unique(np.concatenate(([0], cuts, [leaves.size])))
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            s, n = starts[a:b], lengths[a:b]
+            count = int(n.sum())
+            if count == 0:
+                continue
+            shift = np.repeat(s - (np.cumsum(n) - n), n)
+            yield self.pid[np.arange(count, dtype=shift.dtype) + shift]
+
+
+_SPLIT_LEAVES = 1 << 16
+"""Leaves split at a time by :func:`_split_leaf_phrases` (bounds its temporaries)."""
+
+
+def _lowest_columns(cols: np.ndarray, masks: Sequence[np.ndarray], k: int) -> np.ndarray:
+    """Positions of the ``k`` lowest of ``cols`` (distinct), and of the ``k`` lowest where each
+    mask is true, ascending (a union)."""
+    picks = []
+    for where in (None, *masks):
+        at = np.arange(cols.size) if where is None else np.flatnonzero(where)
+        if at.size > k:
+            at = at[np.argpartition(cols[at], k - 1)[:k]]
+        picks.append(at)
+    return np.unique(np.concatenate(picks))
+
+
+def _split_leaf_phrases(phrases: Phrases) -> tuple[_LeafPhrases, _LeafPhrases]:
+    """Each leaf's column phrases (``col_of >= 0``) split in two: those two or more leaves hold,
+    and those of this leaf alone (``df == 1``). Phrases that are not columns are left out."""
+    lp_ptr, lp_pid = phrases.lp_ptr, phrases.lp_pid
+    n = lp_ptr.size - 1
+    multi_pid: list[np.ndarray] = []
+    single_pid: list[np.ndarray] = []
+    multi_len: list[np.ndarray] = []
+    single_len: list[np.ndarray] = []
+    for a in range(0, n, _SPLIT_LEAVES):
+        b = min(n, a + _SPLIT_LEAVES)
+        lo, hi = int(lp_ptr[a]), int(lp_ptr[b])
+        pids = lp_pid[lo:hi]
+        kept = phrases.col_of[pids] >= 0
+        one = phrases.df[pids] == 1
+        is_multi = kept & ~one
+        is_single = kept & one
+        multi_pid.append(pids[is_multi])
+        single_pid.append(pids[is_single])
+        # per-leaf counts: prefix sums read at the leaves' row bounds
+        bounds = lp_ptr[a : b + 1] - lo
+        for mask, lens in ((is_multi, multi_len), (is_single, single_len)):
+            prefix = np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+            lens.append(np.diff(prefix[bounds]))
+
+    def rows(pids: list[np.ndarray], lens: list[np.ndarray]) -> _LeafPhrases:
+        ptr = np.zeros(n + 1, dtype=lp_ptr.dtype)
+        if lens:
+            np.cumsum(np.concatenate(lens), out=ptr[1:])
+        pid = np.concatenate(pids) if pids else lp_pid[:0].copy()
+        return _LeafPhrases(ptr, pid)
+
+    return rows(multi_pid, multi_len), rows(single_pid, single_len)
 
 
 def _product_blocks(
