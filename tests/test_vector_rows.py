@@ -167,6 +167,13 @@ def test_an_add_copies_no_leaf_row_and_a_search_joins_nothing(tmp_path: Path) ->
     assert np.shares_memory(second.parts[0], loaded)
     # the second add appended to the first one's buffer
     assert np.shares_memory(second[n0:n_mid], first[n0:n_mid])
+    for k in range(2, 6):  # appended in place: the parts do not grow in number
+        index.add(pool[k : k + 1], texts=True)
+    assert len(index.data.vector_rows().parts) == 3  # type: ignore[attr-defined]
+    index.save(tmp_path / "i")  # a save neither joins the parts nor copies the leaves
+    saved = index.data.vector_rows()
+    assert _held(index.data) is saved and isinstance(saved, RowStack)
+    assert np.shares_memory(saved.parts[0], loaded)
     # the joined field is what the parts hold
-    np.testing.assert_array_equal(index.data.node_vectors, np.asarray(second))
+    np.testing.assert_array_equal(index.data.node_vectors, np.asarray(saved))
     assert isinstance(_held(index.data), np.ndarray)

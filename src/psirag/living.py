@@ -1310,7 +1310,9 @@ def as_saved(data: IndexData, folder: str | Path, generation: int) -> IndexData:
 
     origin = SavedOrigin(str(_resolve(Path(folder))), generation, data.chunks)
     rows = IndexStore(folder).read(saved_inner_order, generation=generation)
-    return replace(data, origin=origin, inner_rows=(origin, rows))
+    # the vectors as held: dataclasses.replace would read (join) node_vectors
+    vectors = data.vector_rows()
+    return replace(data, origin=origin, inner_rows=(origin, rows), node_vectors=vectors)
 
 
 def _writable_store(folder: str | Path) -> IndexStore:
