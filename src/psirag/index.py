@@ -93,7 +93,7 @@ class Index:
 
     @property
     def node_vectors(self) -> np.ndarray:
-        return self._data.node_vectors
+        return self._data.vector_rows()  # not joined: rows by index, as a search reads them
 
     @property
     def abstracts(self) -> Sequence[str]:

@@ -16,6 +16,7 @@ from psirag.config import IndexConfig
 from psirag.rows import LazyRows, PickedRows, identities, match_identities
 from psirag.tree.model import Tree
 from psirag.types import Chunk
+from psirag.vector_rows import RowStack
 
 if TYPE_CHECKING:  # a runtime import would cycle through psirag.retrieval
     from psirag.abstracts.phrases import PhraseTable
@@ -96,6 +97,32 @@ class Deferred(Generic[T_co]):
         return cast(T_co, self._value)  # made above
 
 
+class _JoinedOnRead:
+    """:attr:`IndexData.node_vectors`: it may be given a :class:`~psirag.vector_rows.RowStack`
+    (an update's leaf and inner rows, kept apart so that the update copies none of them);
+    reading the field joins the parts into one array once (a full copy) and keeps it.
+    :meth:`IndexData.vector_rows` gives what the field holds, joined or not."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> np.ndarray:
+        if obj is None:
+            raise AttributeError("node_vectors has no default")  # a required field
+        value = obj.__dict__[self._slot]
+        if isinstance(value, RowStack):
+            joined = np.asarray(value)
+            joined.flags.writeable = False
+            obj.__dict__[self._slot] = value = joined
+        return cast(np.ndarray, value)
+
+    def __set__(self, obj: object, value: np.ndarray | RowStack) -> None:
+        obj.__dict__[self._slot] = value
+
+    def held(self, obj: object) -> np.ndarray | RowStack:
+        return cast("np.ndarray | RowStack", obj.__dict__[self._slot])
+
+
 class _MadeOnRead(Generic[T]):
     """An :class:`IndexData` field that may be given a :class:`Deferred`: reading the field
     makes the value (once) and gives it. Its default is None."""
@@ -174,6 +201,9 @@ class IndexData:
     decodes a chunk's record when it is first read."""
     tree: Tree
     node_vectors: np.ndarray
+    """One row per node (leaves first); given a :class:`~psirag.vector_rows.RowStack` (what
+    an update makes), reading it joins the rows into one array: a search and an update read
+    :meth:`vector_rows` instead, which does not."""
     abstracts: Sequence[str]
     sparse: SparseIndex
     embedder_id: str
@@ -224,7 +254,9 @@ class IndexData:
             object.__setattr__(self, "chunks", tuple(self.chunks))
         if not isinstance(self.abstracts, (LazyRows, PickedRows)):
             object.__setattr__(self, "abstracts", tuple(self.abstracts))
-        object.__setattr__(self, "node_vectors", _read_only(self.node_vectors))
+        rows = self.vector_rows()
+        rows = rows.read_only() if isinstance(rows, RowStack) else _read_only(rows)
+        object.__setattr__(self, "node_vectors", rows)
         tree = self.tree
         drift = self.abstract_drift
         if drift is not None and drift.shape != (tree.n_nodes - tree.n_leaves,):
@@ -245,15 +277,16 @@ class IndexData:
         graph = self.leaf_graph
         if graph is not None and graph.n_leaves != tree.n_leaves:
             raise ValueError(f"an HNSW graph of {graph.n_leaves} leaves for {tree.n_leaves}")
+        shape = self.vector_rows().shape
         if (
-            self.node_vectors.ndim != 2
-            or self.node_vectors.shape[0] != tree.n_nodes
+            len(shape) != 2
+            or shape[0] != tree.n_nodes
             or len(self.chunks) != tree.n_leaves
             or len(self.abstracts) != tree.n_nodes - tree.n_leaves
         ):
             raise ValueError(
                 f"index data disagree in size: {len(self.chunks)} chunks, "
-                f"{len(self.abstracts)} abstracts, node vectors {self.node_vectors.shape}, "
+                f"{len(self.abstracts)} abstracts, node vectors {shape}, "
                 f"a tree of {tree.n_leaves} leaves and {tree.n_nodes} nodes"
             )
 
@@ -270,7 +303,14 @@ class IndexData:
 
     @property
     def dim(self) -> int:
-        return int(self.node_vectors.shape[1])
+        return int(self.vector_rows().shape[1])
+
+    def vector_rows(self) -> np.ndarray:
+        """:attr:`node_vectors` as the value holds them: one array, or after an update a
+        :class:`~psirag.vector_rows.RowStack` that reads like one (rows by index, slices,
+        ``np.take``) without joining its parts. Typed as an array for its readers: give it
+        to nothing that converts it whole (``np.asarray``), which copies every row."""
+        return cast(np.ndarray, IndexData.__dict__["node_vectors"].held(self))
 
     @cached_property
     def documents(self) -> tuple[str, ...]:
@@ -329,7 +369,20 @@ class IndexData:
             changes.setdefault("inner_ids", None)
         if "chunks" in changes:
             changes.setdefault("document_keys", None)  # made again from the new chunks
+        if "node_vectors" not in changes:  # as held: not joined by the copy
+            changes["node_vectors"] = self.vector_rows()
         return replace(self, **changes)
+
+
+def _join_on_read() -> None:
+    """Make :attr:`IndexData.node_vectors` a :class:`_JoinedOnRead` (set after the dataclass
+    is made, so that the field stays a required one of type ``np.ndarray``)."""
+    joined = _JoinedOnRead()
+    joined.__set_name__(IndexData, "node_vectors")
+    IndexData.node_vectors = joined  # type: ignore[assignment]
+
+
+_join_on_read()
 
 
 __all__ = [

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import numpy as np
 
@@ -54,6 +54,8 @@ from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
 from psirag.tree.model import carried_leaf_counts
 from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
 from psirag.types import Chunk
+from psirag.vector_rows import RowStack
+from psirag.vector_rows import appended as appended_rows
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
@@ -360,10 +362,15 @@ class _State:
     chunks: Sequence[Chunk]
     """The leaves' chunks: the loaded rows (not decoded) with new chunks after them."""
     leaf_vectors: np.ndarray
+    """The leaves' vectors: the loaded ones (a memory map), and after an add a
+    :class:`~psirag.vector_rows.RowStack` of those and the appended rows (a buffer with spare
+    rows): an add copies none of the loaded ones."""
     abstracts: Sequence[str]
     """The inner nodes' abstracts: after :meth:`apply`, a :class:`PickedRows` over the
     loaded ones (not read) with the changed nodes' own texts."""
-    vectors: np.ndarray
+    inner: np.ndarray
+    """The inner nodes' vectors (node ``n_leaves + i`` is row ``i``); the loaded ones are read
+    only: :meth:`apply` makes a new array."""
     dirty: np.ndarray
     phrases: PhraseTable | None = None
     """Keyword abstracts' phrase table of ``chunks`` (None: built at refresh)."""
@@ -392,12 +399,16 @@ class _State:
         n = data.tree.n_leaves
         keywords = data.config.abstracts == "keywords"
         inner_ids, next_id = data.stable_ids()
+        rows = data.vector_rows()  # not joined: an update's leaf and inner rows stay apart
+        leaves = rows[:n]
+        if leaves.dtype != np.float32:
+            leaves = np.asarray(leaves, dtype=np.float32)
         return cls(
             data.tree,
             data.chunks,
-            np.asarray(data.node_vectors[:n], dtype=np.float32),
+            leaves,
             data.abstracts,
-            np.asarray(data.node_vectors, dtype=np.float32),  # read only: apply copies
+            np.asarray(rows[n:], dtype=np.float32),  # read only: apply makes a new one
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
             _postings(data),
@@ -415,6 +426,12 @@ class _State:
             ids=np.concatenate([np.full(n, -1, dtype=np.int64), inner_ids]),
             next_id=next_id,
         )
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """Every node's vector, leaves then inner nodes, as one :class:`RowStack` (not
+        joined)."""
+        return cast(np.ndarray, RowStack.of(self.leaf_vectors, self.inner))
 
     def _timed(self, key: str, t0: float) -> None:
         self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
@@ -457,19 +474,22 @@ class _State:
     ) -> None:
         """Move to ``update.tree``: every node's abstract and vector taken over from its old
         node (``node_map``); new and changed nodes, and the old dirty ones, marked dirty.
-        The leaves' vectors are ``leaf_vectors`` then ``appended``, written once, into the new
-        node vectors (the state's leaf vectors are a view of those)."""
+        The leaves' vectors are ``leaf_vectors`` then ``appended`` (appended to a buffer: the
+        leaves' rows are not copied); the inner nodes' rows are a new array."""
         tree = update.tree
         n_old, n_new = self.tree.n_leaves, tree.n_leaves
         counts = carried_leaf_counts(self.tree, tree, update.node_map, update.dirty)
         if counts is not None:  # the drift rule reads them: no pass over the subtrees
             tree.__dict__["leaf_counts"] = counts
-        vectors = np.empty((tree.n_nodes, self.vectors.shape[1]), dtype=np.float32)
-        k = leaf_vectors.shape[0]
-        vectors[:k] = leaf_vectors
+        # rows no old node fills are new nodes, refreshed below
+        inner = np.zeros((tree.n_nodes - n_new, self.inner.shape[1]), dtype=np.float32)
+        leaves = leaf_vectors
+        if leaves.dtype != np.float32:
+            leaves = np.asarray(leaves, dtype=np.float32)
         if appended is not None:
-            vectors[k:n_new] = appended
-        vectors[n_new:] = 0.0  # rows no old node fills are new nodes, refreshed below
+            leaves = cast(np.ndarray, appended_rows(leaves, appended))
+        if leaves.shape[0] != n_new:
+            raise ValueError(f"{leaves.shape[0]} leaf vectors for a tree of {n_new} leaves")
         old_inner = np.arange(n_old, self.tree.n_nodes)
         target = update.node_map[old_inner]
         keep = target >= n_new
@@ -479,7 +499,7 @@ class _State:
         # kept inner nodes move in runs (an add shifts each layer's by a constant): one slice
         # copy per run, not an index per node
         for src, dst, size in _runs(old_inner[keep], target[keep]):
-            vectors[dst : dst + size] = self.vectors[src : src + size]
+            inner[dst - n_new : dst - n_new + size] = self.inner[src - n_old : src - n_old + size]
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
         assert self.drift is not None and self.fresh is not None
@@ -503,8 +523,8 @@ class _State:
             ids[target[keep]] = self.ids[old_inner[keep]]
             self.ids = ids
         self.drift = drift
-        self.tree, self.chunks, self.leaf_vectors = tree, chunks, vectors[:n_new]
-        self.abstracts, self.vectors = abstracts, vectors
+        self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaves
+        self.abstracts, self.inner = abstracts, inner
         self.dirty = np.union1d(update.dirty, carried).astype(np.int64)
 
     def inner_ids(self) -> tuple[np.ndarray, int] | None:
@@ -574,10 +594,11 @@ class _State:
             self.ids[vectors_of] = -1
         t0 = time.perf_counter()
         if vectors_of.size:
-            if not self.vectors.flags.writeable:  # the loaded value's own (apply makes a copy)
-                self.vectors = np.array(self.vectors)
-                self.leaf_vectors = self.vectors[:n]
-            self.vectors[vectors_of] = routing_vectors(
+            if int(vectors_of.min()) < n:
+                raise ValueError("refresh recomputes inner nodes only")
+            if not self.inner.flags.writeable:  # the loaded value's own (apply makes a new one)
+                self.inner = np.array(self.inner)
+            self.inner[vectors_of - n] = routing_vectors(
                 tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=vectors_of.tolist()
             )
         summary.seconds["routing"] = time.perf_counter() - t0
@@ -1144,7 +1165,7 @@ def rebuild_data(
     summary = UpdateSummary(full_rebuild=True)
     config = data.config
     n = data.tree.n_leaves
-    leaf_vectors = np.asarray(data.node_vectors[:n], dtype=np.float32)
+    leaf_vectors = np.asarray(data.vector_rows()[:n], dtype=np.float32)
     chunks = list(data.chunks)
     t0 = time.perf_counter()
     built = build_chunk_tree(leaf_vectors, chunks, config, progress=progress)
@@ -1289,7 +1310,9 @@ def as_saved(data: IndexData, folder: str | Path, generation: int) -> IndexData:
 
     origin = SavedOrigin(str(_resolve(Path(folder))), generation, data.chunks)
     rows = IndexStore(folder).read(saved_inner_order, generation=generation)
-    return replace(data, origin=origin, inner_rows=(origin, rows))
+    # the vectors as held: dataclasses.replace would read (join) node_vectors
+    vectors = data.vector_rows()
+    return replace(data, origin=origin, inner_rows=(origin, rows), node_vectors=vectors)
 
 
 def _writable_store(folder: str | Path) -> IndexStore:

@@ -30,6 +30,7 @@ from psirag.retrieval.leaf_graph import INSTALL_HINT, LeafGraph, usearch_availab
 from psirag.tree import Tree, build_forest, build_tree
 from psirag.tree.build import resolve_tree_mode
 from psirag.types import Chunk
+from psirag.vector_rows import RowStack
 
 if TYPE_CHECKING:
     from psirag.abstracts.phrases import PhraseTable
@@ -337,7 +338,17 @@ def _leaf_sums(tree: Tree, targets: np.ndarray, leaf_vectors: np.ndarray) -> np.
     update's few nodes without importing scipy; a larger sum is scipy's product."""
     ptr, leaves = tree.membership_rows(targets)
     if leaves.size > _SUMMED_IN_NUMPY:
-        return np.asarray(tree.membership_of(targets) @ leaf_vectors)
+        rows = tree.membership_of(targets)
+        if isinstance(leaf_vectors, RowStack):  # the rows it reads, not every leaf joined
+            import scipy.sparse as sp
+
+            cols = np.unique(rows.indices)  # columns renumbered in order: the same sums
+            rows = sp.csr_matrix(
+                (rows.data, np.searchsorted(cols, rows.indices), rows.indptr),
+                shape=(rows.shape[0], cols.size),
+            )
+            return np.asarray(rows @ leaf_vectors[cols])
+        return np.asarray(rows @ leaf_vectors)
     dtype = np.result_type(np.float32, leaf_vectors.dtype)
     out = np.zeros((targets.size, leaf_vectors.shape[1]), dtype=dtype)
     for i in range(targets.size):

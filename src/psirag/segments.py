@@ -452,7 +452,7 @@ def write_table(
         changed = _changed(kind, rows, old, kept)
     elif kind == "npy" and n > m:
         first = np.load(reader.path(table.segments[0][0]), mmap_mode="r", allow_pickle=False)
-        if not _compatible(kind, np.asarray(rows), first):
+        if not _compatible(kind, rows if hasattr(rows, "dtype") else np.asarray(rows), first):
             return fresh()
     if m - changed.size < REUSE_FRACTION * n:
         return fresh()  # little of the base is left: a new segment is smaller and simpler

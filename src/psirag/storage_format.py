@@ -186,14 +186,14 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     vectors_file = None
     if compact or isinstance(leaf_src, str):  # one file in memory order: a load maps it as is
         vectors_file = segment_file("node_vectors", writer.generation, "npy")
-        writer.save_array(vectors_file, data.node_vectors)
+        writer.save_array(vectors_file, np.asarray(data.vector_rows()))  # not kept joined
     inner_order = _save_inner(tables, data, vectors_file)
     # a kept leaf is the very chunk loaded from its row, and updates carry its vector with it
     # (only new leaves get vectors): the kept rows are not read back to be compared
     tables.save(
         "leaf_vectors",
         "npy",
-        data.node_vectors[:n],
+        data.vector_rows()[:n],  # an update's parts: only its new rows are read
         src=leaf_src,
         compare=False,
         prewritten=None if vectors_file is None else (vectors_file, 0),
@@ -488,7 +488,7 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     a new or changed node gets a new row, and rows no node uses any more are removed. Returns
     each inner node's physical row."""
     n = data.tree.n_leaves
-    vectors = np.ascontiguousarray(data.node_vectors[n:])
+    vectors = np.ascontiguousarray(data.vector_rows()[n:])
     abstracts = data.abstracts
     k = len(abstracts)
     carried = _carried_inner_rows(tables, data, vectors_file)
@@ -617,7 +617,7 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     """:func:`_save_inner` with each node's base row known: kept nodes keep their rows in the
     base's order, new and changed ones are appended."""
     n = data.tree.n_leaves
-    vectors = np.ascontiguousarray(data.node_vectors[n:])
+    vectors = np.ascontiguousarray(data.vector_rows()[n:])
     abstracts = data.abstracts
     kept = np.flatnonzero(matched >= 0)
     kept = kept[np.argsort(matched[kept], kind="stable")]
@@ -1093,7 +1093,7 @@ def manifest_body(data: IndexData) -> dict[str, Any]:
         "embedder": {
             "spec": data.config.embedder,
             "id": data.embedder_id,
-            "dim": int(data.node_vectors.shape[1]),
+            "dim": data.dim,
         },
         "counts": {
             "documents": data.document_index.count,  # the documents are not listed

@@ -22,7 +22,7 @@ class DenseFlat:
 
     @classmethod
     def of(cls, data: IndexData) -> DenseFlat:
-        return cls(data.node_vectors[: data.n_leaves], data.sparse.first_copy)
+        return cls(data.vector_rows()[: data.n_leaves], data.sparse.first_copy)
 
     def ranked(self, vector: np.ndarray, k: int, allowed: np.ndarray | None = None) -> Ranked:
         """Top-k leaves by cosine, best first (ties by leaf id), with their scores; ``allowed``

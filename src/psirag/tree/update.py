@@ -40,6 +40,7 @@ from psirag.tree.build import TreeMode, build_tree
 from psirag.tree.dasgupta import dasgupta_terms
 from psirag.tree.model import Tree, gather_ranges
 from psirag.tree.rebalance import SubtreeSums, split_wide_nodes
+from psirag.vector_rows import RowStack
 
 __all__ = [
     "INSERT_RULES",
@@ -734,7 +735,14 @@ def _best_rows(queries: np.ndarray, base: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def _trusted(name: str, x: np.ndarray, rows: int, dim: int | None) -> np.ndarray:
     """Shape and dtype checks only, for arrays the index already checked when it stored them:
-    a pass over every row would cost what the descent saves."""
+    a pass over every row would cost what the descent saves. A
+    :class:`~psirag.vector_rows.RowStack` (an updated index's rows, kept apart) stays one: it is
+    read by rows, never joined."""
+    if isinstance(x, RowStack) and x.dtype == np.float32:
+        if x.shape[0] != rows or (dim is not None and x.shape[1] != dim):
+            want = f"({rows}, {dim if dim is not None else 'dim'})"
+            raise InputError(f"{name} must have shape {want}, got {x.shape}")
+        return cast(np.ndarray, x)
     a = np.asarray(x)
     if a.ndim != 2 or a.shape[0] != rows or (dim is not None and a.shape[1] != dim):
         want = f"({rows}, {dim if dim is not None else 'dim'})"

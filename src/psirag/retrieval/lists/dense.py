@@ -9,7 +9,7 @@ from psirag.retrieval.lists import ListContext, ListRequest, register_list
 class DenseList(DenseFlat):
     def __init__(self, context: ListContext) -> None:
         data = context.data
-        super().__init__(data.node_vectors[: data.n_leaves], data.sparse.first_copy)
+        super().__init__(data.vector_rows()[: data.n_leaves], data.sparse.first_copy)
 
     def rank(self, request: ListRequest) -> Ranked:
         return self.ranked(request.vector, request.k, request.leaves)

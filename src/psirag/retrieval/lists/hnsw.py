@@ -50,7 +50,7 @@ class HnswList:
     def __init__(self, context: ListContext) -> None:
         self.context = context
         data = context.data
-        vectors = data.node_vectors[: data.n_leaves]
+        vectors = data.vector_rows()[: data.n_leaves]
         graph = data.leaf_graph
         if graph is None or graph.n_leaves != data.n_leaves:
             log.info("psirag: building an HNSW graph of %d leaves in memory", data.n_leaves)

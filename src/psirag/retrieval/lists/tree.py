@@ -26,7 +26,7 @@ class TreeList:
         data = context.data
         self.n_leaves = data.n_leaves
         self.has_graph = data.leaf_graph is not None
-        self.searcher = TreeSearcher(data.tree, data.node_vectors)
+        self.searcher = TreeSearcher(data.tree, data.vector_rows())
 
     @property
     def stand_in(self) -> CandidateList:

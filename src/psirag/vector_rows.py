@@ -1,0 +1,176 @@
+"""Vectors of an index's nodes as several arrays read as one, so that an update costs what it
+changes (issue 24, "a living index at scale").
+
+Why: node ``u < n`` is leaf ``u`` and inner nodes come after the leaves, so appending leaves moves
+every inner node's row. One ``(n_nodes, dim)`` array had to be allocated and filled again by
+every update: 0.3-0.45 s and 512 MB at a million leaves, for an add of a few rows. A
+:class:`RowStack` keeps the parts apart (the loaded leaves' memory map, the appended leaves, the
+inner nodes' rows) and answers what the readers ask of a node-vector array: a row, a slice of
+rows, rows by index (``stack[idx]``, ``np.take(stack, idx, axis=0)``), its shape and dtype. It
+gives the very same floats as the joined array would. ``np.asarray(stack)`` joins the parts (a
+full copy): what no search and no update does.
+
+Appended leaves go to a buffer with spare rows (:func:`appended`): the value that holds the
+buffer's last written row appends in place; any other (an older value updated again) copies
+its rows to a new buffer, so that a row a value can read is never written again."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+_MIN_SPARE = 4096
+"""Rows of the smallest appended-leaves buffer."""
+
+_LOCK = threading.Lock()
+_USED: dict[int, int] = {}
+"""Per live buffer (by ``id``), how many of its rows a value holds (the next append writes
+there)."""
+
+
+class RowStack:
+    """The rows of ``parts`` (2-d arrays of one width and dtype) one after the other, read as
+    one array without joining them."""
+
+    ndim = 2
+
+    def __init__(self, parts: Sequence[np.ndarray]) -> None:
+        if not parts:
+            raise ValueError("a row stack needs at least one part")
+        width, dtype = parts[0].shape[1:], parts[0].dtype
+        for p in parts:
+            if p.ndim != 2 or p.shape[1:] != width or p.dtype != dtype:
+                raise ValueError(
+                    f"row stack parts differ: {[(q.shape, str(q.dtype)) for q in parts]}"
+                )
+        self.parts: tuple[np.ndarray, ...] = tuple(parts)
+        self._starts = np.cumsum([0] + [int(p.shape[0]) for p in parts], dtype=np.int64)
+        self.shape: tuple[int, int] = (int(self._starts[-1]), int(width[0]))
+        self.dtype = dtype
+
+    @classmethod
+    def of(cls, *parts: np.ndarray | RowStack) -> Any:
+        """The rows of ``parts`` as one: the array itself when one part holds them all, else a
+        :class:`RowStack` (nested stacks flattened, empty parts left out)."""
+        flat = [q for p in parts for q in (p.parts if isinstance(p, RowStack) else (p,))]
+        full = [p for p in flat if p.shape[0]]
+        if len(full) <= 1:
+            return full[0] if full else flat[0]
+        return cls(full)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"RowStack({self.shape}, {self.dtype}, parts={[p.shape[0] for p in self.parts]})"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = np.concatenate(self.parts)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    @property
+    def writeable(self) -> bool:
+        return all(p.flags.writeable for p in self.parts)
+
+    def read_only(self) -> RowStack:
+        """The same rows, each part a read-only view."""
+        views = []
+        for p in self.parts:
+            v = p.view()
+            v.flags.writeable = False
+            views.append(v)
+        return RowStack(views)
+
+    def _rows(self, idx: np.ndarray) -> np.ndarray:
+        n = self.shape[0]
+        flat = np.asarray(idx).ravel()
+        if flat.dtype == bool:
+            if flat.size != n:
+                raise IndexError(f"a mask of {flat.size} for {n} rows")
+            flat = np.flatnonzero(flat)
+        flat = flat.astype(np.int64, copy=False)
+        if flat.size and (int(flat.min()) < -n or int(flat.max()) >= n):
+            raise IndexError(f"row index out of range for {n} rows")
+        flat = np.where(flat < 0, flat + n, flat)
+        out = np.empty((flat.size, self.shape[1]), dtype=self.dtype)
+        part = np.searchsorted(self._starts, flat, side="right") - 1
+        for k, p in enumerate(self.parts):
+            sel = np.flatnonzero(part == k)
+            if sel.size:
+                out[sel] = p[flat[sel] - self._starts[k]]
+        return out if np.asarray(idx).dtype == bool else out.reshape(*np.shape(idx), self.shape[1])
+
+    def take(self, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
+        if axis != 0 or out is not None or mode != "raise":
+            joined: Any = np.asarray(self)
+            return joined.take(indices, axis=axis, out=out, mode=mode)
+        return self._rows(np.asarray(indices))
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, tuple):
+            if len(key) == 1:
+                return self[key[0]]
+            head = self[key[0]]
+            rest = key[1:]
+            return head[rest] if np.ndim(head) == 1 else np.asarray(head)[(slice(None), *rest)]
+        if isinstance(key, (int, np.integer)):
+            i = int(key)
+            n = self.shape[0]
+            if not -n <= i < n:
+                raise IndexError(f"row {i} of {n}")
+            i = i + n if i < 0 else i
+            k = int(np.searchsorted(self._starts, i, side="right")) - 1
+            return self.parts[k][i - int(self._starts[k])]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.shape[0])
+            if step != 1:
+                return self._rows(np.arange(start, stop, step))
+            pieces = []
+            for k, p in enumerate(self.parts):
+                s, e = int(self._starts[k]), int(self._starts[k + 1])
+                lo, hi = max(start, s), min(stop, e)
+                if lo < hi:
+                    pieces.append(p[lo - s : hi - s])
+            return RowStack.of(*pieces) if pieces else self.parts[0][:0]
+        return self._rows(np.asarray(key))
+
+
+def appended(rows: np.ndarray | RowStack, new: np.ndarray) -> np.ndarray | RowStack:
+    """``rows`` then ``new`` (same width), without copying ``rows``: the appended rows go to a
+    buffer with spare rows, written in place when ``rows`` ends with all that buffer's written
+    rows (no other value can read the rows written now), else to a new buffer (twice the rows
+    it starts with) that ``rows``' own part of the old one is copied to."""
+    new = np.asarray(new)
+    if new.shape[0] == 0:
+        return rows
+    parts = rows.parts if isinstance(rows, RowStack) else (rows,)
+    last = parts[-1]
+    buffer = last.base
+    m, k = int(last.shape[0]), int(new.shape[0])
+    with _LOCK:
+        owned = (
+            isinstance(buffer, np.ndarray)
+            and id(buffer) in _USED
+            and last.ctypes.data == buffer.ctypes.data
+        )
+        if owned:
+            assert isinstance(buffer, np.ndarray)
+            if _USED[id(buffer)] == m and buffer.shape[0] >= m + k:
+                buffer[m : m + k] = new
+                _USED[id(buffer)] = m + k
+                return RowStack.of(*parts[:-1], buffer[: m + k])
+        keep, prefix = (last, parts[:-1]) if owned else (last[:0], parts)
+        c = int(keep.shape[0])
+        grown = np.empty((max(2 * (c + k), _MIN_SPARE), last.shape[1]), dtype=last.dtype)
+        grown[:c] = keep
+        grown[c : c + k] = new
+        _USED[id(grown)] = c + k
+        weakref.finalize(grown, _USED.pop, id(grown), None)
+        return RowStack.of(*prefix, grown[: c + k])
+
+
+__all__ = ["RowStack", "appended"]

@@ -1,0 +1,179 @@
+"""Node vectors kept in parts (:mod:`psirag.vector_rows`): a :class:`RowStack` reads exactly as
+the joined array would; appended rows never overwrite rows another value can read; an update
+copies none of the leaves' rows, a search does not join them, and an index updated with its
+vectors in parts holds, saves and finds exactly what the same updates give with one array."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support import TOPICS, HashEmbedder
+
+from psirag import Index
+from psirag.config import IndexConfig
+from psirag.index_data import IndexData
+from psirag.vector_rows import RowStack, appended
+
+
+def _parts(seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((k, 5)).astype(np.float32) for k in (7, 1, 0, 12, 3)]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_row_stack_reads_as_the_joined_array(seed: int) -> None:
+    parts = _parts(seed)
+    stack = RowStack.of(*parts)
+    joined = np.concatenate(parts)
+    assert isinstance(stack, RowStack) and stack.shape == joined.shape
+    assert len(stack) == joined.shape[0] and stack.dtype == joined.dtype
+    np.testing.assert_array_equal(np.asarray(stack), joined)
+    n = joined.shape[0]
+    for i in [0, 6, 7, 8, 19, n - 1, -1, -n]:
+        np.testing.assert_array_equal(stack[i], joined[i])
+    for s in [slice(None), slice(3, 9), slice(7, 8), slice(8, 20), slice(5, 5), slice(-4, None)]:
+        np.testing.assert_array_equal(np.asarray(stack[s]), joined[s])
+    np.testing.assert_array_equal(stack[1:20:3], joined[1:20:3])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(-n, n, size=40)
+    np.testing.assert_array_equal(stack[idx], joined[idx])
+    np.testing.assert_array_equal(stack[idx.reshape(5, 8)], joined[idx.reshape(5, 8)])
+    np.testing.assert_array_equal(np.take(stack, idx, axis=0), np.take(joined, idx, axis=0))
+    mask = rng.random(n) < 0.5
+    np.testing.assert_array_equal(stack[mask], joined[mask])
+    np.testing.assert_array_equal(stack[idx, 2], joined[idx, 2])
+    np.testing.assert_array_equal(stack[4, 1:3], joined[4, 1:3])
+    np.testing.assert_array_equal(stack[idx] @ joined[0], joined[idx] @ joined[0])
+    with pytest.raises(IndexError):
+        stack[n]
+    with pytest.raises(IndexError):
+        stack[np.array([0, n])]
+    # a slice within one part is a view of it, not a copy
+    assert np.shares_memory(stack[8:15], parts[3])
+    assert RowStack.of(parts[0], parts[2]) is parts[0]
+
+
+def test_appending_never_writes_rows_another_value_reads() -> None:
+    base = np.arange(20, dtype=np.float32).reshape(10, 2)
+    a = appended(base, np.full((2, 2), 1.0, dtype=np.float32))
+    b = appended(a, np.full((3, 2), 2.0, dtype=np.float32))  # in place: a holds the last rows
+    assert isinstance(a, RowStack) and isinstance(b, RowStack)
+    assert np.shares_memory(a.parts[-1], b.parts[-1]) and a.parts[0] is base
+    # a again (an older value updated a second time): b's rows must stay as they are
+    c = appended(a, np.full((1, 2), 3.0, dtype=np.float32))
+    assert isinstance(c, RowStack)
+    np.testing.assert_array_equal(np.asarray(b)[10:], [[1, 1], [1, 1], [2, 2], [2, 2], [2, 2]])
+    np.testing.assert_array_equal(np.asarray(c)[10:], [[1, 1], [1, 1], [3, 3]])
+    np.testing.assert_array_equal(np.asarray(c)[:10], base)
+    assert not np.shares_memory(c.parts[-1], b.parts[-1])
+    # and b appends in place still, c too (each now holds its own buffer's last row)
+    d = appended(b, np.full((1, 2), 4.0, dtype=np.float32))
+    e = appended(c, np.full((1, 2), 5.0, dtype=np.float32))
+    assert np.shares_memory(d.parts[-1], b.parts[-1])  # type: ignore[union-attr]
+    np.testing.assert_array_equal(np.asarray(d)[-2:], [[2, 2], [4, 4]])
+    np.testing.assert_array_equal(np.asarray(e)[-2:], [[3, 3], [5, 5]])
+    np.testing.assert_array_equal(np.asarray(b)[-1], [2, 2])
+    many = appended(d, np.ones((9000, 2), dtype=np.float32))  # past the buffer: a new one
+    assert np.asarray(many).shape == (10 + 6 + 9000, 2)
+    np.testing.assert_array_equal(np.asarray(many)[:16], np.asarray(d))
+
+
+WORDS = sorted({w for lines in TOPICS.values() for line in lines for w in line.split()})
+
+
+def _docs(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    lines = [line for topic in TOPICS.values() for line in topic]
+    return [
+        " ".join(rng.sample(lines, rng.randint(1, 4))) + f" Marker{i} {rng.choice(WORDS)}."
+        for i in range(n)
+    ]
+
+
+def _held(data: IndexData) -> object:
+    return IndexData.__dict__["node_vectors"].held(data)
+
+
+def _state(index: Index) -> tuple[bytes, tuple[str, ...], list[tuple[str, float]]]:
+    data = index.data
+    hits = [(h.id, h.score) for q in ("volcano lava", "river delta") for h in index.search(q)]
+    return np.asarray(data.vector_rows()).tobytes(), tuple(data.abstracts), hits
+
+
+def _steps(seed: int) -> list[tuple[list[str], list[str]]]:
+    """(removed ids, added texts) per step: adds, a removal, an add and a removal at once."""
+    pool = _docs(40, seed + 100)
+    return [([], pool[0:2]), ([], pool[2:3]), (["3"], []), (["0"], pool[3:6]), ([], pool[6:7])]
+
+
+def _run(
+    index: Index, steps: list[tuple[list[str], list[str]]], join: bool, folder: Path | None
+) -> list[tuple[bytes, tuple[str, ...], list[tuple[str, float]]]]:
+    seen = []
+    for k, (gone, new) in enumerate(steps):
+        index.update(gone, new, texts=True)
+        if join:  # the vectors as one array, what every update made before the parts
+            _ = index.data.node_vectors
+            assert isinstance(_held(index.data), np.ndarray)
+        if folder is not None:  # saved and loaded between updates
+            index.save(folder / str(k))
+            index = Index.load(folder / str(k), embedder=HashEmbedder())
+        seen.append(_state(index))
+    return seen
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("abstracts", ["keywords", "none"])
+def test_updates_with_vectors_in_parts_equal_them_joined(
+    seed: int, abstracts: str, tmp_path: Path
+) -> None:
+    config = IndexConfig(max_children=4, chunk_tokens=30, abstracts=abstracts)
+    start = _docs(12, seed)
+    steps = _steps(seed)
+
+    def fresh() -> Index:
+        return Index.build(start, config, texts=True, embedder=HashEmbedder())
+
+    parts = _run(fresh(), steps, join=False, folder=None)
+    joined = _run(fresh(), steps, join=True, folder=None)
+    saved = _run(fresh(), steps, join=False, folder=tmp_path / "a")
+    saved_joined = _run(fresh(), steps, join=True, folder=tmp_path / "b")
+    assert parts == joined
+    assert saved == saved_joined
+    assert [s[:2] for s in saved] == [s[:2] for s in parts]  # vectors and abstracts survive
+
+
+def test_an_add_copies_no_leaf_row_and_a_search_joins_nothing(tmp_path: Path) -> None:
+    config = IndexConfig(max_children=4, chunk_tokens=30)
+    index = Index.build(_docs(30, 5), config, texts=True, embedder=HashEmbedder())
+    index.save(tmp_path / "i")
+    index = Index.load(tmp_path / "i", embedder=HashEmbedder())
+    n0 = index.data.n_leaves
+    loaded = index.data.vector_rows()
+    pool = _docs(6, 9)
+    index.add(pool[:1], texts=True)
+    first = index.data.vector_rows()
+    n_mid = index.data.n_leaves
+    assert isinstance(first, RowStack)
+    assert np.shares_memory(first.parts[0], loaded)  # the loaded leaves, not a copy
+    index.search("volcano lava ash")  # tree, BM25 and dense lists read the parts
+    assert _held(index.data) is first
+    index.add(pool[1:2], texts=True)
+    second = index.data.vector_rows()
+    assert isinstance(second, RowStack)
+    assert np.shares_memory(second.parts[0], loaded)
+    # the second add appended to the first one's buffer
+    assert np.shares_memory(second[n0:n_mid], first[n0:n_mid])
+    for k in range(2, 6):  # appended in place: the parts do not grow in number
+        index.add(pool[k : k + 1], texts=True)
+    assert len(index.data.vector_rows().parts) == 3  # type: ignore[attr-defined]
+    index.save(tmp_path / "i")  # a save neither joins the parts nor copies the leaves
+    saved = index.data.vector_rows()
+    assert _held(index.data) is saved and isinstance(saved, RowStack)
+    assert np.shares_memory(saved.parts[0], loaded)
+    # the joined field is what the parts hold
+    np.testing.assert_array_equal(index.data.node_vectors, np.asarray(saved))
+    assert isinstance(_held(index.data), np.ndarray)
