@@ -444,6 +444,9 @@ def write_table(
             or (m > 1 and not bool(np.all(np.diff(kept) > 0)))
         ):
             return fresh()  # rows reordered: no cheaper form than a new segment
+        # strictly increasing from 0 to m - 1: row i continues row i (nothing removed, rows
+        # appended), which needs no map of the base's live rows
+        identity = m == 0 or (int(kept[0]) == 0 and int(kept[-1]) == m - 1)
     changed = np.empty(0, dtype=np.int64)
     if compare and m:
         old = read_logical(reader, table, where)

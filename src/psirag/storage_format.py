@@ -220,7 +220,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         writer.save_array(DRIFT_NODES_FILE, np.stack([waiting, drift[waiting]]))
     keys = data.leaf_document_keys()
     if keys is not None:  # (the number of documents is the manifest's count)
-        tables.save(DOCUMENT_KEYS, "npy", keys[0], src=leaf_src)
+        # a kept leaf is the chunk loaded from its row: its document's key is the saved one
+        tables.save(DOCUMENT_KEYS, "npy", keys[0], src=leaf_src, compare=False)
     # in the order the sources were recorded (the corpus order of the documents they name,
     # but for a source recorded later for a document indexed before): listing the documents
     # in corpus order would decode every chunk, 3.5 s of a one-file `psirag add` at 200k
@@ -238,7 +239,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     dups = data.sparse.duplicates
     if dups is not None and dups.size == n:  # so a load's first add need not map every text
-        tables.save(DUPLICATE_HASHES, "npy", dups.hashes, src=leaf_src)
+        # a hash of each chunk's own text: a kept leaf's is the saved one (not read back)
+        tables.save(DUPLICATE_HASHES, "npy", dups.hashes, src=leaf_src, compare=False)
     if data.phrase_table is not None:
         _save_phrase_table(tables, data.phrase_table, leaf_src)
     graph = data.leaf_graph
