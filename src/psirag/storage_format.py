@@ -804,9 +804,12 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
         or (m > 1 and not bool(np.all(np.diff(kept) > 0)))
     ):
         return False
-    gone = np.ones(n_base_leaves, dtype=bool)
-    gone[kept] = False
-    removed = np.flatnonzero(gone)
+    if m == n_base_leaves:  # every base leaf kept, in order (an add): nothing removed
+        removed = np.empty(0, dtype=np.int64)
+    else:
+        gone = np.ones(n_base_leaves, dtype=bool)
+        gone[kept] = False
+        removed = np.flatnonzero(gone)
     where = str(reader.folder)
 
     dtypes: dict[str, np.dtype[Any]] = {}
@@ -856,16 +859,20 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     for ptr_name, entries in CSR_GROUPS.items():
         ptr = np.asarray(getattr(table, ptr_name), dtype=np.int64)
         len_table = f"{PHRASES_DIR}/{ptr_name}_len"
-        old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
-        old_ptr = np.concatenate([[0], np.cumsum(old_lengths)])
-        gone_entries = csr_positions(old_ptr, removed)
-        lengths = np.diff(ptr)
-        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src, compare=False)
+        if removed.size == 0 and delta(f"{ptr_name}_len", _small_ints(np.diff(ptr[m:]))):
+            # an add: the kept leaves' lengths and entries are the base's, the new leaves'
+            # appended (no pass over every leaf's length)
+            gone_entries = np.empty(0, dtype=np.int64)
+        else:
+            old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
+            gone_entries = csr_positions(np.concatenate([[0], np.cumsum(old_lengths)]), removed)
+            tables.save(len_table, "npy", _small_ints(np.diff(ptr)), src=leaf_src, compare=False)
         for name in entries:
             # the new leaves' entries only (a loaded table's are pieces: not joined)
             appended = np.asarray(getattr(table, name)[int(ptr[m]) :])
             if not delta(name, appended, dead_logical=gone_entries):
-                src = _entry_sources(leaf_src, old_lengths, lengths)
+                old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
+                src = _entry_sources(leaf_src, old_lengths, np.diff(ptr))
                 whole = table.arrays()[name]
                 tables.save(f"{PHRASES_DIR}/{name}", "npy", whole, src=src, compare=False)
     # phrase ids only grow: new phrases are appended, changed counts and forms patched

@@ -846,10 +846,10 @@ class Postings:
             got = json.loads((folder / _file_name(name, folder)).read_text("utf-8"))
             if not isinstance(got, list) or len(got) != n:
                 raise ValueError(f"{folder}/{name} does not hold {n} terms; rebuild the index")
-            if not all(isinstance(t, str) for t in got):
-                terms.extend(str(t) for t in got)
-            else:
+            if set(map(type, got)) <= {str}:
                 terms.extend(got)
+            else:
+                terms.extend(str(t) for t in got)
             parts.append((str(name), int(n)))
         vocab: Mapping[str, int]
         hash_names = meta.get("term_hashes")
