@@ -130,6 +130,10 @@ class TermIds(Mapping[str, int]):
         self.terms = terms
         self._hashes = hashes
         self._index: dict[str, int] | None = None
+        self._lookups = 0
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        """The hashes sorted, with their ids: made on a second lookup (a query after
+        another), so that later ones cost O(batch log terms), not a pass over every term."""
 
     @classmethod
     def restore(cls, terms: list[str], hashes: np.ndarray, where: str) -> TermIds:
@@ -157,11 +161,23 @@ class TermIds(Mapping[str, int]):
             index = self._index
             return np.fromiter((index.get(t, -1) for t in batch), dtype=np.int64, count=len(batch))
         wanted = _hash64(batch)
-        ranked = np.sort(wanted)
         held = self._hashes
-        pos = np.minimum(np.searchsorted(ranked, held), ranked.size - 1)
+        if self._sorted is None and self._lookups > 0:  # looked up again (queries): sort once
+            order = np.argsort(held, kind="stable")
+            self._sorted = (held[order], order)
+        self._lookups += 1
+        if self._sorted is not None:  # each wanted hash's run among the sorted held ones
+            ranked_held, order = self._sorted
+            lo = np.searchsorted(ranked_held, wanted, side="left")
+            hi = np.searchsorted(ranked_held, wanted, side="right")
+            runs = zip(lo.tolist(), hi.tolist(), strict=True)
+            hits = np.concatenate([order[a:b] for a, b in runs])
+        else:  # one pass over the held hashes
+            ranked = np.sort(wanted)
+            pos = np.minimum(np.searchsorted(ranked, held), ranked.size - 1)
+            hits = np.flatnonzero(ranked[pos] == held)
         found: dict[str, int] = {}
-        for i in np.flatnonzero(ranked[pos] == held).tolist():
+        for i in np.sort(hits).tolist():  # equal hashes: compare strings (lowest id first)
             found.setdefault(self.terms[i], i)
         for j, t in enumerate(batch):
             out[j] = found.get(t, -1)
