@@ -423,3 +423,20 @@ def test_a_segment_with_term_ids_past_the_vocabulary_fails_on_its_first_read(
         Postings.load(tmp_path).remove(np.array([True, True, True, True, False]))
     # a removal that reads only sound chunks (and does not compact) still works
     assert Postings.load(tmp_path).remove(np.array([False, True, True, True, True])).n_docs == 4
+
+
+def test_picked_rows_read_as_the_reordered_array() -> None:
+    """The inner vectors an update saves are ``vectors[perm]`` made only where read (the
+    appended rows): every way the segment writer reads them gives that array's values."""
+    from psirag.storage_format import _PickedRows
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((40, 6)).astype(np.float32)
+    perm = rng.permutation(40)
+    picked = _PickedRows(vectors, perm)
+    want = vectors[perm]
+    assert len(picked) == 40 and picked.shape == want.shape and picked.dtype == want.dtype
+    assert np.array_equal(picked[25:40], want[25:40])
+    assert np.array_equal(picked[np.array([3, 0, 39])], want[[3, 0, 39]])
+    assert np.array_equal(np.asarray(picked), want)
+    assert np.asarray(picked, dtype=np.float64).dtype == np.float64

@@ -455,7 +455,8 @@ def write_table(
         changed = _changed(kind, rows, old, kept)
     elif kind == "npy" and n > m:
         first = np.load(reader.path(table.segments[0][0]), mmap_mode="r", allow_pickle=False)
-        if not _compatible(kind, np.asarray(rows), first):
+        probe = rows if hasattr(rows, "dtype") else np.asarray(rows)  # (not copied)
+        if not _compatible(kind, probe, first):
             return fresh()
     if m - changed.size < REUSE_FRACTION * n:
         return fresh()  # little of the base is left: a new segment is smaller and simpler

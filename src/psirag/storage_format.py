@@ -626,7 +626,10 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     fresh = np.flatnonzero(matched < 0)
     perm = np.concatenate([kept, fresh])
     src = np.concatenate([matched[kept], np.full(fresh.size, -1, dtype=np.int64)])
-    physical = tables.save("inner_vectors", "npy", vectors[perm], src=src, compare=False)
+    # (the reordered vectors are made only where read: an update's save appends its new and
+    # changed nodes' rows, not a copy of every inner node's vector)
+    picked = _PickedRows(vectors, perm)
+    physical = tables.save("inner_vectors", "npy", picked, src=src, compare=False)
     also = tables.save(
         "inner_abstracts",
         "jsonl",
@@ -639,6 +642,27 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     order = np.empty(len(abstracts), dtype=np.int64)
     order[perm] = physical
     return order
+
+
+class _PickedRows:
+    """``rows[order]`` of an array, made only where read (its rows, or whole by
+    ``np.asarray``): :func:`psirag.segments.write_table` reads an update's appended rows."""
+
+    def __init__(self, rows: np.ndarray, order: np.ndarray) -> None:
+        self.rows, self.order = rows, order
+        self.dtype = rows.dtype
+        self.shape = (int(order.size), *rows.shape[1:])
+        self.ndim = rows.ndim
+
+    def __len__(self) -> int:
+        return int(self.order.size)
+
+    def __getitem__(self, i: Any) -> np.ndarray:
+        return np.asarray(self.rows[self.order[i]])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.asarray(self.rows[self.order])
+        return whole if dtype is None else whole.astype(dtype)
 
 
 class _Picked(Sequence[Any]):
