@@ -90,12 +90,14 @@ def main() -> None:
             env = {**os.environ, "PYTHONPATH": f"{src.resolve()}{os.pathsep}{HERE}"}
             env["OMP_NUM_THREADS"] = "1"
             cmd = [sys.executable, __file__, "--child", "--index", str(args.index)]
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
             done = subprocess.run(
                 [*cmd, "--warm", str(args.warm)], env=env, capture_output=True, text=True
             )
             if done.returncode != 0:
                 sys.exit(f"round {k} with {src} failed:\n{done.stderr[-3000:]}")
-            row = {"src": src.resolve().parent.name, "round": k}
+            row: dict[str, Any] = {"src": src.resolve().parent.name, "round": k}
+            row["load_average_before"] = None if load is None else round(load, 2)
             row.update(json.loads(done.stdout.strip().splitlines()[-1]))
             print(json.dumps(row), flush=True)
             rows.append(row)

@@ -237,3 +237,33 @@ def test_term_counts_count_the_query_tokens_of_each_chunk() -> None:
     assert all(counts.vocab[t] == i for t, i in first.vocab.items())
     later = [t for t, i in sorted(counts.vocab.items(), key=lambda x: x[1]) if t not in first.vocab]
     assert later == sorted(later) and len(later) > 0
+
+
+def test_a_loaded_vocabulary_finds_terms_by_hash_as_a_dict_does_collisions_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TermIds (a loaded BM25 vocabulary) answers a batch as a dict of its terms does: on the
+    first lookup by one pass over the hashes, on later ones (queries) through the hashes
+    sorted once; terms whose hashes collide are told apart by their strings (a hash of the
+    length here, so that most terms collide)."""
+    from psirag.retrieval import bm25
+
+    monkeypatch.setattr(bm25, "_hash64", lambda keys: np.array([len(k) for k in keys], np.int64))
+    rng = random.Random(7)
+    words = {"".join(rng.choice("abcdefgh") for _ in range(rng.randint(2, 6))) for _ in range(400)}
+    terms = sorted(words)
+    ids = bm25.TermIds(terms, bm25._hash64(terms))
+    index = {t: i for i, t in enumerate(terms)}
+    batches = [
+        [terms[9], terms[300], terms[5], "zzzz", terms[0], terms[9]],
+        [terms[300]],
+        [rng.choice(terms) for _ in range(50)] + ["nope", terms[5], "toolongword"],
+        ["nope"],
+    ]
+    for batch in batches * 2:
+        assert ids.lookup(batch).tolist() == [index.get(t, -1) for t in batch]
+    assert ids._sorted is not None  # later lookups went through the sorted hashes
+    grown = ids.with_new(["zzzz", "zzzy"])
+    n = len(terms)
+    assert grown.lookup(["zzzy", terms[300], "zzzz"]).tolist() == [n + 1, 300, n]
+    assert dict(grown) == {**index, "zzzz": n, "zzzy": n + 1}

@@ -226,3 +226,34 @@ def test_mcp_answers_initialize_before_the_index_loads(
         proc.kill()
         _, err = proc.communicate(timeout=60)
     assert ("the index did not load" in err) == broken, err
+
+
+NOT_FOR_ONE_ADD = ("multiprocessing", "concurrent.futures.process", "scipy")
+"""What a one-document ``psirag add`` has no use for: worker processes (the tree's bucket
+builds and the keyword build's pools) and scipy (a build's)."""
+
+
+def test_a_one_document_add_imports_no_process_pool_or_scipy(tmp_path: Path) -> None:
+    from support import HashEmbedder
+
+    from psirag import Index, IndexConfig
+
+    folder = tmp_path / "ix"
+    texts = [f"Chunk {i} speaks of volcano {i % 7} and river {i % 5}." for i in range(60)]
+    Index.build(texts, IndexConfig(), embedder=HashEmbedder(), texts=True).save(folder)
+    doc = tmp_path / "new.txt"
+    doc.write_text("A new note about volcano 3 and the river delta.", encoding="utf-8")
+    code = (
+        "import json, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from support import HashEmbedder\n"
+        "from psirag.cli import living_cmds, main\n"
+        "living_cmds.load_embedder_for = lambda *a, **k: HashEmbedder()\n"
+        f"rc = main(['add', {str(folder)!r}, {str(doc)!r}, '-q'])\n"
+        f"print(json.dumps([rc, sorted(m for m in {NOT_FOR_ONE_ADD!r} if m in sys.modules)]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rc, loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert rc == 0 and loaded == []
+    assert len(Index.load(folder, embedder=HashEmbedder()).documents) == 61

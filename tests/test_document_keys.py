@@ -327,3 +327,25 @@ def test_the_document_list_reads_one_chunk_per_document(
     keys = keys_of(split)
     assert keys is not None and keys[1] == 2
     assert KeyedDocuments(keys[0], keys[1], split).first_leaves() is None
+
+
+def test_keys_and_duplicate_hashes_saved_after_updates_are_those_of_the_chunks(
+    saved: Path,
+) -> None:
+    """A save does not read back the kept leaves' document keys and duplicate hashes (they
+    are the loaded chunks'): after adds, a rename and removals, each saved and loaded again,
+    they are still those made from the chunks themselves."""
+    from psirag.retrieval.duplicates import DuplicateMap
+
+    emb = HashEmbedder()
+    for name, step in STEPS:
+        index = Index.load(saved, embedder=emb)
+        step(index)
+        index.save(saved)
+        data = Index.load(saved, embedder=emb).data
+        _keys_are_the_chunks(data)
+        dups = data.sparse.duplicates
+        assert dups is not None, name
+        want = DuplicateMap.of([c.text for c in data.chunks])
+        assert np.array_equal(dups.hashes, want.hashes), name
+        assert np.array_equal(dups.first_copy, want.first_copy), name

@@ -369,3 +369,33 @@ def test_given_insertion_points_are_checked_and_missing_ones_scanned() -> None:
         insert_leaves(tree, leaves, new, nearest=(points[0][:2], points[1][:2]))
     with pytest.raises(InputError, match="names leaf 500"):
         insert_leaves(tree, leaves, new, nearest=(np.array([0, 500, 1]), points[1]))
+
+
+def test_a_loaded_base_opens_on_first_search_even_after_its_generation_is_collected(
+    tmp_path: Path, small_graph: None
+) -> None:
+    """A saved base is opened lazily (a removal never reads it; an add does, for its
+    insertion points), and opening it after saves removed the generation it was loaded from
+    still works and searches as a graph opened at once."""
+    folder = tmp_path / "ix"
+    _index(folder)
+    eager = Index.load(folder, embedder=HashEmbedder())
+    assert eager.data.leaf_graph is not None
+    assert eager.data.leaf_graph.base.graph is not None  # opened now
+    lazy = Index.load(folder, embedder=HashEmbedder())
+    first = _generation(folder)
+    base = lazy.data.leaf_graph.base if lazy.data.leaf_graph is not None else None
+    assert base is not None and not base.opened and base.ndim == eager.data.leaf_graph.base.ndim
+    for k in range(3):  # a removal with its save, three times: the first generation goes
+        gone = [lazy.documents[3 * k + 1]]
+        lazy.remove(gone)
+        eager.remove(gone)
+        lazy.save(folder)
+    assert not first.exists()
+    assert not base.opened
+    for query in _queries(eager):
+        assert lazy.search(query, config=HNSW_ONLY) == eager.search(query, config=HNSW_ONLY)
+    assert base.opened and len(base.graph) == base.keys.size
+    lazy.add(_texts(2, 20), texts=True)  # an add reads the graph (insertion points)
+    eager.add(_texts(2, 20), texts=True)
+    assert lazy.search("w1 w2 w3", config=HNSW_ONLY) == eager.search("w1 w2 w3", config=HNSW_ONLY)

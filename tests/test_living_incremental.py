@@ -28,6 +28,7 @@ from psirag.errors import IndexFormatError
 from psirag.pipeline import write_abstracts
 from psirag.retrieval.bm25 import Postings, SparseIndex, TermCounts
 from psirag.storage import IndexStore
+from psirag.storage_format import CSR_GROUPS, PHRASES_DIR
 
 
 def _signature(table: PhraseTable) -> tuple[object, ...]:
@@ -322,6 +323,21 @@ def test_a_save_after_an_update_writes_only_the_changed_chunk_rows(tmp_path: Pat
         fresh = Index.load(tmp_path / f"fresh{step}", embedder=emb)
         assert again.chunks == index.chunks == fresh.chunks
         assert again.abstracts == index.abstracts == fresh.abstracts
+        # the phrase table's per-leaf lists: an add appends the new leaves' lengths and
+        # entries to the base's (not a pass over every leaf); they load back as in memory
+        for ptr_name in CSR_GROUPS:
+            lens = (m["tables"][f"{PHRASES_DIR}/{ptr_name}_len"] for m in (old_m, new_m))
+            old_len, new_len = lens
+            rows = sum(n for _, n in new_len["segments"]) - new_len["n_dead"]
+            assert rows == len(index.chunks)
+            if change == "add":
+                assert new_len["segments"][: len(old_len["segments"])] == old_len["segments"]
+        tables = [ix.data.phrase_table for ix in (again, index, fresh)]
+        assert all(t is not None for t in tables)
+        arrays = [t.arrays() for t in tables if t is not None]
+        for name in arrays[1]:
+            assert np.array_equal(arrays[0][name], arrays[1][name]), name
+            assert np.array_equal(arrays[2][name], arrays[1][name]), name
         assert np.asarray(again.node_vectors).tobytes() == np.asarray(fresh.node_vectors).tobytes()
 
 

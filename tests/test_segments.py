@@ -458,3 +458,40 @@ def test_joined_values_reads_one_value_per_line_or_gives_up() -> None:
     assert joined_values(b"") == []
     for bad in (b'"a"\n\n"b"\n', b'"a"\n\n', b"\xff\n", b'"a"\n{\n', b'"a" "b"\n'):
         assert joined_values(bad) is None, bad
+
+
+@pytest.mark.parametrize("cut", [0, 4])
+def test_rows_continued_in_order_keep_their_physical_rows(tmp_path: Path, cut: int) -> None:
+    """A ``src`` that is 0..m-1 then new rows (an add's leaf tables) saves the same table,
+    files and physical rows as ``src=None`` (row i continues row i) when nothing is cut;
+    with the base's last rows dropped, those become removed rows and the new rows follow
+    the base's physical rows; both read back as the rows."""
+    base = np.arange(120, dtype=np.int64).reshape(-1, 2)
+    m = base.shape[0] - cut
+    rows = np.concatenate([base[:m], [[-1, -2], [-3, -4], [-5, -6]]])
+    rows[7] = [99, 98]  # one changed row: a patch
+    got = {}
+    for how in ("none", "src"):
+        folder = tmp_path / how
+        _save(folder, "t", "npy", base, None)
+        src = None if how == "none" else np.concatenate([np.arange(m), np.full(3, -1)])
+        with IndexWriter(folder) as writer:
+            assert writer.base is not None
+            old = tables_of(writer.base.manifest, "base")["t"]
+            table, physical = write_table(
+                writer, "t", "npy", rows, base=(old, writer.base), src=src
+            )
+            files = sorted(
+                p.relative_to(writer.staging).as_posix()
+                for p in writer.staging.rglob("*")
+                if p.is_file() and p.stat().st_nlink == 1 and p.parent.name == "seg"
+            )
+            writer.commit({"tables": {"t": table.to_json()}})
+        assert np.array_equal(_read(folder, "t"), rows)
+        got[how] = (table.to_json(), physical.tolist(), files)
+        if how == "src":
+            assert table.n_dead == cut
+            want = list(range(m)) + [base.shape[0] + k for k in range(3)]
+            assert physical.tolist() == want
+    if cut == 0:
+        assert got["src"] == got["none"]

@@ -842,3 +842,57 @@ def test_read_jsonl_is_iter_jsonl_in_one_parse(tmp_path: Path) -> None:
                 reader.read_jsonl(listed[0])
     finally:
         reader.close()
+
+
+def test_a_commit_fsyncs_every_file_it_wrote_and_lists_files_in_path_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fsyncs of a commit run several at once; each written file is still synced before
+    the manifest names it, the files kept from the base are not, the manifest lists the
+    files in the staging folder's path order, and a failed fsync publishes nothing."""
+    folder = tmp_path / "ix"
+    with IndexWriter(folder) as writer:
+        for name in ("a.npy", "seg/b.npy", "seg.c.npy", "seg/d/e.npy", "z.json"):
+            path = writer.path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(name.encode() * 10)
+        writer.commit({})
+    synced: list[str] = []
+    real = storage_mod._fsync_file
+
+    def record(path: Path) -> None:
+        synced.append(path.name)
+        real(path)
+
+    monkeypatch.setattr(storage_mod, "_fsync_file", record)
+    with IndexWriter(folder) as writer:
+        writer.keep("a.npy")
+        writer.keep("seg/b.npy")
+        for name in ("seg.c.npy", "seg/d/e.npy", "seg/f.npy", "z.json"):
+            path = writer.path(name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"new " + name.encode())
+        staging = writer.staging
+        want = [
+            p.relative_to(staging).as_posix()
+            for p in sorted(staging.rglob("*"))
+            if p.is_file() and p.name != ownership.MARKER
+        ]
+        writer.commit({})
+    assert sorted(synced) == ["e.npy", "f.npy", "seg.c.npy", "z.json"]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert list(manifest["files"]) == want
+    assert "seg.c.npy" in want and want.index("seg.c.npy") > want.index("seg/f.npy")
+
+    def fail(path: Path) -> None:
+        if path.name == "g.npy":
+            raise OSError(5, "I/O error", str(path))
+        real(path)
+
+    monkeypatch.setattr(storage_mod, "_fsync_file", fail)
+    before = json.loads((folder / "manifest.json").read_text())["generation"]
+    with pytest.raises(OSError, match="I/O error"), IndexWriter(folder) as writer:
+        for name in ("f1.npy", "f2.npy", "g.npy", "h.npy"):
+            writer.path(name).write_bytes(b"x")
+        writer.commit({})
+    assert json.loads((folder / "manifest.json").read_text())["generation"] == before

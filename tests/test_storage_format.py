@@ -325,3 +325,118 @@ def test_an_index_saved_before_the_word_hashes_saves_them_and_then_loads_without
     assert added is not None and len(added.words) > len(loaded.words)
     assert third is not None and third.words == added.words
     assert np.array_equal(third._derived().vocab.index.hashes(), _hash64(third.words))
+
+
+def _bm25_meta(folder: Path) -> tuple[Path, dict[str, Any]]:
+    gen = folder / "generations" / f"{IndexStore(folder).current():06d}" / "bm25"
+    return gen, json.loads((gen / "postings.json").read_text())
+
+
+def test_an_index_saved_before_the_term_hashes_saves_them_and_then_loads_without_a_term_dict(
+    tmp_path: Path,
+) -> None:
+    """The format-4 fixture's BM25 has no term hashes: it loads with a dict of its terms, as
+    before, and its first save writes a hash file per vocabulary part (the kept part's too);
+    the next load finds an add's terms by the hashes without a dict, and scores what the index
+    kept in memory scores. A hash that disagrees with its term is an error naming the file."""
+    from support.embedders import HashEmbedder
+
+    from psirag.errors import IndexFormatError
+    from psirag.ingest import Document
+    from psirag.retrieval.bm25 import TermIds, _hash64, hash_file
+
+    folder = tmp_path / "v4"
+    shutil.copytree(V4_FIXTURE, folder)
+    _, meta = _bm25_meta(folder)
+    assert "term_hashes" not in meta
+    emb = HashEmbedder(16)
+    index = Index.load(folder, embedder=emb)
+    postings = index.data.sparse.postings
+    assert postings is not None and isinstance(postings.vocab, dict)
+    index.add([Document("tide", "", "The tide at Naples rose over the ferry quay.", False)])
+    index.save(folder)
+    gen, meta = _bm25_meta(folder)
+    assert meta["term_hashes"] == [hash_file(name) for name, _ in meta["terms"]]
+    assert len(meta["terms"]) >= 2  # the fixture's first part kept, with hashes added
+    terms: list[str] = []
+    for (name, n), hashes in zip(meta["terms"], meta["term_hashes"], strict=True):
+        part = json.loads((gen / name).read_text())
+        assert len(part) == n
+        assert np.array_equal(np.load(gen / hashes), _hash64(part))
+        terms += part
+    again = Index.load(folder, embedder=emb)
+    loaded = again.data.sparse.postings
+    assert loaded is not None and isinstance(loaded.vocab, TermIds)
+    assert list(loaded.vocab) == terms
+    doc = Document("crater", "", "Vesuvian crater walks: Pompeii guides, Etna ash, tide.", False)
+    for ix in (index, again):
+        ix.add([doc])
+    grown = again.data.sparse.postings
+    assert grown is not None and isinstance(grown.vocab, TermIds)
+    assert grown.vocab._index is None  # the add looked its terms up by hash, no dict
+    kept = index.data.sparse.postings
+    assert kept is not None and list(grown.vocab) == list(kept.vocab)
+    assert dict(grown.vocab) == dict(kept.vocab)
+    for q in ("crater walks", "tide ferry", "volcano lava Pompeii", "nothingsuch"):
+        assert np.array_equal(again.sparse.scores(q), index.sparse.scores(q)), q
+    again.save(folder)
+    third = Index.load(folder, embedder=emb)
+    assert third.data.sparse.postings is not None
+    assert list(third.data.sparse.postings.vocab) == list(kept.vocab)
+    gen, meta = _bm25_meta(folder)
+    bad = gen / meta["term_hashes"][0]
+    hashes = np.load(bad)
+    hashes[0] ^= 1
+    bad.unlink()
+    np.save(bad, hashes)
+    with pytest.raises(IndexFormatError, match=r"postings.json: the saved term hashes disagree"):
+        Index.load(folder, embedder=emb)
+
+
+def test_a_segment_with_term_ids_past_the_vocabulary_fails_on_its_first_read(
+    tmp_path: Path,
+) -> None:
+    """A load no longer passes over every term id of every segment; a damaged one is a
+    ValueError naming the folder when the segment's chunks are first read (a merge, a
+    removal, compaction)."""
+    from psirag.retrieval.bm25 import Postings, TermCounts
+
+    texts = [
+        "lava flows from the volcano",
+        "bread dough and flour",
+        "striker scored a goal",
+        "ferry quay at the harbour",
+        "crater walks near Etna",
+    ]
+    Postings.of_counts(TermCounts.of(texts)).save(tmp_path)
+    meta = json.loads((tmp_path / "postings.json").read_text())
+    seg = tmp_path / f"s.{meta['segments'][0][0]}.doc_terms.npy"
+    terms = np.load(seg)
+    terms[-1] = 10_000
+    seg.unlink()
+    np.save(seg, terms)
+    loaded = Postings.load(tmp_path)
+    with pytest.raises(ValueError, match="outside the BM25 vocabulary") as err:
+        loaded.counts()
+    assert str(tmp_path) in str(err.value)
+    with pytest.raises(ValueError, match="outside the BM25 vocabulary"):
+        Postings.load(tmp_path).remove(np.array([True, True, True, True, False]))
+    # a removal that reads only sound chunks (and does not compact) still works
+    assert Postings.load(tmp_path).remove(np.array([False, True, True, True, True])).n_docs == 4
+
+
+def test_picked_rows_read_as_the_reordered_array() -> None:
+    """The inner vectors an update saves are ``vectors[perm]`` made only where read (the
+    appended rows): every way the segment writer reads them gives that array's values."""
+    from psirag.storage_format import _PickedRows
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((40, 6)).astype(np.float32)
+    perm = rng.permutation(40)
+    picked = _PickedRows(vectors, perm)
+    want = vectors[perm]
+    assert len(picked) == 40 and picked.shape == want.shape and picked.dtype == want.dtype
+    assert np.array_equal(picked[25:40], want[25:40])
+    assert np.array_equal(picked[np.array([3, 0, 39])], want[[3, 0, 39]])
+    assert np.array_equal(np.asarray(picked), want)
+    assert np.asarray(picked, dtype=np.float64).dtype == np.float64

@@ -444,6 +444,9 @@ def write_table(
             or (m > 1 and not bool(np.all(np.diff(kept) > 0)))
         ):
             return fresh()  # rows reordered: no cheaper form than a new segment
+        # strictly increasing from 0 to m - 1: row i continues row i (nothing removed, rows
+        # appended), which needs no map of the base's live rows
+        identity = m == 0 or (int(kept[0]) == 0 and int(kept[-1]) == m - 1)
     changed = np.empty(0, dtype=np.int64)
     if compare and m:
         old = read_logical(reader, table, where)
@@ -452,7 +455,8 @@ def write_table(
         changed = _changed(kind, rows, old, kept)
     elif kind == "npy" and n > m:
         first = np.load(reader.path(table.segments[0][0]), mmap_mode="r", allow_pickle=False)
-        if not _compatible(kind, rows if hasattr(rows, "dtype") else np.asarray(rows), first):
+        probe = rows if hasattr(rows, "dtype") else np.asarray(rows)  # (not copied)
+        if not _compatible(kind, probe, first):
             return fresh()
     if m - changed.size < REUSE_FRACTION * n:
         return fresh()  # little of the base is left: a new segment is smaller and simpler

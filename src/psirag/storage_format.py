@@ -220,7 +220,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
         writer.save_array(DRIFT_NODES_FILE, np.stack([waiting, drift[waiting]]))
     keys = data.leaf_document_keys()
     if keys is not None:  # (the number of documents is the manifest's count)
-        tables.save(DOCUMENT_KEYS, "npy", keys[0], src=leaf_src)
+        # a kept leaf is the chunk loaded from its row: its document's key is the saved one
+        tables.save(DOCUMENT_KEYS, "npy", keys[0], src=leaf_src, compare=False)
     # in the order the sources were recorded (the corpus order of the documents they name,
     # but for a source recorded later for a document indexed before): listing the documents
     # in corpus order would decode every chunk, 3.5 s of a one-file `psirag add` at 200k
@@ -238,7 +239,8 @@ def save_index_data(writer: IndexWriter, data: IndexData, *, compact: bool = Fal
     tables.save("first_copy", "npy", _small_ints(first - np.arange(first.size)), src=leaf_src)
     dups = data.sparse.duplicates
     if dups is not None and dups.size == n:  # so a load's first add need not map every text
-        tables.save(DUPLICATE_HASHES, "npy", dups.hashes, src=leaf_src)
+        # a hash of each chunk's own text: a kept leaf's is the saved one (not read back)
+        tables.save(DUPLICATE_HASHES, "npy", dups.hashes, src=leaf_src, compare=False)
     if data.phrase_table is not None:
         _save_phrase_table(tables, data.phrase_table, leaf_src)
     graph = data.leaf_graph
@@ -624,7 +626,10 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     fresh = np.flatnonzero(matched < 0)
     perm = np.concatenate([kept, fresh])
     src = np.concatenate([matched[kept], np.full(fresh.size, -1, dtype=np.int64)])
-    physical = tables.save("inner_vectors", "npy", vectors[perm], src=src, compare=False)
+    # (the reordered vectors are made only where read: an update's save appends its new and
+    # changed nodes' rows, not a copy of every inner node's vector)
+    picked = _PickedRows(vectors, perm)
+    physical = tables.save("inner_vectors", "npy", picked, src=src, compare=False)
     also = tables.save(
         "inner_abstracts",
         "jsonl",
@@ -637,6 +642,27 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     order = np.empty(len(abstracts), dtype=np.int64)
     order[perm] = physical
     return order
+
+
+class _PickedRows:
+    """``rows[order]`` of an array, made only where read (its rows, or whole by
+    ``np.asarray``): :func:`psirag.segments.write_table` reads an update's appended rows."""
+
+    def __init__(self, rows: np.ndarray, order: np.ndarray) -> None:
+        self.rows, self.order = rows, order
+        self.dtype = rows.dtype
+        self.shape = (int(order.size), *rows.shape[1:])
+        self.ndim = rows.ndim
+
+    def __len__(self) -> int:
+        return int(self.order.size)
+
+    def __getitem__(self, i: Any) -> np.ndarray:
+        return np.asarray(self.rows[self.order[i]])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        whole = np.asarray(self.rows[self.order])
+        return whole if dtype is None else whole.astype(dtype)
 
 
 class _Picked(Sequence[Any]):
@@ -802,9 +828,12 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
         or (m > 1 and not bool(np.all(np.diff(kept) > 0)))
     ):
         return False
-    gone = np.ones(n_base_leaves, dtype=bool)
-    gone[kept] = False
-    removed = np.flatnonzero(gone)
+    if m == n_base_leaves:  # every base leaf kept, in order (an add): nothing removed
+        removed = np.empty(0, dtype=np.int64)
+    else:
+        gone = np.ones(n_base_leaves, dtype=bool)
+        gone[kept] = False
+        removed = np.flatnonzero(gone)
     where = str(reader.folder)
 
     dtypes: dict[str, np.dtype[Any]] = {}
@@ -854,16 +883,20 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     for ptr_name, entries in CSR_GROUPS.items():
         ptr = np.asarray(getattr(table, ptr_name), dtype=np.int64)
         len_table = f"{PHRASES_DIR}/{ptr_name}_len"
-        old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
-        old_ptr = np.concatenate([[0], np.cumsum(old_lengths)])
-        gone_entries = csr_positions(old_ptr, removed)
-        lengths = np.diff(ptr)
-        tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src, compare=False)
+        if removed.size == 0 and delta(f"{ptr_name}_len", _small_ints(np.diff(ptr[m:]))):
+            # an add: the kept leaves' lengths and entries are the base's, the new leaves'
+            # appended (no pass over every leaf's length)
+            gone_entries = np.empty(0, dtype=np.int64)
+        else:
+            old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
+            gone_entries = csr_positions(np.concatenate([[0], np.cumsum(old_lengths)]), removed)
+            tables.save(len_table, "npy", _small_ints(np.diff(ptr)), src=leaf_src, compare=False)
         for name in entries:
             # the new leaves' entries only (a loaded table's are pieces: not joined)
             appended = np.asarray(getattr(table, name)[int(ptr[m]) :])
             if not delta(name, appended, dead_logical=gone_entries):
-                src = _entry_sources(leaf_src, old_lengths, lengths)
+                old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
+                src = _entry_sources(leaf_src, old_lengths, np.diff(ptr))
                 whole = table.arrays()[name]
                 tables.save(f"{PHRASES_DIR}/{name}", "npy", whole, src=src, compare=False)
     # phrase ids only grow: new phrases are appended, changed counts and forms patched

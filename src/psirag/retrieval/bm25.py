@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from itertools import chain
@@ -104,6 +104,121 @@ def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray
         raise with_path(exc, path) from exc
 
 
+def _hash64(keys: Sequence[str]) -> np.ndarray:
+    """A stable 64-bit hash of each string (BLAKE2b of its UTF-8, as the phrase table's word
+    hashes): what a save keeps of the BM25 terms so a load makes no dict of them."""
+    import hashlib
+
+    digests = b"".join(
+        hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        for key in keys
+    )
+    return np.frombuffer(digests, dtype="<i8").astype(np.int64)
+
+
+HASH_SAMPLE = 64
+"""Saved term hashes a load checks against their terms (evenly spread)."""
+
+
+class TermIds(Mapping[str, int]):
+    """A loaded BM25 vocabulary: term ``i`` is ``terms[i]``, found by its saved 64-bit hash.
+    A load makes no dict of every term (about 250k at 1M chunks, 0.1-0.3 s): a batch of
+    tokens is looked up by one vectorised pass over the hashes (:meth:`lookup`). Read as a
+    mapping one term at a time, it makes the dict once. Immutable."""
+
+    def __init__(self, terms: list[str], hashes: np.ndarray) -> None:
+        self.terms = terms
+        self._hashes = hashes
+        self._index: dict[str, int] | None = None
+        self._lookups = 0
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        """The hashes sorted, with their ids: made on a second lookup (a query after
+        another), so that later ones cost O(batch log terms), not a pass over every term."""
+
+    @classmethod
+    def restore(cls, terms: list[str], hashes: np.ndarray, where: str) -> TermIds:
+        """Saved terms with their saved hashes, checked in size and at sample rows (a
+        mismatch is a ValueError naming ``where``)."""
+        hashes = np.asarray(hashes)
+        bad = hashes.shape != (len(terms),) or hashes.dtype != np.int64
+        if not bad and terms:
+            at = np.unique(np.linspace(0, len(terms) - 1, HASH_SAMPLE).astype(np.int64))
+            bad = not np.array_equal(_hash64([terms[i] for i in at.tolist()]), hashes[at])
+        if bad:
+            raise ValueError(f"{where}: the saved term hashes disagree with the terms; rebuild")
+        return cls(terms, hashes)
+
+    def hashes(self) -> np.ndarray:
+        return self._hashes
+
+    def lookup(self, batch: Sequence[str]) -> np.ndarray:
+        """The id of each term of ``batch`` (-1: not held), by one pass over the hashes (the
+        strings behind equal hashes compared)."""
+        out = np.full(len(batch), -1, dtype=np.int64)
+        if not batch or not self.terms:
+            return out
+        if self._index is not None:
+            index = self._index
+            return np.fromiter((index.get(t, -1) for t in batch), dtype=np.int64, count=len(batch))
+        wanted = _hash64(batch)
+        held = self._hashes
+        if self._sorted is None and self._lookups > 0:  # looked up again (queries): sort once
+            order = np.argsort(held, kind="stable")
+            self._sorted = (held[order], order)
+        self._lookups += 1
+        if self._sorted is not None:  # each wanted hash's run among the sorted held ones
+            ranked_held, order = self._sorted
+            lo = np.searchsorted(ranked_held, wanted, side="left")
+            hi = np.searchsorted(ranked_held, wanted, side="right")
+            runs = zip(lo.tolist(), hi.tolist(), strict=True)
+            hits = np.concatenate([order[a:b] for a, b in runs])
+        else:  # one pass over the held hashes
+            ranked = np.sort(wanted)
+            pos = np.minimum(np.searchsorted(ranked, held), ranked.size - 1)
+            hits = np.flatnonzero(ranked[pos] == held)
+        found: dict[str, int] = {}
+        for i in np.sort(hits).tolist():  # equal hashes: compare strings (lowest id first)
+            found.setdefault(self.terms[i], i)
+        for j, t in enumerate(batch):
+            out[j] = found.get(t, -1)
+        return out
+
+    def with_new(self, new: list[str]) -> TermIds:
+        """These terms and ``new`` (terms not held) numbered on after them (a copy)."""
+        got = TermIds(self.terms + new, np.concatenate([self._hashes, _hash64(new)]))
+        if self._index is not None:
+            start = len(self.terms)
+            got._index = {
+                **self._index,
+                **dict(zip(new, range(start, start + len(new)), strict=True)),
+            }
+        return got
+
+    def _dict(self) -> dict[str, int]:
+        if self._index is None:
+            self._index = dict(zip(self.terms, range(len(self.terms)), strict=True))
+        return self._index
+
+    def __getitem__(self, term: str) -> int:
+        return self._dict()[term]
+
+    def __contains__(self, term: object) -> bool:
+        return term in self._dict()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.terms)
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+
+def term_ids(vocab: Mapping[str, int], tokens: Sequence[str]) -> list[int]:
+    """The ids of ``tokens`` held by ``vocab`` (order and repeats kept, unknown ones left out)."""
+    if isinstance(vocab, TermIds):
+        return [i for i in vocab.lookup(tokens).tolist() if i >= 0]
+    return [vocab[t] for t in tokens if t in vocab]
+
+
 COUNT_FILES = ("doc_ptr.npy", "doc_terms.npy", "doc_tf.npy")
 """Saved beside bm25s's files: per-chunk term counts, what an update rescores from."""
 
@@ -114,7 +229,7 @@ class TermCounts:
     in chunk order: BM25 of any corpus made of these chunks is arithmetic on these arrays, so
     an update tokenises only its new chunks. Immutable; the vocabulary only grows."""
 
-    vocab: dict[str, int]
+    vocab: Mapping[str, int]  # a dict, or a loaded vocabulary's TermIds
     doc_ptr: np.ndarray
     terms: np.ndarray
     tf: np.ndarray
@@ -161,13 +276,24 @@ class TermCounts:
         words = _words(texts, progress=progress)
         distinct = list(dict.fromkeys(chain.from_iterable(words)))
         stems = _stemmer().stemWords(distinct)
-        vocab = self.vocab
-        fresh = {t for t in stems if t not in vocab}
-        if fresh:
-            vocab = dict(vocab)
-            for t in sorted(fresh):
-                vocab[t] = len(vocab)
-        id_of = dict(zip(distinct, map(vocab.__getitem__, stems), strict=True))
+        vocab: Mapping[str, int] = self.vocab
+        if isinstance(vocab, TermIds):  # a loaded vocabulary: no dict of every term
+            held = vocab.lookup(stems).tolist()
+            fresh = sorted({t for t, i in zip(stems, held, strict=True) if i < 0})
+            first = len(vocab)
+            new_id = dict(zip(fresh, range(first, first + len(fresh)), strict=True))
+            if fresh:
+                vocab = vocab.with_new(fresh)
+            stem_ids = [i if i >= 0 else new_id[t] for t, i in zip(stems, held, strict=True)]
+        else:
+            fresh_set = {t for t in stems if t not in vocab}
+            if fresh_set:
+                grown = dict(vocab)
+                for t in sorted(fresh_set):
+                    grown[t] = len(grown)
+                vocab = grown
+            stem_ids = list(map(vocab.__getitem__, stems))
+        id_of = dict(zip(distinct, stem_ids, strict=True))
         lengths = np.fromiter(map(len, words), dtype=np.int64, count=len(words))
         flat = np.fromiter(
             map(id_of.__getitem__, chain.from_iterable(words)),
@@ -253,6 +379,22 @@ class _Segment:
     doc_len: np.ndarray  # int64 tokens per chunk
     alive: np.ndarray  # bool per chunk: False once removed
     term_ids: np.ndarray | None = None  # int32 sorted terms held (None: term_ptr is dense)
+    unchecked: str | None = None
+    """A loaded segment's folder until its chunks' term ids are first read and checked (a load
+    does not pass over every term id of the index: an add never reads the large segments')."""
+
+    def doc_counts(self) -> TermCounts:
+        """The term counts, their term ids checked against the vocabulary on the first read
+        of a loaded segment (a ValueError naming the folder)."""
+        if self.unchecked is not None:
+            c = self.counts
+            if c.terms.size and int(c.terms.max()) >= len(c.vocab):
+                raise ValueError(
+                    f"{self.unchecked}: a segment's term ids are outside the BM25 vocabulary; "
+                    "rebuild the index"
+                )
+            object.__setattr__(self, "unchecked", None)
+        return self.counts
 
     @classmethod
     def of(cls, counts: TermCounts, n_terms: int = 0) -> _Segment:
@@ -325,8 +467,8 @@ class _Segment:
     def live(self) -> TermCounts:
         """The term counts of the live chunks."""
         if self.n_alive == self.alive.size:
-            return self.counts
-        return self.counts.select(self.alive)
+            return self.doc_counts()
+        return self.doc_counts().select(self.alive)
 
 
 def _digest(*arrays: np.ndarray) -> str:
@@ -418,7 +560,7 @@ class Postings:
     tombstones, new terms, and the df entries that changed (see :data:`POSTINGS_FORMAT`).
     """
 
-    vocab: dict[str, int]
+    vocab: Mapping[str, int]  # a dict, or a loaded vocabulary's TermIds
     segments: tuple[_Segment, ...]
     df: np.ndarray  # int64 per term id: live chunks holding it
     n_docs: int
@@ -491,7 +633,10 @@ class Postings:
                 continue
             live = np.flatnonzero(seg.alive)
             gone = live[~mine]
-            terms = seg.counts.terms[csr_positions(seg.counts.doc_ptr, gone)]
+            c = seg.counts
+            terms = c.terms[csr_positions(c.doc_ptr, gone)]
+            if seg.unchecked is not None and terms.size and int(terms.max()) >= len(c.vocab):
+                seg.doc_counts()  # raises, naming the folder
             touched.append(np.unique(terms))
             df -= np.bincount(terms, minlength=df.size)
             total -= int(seg.doc_len[gone].sum())
@@ -506,6 +651,7 @@ class Postings:
                 seg.doc_len,
                 alive,
                 seg.term_ids,
+                unchecked=seg.unchecked,
             )
             if "_name" in old.__dict__:  # the same counts: the same files, not hashed again
                 object.__setattr__(seg, "_name", old.__dict__["_name"])
@@ -588,7 +734,7 @@ class Postings:
             name = seg.name()
             body = [f"s.{name}.{f}.npy" for f in BODY_FILES]
             if not reuse(body):
-                c = seg.counts
+                c = seg.doc_counts()
                 term_ids = seg.term_ids
                 term_ptr = seg.term_ptr
                 if term_ids is None:  # a format-1 segment: its own terms only from now on
@@ -623,6 +769,7 @@ class Postings:
             "total_len": self.total_len,
             "segments": segments,
             "terms": [list(p) for p in parts],
+            "term_hashes": [hash_file(name) for name, _ in parts],
             "df": df_meta,
         }
         (folder / "postings.json").write_text(json.dumps(meta, ensure_ascii=False), "utf-8")
@@ -634,6 +781,8 @@ class Postings:
         """The terms of ids ``lo`` to ``hi`` (the vocabulary is kept in id order)."""
         from itertools import islice
 
+        if isinstance(self.vocab, TermIds):
+            return self.vocab.terms[lo:hi]
         got = list(islice(self.vocab, lo, hi))
         if len(got) == hi - lo and all(self.vocab[t] == lo + k for k, t in enumerate(got)):
             return got
@@ -660,12 +809,22 @@ class Postings:
         if kept and not reuse([name for name, _, _ in kept]):
             kept, lo = [], 0
         parts = [(name, hi - start) for name, start, hi in kept]
+        for name, start, hi in kept:  # an index saved before the hashes gets them once
+            if not reuse([hash_file(name)]):
+                self._save_hashes(folder / hash_file(name), start, hi)
         if lo < n_terms:
             raw = json.dumps(self._terms(lo, n_terms), ensure_ascii=False).encode("utf-8")
             name = f"terms.{hashlib.blake2b(raw, digest_size=12).hexdigest()}.json"
             (folder / name).write_bytes(raw)
+            self._save_hashes(folder / hash_file(name), lo, n_terms)
             parts.append((name, n_terms - lo))
         return tuple(parts)
+
+    def _save_hashes(self, path: Path, lo: int, hi: int) -> None:
+        """The 64-bit hashes of terms ``lo`` to ``hi`` (what a load finds terms by)."""
+        vocab = self.vocab
+        got = vocab.hashes()[lo:hi] if isinstance(vocab, TermIds) else _hash64(self._terms(lo, hi))
+        np.save(path, np.ascontiguousarray(got, dtype=np.int64), allow_pickle=False)
 
     def _save_df(self, folder: Path, reuse: Reuse) -> tuple[list[str | None], _SavedDf]:
         """``[whole file, patch file or None]`` and what the next save patches from: df whole
@@ -703,11 +862,23 @@ class Postings:
             got = json.loads((folder / _file_name(name, folder)).read_text("utf-8"))
             if not isinstance(got, list) or len(got) != n:
                 raise ValueError(f"{folder}/{name} does not hold {n} terms; rebuild the index")
-            terms.extend(str(t) for t in got)
+            if set(map(type, got)) <= {str}:
+                terms.extend(got)
+            else:
+                terms.extend(str(t) for t in got)
             parts.append((str(name), int(n)))
-        vocab = {t: i for i, t in enumerate(terms)}
-        if len(vocab) != len(terms):
-            raise ValueError(f"{folder}: the BM25 vocabulary lists a term twice")
+        vocab: Mapping[str, int]
+        hash_names = meta.get("term_hashes")
+        if hash_names is None:  # saved before the term hashes: a dict (its next save adds them)
+            vocab = dict(zip(terms, range(len(terms)), strict=True))
+            if len(vocab) != len(terms):
+                raise ValueError(f"{folder}: the BM25 vocabulary lists a term twice")
+        else:
+            if not isinstance(hash_names, list) or len(hash_names) != len(parts):
+                raise ValueError(f"{folder}/postings.json: term_hashes does not fit its terms")
+            got_hashes = [_load_array(folder / _file_name(h, folder)) for h in hash_names]
+            hashes = np.concatenate(got_hashes) if got_hashes else np.empty(0, np.int64)
+            vocab = TermIds.restore(terms, hashes, f"{folder}/postings.json")
         segments = []
         for name, size, dead_file in meta["segments"]:
             a = {
@@ -725,7 +896,6 @@ class Postings:
                 or a["doc_len"].shape != (n,)
                 or int(a["term_ptr"][-1]) != a["post_doc"].size
                 or (a["term_ids"].size and int(a["term_ids"][-1]) >= len(vocab))
-                or (a["doc_terms"].size and int(a["doc_terms"].max()) >= len(vocab))
             ):
                 raise ValueError(f"{folder}: segment {name}'s arrays disagree; rebuild the index")
             alive = np.ones(n, dtype=bool)
@@ -743,6 +913,7 @@ class Postings:
                 a["doc_len"],
                 alive,
                 a["term_ids"],
+                unchecked=str(folder),  # its term ids are checked when first read
             )
             object.__setattr__(seg, "_name", str(name))
             segments.append(seg)
@@ -826,6 +997,13 @@ class Postings:
         if df.shape != (len(vocab),) or got.n_docs != sum(s.n_alive for s in segments):
             raise ValueError(f"{folder}: the BM25 counts disagree with its segments")
         return got
+
+
+def hash_file(terms_file: str) -> str:
+    """The file of a vocabulary part's term hashes, named after the part's own file (whose
+    name is by content, so the two are kept together between generations)."""
+    stem = terms_file[: -len(".json")] if terms_file.endswith(".json") else terms_file
+    return f"{stem}.hash.npy"
 
 
 def _file_name(name: object, folder: Path) -> str:
@@ -1057,9 +1235,7 @@ class SparseIndex:
     def scores(self, query: str) -> np.ndarray:
         """BM25 score of every leaf (0 where no query term occurs)."""
         if self.postings is not None:
-            vocab = self.postings.vocab
-            ids = [vocab[t] for t in _tokenize([query])[0] if t in vocab]
-            return self.postings.scores(ids)
+            return self.postings.scores(term_ids(self.postings.vocab, _tokenize([query])[0]))
         assert self.retriever is not None
         ids = self.retriever.term_ids(_tokenize([query])[0])
         if not ids:

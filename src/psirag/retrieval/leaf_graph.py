@@ -23,7 +23,9 @@ extra: without it an index is built without a graph and searches as before.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import sys
 import threading
 import uuid
@@ -98,10 +100,28 @@ def usearch_available() -> bool:
 
 class GraphBase:
     """An immutable HNSW graph (the *base*) and the sorted keys it holds, shared by every
-    :class:`LeafGraph` made from it: updates never change it; a fold makes a new one."""
+    :class:`LeafGraph` made from it: updates never change it; a fold makes a new one.
 
-    def __init__(self, graph: Any, keys: np.ndarray, base_id: str, *, read_only: bool) -> None:
-        self.graph = graph
+    A saved base is opened on first use (:meth:`opened`): an update that only appends leaves
+    to the delta never reads it, and usearch's ``view`` of a 1M-leaf graph costs 0.1-0.4 s.
+    Its file is held open from the load, so a later save's garbage collection of the loaded
+    generation does not take it away."""
+
+    def __init__(
+        self,
+        graph: Any,
+        keys: np.ndarray,
+        base_id: str,
+        *,
+        read_only: bool,
+        ndim: int | None = None,
+        opener: Any = None,
+    ) -> None:
+        assert graph is not None or (opener is not None and ndim is not None)
+        self._graph = graph
+        self._opener = opener
+        self.ndim = int(graph.ndim) if graph is not None else int(ndim or 0)
+        """The vectors' dimension (known without opening a saved base)."""
         self.keys = np.asarray(keys, dtype=np.int64)
         self.id = base_id
         """Names this base in a generation's manifest: a save whose base generation holds the
@@ -110,12 +130,73 @@ class GraphBase:
         """A memory-mapped view of a saved graph: usearch cannot change it (it would crash)."""
         self.lock = threading.Lock()
         """usearch takes ``ef`` as a property of the graph, not of one search: held while one
-        is set and used, so that concurrent searches with different beams get their own."""
+        is set and used, so that concurrent searches with different beams get their own.
+        Also held while a saved base is opened."""
+
+    @property
+    def opened(self) -> bool:
+        """Whether the usearch graph is in memory (a saved base is opened on first use)."""
+        return self._graph is not None
+
+    @property
+    def graph(self) -> Any:
+        """The usearch graph (a saved base's view is opened here, once)."""
+        if self._graph is None:
+            with self.lock:
+                if self._graph is None:
+                    self._graph = self._opener()
+                    self._opener = None
+        return self._graph
 
     def search(self, queries: np.ndarray, count: int, ef: int, threads: int) -> Any:
+        graph = self.graph
         with self.lock:
-            self.graph.expansion_search = max(int(ef), count)
-            return self.graph.search(queries, count, threads=threads)
+            graph.expansion_search = max(int(ef), count)
+            return graph.search(queries, count, threads=threads)
+
+
+class _SavedView:
+    """Opens a saved base graph's usearch view when first called. On Linux the file is held
+    open from construction (``/proc/self/fd``), so the view still opens after the generation
+    that held it was garbage-collected; elsewhere it is opened at once."""
+
+    def __init__(self, index_class: Any, path: Path, n_keys: int, dim: int) -> None:
+        self._index_class, self._path, self._n, self._dim = index_class, path, n_keys, dim
+        self._fd: int | None = None
+        self._graph: Any = None
+        if sys.platform.startswith("linux") and Path("/proc/self/fd").is_dir():
+            self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        else:
+            self._graph = self._view(str(path))
+
+    def _view(self, where: str) -> Any:
+        try:
+            graph = self._index_class.restore(where, view=True)
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise IndexFormatError(
+                f"{self._path}: the HNSW graph is unreadable ({exc}); rebuild the index"
+            ) from exc
+        if graph is None or len(graph) != self._n or int(graph.ndim) != self._dim:
+            raise IndexFormatError(
+                f"{self._path}: the HNSW graph does not match its header; rebuild the index"
+            )
+        return graph
+
+    def __call__(self) -> Any:
+        if self._graph is None:
+            assert self._fd is not None
+            try:
+                self._graph = self._view(f"/proc/self/fd/{self._fd}")
+            finally:
+                os.close(self._fd)
+                self._fd = None
+        return self._graph
+
+    def __del__(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
 
 
 def new_base_id() -> str:
@@ -164,7 +245,7 @@ class LeafGraph:
         self.base = base
         self.dead = _sorted_keys(dead)
         self.delta_keys = _sorted_keys(delta_keys)
-        dim = int(base.graph.ndim)
+        dim = base.ndim
         self.delta_vectors = (
             np.empty((0, dim), dtype=np.float32)
             if delta_vectors is None
@@ -303,26 +384,28 @@ class LeafGraph:
         try:
             keys = np.load(folder / KEYS_FILE, allow_pickle=False)
             dead, delta = _optional_keys(folder / DEAD_FILE), _optional_keys(folder / DELTA_FILE)
-            graph = index_class.restore(str(folder / GRAPH_FILE), view=True)
-        except (OSError, ValueError, RuntimeError) as exc:
+            header = index_class.metadata(str(folder / GRAPH_FILE))  # the header only
+            present = None if header is None else int(header["count_present"])
+            ndim = None if header is None else int(header["dimensions"])
+        except (OSError, ValueError, RuntimeError, KeyError, TypeError) as exc:
             raise IndexFormatError(
                 f"{folder}: the HNSW graph is unreadable ({exc}); rebuild the index"
             ) from exc
         n_base = keys.size - dead.size
         if (
-            graph is None
+            present is None
             or keys.ndim != 1
-            or len(graph) != keys.size
+            or present != keys.size
             or n_base + delta.size != n_leaves
         ):
             raise IndexFormatError(
-                f"{folder}: the HNSW graph holds {0 if graph is None else len(graph)} vectors, "
+                f"{folder}: the HNSW graph holds {0 if present is None else present} vectors, "
                 f"{keys.shape} keys, {dead.size} removed and {delta.size} added for {n_leaves} "
                 "leaves; the index is corrupted or mixed, rebuild it"
             )
         ascending = [k.size < 2 or bool(np.all(np.diff(k) > 0)) for k in (keys, dead, delta)]
         fits = (
-            int(graph.ndim) == dim
+            ndim == dim
             and all(ascending)
             and int(np.count_nonzero(_members(keys, dead))) == dead.size
             and (not delta.size or not keys.size or int(delta[0]) > int(keys[-1]))
@@ -334,7 +417,10 @@ class LeafGraph:
             if leaf_vectors is None:
                 raise ValueError("a graph with a delta needs the index's leaf vectors")
             vectors = np.asarray(leaf_vectors[n_leaves - delta.size : n_leaves], np.float32)
-        base = GraphBase(graph, keys, base_id or new_base_id(), read_only=True)
+        opener = _SavedView(index_class, folder / GRAPH_FILE, int(keys.size), dim)
+        base = GraphBase(
+            None, keys, base_id or new_base_id(), read_only=True, ndim=dim, opener=opener
+        )
         return cls(base, dead, delta, vectors)
 
     # ------------------------------------------------------------------ searching

@@ -21,10 +21,8 @@ import math
 import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import Future
 from dataclasses import dataclass
-from multiprocessing import get_context
 from typing import Any, Literal
 
 import numpy as np
@@ -184,6 +182,12 @@ def build_bucket_trees(
     workers = min(workers, len(jobs))
     if workers <= 1:
         return [build_bucket(job) for job in jobs]
+    # imported here: concurrent.futures.process and multiprocessing cost 20-25 ms of every
+    # `psirag add`, whose tree update imports this module but builds no buckets in processes
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
     ctx = get_context("spawn")  # fresh interpreters: no inherited threads or locks
     results: list[tuple[np.ndarray, np.ndarray]] = []
     try:
