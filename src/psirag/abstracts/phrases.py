@@ -1549,12 +1549,24 @@ def _entries_appended(
 ) -> np.ndarray | _Pieces:
     """A per-leaf entry array with ``extra`` after it: in ``a``'s spare room when ``own`` and
     there is room (as :func:`_append`), else as a new piece (:class:`_Pieces`) after ``a``,
-    which is not copied (a loaded table's mapped arrays, a table a removal made)."""
+    which is not copied (a loaded table's mapped arrays, a table a removal made). ``extra``
+    takes ``a``'s int32 when its values fit (a build's ids and counts: half the memory of
+    int64, and one dtype across pieces, so joining them makes no int64 copy)."""
+    extra = _narrowed(extra, a.pieces[0].dtype if isinstance(a, _Pieces) else a.dtype)
     if isinstance(a, _Pieces):
         return a.append(extra, own)
     if a.shape[0] == 0 or (own and _has_room(a, a.shape[0] + extra.shape[0])):
         return _append(a, extra, own)
     return _Pieces([a]).append(extra, False)
+
+
+def _narrowed(extra: np.ndarray, dtype: Any) -> np.ndarray:
+    """``extra`` as int32 when ``dtype`` is int32 and its values fit, else as it is."""
+    if dtype != np.int32 or extra.dtype == np.int32 or extra.dtype.kind not in "iu":
+        return extra
+    if extra.size and (int(extra.max()) >= 2**31 or int(extra.min()) < -(2**31)):
+        return extra
+    return extra.astype(np.int32)
 
 
 def _own(a: np.ndarray) -> np.ndarray:
