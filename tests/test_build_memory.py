@@ -149,7 +149,7 @@ def test_a_big_build_lets_its_layout_go_and_an_add_remakes_it(
     texts = _corpus()
     tree = _tree(len(texts))
     kept = PhraseTable.build(texts)
-    pipeline.write_abstracts(tree, texts, IndexConfig(), table=kept)
+    small = pipeline.write_abstracts(tree, texts, IndexConfig(), table=kept)
     assert "layout" in kept._cache  # small: kept for an add in the same process
     monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
     big = PhraseTable.build(texts)
@@ -158,6 +158,8 @@ def test_a_big_build_lets_its_layout_go_and_an_add_remakes_it(
     assert isinstance(big.ls_key, np.memmap)  # spilled to a temporary file, same values
     spilled_counts = big._cache["derived"]  # and the counts only the layout read
     assert all(isinstance(a, np.memmap) for a in (spilled_counts.p_best, spilled_counts.p_df))
+    assert isinstance(big.lp_pid, np.memmap)  # each leaf's phrases, once split for scoring
+    assert got.texts == small.texts
     assert got.texts == pipeline.write_abstracts(tree, texts, IndexConfig()).texts
     want = _saved(kept)
     spilled = _saved(big)

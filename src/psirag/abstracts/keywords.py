@@ -156,6 +156,11 @@ def keyword_abstracts(
         # count 1 in every node over that leaf (and in its parent), so it is read from the
         # leaf's row; a phrase that is not a column is never scored and is left out
         multi, single = _split_leaf_phrases(phrases)
+        # scoring reads the split rows from here on: a big table's own rows go out of memory
+        moved = table.spill_leaf_phrases()
+        if moved is not None:
+            phrases = moved
+            give_back_freed_memory()
         blocks = _product_blocks(tree, ordered, row_of, membership, whole, multi.ptr)
         leaf_pid = sp.csr_matrix(
             (np.ones(multi.pid.size, dtype=np.int8), multi.pid, multi.ptr),

@@ -1185,6 +1185,25 @@ class PhraseTable:
         give_back_freed_memory()
         return True
 
+    def spill_leaf_phrases(self) -> Phrases | None:
+        """Move each leaf's phrase ids (:attr:`lp_pid`) into an unlinked temporary file mapped
+        copy-on-write, as :meth:`spill_idle` does, when the table is that big and laid out:
+        what a build's scoring does once it has read them (split into the rows it scores).
+        Returns the layout's phrases with the moved array (the caller reads those from then
+        on), None when nothing was moved."""
+        got = self._cache.get("layout")
+        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or got is None:
+            return None
+        if not isinstance(self.lp_pid, np.ndarray) or isinstance(self.lp_pid, np.memmap):
+            return None
+        mapped = _mapped_copy(self.lp_pid)
+        if mapped is self.lp_pid:
+            return None  # no temporary file: it stays in memory
+        object.__setattr__(self, "lp_pid", mapped)
+        ph = dataclasses.replace(got.phrases, lp_pid=mapped)
+        self._cache["layout"] = dataclasses.replace(got, phrases=ph)
+        return ph
+
     def phrase_view(self) -> Phrases:
         """What :func:`keyword_abstracts` reads for a few nodes (an update), without laying out
         the corpus: a phrase's column order key, word count, entity flag and shown form are
