@@ -149,13 +149,17 @@ def test_a_big_build_lets_its_layout_go_and_an_add_remakes_it(
     texts = _corpus()
     tree = _tree(len(texts))
     kept = PhraseTable.build(texts)
-    pipeline.write_abstracts(tree, texts, IndexConfig(), table=kept)
+    small = pipeline.write_abstracts(tree, texts, IndexConfig(), table=kept)
     assert "layout" in kept._cache  # small: kept for an add in the same process
     monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
     big = PhraseTable.build(texts)
     got = pipeline.write_abstracts(tree, texts, IndexConfig(), table=big)
     assert "layout" not in big._cache
     assert isinstance(big.ls_key, np.memmap)  # spilled to a temporary file, same values
+    spilled_counts = big._cache["derived"]  # and the counts only the layout read
+    assert all(isinstance(a, np.memmap) for a in (spilled_counts.p_best, spilled_counts.p_df))
+    assert isinstance(big.lp_pid, np.memmap)  # each leaf's phrases, once split for scoring
+    assert got.texts == small.texts
     assert got.texts == pipeline.write_abstracts(tree, texts, IndexConfig()).texts
     want = _saved(kept)
     spilled = _saved(big)
@@ -165,6 +169,11 @@ def test_a_big_build_lets_its_layout_go_and_an_add_remakes_it(
     # an add on the table without a layout gives what an add on one with it gives
     more = _corpus(9, seed=8)
     a, b = kept.add(more).phrases(), big.add(more).phrases()
+    for name in ("key", "df", "col_of", "pid_of", "lp_pid", "lp_ptr"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    # and a removal (written over the spilled counts) gives what one on the kept table gives
+    keep = np.arange(len(texts)) % 3 != 1
+    a, b = kept.remove(keep).phrases(), big.remove(keep).phrases()
     for name in ("key", "df", "col_of", "pid_of", "lp_pid", "lp_ptr"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
 

@@ -473,3 +473,36 @@ def test_leaf_rows_gather_in_pieces_reads_every_row_once() -> None:
         assert all(p.size > 0 for p in pieces)
         if size >= want.size:
             assert len(pieces) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_products_over_compact_columns_give_the_abstracts_of_every_column(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node x phrase products run over the phrases of two or more leaves only, renumbered:
+    their rows read back as phrase ids give the abstracts of products over every phrase id."""
+    import psirag.abstracts.keywords as kw
+
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(40, 160))
+    texts = _random_corpus(rng, n)
+    tree = _random_tree(rng, n)
+    real = kw._compact_columns
+    sizes: list[tuple[int, int]] = []
+
+    def checked(phrases: object, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids, cols = real(phrases, pids)  # type: ignore[arg-type]
+        assert np.array_equal(ids[cols], pids)
+        sizes.append((ids.size, phrases.key.size))  # type: ignore[attr-defined]
+        return ids, cols
+
+    monkeypatch.setattr(kw, "_compact_columns", checked)
+    compact = kw.keyword_abstracts(texts, tree, max_phrases=8)
+    assert sizes and sizes[0][0] < sizes[0][1]  # fewer columns than phrases
+
+    def every(phrases: object, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.arange(phrases.key.size), pids  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(kw, "_compact_columns", every)
+    assert compact == kw.keyword_abstracts(texts, tree, max_phrases=8)
+    assert sum(len(p) for p in compact) > 0

@@ -370,3 +370,31 @@ def test_word_hashes_are_the_saved_formats_blake2b() -> None:
     got = _hash64(words)
     assert got.dtype == np.int64 and got.tolist() == expected
     assert _hash64([]).shape == (0,)
+
+
+@pytest.mark.parametrize("batch", [3, 7, 40])
+def test_a_batched_build_keeps_ids_and_counts_int32_and_equals_one_pass(
+    batch: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build adds its leaves a batch at a time: each batch's leaf ids and counts join the
+    table's int32 arrays as int32 (int64 pieces once made the joined array int64, twice the
+    memory), and the table, its layout and the abstracts equal a one-pass build's."""
+    texts = _texts(90, batch)
+    tree = random_tree(len(texts), batch)
+    whole = PhraseTable.build(texts)
+    monkeypatch.setattr(phrases_module, "BUILD_BATCH", batch)
+    batched = PhraseTable.build(texts)
+    for name in ("lw", "ls_cnt", "lp_pid"):
+        assert np.asarray(getattr(batched, name)).dtype == np.int32, name
+    assert batched.words == whole.words
+    got, want = batched.arrays(), whole.arrays()
+    assert got.keys() == want.keys()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+    a, b = batched.phrases(), whole.phrases()
+    assert a.lp_pid.dtype == np.int32
+    for name in ("lp_ptr", "lp_pid", "col_of", "pid_of", "df", "key", "surface_ids"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert keyword_abstracts(texts, tree, table=batched) == keyword_abstracts(
+        texts, tree, table=whole
+    )

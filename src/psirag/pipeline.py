@@ -252,6 +252,8 @@ def write_abstracts(
             table = PhraseTable.build(leaf_texts)
         if nodes is None:
             table.spill_idle()  # a big build: what scoring does not read, out of memory
+            table.phrases()  # the layout, then the counts only it read, out of memory too
+            table.spill_laid_out()
         phrases = keyword_abstracts(
             leaf_texts,
             tree,

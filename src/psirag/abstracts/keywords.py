@@ -156,12 +156,21 @@ def keyword_abstracts(
         # count 1 in every node over that leaf (and in its parent), so it is read from the
         # leaf's row; a phrase that is not a column is never scored and is left out
         multi, single = _split_leaf_phrases(phrases)
+        # scoring reads the split rows from here on: a big table's own rows go out of memory
+        moved = table.spill_leaf_phrases()
+        if moved is not None:
+            phrases = moved
+            give_back_freed_memory()
         blocks = _product_blocks(tree, ordered, row_of, membership, whole, multi.ptr)
+        # the products' columns: only the phrases of two or more leaves, renumbered in phrase
+        # id order (a product keeps a few arrays as long as its columns: of every phrase, at
+        # 1M leaves, they were the stage's peak); its rows are read back as phrase ids
+        multi_ids, multi_cols = _compact_columns(phrases, multi.pid)
         leaf_pid = sp.csr_matrix(
-            (np.ones(multi.pid.size, dtype=np.int8), multi.pid, multi.ptr),
-            shape=(n_leaves, phrases.key.size),
+            (np.ones(multi_cols.size, dtype=np.int8), multi_cols, multi.ptr),
+            shape=(n_leaves, multi_ids.size),
         )
-        del multi
+        del multi, multi_cols
         sub_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     else:  # a few nodes (an update): each from its own leaves' rows, no corpus-wide matrix
         blocks = [ordered.size]
@@ -176,7 +185,7 @@ def keyword_abstracts(
     if whole.any():
         every_rows.append(_every_row(global_df))
     block: dict[int, int] = {}
-    node_df = None
+    node_df: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # indptr, pids, counts
 
     def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
         if whole[a]:
@@ -185,8 +194,9 @@ def keyword_abstracts(
             return sub_rows[a]
         assert node_df is not None
         b = block[a]
-        lo, hi = node_df.indptr[b], node_df.indptr[b + 1]
-        return node_df.indices[lo:hi], node_df.data[lo:hi]
+        indptr, ids, counts = node_df
+        lo, hi = indptr[b], indptr[b + 1]
+        return ids[lo:hi], counts[lo:hi]
 
     scratch = np.zeros(col_of.size, dtype=np.int32) if nodes is None else None
     done: dict[int, list[str]] = {}
@@ -214,7 +224,9 @@ def keyword_abstracts(
                     scratch[parent_pids] = 0
                 current, parent_pids = -2, np.empty(0, dtype=np.int64)
                 node_df = None
-                node_df = (membership[needed] @ leaf_pid).tocsr()
+                product = (membership[needed] @ leaf_pid).tocsr()
+                node_df = (product.indptr, multi_ids[product.indices], product.data)
+                del product
             for u in chunk:
                 p = int(tree.parent[u])
                 if p != current:
@@ -383,6 +395,19 @@ def _split_leaf_phrases(phrases: Phrases) -> tuple[_LeafPhrases, _LeafPhrases]:
         return _LeafPhrases(ptr, pid)
 
     return rows(multi_pid, multi_len), rows(single_pid, single_len)
+
+
+def _compact_columns(phrases: Phrases, pids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The phrases ``pids`` holds, ascending (compact column -> phrase id), and ``pids`` as
+    compact columns (the same order as phrase ids)."""
+    used = np.zeros(phrases.key.size, dtype=bool)
+    used[pids] = True
+    id_type = np.int32 if used.size < 2**31 else np.int64
+    ids = np.flatnonzero(used).astype(id_type)
+    compact: np.ndarray = np.cumsum(used, dtype=id_type)
+    del used
+    np.subtract(compact, 1, out=compact)
+    return ids, compact[pids]
 
 
 def _product_blocks(

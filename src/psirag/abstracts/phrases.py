@@ -1163,6 +1163,47 @@ class PhraseTable:
         give_back_freed_memory()
         return True
 
+    def spill_laid_out(self) -> bool:
+        """After :meth:`phrases` laid the corpus out: move the per-phrase counts scoring does
+        not read (each phrase's best form, its count, the key order: the layout holds its own
+        copies of what it needs; about 0.9 GiB at 1M leaves) into unlinked temporary files
+        mapped copy-on-write, as :meth:`spill_idle` does, when the table is as big as that
+        asks. The values and what reads them (an add, a removal, a save) are unchanged. True
+        when they were moved."""
+        d = self._cache.get("derived")
+        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or d is None or "layout" not in self._cache:
+            return False
+        if isinstance(d.p_best, np.memmap):
+            return False  # done already
+        self._cache["derived"] = dataclasses.replace(
+            d,
+            p_best=_mapped_copy(d.p_best),
+            p_df=_mapped_copy(d.p_df),
+            p_sorted=_mapped_copy(d.p_sorted),
+        )
+        del d
+        give_back_freed_memory()
+        return True
+
+    def spill_leaf_phrases(self) -> Phrases | None:
+        """Move each leaf's phrase ids (:attr:`lp_pid`) into an unlinked temporary file mapped
+        copy-on-write, as :meth:`spill_idle` does, when the table is that big and laid out:
+        what a build's scoring does once it has read them (split into the rows it scores).
+        Returns the layout's phrases with the moved array (the caller reads those from then
+        on), None when nothing was moved."""
+        got = self._cache.get("layout")
+        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or got is None:
+            return None
+        if not isinstance(self.lp_pid, np.ndarray) or isinstance(self.lp_pid, np.memmap):
+            return None
+        mapped = _mapped_copy(self.lp_pid)
+        if mapped is self.lp_pid:
+            return None  # no temporary file: it stays in memory
+        object.__setattr__(self, "lp_pid", mapped)
+        ph = dataclasses.replace(got.phrases, lp_pid=mapped)
+        self._cache["layout"] = dataclasses.replace(got, phrases=ph)
+        return ph
+
     def phrase_view(self) -> Phrases:
         """What :func:`keyword_abstracts` reads for a few nodes (an update), without laying out
         the corpus: a phrase's column order key, word count, entity flag and shown form are
@@ -1549,12 +1590,24 @@ def _entries_appended(
 ) -> np.ndarray | _Pieces:
     """A per-leaf entry array with ``extra`` after it: in ``a``'s spare room when ``own`` and
     there is room (as :func:`_append`), else as a new piece (:class:`_Pieces`) after ``a``,
-    which is not copied (a loaded table's mapped arrays, a table a removal made)."""
+    which is not copied (a loaded table's mapped arrays, a table a removal made). ``extra``
+    takes ``a``'s int32 when its values fit (a build's ids and counts: half the memory of
+    int64, and one dtype across pieces, so joining them makes no int64 copy)."""
+    extra = _narrowed(extra, a.pieces[0].dtype if isinstance(a, _Pieces) else a.dtype)
     if isinstance(a, _Pieces):
         return a.append(extra, own)
     if a.shape[0] == 0 or (own and _has_room(a, a.shape[0] + extra.shape[0])):
         return _append(a, extra, own)
     return _Pieces([a]).append(extra, False)
+
+
+def _narrowed(extra: np.ndarray, dtype: Any) -> np.ndarray:
+    """``extra`` as int32 when ``dtype`` is int32 and its values fit, else as it is."""
+    if dtype != np.int32 or extra.dtype == np.int32 or extra.dtype.kind not in "iu":
+        return extra
+    if extra.size and (int(extra.max()) >= 2**31 or int(extra.min()) < -(2**31)):
+        return extra
+    return extra.astype(np.int32)
 
 
 def _own(a: np.ndarray) -> np.ndarray:
