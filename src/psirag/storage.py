@@ -120,8 +120,21 @@ def _fsync_files(paths: list[Path]) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(FSYNC_THREADS, len(paths))) as pool:
-        for _ in pool.map(_fsync_file, paths):
-            pass
+        short = [p for p in pool.map(_fsync_unless_short, paths) if p is not None]
+    for path in short:  # a process near its descriptor limit: one file open at a time
+        _fsync_file(path)
+
+
+def _fsync_unless_short(path: Path) -> Path | None:
+    """fsync ``path``; give it back when no descriptor was free to open it (several threads
+    hold one each), so that it is done again alone."""
+    try:
+        _fsync_file(path)
+    except OSError as e:
+        if e.errno != errno.EMFILE:
+            raise
+        return path
+    return None
 
 
 def _fsync_dir(path: Path) -> None:
