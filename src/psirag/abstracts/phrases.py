@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import os
 import tempfile
@@ -75,6 +74,7 @@ from psirag.abstracts.phrase_names import (
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
 from psirag.rows import csr_positions
+from psirag.stable_hash import hash64
 
 __all__ = ["HeldCounts", "PhraseTable", "entry_pieces", "spare_view"]
 
@@ -159,14 +159,7 @@ def _pack(cols: np.ndarray) -> np.ndarray:
     return key
 
 
-def _hash64(keys: Sequence[str]) -> np.ndarray:
-    """A stable 64-bit hash of each string (BLAKE2b of its UTF-8): what :class:`_Ids` saves so
-    a loaded vocabulary finds words without hashing every one into a dict."""
-    digests = b"".join(
-        hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        for key in keys
-    )
-    return np.frombuffer(digests, dtype="<i8").astype(np.int64)
+_hash64 = hash64  # (a module name: tests replace it to force collisions)
 
 
 _HASH_SAMPLE = 64

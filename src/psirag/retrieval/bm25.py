@@ -22,6 +22,7 @@ from psirag.ids import nfc
 from psirag.retrieval.duplicates import DuplicateMap
 from psirag.retrieval.ranking import first_copies, top_k
 from psirag.rows import csr_positions
+from psirag.stable_hash import hash64
 
 if TYPE_CHECKING:
     import bm25s
@@ -104,16 +105,7 @@ def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray
         raise with_path(exc, path) from exc
 
 
-def _hash64(keys: Sequence[str]) -> np.ndarray:
-    """A stable 64-bit hash of each string (BLAKE2b of its UTF-8, as the phrase table's word
-    hashes): what a save keeps of the BM25 terms so a load makes no dict of them."""
-    import hashlib
-
-    digests = b"".join(
-        hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-        for key in keys
-    )
-    return np.frombuffer(digests, dtype="<i8").astype(np.int64)
+_hash64 = hash64  # (a module name: tests replace it to force collisions)
 
 
 HASH_SAMPLE = 64
