@@ -177,3 +177,30 @@ def test_an_add_copies_no_leaf_row_and_a_search_joins_nothing(tmp_path: Path) ->
     # the joined field is what the parts hold
     np.testing.assert_array_equal(index.data.node_vectors, np.asarray(saved))
     assert isinstance(_held(index.data), np.ndarray)
+
+
+def test_a_load_after_updates_reads_the_saved_rows_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An updated generation (leaves and inner rows in several segments, removed leaves
+    tombstoned) opens as views of its saved rows, with the vectors and results the update
+    had; past the run limit it is copied into one array, with the same rows."""
+    import psirag.storage_format as storage_format
+
+    config = IndexConfig(max_children=4, chunk_tokens=30)
+    index = Index.build(_docs(30, 7), config, texts=True, embedder=HashEmbedder())
+    index.save(tmp_path / "i")
+    index = Index.load(tmp_path / "i", embedder=HashEmbedder())
+    index.update(["4"], _docs(3, 8), texts=True)  # new segments and a tombstone
+    index.save(tmp_path / "i")
+    want = _state(index)
+    loaded = Index.load(tmp_path / "i", embedder=HashEmbedder())
+    rows = loaded.data.vector_rows()
+    assert isinstance(rows, RowStack) and len(rows.parts) >= 3
+    assert all(p.base is not None for p in rows.parts)  # views of what was read, no copy
+    assert _state(loaded) == want
+    assert isinstance(_held(loaded.data), RowStack)  # the search joined nothing
+    monkeypatch.setattr(storage_format, "MAX_STACKED_RUNS", 1)
+    copied = Index.load(tmp_path / "i", embedder=HashEmbedder())
+    assert isinstance(_held(copied.data), np.ndarray)
+    assert _state(copied) == want
