@@ -17,8 +17,12 @@ runs in a fresh child process per checkout, size and index, so its RSS is its ow
   median of 5 more;
 - RSS after the first search.
 
+``--index DIR`` measures a saved index of the same corpus instead (e.g. a kept 1M index after
+a few adds), read only, ``--repeats`` times per checkout, the checkouts taking turns.
+
 Usage: nice python benchmarks/bench_load.py --indexes /tmp/loadbench [--sizes 20000 200000]
        [--old DIR] [--out load.json]
+       nice python benchmarks/bench_load.py --index DIR [--old DIR] [--repeats 3]
 (``--old``: another checkout's ``src`` folder, e.g. ``git archive main src | tar -x -C DIR``.)
 """
 
@@ -118,7 +122,9 @@ def measure(folder: Path, n: int) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--indexes", type=Path, required=True, help="where the indexes are kept")
+    p.add_argument("--indexes", type=Path, default=None, help="where the indexes are kept")
+    p.add_argument("--index", type=Path, default=None, help="measure this saved index only")
+    p.add_argument("--repeats", type=int, default=3, help="with --index: runs per checkout")
     p.add_argument("--sizes", type=int, nargs="+", default=[20_000, 200_000])
     p.add_argument("--old", type=Path, default=None, help="the other checkout's src folder")
     p.add_argument("--out", default="load.json")
@@ -127,6 +133,7 @@ def main() -> None:
     p.add_argument("--compact", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.build is not None:
+        assert args.indexes is not None
         build(args.indexes, args.build)
         return
     if args.compact is not None:
@@ -157,7 +164,20 @@ def main() -> None:
         return done.stdout
 
     rows = []
-    for n in args.sizes:
+    if args.index is not None:
+        if not (args.index / "manifest.json").is_file():
+            p.error(f"--index {args.index}: no saved index there (no manifest.json)")
+        for k in range(args.repeats):
+            for label, src in checkouts[::-1]:
+                out = child(src, ["--worker", str(args.index), "2000"])
+                row = {"index": args.index.name, "run": k, "checkout": label}
+                row.update(json.loads(out.splitlines()[-1]))
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    elif args.indexes is None:
+        p.error("give --indexes (built here) or --index (a saved index)")
+    for n in [] if args.index is not None else args.sizes:
+        assert args.indexes is not None
         folder = args.indexes / str(n)
         if not (folder / "added").is_dir():
             folder.mkdir(parents=True, exist_ok=True)
