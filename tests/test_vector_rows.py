@@ -51,6 +51,12 @@ def test_a_row_stack_reads_as_the_joined_array(seed: int) -> None:
         stack[n]
     with pytest.raises(IndexError):
         stack[np.array([0, n])]
+    for start, size in [(0, n), (5, 4), (8, 12), (19, 3), (n, 0)]:
+        out = np.empty((size, 5), dtype=np.float32)
+        stack.copy_rows(start, out)
+        np.testing.assert_array_equal(out, joined[start : start + size])
+    with pytest.raises(IndexError):
+        stack.copy_rows(n - 1, np.empty((2, 5), dtype=np.float32))
     # a slice within one part is a view of it, not a copy
     assert np.shares_memory(stack[8:15], parts[3])
     assert RowStack.of(parts[0], parts[2]) is parts[0]
@@ -186,6 +192,7 @@ def test_a_load_after_updates_reads_the_saved_rows_in_place(
     tombstoned) opens as views of its saved rows, with the vectors and results the update
     had; past the run limit it is copied into one array, with the same rows."""
     import psirag.storage_format as storage_format
+    import psirag.tree.update as tree_update
 
     config = IndexConfig(max_children=4, chunk_tokens=30)
     index = Index.build(_docs(30, 7), config, texts=True, embedder=HashEmbedder())
@@ -200,6 +207,18 @@ def test_a_load_after_updates_reads_the_saved_rows_in_place(
     assert all(p.base is not None for p in rows.parts)  # views of what was read, no copy
     assert _state(loaded) == want
     assert isinstance(_held(loaded.data), RowStack)  # the search joined nothing
+    joined: list[tuple[int, ...]] = []
+    join = RowStack.__array__
+
+    def counted(self: RowStack, dtype: object = None, copy: object = None) -> np.ndarray:
+        joined.append(self.shape)
+        return join(self, dtype, copy)
+
+    monkeypatch.setattr(RowStack, "__array__", counted)
+    monkeypatch.setattr(tree_update, "SCAN_BELOW", 0)  # insertion points by descent, as at scale
+    loaded.add(_docs(2, 9), texts=True)  # the first update copies the rows it keeps in runs
+    assert joined == []
+    monkeypatch.undo()
     monkeypatch.setattr(storage_format, "MAX_STACKED_RUNS", 1)
     copied = Index.load(tmp_path / "i", embedder=HashEmbedder())
     assert isinstance(_held(copied.data), np.ndarray)

@@ -370,7 +370,8 @@ class _State:
     loaded ones (not read) with the changed nodes' own texts."""
     inner: np.ndarray
     """The inner nodes' vectors (node ``n_leaves + i`` is row ``i``); the loaded ones are read
-    only: :meth:`apply` makes a new array."""
+    only, and may be a :class:`~psirag.vector_rows.RowStack` of the saved rows: :meth:`apply`
+    makes a new array, copying them in runs."""
     dirty: np.ndarray
     phrases: PhraseTable | None = None
     """Keyword abstracts' phrase table of ``chunks`` (None: built at refresh)."""
@@ -408,7 +409,7 @@ class _State:
             data.chunks,
             leaves,
             data.abstracts,
-            np.asarray(rows[n:], dtype=np.float32),  # read only: apply makes a new one
+            _float32_rows(rows[n:]),  # read only, not joined: apply makes a new array
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
             _postings(data),
@@ -499,7 +500,11 @@ class _State:
         # kept inner nodes move in runs (an add shifts each layer's by a constant): one slice
         # copy per run, not an index per node
         for src, dst, size in _runs(old_inner[keep], target[keep]):
-            inner[dst - n_new : dst - n_new + size] = self.inner[src - n_old : src - n_old + size]
+            into = inner[dst - n_new : dst - n_new + size]
+            if isinstance(self.inner, RowStack):  # the loaded rows, part by part
+                self.inner.copy_rows(src - n_old, into)
+            else:
+                into[:] = self.inner[src - n_old : src - n_old + size]
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
         assert self.drift is not None and self.fresh is not None
@@ -596,8 +601,8 @@ class _State:
         if vectors_of.size:
             if int(vectors_of.min()) < n:
                 raise ValueError("refresh recomputes inner nodes only")
-            if not self.inner.flags.writeable:  # the loaded value's own (apply makes a new one)
-                self.inner = np.array(self.inner)
+            if isinstance(self.inner, RowStack) or not self.inner.flags.writeable:
+                self.inner = np.array(self.inner)  # the loaded value's own (apply makes a new one)
             self.inner[vectors_of - n] = routing_vectors(
                 tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=vectors_of.tolist()
             )
@@ -615,6 +620,11 @@ class _State:
         sparse = SparseIndex.from_postings(self.terms, leaf_texts, appended_to=self.duplicates)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
+
+
+def _float32_rows(rows: np.ndarray) -> np.ndarray:
+    """``rows`` as float32: as they are (a :class:`RowStack` too, not joined) when they are."""
+    return rows if rows.dtype == np.float32 else np.asarray(rows, dtype=np.float32)
 
 
 def _inner_rows(data: IndexData) -> np.ndarray | None:

@@ -85,6 +85,18 @@ class RowStack:
             views.append(v)
         return RowStack(views)
 
+    def copy_rows(self, start: int, out: np.ndarray) -> None:
+        """Write rows ``start .. start + len(out)`` into ``out``, part by part (no joined
+        temporary)."""
+        stop = start + int(out.shape[0])
+        if not 0 <= start <= stop <= self.shape[0]:
+            raise IndexError(f"rows {start}..{stop} of {self.shape[0]}")
+        for k, p in enumerate(self.parts):
+            s, e = int(self._starts[k]), int(self._starts[k + 1])
+            lo, hi = max(start, s), min(stop, e)
+            if lo < hi:
+                out[lo - start : hi - start] = p[lo - s : hi - s]
+
     def _rows(self, idx: np.ndarray) -> np.ndarray:
         n = self.shape[0]
         flat = np.asarray(idx).ravel()
