@@ -235,11 +235,15 @@ def _warm_write_path(data: IndexData) -> None:
         importlib.import_module(name)
     tree = data.tree
     _ = tree._children_csr
+    from psirag.vector_rows import RowStack
+
     inner = data.vector_rows()[tree.n_leaves :]
-    if isinstance(inner, np.ndarray) and not inner.flags.writeable and inner.flags.c_contiguous:
-        flat = inner.reshape(-1)
-        step = max(1, 4096 // flat.itemsize)
-        float(flat[::step].sum())  # one value per page: the page faults, not a copy
+    # a load after updates reads them in place, as runs of the saved segments' rows
+    for part in inner.parts if isinstance(inner, RowStack) else (inner,):
+        if isinstance(part, np.ndarray) and not part.flags.writeable and part.flags.c_contiguous:
+            flat = part.reshape(-1)
+            step = max(1, 4096 // flat.itemsize)
+            float(flat[::step].sum())  # one value per page: the page faults, not a copy
 
 
 __all__ = [
