@@ -398,3 +398,30 @@ def test_a_batched_build_keeps_ids_and_counts_int32_and_equals_one_pass(
     assert keyword_abstracts(texts, tree, table=batched) == keyword_abstracts(
         texts, tree, table=whole
     )
+
+
+def test_a_loaded_vocabulary_finds_words_by_hash_as_a_dict_does_collisions_included(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keyword abstracts' loaded words (their saved hashes, no dict) answer a batch as a
+    dict of them does, with a hash of the length here, so that most words collide; saved
+    hashes that do not fit the words are refused."""
+    from psirag.abstracts import phrases
+    from psirag.errors import IndexFormatError
+
+    monkeypatch.setattr(phrases, "_hash64", lambda keys: np.array([len(k) for k in keys], np.int64))
+    rng = random.Random(3)
+    words = sorted(
+        {"".join(rng.choice("abcdef") for _ in range(rng.randint(2, 6))) for _ in range(300)}
+    )
+    ids = phrases._Ids.restore(words, phrases._hash64(words), "words")
+    index = {w: i for i, w in enumerate(words)}
+    for batch in (
+        [words[4], "zz", words[200], words[4]],
+        [rng.choice(words) for _ in range(40)],
+        [],
+    ):
+        assert ids.lookup(batch).tolist() == [index.get(w, -1) for w in batch]
+    bad = phrases._hash64(words) + 1
+    with pytest.raises(IndexFormatError, match="hashes of words disagree"):
+        phrases._Ids.restore(words, bad, "words")

@@ -74,7 +74,7 @@ from psirag.abstracts.phrase_names import (
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
 from psirag.rows import csr_positions
-from psirag.stable_hash import hash64
+from psirag.stable_hash import find_hashed, hash64, hashes_agree
 
 __all__ = ["HeldCounts", "PhraseTable", "entry_pieces", "spare_view"]
 
@@ -162,10 +162,6 @@ def _pack(cols: np.ndarray) -> np.ndarray:
 _hash64 = hash64  # (a module name: tests replace it to force collisions)
 
 
-_HASH_SAMPLE = 64
-"""Saved word and stem hashes a load checks against their strings (evenly spread)."""
-
-
 class _Ids:
     """The ids of distinct strings (their positions in ``keys``). A vocabulary made in this
     process holds a dict; a loaded one holds the saved 64-bit hashes of its strings instead,
@@ -190,11 +186,7 @@ class _Ids:
                 raise IndexFormatError(_DAMAGED.format(f"{what} lists a string twice"))
             return cls(keys, index, None)
         hashes = np.asarray(hashes)
-        bad = hashes.shape != (len(keys),) or hashes.dtype != np.int64
-        if not bad and len(keys):
-            at = np.unique(np.linspace(0, len(keys) - 1, _HASH_SAMPLE).astype(np.int64))
-            bad = not np.array_equal(_hash64([keys[i] for i in at.tolist()]), hashes[at])
-        if bad:
+        if not hashes_agree(keys, hashes, _hash64):
             raise IndexFormatError(_DAMAGED.format(f"the saved hashes of {what} disagree"))
         return cls(keys, None, hashes)
 
@@ -212,20 +204,7 @@ class _Ids:
         if self._index is not None:
             index = self._index
             return np.fromiter((index.get(w, -1) for w in batch), dtype=np.int64, count=len(batch))
-        out = np.full(len(batch), -1, dtype=np.int64)
-        if not batch or not self.keys:
-            return out
-        wanted = _hash64(batch)
-        order = np.argsort(wanted)
-        ranked = wanted[order]
-        held = self.hashes()
-        pos = np.minimum(np.searchsorted(ranked, held), ranked.size - 1)
-        found: dict[str, int] = {}
-        for i in np.flatnonzero(ranked[pos] == held).tolist():  # equal hashes: compare strings
-            found.setdefault(self.keys[i], i)
-        for j, w in enumerate(batch):
-            out[j] = found.get(w, -1)
-        return out
+        return find_hashed(self.keys, self.hashes(), batch, _hash64(batch))
 
     def with_new(self, new: list[str]) -> _Ids:
         """These ids and ``new`` (strings not held) numbered on after them (a copy)."""

@@ -22,7 +22,7 @@ from psirag.ids import nfc
 from psirag.retrieval.duplicates import DuplicateMap
 from psirag.retrieval.ranking import first_copies, top_k
 from psirag.rows import csr_positions
-from psirag.stable_hash import hash64
+from psirag.stable_hash import find_hashed, hash64, hashes_agree
 
 if TYPE_CHECKING:
     import bm25s
@@ -108,10 +108,6 @@ def _load_array(path: Path, mmap_mode: Literal["r"] | None = None) -> np.ndarray
 _hash64 = hash64  # (a module name: tests replace it to force collisions)
 
 
-HASH_SAMPLE = 64
-"""Saved term hashes a load checks against their terms (evenly spread)."""
-
-
 class TermIds(Mapping[str, int]):
     """A loaded BM25 vocabulary: term ``i`` is ``terms[i]``, found by its saved 64-bit hash.
     A load makes no dict of every term (about 250k at 1M chunks, 0.1-0.3 s): a batch of
@@ -132,11 +128,7 @@ class TermIds(Mapping[str, int]):
         """Saved terms with their saved hashes, checked in size and at sample rows (a
         mismatch is a ValueError naming ``where``)."""
         hashes = np.asarray(hashes)
-        bad = hashes.shape != (len(terms),) or hashes.dtype != np.int64
-        if not bad and terms:
-            at = np.unique(np.linspace(0, len(terms) - 1, HASH_SAMPLE).astype(np.int64))
-            bad = not np.array_equal(_hash64([terms[i] for i in at.tolist()]), hashes[at])
-        if bad:
+        if not hashes_agree(terms, hashes, _hash64):
             raise ValueError(f"{where}: the saved term hashes disagree with the terms; rebuild")
         return cls(terms, hashes)
 
@@ -152,28 +144,11 @@ class TermIds(Mapping[str, int]):
         if self._index is not None:
             index = self._index
             return np.fromiter((index.get(t, -1) for t in batch), dtype=np.int64, count=len(batch))
-        wanted = _hash64(batch)
-        held = self._hashes
         if self._sorted is None and self._lookups > 0:  # looked up again (queries): sort once
-            order = np.argsort(held, kind="stable")
-            self._sorted = (held[order], order)
+            order = np.argsort(self._hashes, kind="stable")
+            self._sorted = (self._hashes[order], order)
         self._lookups += 1
-        if self._sorted is not None:  # each wanted hash's run among the sorted held ones
-            ranked_held, order = self._sorted
-            lo = np.searchsorted(ranked_held, wanted, side="left")
-            hi = np.searchsorted(ranked_held, wanted, side="right")
-            runs = zip(lo.tolist(), hi.tolist(), strict=True)
-            hits = np.concatenate([order[a:b] for a, b in runs])
-        else:  # one pass over the held hashes
-            ranked = np.sort(wanted)
-            pos = np.minimum(np.searchsorted(ranked, held), ranked.size - 1)
-            hits = np.flatnonzero(ranked[pos] == held)
-        found: dict[str, int] = {}
-        for i in np.sort(hits).tolist():  # equal hashes: compare strings (lowest id first)
-            found.setdefault(self.terms[i], i)
-        for j, t in enumerate(batch):
-            out[j] = found.get(t, -1)
-        return out
+        return find_hashed(self.terms, self._hashes, batch, _hash64(batch), self._sorted)
 
     def with_new(self, new: list[str]) -> TermIds:
         """These terms and ``new`` (terms not held) numbered on after them (a copy)."""
