@@ -42,6 +42,8 @@ def test_a_row_stack_reads_as_the_joined_array(seed: int) -> None:
     np.testing.assert_array_equal(stack[idx], joined[idx])
     np.testing.assert_array_equal(stack[idx.reshape(5, 8)], joined[idx.reshape(5, 8)])
     np.testing.assert_array_equal(np.take(stack, idx, axis=0), np.take(joined, idx, axis=0))
+    for ordered in (np.sort(idx % n), np.sort(idx), np.array([0, 0, 7, 7, 8, n - 1])):
+        np.testing.assert_array_equal(stack[ordered], joined[ordered])  # a range per part
     mask = rng.random(n) < 0.5
     np.testing.assert_array_equal(stack[mask], joined[mask])
     np.testing.assert_array_equal(stack[idx, 2], joined[idx, 2])

@@ -16,6 +16,7 @@ its rows to a new buffer, so that a row a value can read is never written again.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -100,21 +101,35 @@ class RowStack:
     def _rows(self, idx: np.ndarray) -> np.ndarray:
         n = self.shape[0]
         flat = np.asarray(idx).ravel()
-        if flat.dtype == bool:
+        if flat.dtype == bool:  # each part's own piece of the mask
             if flat.size != n:
                 raise IndexError(f"a mask of {flat.size} for {n} rows")
-            flat = np.flatnonzero(flat)
+            spans = list(itertools.pairwise(self._starts.tolist()))
+            counts = [int(np.count_nonzero(flat[s:e])) for s, e in spans]
+            out = np.empty((sum(counts), self.shape[1]), dtype=self.dtype)
+            at = 0
+            for p, (s, e), c in zip(self.parts, spans, counts, strict=True):
+                np.compress(flat[s:e], p, axis=0, out=out[at : at + c])
+                at += c
+            return out
         flat = flat.astype(np.int64, copy=False)
         if flat.size and (int(flat.min()) < -n or int(flat.max()) >= n):
             raise IndexError(f"row index out of range for {n} rows")
         flat = np.where(flat < 0, flat + n, flat)
         out = np.empty((flat.size, self.shape[1]), dtype=self.dtype)
-        part = np.searchsorted(self._starts, flat, side="right") - 1
-        for k, p in enumerate(self.parts):
-            sel = np.flatnonzero(part == k)
-            if sel.size:
-                out[sel] = p[flat[sel] - self._starts[k]]
-        return out if np.asarray(idx).dtype == bool else out.reshape(*np.shape(idx), self.shape[1])
+        if flat.size > 1 and bool(np.all(flat[1:] >= flat[:-1])):  # sorted: a range per part
+            cuts = np.searchsorted(flat, self._starts).tolist()
+            for k, p in enumerate(self.parts):
+                a, b = cuts[k], cuts[k + 1]
+                if a < b:
+                    out[a:b] = p[flat[a:b] - self._starts[k]]
+        else:
+            part = np.searchsorted(self._starts, flat, side="right") - 1
+            for k, p in enumerate(self.parts):
+                sel = np.flatnonzero(part == k)
+                if sel.size:
+                    out[sel] = p[flat[sel] - self._starts[k]]
+        return out.reshape(*np.shape(idx), self.shape[1])
 
     def take(self, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise") -> Any:
         if axis != 0 or out is not None or mode != "raise":
