@@ -20,6 +20,7 @@ from support import HashEmbedder, build_index
 from support.counting import count_calls
 
 import psirag.storage_format as storage_format
+from psirag.abstracts.phrases import PhraseTable
 from psirag.index import Index
 from psirag.index_data import Deferred, IndexData
 from psirag.server.app import create_app
@@ -89,3 +90,52 @@ def test_the_write_routes_read_only_the_chunks_they_ask_about(
         read = decoded.n - before
     mine = int(index.data.document_index.leaves_of([doc]).sum())
     assert read <= mine < len(index.data.chunks) // 2, read  # the clashing document's chunks
+
+
+def _table_with_saved_counts(folder: Path) -> tuple[Index, PhraseTable]:
+    build_index(folder)
+    Index.load(folder, embedder=HashEmbedder()).save(folder)  # a generation with the counts
+    index = Index.load(folder, embedder=HashEmbedder())
+    table = index.data.phrase_table
+    assert table is not None and "saved_derived" in table._cache  # left unread by the load
+    return index, table
+
+
+def test_the_warm_up_restores_the_saved_counts_so_the_first_add_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, table = _table_with_saved_counts(tmp_path / "index")
+    restored = count_calls(monkeypatch, PhraseTable, "_restore_derived")
+    prepare_index(index)
+    _warmed()
+    assert restored.n == 1 and "derived" in table._cache and "saved_derived" not in table._cache
+    derived = count_calls(monkeypatch, PhraseTable, "_derive")
+    index.add(["a new text about something else entirely"], texts=True)
+    assert derived.n == 0  # the first add read the warm-up's counts
+    assert table.restore_saved_counts() is False  # taken by the add: not restored again
+    assert derived.n == 0
+
+
+def test_a_warm_up_and_the_first_add_at_once_restore_the_counts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The add waits for the warm-up's restore, never derives over the corpus beside it."""
+    index, table = _table_with_saved_counts(tmp_path / "index")
+    real = PhraseTable._restore_derived
+    started = threading.Event()
+
+    def slow(self: PhraseTable, *args: object) -> object:
+        started.set()
+        time.sleep(0.3)  # the add starts while this restore is under way
+        return real(self, *args)
+
+    monkeypatch.setattr(PhraseTable, "_restore_derived", slow)
+    derived = count_calls(monkeypatch, PhraseTable, "_derive")
+    warm = threading.Thread(target=table.restore_saved_counts)
+    warm.start()
+    assert started.wait(10)
+    summary = index.add(["a new text about something else entirely"], texts=True)
+    warm.join(10)
+    assert not warm.is_alive()
+    assert derived.n == 1  # the warm-up's restore only: the add read its counts
+    assert len(summary.added) == 1

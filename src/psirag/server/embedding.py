@@ -205,13 +205,16 @@ _warming: list[IndexData | None] = [None]
 
 def warm_up(data: IndexData) -> None:
     """Make what a loaded index defers: what the first update reads (the document keys, the
-    keyword phrase table a load leaves unread), so the first ``POST /documents`` after a start
-    costs what a later one does, then the tree's small tables (fan-out, roots, leaf counts: the
-    tree views read them), unless newer data is being served by then. Errors are left to the
-    request or write that needs the value (it raises them again)."""
+    keyword phrase table a load leaves unread and its saved corpus counts), so the first
+    ``POST /documents`` after a start costs what a later one does, then the tree's small
+    tables (fan-out, roots, leaf counts: the tree views read them), unless newer data is
+    being served by then. Errors are left to the request or write that needs the value (it
+    raises them again)."""
     try:
         _ = data.document_index
-        _ = data.phrase_table
+        table = data.phrase_table
+        if table is not None:  # its saved counts, which the first add would check and restore
+            table.restore_saved_counts()
         tree = data.tree
         _ = (tree.fan_out, tree.roots)
         if _warming[0] is data:
