@@ -180,6 +180,13 @@ def main() -> None:
         "chunks the in-process rows hold a second copy of the index in memory",
     )
     parser.add_argument(
+        "--first-after",
+        type=float,
+        default=0.0,
+        help="seconds to wait after the server answers /health before the first add (0: at "
+        "once, while its warm-up may still run; the results say whether it had finished)",
+    )
+    parser.add_argument(
         "--cold",
         action="store_true",
         help="before the server starts, drop the index copy's pages from the page cache "
@@ -279,6 +286,12 @@ def main() -> None:
                     if server.poll() is not None or time.monotonic() > deadline:
                         raise RuntimeError("the benchmark server did not start") from None
                     time.sleep(0.2)
+            started = time.perf_counter()
+            if args.first_after:
+                time.sleep(args.first_after)
+            # the server's warm-up as the first add finds it (servers that report it)
+            out["warm_up_at_first_add"] = _get(f"{url}/index").get("warm_up")
+            out["first_add_after_s"] = round(time.perf_counter() - started, 2)
             api, job_seconds, api_bytes, phases = [], [], [], []
             for k in range(args.repeats):
                 seen = _inodes(folder)

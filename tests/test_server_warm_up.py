@@ -139,3 +139,25 @@ def test_a_warm_up_and_the_first_add_at_once_restore_the_counts_once(
     assert not warm.is_alive()
     assert derived.n == 1  # the warm-up's restore only: the add read its counts
     assert len(summary.added) == 1
+
+
+def test_index_says_when_the_warm_up_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, _ = _table_with_saved_counts(tmp_path / "index")
+    gate = threading.Event()
+    real = PhraseTable.restore_saved_counts
+
+    def held(self: PhraseTable) -> bool:
+        gate.wait(10)
+        return real(self)
+
+    monkeypatch.setattr(PhraseTable, "restore_saved_counts", held)
+    app = create_app(tmp_path / "index", index=index, mcp=False)
+    with TestClient(app) as client:
+        running = client.get("/index").json()["warm_up"]
+        gate.set()
+        _warmed()
+        done = client.get("/index").json()["warm_up"]
+    assert running == {"done": False, "seconds": None}
+    assert done["done"] is True and 0 <= done["seconds"] < 30

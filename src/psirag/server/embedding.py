@@ -195,12 +195,25 @@ def prepare_index(index: Index) -> Index:
         index.embedder = BatchingEmbedder(inner)
     index.embed_query("warm up")
     _warming[0] = index.data
+    _warm_times.update(started=time.time(), seconds=None)
     threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
 
 
 _warming: list[IndexData | None] = [None]
 """The data the last :func:`prepare_index` warms up: an older one's warm-up stops early."""
+
+_warm_times: dict[str, float | None] = {"started": None, "seconds": None}
+"""When the last :func:`prepare_index`'s warm-up started (epoch seconds) and how long it
+took (None: still running, or none started)."""
+
+
+def warm_up_status() -> dict[str, Any]:
+    """The last warm-up, for ``GET /index``: ``done`` and its ``seconds`` (a write that comes
+    while it runs waits for what it is still making, such as the phrase table and its
+    counts)."""
+    seconds = _warm_times["seconds"]
+    return {"done": seconds is not None, "seconds": seconds}
 
 
 def warm_up(data: IndexData) -> None:
@@ -210,6 +223,7 @@ def warm_up(data: IndexData) -> None:
     tables (fan-out, roots, leaf counts: the tree views read them), unless newer data is
     being served by then. Errors are left to the request or write that needs the value (it
     raises them again)."""
+    t0 = time.perf_counter()
     try:
         _ = data.document_index
         table = data.phrase_table
@@ -224,6 +238,9 @@ def warm_up(data: IndexData) -> None:
         # competing with the next write; the views read a node's leaves from its subtree
     except Exception as exc:  # the value's own user reports it
         log.debug("warming the index up failed: %s", exc)
+    finally:
+        if _warming[0] is data:
+            _warm_times["seconds"] = round(time.perf_counter() - t0, 3)
 
 
 def _warm_write_path(data: IndexData) -> None:
@@ -253,4 +270,5 @@ __all__ = [
     "QueryVectorCache",
     "prepare_index",
     "warm_up",
+    "warm_up_status",
 ]
