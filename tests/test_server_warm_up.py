@@ -19,12 +19,13 @@ from fastapi.testclient import TestClient
 from support import HashEmbedder, build_index
 from support.counting import count_calls
 
+import psirag.server.embedding as embedding
 import psirag.storage_format as storage_format
-from psirag.abstracts.phrases import PhraseTable
+from psirag.abstracts.phrases import PhraseTable, _will_need
 from psirag.index import Index
 from psirag.index_data import Deferred, IndexData
 from psirag.server.app import create_app
-from psirag.server.embedding import prepare_index
+from psirag.server.embedding import prepare_index, warm_up
 from psirag.tree import Tree
 
 
@@ -161,3 +162,45 @@ def test_index_says_when_the_warm_up_is_done(
         done = client.get("/index").json()["warm_up"]
     assert running == {"done": False, "seconds": None}
     assert done["done"] is True and 0 <= done["seconds"] < 30
+
+
+def test_the_warm_up_reads_ahead_the_phrase_arrays_and_opens_the_leaf_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, _ = _table_with_saved_counts(tmp_path / "index")
+    read_ahead = count_calls(monkeypatch, PhraseTable, "read_ahead")
+
+    class Graph:  # what the warm-up reads of a leaf graph: its (saved) view
+        opened = 0
+        n_leaves = index.data.tree.n_leaves
+
+        @property
+        def graph(self) -> object:
+            Graph.opened += 1
+            return self
+
+    data = index.data.replace(leaf_graph=Graph())
+    monkeypatch.setattr(embedding, "_warming", [data])  # the data being served
+    warm_up(data)
+    assert read_ahead.n == 1 and Graph.opened == 1
+
+
+def test_will_need_advises_the_memory_map_under_a_view(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(100_000, dtype=np.int64))
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert _will_need(mapped) and _will_need(mapped[10:][::2])
+    assert not _will_need(np.arange(10)) and not _will_need(None)
+    table = PhraseTable.from_arrays(
+        ["w"],
+        {
+            "lw_ptr": np.array([0, 1]),
+            "lw": np.array([0]),
+            "ls_ptr": np.array([0, 0]),
+            "ls_key": np.empty(0, dtype=np.int64),
+            "ls_cnt": np.empty(0, dtype=np.int64),
+            "lp_ptr": np.array([0, 0]),
+            "lp_pid": np.empty(0, dtype=np.int64),
+            "p_key": mapped,
+        },
+    )
+    assert table.read_ahead() == 1  # p_key; no counts derived yet
