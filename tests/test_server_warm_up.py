@@ -19,11 +19,13 @@ from fastapi.testclient import TestClient
 from support import HashEmbedder, build_index
 from support.counting import count_calls
 
+import psirag.server.embedding as embedding
 import psirag.storage_format as storage_format
+from psirag.abstracts.phrases import PhraseTable, _will_need
 from psirag.index import Index
 from psirag.index_data import Deferred, IndexData
 from psirag.server.app import create_app
-from psirag.server.embedding import prepare_index
+from psirag.server.embedding import prepare_index, warm_up
 from psirag.tree import Tree
 
 
@@ -89,3 +91,116 @@ def test_the_write_routes_read_only_the_chunks_they_ask_about(
         read = decoded.n - before
     mine = int(index.data.document_index.leaves_of([doc]).sum())
     assert read <= mine < len(index.data.chunks) // 2, read  # the clashing document's chunks
+
+
+def _table_with_saved_counts(folder: Path) -> tuple[Index, PhraseTable]:
+    build_index(folder)
+    Index.load(folder, embedder=HashEmbedder()).save(folder)  # a generation with the counts
+    index = Index.load(folder, embedder=HashEmbedder())
+    table = index.data.phrase_table
+    assert table is not None and "saved_derived" in table._cache  # left unread by the load
+    return index, table
+
+
+def test_the_warm_up_restores_the_saved_counts_so_the_first_add_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, table = _table_with_saved_counts(tmp_path / "index")
+    restored = count_calls(monkeypatch, PhraseTable, "_restore_derived")
+    prepare_index(index)
+    _warmed()
+    assert restored.n == 1 and "derived" in table._cache and "saved_derived" not in table._cache
+    derived = count_calls(monkeypatch, PhraseTable, "_derive")
+    index.add(["a new text about something else entirely"], texts=True)
+    assert derived.n == 0  # the first add read the warm-up's counts
+    assert table.restore_saved_counts() is False  # taken by the add: not restored again
+    assert derived.n == 0
+
+
+def test_a_warm_up_and_the_first_add_at_once_restore_the_counts_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The add waits for the warm-up's restore, never derives over the corpus beside it."""
+    index, table = _table_with_saved_counts(tmp_path / "index")
+    real = PhraseTable._restore_derived
+    started = threading.Event()
+
+    def slow(self: PhraseTable, *args: object) -> object:
+        started.set()
+        time.sleep(0.3)  # the add starts while this restore is under way
+        return real(self, *args)
+
+    monkeypatch.setattr(PhraseTable, "_restore_derived", slow)
+    derived = count_calls(monkeypatch, PhraseTable, "_derive")
+    warm = threading.Thread(target=table.restore_saved_counts)
+    warm.start()
+    assert started.wait(10)
+    summary = index.add(["a new text about something else entirely"], texts=True)
+    warm.join(10)
+    assert not warm.is_alive()
+    assert derived.n == 1  # the warm-up's restore only: the add read its counts
+    assert len(summary.added) == 1
+
+
+def test_index_says_when_the_warm_up_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, _ = _table_with_saved_counts(tmp_path / "index")
+    gate = threading.Event()
+    real = PhraseTable.restore_saved_counts
+
+    def held(self: PhraseTable) -> bool:
+        gate.wait(10)
+        return real(self)
+
+    monkeypatch.setattr(PhraseTable, "restore_saved_counts", held)
+    app = create_app(tmp_path / "index", index=index, mcp=False)
+    with TestClient(app) as client:
+        running = client.get("/index").json()["warm_up"]
+        gate.set()
+        _warmed()
+        done = client.get("/index").json()["warm_up"]
+    assert running == {"done": False, "seconds": None}
+    assert done["done"] is True and 0 <= done["seconds"] < 30
+
+
+def test_the_warm_up_reads_ahead_the_phrase_arrays_and_opens_the_leaf_graph(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index, _ = _table_with_saved_counts(tmp_path / "index")
+    read_ahead = count_calls(monkeypatch, PhraseTable, "read_ahead")
+
+    class Graph:  # what the warm-up reads of a leaf graph: its (saved) view
+        opened = 0
+        n_leaves = index.data.tree.n_leaves
+
+        @property
+        def graph(self) -> object:
+            Graph.opened += 1
+            return self
+
+    data = index.data.replace(leaf_graph=Graph())
+    monkeypatch.setattr(embedding, "_warming", [data])  # the data being served
+    warm_up(data)
+    assert read_ahead.n == 1 and Graph.opened == 1
+
+
+def test_will_need_advises_the_memory_map_under_a_view(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(100_000, dtype=np.int64))
+    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
+    assert _will_need(mapped) and _will_need(mapped[10:][::2])
+    assert not _will_need(np.arange(10)) and not _will_need(None)
+    table = PhraseTable.from_arrays(
+        ["w"],
+        {
+            "lw_ptr": np.array([0, 1]),
+            "lw": np.array([0]),
+            "ls_ptr": np.array([0, 0]),
+            "ls_key": np.empty(0, dtype=np.int64),
+            "ls_cnt": np.empty(0, dtype=np.int64),
+            "lp_ptr": np.array([0, 0]),
+            "lp_pid": np.empty(0, dtype=np.int64),
+            "p_key": mapped,
+        },
+    )
+    assert table.read_ahead() == 1  # p_key; no counts derived yet

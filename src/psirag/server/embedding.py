@@ -195,6 +195,7 @@ def prepare_index(index: Index) -> Index:
         index.embedder = BatchingEmbedder(inner)
     index.embed_query("warm up")
     _warming[0] = index.data
+    _warm_times.update(started=time.time(), seconds=None)
     threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
 
@@ -202,16 +203,32 @@ def prepare_index(index: Index) -> Index:
 _warming: list[IndexData | None] = [None]
 """The data the last :func:`prepare_index` warms up: an older one's warm-up stops early."""
 
+_warm_times: dict[str, float | None] = {"started": None, "seconds": None}
+"""When the last :func:`prepare_index`'s warm-up started (epoch seconds) and how long it
+took (None: still running, or none started)."""
+
+
+def warm_up_status() -> dict[str, Any]:
+    """The last warm-up, for ``GET /index``: ``done`` and its ``seconds`` (a write that comes
+    while it runs waits for what it is still making, such as the phrase table and its
+    counts)."""
+    seconds = _warm_times["seconds"]
+    return {"done": seconds is not None, "seconds": seconds}
+
 
 def warm_up(data: IndexData) -> None:
     """Make what a loaded index defers: what the first update reads (the document keys, the
-    keyword phrase table a load leaves unread), so the first ``POST /documents`` after a start
-    costs what a later one does, then the tree's small tables (fan-out, roots, leaf counts: the
-    tree views read them), unless newer data is being served by then. Errors are left to the
-    request or write that needs the value (it raises them again)."""
+    keyword phrase table a load leaves unread and its saved corpus counts), so the first
+    ``POST /documents`` after a start costs what a later one does, then the tree's small
+    tables (fan-out, roots, leaf counts: the tree views read them), unless newer data is
+    being served by then. Errors are left to the request or write that needs the value (it
+    raises them again)."""
+    t0 = time.perf_counter()
     try:
         _ = data.document_index
-        _ = data.phrase_table
+        table = data.phrase_table
+        if table is not None:  # its saved counts, which the first add would check and restore
+            table.restore_saved_counts()
         tree = data.tree
         _ = (tree.fan_out, tree.roots)
         if _warming[0] is data:
@@ -221,18 +238,29 @@ def warm_up(data: IndexData) -> None:
         # competing with the next write; the views read a node's leaves from its subtree
     except Exception as exc:  # the value's own user reports it
         log.debug("warming the index up failed: %s", exc)
+    finally:
+        if _warming[0] is data:
+            _warm_times["seconds"] = round(time.perf_counter() - t0, 3)
 
 
 def _warm_write_path(data: IndexData) -> None:
     """What the first write after a start would pay on its request: the update's modules
     (0.2-0.4 s of imports: :mod:`psirag.living` and the tree builders it loads, the keyword
-    abstracts), the children table the insertion reads, and the pages of the inner nodes'
-    vectors, which every update copies (one read per page of the memory map: the pages stay
-    in the page cache, the process holds no copy)."""
+    abstracts), the leaf graph's saved view the insertion searches, a read-ahead of the
+    phrase arrays the abstracts read (see :meth:`PhraseTable.read_ahead`), the children table
+    the insertion reads, and the pages of the inner nodes' vectors, which every update
+    copies (one read per page of the memory map: the pages stay in the page cache, the
+    process holds no copy)."""
     import importlib
 
     for name in ("psirag.living", "psirag.abstracts.keywords"):
         importlib.import_module(name)
+    table = data.phrase_table
+    if table is not None:  # the pages the first add's abstracts gather from, read ahead
+        table.read_ahead()
+    graph = data.leaf_graph
+    if graph is not None:  # a saved graph's view, opened once (0.3-0.4 s at 1M chunks)
+        _ = graph.graph
     tree = data.tree
     _ = tree._children_csr
     from psirag.vector_rows import RowStack
@@ -254,4 +282,5 @@ __all__ = [
     "QueryVectorCache",
     "prepare_index",
     "warm_up",
+    "warm_up_status",
 ]

@@ -8,6 +8,7 @@ from fastapi import APIRouter
 
 from psirag import __version__
 from psirag.server.deps import CurrentGeneration, State
+from psirag.server.embedding import warm_up_status
 from psirag.summary import inspect_summary
 
 router = APIRouter()
@@ -27,4 +28,5 @@ async def describe(state: State, generation: CurrentGeneration) -> dict[str, Any
     body["saved_generation"] = generation.saved
     body["index_loads"] = state.holder.loads
     body["llm"] = state.llm.id if state.llm is not None else None
+    body["warm_up"] = warm_up_status()
     return body
