@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -435,6 +436,68 @@ def test_gc_keeps_the_last_generations(tmp_path: Path, index_a: Index) -> None:
     assert os.stat(six / chunks).st_ino == os.stat(five / chunks).st_ino
     assert corpus_of(Index.load(folder, verify="full")) == "alphatag"
     assert Index.load(folder, generation=5).tree.n_leaves == len(CORPUS_A)
+
+
+def _gc_threads_done(timeout: float = 30.0) -> None:
+    for thread in threading.enumerate():
+        if thread.name == "psirag-gc":
+            thread.join(timeout)
+            assert not thread.is_alive()
+
+
+def test_gc_later_retires_at_once_and_deletes_on_a_thread(
+    tmp_path: Path, index_a: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server's save (``collect_later``) renames the retired generation away under the
+    lock and deletes its files on a background thread; a cleanup meanwhile leaves that
+    folder to the thread, and one that a killed process left is removed by the next
+    writer."""
+    folder = tmp_path / "idx"
+    for _ in range(3):
+        index_a.save(folder)
+    store = IndexStore(folder)
+    gens = folder / "generations"
+    gate = threading.Event()
+    removing: list[Path] = []
+    remove = ownership.remove_marked
+
+    def slow_remove(path: Path) -> None:  # the thread's deletion, held until the gate opens
+        removing.append(path)
+        gate.wait(30)
+        remove(path)
+
+    monkeypatch.setattr(ownership, "remove_marked", slow_remove)
+    with store.lock():
+        assert store.gc(keep=1, later=True) == [2]
+    assert store.generations() == [3]  # retired at once
+    trash = [p for p in gens.iterdir() if p.name.startswith(".trash-")]
+    assert len(trash) == 1 and removing == trash
+    monkeypatch.setattr(ownership, "remove_marked", remove)
+    with store.lock():
+        store.cleanup()  # the thread has it: left alone
+    assert trash[0].exists()
+    gate.set()
+    _gc_threads_done()
+    assert not trash[0].exists()
+    # an update that saves with collect_later: the same, through the writer
+    _, done = Index.update_saved(
+        folder,
+        lambda ix: ix.add(["alphatag basalt lava"], texts=True),
+        embedder=HashEmbedder(),
+        collect_later=True,
+    )
+    _gc_threads_done()
+    assert done.generation == 4 and store.generations() == [3, 4]
+    assert not [p for p in gens.iterdir() if p.name.startswith(".trash-")]
+    # a retired folder that a process left half deleted: the next writer's cleanup takes it
+    with store.lock():
+        store.gc(keep=1)  # (inline) generation 3 goes
+    left = gens / ".trash-000099-deadbeef"
+    (left / "seg").mkdir(parents=True)
+    ownership.mark(left, ownership.store_token(gens, create=False))
+    with IndexWriter(folder):
+        pass
+    assert not left.exists()
 
 
 # ---------------------------------------------------------------------------- SIGKILL

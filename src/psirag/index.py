@@ -308,6 +308,7 @@ class Index:
         save: bool = True,
         wait: float = 0.0,
         base: Index | None = None,
+        collect_later: bool = False,
     ) -> tuple[Index, SavedUpdate]:
         """Change a saved index in place, safely against other writers: under the writer
         lock, load the generation on disk, run ``change(index)`` (``index.add``,
@@ -317,6 +318,7 @@ class Index:
         run) changes the index in memory only. ``base``: an index this process holds (a
         server's); when it is still the generation on disk it is changed without reading the
         folder (``done.loaded`` is False). ``wait``: seconds to wait for another writer's lock.
+        ``collect_later``: the retired generations' files are deleted on a background thread.
         Returns the changed index and what was done::
 
             index, done = Index.update_saved("my-index", lambda ix: ix.add(["new.txt"]))
@@ -335,7 +337,12 @@ class Index:
             embedder = base.embedder_or_none()
 
         done = update_saved(
-            folder, run, save=save, base=base.data if base is not None else None, wait=wait
+            folder,
+            run,
+            save=save,
+            base=base.data if base is not None else None,
+            wait=wait,
+            collect_later=collect_later,
         )
         index = facades[0]
         index._replace_data(done.data)  # saved: it now names its generation (next ``base``)

@@ -1268,6 +1268,7 @@ def update_saved(
     save: bool = True,
     base: IndexData | None = None,
     wait: float = 0.0,
+    collect_later: bool = False,
 ) -> SavedUpdate:
     """The one update path of a saved index: take the writer lock, load the generation on
     disk, ``change`` it, save the result as the next generation and publish it. Every writer
@@ -1275,7 +1276,9 @@ def update_saved(
     always builds on what is on disk and never loses another writer's change. An exception
     anywhere (in ``change`` too), a change that changes nothing or ``save=False`` (a dry
     run) leaves the published index as it was. ``wait``: seconds to wait for another
-    writer's lock before :class:`~psirag.errors.IndexLockedError`.
+    writer's lock before :class:`~psirag.errors.IndexLockedError`. ``collect_later``: delete the
+    generations the save retires on a background thread (:meth:`IndexStore.gc`), as a server
+    does, so that the request does not wait for it.
 
     ``base``: data the caller holds in memory (a server's served index). When, under the
     lock, it is the very generation on disk (same folder and generation number), it is
@@ -1287,7 +1290,7 @@ def update_saved(
     from psirag.storage_format import load_index_data, save_index_data
 
     store = _writable_store(folder)
-    with IndexWriter(store, wait=wait) as writer:
+    with IndexWriter(store, wait=wait, collect_later=collect_later) as writer:
         on_disk = writer.base
         from_legacy = on_disk is not None and on_disk.legacy
         loaded = not _is_generation(base, on_disk)

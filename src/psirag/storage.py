@@ -39,6 +39,7 @@ import re
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -299,6 +300,36 @@ class WriterLock:
 
 
 # ---------------------------------------------------------------------------- the store
+_REMOVING: set[str] = set()
+"""Trash folders that a background thread of this process is deleting (see
+:meth:`IndexStore.gc`); a cleanup leaves them to it."""
+_REMOVING_LOCK = threading.Lock()
+
+
+def _being_removed(path: Path) -> bool:
+    with _REMOVING_LOCK:
+        return str(path) in _REMOVING
+
+
+def _remove_in_background(trash: Path) -> None:
+    """Delete a renamed-away generation on a daemon thread (its marker last, so that a
+    process that exits first leaves it for the next cleanup)."""
+    key = str(trash)
+    with _REMOVING_LOCK:
+        _REMOVING.add(key)
+
+    def run() -> None:
+        try:
+            ownership.remove_marked(trash)
+        except OSError:
+            pass  # left for the next writer's cleanup
+        finally:
+            with _REMOVING_LOCK:
+                _REMOVING.discard(key)
+
+    threading.Thread(target=run, name="psirag-gc", daemon=True).start()
+
+
 class IndexStore:
     """One index folder: its state, its lock, its generations, readers and writers."""
 
@@ -477,6 +508,8 @@ class IndexStore:
         if gens.is_dir():
             for entry in sorted(os.listdir(gens)):
                 path = gens / entry
+                if _being_removed(path):
+                    continue  # this process's background removal has it
                 orphan = _GEN_RE.match(entry) and (current is None or int(entry) > current)
                 if not (_TEMP_RE.match(entry) or orphan):
                     continue
@@ -492,9 +525,12 @@ class IndexStore:
                 removed.append(entry)
         return removed
 
-    def gc(self, keep: int = DEFAULT_KEEP) -> list[int]:
+    def gc(self, keep: int = DEFAULT_KEEP, *, later: bool = False) -> list[int]:
         """Remove published generations older than the newest ``keep`` (at least the current
-        one stays), skipping any a reader is loading. Call with the writer lock held."""
+        one stays), skipping any a reader is loading. Call with the writer lock held.
+        ``later``: each is renamed out of the way now and its files are deleted on a
+        background thread (a generation that owns gigabytes takes seconds to delete), which
+        a killed process leaves to the next writer's cleanup."""
         current = self.current()
         if current is None:
             return []
@@ -526,7 +562,10 @@ class IndexStore:
                     self.generations_dir / f".trash-{_generation_name(g)}-{uuid.uuid4().hex[:8]}"
                 )
                 os.rename(folder, trash)
-                ownership.remove_marked(trash)
+                if later:
+                    _remove_in_background(trash)
+                else:
+                    ownership.remove_marked(trash)
                 removed.append(g)
             finally:
                 if fd is not None:
@@ -798,10 +837,14 @@ class IndexWriter:
         base: int | Literal["current"] | None = "current",
         wait: float = 0.0,
         keep_generations: int = DEFAULT_KEEP,
+        collect_later: bool = False,
     ) -> None:
         self.store = target if isinstance(target, IndexStore) else IndexStore(target)
         self.target = self.store.folder
         self.keep_generations = keep_generations
+        self.collect_later = collect_later
+        """Whether the commit deletes old generations' files on a background thread (a
+        server: not on the request that saves)."""
         self.store.check_writable()
         created = not self.target.exists()
         self._lock: WriterLock | None = self.store.lock(wait=wait)
@@ -986,7 +1029,7 @@ class IndexWriter:
                 self.base.close()
             with contextlib.suppress(OSError):  # the new generation is published already
                 self._remove_legacy_files()
-                self.store.gc(self.keep_generations)
+                self.store.gc(self.keep_generations, later=self.collect_later)
             _checkpoint("after-gc")
         finally:
             self._release()

@@ -68,6 +68,7 @@ def apply_write(state: ServerState, kind: JobKind, payload: Any, job: Job) -> di
             embedder=served.embedder,
             base=served,
             wait=WRITER_LOCK_WAIT_S,
+            collect_later=True,  # a retired generation's files: not on this request
         )
         t1 = time.perf_counter()
         began, ended = spans.get("change", t0), spans.get("changed", t0)
