@@ -10,12 +10,14 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
 
 import psirag.pipeline
+import psirag.retrieval.leaf_graph as leaf_graph_module
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.errors import InputError
 from psirag.retrieval.leaf_graph import LeafGraph, usearch_available
@@ -258,11 +260,11 @@ def test_the_graph_is_built_on_a_background_thread_with_two_cores(
     seen: list[str] = []
     real_build = LeafGraph.build
 
-    def build(vectors: np.ndarray, *, threads: int = 0) -> LeafGraph:
+    def build(vectors: np.ndarray, *, threads: int = 0, widen: Any = None) -> LeafGraph:
         import threading
 
         seen.append(threading.current_thread().name)
-        return real_build(vectors, threads=threads)
+        return real_build(vectors, threads=threads, widen=widen)
 
     monkeypatch.setattr(LeafGraph, "build", build)
     monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 2)
@@ -287,10 +289,82 @@ def test_a_failed_background_graph_build_is_raised_by_the_build(
 ) -> None:
     import psirag.pipeline as pipeline
 
-    def broken(vectors: np.ndarray, *, threads: int = 0) -> LeafGraph:
+    def broken(vectors: np.ndarray, *, threads: int = 0, widen: Any = None) -> LeafGraph:
         raise MemoryError("no room for the graph")
 
     monkeypatch.setattr(LeafGraph, "build", broken)
     monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 2)
     with pytest.raises(MemoryError, match="no room for the graph"):
         Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+
+
+def _graph_bytes(graph: LeafGraph, tmp_path: Path, name: str) -> bytes:
+    graph.save_base(tmp_path / f"{name}.usearch", tmp_path / f"{name}.npy")
+    return (tmp_path / f"{name}.usearch").read_bytes()
+
+
+def test_a_graph_built_in_batches_on_one_thread_is_the_graph_of_one_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that may widen inserts ``BUILD_BATCH`` leaves per call, asking ``widen`` before
+    each: on one thread throughout, the saved graph is byte for byte the one-call graph (the
+    background build's graph is the same as before while the other stages run)."""
+    monkeypatch.setattr(leaf_graph_module, "BUILD_BATCH", 97)
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(1000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    asked: list[int] = []
+
+    def one_thread() -> int:
+        asked.append(1)
+        return 1
+
+    whole = LeafGraph.build(vectors, threads=1)
+    batched = LeafGraph.build(vectors, threads=1, widen=one_thread)
+    assert len(asked) == -(-1000 // 97)  # once per batch
+    assert _graph_bytes(batched, tmp_path, "b") == _graph_bytes(whole, tmp_path, "a")
+    # a different insertion (another M) gives other bytes: the comparison can fail
+    monkeypatch.setattr(leaf_graph_module, "CONNECTIVITY", 8)
+    other = LeafGraph.build(vectors, threads=1)
+    assert _graph_bytes(other, tmp_path, "c") != _graph_bytes(whole, tmp_path, "a")
+
+
+def test_the_background_graph_widens_to_every_core_once_the_build_waits(
+    small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background build asks for one thread per batch until :meth:`GraphBuild.result`
+    waits, then for every core (0); the graph holds every leaf and ranks as the exact scan."""
+    import threading
+
+    monkeypatch.setattr(leaf_graph_module, "BUILD_BATCH", 50)
+    monkeypatch.setattr(psirag.pipeline.os, "cpu_count", lambda: 2)
+    gate = threading.Event()
+    asked: list[int] = []
+    real_build = LeafGraph.build
+
+    def build(vectors: np.ndarray, *, threads: int = 0, widen: Any = None) -> LeafGraph:
+        def widen_after_first() -> int | None:
+            if asked:  # the first batch runs before the build waits; the rest after
+                gate.wait(timeout=60)
+            asked.append(widen())
+            return asked[-1]
+
+        return real_build(vectors, threads=threads, widen=widen_after_first)
+
+    monkeypatch.setattr(LeafGraph, "build", build)
+    rng = np.random.default_rng(2)
+    vectors = rng.normal(size=(400, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    job = psirag.pipeline.GraphBuild(vectors)
+    real_set = job._waited.set
+
+    def set_then_open() -> None:
+        real_set()
+        gate.set()
+
+    monkeypatch.setattr(job._waited, "set", set_then_open)
+    graph, seconds = job.result()
+    assert graph is not None and graph.n_leaves == 400 and seconds is not None
+    assert asked == [1] + [0] * 7
+    hits = graph.search(vectors[7], 1, 64)
+    assert int(np.asarray(hits).ravel()[0]) == 7

@@ -512,7 +512,8 @@ def graph_in_background() -> bool:
 
 class GraphBuild:
     """The leaf graph of a build (:func:`leaf_graph`), made on a background thread with one
-    usearch thread (:func:`graph_in_background`) or, without one, when :meth:`result` is asked.
+    usearch thread (:func:`graph_in_background`) until :meth:`result` waits for it, then with
+    every core (the rest of its leaves), or, without one, when :meth:`result` is asked.
     The graph is the same kind either way (usearch's insertion order is the keys' order; a graph
     built with several threads is not deterministic anyway)."""
 
@@ -523,6 +524,8 @@ class GraphBuild:
         self._error: BaseException | None = None
         self._seconds: float | None = None
         self._thread: threading.Thread | None = None
+        self._waited = threading.Event()
+        """Set by :meth:`result`: the other stages are done, every core may insert."""
         n = int(leaf_vectors.shape[0])
         if n > GRAPH_MIN_LEAVES and graph_in_background() and usearch_available():
             self._thread = threading.Thread(target=self._run, name="psirag-hnsw", daemon=True)
@@ -532,10 +535,15 @@ class GraphBuild:
         t0 = time.perf_counter()
         try:
             assert self._vectors is not None
-            self._graph = LeafGraph.build(self._vectors, threads=1)
+            self._graph = LeafGraph.build(self._vectors, threads=1, widen=self._threads_now)
         except BaseException as exc:  # raised again by result(), on the caller's thread
             self._error = exc
         self._seconds = time.perf_counter() - t0
+
+    def _threads_now(self) -> int:
+        """One usearch thread while the other stages run beside the graph (their core), every
+        core once the build waits for it."""
+        return 0 if self._waited.is_set() else 1
 
     def result(self) -> tuple[LeafGraph | None, float | None]:
         """The graph (None where :func:`leaf_graph` gives none) and the seconds the background
@@ -544,6 +552,7 @@ class GraphBuild:
             vectors, self._vectors = self._vectors, None
             assert vectors is not None
             return leaf_graph(vectors, report=self._report), None
+        self._waited.set()
         self._thread.join()
         self._vectors = None
         if self._error is not None:
