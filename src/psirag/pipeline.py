@@ -26,6 +26,7 @@ from psirag.heap import give_back_freed_memory
 from psirag.index_data import BuildStats, IndexData, fresh_lineage
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
+from psirag.retrieval.graph_process import GraphProcess
 from psirag.retrieval.leaf_graph import INSTALL_HINT, LeafGraph, usearch_available
 from psirag.tree import Tree, build_forest, build_tree
 from psirag.tree.build import resolve_tree_mode
@@ -502,20 +503,31 @@ def leaf_graph(leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> L
 
 
 def graph_in_background() -> bool:
-    """Whether a build makes its leaf graph on a thread beside the other stages: with two or
-    more cores (usearch releases the GIL while it inserts, and the abstracts, routing and BM25
-    stages are mostly one core of Python). ``PSIRAG_GRAPH_THREAD=0`` turns it off."""
+    """Whether a build makes its leaf graph beside the other stages: with two or more cores
+    (the abstracts, routing and BM25 stages are mostly one core of Python).
+    ``PSIRAG_GRAPH_THREAD=0`` turns it off."""
     if os.environ.get("PSIRAG_GRAPH_THREAD", "1") == "0":
         return False
     return (os.cpu_count() or 1) >= 2
 
 
+GRAPH_PROCESS = True
+"""A background graph is built in a child process (:mod:`psirag.retrieval.graph_process`):
+usearch's insertion holds the GIL for much of its work, so on a thread it and the Python
+stages beside it slow each other down. False (or ``PSIRAG_GRAPH_PROCESS=0``): on a thread."""
+
+
+def graph_in_process() -> bool:
+    return GRAPH_PROCESS and os.environ.get("PSIRAG_GRAPH_PROCESS", "1") != "0"
+
+
 class GraphBuild:
-    """The leaf graph of a build (:func:`leaf_graph`), made on a background thread with one
-    usearch thread (:func:`graph_in_background`) until :meth:`result` waits for it, then with
-    every core (the rest of its leaves), or, without one, when :meth:`result` is asked.
-    The graph is the same kind either way (usearch's insertion order is the keys' order; a graph
-    built with several threads is not deterministic anyway)."""
+    """The leaf graph of a build (:func:`leaf_graph`), made in the background
+    (:func:`graph_in_background`) with one usearch thread until :meth:`result` waits for it,
+    then with every core (the rest of its leaves): in a child process
+    (:func:`graph_in_process`), else on a thread; without a background, when :meth:`result`
+    is asked. The graph is the same kind either way (usearch's insertion order is the keys'
+    order; a graph built with several threads is not deterministic anyway)."""
 
     def __init__(self, leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> None:
         self._vectors: np.ndarray | None = leaf_vectors
@@ -524,10 +536,17 @@ class GraphBuild:
         self._error: BaseException | None = None
         self._seconds: float | None = None
         self._thread: threading.Thread | None = None
+        self._process: GraphProcess | None = None
         self._waited = threading.Event()
         """Set by :meth:`result`: the other stages are done, every core may insert."""
         n = int(leaf_vectors.shape[0])
         if n > GRAPH_MIN_LEAVES and graph_in_background() and usearch_available():
+            if graph_in_process():
+                try:
+                    self._process = GraphProcess(leaf_vectors)
+                    return
+                except OSError as exc:  # no temporary folder, no process: a thread instead
+                    (report or _quiet)(f"note: the HNSW graph is built on a thread ({exc})")
             self._thread = threading.Thread(target=self._run, name="psirag-hnsw", daemon=True)
             self._thread.start()
 
@@ -545,9 +564,25 @@ class GraphBuild:
         core once the build waits for it."""
         return 0 if self._waited.is_set() else 1
 
+    def done(self) -> bool:
+        """Whether a background graph is finished (True when there is none)."""
+        if self._process is not None:
+            return self._process.done()
+        return self._thread is None or not self._thread.is_alive()
+
     def result(self) -> tuple[LeafGraph | None, float | None]:
         """The graph (None where :func:`leaf_graph` gives none) and the seconds the background
-        thread took (None when it was built here)."""
+        build took (None when it was built here). A child process that failed is said
+        (``report``) and the graph is built here instead."""
+        if self._process is not None:
+            process, self._process = self._process, None
+            try:
+                graph, seconds = process.result()
+            except (OSError, RuntimeError, ValueError) as exc:
+                (self._report or _quiet)(f"warning: {exc}; building the HNSW graph here")
+            else:
+                self._vectors = None
+                return graph, seconds
         if self._thread is None:
             vectors, self._vectors = self._vectors, None
             assert vectors is not None
