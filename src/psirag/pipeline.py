@@ -26,6 +26,7 @@ from psirag.heap import give_back_freed_memory
 from psirag.index_data import BuildStats, IndexData, fresh_lineage
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
+from psirag.retrieval.bm25_process import CountsProcess
 from psirag.retrieval.graph_process import GraphProcess
 from psirag.retrieval.leaf_graph import INSTALL_HINT, LeafGraph, usearch_available
 from psirag.tree import Tree, build_forest, build_tree
@@ -432,25 +433,39 @@ def build_index_data(
     # the HNSW graph reads only the leaf vectors: built beside the abstracts, routing and BM25
     graph_build = GraphBuild(embedded.vectors, report=say)
     leaf_texts = [c.text for c in chunks]
-    t0 = time.perf_counter()
-    if batch is not None and llm is not None:
-        llm = batch.llm_client(llm)
-    abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
-    seconds["abstracts"] = time.perf_counter() - t0
-    give_back_freed_memory()
+    counting = sparse_counts_in_background(leaf_texts, report=say)
+    try:
+        t0 = time.perf_counter()
+        if batch is not None and llm is not None:
+            llm = batch.llm_client(llm)
+        abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
+        seconds["abstracts"] = time.perf_counter() - t0
+        give_back_freed_memory()
 
-    t0 = time.perf_counter()
-    node_vectors = routing_vectors(
-        built.tree, embedded.vectors, abstracts.texts, config, embedder, progress=progress
-    )
-    seconds["routing"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        node_vectors = routing_vectors(
+            built.tree, embedded.vectors, abstracts.texts, config, embedder, progress=progress
+        )
+        seconds["routing"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    sparse = sparse_index(leaf_texts, config, progress=progress)
-    seconds["bm25"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        counts = None
+        if counting is not None:
+            job, counting = counting, None
+            try:
+                counts = job.result()
+            except (OSError, RuntimeError, ValueError) as exc:
+                say(f"warning: {exc}; counting the BM25 terms here")
+        sparse = sparse_index(leaf_texts, config, progress=progress, counts=counts)
+        seconds["bm25"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    graph, thread_seconds = graph_build.result()
+        t0 = time.perf_counter()
+        graph, thread_seconds = graph_build.result()
+    except BaseException:
+        graph_build.close()
+        if counting is not None:
+            counting.close()
+        raise
     if graph is not None:
         seconds["hnsw"] = time.perf_counter() - t0
         if thread_seconds is not None:
@@ -521,6 +536,30 @@ def graph_in_process() -> bool:
     return GRAPH_PROCESS and os.environ.get("PSIRAG_GRAPH_PROCESS", "1") != "0"
 
 
+SPARSE_PROCESS_MIN_LEAVES = 50_000
+"""A build of at least this many chunks counts its BM25 terms in a child process
+(:mod:`psirag.retrieval.bm25_process`) beside the keyword abstracts, when it has a background
+(:func:`graph_in_background`); a smaller one counts them in line (a second or two)."""
+
+
+def sparse_counts_in_background(
+    leaf_texts: Sequence[str], *, report: Reporter | None = None
+) -> CountsProcess | None:
+    """A child process counting the BM25 terms of ``leaf_texts`` (None: they are counted in
+    line, at the BM25 stage). ``PSIRAG_BM25_PROCESS=0`` turns it off."""
+    if (
+        len(leaf_texts) < SPARSE_PROCESS_MIN_LEAVES
+        or not graph_in_background()
+        or os.environ.get("PSIRAG_BM25_PROCESS", "1") == "0"
+    ):
+        return None
+    try:
+        return CountsProcess(leaf_texts)
+    except OSError as exc:
+        (report or _quiet)(f"note: the BM25 terms are counted in line ({exc})")
+        return None
+
+
 class GraphBuild:
     """The leaf graph of a build (:func:`leaf_graph`), made in the background
     (:func:`graph_in_background`) with one usearch thread until :meth:`result` waits for it,
@@ -563,6 +602,12 @@ class GraphBuild:
         """One usearch thread while the other stages run beside the graph (their core), every
         core once the build waits for it."""
         return 0 if self._waited.is_set() else 1
+
+    def close(self) -> None:
+        """Stop a background child process (a build that failed before asking the result)."""
+        if self._process is not None:
+            self._process.close()
+            self._process = None
 
     def done(self) -> bool:
         """Whether a background graph is finished (True when there is none)."""
@@ -610,6 +655,7 @@ def document_sources(
 
 __all__ = [
     "GRAPH_MIN_LEAVES",
+    "SPARSE_PROCESS_MIN_LEAVES",
     "Abstracts",
     "BatchBackend",
     "BuiltTree",
