@@ -303,8 +303,10 @@ class LeafGraph:
     ) -> LeafGraph:
         """A new graph over every leaf (keys 0..n-1); ``threads`` 0: every core.
 
-        ``widen``: asked before each batch of :data:`BUILD_BATCH` leaves for the threads of
-        that batch (None: ``threads``). A build beside other work inserts on one thread while
+        ``widen``: asked before each batch of :data:`BUILD_BATCH` leaves after the first for
+        the threads of that batch (None: ``threads``; the first batch is inserted on
+        ``threads``: a small graph is the same whenever it is asked for, and many threads
+        gain nothing on an empty graph). A build beside other work inserts on one thread while
         the other stages run and on every core once they wait for it. The leaves are inserted
         in key order either way, and batches inserted on one thread give the same graph, byte
         for byte, as one call on one thread."""
@@ -321,7 +323,7 @@ class LeafGraph:
         step = keys.size if widen is None else BUILD_BATCH
         ids = keys.astype(np.uint64)
         for lo in range(0, keys.size, max(step, 1)):
-            now = None if widen is None else widen()
+            now = None if widen is None or lo == 0 else widen()
             graph.add(
                 ids[lo : lo + step],
                 vectors[lo : lo + step],
