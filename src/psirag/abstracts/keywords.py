@@ -153,6 +153,7 @@ def keyword_abstracts(
     order = np.argsort(tree.parent[targets], kind="stable")
     ordered = targets[order]
     single: _LeafPhrases | None = None
+    parallel = False
     if nodes is None:  # every node: sparse products, a block of parent groups at a time
         import scipy.sparse as sp  # here: an update's few nodes need no sparse product
 
@@ -165,7 +166,10 @@ def keyword_abstracts(
         if moved is not None:
             phrases = moved
             give_back_freed_memory()
-        blocks = _product_blocks(tree, ordered, row_of, membership, whole, multi.ptr)
+        # two processes take blocks of a quarter the size: finer, so they finish together
+        parallel = _scored_in_two_processes(int(targets.size))
+        budget = _PRODUCT_BUDGET // PARALLEL_BLOCK_SPLIT if parallel else _PRODUCT_BUDGET
+        blocks = _product_blocks(tree, ordered, row_of, membership, whole, multi.ptr, budget)
         # the products' columns: only the phrases of two or more leaves, renumbered in phrase
         # id order (a product keeps a few arrays as long as its columns: of every phrase, at
         # 1M leaves, they were the stage's peak); its rows are read back as phrase ids
@@ -324,7 +328,7 @@ def keyword_abstracts(
         return done
 
     spans = list(zip([0, *blocks[:-1]], blocks, strict=True))
-    if nodes is None and len(spans) > 1 and _scored_in_two_processes(int(targets.size)):
+    if nodes is None and len(spans) > 1 and parallel:
         done = _in_two_processes(score_blocks, spans, bar)
     else:
         done = score_blocks(spans, bar)
@@ -339,6 +343,10 @@ PARALLEL_MIN_NODES = 20_000
 """A build's keyword abstracts of at least this many nodes are scored by two processes (this
 one and a forked child, each taking the next block of nodes), on a machine of two or more
 cores where ``os.fork`` exists; ``PSIRAG_PARALLEL_ABSTRACTS=0`` turns it off."""
+
+
+PARALLEL_BLOCK_SPLIT = 4
+"""Blocks scored by two processes hold this fraction of :data:`_PRODUCT_BUDGET` entries."""
 
 
 def _scored_in_two_processes(n_nodes: int) -> bool:
@@ -505,9 +513,10 @@ def _product_blocks(
     membership: sp.csr_matrix,
     whole: np.ndarray,
     lp_ptr: np.ndarray,
+    budget: int = _PRODUCT_BUDGET,
 ) -> list[int]:
     """Ends (in ``ordered``, nodes grouped by parent) of blocks whose rows and parents' rows
-    hold about :data:`_PRODUCT_BUDGET` leaf phrase entries each. A parent group past that is
+    hold about ``budget`` leaf phrase entries each. A parent group past that is
     split (each part makes the parent's row again): near the root of a 1M-leaf tree one group
     is most of the corpus's entries, and a product sizes its output by all of them."""
     lp_len = np.diff(lp_ptr).astype(np.int64)
@@ -522,7 +531,7 @@ def _product_blocks(
     current = -2
     for at, (p, c, pc) in enumerate(zip(par, cost, parent_cost, strict=True)):
         add = c + (pc if p != current else 0)
-        if used and used + add > _PRODUCT_BUDGET:
+        if used and used + add > budget:
             blocks.append(at)
             used, add = 0, c + pc
         used += add
