@@ -126,6 +126,29 @@ def current_rss_mib() -> float:
     return _proc_status_mib("VmRSS") or 0.0
 
 
+def children_rss_mib() -> float:
+    """The resident set size of this process's child processes now, in MiB (Linux /proc; 0
+    elsewhere or without /proc's children lists)."""
+    total = 0.0
+    try:
+        tasks = list(Path("/proc/self/task").iterdir())
+    except OSError:
+        return 0.0
+    for task in tasks:
+        try:
+            pids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            try:
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) / 1024
+            except OSError:
+                continue
+    return total
+
+
 def machine() -> str:
     """One-line machine summary (kept for the older results files)."""
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

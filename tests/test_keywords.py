@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -506,3 +508,79 @@ def test_products_over_compact_columns_give_the_abstracts_of_every_column(
     monkeypatch.setattr(kw, "_compact_columns", every)
     assert compact == kw.keyword_abstracts(texts, tree, max_phrases=8)
     assert sum(len(p) for p in compact) > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_abstracts_scored_by_two_processes_are_the_abstracts_of_one(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big build's nodes are scored by this process and a forked child, each taking the next
+    block: with blocks forced small (many of them, parents' rows split across blocks), the
+    abstracts are those of one process, in node order, and the child scored some of them."""
+    import psirag.abstracts.keywords as kw
+
+    rng = np.random.default_rng(300 + seed)
+    n = int(rng.integers(80, 200))
+    texts = _random_corpus(rng, n)
+    tree = _random_tree(rng, n)
+    monkeypatch.setattr(kw, "_PRODUCT_BUDGET", 40)
+    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "0")
+    one = kw.keyword_abstracts(texts, tree, max_phrases=8)
+    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "1")
+    monkeypatch.setattr(kw, "PARALLEL_MIN_NODES", 1)
+    monkeypatch.setattr(kw.os, "cpu_count", lambda: 2)
+    spans: list[int] = []
+    real = kw._in_two_processes
+
+    def counted(score: Any, blocks: list[tuple[int, int]], bar: Any) -> dict[int, list[str]]:
+        spans.append(len(blocks))
+        done = real(score, blocks, bar)
+        return done
+
+    monkeypatch.setattr(kw, "_in_two_processes", counted)
+    two = kw.keyword_abstracts(texts, tree, max_phrases=8)
+    assert spans and spans[0] > 2
+    assert two == one and sum(len(p) for p in one) > 0
+
+
+def test_the_spans_a_failed_child_took_are_scored_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The forked child scores its spans but fails to write them: the parent scores the spans
+    the child took, and the abstracts are still complete and equal."""
+    import psirag.abstracts.keywords as kw
+
+    rng = np.random.default_rng(7)
+    texts = _random_corpus(rng, 150)
+    tree = _random_tree(rng, 150)
+    monkeypatch.setattr(kw, "_PRODUCT_BUDGET", 40)
+    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "0")
+    one = kw.keyword_abstracts(texts, tree, max_phrases=8)
+    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "1")
+    monkeypatch.setattr(kw, "PARALLEL_MIN_NODES", 1)
+    monkeypatch.setattr(kw.os, "cpu_count", lambda: 2)
+
+    class BrokenJson:
+        load = staticmethod(json.load)
+
+        @staticmethod
+        def dump(*args: Any, **kwargs: Any) -> None:
+            raise OSError("disk full")
+
+    monkeypatch.setattr(kw, "json", BrokenJson)
+    parent = os.getpid()
+    scored: list[int] = []  # spans scored in this (the parent) process, per call
+    real = kw._in_two_processes
+
+    def observed(score: Any, blocks: list[tuple[int, int]], bar: Any) -> dict[int, list[str]]:
+        def slow_here(spans: Any, bar: Any) -> dict[int, list[str]]:
+            if os.getpid() != parent:
+                return score(spans, bar)
+            time.sleep(0.3)  # the child takes spans meanwhile
+            spans = list(spans)
+            scored.append(len(spans))
+            return score(spans, bar)
+
+        return real(slow_here, blocks, bar)
+
+    monkeypatch.setattr(kw, "_in_two_processes", observed)
+    assert kw.keyword_abstracts(texts, tree, max_phrases=8) == one
+    assert len(scored) == 2 and scored[1] > 0  # the second call: the child's spans

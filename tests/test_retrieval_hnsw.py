@@ -9,13 +9,16 @@ import random
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from support import TOPICS, HashEmbedder
 
 import psirag.pipeline
+import psirag.retrieval.leaf_graph as leaf_graph_module
 from psirag import Index, IndexConfig, SearchConfig
 from psirag.errors import InputError
 from psirag.retrieval.leaf_graph import LeafGraph, usearch_available
@@ -258,14 +261,15 @@ def test_the_graph_is_built_on_a_background_thread_with_two_cores(
     seen: list[str] = []
     real_build = LeafGraph.build
 
-    def build(vectors: np.ndarray, *, threads: int = 0) -> LeafGraph:
+    def build(vectors: np.ndarray, *, threads: int = 0, widen: Any = None) -> LeafGraph:
         import threading
 
         seen.append(threading.current_thread().name)
-        return real_build(vectors, threads=threads)
+        return real_build(vectors, threads=threads, widen=widen)
 
     monkeypatch.setattr(LeafGraph, "build", build)
     monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(pipeline, "GRAPH_PROCESS", False)
     threaded = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
     monkeypatch.setenv("PSIRAG_GRAPH_THREAD", "0")
     inline = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
@@ -287,10 +291,157 @@ def test_a_failed_background_graph_build_is_raised_by_the_build(
 ) -> None:
     import psirag.pipeline as pipeline
 
-    def broken(vectors: np.ndarray, *, threads: int = 0) -> LeafGraph:
+    def broken(vectors: np.ndarray, *, threads: int = 0, widen: Any = None) -> LeafGraph:
         raise MemoryError("no room for the graph")
 
     monkeypatch.setattr(LeafGraph, "build", broken)
     monkeypatch.setattr(pipeline.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(pipeline, "GRAPH_PROCESS", False)
     with pytest.raises(MemoryError, match="no room for the graph"):
         Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+
+
+def _graph_bytes(graph: LeafGraph, tmp_path: Path, name: str) -> bytes:
+    graph.save_base(tmp_path / f"{name}.usearch", tmp_path / f"{name}.npy")
+    return (tmp_path / f"{name}.usearch").read_bytes()
+
+
+def test_a_graph_built_in_batches_on_one_thread_is_the_graph_of_one_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build that may widen inserts ``BUILD_BATCH`` leaves per call, asking ``widen`` before
+    each: on one thread throughout, the saved graph is byte for byte the one-call graph (the
+    background build's graph is the same as before while the other stages run)."""
+    monkeypatch.setattr(leaf_graph_module, "BUILD_BATCH", 97)
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(1000, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    asked: list[int] = []
+
+    def one_thread() -> int:
+        asked.append(1)
+        return 1
+
+    whole = LeafGraph.build(vectors, threads=1)
+    batched = LeafGraph.build(vectors, threads=1, widen=one_thread)
+    assert len(asked) == -(-1000 // 97) - 1  # once per batch after the first
+    assert _graph_bytes(batched, tmp_path, "b") == _graph_bytes(whole, tmp_path, "a")
+    # a different insertion (another M) gives other bytes: the comparison can fail
+    monkeypatch.setattr(leaf_graph_module, "CONNECTIVITY", 8)
+    other = LeafGraph.build(vectors, threads=1)
+    assert _graph_bytes(other, tmp_path, "c") != _graph_bytes(whole, tmp_path, "a")
+
+
+def test_the_background_graph_widens_to_every_core_once_the_build_waits(
+    small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background build asks for one thread per batch until :meth:`GraphBuild.result`
+    waits, then for every core (0); the graph holds every leaf and ranks as the exact scan."""
+    import threading
+
+    monkeypatch.setattr(leaf_graph_module, "BUILD_BATCH", 50)
+    monkeypatch.setattr(psirag.pipeline.os, "cpu_count", lambda: 2)
+    gate = threading.Event()
+    first_asked = threading.Event()
+    asked: list[int] = []
+    real_build = LeafGraph.build
+
+    def build(vectors: np.ndarray, *, threads: int = 0, widen: Any = None) -> LeafGraph:
+        def widen_after_first() -> int | None:
+            if asked:  # the second batch is asked for before the build waits; the rest after
+                gate.wait(timeout=60)
+            asked.append(widen())
+            first_asked.set()
+            return asked[-1]
+
+        return real_build(vectors, threads=threads, widen=widen_after_first)
+
+    monkeypatch.setattr(LeafGraph, "build", build)
+    rng = np.random.default_rng(2)
+    vectors = rng.normal(size=(400, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    monkeypatch.setattr(psirag.pipeline, "GRAPH_PROCESS", False)
+    job = psirag.pipeline.GraphBuild(vectors)
+    real_set = job._waited.set
+
+    def set_then_open() -> None:
+        real_set()
+        gate.set()
+
+    monkeypatch.setattr(job._waited, "set", set_then_open)
+    assert first_asked.wait(timeout=60)
+    graph, seconds = job.result()
+    assert graph is not None and graph.n_leaves == 400 and seconds is not None
+    assert asked == [1] + [0] * 6  # the first batch is not asked about: one thread
+    hits = graph.search(vectors[7], 1, 64)
+    assert int(np.asarray(hits).ravel()[0]) == 7
+
+
+def _unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    rows = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_a_graph_built_in_a_child_process_is_the_graph_built_here(
+    tmp_path: Path, small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The background graph of a build comes from a child process (its own interpreter: no
+    GIL shared with the build's Python stages). Left to finish on one thread, it is byte for
+    byte the graph a one-thread build makes here, and it is an in-memory graph an add changes."""
+    monkeypatch.setattr(psirag.pipeline.os, "cpu_count", lambda: 2)
+    vectors = _unit_rows(700, 16, 4)
+    job = psirag.pipeline.GraphBuild(vectors)
+    assert job._process is not None and job._thread is None
+    folder = job._process.folder
+    for _ in range(600):  # let it finish before the result widens it to every core
+        if job.done():
+            break
+        time.sleep(0.1)
+    graph, seconds = job.result()
+    assert graph is not None and seconds is not None and seconds >= 0
+    assert not folder.exists()  # its files are removed
+    here = LeafGraph.build(vectors, threads=1)
+    assert _graph_bytes(graph, tmp_path, "child") == _graph_bytes(here, tmp_path, "here")
+    assert not graph.base.read_only
+    more = graph.updated(None, _unit_rows(3, 16, 9), fold=True, threads=1)
+    assert more.n_leaves == 703 and int(more.search(_unit_rows(3, 16, 9)[1], 1, 64)[0]) == 701
+
+
+def test_an_index_build_gets_its_graph_from_the_child_process(
+    small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(psirag.pipeline.os, "cpu_count", lambda: 2)
+    started: list[int] = []
+    real = psirag.pipeline.GraphProcess
+
+    def counted(vectors: np.ndarray) -> Any:
+        started.append(int(vectors.shape[0]))
+        return real(vectors)
+
+    monkeypatch.setattr(psirag.pipeline, "GraphProcess", counted)
+    index = Index.build(_wide_texts(), IndexConfig(), embedder=HashEmbedder(), texts=True)
+    assert started == [400]
+    assert index.data.leaf_graph is not None and index.data.leaf_graph.n_leaves == 400
+    assert "hnsw_thread" in index.stats.seconds
+    hnsw = SearchConfig(lists=("hnsw",), k=10, beam=1000)
+    dense = SearchConfig(lists=("dense",), k=10)
+    got = np.array([p.score for p in index.search("w1 w2 w3", config=hnsw)])
+    want = index.search("w1 w2 w3", config=dense)
+    assert int(np.sum(got >= want[-1].score - 1e-5)) >= 9
+
+
+def test_a_failed_child_process_is_said_and_the_graph_is_built_here(
+    small_graph_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that fails (here: it cannot read its vectors) is reported, and the build makes
+    its graph in the parent instead."""
+    import psirag.retrieval.graph_process as graph_process
+
+    monkeypatch.setattr(psirag.pipeline.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(graph_process, "VECTORS_FILE", "vectors-elsewhere.npy")
+    said: list[str] = []
+    vectors = _unit_rows(300, 16, 6)
+    job = psirag.pipeline.GraphBuild(vectors, report=said.append)
+    graph, seconds = job.result()
+    assert graph is not None and graph.n_leaves == 300 and seconds is None
+    assert len(said) == 1 and "build process failed" in said[0]

@@ -26,6 +26,8 @@ from psirag.heap import give_back_freed_memory
 from psirag.index_data import BuildStats, IndexData, fresh_lineage
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
+from psirag.retrieval.bm25_process import CountsProcess
+from psirag.retrieval.graph_process import GraphProcess
 from psirag.retrieval.leaf_graph import INSTALL_HINT, LeafGraph, usearch_available
 from psirag.tree import Tree, build_forest, build_tree
 from psirag.tree.build import resolve_tree_mode
@@ -431,25 +433,39 @@ def build_index_data(
     # the HNSW graph reads only the leaf vectors: built beside the abstracts, routing and BM25
     graph_build = GraphBuild(embedded.vectors, report=say)
     leaf_texts = [c.text for c in chunks]
-    t0 = time.perf_counter()
-    if batch is not None and llm is not None:
-        llm = batch.llm_client(llm)
-    abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
-    seconds["abstracts"] = time.perf_counter() - t0
-    give_back_freed_memory()
+    counting = sparse_counts_in_background(leaf_texts, report=say)
+    try:
+        t0 = time.perf_counter()
+        if batch is not None and llm is not None:
+            llm = batch.llm_client(llm)
+        abstracts = write_abstracts(built.tree, leaf_texts, config, llm=llm, progress=progress)
+        seconds["abstracts"] = time.perf_counter() - t0
+        give_back_freed_memory()
 
-    t0 = time.perf_counter()
-    node_vectors = routing_vectors(
-        built.tree, embedded.vectors, abstracts.texts, config, embedder, progress=progress
-    )
-    seconds["routing"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        node_vectors = routing_vectors(
+            built.tree, embedded.vectors, abstracts.texts, config, embedder, progress=progress
+        )
+        seconds["routing"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    sparse = sparse_index(leaf_texts, config, progress=progress)
-    seconds["bm25"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        counts = None
+        if counting is not None:
+            job, counting = counting, None
+            try:
+                counts = job.result()
+            except (OSError, RuntimeError, ValueError) as exc:
+                say(f"warning: {exc}; counting the BM25 terms here")
+        sparse = sparse_index(leaf_texts, config, progress=progress, counts=counts)
+        seconds["bm25"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    graph, thread_seconds = graph_build.result()
+        t0 = time.perf_counter()
+        graph, thread_seconds = graph_build.result()
+    except BaseException:
+        graph_build.close()
+        if counting is not None:
+            counting.close()
+        raise
     if graph is not None:
         seconds["hnsw"] = time.perf_counter() - t0
         if thread_seconds is not None:
@@ -502,19 +518,55 @@ def leaf_graph(leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> L
 
 
 def graph_in_background() -> bool:
-    """Whether a build makes its leaf graph on a thread beside the other stages: with two or
-    more cores (usearch releases the GIL while it inserts, and the abstracts, routing and BM25
-    stages are mostly one core of Python). ``PSIRAG_GRAPH_THREAD=0`` turns it off."""
+    """Whether a build makes its leaf graph beside the other stages: with two or more cores
+    (the abstracts, routing and BM25 stages are mostly one core of Python).
+    ``PSIRAG_GRAPH_THREAD=0`` turns it off."""
     if os.environ.get("PSIRAG_GRAPH_THREAD", "1") == "0":
         return False
     return (os.cpu_count() or 1) >= 2
 
 
+GRAPH_PROCESS = True
+"""A background graph is built in a child process (:mod:`psirag.retrieval.graph_process`):
+usearch's insertion holds the GIL for much of its work, so on a thread it and the Python
+stages beside it slow each other down. False (or ``PSIRAG_GRAPH_PROCESS=0``): on a thread."""
+
+
+def graph_in_process() -> bool:
+    return GRAPH_PROCESS and os.environ.get("PSIRAG_GRAPH_PROCESS", "1") != "0"
+
+
+SPARSE_PROCESS_MIN_LEAVES = 50_000
+"""A build of at least this many chunks counts its BM25 terms in a child process
+(:mod:`psirag.retrieval.bm25_process`) beside the keyword abstracts, when it has a background
+(:func:`graph_in_background`); a smaller one counts them in line (a second or two)."""
+
+
+def sparse_counts_in_background(
+    leaf_texts: Sequence[str], *, report: Reporter | None = None
+) -> CountsProcess | None:
+    """A child process counting the BM25 terms of ``leaf_texts`` (None: they are counted in
+    line, at the BM25 stage). ``PSIRAG_BM25_PROCESS=0`` turns it off."""
+    if (
+        len(leaf_texts) < SPARSE_PROCESS_MIN_LEAVES
+        or not graph_in_background()
+        or os.environ.get("PSIRAG_BM25_PROCESS", "1") == "0"
+    ):
+        return None
+    try:
+        return CountsProcess(leaf_texts)
+    except OSError as exc:
+        (report or _quiet)(f"note: the BM25 terms are counted in line ({exc})")
+        return None
+
+
 class GraphBuild:
-    """The leaf graph of a build (:func:`leaf_graph`), made on a background thread with one
-    usearch thread (:func:`graph_in_background`) or, without one, when :meth:`result` is asked.
-    The graph is the same kind either way (usearch's insertion order is the keys' order; a graph
-    built with several threads is not deterministic anyway)."""
+    """The leaf graph of a build (:func:`leaf_graph`), made in the background
+    (:func:`graph_in_background`) with one usearch thread until :meth:`result` waits for it,
+    then with every core (the rest of its leaves): in a child process
+    (:func:`graph_in_process`), else on a thread; without a background, when :meth:`result`
+    is asked. The graph is the same kind either way (usearch's insertion order is the keys'
+    order; a graph built with several threads is not deterministic anyway)."""
 
     def __init__(self, leaf_vectors: np.ndarray, *, report: Reporter | None = None) -> None:
         self._vectors: np.ndarray | None = leaf_vectors
@@ -523,8 +575,17 @@ class GraphBuild:
         self._error: BaseException | None = None
         self._seconds: float | None = None
         self._thread: threading.Thread | None = None
+        self._process: GraphProcess | None = None
+        self._waited = threading.Event()
+        """Set by :meth:`result`: the other stages are done, every core may insert."""
         n = int(leaf_vectors.shape[0])
         if n > GRAPH_MIN_LEAVES and graph_in_background() and usearch_available():
+            if graph_in_process():
+                try:
+                    self._process = GraphProcess(leaf_vectors)
+                    return
+                except OSError as exc:  # no temporary folder, no process: a thread instead
+                    (report or _quiet)(f"note: the HNSW graph is built on a thread ({exc})")
             self._thread = threading.Thread(target=self._run, name="psirag-hnsw", daemon=True)
             self._thread.start()
 
@@ -532,18 +593,46 @@ class GraphBuild:
         t0 = time.perf_counter()
         try:
             assert self._vectors is not None
-            self._graph = LeafGraph.build(self._vectors, threads=1)
+            self._graph = LeafGraph.build(self._vectors, threads=1, widen=self._threads_now)
         except BaseException as exc:  # raised again by result(), on the caller's thread
             self._error = exc
         self._seconds = time.perf_counter() - t0
 
+    def _threads_now(self) -> int:
+        """One usearch thread while the other stages run beside the graph (their core), every
+        core once the build waits for it."""
+        return 0 if self._waited.is_set() else 1
+
+    def close(self) -> None:
+        """Stop a background child process (a build that failed before asking the result)."""
+        if self._process is not None:
+            self._process.close()
+            self._process = None
+
+    def done(self) -> bool:
+        """Whether a background graph is finished (True when there is none)."""
+        if self._process is not None:
+            return self._process.done()
+        return self._thread is None or not self._thread.is_alive()
+
     def result(self) -> tuple[LeafGraph | None, float | None]:
         """The graph (None where :func:`leaf_graph` gives none) and the seconds the background
-        thread took (None when it was built here)."""
+        build took (None when it was built here). A child process that failed is said
+        (``report``) and the graph is built here instead."""
+        if self._process is not None:
+            process, self._process = self._process, None
+            try:
+                graph, seconds = process.result()
+            except (OSError, RuntimeError, ValueError) as exc:
+                (self._report or _quiet)(f"warning: {exc}; building the HNSW graph here")
+            else:
+                self._vectors = None
+                return graph, seconds
         if self._thread is None:
             vectors, self._vectors = self._vectors, None
             assert vectors is not None
             return leaf_graph(vectors, report=self._report), None
+        self._waited.set()
         self._thread.join()
         self._vectors = None
         if self._error is not None:
@@ -566,6 +655,7 @@ def document_sources(
 
 __all__ = [
     "GRAPH_MIN_LEAVES",
+    "SPARSE_PROCESS_MIN_LEAVES",
     "Abstracts",
     "BatchBackend",
     "BuiltTree",

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import math
-from collections.abc import Iterable, Iterator, Sequence
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -149,6 +153,7 @@ def keyword_abstracts(
     order = np.argsort(tree.parent[targets], kind="stable")
     ordered = targets[order]
     single: _LeafPhrases | None = None
+    parallel = False
     if nodes is None:  # every node: sparse products, a block of parent groups at a time
         import scipy.sparse as sp  # here: an update's few nodes need no sparse product
 
@@ -161,7 +166,10 @@ def keyword_abstracts(
         if moved is not None:
             phrases = moved
             give_back_freed_memory()
-        blocks = _product_blocks(tree, ordered, row_of, membership, whole, multi.ptr)
+        # two processes take blocks of a quarter the size: finer, so they finish together
+        parallel = _scored_in_two_processes(int(targets.size))
+        budget = _PRODUCT_BUDGET // PARALLEL_BLOCK_SPLIT if parallel else _PRODUCT_BUDGET
+        blocks = _product_blocks(tree, ordered, row_of, membership, whole, multi.ptr, budget)
         # the products' columns: only the phrases of two or more leaves, renumbered in phrase
         # id order (a product keeps a few arrays as long as its columns: of every phrase, at
         # 1M leaves, they were the stage's peak); its rows are read back as phrase ids
@@ -199,125 +207,213 @@ def keyword_abstracts(
         return ids[lo:hi], counts[lo:hi]
 
     scratch = np.zeros(col_of.size, dtype=np.int32) if nodes is None else None
-    done: dict[int, list[str]] = {}
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=int(targets.size), desc="keyword abstracts", unit="node")
-    current = -2
-    parent_pids = np.empty(0, dtype=np.int64)
-    start = 0
     pool = CANDIDATE_POOL * max_phrases
-    with _collector_paused():  # many small objects; a full pass over a big heap is slow
-        for stop in blocks:
-            chunk = ordered[start:stop].tolist()
-            start = stop
-            if nodes is None:
-                needed = _block_rows(tree, chunk, row_of, whole)
-                block = {a: i for i, a in enumerate(needed.tolist())}
-                # the block before's parent row is not read again: let its products go, and
-                # the per-phrase memos its nodes filled (a 1M-leaf build offers millions)
-                _forget(phrases)
-                give_back_freed_memory()
-                if scratch is not None:
-                    scratch[parent_pids] = 0
-                current, parent_pids = -2, np.empty(0, dtype=np.int64)
-                node_df = None
-                product = (membership[needed] @ leaf_pid).tocsr()
-                node_df = (product.indptr, multi_ids[product.indices], product.data)
-                del product
-            for u in chunk:
-                p = int(tree.parent[u])
-                if p != current:
+
+    def score_blocks(spans: Iterable[tuple[int, int]], bar: Any) -> dict[int, list[str]]:
+        """The phrases of the nodes ``ordered[start:stop]`` of each span (whole blocks)."""
+        nonlocal block, node_df
+        done: dict[int, list[str]] = {}
+        current = -2
+        parent_pids = np.empty(0, dtype=np.int64)
+        with _collector_paused():  # many small objects; a full pass over a big heap is slow
+            for start, stop in spans:
+                chunk = ordered[start:stop].tolist()
+                if nodes is None:
+                    needed = _block_rows(tree, chunk, row_of, whole)
+                    block = {a: i for i, a in enumerate(needed.tolist())}
+                    # the block before's parent row is not read again: let its products go, and
+                    # the per-phrase memos its nodes filled (a 1M-leaf build offers millions)
+                    _forget(phrases)
+                    give_back_freed_memory()
                     if scratch is not None:
                         scratch[parent_pids] = 0
-                    if p >= 0:
-                        parent_pids, pdata = node_row(int(row_of[p]))
+                    current, parent_pids = -2, np.empty(0, dtype=np.int64)
+                    node_df = None
+                    product = (membership[needed] @ leaf_pid).tocsr()
+                    node_df = (product.indptr, multi_ids[product.indices], product.data)
+                    del product
+                for u in chunk:
+                    p = int(tree.parent[u])
+                    if p != current:
                         if scratch is not None:
-                            scratch[parent_pids] = pdata
-                    else:
-                        parent_pids = np.empty(0, dtype=np.int64)
-                    current = p
-                r_u = int(row_of[u])
-                pids, data = node_row(r_u)
-                n_u = float(leaf_counts[r_u])
-                if bar is not None:
-                    bar.update(1)
-                # a root compares with the rest of the corpus (nothing, for a single tree)
-                n_p = float(leaf_counts[row_of[p]]) if p >= 0 else float(n_leaves)
-                # the node's phrases: the product's row, then (a slice at a time) the
-                # single-leaf phrases of its leaves, each held by one leaf here and in the parent
-                segments: list[tuple[np.ndarray, np.ndarray | None]] = []
-                segments += [
-                    (pids[lo : lo + _SCORE_CHUNK], data[lo : lo + _SCORE_CHUNK])
-                    for lo in range(0, pids.size, _SCORE_CHUNK)
-                ]
-                n_total = pids.size
-                if single is not None and not whole[r_u]:
-                    leaves = membership.indices[membership.indptr[r_u] : membership.indptr[r_u + 1]]
-                    for part in single.gather(leaves, _SCORE_CHUNK):
-                        segments.append((part, None))
-                        n_total += part.size
-                if not segments:
-                    segments.append((pids, data))
-                parts = []
-                n_multi = 0
-                for c_pids, c_data in segments:
-                    if c_data is None:  # single-leaf phrases, all columns
-                        # each is held by one leaf here and in the parent (or the corpus):
-                        # every one scores the same and ties go to the lower column, so only
-                        # the lowest columns of each ranked list can be picked
-                        is_multi = phrases.words[c_pids] > 1
-                        n_multi += int(np.count_nonzero(is_multi))
-                        cols = col_of[c_pids]
-                        at = _lowest_columns(cols, (phrases.entity[c_pids], is_multi), pool)
-                        c_pids, cols = c_pids[at], cols[at]
-                        df_u = np.ones(c_pids.size, dtype=np.float64)
-                        df_p = np.ones(c_pids.size, dtype=global_df.dtype)
-                    else:
-                        cols = col_of[c_pids]
-                        kept = cols >= 0
-                        c_pids, cols = c_pids[kept], cols[kept]
-                        df_u = c_data[kept].astype(np.float64)
+                            scratch[parent_pids] = 0
                         if p >= 0:
-                            # a parent's row holds every phrase of its child's (sorted when read
-                            # per node)
+                            parent_pids, pdata = node_row(int(row_of[p]))
                             if scratch is not None:
-                                df_p = scratch[c_pids]
-                            else:
-                                df_p = pdata[parent_pids.searchsorted(c_pids)]
+                                scratch[parent_pids] = pdata
                         else:
-                            df_p = global_df[c_pids]
-                        n_multi += int(np.count_nonzero(phrases.words[c_pids] > 1))
-                    idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
-                    arrays = (c_pids, cols, df_u, df_p, idf_u)
-                    if n_total > _SCORE_CHUNK and c_pids.size:  # a big node: keep candidates
-                        at = _candidates(phrases, arrays, n_u, n_p, max_phrases)
-                        arrays = tuple(a[at] for a in arrays)
-                    parts.append(arrays)
-                node = tuple(np.concatenate(a) for a in zip(*parts, strict=True))
-                if node[0].size == 0 or n_u == 0:
-                    done[u] = []
-                    continue
-                c_pids, cols, df_u, df_p, idf_u = node
-                done[u] = _node_phrases(
-                    phrases,
-                    c_pids,
-                    cols,
-                    df_u,
-                    n_u,
-                    df_p,
-                    n_p,
-                    idf_u,
-                    max_phrases,
-                    n_multi=n_multi,
-                )
+                            parent_pids = np.empty(0, dtype=np.int64)
+                        current = p
+                    r_u = int(row_of[u])
+                    pids, data = node_row(r_u)
+                    n_u = float(leaf_counts[r_u])
+                    if bar is not None:
+                        bar.update(1)
+                    # a root compares with the rest of the corpus (nothing, for a single tree)
+                    n_p = float(leaf_counts[row_of[p]]) if p >= 0 else float(n_leaves)
+                    # the node's phrases: the product's row, then (a slice at a time) the
+                    # single-leaf phrases of its leaves, each held by one leaf here and in the
+                    # parent
+                    segments: list[tuple[np.ndarray, np.ndarray | None]] = []
+                    segments += [
+                        (pids[lo : lo + _SCORE_CHUNK], data[lo : lo + _SCORE_CHUNK])
+                        for lo in range(0, pids.size, _SCORE_CHUNK)
+                    ]
+                    n_total = pids.size
+                    if single is not None and not whole[r_u]:
+                        lo_u, hi_u = membership.indptr[r_u], membership.indptr[r_u + 1]
+                        leaves = membership.indices[lo_u:hi_u]
+                        for part in single.gather(leaves, _SCORE_CHUNK):
+                            segments.append((part, None))
+                            n_total += part.size
+                    if not segments:
+                        segments.append((pids, data))
+                    parts = []
+                    n_multi = 0
+                    for c_pids, c_data in segments:
+                        if c_data is None:  # single-leaf phrases, all columns
+                            # each is held by one leaf here and in the parent (or the corpus):
+                            # every one scores the same and ties go to the lower column, so only
+                            # the lowest columns of each ranked list can be picked
+                            is_multi = phrases.words[c_pids] > 1
+                            n_multi += int(np.count_nonzero(is_multi))
+                            cols = col_of[c_pids]
+                            at = _lowest_columns(cols, (phrases.entity[c_pids], is_multi), pool)
+                            c_pids, cols = c_pids[at], cols[at]
+                            df_u = np.ones(c_pids.size, dtype=np.float64)
+                            df_p = np.ones(c_pids.size, dtype=global_df.dtype)
+                        else:
+                            cols = col_of[c_pids]
+                            kept = cols >= 0
+                            c_pids, cols = c_pids[kept], cols[kept]
+                            df_u = c_data[kept].astype(np.float64)
+                            if p >= 0:
+                                # a parent's row holds every phrase of its child's (sorted when read
+                                # per node)
+                                if scratch is not None:
+                                    df_p = scratch[c_pids]
+                                else:
+                                    df_p = pdata[parent_pids.searchsorted(c_pids)]
+                            else:
+                                df_p = global_df[c_pids]
+                            n_multi += int(np.count_nonzero(phrases.words[c_pids] > 1))
+                        idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
+                        arrays = (c_pids, cols, df_u, df_p, idf_u)
+                        if n_total > _SCORE_CHUNK and c_pids.size:  # a big node: keep candidates
+                            at = _candidates(phrases, arrays, n_u, n_p, max_phrases)
+                            arrays = tuple(a[at] for a in arrays)
+                        parts.append(arrays)
+                    node = tuple(np.concatenate(a) for a in zip(*parts, strict=True))
+                    if node[0].size == 0 or n_u == 0:
+                        done[u] = []
+                        continue
+                    c_pids, cols, df_u, df_p, idf_u = node
+                    done[u] = _node_phrases(
+                        phrases,
+                        c_pids,
+                        cols,
+                        df_u,
+                        n_u,
+                        df_p,
+                        n_p,
+                        idf_u,
+                        max_phrases,
+                        n_multi=n_multi,
+                    )
+        return done
+
+    spans = list(zip([0, *blocks[:-1]], blocks, strict=True))
+    if nodes is None and len(spans) > 1 and parallel:
+        done = _in_two_processes(score_blocks, spans, bar)
+    else:
+        done = score_blocks(spans, bar)
     node_df = None
     _forget(phrases)
     if bar is not None:
         bar.close()
     return [done[u] for u in targets.tolist()]
+
+
+PARALLEL_MIN_NODES = 20_000
+"""A build's keyword abstracts of at least this many nodes are scored by two processes (this
+one and a forked child, each taking the next block of nodes), on a machine of two or more
+cores where ``os.fork`` exists; ``PSIRAG_PARALLEL_ABSTRACTS=0`` turns it off."""
+
+
+PARALLEL_BLOCK_SPLIT = 4
+"""Blocks scored by two processes hold this fraction of :data:`_PRODUCT_BUDGET` entries."""
+
+
+def _scored_in_two_processes(n_nodes: int) -> bool:
+    return (
+        n_nodes >= PARALLEL_MIN_NODES
+        and hasattr(os, "fork")
+        and sys.platform.startswith("linux")
+        and (os.cpu_count() or 1) >= 2
+        and os.environ.get("PSIRAG_PARALLEL_ABSTRACTS", "1") != "0"
+    )
+
+
+def _in_two_processes(
+    score: Callable[[Iterable[tuple[int, int]], Any], dict[int, list[str]]],
+    spans: list[tuple[int, int]],
+    bar: Any,
+) -> dict[int, list[str]]:
+    """``score`` over every span, by this process and a forked child, each taking the next
+    span not taken yet (a shared counter), so the two finish together however the machine's
+    other work is spread. A node's phrases depend only on its block's rows (each block makes
+    its own), so the result is the one process's. The child writes its nodes' phrases to a
+    temporary file (JSON) and exits; the spans of a child that fails are scored here."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    counter = ctx.Value("q", 0)
+
+    mine: list[int] = []  # the spans this process took (the child took the others)
+
+    def taken() -> Iterator[tuple[int, int]]:
+        while True:
+            with counter.get_lock():
+                i = int(counter.value)
+                counter.value = i + 1
+            if i >= len(spans):
+                return
+            mine.append(i)
+            yield spans[i]
+
+    fd, path = tempfile.mkstemp(prefix="psirag-abstracts-", suffix=".json")
+    os.close(fd)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: score, write, leave without running the parent's exit code
+            code = 1
+            try:
+                got = score(taken(), None)
+                with open(path, "w", encoding="utf-8") as fh:
+                    json.dump([[u, phrases] for u, phrases in got.items()], fh)
+                code = 0
+            finally:
+                os._exit(code)
+        done = score(taken(), bar)
+        _, status = os.waitpid(pid, 0)
+        if status == 0:
+            with open(path, encoding="utf-8") as fh:
+                child = {int(u): phrases for u, phrases in json.load(fh)}
+            if bar is not None:
+                bar.update(len(child))
+            done.update(child)
+        else:  # the child's spans are scored here
+            took = set(mine)
+            done.update(score([sp for i, sp in enumerate(spans) if i not in took], bar))
+        return done
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 class _LeafPhrases:
@@ -417,9 +513,10 @@ def _product_blocks(
     membership: sp.csr_matrix,
     whole: np.ndarray,
     lp_ptr: np.ndarray,
+    budget: int = _PRODUCT_BUDGET,
 ) -> list[int]:
     """Ends (in ``ordered``, nodes grouped by parent) of blocks whose rows and parents' rows
-    hold about :data:`_PRODUCT_BUDGET` leaf phrase entries each. A parent group past that is
+    hold about ``budget`` leaf phrase entries each. A parent group past that is
     split (each part makes the parent's row again): near the root of a 1M-leaf tree one group
     is most of the corpus's entries, and a product sizes its output by all of them."""
     lp_len = np.diff(lp_ptr).astype(np.int64)
@@ -434,7 +531,7 @@ def _product_blocks(
     current = -2
     for at, (p, c, pc) in enumerate(zip(par, cost, parent_cost, strict=True)):
         add = c + (pc if p != current else 0)
-        if used and used + add > _PRODUCT_BUDGET:
+        if used and used + add > budget:
             blocks.append(at)
             used, add = 0, c + pc
         used += add

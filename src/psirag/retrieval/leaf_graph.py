@@ -29,6 +29,7 @@ import os
 import sys
 import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,9 @@ FOLD_MAX = 4096
 6 MiB) costs about what one graph search at ef 64 costs on one core (0.5 ms), so a search
 never pays more than twice the base's cost. A fold writes the whole graph (about 270 bytes a
 leaf at 384-d): at 1M leaves once per 4,096 changed leaves, about 66 KB amortised per leaf."""
+BUILD_BATCH = 8192
+"""Leaves inserted per call by a build that may change its thread count (``widen``): about
+10 s of one core at 1M leaves, so a build that the other stages wait for widens soon."""
 INSERT_CANDIDATES = 10
 """Graph hits per new chunk that are rescored exactly when finding its insertion point."""
 INSERT_EF = 128
@@ -290,8 +294,22 @@ class LeafGraph:
 
     # ------------------------------------------------------------------ building
     @classmethod
-    def build(cls, leaf_vectors: np.ndarray, *, threads: int = 0) -> LeafGraph:
-        """A new graph over every leaf (keys 0..n-1); ``threads`` 0: every core."""
+    def build(
+        cls,
+        leaf_vectors: np.ndarray,
+        *,
+        threads: int = 0,
+        widen: Callable[[], int | None] | None = None,
+    ) -> LeafGraph:
+        """A new graph over every leaf (keys 0..n-1); ``threads`` 0: every core.
+
+        ``widen``: asked before each batch of :data:`BUILD_BATCH` leaves after the first for
+        the threads of that batch (None: ``threads``; the first batch is inserted on
+        ``threads``: a small graph is the same whenever it is asked for, and many threads
+        gain nothing on an empty graph). A build beside other work inserts on one thread while
+        the other stages run and on every core once they wait for it. The leaves are inserted
+        in key order either way, and batches inserted on one thread give the same graph, byte
+        for byte, as one call on one thread."""
         index_class = require_usearch()
         vectors = np.ascontiguousarray(leaf_vectors, dtype=np.float32)
         graph = index_class(
@@ -302,8 +320,15 @@ class LeafGraph:
             expansion_add=EXPANSION_ADD,
         )
         keys = np.arange(vectors.shape[0], dtype=np.int64)
-        if keys.size:
-            graph.add(keys.astype(np.uint64), vectors, threads=threads)
+        step = keys.size if widen is None else BUILD_BATCH
+        ids = keys.astype(np.uint64)
+        for lo in range(0, keys.size, max(step, 1)):
+            now = None if widen is None or lo == 0 else widen()
+            graph.add(
+                ids[lo : lo + step],
+                vectors[lo : lo + step],
+                threads=threads if now is None else now,
+            )
         return cls(GraphBase(graph, keys, new_base_id(), read_only=False))
 
     def updated(

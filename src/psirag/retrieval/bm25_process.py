@@ -1,0 +1,131 @@
+"""A build's BM25 term counts made in a child process (``python -m psirag.retrieval.bm25_process``).
+
+Tokenising every chunk the way bm25s does (:meth:`TermCounts.of`) is about a minute and a half
+of one core of Python at 1M chunks. The build's other stages are Python too (the keyword
+abstracts), and one process runs one of them at a time (the GIL), so the counts are made in a
+child process beside them, on a core the HNSW graph's process leaves idle once it is done. The
+parent writes the chunk texts to a file, the child writes the counts (arrays and the
+vocabulary in id order) and the parent reads them back: the same counts :meth:`TermCounts.of`
+gives in the parent, and the index is made from them (:meth:`SparseIndex.from_counts`).
+
+The folder's files: ``texts.bin`` and ``offsets.npy`` (UTF-8 texts end to end, and where each
+starts and ends), then ``doc_ptr.npy``, ``terms.npy``, ``tf.npy`` and ``vocab.json`` (the
+terms in id order), or ``error.txt`` when the child fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+from collections.abc import Sequence
+from itertools import pairwise
+from pathlib import Path
+
+import numpy as np
+
+from psirag.retrieval.bm25 import TermCounts
+
+TEXTS_FILE = "texts.bin"
+OFFSETS_FILE = "offsets.npy"
+VOCAB_FILE = "vocab.json"
+ARRAYS = ("doc_ptr", "terms", "tf")
+ERROR_FILE = "error.txt"
+
+
+class CountsProcess:
+    """A child process counting the terms of ``texts`` (started at once)."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="psirag-bm25-"))
+        try:
+            encoded = [t.encode("utf-8") for t in texts]
+            ends = np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+            with open(self.folder / TEXTS_FILE, "wb") as fh:
+                fh.write(b"".join(encoded))
+            del encoded
+            with open(self.folder / OFFSETS_FILE, "wb") as fh:
+                np.save(fh, np.concatenate(([0], ends)).astype(np.int64), allow_pickle=False)
+            self.n = len(texts)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "psirag.retrieval.bm25_process", str(self.folder)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=_child_env(),
+            )
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+
+    def done(self) -> bool:
+        return self.proc.poll() is not None
+
+    def result(self) -> TermCounts:
+        """The counts (waits for the child); the folder is removed either way."""
+        try:
+            code = self.proc.wait()
+            if code != 0:
+                error = self.folder / ERROR_FILE
+                detail = error.read_text()[-2000:] if error.exists() else f"exit status {code}"
+                raise RuntimeError(f"the BM25 counting process failed: {detail}")
+            names = json.loads((self.folder / VOCAB_FILE).read_text(encoding="utf-8"))
+            arrays = [np.load(self.folder / f"{a}.npy", allow_pickle=False) for a in ARRAYS]
+            counts = TermCounts(dict(zip(names, range(len(names)), strict=True)), *arrays)
+            if counts.n_docs != self.n or len(counts.vocab) != len(names):
+                raise RuntimeError(
+                    f"the BM25 counting process counted {counts.n_docs} chunks for {self.n}"
+                )
+            return counts
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _child_env() -> dict[str, str]:
+    import psirag
+
+    env = dict(os.environ)
+    here = str(Path(psirag.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def count_in_folder(folder: Path) -> None:
+    """The child's work: the counts of the folder's texts, written there."""
+    data = (folder / TEXTS_FILE).read_bytes()
+    offsets = np.load(folder / OFFSETS_FILE, allow_pickle=False).tolist()
+    texts = [data[a:b].decode("utf-8") for a, b in pairwise(offsets)]
+    del data
+    counts = TermCounts.of(texts)
+    names = [""] * len(counts.vocab)
+    for name, i in counts.vocab.items():
+        names[i] = name
+    for a in ARRAYS:
+        with open(folder / f"{a}.npy", "wb") as fh:
+            np.save(fh, np.asarray(getattr(counts, a)), allow_pickle=False)
+    # the vocabulary last: the parent reads the arrays only after the child exits anyway
+    (folder / VOCAB_FILE).write_text(json.dumps(names, ensure_ascii=False), encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    folder = Path(argv[0])
+    try:
+        count_in_folder(folder)
+    except BaseException:
+        (folder / ERROR_FILE).write_text(traceback.format_exc())
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

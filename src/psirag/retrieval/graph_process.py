@@ -1,0 +1,151 @@
+"""A build's HNSW graph made in a child process (``python -m psirag.retrieval.graph_process``).
+
+usearch's insertion holds Python's GIL for much of its work, so a graph built on a thread
+beside the build's other stages (mostly Python: the keyword abstracts, BM25) and those stages
+slow each other down: at 200k leaves a one-thread insertion took 94 s alone and 409 s beside a
+Python loop on the other core (BENCHMARKS.md, "Build time at 1M"). A child process has its own
+interpreter. It reads the leaf vectors from a file the parent writes, inserts them in key order
+(:meth:`LeafGraph.build`, on one thread until the parent asks for every core), saves the graph
+with its keys, and the parent loads it back into memory: the same graph, byte for byte, as a
+one-thread build in the parent.
+
+The folder's files: ``vectors.npy`` (float32, written by the parent), ``wide`` (made by the
+parent once the build waits for the graph: the rest is inserted on every core), the graph and
+keys files (:data:`~psirag.retrieval.leaf_graph.BASE_FILES`), ``seconds`` (the child's build
+time), ``error.txt`` (the child's error, when it fails).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from psirag.retrieval.leaf_graph import (
+    CONNECTIVITY,
+    EXPANSION_ADD,
+    GRAPH_FILE,
+    KEYS_FILE,
+    GraphBase,
+    LeafGraph,
+    new_base_id,
+    require_usearch,
+)
+
+VECTORS_FILE = "vectors.npy"
+WIDE_FILE = "wide"
+SECONDS_FILE = "seconds"
+ERROR_FILE = "error.txt"
+
+
+class GraphProcess:
+    """A child process building the leaf graph of ``leaf_vectors`` (started at once)."""
+
+    def __init__(self, leaf_vectors: np.ndarray) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="psirag-graph-"))
+        try:
+            vectors = np.ascontiguousarray(leaf_vectors, dtype=np.float32)
+            with open(self.folder / VECTORS_FILE, "wb") as fh:
+                np.save(fh, vectors, allow_pickle=False)
+            self.n = int(vectors.shape[0])
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "psirag.retrieval.graph_process", str(self.folder)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=_child_env(),
+            )
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
+
+    def done(self) -> bool:
+        """Whether the child has finished (either way)."""
+        return self.proc.poll() is not None
+
+    def widen(self) -> None:
+        """Ask the child to insert the rest of the leaves on every core."""
+        (self.folder / WIDE_FILE).touch()
+
+    def result(self) -> tuple[LeafGraph, float]:
+        """The graph (loaded into this process's memory) and the child's build seconds; waits
+        for the child, on every core from now on. The folder is removed either way."""
+        try:
+            self.widen()
+            code = self.proc.wait()
+            if code != 0:
+                error = self.folder / ERROR_FILE
+                detail = error.read_text()[-2000:] if error.exists() else f"exit status {code}"
+                raise RuntimeError(f"the HNSW graph's build process failed: {detail}")
+            graph = require_usearch().restore(
+                str(self.folder / GRAPH_FILE),
+                view=False,
+                connectivity=CONNECTIVITY,
+                expansion_add=EXPANSION_ADD,
+            )
+            keys = np.load(self.folder / KEYS_FILE, allow_pickle=False).astype(np.int64)
+            if graph is None or len(graph) != self.n or keys.size != self.n:
+                raise RuntimeError(
+                    f"the HNSW graph's build process wrote a graph of "
+                    f"{0 if graph is None else len(graph)} leaves for {self.n}"
+                )
+            seconds = float((self.folder / SECONDS_FILE).read_text())
+            return LeafGraph(GraphBase(graph, keys, new_base_id(), read_only=False)), seconds
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the child if it still runs, and remove the folder."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _child_env() -> dict[str, str]:
+    """The environment with this psirag's folder first on the child's import path (the child
+    must import the same sources as the parent, which may have them from a path of its own)."""
+    import psirag
+
+    env = dict(os.environ)
+    here = str(Path(psirag.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def build_in_folder(folder: Path) -> None:
+    """The child's work: the graph of ``folder``'s vectors, saved there (see the module)."""
+    parent = os.getppid()
+    vectors = np.load(folder / VECTORS_FILE, mmap_mode="r", allow_pickle=False)
+
+    def threads_now() -> int:
+        if os.getppid() != parent:  # the parent is gone: nobody will read the graph
+            raise SystemExit(1)
+        return 0 if (folder / WIDE_FILE).exists() else 1
+
+    t0 = time.perf_counter()
+    graph = LeafGraph.build(vectors, threads=1, widen=threads_now)
+    seconds = time.perf_counter() - t0
+    graph.save_base(folder / GRAPH_FILE, folder / KEYS_FILE)
+    (folder / SECONDS_FILE).write_text(f"{seconds:.3f}")
+
+
+def main(argv: list[str]) -> int:
+    folder = Path(argv[0])
+    try:
+        build_in_folder(folder)
+    except BaseException:
+        (folder / ERROR_FILE).write_text(traceback.format_exc())
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
