@@ -16,12 +16,7 @@ terms in id order), or ``error.txt`` when the child fails.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import traceback
 from collections.abc import Sequence
 from itertools import pairwise
 from pathlib import Path
@@ -29,19 +24,20 @@ from pathlib import Path
 import numpy as np
 
 from psirag.retrieval.bm25 import TermCounts
+from psirag.retrieval.child_process import ChildJob, child_main
 
 TEXTS_FILE = "texts.bin"
 OFFSETS_FILE = "offsets.npy"
 VOCAB_FILE = "vocab.json"
 ARRAYS = ("doc_ptr", "terms", "tf")
-ERROR_FILE = "error.txt"
 
 
 class CountsProcess:
     """A child process counting the terms of ``texts`` (started at once)."""
 
     def __init__(self, texts: Sequence[str]) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="psirag-bm25-"))
+        self.job = ChildJob("psirag.retrieval.bm25_process", "psirag-bm25-")
+        self.folder = self.job.folder
         try:
             encoded = [t.encode("utf-8") for t in texts]
             ends = np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
@@ -51,28 +47,18 @@ class CountsProcess:
             with open(self.folder / OFFSETS_FILE, "wb") as fh:
                 np.save(fh, np.concatenate(([0], ends)).astype(np.int64), allow_pickle=False)
             self.n = len(texts)
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "psirag.retrieval.bm25_process", str(self.folder)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=_child_env(),
-            )
+            self.job.start()
         except BaseException:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            self.job.close()
             raise
 
     def done(self) -> bool:
-        return self.proc.poll() is not None
+        return self.job.done()
 
     def result(self) -> TermCounts:
         """The counts (waits for the child); the folder is removed either way."""
         try:
-            code = self.proc.wait()
-            if code != 0:
-                error = self.folder / ERROR_FILE
-                detail = error.read_text()[-2000:] if error.exists() else f"exit status {code}"
-                raise RuntimeError(f"the BM25 counting process failed: {detail}")
+            self.job.wait("the BM25 counting process")
             names = json.loads((self.folder / VOCAB_FILE).read_text(encoding="utf-8"))
             arrays = [np.load(self.folder / f"{a}.npy", allow_pickle=False) for a in ARRAYS]
             counts = TermCounts(dict(zip(names, range(len(names)), strict=True)), *arrays)
@@ -85,19 +71,7 @@ class CountsProcess:
             self.close()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _child_env() -> dict[str, str]:
-    import psirag
-
-    env = dict(os.environ)
-    here = str(Path(psirag.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
-    return env
+        self.job.close()
 
 
 def count_in_folder(folder: Path) -> None:
@@ -118,13 +92,7 @@ def count_in_folder(folder: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    folder = Path(argv[0])
-    try:
-        count_in_folder(folder)
-    except BaseException:
-        (folder / ERROR_FILE).write_text(traceback.format_exc())
-        return 1
-    return 0
+    return child_main(count_in_folder, argv)
 
 
 if __name__ == "__main__":

@@ -18,16 +18,13 @@ time), ``error.txt`` (the child's error, when it fails).
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import numpy as np
 
+from psirag.retrieval.child_process import ChildJob, child_main
 from psirag.retrieval.leaf_graph import (
     CONNECTIVITY,
     EXPANSION_ADD,
@@ -42,33 +39,27 @@ from psirag.retrieval.leaf_graph import (
 VECTORS_FILE = "vectors.npy"
 WIDE_FILE = "wide"
 SECONDS_FILE = "seconds"
-ERROR_FILE = "error.txt"
 
 
 class GraphProcess:
     """A child process building the leaf graph of ``leaf_vectors`` (started at once)."""
 
     def __init__(self, leaf_vectors: np.ndarray) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="psirag-graph-"))
+        self.job = ChildJob("psirag.retrieval.graph_process", "psirag-graph-")
+        self.folder = self.job.folder
         try:
             vectors = np.ascontiguousarray(leaf_vectors, dtype=np.float32)
             with open(self.folder / VECTORS_FILE, "wb") as fh:
                 np.save(fh, vectors, allow_pickle=False)
             self.n = int(vectors.shape[0])
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "psirag.retrieval.graph_process", str(self.folder)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=_child_env(),
-            )
+            self.job.start()
         except BaseException:
-            shutil.rmtree(self.folder, ignore_errors=True)
+            self.job.close()
             raise
 
     def done(self) -> bool:
         """Whether the child has finished (either way)."""
-        return self.proc.poll() is not None
+        return self.job.done()
 
     def widen(self) -> None:
         """Ask the child to insert the rest of the leaves on every core."""
@@ -79,11 +70,7 @@ class GraphProcess:
         for the child, on every core from now on. The folder is removed either way."""
         try:
             self.widen()
-            code = self.proc.wait()
-            if code != 0:
-                error = self.folder / ERROR_FILE
-                detail = error.read_text()[-2000:] if error.exists() else f"exit status {code}"
-                raise RuntimeError(f"the HNSW graph's build process failed: {detail}")
+            self.job.wait("the HNSW graph's build process")
             graph = require_usearch().restore(
                 str(self.folder / GRAPH_FILE),
                 view=False,
@@ -103,21 +90,7 @@ class GraphProcess:
 
     def close(self) -> None:
         """Stop the child if it still runs, and remove the folder."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def _child_env() -> dict[str, str]:
-    """The environment with this psirag's folder first on the child's import path (the child
-    must import the same sources as the parent, which may have them from a path of its own)."""
-    import psirag
-
-    env = dict(os.environ)
-    here = str(Path(psirag.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
-    return env
+        self.job.close()
 
 
 def build_in_folder(folder: Path) -> None:
@@ -138,13 +111,7 @@ def build_in_folder(folder: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    folder = Path(argv[0])
-    try:
-        build_in_folder(folder)
-    except BaseException:
-        (folder / ERROR_FILE).write_text(traceback.format_exc())
-        return 1
-    return 0
+    return child_main(build_in_folder, argv)
 
 
 if __name__ == "__main__":
