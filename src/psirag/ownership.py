@@ -98,7 +98,11 @@ def remove_marked(folder: Path) -> None:
     folder that still proves it is ours, so the next cleanup finishes the job."""
     import shutil
 
-    for entry in os.listdir(folder):
+    try:
+        entries = os.listdir(folder)
+    except FileNotFoundError:  # another process's removal (a server worker's) got there first
+        return
+    for entry in entries:
         if entry == MARKER:
             continue
         path = folder / entry
