@@ -154,9 +154,13 @@ def _inodes(folder: Path) -> dict[int, int]:
     """Size per inode under ``folder``: a save's new inodes are the bytes it wrote (a hard
     link to the base generation's file is no new inode)."""
     got: dict[int, int] = {}
-    for root, _, files in os.walk(folder):
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not d.startswith(".trash-")]  # retired, being deleted
         for f in files:
-            st = (Path(root) / f).stat()
+            try:
+                st = (Path(root) / f).stat()
+            except FileNotFoundError:  # a server's background deletion took it meanwhile
+                continue
             got[st.st_ino] = st.st_size
     return got
 
