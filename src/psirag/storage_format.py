@@ -1455,14 +1455,10 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
     abstracts are :class:`~psirag.rows.LazyRows`: their records are decoded when read."""
     from psirag.segments import mapped_jsonl
 
-    leaf_parts = _leaf_vector_parts(reader, tables, where)
-    leaf_vectors: np.ndarray | _Rows = (
-        np.asarray(_read_table(reader, tables, "leaf_vectors", where))
-        if leaf_parts is None
-        else _Rows(sum(p.shape[0] for p in leaf_parts), leaf_parts[0])
-    )
+    # the checks read shapes only: the rows are read where they are used, below
+    leaf_vectors = _table_rows(reader, tables, "leaf_vectors", where, physical=False)
     leaf_parent = np.asarray(_read_table(reader, tables, "leaf_parent", where), dtype=np.int64)
-    inner_vectors = _read_table(reader, tables, "inner_vectors", where, physical=True)
+    inner_vectors = _table_rows(reader, tables, "inner_vectors", where, physical=True)
     texts_table = tables.get("inner_abstracts")
     if texts_table is None:
         raise IndexFormatError(f"{where}: the manifest lists no table inner_abstracts; rebuild it")
@@ -1518,11 +1514,13 @@ def _load_core_v3(reader: IndexReader, tables: dict[str, Table], where: str | Pa
         node_vectors = _stacked_node_vectors(reader, tables, order, where)
     if node_vectors is None:  # one copy: the leaves' segments straight into place
         node_vectors = np.empty((n + k, leaf_vectors.shape[1]), dtype=leaf_vectors.dtype)
+        leaf_parts = _leaf_vector_parts(reader, tables, where)
         if leaf_parts is None:
-            node_vectors[:n] = np.asarray(leaf_vectors)
+            node_vectors[:n] = np.asarray(_read_table(reader, tables, "leaf_vectors", where))
         else:
             np.concatenate(leaf_parts, out=node_vectors[:n])
-        node_vectors[n:] = inner_vectors[order]
+        inner_rows = _read_table(reader, tables, "inner_vectors", where, physical=True)
+        node_vectors[n:] = inner_rows[order]
     chunks = _lazy_chunks(reader, tables, where)
     if len(chunks) != n:
         raise bad(f"the chunks table holds {len(chunks)} rows for {n} leaves")
@@ -1543,6 +1541,21 @@ class _Rows:
         self.shape = (n, *first.shape[1:])
         self.ndim = first.ndim
         self.dtype = first.dtype
+
+
+def _table_rows(
+    reader: IndexReader, tables: dict[str, Table], name: str, where: str | Path, *, physical: bool
+) -> np.ndarray | _Rows:
+    """The shape and dtype of an ``npy`` table's rows (``physical``: removed rows counted),
+    from its segments' memory maps, each checked against the manifest; a table of another
+    kind or of no segment is read whole."""
+    from psirag.segments import segment_parts
+
+    table = tables.get(name)
+    if table is None or table.kind != "npy" or not table.segments:
+        return np.asarray(_read_table(reader, tables, name, where, physical=physical))
+    parts = segment_parts(reader, table, f"{where} table {name}")
+    return _Rows(table.physical - (0 if physical else table.n_dead), parts[0])
 
 
 def _leaf_vector_parts(
