@@ -401,13 +401,10 @@ class _State:
         keywords = data.config.abstracts == "keywords"
         inner_ids, next_id = data.stable_ids()
         rows = data.vector_rows()  # not joined: an update's leaf and inner rows stay apart
-        leaves = rows[:n]
-        if leaves.dtype != np.float32:
-            leaves = np.asarray(leaves, dtype=np.float32)
         return cls(
             data.tree,
             data.chunks,
-            leaves,
+            _float32_rows(rows[:n]),
             data.abstracts,
             _float32_rows(rows[n:]),  # read only, not joined: apply makes a new array
             np.empty(0, dtype=np.int64),
@@ -484,9 +481,7 @@ class _State:
             tree.__dict__["leaf_counts"] = counts
         # rows no old node fills are new nodes, refreshed below
         inner = np.zeros((tree.n_nodes - n_new, self.inner.shape[1]), dtype=np.float32)
-        leaves = leaf_vectors
-        if leaves.dtype != np.float32:
-            leaves = np.asarray(leaves, dtype=np.float32)
+        leaves = _float32_rows(leaf_vectors)
         if appended is not None:
             leaves = cast(np.ndarray, appended_rows(leaves, appended))
         if leaves.shape[0] != n_new:
