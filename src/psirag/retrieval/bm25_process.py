@@ -36,21 +36,10 @@ class CountsProcess:
     """A child process counting the terms of ``texts`` (started at once)."""
 
     def __init__(self, texts: Sequence[str]) -> None:
+        self.n = len(texts)
         self.job = ChildJob("psirag.retrieval.bm25_process", "psirag-bm25-")
         self.folder = self.job.folder
-        try:
-            encoded = [t.encode("utf-8") for t in texts]
-            ends = np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
-            with open(self.folder / TEXTS_FILE, "wb") as fh:
-                fh.write(b"".join(encoded))
-            del encoded
-            with open(self.folder / OFFSETS_FILE, "wb") as fh:
-                np.save(fh, np.concatenate(([0], ends)).astype(np.int64), allow_pickle=False)
-            self.n = len(texts)
-            self.job.start()
-        except BaseException:
-            self.job.close()
-            raise
+        self.job.start_after(lambda folder: _write_texts(folder, texts))
 
     def done(self) -> bool:
         return self.job.done()
@@ -72,6 +61,17 @@ class CountsProcess:
 
     def close(self) -> None:
         self.job.close()
+
+
+def _write_texts(folder: Path, texts: Sequence[str]) -> None:
+    """The child's input: the texts' UTF-8 end to end, and where each starts and ends."""
+    encoded = [t.encode("utf-8") for t in texts]
+    ends = np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)))
+    with open(folder / TEXTS_FILE, "wb") as fh:
+        fh.write(b"".join(encoded))
+    del encoded
+    with open(folder / OFFSETS_FILE, "wb") as fh:
+        np.save(fh, np.concatenate(([0], ends)).astype(np.int64), allow_pickle=False)
 
 
 def count_in_folder(folder: Path) -> None:

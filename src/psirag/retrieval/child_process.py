@@ -26,6 +26,16 @@ class ChildJob:
         self.folder = Path(tempfile.mkdtemp(prefix=prefix))
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def start_after(self, write: Callable[[Path], None]) -> None:
+        """``write(folder)`` (the child's input), then the child; the folder is removed when
+        either fails."""
+        try:
+            write(self.folder)
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module, str(self.folder)],

@@ -45,17 +45,16 @@ class GraphProcess:
     """A child process building the leaf graph of ``leaf_vectors`` (started at once)."""
 
     def __init__(self, leaf_vectors: np.ndarray) -> None:
+        self.n = int(leaf_vectors.shape[0])
         self.job = ChildJob("psirag.retrieval.graph_process", "psirag-graph-")
         self.folder = self.job.folder
-        try:
+
+        def write(folder: Path) -> None:
             vectors = np.ascontiguousarray(leaf_vectors, dtype=np.float32)
-            with open(self.folder / VECTORS_FILE, "wb") as fh:
+            with open(folder / VECTORS_FILE, "wb") as fh:
                 np.save(fh, vectors, allow_pickle=False)
-            self.n = int(vectors.shape[0])
-            self.job.start()
-        except BaseException:
-            self.job.close()
-            raise
+
+        self.job.start_after(write)
 
     def done(self) -> bool:
         """Whether the child has finished (either way)."""
