@@ -884,6 +884,7 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
     for ptr_name, entries in CSR_GROUPS.items():
         ptr = np.asarray(getattr(table, ptr_name), dtype=np.int64)
         len_table = f"{PHRASES_DIR}/{ptr_name}_len"
+        old_lengths: np.ndarray | None = None  # the base's, read once where needed
         if removed.size == 0 and delta(f"{ptr_name}_len", _small_ints(np.diff(ptr[m:]))):
             # an add: the kept leaves' lengths and entries are the base's, the new leaves'
             # appended (no pass over every leaf's length)
@@ -896,7 +897,8 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
             # the new leaves' entries only (a loaded table's are pieces: not joined)
             appended = np.asarray(getattr(table, name)[int(ptr[m]) :])
             if not delta(name, appended, dead_logical=gone_entries):
-                old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
+                if old_lengths is None:
+                    old_lengths = np.asarray(tables.read(len_table), dtype=np.int64)
                 src = _entry_sources(leaf_src, old_lengths, np.diff(ptr))
                 whole = table.arrays()[name]
                 tables.save(f"{PHRASES_DIR}/{name}", "npy", whole, src=src, compare=False)
