@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +30,20 @@ RESULTS = ROOT / "benchmarks" / "results"
 MINILM_CACHE = OUT / "cache" / "embeddings-minilm.npz"
 QUESTION_CACHE = OUT / "cache" / "retrieval-question-vectors.npz"
 """MiniLM vectors of the benchmark questions (as kept by bench_retrieval_variants.py --vectors)."""
+
+
+def copy_index(index: Path, copy: Path, *, sync: bool = True) -> None:
+    """Copy a saved index as it is on disk. ``cp -a`` keeps the hard links between its
+    generations; ``shutil.copytree`` would give each generation its own copy of the files they
+    share, and the save that retires the oldest one would then delete gigabytes, which an index
+    saved in place never does. ``sync`` writes the copy out, so that a measured save's fsync does
+    not wait behind it."""
+    if shutil.which("cp") is not None and sys.platform.startswith("linux"):
+        subprocess.run(["cp", "-a", str(index), str(copy)], check=True)
+    else:
+        shutil.copytree(index, copy, symlinks=True)
+    if sync:
+        os.sync()
 
 
 def dataset(name: str) -> tuple[list[dict], list[dict]]:

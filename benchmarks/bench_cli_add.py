@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
@@ -57,14 +56,14 @@ def main() -> None:
     n = json.loads((args.index / "manifest.json").read_text())["counts"]["chunks"]
     times: dict[str, list[float]] = {}
     loads: dict[str, list[float | None]] = {}  # the 1-minute load average before each round
+    sys.path.insert(0, str(HERE))
+    from _common import copy_index
+
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         copies = {}
         for i, src in enumerate(args.src):
             copy = Path(tmp) / f"ix{i}"
-            if shutil.which("cp") is not None and sys.platform.startswith("linux"):
-                subprocess.run(["cp", "-a", str(args.index), str(copy)], check=True)
-            else:
-                shutil.copytree(args.index, copy)
+            copy_index(args.index, copy, sync=False)
             copies[src] = copy
         os.sync()
         # an installed psirag runs from compiled bytecode: compile every source (and this

@@ -27,28 +27,16 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def _copy(index: Path, copy: Path) -> None:
-    """Copy a saved index as it is on disk: ``cp -a`` keeps the hard links between its
-    generations (``shutil.copytree`` makes each generation's shared files separate copies,
-    and the save's removal of the oldest generation then frees gigabytes, seconds that an
-    index saved in place never pays), then written out, so that a save's fsync does not wait
-    behind the copy."""
-    if shutil.which("cp") is not None and sys.platform.startswith("linux"):
-        subprocess.run(["cp", "-a", str(index), str(copy)], check=True)
-    else:
-        shutil.copytree(index, copy)
-    os.sync()
-
-
 def _round(index: Path, copy: Path) -> dict[str, Any]:
     """Copy ``index`` to ``copy``; load, add one document, save (``_saved_update``)."""
+    from _common import copy_index
     from bench_living_scale import LoopbackHashEmbedder, _saved_update, corpus_vocab, new_document
 
     from psirag.eval.harness import single_thread_blas
 
     if copy.exists():
         shutil.rmtree(copy)
-    _copy(index, copy)
+    copy_index(index, copy)
     n = json.loads((copy / "manifest.json").read_text())["counts"]["chunks"]
     topic, vocab = corpus_vocab(n)
     doc = new_document(topic, vocab, doc_id="first-update")

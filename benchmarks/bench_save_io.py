@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -47,6 +46,8 @@ def _new_text(k: int) -> str:
 
 
 def run(chunks: int, index: Path, steps: list[str]) -> dict[str, Any]:
+    from _common import copy_index
+
     from psirag import Index, IndexConfig
     from psirag.ingest import Document
 
@@ -60,7 +61,7 @@ def run(chunks: int, index: Path, steps: list[str]) -> dict[str, Any]:
         out["build_and_save_seconds"] = round(time.perf_counter() - t0, 2)
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         work = Path(tmp) / "ix"
-        shutil.copytree(index, work)
+        copy_index(index, work)
         for k, step in enumerate(steps):
             t0 = time.perf_counter()
             ix = Index.load(work, embedder=emb)

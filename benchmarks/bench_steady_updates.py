@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,9 +83,12 @@ def main() -> None:
     if args.src is not None:
         runs.insert(0, (args.other_label, args.src.resolve()))
     result: dict[str, Any] = {"index": args.index.name}  # no path of this machine in results
+    sys.path.insert(0, str(HERE))
+    from _common import copy_index
+
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         folder = Path(tmp) / "ix"
-        shutil.copytree(args.index, folder, symlinks=True)  # updates stay in memory; a copy
+        copy_index(args.index, folder)  # updates stay in memory; a copy
         for label, src in runs:
             env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
             done = subprocess.run(
