@@ -10,6 +10,7 @@ relations; whether the facts are true does not matter for the label.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -879,7 +880,65 @@ OPEN_BRIDGES: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
-def open_chains(seed: int, n: int = 800) -> list[dict[str, object]]:
+# Comparisons of two made-up things of one kind (2 hops: one fact about each), and the
+# superlative bridges of places ("the tallest building in X").
+OPEN_COMPARISONS: dict[str, tuple[str, ...]] = {
+    "person": (
+        "Who was born first, {a} or {b}?",
+        "Was {a} or {b} born earlier?",
+        "Which of {a} and {b} died later?",
+        "Are {a} and {b} of the same nationality?",
+        "Who is older, {a} or {b}?",
+        "Did {a} and {b} play the same sport?",
+        "Was {a} born before {b}?",
+    ),
+    "work": (
+        "Which came out first, {a} or {b}?",
+        "Which was published earlier, {a} or {b}?",
+        "Were {a} and {b} directed by the same person?",
+        "Which is longer, {a} or {b}?",
+        "Is {a} older than {b}?",
+    ),
+    "place": (
+        "Which is larger, {a} or {b}?",
+        "Which has the larger population, {a} or {b}?",
+        "Is {a} higher than {b}?",
+        "Are {a} and {b} in the same country?",
+        "Which lies further north, {a} or {b}?",
+        "Which is taller, {a} or {b}?",
+    ),
+    "organisation": (
+        "Which was founded first, {a} or {b}?",
+        "Are {a} and {b} based in the same city?",
+        "Which is older, {a} or {b}?",
+        "Do {a} and {b} play in the same league?",
+    ),
+}
+_SUPERLATIVES = (
+    ("the tallest building in {x}", "place"),
+    ("the highest mountain in {x}", "place"),
+    ("the largest lake in {x}", "place"),
+    ("the oldest church in {x}", "place"),
+    ("the biggest club in {x}", "organisation"),
+)
+
+
+def _styled(text: str, rng: np.random.Generator) -> str:
+    """Capitalised; three in ten lower case without the final mark, one in ten without it."""
+    text = text[0].upper() + text[1:]
+    style = rng.random()
+    if style < 0.3:
+        return text.lower().rstrip("?.")
+    if style < 0.4:
+        return text.rstrip("?.")
+    return text
+
+
+def _possessive(chain: str) -> str:
+    return chain + ("'" if chain.endswith("s") else "'s")
+
+
+def open_chains(seed: int, n: int = 1200) -> list[dict[str, object]]:
     """``n`` questions of 2 and 3 hops in the open wordings of :func:`open_single_facts` (every
     third one 3 hops): the same frames, asks, typed mentions and styles, asked of a chain ("Tell
     me the birthplace of the author of the novel X", "record label of the band behind X?",
@@ -894,11 +953,38 @@ def open_chains(seed: int, n: int = 800) -> list[dict[str, object]]:
         tries += 1
         kind = kinds[len(rows) % len(kinds)]
         links = 2 if len(rows) % 3 == 2 else 1
+        if len(rows) % 5 == 4:
+            # Every fifth one a comparison of two things of one kind.
+            table = OPEN_COMPARISONS[kind]
+            a, b = _open_name(kind, rng), _open_name(kind, rng)
+            frame = table[int(rng.integers(len(table)))]
+            text = frame.format(a=_mention(kind, a, rng), b=_mention(kind, b, rng))
+            rows_text = _styled(text, rng)
+            if rows_text not in seen:
+                seen.add(rows_text)
+                rows.append(
+                    {
+                        "question": rows_text,
+                        "hops": 2,
+                        "source": "synthetic",
+                        "set": "open_chain",
+                        "titles": [a, b],
+                    }
+                )
+            continue
         name = _open_name(kind, rng)
         chain = _mention(kind, name, rng)
+        # Most chains from a bare name are possessive where they can be: "X's father's birthplace".
+        possessive = rng.random() < 0.6 and chain == name
         for _ in range(links):
-            bridge, kind = OPEN_BRIDGES[kind][int(rng.integers(len(OPEN_BRIDGES[kind])))]
-            chain = bridge.format(x=chain)
+            bridges = OPEN_BRIDGES[kind] + (_SUPERLATIVES if kind == "place" else ())
+            bridge, kind = bridges[int(rng.integers(len(bridges)))]
+            noun = re.fullmatch(r"the (.+) of \{x\}", bridge)
+            if possessive and noun:
+                chain = f"{_possessive(chain)} {noun.group(1)}"
+            else:
+                possessive = False
+                chain = bridge.format(x=chain)
         nouns, frames = OPEN_RELATIONS[kind][int(rng.integers(len(OPEN_RELATIONS[kind])))]
         if rng.random() < 0.35:
             text = frames[int(rng.integers(len(frames)))].format(x=chain)
@@ -906,12 +992,7 @@ def open_chains(seed: int, n: int = 800) -> list[dict[str, object]]:
             asks = [a for a in OPEN_ASKS if "'s" not in a]  # "the x of y's z" would be ambiguous
             ask = asks[int(rng.integers(len(asks)))]
             text = ask.format(rel=nouns[int(rng.integers(len(nouns)))], x=chain)
-        text = text[0].upper() + text[1:]
-        style = rng.random()
-        if style < 0.3:
-            text = text.lower().rstrip("?.")
-        elif style < 0.4:
-            text = text.rstrip("?.")
+        text = _styled(text, rng)
         if text in seen:
             continue
         seen.add(text)
