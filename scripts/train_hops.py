@@ -42,6 +42,17 @@ folds 0-2 of ``--split-seed 7``. The written rows join the folds after the other
 an older recipe's retrain is unchanged. A model trained with ``--split-seed`` also records the
 split and its sealed-fold accuracies in its meta.
 
+Session 39 (v13 candidates): ``hops_synthetic.open_single_facts`` (1,200 single facts about
+made-up things in open wordings: typed mentions, "Tell me/Name the x of y", fragments, lower
+case, no question mark) and ``open_chains`` (1,200 chains of 2-3 hops and comparisons in the same
+wordings) train step 1 of recipes with ``open_facts``/``open_chains``; blind set 1
+(``benchmarks/data/hops_blind``, set ``blind1``) trains every step of recipes with
+``blind_weight``; the relation counts (``hops.LEXICAL_RELATIONS``) may be learnt in step 1 only
+(``first_only``). All join the folds after the older rows, so older recipes keep their folds and
+never train on them. ``--blind-holdout`` scores recipes on blind set 1 by parts (whole relations
+of its single facts, a fifth of its multi-hop questions each), fit without that part and what
+shares a template or entity with it; ``--predictions`` writes the out-of-fold predictions.
+
 Designing a variant: ``--design-only`` fits and scores the design folds (``--design-folds``, 0-2)
 alone and trains on nothing that is in, or shares a template, sub-question or entity with, the
 other folds (:func:`sealed_pool`); those are scored once, by a full run, after the choice.
