@@ -888,3 +888,132 @@ def test_the_meta_records_the_split_only_when_one_is_given() -> None:
     assert meta["sealed_folds_musique_at_target_mix"] == 0.74
     assert meta["sealed_folds_popqa"] == 0.97 and meta["sealed_folds_hotpotqa"] is None
     assert meta["grouped_musique_by_hops"] == {2: 0.85, 3: 0.6, 4: None}
+
+
+def _relations(question: str) -> dict[str, float]:
+    names = hops.LEXICAL_RELATIONS
+    return dict(zip(names, hops.lexical_features(question, names).tolist(), strict=True))
+
+
+def test_relation_count_sets_typed_mentions_aside() -> None:
+    # One relation, whatever the wording; the type noun before a name is not a link.
+    for question in (
+        "Tell me the birthplace of the novelist Hamida Vosk.",
+        "Who directed Jaws?",
+        "In what city was Ann Lee born?",
+        "name the capital of the republic of veldoria",
+    ):
+        assert _relations(question)["relations"] == 1, question
+    typed = _relations("Tell me the birthplace of the novelist Hamida Vosk.")
+    assert typed["typed_mentions"] == 1
+    assert _relations("Who directed Jaws?")["typed_mentions"] == 0
+    # After a possessive name too ("Juniper Vale's album Northern Static").
+    assert _relations("Which label put out Juniper Vale's album Northern Static?") == {
+        "relations": 0.0,
+        "typed_mentions": 1.0,
+    }
+    # A chain counts one per link.
+    assert _relations("What year was the director of Jaws born?")["relations"] == 2
+    assert _relations("Where did Jean Gimpel's father die?")["relations"] == 2
+    assert (
+        _relations("Who is the father of the wife of the founder of Kestrel Dynamics?")["relations"]
+        == 3
+    )
+    # A model file may name them.
+    assert set(hops.LEXICAL_RELATIONS) <= set(hops.LEXICAL_KNOWN)
+
+
+def test_open_single_facts_and_chains_are_deterministic_and_varied() -> None:
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from hops_synthetic import open_chains, open_single_facts
+
+    facts = open_single_facts(3, 300)
+    assert facts == open_single_facts(3, 300) and len(facts) == 300
+    assert len({str(r["question"]) for r in facts}) == 300
+    assert all(r["hops"] == 1 and r["source"] == "synthetic" and r["set"] == "open" for r in facts)
+    texts = [str(r["question"]) for r in facts]
+    # Typed mentions, "Tell me/Name the" asks, lower case without a question mark.
+    assert sum(" the novelist " in t.lower() or " the city of " in t.lower() for t in texts) > 0
+    assert sum(t.lower().startswith(("tell me", "name the")) for t in texts) >= 20
+    assert sum(t == t.lower() and not t.endswith("?") for t in texts) >= 60
+    chains = open_chains(3, 300)
+    assert chains == open_chains(3, 300) and len(chains) == 300
+    assert {r["hops"] for r in chains} == {2, 3}
+    assert all(r["set"] == "open_chain" for r in chains)
+    chain_texts = [str(r["question"]).lower() for r in chains]
+    assert sum(" or " in t for t in chain_texts) >= 30  # comparisons
+    assert any("'s " in t for t in chain_texts)  # possessive chains
+    assert not {t.lower() for t in texts} & set(chain_texts)
+
+
+def test_blind_rows_train_only_the_recipes_that_ask(tmp_path: Path) -> None:
+    train = _train_module()
+    (tmp_path / "single.json").write_text(
+        json.dumps(
+            [
+                {"question": "Who wrote Quill?", "hops": 1, "relation": "author"},
+                {"question": "Who directed Quill?", "hops": 1, "relation": "director"},
+                {"question": "Where was Ann Lee born?", "hops": 1, "relation": "birthplace"},
+            ]
+        )
+    )
+    (tmp_path / "multi.json").write_text(
+        json.dumps([{"question": "Where was the author of Quill born?", "hops": 2}] * 4)
+    )
+    rows = train.load_blind(tmp_path)  # type: ignore[attr-defined]
+    assert len(rows) == 7 and all(r["set"] == "blind1" for r in rows)
+    assert rows[0]["group"] == "author" and rows[-1]["group"] == "?"
+    assert not train.CASCADES["v12"].allowed(rows).any()  # type: ignore[attr-defined]
+    assert train.CASCADES["v13"].allowed(rows).all()  # type: ignore[attr-defined]
+    assert not train.RECIPES["v4"].allowed(rows).any()  # type: ignore[attr-defined]
+    # Held-out parts keep whole relations together.
+    parts = train.blind_parts(rows, 2, 1)  # type: ignore[attr-defined]
+    assert set(parts.tolist()) <= {0, 1} and len(set(parts[3:].tolist())) == 2
+    (tmp_path / "multi.json").write_text(json.dumps([{"question": "Where?", "hops": 7}]))
+    with pytest.raises(SystemExit, match=r"multi\.json: item 0"):
+        train.load_blind(tmp_path)  # type: ignore[attr-defined]
+
+
+def test_first_only_features_stay_out_of_steps_two_and_three() -> None:
+    train = _train_module()
+    rng = np.random.default_rng(0)
+    recipe = train.CASCADES["v13"]  # type: ignore[attr-defined]
+    dim = 4
+    n = 120
+    lexical = rng.normal(size=(n, len(recipe.lexical)))
+    y = np.tile([0, 1, 2, 3], n // 4)
+    j = recipe.lexical.index("relations")
+    lexical[:, j] = y + rng.normal(scale=0.1, size=n)  # a feature that predicts every step
+    x = np.hstack([rng.normal(size=(n, dim)), lexical])
+    rows = [{"source": "musique", "question": "q"} for _ in range(n)]
+    train_mask = np.ones(n, dtype=bool)
+    first = train.fit_stage(recipe, 1, x, y, rows, train_mask, 0.1, dim)  # type: ignore[attr-defined]
+    second = train.fit_stage(recipe, 2, x, y, rows, train_mask, 0.1, dim)  # type: ignore[attr-defined]
+    assert abs(first.weights[dim + j]) > 0.1
+    assert second.weights[dim + j] == 0.0
+    # Without first_only the same step would use it.
+    plain = replace(recipe, first_only=())
+    assert abs(train.fit_stage(plain, 2, x, y, rows, train_mask, 0.1, dim).weights[dim + j]) > 0.1  # type: ignore[attr-defined]
+
+
+def test_v13_is_v12_with_relation_counts_open_wordings_and_blind_set_one() -> None:
+    """v13 changes step 1's features (the relation counts, step 1 only) and which rows train
+    (the open-wording facts and chains, blind set 1 at weight 3); grids, source weights and
+    blend are v12's."""
+    train = _train_module()
+    v12, v13 = train.CASCADES["v12"], train.CASCADES["v13"]  # type: ignore[attr-defined]
+    assert v13.lexical == (*v12.lexical, *hops.LEXICAL_RELATIONS)
+    assert v13.first_only == hops.LEXICAL_RELATIONS
+    assert v13.open_facts and v13.open_chains and v13.blind_weight == 3.0
+    assert (
+        replace(
+            v13,
+            name="v12",
+            lexical=v12.lexical,
+            first_only=(),
+            open_facts=False,
+            open_chains=False,
+            blind_weight=0.0,
+        )
+        == v12
+    )

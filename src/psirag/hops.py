@@ -151,8 +151,14 @@ LEXICAL_CHAIN = (
     "relation_mentions",
 )
 LEXICAL_V12 = (*LEXICAL_NAMES, *LEXICAL_CHAIN)
+#: Relation counts (:func:`_relation_count`), the v13 candidates' extra step-1 features: the
+#: relations a question asks through (relation nouns and verbs, not counting a noun that only
+#: says what a name is, "the band x", "the port town of x", nor the answer type after a leading
+#: "what"/"which") and the typed mentions set aside.
+LEXICAL_RELATIONS = ("relations", "typed_mentions")
+LEXICAL_V13 = (*LEXICAL_NAMES, *LEXICAL_RELATIONS)
 #: Every name a model file may use.
-LEXICAL_KNOWN = LEXICAL_V12
+LEXICAL_KNOWN = (*LEXICAL_V12, *LEXICAL_RELATIONS)
 
 # Named things to mask: capitalised runs (and numbers) not at the start, and quoted titles.
 MASK_ENTITY_PATTERN = re.compile(
@@ -318,6 +324,85 @@ def _chain_length(question: str) -> dict[str, float]:
     }
 
 
+# Relation nouns of :func:`_relation_count` beyond :data:`RELATION_NOUNS` (generic, written for
+# this project), nouns that name what a place is ("the republic of x"), and verb forms that
+# carry one relation each.
+_MORE_RELATION_NOUNS = frozenset(
+    re.findall(
+        r"\w+",
+        "population elevation height area genre religion faith award prize occupation profession "
+        "citizenship birth death burial founding ceo chairman editor teacher advisor successor "
+        "predecessor drummer guitarist screenwriter illustrator sequel adaptation anthem flag "
+        "symbol stadium venue ground port grandfather grandmother uncle aunt nephew niece cousin "
+        "partner coach manager captain instrument sport position label studio publisher "
+        "inventor discoverer designer builder maker owner spouse husband wife",
+    )
+)
+_PLACE_TYPES = frozenset(
+    re.findall(
+        r"\w+",
+        "city town village island province republic kingdom duchy state county region empire "
+        "principality municipality borough district",
+    )
+)
+_RELATION_VERBS = frozenset(
+    re.findall(
+        r"\w+",
+        "born die died dies wrote write written writes directed direct directs founded "
+        "married marry marries studied study studies educated attend attended attends work "
+        "worked works play played plays released release publish published composed compose "
+        "produced produce sing sings sang sung recorded record designed design built build "
+        "invented discovered located based headquartered buried own owns owned manufactured "
+        "manufactures make makes made employ employs employed formed coached manage managed "
+        "manages named starred star stars won win wins receive received lead led leads "
+        "developed develop created create creates founded operate operated operates",
+    )
+)
+
+
+def _relation_count(question: str) -> dict[str, float]:
+    """How many relations the masked question goes through: relation nouns and verbs, where a
+    noun that names what a name is ("the band x", "the novelist x", "the port town of x": a
+    typed mention) and the answer type after a leading "what"/"which" ("which city") do not
+    count. A single fact asked in any wording has about one; a chain one per link."""
+    words: list[str] = []
+    for word in masked_template(question).split():
+        if not (word == "x" and words and words[-1] == "x"):
+            words.append(word)
+    answer_type = {
+        i + 1
+        for i, word in enumerate(words[:3])
+        if word in ("what", "which", "whose") and i + 1 < len(words) and words[i + 1] not in _STOP
+    }
+    relations = typed = 0
+    previous_noun = False
+    for i, word in enumerate(words):
+        base = word[:-1] if word.endswith("s") and word[:-1] in RELATION_NOUNS else word
+        noun = base in RELATION_NOUNS or base in _MORE_RELATION_NOUNS
+        after = words[i + 1] if i + 1 < len(words) else ""
+        after2 = words[i + 2] if i + 2 < len(words) else ""
+        determined = any(w in ("the", "a", "an") for w in words[max(0, i - 3) : i]) or (
+            i > 0 and words[i - 1] in ("their", "his", "her", "its", "x")
+        )
+        if (
+            determined
+            and word not in _STOP
+            and word not in _RELATION_VERBS
+            and word != "x"
+            and (after == "x" or (base in _PLACE_TYPES and after == "of" and after2 == "x"))
+        ):
+            typed += 1
+            previous_noun = False
+            continue
+        if i in answer_type:
+            previous_noun = noun
+            continue
+        if (noun and not previous_noun) or word in _RELATION_VERBS:
+            relations += 1
+        previous_noun = noun
+    return {"relations": float(relations), "typed_mentions": float(typed)}
+
+
 def _lexical_table(question: str) -> dict[str, float]:
     words = _WORD.findall(question)
     lower = [w.lower() for w in words]
@@ -359,6 +444,7 @@ def _lexical_table(question: str) -> dict[str, float]:
         **_chain_links(question),
         **_compared_relations(question),
         **_chain_length(question),
+        **_relation_count(question),
     }
 
 
