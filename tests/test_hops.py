@@ -49,14 +49,14 @@ LONG = (
 def test_the_shipped_model_loads_offline() -> None:
     model = load_hop_model()
     assert isinstance(model, HopCascade)
-    assert model.meta["recipe"] == "v11"
-    # v10 and v11 add step 2's score to step 3's, at a share picked on inner folds.
+    assert model.meta["recipe"] == "v13"
+    # v10 and later add step 2's score to step 3's, at a share picked on inner folds.
     assert model.meta["third_blend"] in (0.0, 0.5, 1.0, 2.0)
     assert model.embedder.startswith("st:all-MiniLM-L6-v2")
-    assert model.lexical == LEXICAL_NAMES
+    assert model.lexical == hops.LEXICAL_V13
     assert [stage.above for stage in model.stages] == [1, 2, 3]
     for stage in model.stages:
-        assert stage.weights.shape == (384 + len(LEXICAL_NAMES),)
+        assert stage.weights.shape == (384 + len(hops.LEXICAL_V13),)
         assert 0.05 < stage.temperature < 20
     assert model.meta["trained_by"] == "scripts/train_hops.py"
     # What the script measured on its grouped split (no template or entity seen in training).
@@ -97,7 +97,11 @@ def test_the_shipped_model_tells_one_hop_from_three() -> None:
         "Who was born first, Tomas Varga or Ann Lee?",
         "Which film came out first, The Quiet Harbour or Salt Road?",
     ]
-    assert predictor.predict(comparisons) == [4, 4, 2, 2]
+    through, same_country, direct, direct_too = predictor.predict(comparisons)
+    assert (through, direct, direct_too) == (4, 2, 2)
+    # v11 called the same-country comparison 4 too; v13 calls it 2 and 4 at most. This is the
+    # 2Wiki loss that v13 was shipped with (BENCHMARKS, "Query-hop discriminator v13").
+    assert 2 <= same_country <= 4
     vectors = predictor.embedder.embed(one_hop + three_hops)
     p = predictor.model.probabilities(np.asarray(vectors), one_hop + three_hops)
     assert np.allclose(p.sum(axis=1), 1.0) and ((p >= 0) & (p <= 1)).all()
@@ -774,8 +778,7 @@ def test_v11_is_v10_with_a_stronger_penalty_in_steps_two_and_three() -> None:
     v10, v11 = train.CASCADES["v10"], train.CASCADES["v11"]  # type: ignore[attr-defined]
     assert v11.deep_l2 == (0.1, 0.3, 1.0) and v10.deep_l2 == (0.03, 0.1, 0.3)
     assert replace(v11, name="v10", deep_l2=v10.deep_l2) == v10
-    # The shipped model is v11's.
-    assert load_hop_model().meta["recipe"] == v11.name
+    # v11 was shipped until session 39; v13 is now (see the v13 test).
 
 
 def _chain_features(question: str) -> dict[str, float]:
@@ -1017,3 +1020,6 @@ def test_v13_is_v12_with_relation_counts_open_wordings_and_blind_set_one() -> No
         )
         == v12
     )
+    # The shipped model is v13's: it passed the rule written before blind set 2 existed.
+    shipped = load_hop_model()
+    assert shipped.meta["recipe"] == v13.name and shipped.lexical == v13.lexical
