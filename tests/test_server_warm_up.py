@@ -267,11 +267,11 @@ def test_the_read_ahead_stops_at_shutdown(
     calls = [0]
     real = read_ahead_module._read_file
 
-    def counted(path: Path, stop_: threading.Event | None) -> int | None:
+    def counted(path: Path, stop_: threading.Event | None, waited: list[float]) -> int | None:
         calls[0] += 1
         if calls[0] == 2:  # the server stops once the first file is read
             stop.set()
-        return real(path, stop_)
+        return real(path, stop_, waited)
 
     monkeypatch.setattr(read_ahead_module, "_read_file", counted)
     got = read_ahead(folder, stop=stop)
@@ -319,3 +319,26 @@ def test_the_read_ahead_skips_what_exceeds_its_share_of_memory(
     assert none["files"] == [] and len(none["skipped"]) == len(
         [n for n in sizes if not n.endswith(".jsonl")]
     )
+
+
+def test_the_read_ahead_waits_while_a_write_runs(
+    mapped_index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two buffers the reads wait for a write under way (its own reads come first on
+    the disk), and go on when it ends."""
+    monkeypatch.setattr(read_ahead_module, "BUFFER_BYTES", 64)
+    data = mapped_index.data
+    _ = (data.phrase_table, data.document_index)
+    assert data.origin is not None
+    folder = data.origin.folder
+    files = len(mapped_files(folder))
+    got: list[dict[str, object]] = []
+    with read_ahead_module.writing():
+        reader = threading.Thread(target=lambda: got.append(read_ahead(folder)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive()  # waiting for the write
+    reader.join(30)
+    assert not reader.is_alive() and len(got) == 1
+    assert got[0]["waited_for_writes_s"] >= 0.3  # type: ignore[operator]
+    assert 0 < len(got[0]["files"]) <= files  # type: ignore[arg-type]

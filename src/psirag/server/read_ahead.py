@@ -11,7 +11,8 @@ the kernel caps such advice at the same window, so each file got its first 8 MB.
 
 So the warm-up reads each file through once, sequentially, into one small buffer that it
 reuses: the pages land in the page cache (shared, evictable), the process's memory does not
-grow, and the reads release the GIL. Each file is read once per process (by its inode: the
+grow, and the reads release the GIL; they pause while a write is under way (its own reads come
+first). Each file is read once per process (by its inode: the
 next generation's warm-up, after a write, finds the same files and skips them). Bounded: the
 files are read only while their total stays under ``share`` of the memory the system has
 available; the rest are skipped and logged. JSON-lines row tables are left out: a search or
@@ -20,10 +21,12 @@ a write reads a few of their lines, by offset.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,9 @@ _read: set[tuple[int, int]] = set()
 """The (device, inode) of each file read ahead by this process."""
 _lock = threading.Lock()
 """One read-ahead at a time (a second, for newer data, then skips what the first read)."""
+_writes = threading.Condition()
+_writing = [0]
+"""Writes under way (:func:`writing`): the reads wait for them to end."""
 
 
 def mapped_files(folder: str | Path) -> list[tuple[Path, int, int]]:
@@ -81,6 +87,32 @@ def available_memory() -> int | None:
     return None
 
 
+@contextlib.contextmanager
+def writing() -> Iterator[None]:
+    """A write under way: the reads ahead wait between two buffers until it ends, so that its
+    own reads (the rows it gathers) do not queue behind theirs on the disk; what it reads
+    cold it reads as without a warm-up."""
+    with _writes:
+        _writing[0] += 1
+    try:
+        yield
+    finally:
+        with _writes:
+            _writing[0] -= 1
+            _writes.notify_all()
+
+
+def _wait_for_writes(stop: threading.Event | None) -> float:
+    """Wait while a write is under way (or until ``stop``); the seconds waited."""
+    if not _writing[0]:
+        return 0.0
+    t0 = time.perf_counter()
+    with _writes:
+        while _writing[0] and not (stop is not None and stop.is_set()):
+            _writes.wait(0.1)
+    return time.perf_counter() - t0
+
+
 def read_ahead(
     folder: str | Path, *, share: float = READ_AHEAD_SHARE, stop: threading.Event | None = None
 ) -> dict[str, Any]:
@@ -88,10 +120,12 @@ def read_ahead(
     read before into the page cache, while their total stays under ``share`` of the available
     memory; stop between two buffers once ``stop`` is set. What it did, for ``GET /index``:
     the files read (by their path under ``folder``), bytes, seconds, those skipped and why
-    (``budget``: over the bound; ``stopped``)."""
+    (``budget``: over the bound; ``stopped``) and the seconds it waited for writes (see
+    :func:`writing`)."""
     t0 = time.perf_counter()
     root = Path(os.path.realpath(folder))
     done: dict[str, Any] = {"files": [], "bytes": 0, "seconds": 0.0, "skipped": []}
+    waited = [0.0]
     with _lock:
         todo = []
         for path, dev, ino in mapped_files(root):
@@ -113,7 +147,7 @@ def read_ahead(
             if stop is not None and stop.is_set():
                 done["stopped"] = True
                 break
-            read = _read_file(path, stop)
+            read = _read_file(path, stop, waited)
             if read is None:  # stopped within the file, or it could not be read
                 if stop is not None and stop.is_set():
                     done["stopped"] = True
@@ -134,18 +168,26 @@ def read_ahead(
                 ", ".join(done["skipped"]),
             )
     done["seconds"] = round(time.perf_counter() - t0, 3)
+    done["waited_for_writes_s"] = round(waited[0], 3)
     return done
 
 
-def _read_file(path: Path, stop: threading.Event | None) -> int | None:
-    """Read ``path`` through one buffer (the reads release the GIL); its bytes, or None when
-    ``stop`` was set before the end or the file could not be read."""
+def _read_file(
+    path: Path, stop: threading.Event | None, waited: list[float] | None = None
+) -> int | None:
+    """Read ``path`` through one buffer (the reads release the GIL), pausing while a write is
+    under way (the seconds added to ``waited``); its bytes, or None when ``stop`` was set
+    before the end or the file could not be read."""
     buffer = bytearray(BUFFER_BYTES)
     view = memoryview(buffer)
     n = 0
     try:
         with open(path, "rb", buffering=0) as f:
             while True:
+                if _writing[0]:
+                    paused = _wait_for_writes(stop)
+                    if waited is not None:
+                        waited[0] += paused
                 if stop is not None and stop.is_set():
                     return None
                 got = f.readinto(view)
@@ -170,4 +212,5 @@ __all__ = [
     "forget",
     "mapped_files",
     "read_ahead",
+    "writing",
 ]
