@@ -201,6 +201,14 @@ def main() -> None:
         "first add is sent and when it is done: with --cold, what the warm-up read and what "
         "the first add still read from disk",
     )
+    parser.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an option for the server's `psirag serve` (repeatable; e.g. "
+        "--serve-arg=--read-ahead-share --serve-arg=0)",
+    )
     parser.add_argument("--out", default=None, help="results file name (default server_add_N)")
     args = parser.parse_args()
     if args.src is not None:
@@ -220,6 +228,8 @@ def main() -> None:
     out: dict[str, Any] = {"chunks": args.chunks, "repeats": args.repeats}
     if args.label or args.src is not None:
         out["src"] = args.label or args.src.name
+    if args.serve_arg:
+        out["serve_args"] = args.serve_arg
     with tempfile.TemporaryDirectory(
         prefix="psirag-bench-server-", dir=os.environ.get("BENCH_TMP")
     ) as tmp:
@@ -278,7 +288,7 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(folder), str(port)],
+            [sys.executable, __file__, "--serve", str(folder), str(port), *args.serve_arg],
             env=_env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -442,12 +452,13 @@ def _residency_rows(before: dict[str, int], after: dict[str, int] | None = None)
     return rows
 
 
-def _serve(folder: str, port: str) -> int:
+def _serve(folder: str, port: str, *more: str) -> int:
     """The benchmark's server: the real ``psirag serve`` with the hash embedder."""
     from psirag.cli import build_parser
     from psirag.cli.serve import run_serve
 
     argv = ["serve", folder, "--port", port, "--host", "127.0.0.1", "--log-level", "warning"]
+    argv += list(more)
     return run_serve(build_parser().parse_args(argv), embedder=LoopbackHashEmbedder())
 
 
@@ -461,7 +472,7 @@ def _cli_add(folder: str, path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        sys.exit(_serve(sys.argv[2], sys.argv[3]))
+        sys.exit(_serve(*sys.argv[2:]))
     if len(sys.argv) > 1 and sys.argv[1] == "--cli":
         sys.exit(_cli_add(sys.argv[2], sys.argv[3]))
     main()
