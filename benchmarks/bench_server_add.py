@@ -194,6 +194,21 @@ def main() -> None:
         "or when other work has evicted them; the server's loads and first add then read "
         "from disk",
     )
+    parser.add_argument(
+        "--residency",
+        action="store_true",
+        help="record how much of each index file is in the page cache (`fincore`) when the "
+        "first add is sent and when it is done: with --cold, what the warm-up read and what "
+        "the first add still read from disk",
+    )
+    parser.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an option for the server's `psirag serve` (repeatable; e.g. "
+        "--serve-arg=--read-ahead-share --serve-arg=0)",
+    )
     parser.add_argument("--out", default=None, help="results file name (default server_add_N)")
     args = parser.parse_args()
     if args.src is not None:
@@ -213,6 +228,8 @@ def main() -> None:
     out: dict[str, Any] = {"chunks": args.chunks, "repeats": args.repeats}
     if args.label or args.src is not None:
         out["src"] = args.label or args.src.name
+    if args.serve_arg:
+        out["serve_args"] = args.serve_arg
     with tempfile.TemporaryDirectory(
         prefix="psirag-bench-server-", dir=os.environ.get("BENCH_TMP")
     ) as tmp:
@@ -271,7 +288,7 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         server = subprocess.Popen(
-            [sys.executable, __file__, "--serve", str(folder), str(port)],
+            [sys.executable, __file__, "--serve", str(folder), str(port), *args.serve_arg],
             env=_env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -292,6 +309,9 @@ def main() -> None:
             # the server's warm-up as the first add finds it (servers that report it)
             out["warm_up_at_first_add"] = _get(f"{url}/index").get("warm_up")
             out["first_add_after_s"] = round(time.perf_counter() - started, 2)
+            out["server_memory_at_first_add"] = _memory(server.pid)
+            out["loadavg_at_first_add"] = [round(x, 2) for x in os.getloadavg()]
+            resident = [_resident(folder)] if args.residency else []
             api, job_seconds, api_bytes, phases = [], [], [], []
             for k in range(args.repeats):
                 seen = _inodes(folder)
@@ -302,6 +322,10 @@ def main() -> None:
                 job_seconds.append(job["result"]["update"]["seconds"])
                 phases.append({**job.get("timings", {}), **job["client"]})
                 assert job["result"]["loaded_from_disk"] is False
+                if args.residency and k == 0:
+                    resident.append(_resident(folder))
+            if resident:
+                out["resident_at_first_add"] = _residency_rows(*resident)
             out["server_api"] = {**_summary(api), "bytes_written": api_bytes}
             out["server_api_stages"] = job_seconds[-1]
             out["server_api_stages_each"] = job_seconds
@@ -381,12 +405,60 @@ def _evict(folder: Path) -> dict[str, float]:
     return {"files": n, "evict_s": round(time.perf_counter() - t0, 3)}
 
 
-def _serve(folder: str, port: str) -> int:
+def _memory(pid: int) -> dict[str, int] | None:
+    """The process's resident memory in MiB (``VmRSS``, and its anonymous and file-backed
+    parts) from ``/proc`` (None where there is none)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[key] = int(value.split()[0]) // 1024
+    return out
+
+
+def _resident(folder: Path) -> dict[str, int]:
+    """Bytes of each file under ``folder`` (by its path there) in the page cache, as
+    ``fincore`` says (empty where it is not installed)."""
+    files = sorted(str(p) for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 0)
+    if shutil.which("fincore") is None or not files:
+        return {}
+    got = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,FILE", *files],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    out = {}
+    for line in got.stdout.splitlines():
+        res, _, name = line.partition(" ")
+        out[str(Path(name).relative_to(folder))] = int(res)
+    return out
+
+
+def _residency_rows(before: dict[str, int], after: dict[str, int] | None = None) -> Any:
+    """Per file under the index: MB in the page cache when the first add was sent and when it
+    was done (files with less than 1 MB cached both times are left out)."""
+    rows = {}
+    for name, res in before.items():
+        row = {"cached_mb_before": round(res / 1e6, 1)}
+        if after is not None and name in after:
+            row["cached_mb_after"] = round(after[name] / 1e6, 1)
+        if max(row.values()) >= 1.0:
+            rows[name] = row
+    return rows
+
+
+def _serve(folder: str, port: str, *more: str) -> int:
     """The benchmark's server: the real ``psirag serve`` with the hash embedder."""
     from psirag.cli import build_parser
     from psirag.cli.serve import run_serve
 
     argv = ["serve", folder, "--port", port, "--host", "127.0.0.1", "--log-level", "warning"]
+    argv += list(more)
     return run_serve(build_parser().parse_args(argv), embedder=LoopbackHashEmbedder())
 
 
@@ -400,7 +472,7 @@ def _cli_add(folder: str, path: str) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        sys.exit(_serve(sys.argv[2], sys.argv[3]))
+        sys.exit(_serve(*sys.argv[2:]))
     if len(sys.argv) > 1 and sys.argv[1] == "--cli":
         sys.exit(_cli_add(sys.argv[2], sys.argv[3]))
     main()

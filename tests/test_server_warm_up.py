@@ -6,6 +6,7 @@ document."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -19,13 +20,18 @@ from fastapi.testclient import TestClient
 from support import HashEmbedder, build_index
 from support.counting import count_calls
 
+import psirag.pipeline as pipeline
+import psirag.rows as rows
 import psirag.server.embedding as embedding
+import psirag.server.read_ahead as read_ahead_module
 import psirag.storage_format as storage_format
-from psirag.abstracts.phrases import PhraseTable, _will_need
+from psirag.abstracts.phrases import PhraseTable
 from psirag.index import Index
 from psirag.index_data import Deferred, IndexData
+from psirag.retrieval.leaf_graph import usearch_available
 from psirag.server.app import create_app
 from psirag.server.embedding import prepare_index, warm_up
+from psirag.server.read_ahead import mapped_files, read_ahead
 from psirag.tree import Tree
 
 
@@ -164,11 +170,8 @@ def test_index_says_when_the_warm_up_is_done(
     assert done["done"] is True and 0 <= done["seconds"] < 30
 
 
-def test_the_warm_up_reads_ahead_the_phrase_arrays_and_opens_the_leaf_graph(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_warm_up_opens_the_leaf_graph(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     index, _ = _table_with_saved_counts(tmp_path / "index")
-    read_ahead = count_calls(monkeypatch, PhraseTable, "read_ahead")
 
     class Graph:  # what the warm-up reads of a leaf graph: its (saved) view
         opened = 0
@@ -182,25 +185,160 @@ def test_the_warm_up_reads_ahead_the_phrase_arrays_and_opens_the_leaf_graph(
     data = index.data.replace(leaf_graph=Graph())
     monkeypatch.setattr(embedding, "_warming", [data])  # the data being served
     warm_up(data)
-    assert read_ahead.n == 1 and Graph.opened == 1
+    assert Graph.opened == 1
 
 
-def test_will_need_advises_the_memory_map_under_a_view(tmp_path: Path) -> None:
-    np.save(tmp_path / "a.npy", np.arange(100_000, dtype=np.int64))
-    mapped = np.load(tmp_path / "a.npy", mmap_mode="r")
-    assert _will_need(mapped) and _will_need(mapped[10:][::2])
-    assert not _will_need(np.arange(10)) and not _will_need(None)
-    table = PhraseTable.from_arrays(
-        ["w"],
-        {
-            "lw_ptr": np.array([0, 1]),
-            "lw": np.array([0]),
-            "ls_ptr": np.array([0, 0]),
-            "ls_key": np.empty(0, dtype=np.int64),
-            "ls_cnt": np.empty(0, dtype=np.int64),
-            "lp_ptr": np.array([0, 0]),
-            "lp_pid": np.empty(0, dtype=np.int64),
-            "p_key": mapped,
-        },
+@pytest.fixture
+def mapped_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Index:
+    """A saved index (with its phrase counts and, where usearch is installed, a leaf graph)
+    whose arrays are all memory-mapped, as a large index's are; loaded, not warmed up."""
+    monkeypatch.setattr(rows, "MAP_MIN_BYTES", 0)  # small files are mapped too
+    monkeypatch.setattr(pipeline, "GRAPH_MIN_LEAVES", 4)
+    read_ahead_module.forget()  # a file of an earlier test may have had the same inode
+    index, _ = _table_with_saved_counts(tmp_path / "index")
+    return index
+
+
+def _read_ahead(client: TestClient) -> set[str]:
+    """What the warm-up read ahead (paths under the index), as ``GET /index`` says."""
+    _warmed()
+    status = client.get("/index").json()["warm_up"]
+    assert status["done"] is True
+    got = status["read_ahead"]
+    assert got["files"] == len(got["read"]) > 0 and got["bytes"] > 0 and got["skipped"] == []
+    return set(got["read"])
+
+
+def _under(folder: Path) -> set[str]:
+    """The files under ``folder`` this process maps, by their path there."""
+    root = folder.resolve()
+    return {path.relative_to(root).as_posix() for path, _, _ in mapped_files(folder)}
+
+
+def test_the_warm_up_reads_ahead_each_file_the_first_write_maps(
+    tmp_path: Path, mapped_index: Index
+) -> None:
+    """Every file of the served generation that the process maps once its first write is done
+    (the phrase arrays, the node vectors, the BM25 parts, the document keys, the leaf graph)
+    was read into the page cache by the warm-up, before that write; JSON-lines row tables are
+    not (a write reads a few of their lines)."""
+    folder = tmp_path / "index"
+    origin = mapped_index.data.origin
+    assert origin is not None
+    served = f"generations/{origin.generation:06d}/"
+    app = create_app(folder, index=mapped_index, mcp=False)
+    with TestClient(app) as client:
+        read = _read_ahead(client)
+        job = client.post("/documents", json={"text": "a new text about tides", "id": "new"})
+        assert job.status_code == 202, job.text
+        done = client.get(f"/jobs/{job.json()['job']['id']}?wait=30").json()
+        assert done["status"] == "done", done
+        mapped = _under(folder)
+    wanted = {name for name in mapped if name.startswith(served) and not name.endswith(".jsonl")}
+    assert wanted and wanted - read == set()
+    names = {Path(name).name for name in read}
+    for array in ("p_key", "p_best", "p_df", "s_cnt", "s_key", "lp_pid"):
+        assert f"keywords.{array}.000001.npy" in names, array
+    assert {"node_vectors.000001.npy", "document_keys.000001.npy"} <= names
+    assert any(name.endswith(".post_doc.npy") for name in names)  # BM25's postings
+    if usearch_available():
+        assert "graph.usearch" in names
+    assert not any(name.endswith(".jsonl") for name in read)
+
+
+def test_a_file_read_ahead_once_is_not_read_again(mapped_index: Index) -> None:
+    data = mapped_index.data
+    _ = (data.phrase_table, data.document_index)
+    assert data.origin is not None
+    first = read_ahead(data.origin.folder)
+    again = read_ahead(data.origin.folder)
+    assert len(first["files"]) > 0 and again["files"] == [] and again["bytes"] == 0
+
+
+def test_the_read_ahead_stops_at_shutdown(
+    mapped_index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that stops ends its warm-up's reads between two buffers, files left unread."""
+    data = mapped_index.data
+    _ = (data.phrase_table, data.document_index)
+    assert data.origin is not None
+    folder = Path(data.origin.folder)
+    stop = threading.Event()
+    calls = [0]
+    real = read_ahead_module._read_file
+
+    def counted(path: Path, stop_: threading.Event | None, waited: list[float]) -> int | None:
+        calls[0] += 1
+        if calls[0] == 2:  # the server stops once the first file is read
+            stop.set()
+        return real(path, stop_, waited)
+
+    monkeypatch.setattr(read_ahead_module, "_read_file", counted)
+    got = read_ahead(folder, stop=stop)
+    assert got["stopped"] is True and len(got["files"]) == 1 and calls[0] == 2
+    assert len(mapped_files(folder)) > 3  # files were left unread
+    # through a server: its shutdown sets the stop its warm-up reads under
+    monkeypatch.setattr(read_ahead_module, "_read_file", real)
+    events: list[threading.Event] = []
+    real_read_ahead = embedding.read_ahead
+
+    def seen(folder: Path, *, share: float, stop: threading.Event) -> dict[str, object]:
+        events.append(stop)
+        return real_read_ahead(folder, share=share, stop=stop)
+
+    monkeypatch.setattr(embedding, "read_ahead", seen)
+    read_ahead_module.forget()
+    app = create_app(folder, index=mapped_index, mcp=False)
+    with TestClient(app):
+        _warmed()
+        assert len(events) == 1 and not events[0].is_set()
+    assert events[0].is_set()
+
+
+def test_the_read_ahead_skips_what_exceeds_its_share_of_memory(
+    mapped_index: Index, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data = mapped_index.data
+    _ = (data.phrase_table, data.document_index)
+    assert data.origin is not None
+    folder = Path(data.origin.folder)
+    sizes = {p.name: p.stat().st_size for p, _, _ in mapped_files(folder)}
+    biggest = max(sizes.values())
+    # available memory such that half of it holds every file but the largest
+    monkeypatch.setattr(read_ahead_module, "available_memory", lambda: 2 * (biggest - 1))
+    with caplog.at_level(logging.INFO, logger="psirag.server"):
+        got = read_ahead(folder, share=0.5)
+    skipped = {Path(name).name for name in got["skipped"]}
+    assert skipped and all(sizes[name] > 0 for name in skipped)
+    assert max(sizes[name] for name in skipped) == biggest
+    assert sum(sizes[Path(n).name] for n in got["files"]) <= biggest - 1
+    assert "not read ahead" in caplog.text and next(iter(skipped)) in caplog.text
+    # 0: nothing is read, every file is skipped
+    read_ahead_module.forget()
+    none = read_ahead(folder, share=0.0)
+    assert none["files"] == [] and len(none["skipped"]) == len(
+        [n for n in sizes if not n.endswith(".jsonl")]
     )
-    assert table.read_ahead() == 1  # p_key; no counts derived yet
+
+
+def test_the_read_ahead_waits_while_a_write_runs(
+    mapped_index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two buffers the reads wait for a write under way (its own reads come first on
+    the disk), and go on when it ends."""
+    monkeypatch.setattr(read_ahead_module, "BUFFER_BYTES", 64)
+    data = mapped_index.data
+    _ = (data.phrase_table, data.document_index)
+    assert data.origin is not None
+    folder = data.origin.folder
+    files = len(mapped_files(folder))
+    got: list[dict[str, object]] = []
+    with read_ahead_module.writing():
+        reader = threading.Thread(target=lambda: got.append(read_ahead(folder)))
+        reader.start()
+        reader.join(0.5)
+        assert reader.is_alive()  # waiting for the write
+    reader.join(30)
+    assert not reader.is_alive() and len(got) == 1
+    assert got[0]["waited_for_writes_s"] >= 0.3  # type: ignore[operator]
+    assert 0 < len(got[0]["files"]) <= files  # type: ignore[arg-type]

@@ -41,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import mmap
 import os
 import tempfile
 import threading
@@ -790,18 +789,6 @@ class PhraseTable:
                 self._derived()
             return "derived" in self._cache
 
-    def read_ahead(self) -> int:
-        """Ask the kernel to read into the page cache, in the background, the per-phrase arrays
-        that a keyword abstract gathers from at random rows (:attr:`p_key` and the counts'
-        ``p_best`` and ``p_df``: 1.2 GB at 1M chunks). ``madvise(MADV_WILLNEED)`` on their
-        memory maps: no page is touched here and no lock is held while the disk reads. What a
-        server's warm-up calls: cold, the first add's abstracts read a few thousand of their
-        pages one fault at a time. Returns how many maps were advised (arrays in memory, or
-        a platform without ``madvise``: none)."""
-        d = self._cache.get("derived")
-        arrays = [self.p_key] if d is None else [self.p_key, d.p_best, d.p_df]
-        return sum(_will_need(a) for a in arrays)
-
     def _derive_lock(self) -> threading.RLock:
         """The lock under which this table's counts are made, so that a warm-up thread and
         the first update never both take the saved counts (the second would then derive them
@@ -1543,27 +1530,6 @@ def _largest(a: np.ndarray | _Pieces) -> int:
 SAMPLE_ROWS = 512
 """Rows a load checks of each saved count array (evenly spread): a damaged or crafted file is
 an error at the first update, without a pass over tens of millions of rows."""
-
-
-def _will_need(array: Any) -> bool:
-    """``madvise(MADV_WILLNEED)`` on the memory map under ``array`` (a view of a loaded
-    ``np.memmap``); whether there was one to advise."""
-    advice: int | None = getattr(mmap, "MADV_WILLNEED", None)
-    if advice is None:
-        return False
-    held: Any = array
-    for _ in range(8):  # views of views of the map
-        if held is None:
-            return False
-        if isinstance(held, mmap.mmap):
-            break
-        held = getattr(held, "_mmap", None) or getattr(held, "base", None)
-    if not isinstance(held, mmap.mmap):
-        return False
-    with contextlib.suppress(OSError, ValueError):  # advice only: a closed map is left be
-        held.madvise(advice)
-        return True
-    return False
 
 
 def _sample(n: int) -> np.ndarray:

@@ -91,6 +91,14 @@ SETTINGS_FLAGS: dict[str, Flag] = {
         type=positive_int,
         metavar="N",
     ),
+    "read_ahead_share": Flag(
+        "--read-ahead-share",
+        "after a start, read the index's mapped files into the page cache (so that the first "
+        "write does not read them a page at a time) while they fit in this share of the "
+        "available memory (default {default:g}; 0: read none)",
+        type=float,
+        metavar="SHARE",
+    ),
     "max_retrievals": Flag(
         "--max-retrievals",
         "retrievals after the first for an ask that names none (default {default}); auto: "
@@ -155,6 +163,7 @@ _SERVE_FLAGS = (
     "max_query_chars",
     "max_retrievals",
     "workers",
+    "read_ahead_share",
 )
 _ALL_FLAGS = ("host", "port", *_LLM_FLAGS, *_SERVE_FLAGS)
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from psirag import __version__
+from psirag.server.embedding import configure_warm_up, stop_warm_ups
 from psirag.server.errors import error_body, exception_response, install_error_handlers
 from psirag.server.jobs import JOBS_FILE, JobRunner
 from psirag.server.living import run_job
@@ -68,6 +69,7 @@ def create_app(
     folder = Path(index_dir)
     if index is None:
         index = Index.load(folder, embedder=embedder)
+    configure_warm_up(read_ahead_share=settings.read_ahead_share)
     prepare_index(index)
     gated = GatedLLM(llm, settings.llm_concurrency) if llm is not None else None
     if jobs is None:
@@ -115,7 +117,9 @@ def create_app(
 
 
 def close_state(state: ServerState) -> None:
-    """Stop the writer, the embedding worker and the LLM client when the server stops."""
+    """Stop the warm-up's reads, the writer, the embedding worker and the LLM client when the
+    server stops."""
+    stop_warm_ups()
     state.jobs.close()
     embedder_ = state.holder.get().index.embedder
     if isinstance(embedder_, BatchingEmbedder):

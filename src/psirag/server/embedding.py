@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from psirag.server.read_ahead import READ_AHEAD_SHARE, read_ahead
+
 if TYPE_CHECKING:
     from psirag.embed import Embedder
     from psirag.index import Index
@@ -196,8 +198,28 @@ def prepare_index(index: Index) -> Index:
     index.embed_query("warm up")
     _warming[0] = index.data
     _warm_times.update(started=time.time(), seconds=None)
+    _warm_state["read_ahead"] = None
     threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
+
+
+def configure_warm_up(*, read_ahead_share: float) -> None:
+    """The share of the available memory a warm-up may read into the page cache (see
+    :mod:`psirag.server.read_ahead`; 0: none), for the warm-ups started after this call."""
+    _warm_state["share"] = max(0.0, float(read_ahead_share))
+
+
+def stop_warm_ups() -> None:
+    """Stop the running warm-ups' reads ahead, between two buffers (a server that stops)."""
+    _stop[0].set()
+
+
+def _stopping() -> threading.Event:
+    """The event :func:`stop_warm_ups` sets; a fresh one once it has been set (a server
+    started again in the same process, as tests do)."""
+    if _stop[0].is_set():
+        _stop[0] = threading.Event()
+    return _stop[0]
 
 
 _warming: list[IndexData | None] = [None]
@@ -207,13 +229,23 @@ _warm_times: dict[str, float | None] = {"started": None, "seconds": None}
 """When the last :func:`prepare_index`'s warm-up started (epoch seconds) and how long it
 took (None: still running, or none started)."""
 
+_warm_state: dict[str, Any] = {"share": READ_AHEAD_SHARE, "read_ahead": None}
+"""The read-ahead bound (:func:`configure_warm_up`) and what the last warm-up read ahead."""
+
+_stop: list[threading.Event] = [threading.Event()]
+"""Set by :func:`stop_warm_ups`."""
+
 
 def warm_up_status() -> dict[str, Any]:
     """The last warm-up, for ``GET /index``: ``done`` and its ``seconds`` (a write that comes
     while it runs waits for what it is still making, such as the phrase table and its
     counts)."""
     seconds = _warm_times["seconds"]
-    return {"done": seconds is not None, "seconds": seconds}
+    out: dict[str, Any] = {"done": seconds is not None, "seconds": seconds}
+    read = _warm_state["read_ahead"]
+    if read is not None:  # the mapped files read into the page cache (see read_ahead)
+        out["read_ahead"] = {**read, "files": len(read["files"]), "read": read["files"]}
+    return out
 
 
 def warm_up(data: IndexData) -> None:
@@ -246,23 +278,28 @@ def warm_up(data: IndexData) -> None:
 def _warm_write_path(data: IndexData) -> None:
     """What the first write after a start would pay on its request: the update's modules
     (0.2-0.4 s of imports: :mod:`psirag.living` and the tree builders it loads, the keyword
-    abstracts), the leaf graph's saved view the insertion searches, a read-ahead of the
-    phrase arrays the abstracts read (see :meth:`PhraseTable.read_ahead`), the children table
-    the insertion reads, and the pages of the inner nodes' vectors, which every update
-    copies (one read per page of the memory map: the pages stay in the page cache, the
+    abstracts), the leaf graph's saved view the insertion searches, the children table the
+    insertion reads, the served generation's mapped files read once into the page cache (the
+    phrase arrays the abstracts gather from, the node vectors, the graph, the BM25 parts: see
+    :mod:`psirag.server.read_ahead`), and the pages of the inner nodes' vectors, which every
+    update copies (one read per page of the memory map: the pages stay in the page cache, the
     process holds no copy)."""
     import importlib
 
     for name in ("psirag.living", "psirag.abstracts.keywords"):
         importlib.import_module(name)
-    table = data.phrase_table
-    if table is not None:  # the pages the first add's abstracts gather from, read ahead
-        table.read_ahead()
     graph = data.leaf_graph
     if graph is not None:  # a saved graph's view, opened once (0.3-0.4 s at 1M chunks)
         _ = graph.graph
     tree = data.tree
     _ = tree._children_csr
+    if data.origin is not None and _warm_state["share"] > 0:
+        # every file the write path maps, read once into the page cache: the first add's
+        # gathers at random rows then fault no page from disk (read_ahead says why)
+        stop = _stopping()
+        done = read_ahead(data.origin.folder, share=_warm_state["share"], stop=stop)
+        if _warming[0] is data:
+            _warm_state["read_ahead"] = done
     from psirag.vector_rows import RowStack
 
     inner = data.vector_rows()[tree.n_leaves :]
@@ -280,7 +317,9 @@ __all__ = [
     "QUERY_CACHE_SIZE",
     "BatchingEmbedder",
     "QueryVectorCache",
+    "configure_warm_up",
     "prepare_index",
+    "stop_warm_ups",
     "warm_up",
     "warm_up_status",
 ]

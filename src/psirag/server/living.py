@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from psirag.server import read_ahead
 from psirag.server.jobs import Job, JobKind
 from psirag.server.state import ServerState, prepare_index
 
@@ -60,7 +61,8 @@ def apply_write(state: ServerState, kind: JobKind, payload: Any, job: Job) -> di
             spans["changed"] = time.perf_counter()
 
     timings = job.timings
-    with state.holder.writing():
+    # the warm-up's reads ahead wait while this write reads (its rows first on the disk)
+    with state.holder.writing(), read_ahead.writing():
         t0 = time.perf_counter()
         updated, done = Index.update_saved(
             state.holder.folder,

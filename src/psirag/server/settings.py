@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from psirag.errors import InputError
+from psirag.server.read_ahead import READ_AHEAD_SHARE
 
 API_KEY_ENV = "PSIRAG_API_KEY"
 """Environment variable read when ``--api-key`` is not given."""
@@ -58,6 +59,10 @@ class ServerSettings:
     workers: int = 1
     """Server processes on the one listening socket (``psirag serve --workers N``); each loads
     the index (arrays memory-mapped, so shared by the page cache) and its own query model."""
+    read_ahead_share: float = READ_AHEAD_SHARE
+    """The largest share of the system's available memory the warm-up reads the index's
+    mapped files into the page cache with (``psirag serve --read-ahead-share``; 0: none);
+    files beyond it are skipped and logged (see :mod:`psirag.server.read_ahead`)."""
     exempt_paths: tuple[str, ...] = field(default=("/health",), repr=False)
 
     def check(self) -> None:
@@ -85,6 +90,11 @@ class ServerSettings:
             raise InputError(
                 f"--max-asks must be at least 1 and --ask-queue 0 or more, got {self.max_asks} "
                 f"and {self.ask_queue}"
+            )
+        if not 0 <= self.read_ahead_share <= 1:
+            raise InputError(
+                f"--read-ahead-share must be 0..1 (a share of the available memory), got "
+                f"{self.read_ahead_share}"
             )
         if self.llm_concurrency < 1:
             raise InputError(f"--llm-concurrency must be at least 1, got {self.llm_concurrency}")
