@@ -1,17 +1,19 @@
 """Hop discriminators on questions written blind (issue 27 item 1).
 
-The set in ``benchmarks/data/hops_blind/`` was written by a separate helper that saw neither
-the repository, the training frames (``hops_synthetic``), PopQA, MuSiQue nor any score: 240
-single-fact questions (about 40 relations, real and made-up entities, many wordings) and 180
-multi-hop ones (2, 3 and 4 hops, bridges and comparisons). It tests whether a model's single-fact
-calls and hop counts carry over to wordings nobody tuned on. It was first scored once, after a
-shipping rule had been written down (BENCHMARKS.md, "Query-hop discriminator v12 shipped").
+Two sets, each written by a separate helper that saw neither the repository, the training
+frames (``hops_synthetic``), PopQA, MuSiQue nor any score: ``benchmarks/data/hops_blind/`` (set
+1) and ``benchmarks/data/hops_blind2/`` (set 2), each 240 single-fact questions (40+ relations,
+real and made-up entities, many wordings) and 180 chains (2, 3 and 4 hops, bridges and
+comparisons). They test whether a model's single-fact calls and hop counts carry over to
+wordings nobody tuned on. Set 1 was scored once under a rule written beforehand, then became
+v13's design data; set 2 was written after v13 was frozen and scored once (BENCHMARKS.md,
+"Query-hop discriminator v13 shipped").
 
 Each model file is scored on the same questions with the same MiniLM vectors; differences are
 paired (question bootstrap, 10,000 resamples).
 
-    python benchmarks/bench_hops_blind.py --model v11=OLD.json --model v12=NEW.json \\
-        --out benchmarks/results/hops_blind.json
+    python benchmarks/bench_hops_blind.py --data benchmarks/data/hops_blind2 \\
+        --model v11=OLD.json --model v13=NEW.json --out benchmarks/results/hops_blind.json
 """
 
 from __future__ import annotations
