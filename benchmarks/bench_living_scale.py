@@ -241,22 +241,84 @@ def _compact(folder: Path) -> dict[str, Any] | None:
     }
 
 
-class RssSampler:
-    """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs."""
+def _role(pid: int, own: bytes) -> str:
+    """What a build's process is, from its command line: ``graph`` (the HNSW child), ``bm25``
+    (the term counts' child), ``fork`` (a forked copy of the build process: the second
+    abstracts scorer), else the program's name."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "gone"
+    if b"graph_process" in cmd:
+        return "graph"
+    if b"bm25_process" in cmd:
+        return "bm25"
+    if cmd == own:
+        return "fork"
+    return Path(cmd.split(b"\0")[0].decode(errors="replace")).name or "other"
 
-    def __init__(self, every: float = 0.05) -> None:
-        from _common import children_rss_mib, current_rss_mib
+
+class RssSampler:
+    """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs;
+    beside it the RSS with the child processes, the PSS summed over this process and all its
+    descendants every ``pss_every`` seconds (reading smaps_rollup walks a process's page tables:
+    about 1 ms for a small process, more for a big one), and every ``cpu_every`` seconds each
+    of those processes' CPU seconds."""
+
+    def __init__(
+        self, every: float = 0.05, pss_every: float = 0.25, cpu_every: float = 1.0
+    ) -> None:
+        from _common import (
+            children_rss_mib,
+            cpu_seconds,
+            current_rss_mib,
+            descendant_pids,
+            pss_mib,
+        )
 
         self.samples: list[tuple[float, float]] = []
         self.with_children: list[float] = []
         """This process's RSS plus its child processes' (the build's HNSW graph process)."""
+        self.pss: list[tuple[float, float, int]] = []
+        """(time, summed PSS in MiB, processes) over this process and every descendant."""
+        self.cpu: list[tuple[float, dict[int, float]]] = []
+        """(time, {pid: CPU seconds so far}) for this process and every descendant."""
+        self.roles: dict[int, str] = {}
         self._stop = threading.Event()
+        me = os.getpid()
+        own = Path("/proc/self/cmdline").read_bytes()
+        self.roles[me] = "build"
+
+        self.own_cpu = 0.0
+        """CPU seconds the sampling thread itself used (part of the build process's CPU)."""
 
         def run() -> None:
+            next_cpu = next_pss = 0.0
+            t_cpu = time.thread_time()
             while not self._stop.is_set():
+                now = time.perf_counter()
                 mib = current_rss_mib()
-                self.samples.append((time.perf_counter(), mib))
+                self.samples.append((now, mib))
                 self.with_children.append(mib + children_rss_mib())
+                if now < next_pss and now < next_cpu:
+                    self._stop.wait(every)
+                    continue
+                pids = [me, *descendant_pids(me)]
+                if now >= next_pss:
+                    next_pss = now + pss_every
+                    self.pss.append((now, sum(pss_mib(p) for p in pids), len(pids)))
+                if now >= next_cpu:
+                    next_cpu = now + cpu_every
+                    row = {}
+                    for pid in pids:
+                        secs = cpu_seconds(pid)
+                        if secs is None:
+                            continue
+                        row[pid] = secs
+                        if pid not in self.roles:
+                            self.roles[pid] = _role(pid, own)
+                    self.cpu.append((now, row))
+                self.own_cpu = time.thread_time() - t_cpu
                 self._stop.wait(every)
 
         self._thread = threading.Thread(target=run, daemon=True)
@@ -284,6 +346,62 @@ class RssSampler:
             name = next((b[0] for b in bounds if b[1] <= at < b[2]), "other")
             peaks[name] = max(peaks.get(name, 0.0), mib)
         return {k: round(v, 1) for k, v in peaks.items()}
+
+    def _bounds(self, start: float, seconds: dict[str, float]) -> list[tuple[str, float, float]]:
+        bounds = []
+        t = start
+        for name, secs in seconds.items():
+            if name.endswith("_thread"):
+                continue
+            bounds.append((name, t, t + secs))
+            t += secs
+        return bounds
+
+    def stage_pss_peaks(self, start: float, seconds: dict[str, float]) -> dict[str, float]:
+        """Peak summed PSS per stage, cut as :meth:`stage_peaks` cuts the RSS samples."""
+        bounds = self._bounds(start, seconds)
+        peaks: dict[str, float] = {}
+        for at, mib, _ in self.pss:
+            if at < start:
+                continue
+            name = next((b[0] for b in bounds if b[1] <= at < b[2]), "other")
+            peaks[name] = max(peaks.get(name, 0.0), mib)
+        return {k: round(v, 1) for k, v in peaks.items()}
+
+    def stage_cpu(self, start: float, seconds: dict[str, float]) -> dict[str, dict[str, float]]:
+        """CPU seconds per stage and per process role (``build``, ``fork``, ``graph``,
+        ``bm25``, ...), from the per-second samples: each process's CPU between two samples
+        goes to the stage holding the interval's middle. A process's last second before it
+        exits is lost (up to one second per child). ``wall`` is the stage's seconds and
+        ``busy`` the cores used on average (of ``os.cpu_count()``)."""
+        bounds = self._bounds(start, seconds)
+        table: dict[str, dict[str, float]] = {}
+        prev: dict[int, float] | None = None
+        prev_at = start
+        for at, row in self.cpu:
+            if (
+                prev is None or at < start
+            ):  # the first sample: the CPU used before it is not the build's
+                prev, prev_at = row, at
+                continue
+            mid = (prev_at + at) / 2
+            name = next((b[0] for b in bounds if b[1] <= mid < b[2]), "other")
+            cell = table.setdefault(name, {})
+            for pid, secs in row.items():
+                used = secs - prev.get(pid, 0.0)  # a new child: all of its CPU so far
+                role = self.roles.get(pid, "other")
+                cell[role] = cell.get(role, 0.0) + max(used, 0.0)
+            prev, prev_at = row, at
+        for name, a, b in bounds:
+            cell = table.setdefault(name, {})
+            cell["wall"] = b - a
+        for cell in table.values():
+            wall = cell.get("wall")
+            cpu = sum(v for k, v in cell.items() if k != "wall")
+            cell["cpu"] = cpu
+            if wall:
+                cell["busy"] = cpu / wall
+        return {k: {r: round(v, 2) for r, v in c.items()} for k, c in table.items()}
 
 
 def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dict[str, Any]:
@@ -313,6 +431,28 @@ def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dic
         out["peak_rss_build_with_children_mib"] = round(max(sampler.with_children, default=0), 1)
         out["rss_before_mib"] = round(before, 1)
         out["build_stage_peak_mib"] = sampler.stage_peaks(t0, index.stats.seconds)
+        # PSS (a copy-on-write page shared with a forked child counts once) summed over this
+        # process and every descendant, sampled every 250 ms: the build's real footprint
+        out["peak_pss_build_with_descendants_mib"] = round(
+            max((m for _, m, _ in sampler.pss), default=0), 1
+        )
+        out["build_stage_peak_pss_mib"] = sampler.stage_pss_peaks(t0, index.stats.seconds)
+        out["build_stage_cpu_seconds"] = sampler.stage_cpu(t0, index.stats.seconds)
+        out["sampler_cpu_seconds"] = round(sampler.own_cpu, 2)
+        log = os.environ.get("BENCH_CPU_LOG")
+        if log:  # the raw samples, for a per-second look
+            Path(log).write_text(
+                json.dumps(
+                    {
+                        "t0": t0,
+                        "roles": {str(k): v for k, v in sampler.roles.items()},
+                        "cpu": [[a, {str(k): v for k, v in r.items()}] for a, r in sampler.cpu],
+                        "pss": sampler.pss,
+                        "rss": sampler.samples,
+                        "stages": index.stats.seconds,
+                    }
+                )
+            )
         out["rss_after_build_mib"] = round(current_rss_mib(), 1)
         if build_only:
             out["peak_rss_mib"] = round(peak_rss_mib(), 1)
