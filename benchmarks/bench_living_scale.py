@@ -261,13 +261,12 @@ def _role(pid: int, own: bytes) -> str:
 class RssSampler:
     """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs;
     beside it the RSS with the child processes, the PSS summed over this process and all its
-    descendants every ``pss_every`` seconds (reading smaps_rollup walks a process's page tables:
-    about 1 ms for a small process, more for a big one), and every ``cpu_every`` seconds each
-    of those processes' CPU seconds."""
+    descendants every ``pss_every`` seconds, and at once when their summed RSS passes its high
+    mark by 128 MiB (at most 4 times a second: reading smaps_rollup walks a process's page
+    tables, tens of ms for a 4 GiB build, on this thread of the build process), and every
+    ``cpu_every`` seconds each of those processes' CPU seconds."""
 
-    def __init__(
-        self, every: float = 0.05, pss_every: float = 0.25, cpu_every: float = 1.0
-    ) -> None:
+    def __init__(self, every: float = 0.05, pss_every: float = 1.0, cpu_every: float = 1.0) -> None:
         from _common import (
             children_rss_mib,
             cpu_seconds,
@@ -294,17 +293,22 @@ class RssSampler:
 
         def run() -> None:
             next_cpu = next_pss = 0.0
+            high = 0.0  # the summed RSS at its highest when PSS was last read
             t_cpu = time.thread_time()
             while not self._stop.is_set():
                 now = time.perf_counter()
                 mib = current_rss_mib()
                 self.samples.append((now, mib))
-                self.with_children.append(mib + children_rss_mib())
-                if now < next_pss and now < next_cpu:
+                summed = mib + children_rss_mib()
+                self.with_children.append(summed)
+                rising = summed > high + 128 and now >= next_pss - pss_every + 0.25
+                if rising:
+                    high = summed
+                if not rising and now < next_pss and now < next_cpu:
                     self._stop.wait(every)
                     continue
                 pids = [me, *descendant_pids(me)]
-                if now >= next_pss:
+                if rising or now >= next_pss:
                     next_pss = now + pss_every
                     self.pss.append((now, sum(pss_mib(p) for p in pids), len(pids)))
                 if now >= next_cpu:
@@ -432,7 +436,8 @@ def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dic
         out["rss_before_mib"] = round(before, 1)
         out["build_stage_peak_mib"] = sampler.stage_peaks(t0, index.stats.seconds)
         # PSS (a copy-on-write page shared with a forked child counts once) summed over this
-        # process and every descendant, sampled every 250 ms: the build's real footprint
+        # process and every descendant, sampled every second and as the RSS rises: the build's
+        # real footprint
         out["peak_pss_build_with_descendants_mib"] = round(
             max((m for _, m, _ in sampler.pss), default=0), 1
         )
