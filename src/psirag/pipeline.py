@@ -418,23 +418,25 @@ def build_index_data(
             f"embedder's {embedder.max_tokens} tokens and were truncated by the model"
         )
 
-    t0 = time.perf_counter()
-    built = build_chunk_tree(
-        embedded.vectors,
-        chunks,
-        config,
-        progress=progress,
-        report=say,
-        bucket_runner=batch.bucket_runner() if batch is not None else None,
-    )
-    seconds["tree"] = time.perf_counter() - t0
-    give_back_freed_memory()
-
-    # the HNSW graph reads only the leaf vectors: built beside the abstracts, routing and BM25
+    # the HNSW graph reads only the leaf vectors and the BM25 counts only the leaf texts:
+    # made beside the tree, the abstracts and the routing, started as soon as their inputs
+    # exist (the tree's serial parts leave a core idle)
     graph_build = GraphBuild(embedded.vectors, report=say)
     leaf_texts = [c.text for c in chunks]
     counting = sparse_counts_in_background(leaf_texts, report=say)
     try:
+        t0 = time.perf_counter()
+        built = build_chunk_tree(
+            embedded.vectors,
+            chunks,
+            config,
+            progress=progress,
+            report=say,
+            bucket_runner=batch.bucket_runner() if batch is not None else None,
+        )
+        seconds["tree"] = time.perf_counter() - t0
+        give_back_freed_memory()
+
         t0 = time.perf_counter()
         if batch is not None and llm is not None:
             llm = batch.llm_client(llm)
