@@ -189,13 +189,13 @@ def keyword_abstracts(
             )
             for a in part.tolist()
         }
-    every_rows: list[tuple[np.ndarray, np.ndarray]] = []
+    every_rows: list[tuple[Any, np.ndarray]] = []
     if whole.any():
         every_rows.append(_every_row(global_df))
     block: dict[int, int] = {}
     node_df: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # indptr, pids, counts
 
-    def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
+    def node_row(a: int) -> tuple[Any, np.ndarray]:
         if whole[a]:
             return every_rows[0]
         if nodes is not None:
@@ -219,7 +219,7 @@ def keyword_abstracts(
         nonlocal block, node_df
         done: dict[int, list[str]] = {}
         current = -2
-        parent_pids = np.empty(0, dtype=np.int64)
+        parent_pids: Any = np.empty(0, dtype=np.int64)
         with _collector_paused():  # many small objects; a full pass over a big heap is slow
             for start, stop in spans:
                 chunk = ordered[start:stop].tolist()
@@ -231,7 +231,7 @@ def keyword_abstracts(
                     _forget(phrases)
                     give_back_freed_memory()
                     if scratch is not None:
-                        scratch[parent_pids] = 0
+                        scratch[_at(parent_pids)] = 0
                     current, parent_pids = -2, np.empty(0, dtype=np.int64)
                     node_df = None
                     product = (membership[needed] @ leaf_pid).tocsr()
@@ -241,11 +241,11 @@ def keyword_abstracts(
                     p = int(tree.parent[u])
                     if p != current:
                         if scratch is not None:
-                            scratch[parent_pids] = 0
+                            scratch[_at(parent_pids)] = 0
                         if p >= 0:
                             parent_pids, pdata = node_row(int(row_of[p]))
                             if scratch is not None:
-                                scratch[parent_pids] = pdata
+                                scratch[_at(parent_pids)] = pdata
                         else:
                             parent_pids = np.empty(0, dtype=np.int64)
                         current = p
@@ -540,15 +540,40 @@ def _product_blocks(
     return blocks
 
 
-def _every_row(global_df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _every_row(global_df: np.ndarray) -> tuple[np.ndarray | _AllIds, np.ndarray]:
     """The phrase ids and counts of a node over every leaf: the corpus's present phrases.
     After a fresh build every phrase is present, so the counts are ``global_df`` itself and
-    the ids int32 (tens of millions of phrases at 1M leaves: no int64 copy of each)."""
+    the ids :class:`_AllIds` (tens of millions of phrases at 1M leaves: no array of them)."""
     id_type = np.int32 if global_df.size < 2**31 else np.int64
-    if bool((global_df > 0).all()):
-        return np.arange(global_df.size, dtype=id_type), global_df
+    if global_df.size and bool((global_df > 0).all()):
+        return _AllIds(global_df.size, id_type), global_df
     every = np.flatnonzero(global_df > 0).astype(id_type)
     return every, global_df[every]
+
+
+class _AllIds:
+    """The phrase ids ``0 .. size - 1`` of a node's row without the array (one id per phrase
+    of the corpus, alive through all of scoring: 200 MiB at 1M leaves): a slice of it is made
+    when read (``ids[lo:hi]``), it is scattered as a slice (:func:`_at`), and an id's position
+    in it is the id itself."""
+
+    __slots__ = ("dtype", "size")
+
+    def __init__(self, size: int, dtype: Any) -> None:
+        self.size = size
+        self.dtype = np.dtype(dtype)
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        start, stop, step = key.indices(self.size)
+        return np.arange(start, stop, step, dtype=self.dtype)
+
+    def searchsorted(self, ids: np.ndarray) -> np.ndarray:
+        return np.asarray(ids)
+
+
+def _at(ids: np.ndarray | _AllIds) -> np.ndarray | slice:
+    """What indexes a dense per-phrase row at ``ids``."""
+    return slice(0, ids.size) if isinstance(ids, _AllIds) else ids
 
 
 def _block_rows(
