@@ -178,6 +178,37 @@ def test_a_big_build_lets_its_layout_go_and_an_add_remakes_it(
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
+def test_a_big_layouts_column_arrays_are_spilled_and_an_add_extends_them_as_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scoring does not read a layout's phrase per column nor its column order keys: a big
+    table moves them to mapped files with the counts only the layout read. They hold the same
+    values, and an add that extends that layout (rather than remaking it) gives the phrases an
+    add on the kept layout gives."""
+    texts = _corpus()
+    kept = PhraseTable.build(texts)
+    kept.phrases()
+    assert not kept.spill_laid_out()  # small: stays in memory
+    monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
+    big = PhraseTable.build(texts)
+    big.spill_idle()
+    big.phrases()
+    assert big.spill_laid_out()
+    a_lay, b_lay = kept._cache["layout"], big._cache["layout"]
+    assert isinstance(b_lay.col_key, np.memmap) and isinstance(b_lay.phrases.pid_of, np.memmap)
+    assert big.phrases().pid_of is b_lay.phrases.pid_of  # what keyword_abstracts reads
+    assert np.array_equal(a_lay.col_key, b_lay.col_key)
+    assert np.array_equal(a_lay.phrases.pid_of, b_lay.phrases.pid_of)
+    more = _corpus(9, seed=8)
+    a, b = kept.add(more), big.add(more)
+    assert a._cache["pending"][3].get("layout") is a_lay  # the add extends the layout
+    assert b._cache["pending"][3].get("layout") is b_lay
+    a_ph, b_ph = a.phrases(), b.phrases()
+    for name in ("key", "df", "col_of", "pid_of", "lp_pid", "lp_ptr", "surface_ids", "words"):
+        assert np.array_equal(getattr(a_ph, name), getattr(b_ph, name)), name
+    assert np.array_equal(a._cache["layout"].col_key, b._cache["layout"].col_key)
+
+
 def test_an_index_built_big_saves_loads_and_updates_as_one_built_small(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:

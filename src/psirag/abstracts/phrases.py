@@ -1167,12 +1167,14 @@ class PhraseTable:
     def spill_laid_out(self) -> bool:
         """After :meth:`phrases` laid the corpus out: move the per-phrase counts scoring does
         not read (each phrase's best form, its count, the key order: the layout holds its own
-        copies of what it needs; about 0.9 GiB at 1M leaves) into unlinked temporary files
-        mapped copy-on-write, as :meth:`spill_idle` does, when the table is as big as that
-        asks. The values and what reads them (an add, a removal, a save) are unchanged. True
-        when they were moved."""
+        copies of what it needs; about 0.9 GiB at 1M leaves), and the layout's by-column
+        arrays it does not read either (each column's phrase and order key, which an add
+        extends: about 0.6 GiB), into unlinked temporary files mapped copy-on-write, as
+        :meth:`spill_idle` does, when the table is as big as that asks. The values and what
+        reads them (an add, a removal, a save) are unchanged. True when they were moved."""
         d = self._cache.get("derived")
-        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or d is None or "layout" not in self._cache:
+        got = self._cache.get("layout")
+        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or d is None or got is None:
             return False
         if isinstance(d.p_best, np.memmap):
             return False  # done already
@@ -1183,6 +1185,11 @@ class PhraseTable:
             p_sorted=_mapped_copy(d.p_sorted),
         )
         del d
+        ph = dataclasses.replace(got.phrases, pid_of=_mapped_copy(got.phrases.pid_of))
+        self._cache["layout"] = dataclasses.replace(
+            got, col_key=_mapped_copy(got.col_key), phrases=ph
+        )
+        del got, ph
         give_back_freed_memory()
         return True
 
