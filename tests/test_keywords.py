@@ -591,9 +591,10 @@ def test_a_root_row_without_its_id_array_gives_the_abstracts_of_the_array(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A node over every leaf (a single tree's root) reads the corpus's counts, its ids 0 .. n-1
-    made a slice at a time, scattered into the parent row as a slice: its children's and its
-    own phrases are those read through a real array of every id, in the products' path and
-    in an update's (a few nodes, no scratch row)."""
+    made a slice at a time; as a parent, its counts of the product rows' phrases go into the
+    scratch row by compact column: its children's and its own phrases are those read through a
+    real array of every id, in the products' path and in an update's (no scratch row), and
+    every node's phrases are an update's of every node."""
     import psirag.abstracts.keywords as kw
 
     rng = np.random.default_rng(700 + seed)
@@ -629,3 +630,5 @@ def test_a_root_row_without_its_id_array_gives_the_abstracts_of_the_array(
     assert few == kw.keyword_abstracts(texts, tree, max_phrases=8, nodes=[root, *roots_children])
     assert few == [lazy[u - n] for u in [root, *roots_children]]
     assert sum(len(p) for p in lazy) > 0
+    inner = list(range(n, tree.parent.size))
+    assert lazy == kw.keyword_abstracts(texts, tree, max_phrases=8, nodes=inner)
