@@ -258,6 +258,17 @@ def _role(pid: int, own: bytes) -> str:
     return Path(cmd.split(b"\0")[0].decode(errors="replace")).name or "other"
 
 
+def _machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy (every core; /proc/stat), 0 without it."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return 0.0
+    # user nice system idle iowait irq softirq steal: all but idle and iowait
+    busy = sum(int(first[i]) for i in (1, 2, 3, 6, 7, 8) if i < len(first))
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 class RssSampler:
     """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs;
     beside it the RSS with the child processes, the PSS summed over this process and all its
@@ -283,6 +294,9 @@ class RssSampler:
         self.cpu: list[tuple[float, dict[int, float]]] = []
         """(time, {pid: CPU seconds so far}) for this process and every descendant."""
         self.roles: dict[int, str] = {}
+        self.machine: list[float] = []
+        """Busy CPU seconds of the whole machine (every process, others' too) at each CPU
+        sample."""
         self._stop = threading.Event()
         me = os.getpid()
         own = Path("/proc/self/cmdline").read_bytes()
@@ -322,6 +336,7 @@ class RssSampler:
                         if pid not in self.roles:
                             self.roles[pid] = _role(pid, own)
                     self.cpu.append((now, row))
+                    self.machine.append(_machine_busy_seconds())
                 self.own_cpu = time.thread_time() - t_cpu
                 self._stop.wait(every)
 
@@ -377,12 +392,14 @@ class RssSampler:
         ``bm25``, ...), from the per-second samples: each process's CPU between two samples
         goes to the stage holding the interval's middle. A process's last second before it
         exits is lost (up to one second per child). ``wall`` is the stage's seconds and
-        ``busy`` the cores used on average (of ``os.cpu_count()``)."""
+        ``busy`` the cores used on average (of ``os.cpu_count()``); ``machine_busy`` the cores
+        every process of the machine used on average (the build's and others' work)."""
         bounds = self._bounds(start, seconds)
         table: dict[str, dict[str, float]] = {}
+        machine: dict[str, float] = {}
         prev: dict[int, float] | None = None
         prev_at = start
-        for at, row in self.cpu:
+        for i, (at, row) in enumerate(self.cpu):
             if (
                 prev is None or at < start
             ):  # the first sample: the CPU used before it is not the build's
@@ -391,6 +408,8 @@ class RssSampler:
             mid = (prev_at + at) / 2
             name = next((b[0] for b in bounds if b[1] <= mid < b[2]), "other")
             cell = table.setdefault(name, {})
+            if i < len(self.machine):
+                machine[name] = machine.get(name, 0.0) + self.machine[i] - self.machine[i - 1]
             for pid, secs in row.items():
                 used = secs - prev.get(pid, 0.0)  # a new child: all of its CPU so far
                 role = self.roles.get(pid, "other")
@@ -405,6 +424,9 @@ class RssSampler:
             cell["cpu"] = cpu
             if wall:
                 cell["busy"] = cpu / wall
+        for name, cell in table.items():
+            if cell.get("wall") and name in machine:  # every process's, the build's included
+                cell["machine_busy"] = machine[name] / cell["wall"]
         return {k: {r: round(v, 2) for r, v in c.items()} for k, c in table.items()}
 
 
@@ -452,6 +474,7 @@ def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dic
                         "t0": t0,
                         "roles": {str(k): v for k, v in sampler.roles.items()},
                         "cpu": [[a, {str(k): v for k, v in r.items()}] for a, r in sampler.cpu],
+                        "machine": sampler.machine,
                         "pss": sampler.pss,
                         "rss": sampler.samples,
                         "stages": index.stats.seconds,
