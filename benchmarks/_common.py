@@ -149,40 +149,6 @@ def children_rss_mib() -> float:
     return total
 
 
-def descendant_pids(pid: int | None = None) -> list[int]:
-    """The ids of every process below ``pid`` (this one by default), children first (Linux
-    /proc's children lists; empty elsewhere)."""
-    todo = [os.getpid() if pid is None else pid]
-    out: list[int] = []
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = list(Path(f"/proc/{parent}/task").iterdir())
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                kids = [int(k) for k in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            out.extend(kids)
-            todo.extend(kids)
-    return out
-
-
-def pss_mib(pid: int) -> float:
-    """The proportional set size of process ``pid`` now, in MiB (``Pss`` of
-    /proc/<pid>/smaps_rollup: a page shared by k processes counts 1/k in each, so the sum over
-    processes counts a copy-on-write page once); 0 when it cannot be read."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        pass
-    return 0.0
-
-
 def cpu_seconds(pid: int) -> float | None:
     """User plus system CPU seconds process ``pid`` has used (/proc/<pid>/stat); None when gone."""
     try:

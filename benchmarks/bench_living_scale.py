@@ -271,26 +271,23 @@ def _machine_busy_seconds() -> float:
 
 class RssSampler:
     """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs;
-    beside it the RSS with the child processes, the PSS summed over this process and all its
-    descendants every ``pss_every`` seconds, and at once when their summed RSS passes its high
-    mark by 128 MiB (at most 4 times a second: reading smaps_rollup walks a process's page
-    tables, tens of ms for a 4 GiB build, on this thread of the build process), and every
-    ``cpu_every`` seconds each of those processes' CPU seconds."""
+    beside it the RSS with the child processes, and every ``cpu_every`` seconds the CPU seconds
+    of this process and each descendant. The PSS summed over this process and every descendant
+    is read every ``pss_every`` seconds by a detached process at the lowest priority
+    (``_pss_watch.py``: reading smaps_rollup walks a process's page tables, about 55 ms of CPU
+    for a 5 GiB build; on this thread once a second it took 5-12% of a core from the build)."""
 
-    def __init__(self, every: float = 0.05, pss_every: float = 1.0, cpu_every: float = 1.0) -> None:
-        from _common import (
-            children_rss_mib,
-            cpu_seconds,
-            current_rss_mib,
-            descendant_pids,
-            pss_mib,
-        )
+    def __init__(self, every: float = 0.05, pss_every: float = 0.5, cpu_every: float = 1.0) -> None:
+        from _common import children_rss_mib, cpu_seconds, current_rss_mib
+        from _pss_watch import descendant_pids
 
         self.samples: list[tuple[float, float]] = []
         self.with_children: list[float] = []
         """This process's RSS plus its child processes' (the build's HNSW graph process)."""
         self.pss: list[tuple[float, float, int]] = []
         """(time, summed PSS in MiB, processes) over this process and every descendant."""
+        self.pss_cpu = 0.0
+        """CPU seconds the PSS reader used (its own process, not the build's)."""
         self.cpu: list[tuple[float, dict[int, float]]] = []
         """(time, {pid: CPU seconds so far}) for this process and every descendant."""
         self.roles: dict[int, str] = {}
@@ -301,34 +298,27 @@ class RssSampler:
         me = os.getpid()
         own = Path("/proc/self/cmdline").read_bytes()
         self.roles[me] = "build"
+        self._dir = Path(tempfile.mkdtemp(prefix="bench-pss-"))
+        watch = [sys.executable, str(HERE / "_pss_watch.py"), str(me)]
+        watch += [str(self._dir / "pss.txt"), str(self._dir / "stop"), str(pss_every)]
+        # detached (its parent, the shell, exits at once): not one of this build's descendants
+        subprocess.run(["sh", "-c", " ".join(f"'{a}'" for a in watch) + " &"], check=True)
 
         self.own_cpu = 0.0
         """CPU seconds the sampling thread itself used (part of the build process's CPU)."""
 
         def run() -> None:
-            next_cpu = next_pss = 0.0
-            high = 0.0  # the summed RSS at its highest when PSS was last read
+            next_cpu = 0.0
             t_cpu = time.thread_time()
             while not self._stop.is_set():
                 now = time.perf_counter()
                 mib = current_rss_mib()
                 self.samples.append((now, mib))
-                summed = mib + children_rss_mib()
-                self.with_children.append(summed)
-                rising = summed > high + 128 and now >= next_pss - pss_every + 0.25
-                if rising:
-                    high = summed
-                if not rising and now < next_pss and now < next_cpu:
-                    self._stop.wait(every)
-                    continue
-                pids = [me, *descendant_pids(me)]
-                if rising or now >= next_pss:
-                    next_pss = now + pss_every
-                    self.pss.append((now, sum(pss_mib(p) for p in pids), len(pids)))
+                self.with_children.append(mib + children_rss_mib())
                 if now >= next_cpu:
                     next_cpu = now + cpu_every
                     row = {}
-                    for pid in pids:
+                    for pid in [me, *descendant_pids(me)]:
                         secs = cpu_seconds(pid)
                         if secs is None:
                             continue
@@ -346,18 +336,27 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        (self._dir / "stop").touch()
+        out = self._dir / "pss.txt"
+        deadline = time.perf_counter() + 10
+        while time.perf_counter() < deadline:
+            text = out.read_text() if out.exists() else ""
+            if "cpu " in text:
+                break
+            time.sleep(0.1)
+        for line in text.splitlines():
+            parts = line.split()
+            if parts[0] == "cpu":
+                self.pss_cpu = float(parts[1])
+            elif len(parts) == 3:
+                self.pss.append((float(parts[0]), float(parts[1]), int(parts[2])))
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def stage_peaks(self, start: float, seconds: dict[str, float]) -> dict[str, float]:
         """Peak RSS per stage, the stages laid end to end from ``start`` by their timers in
         build order (a stage's untimed gaps count as "other"; a ``*_thread`` timer, a stage
         run on a background thread beside the others, is not laid out)."""
-        bounds = []
-        t = start
-        for name, secs in seconds.items():
-            if name.endswith("_thread"):
-                continue
-            bounds.append((name, t, t + secs))
-            t += secs
+        bounds = self._bounds(start, seconds)
         peaks: dict[str, float] = {}
         for at, mib in self.samples:
             if at < start:
@@ -458,14 +457,15 @@ def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dic
         out["rss_before_mib"] = round(before, 1)
         out["build_stage_peak_mib"] = sampler.stage_peaks(t0, index.stats.seconds)
         # PSS (a copy-on-write page shared with a forked child counts once) summed over this
-        # process and every descendant, sampled every second and as the RSS rises: the build's
-        # real footprint
+        # process and every descendant, read every 0.5 s by a detached low-priority process
+        # (it lags when both cores are busy): the build's real footprint
         out["peak_pss_build_with_descendants_mib"] = round(
             max((m for _, m, _ in sampler.pss), default=0), 1
         )
         out["build_stage_peak_pss_mib"] = sampler.stage_pss_peaks(t0, index.stats.seconds)
         out["build_stage_cpu_seconds"] = sampler.stage_cpu(t0, index.stats.seconds)
         out["sampler_cpu_seconds"] = round(sampler.own_cpu, 2)
+        out["pss_reader_cpu_seconds"] = round(sampler.pss_cpu, 2)
         log = os.environ.get("BENCH_CPU_LOG")
         if log:  # the raw samples, for a per-second look
             Path(log).write_text(
