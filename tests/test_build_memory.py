@@ -9,6 +9,7 @@ import pytest
 
 import psirag.abstracts.keywords as keywords
 import psirag.abstracts.phrases as phrases
+import psirag.heap as heap
 import psirag.retrieval.bm25 as bm25
 import psirag.retrieval.duplicates as duplicates
 from psirag.abstracts.keywords import keyword_abstracts
@@ -245,7 +246,7 @@ def test_a_spill_without_a_temporary_folder_keeps_the_arrays_in_memory(
     texts = _corpus()
     want = _saved(PhraseTable.build(texts))
     monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
-    monkeypatch.setattr(phrases.tempfile, "mkstemp", no_room)
+    monkeypatch.setattr(heap.tempfile, "mkstemp", no_room)
     table = PhraseTable.build(texts)
     assert table.spill_idle()
     assert not isinstance(table.ls_key, np.memmap)
@@ -261,3 +262,36 @@ def test_freed_memory_goes_back_where_the_c_library_allows() -> None:
     if sys.platform.startswith("linux"):
         assert _malloc_trim() is not None  # glibc here: the call is made
     give_back_freed_memory()  # and never fails
+
+
+def test_a_big_builds_leaf_vectors_wait_in_a_mapped_file_and_the_index_is_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From the tree to the routing stage a big build holds its leaf vectors in a mapped
+    temporary file (the abstracts do not read them): the index built is the one built with
+    them in memory (node vectors, abstracts, a search), and holds no mapped array."""
+    from support import HashEmbedder
+
+    from psirag import Index, IndexConfig, pipeline
+    from psirag.ingest import Document
+
+    docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(_corpus(80))]
+    small = Index.build(docs, IndexConfig(), embedder=HashEmbedder())
+    spilled: list[np.ndarray] = []
+    real = pipeline.mapped_copy
+
+    def seen(a: np.ndarray) -> np.ndarray:
+        out = real(a)
+        spilled.append(out)
+        return out
+
+    monkeypatch.setattr(pipeline, "SPILL_VECTORS_MIN_LEAVES", 10)
+    monkeypatch.setattr(pipeline, "mapped_copy", seen)
+    big = Index.build(docs, IndexConfig(), embedder=HashEmbedder())
+    assert len(spilled) == 1 and isinstance(spilled[0], np.memmap)
+    assert spilled[0].shape == (len(docs), small.data.node_vectors.shape[1])
+    assert type(big.data.node_vectors) is np.ndarray
+    assert np.array_equal(big.data.node_vectors, small.data.node_vectors)
+    assert big.data.abstracts == small.data.abstracts
+    hits = [p.leaf for p in small.search("Mount Etna")]
+    assert hits and [p.leaf for p in big.search("Mount Etna")] == hits

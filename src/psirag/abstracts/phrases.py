@@ -42,8 +42,6 @@ import contextlib
 import dataclasses
 import itertools
 import mmap
-import os
-import tempfile
 import threading
 import weakref
 from collections import defaultdict
@@ -75,6 +73,7 @@ from psirag.abstracts.phrase_names import (
 )
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
+from psirag.heap import mapped_copy as _mapped_copy
 from psirag.rows import csr_positions
 from psirag.stable_hash import find_hashed, hash64, hashes_agree
 
@@ -1683,36 +1682,6 @@ def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
         out[m:] = fill
         return out
     return _new_buffer(a, n, fill)
-
-
-def _mapped_copy(a: np.ndarray) -> np.ndarray:
-    """``a``'s values in an unlinked temporary file, mapped copy-on-write (writable; written
-    pages become this process's own): memory the kernel can page out while it is not read."""
-    if a.size == 0:
-        return a
-    try:
-        fd, path = tempfile.mkstemp(prefix="psirag-build-", suffix=".bin")
-    except OSError:
-        return a  # no temporary folder to write: keep it in memory
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.ascontiguousarray(a).tofile(f)
-        mapped = np.memmap(path, dtype=a.dtype, mode="c", shape=a.shape)
-    except OSError:
-        _unlink_quietly(path)
-        return a  # the temporary folder is full: keep it in memory
-    try:
-        os.unlink(path)  # the mapping keeps the data until it is let go
-    except OSError:  # a system that cannot unlink a mapped file: keep it in memory
-        del mapped
-        _unlink_quietly(path)
-        return a
-    return mapped
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 def _new_buffer(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
