@@ -55,9 +55,16 @@ def _saved(table: PhraseTable) -> dict[str, np.ndarray]:
     return got
 
 
-def test_a_batched_phrase_table_is_the_one_pass_table(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tail", [None, 5])
+def test_a_batched_phrase_table_is_the_one_pass_table(
+    tail: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches give the one-pass table, also with the sorted counts' tails folded in (each old
+    array let go as its folded one is made) at every batch (``tail``)."""
     texts = _corpus()
     whole = PhraseTable.build(texts)
+    if tail is not None:
+        monkeypatch.setattr(phrases, "TAIL_MAX", tail)
     monkeypatch.setattr(phrases, "BUILD_BATCH", 17)
     monkeypatch.setattr(phrases, "_LAYOUT_BLOCK", 50)
     batched = PhraseTable.build(texts)

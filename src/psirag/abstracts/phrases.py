@@ -557,6 +557,29 @@ def _folded(tail: np.ndarray | None, keys: np.ndarray, *arrays: np.ndarray) -> l
     return [np.insert(np.asarray(a[:head]), at, np.asarray(a[tail])) for a in (keys, *arrays)]
 
 
+def _folded_in_turn(tail: np.ndarray, held: list[np.ndarray | None]) -> list[np.ndarray]:
+    """:func:`_folded` of ``held`` (keys first, then its parallel arrays), letting each go
+    from ``held`` as its folded array is made: the same arrays, with one old array at a time
+    alive beside the new ones where the caller holds no other reference."""
+    keys = held[0]
+    assert keys is not None
+    head = keys.shape[0] - tail.size
+    at = np.searchsorted(np.asarray(keys[:head]), np.asarray(keys[tail]))
+    del keys
+    out = []
+    for i in range(len(held)):
+        a, held[i] = held[i], None
+        assert a is not None
+        out.append(np.insert(np.asarray(a[:head]), at, np.asarray(a[tail])))
+        del a
+    return out
+
+
+def _emptied(a: np.ndarray) -> np.ndarray:
+    """An empty array of ``a``'s type (what a table that gave its counts up keeps of one)."""
+    return np.empty((0, *a.shape[1:]), dtype=a.dtype)
+
+
 def _with_tail(tail: np.ndarray | None, keys: np.ndarray, new_at: np.ndarray) -> np.ndarray:
     """The positions ``tail`` (in the order of ``keys`` at them) with ``new_at`` (keys new to
     both, ascending) merged in."""
@@ -973,6 +996,9 @@ class PhraseTable:
         if _tail_is_long(p_tail, n_p):
             p_sorted = _Derived.full_p_sorted(replace(d, p_tail=p_tail), p_key)
             p_tail = np.empty(0, dtype=np.int64)
+            # the old order goes now, not at the end of the add (a build's folds of a 1M-leaf
+            # corpus each held every old and new corpus-wide array at once: its memory peak)
+            d = replace(d, p_sorted=_emptied(d.p_sorted))
         ls_pid = pid_u[inv]
 
         # each new leaf's distinct phrases
@@ -1001,7 +1027,13 @@ class PhraseTable:
         s_cnt[at[hit]] += u_cnt[hit]
         s_tail = _with_tail(d.s_tail, s_key, n_s + np.arange(n_miss))
         if _tail_is_long(s_tail, s_key.shape[0]):  # folded in: sorted again, by a merge
-            s_key, s_cnt, s_pid = _folded(s_tail, s_key, s_cnt, s_pid)
+            # each old array goes as its folded one is made (only ``d`` and these held them)
+            d = replace(
+                d, s_key=_emptied(d.s_key), s_cnt=_emptied(d.s_cnt), s_pid=_emptied(d.s_pid)
+            )
+            held: list[np.ndarray | None] = [s_key, s_cnt, s_pid]
+            del s_key, s_cnt, s_pid
+            s_key, s_cnt, s_pid = _folded_in_turn(s_tail, held)
             s_tail = np.empty(0, dtype=np.int64)
 
         # first-appearance ranks: words new to the corpus come after every word it had
