@@ -164,6 +164,16 @@ def children_rss_mib() -> float:
     return total
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used (/proc/<pid>/stat); None when gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def machine() -> str:
     """One-line machine summary (kept for the older results files)."""
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"

@@ -241,22 +241,93 @@ def _compact(folder: Path) -> dict[str, Any] | None:
     }
 
 
-class RssSampler:
-    """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs."""
+def _role(pid: int, own: bytes) -> str:
+    """What a build's process is, from its command line: ``graph`` (the HNSW child), ``bm25``
+    (the term counts' child), ``fork`` (a forked copy of the build process: the second
+    abstracts scorer), else the program's name."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "gone"
+    if b"graph_process" in cmd:
+        return "graph"
+    if b"bm25_process" in cmd:
+        return "bm25"
+    if cmd == own:
+        return "fork"
+    return Path(cmd.split(b"\0")[0].decode(errors="replace")).name or "other"
 
-    def __init__(self, every: float = 0.05) -> None:
-        from _common import children_rss_mib, current_rss_mib
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy (every core; /proc/stat), 0 without it."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return 0.0
+    # user nice system idle iowait irq softirq steal: all but idle and iowait
+    busy = sum(int(first[i]) for i in (1, 2, 3, 6, 7, 8) if i < len(first))
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+class RssSampler:
+    """This process's RSS every ``every`` seconds on a daemon thread, as (time, MiB) pairs;
+    beside it the RSS with the child processes, and every ``cpu_every`` seconds the CPU seconds
+    of this process and each descendant. The PSS summed over this process and every descendant
+    is read every ``pss_every`` seconds by a detached process at the lowest priority
+    (``_pss_watch.py``: reading smaps_rollup walks a process's page tables, about 55 ms of CPU
+    for a 5 GiB build; on this thread once a second it took 5-12% of a core from the build)."""
+
+    def __init__(self, every: float = 0.05, pss_every: float = 0.5, cpu_every: float = 1.0) -> None:
+        from _common import children_rss_mib, cpu_seconds, current_rss_mib
+        from _pss_watch import descendant_pids
 
         self.samples: list[tuple[float, float]] = []
         self.with_children: list[float] = []
         """This process's RSS plus its child processes' (the build's HNSW graph process)."""
+        self.pss: list[tuple[float, float, int]] = []
+        """(time, summed PSS in MiB, processes) over this process and every descendant."""
+        self.pss_cpu = 0.0
+        """CPU seconds the PSS reader used (its own process, not the build's)."""
+        self.cpu: list[tuple[float, dict[int, float]]] = []
+        """(time, {pid: CPU seconds so far}) for this process and every descendant."""
+        self.roles: dict[int, str] = {}
+        self.machine: list[float] = []
+        """Busy CPU seconds of the whole machine (every process, others' too) at each CPU
+        sample."""
         self._stop = threading.Event()
+        me = os.getpid()
+        own = Path("/proc/self/cmdline").read_bytes()
+        self.roles[me] = "build"
+        self._dir = Path(tempfile.mkdtemp(prefix="bench-pss-"))
+        watch = [sys.executable, str(HERE / "_pss_watch.py"), str(me)]
+        watch += [str(self._dir / "pss.txt"), str(self._dir / "stop"), str(pss_every)]
+        # detached (its parent, the shell, exits at once): not one of this build's descendants
+        subprocess.run(["sh", "-c", " ".join(f"'{a}'" for a in watch) + " &"], check=True)
+
+        self.own_cpu = 0.0
+        """CPU seconds the sampling thread itself used (part of the build process's CPU)."""
 
         def run() -> None:
+            next_cpu = 0.0
+            t_cpu = time.thread_time()
             while not self._stop.is_set():
+                now = time.perf_counter()
                 mib = current_rss_mib()
-                self.samples.append((time.perf_counter(), mib))
+                self.samples.append((now, mib))
                 self.with_children.append(mib + children_rss_mib())
+                if now >= next_cpu:
+                    next_cpu = now + cpu_every
+                    row = {}
+                    for pid in [me, *descendant_pids(me)]:
+                        secs = cpu_seconds(pid)
+                        if secs is None:
+                            continue
+                        row[pid] = secs
+                        if pid not in self.roles:
+                            self.roles[pid] = _role(pid, own)
+                    self.cpu.append((now, row))
+                    self.machine.append(_machine_busy_seconds())
+                self.own_cpu = time.thread_time() - t_cpu
                 self._stop.wait(every)
 
         self._thread = threading.Thread(target=run, daemon=True)
@@ -265,18 +336,27 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        (self._dir / "stop").touch()
+        out = self._dir / "pss.txt"
+        deadline = time.perf_counter() + 10
+        while time.perf_counter() < deadline:
+            text = out.read_text() if out.exists() else ""
+            if "cpu " in text:
+                break
+            time.sleep(0.1)
+        for line in text.splitlines():
+            parts = line.split()
+            if parts[0] == "cpu":
+                self.pss_cpu = float(parts[1])
+            elif len(parts) == 3:
+                self.pss.append((float(parts[0]), float(parts[1]), int(parts[2])))
+        shutil.rmtree(self._dir, ignore_errors=True)
 
     def stage_peaks(self, start: float, seconds: dict[str, float]) -> dict[str, float]:
         """Peak RSS per stage, the stages laid end to end from ``start`` by their timers in
         build order (a stage's untimed gaps count as "other"; a ``*_thread`` timer, a stage
         run on a background thread beside the others, is not laid out)."""
-        bounds = []
-        t = start
-        for name, secs in seconds.items():
-            if name.endswith("_thread"):
-                continue
-            bounds.append((name, t, t + secs))
-            t += secs
+        bounds = self._bounds(start, seconds)
         peaks: dict[str, float] = {}
         for at, mib in self.samples:
             if at < start:
@@ -284,6 +364,69 @@ class RssSampler:
             name = next((b[0] for b in bounds if b[1] <= at < b[2]), "other")
             peaks[name] = max(peaks.get(name, 0.0), mib)
         return {k: round(v, 1) for k, v in peaks.items()}
+
+    def _bounds(self, start: float, seconds: dict[str, float]) -> list[tuple[str, float, float]]:
+        bounds = []
+        t = start
+        for name, secs in seconds.items():
+            if name.endswith("_thread"):
+                continue
+            bounds.append((name, t, t + secs))
+            t += secs
+        return bounds
+
+    def stage_pss_peaks(self, start: float, seconds: dict[str, float]) -> dict[str, float]:
+        """Peak summed PSS per stage, cut as :meth:`stage_peaks` cuts the RSS samples."""
+        bounds = self._bounds(start, seconds)
+        peaks: dict[str, float] = {}
+        for at, mib, _ in self.pss:
+            if at < start:
+                continue
+            name = next((b[0] for b in bounds if b[1] <= at < b[2]), "other")
+            peaks[name] = max(peaks.get(name, 0.0), mib)
+        return {k: round(v, 1) for k, v in peaks.items()}
+
+    def stage_cpu(self, start: float, seconds: dict[str, float]) -> dict[str, dict[str, float]]:
+        """CPU seconds per stage and per process role (``build``, ``fork``, ``graph``,
+        ``bm25``, ...), from the per-second samples: each process's CPU between two samples
+        goes to the stage holding the interval's middle. A process's last second before it
+        exits is lost (up to one second per child). ``wall`` is the stage's seconds and
+        ``busy`` the cores used on average (of ``os.cpu_count()``); ``machine_busy`` the cores
+        every process of the machine used on average (the build's and others' work)."""
+        bounds = self._bounds(start, seconds)
+        table: dict[str, dict[str, float]] = {}
+        machine: dict[str, float] = {}
+        prev: dict[int, float] | None = None
+        prev_at = start
+        for i, (at, row) in enumerate(self.cpu):
+            if (
+                prev is None or at < start
+            ):  # the first sample: the CPU used before it is not the build's
+                prev, prev_at = row, at
+                continue
+            mid = (prev_at + at) / 2
+            name = next((b[0] for b in bounds if b[1] <= mid < b[2]), "other")
+            cell = table.setdefault(name, {})
+            if i < len(self.machine):
+                machine[name] = machine.get(name, 0.0) + self.machine[i] - self.machine[i - 1]
+            for pid, secs in row.items():
+                used = secs - prev.get(pid, 0.0)  # a new child: all of its CPU so far
+                role = self.roles.get(pid, "other")
+                cell[role] = cell.get(role, 0.0) + max(used, 0.0)
+            prev, prev_at = row, at
+        for name, a, b in bounds:
+            cell = table.setdefault(name, {})
+            cell["wall"] = b - a
+        for cell in table.values():
+            wall = cell.get("wall")
+            cpu = sum(v for k, v in cell.items() if k != "wall")
+            cell["cpu"] = cpu
+            if wall:
+                cell["busy"] = cpu / wall
+        for name, cell in table.items():
+            if cell.get("wall") and name in machine:  # every process's, the build's included
+                cell["machine_busy"] = machine[name] / cell["wall"]
+        return {k: {r: round(v, 2) for r, v in c.items()} for k, c in table.items()}
 
 
 def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dict[str, Any]:
@@ -302,17 +445,49 @@ def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dic
     before = current_rss_mib()
     del texts
     with single_thread_blas():
-        sampler = RssSampler()
+        # BENCH_NO_SAMPLER=1: no sampling thread and no PSS reader (together about 70 CPU
+        # seconds of a 1M build on 2 cores), for a build time without the instruments; the
+        # build process's own peak (VmHWM) is still read
+        sampler = None if os.environ.get("BENCH_NO_SAMPLER") == "1" else RssSampler()
         t0 = time.perf_counter()
         index = Index.build(docs, IndexConfig(), embedder=emb)
         out["build_seconds"] = round(time.perf_counter() - t0, 3)
-        sampler.stop()
         out["build_stages"] = {k: round(v, 3) for k, v in index.stats.seconds.items()}
         out["peak_rss_build_mib"] = round(peak_rss_mib(), 1)
-        # sampled (every 50 ms): this process and its children together
-        out["peak_rss_build_with_children_mib"] = round(max(sampler.with_children, default=0), 1)
-        out["rss_before_mib"] = round(before, 1)
-        out["build_stage_peak_mib"] = sampler.stage_peaks(t0, index.stats.seconds)
+        if sampler is None:
+            out["samplers"] = "off"
+        else:
+            sampler.stop()
+            # sampled (every 50 ms): this process and its children together
+            children = max(sampler.with_children, default=0)
+            out["peak_rss_build_with_children_mib"] = round(children, 1)
+            out["rss_before_mib"] = round(before, 1)
+            out["build_stage_peak_mib"] = sampler.stage_peaks(t0, index.stats.seconds)
+            # PSS (a copy-on-write page shared with a forked child counts once) summed over this
+            # process and every descendant, read every 0.5 s by a detached low-priority process
+            # (it lags when both cores are busy): the build's real footprint
+            out["peak_pss_build_with_descendants_mib"] = round(
+                max((m for _, m, _ in sampler.pss), default=0), 1
+            )
+            out["build_stage_peak_pss_mib"] = sampler.stage_pss_peaks(t0, index.stats.seconds)
+            out["build_stage_cpu_seconds"] = sampler.stage_cpu(t0, index.stats.seconds)
+            out["sampler_cpu_seconds"] = round(sampler.own_cpu, 2)
+            out["pss_reader_cpu_seconds"] = round(sampler.pss_cpu, 2)
+            log = os.environ.get("BENCH_CPU_LOG")
+            if log:  # the raw samples, for a per-second look
+                Path(log).write_text(
+                    json.dumps(
+                        {
+                            "t0": t0,
+                            "roles": {str(k): v for k, v in sampler.roles.items()},
+                            "cpu": [[a, {str(k): v for k, v in r.items()}] for a, r in sampler.cpu],
+                            "machine": sampler.machine,
+                            "pss": sampler.pss,
+                            "rss": sampler.samples,
+                            "stages": index.stats.seconds,
+                        }
+                    )
+                )
         out["rss_after_build_mib"] = round(current_rss_mib(), 1)
         if build_only:
             out["peak_rss_mib"] = round(peak_rss_mib(), 1)

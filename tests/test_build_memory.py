@@ -9,6 +9,7 @@ import pytest
 
 import psirag.abstracts.keywords as keywords
 import psirag.abstracts.phrases as phrases
+import psirag.heap as heap
 import psirag.retrieval.bm25 as bm25
 import psirag.retrieval.duplicates as duplicates
 from psirag.abstracts.keywords import keyword_abstracts
@@ -54,9 +55,16 @@ def _saved(table: PhraseTable) -> dict[str, np.ndarray]:
     return got
 
 
-def test_a_batched_phrase_table_is_the_one_pass_table(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tail", [None, 5])
+def test_a_batched_phrase_table_is_the_one_pass_table(
+    tail: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches give the one-pass table, also with the sorted counts' tails folded in (each old
+    array let go as its folded one is made) at every batch (``tail``)."""
     texts = _corpus()
     whole = PhraseTable.build(texts)
+    if tail is not None:
+        monkeypatch.setattr(phrases, "TAIL_MAX", tail)
     monkeypatch.setattr(phrases, "BUILD_BATCH", 17)
     monkeypatch.setattr(phrases, "_LAYOUT_BLOCK", 50)
     batched = PhraseTable.build(texts)
@@ -178,6 +186,37 @@ def test_a_big_build_lets_its_layout_go_and_an_add_remakes_it(
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
+def test_a_big_layouts_column_arrays_are_spilled_and_an_add_extends_them_as_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scoring does not read a layout's phrase per column nor its column order keys: a big
+    table moves them to mapped files with the counts only the layout read. They hold the same
+    values, and an add that extends that layout (rather than remaking it) gives the phrases an
+    add on the kept layout gives."""
+    texts = _corpus()
+    kept = PhraseTable.build(texts)
+    kept.phrases()
+    assert not kept.spill_laid_out()  # small: stays in memory
+    monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
+    big = PhraseTable.build(texts)
+    big.spill_idle()
+    big.phrases()
+    assert big.spill_laid_out()
+    a_lay, b_lay = kept._cache["layout"], big._cache["layout"]
+    assert isinstance(b_lay.col_key, np.memmap) and isinstance(b_lay.phrases.pid_of, np.memmap)
+    assert big.phrases().pid_of is b_lay.phrases.pid_of  # what keyword_abstracts reads
+    assert np.array_equal(a_lay.col_key, b_lay.col_key)
+    assert np.array_equal(a_lay.phrases.pid_of, b_lay.phrases.pid_of)
+    more = _corpus(9, seed=8)
+    a, b = kept.add(more), big.add(more)
+    assert a._cache["pending"][3].get("layout") is a_lay  # the add extends the layout
+    assert b._cache["pending"][3].get("layout") is b_lay
+    a_ph, b_ph = a.phrases(), b.phrases()
+    for name in ("key", "df", "col_of", "pid_of", "lp_pid", "lp_ptr", "surface_ids", "words"):
+        assert np.array_equal(getattr(a_ph, name), getattr(b_ph, name)), name
+    assert np.array_equal(a._cache["layout"].col_key, b._cache["layout"].col_key)
+
+
 def test_an_index_built_big_saves_loads_and_updates_as_one_built_small(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
@@ -214,7 +253,7 @@ def test_a_spill_without_a_temporary_folder_keeps_the_arrays_in_memory(
     texts = _corpus()
     want = _saved(PhraseTable.build(texts))
     monkeypatch.setattr(phrases, "KEEP_LAYOUT_MAX_PHRASES", 10)
-    monkeypatch.setattr(phrases.tempfile, "mkstemp", no_room)
+    monkeypatch.setattr(heap.tempfile, "mkstemp", no_room)
     table = PhraseTable.build(texts)
     assert table.spill_idle()
     assert not isinstance(table.ls_key, np.memmap)
@@ -230,3 +269,36 @@ def test_freed_memory_goes_back_where_the_c_library_allows() -> None:
     if sys.platform.startswith("linux"):
         assert _malloc_trim() is not None  # glibc here: the call is made
     give_back_freed_memory()  # and never fails
+
+
+def test_a_big_builds_leaf_vectors_wait_in_a_mapped_file_and_the_index_is_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From the tree to the routing stage a big build holds its leaf vectors in a mapped
+    temporary file (the abstracts do not read them): the index built is the one built with
+    them in memory (node vectors, abstracts, a search), and holds no mapped array."""
+    from support import HashEmbedder
+
+    from psirag import Index, IndexConfig, pipeline
+    from psirag.ingest import Document
+
+    docs = [Document(str(i), "", t, is_record=True) for i, t in enumerate(_corpus(80))]
+    small = Index.build(docs, IndexConfig(), embedder=HashEmbedder())
+    spilled: list[np.ndarray] = []
+    real = pipeline.mapped_copy
+
+    def seen(a: np.ndarray) -> np.ndarray:
+        out = real(a)
+        spilled.append(out)
+        return out
+
+    monkeypatch.setattr(pipeline, "SPILL_VECTORS_MIN_LEAVES", 10)
+    monkeypatch.setattr(pipeline, "mapped_copy", seen)
+    big = Index.build(docs, IndexConfig(), embedder=HashEmbedder())
+    assert len(spilled) == 1 and isinstance(spilled[0], np.memmap)
+    assert spilled[0].shape == (len(docs), small.data.node_vectors.shape[1])
+    assert type(big.data.node_vectors) is np.ndarray
+    assert np.array_equal(big.data.node_vectors, small.data.node_vectors)
+    assert big.data.abstracts == small.data.abstracts
+    hits = [p.leaf for p in small.search("Mount Etna")]
+    assert hits and [p.leaf for p in big.search("Mount Etna")] == hits

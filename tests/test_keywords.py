@@ -584,3 +584,51 @@ def test_the_spans_a_failed_child_took_are_scored_here(monkeypatch: pytest.Monke
     monkeypatch.setattr(kw, "_in_two_processes", observed)
     assert kw.keyword_abstracts(texts, tree, max_phrases=8) == one
     assert len(scored) == 2 and scored[1] > 0  # the second call: the child's spans
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_root_row_without_its_id_array_gives_the_abstracts_of_the_array(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node over every leaf (a single tree's root) reads the corpus's counts, its ids 0 .. n-1
+    made a slice at a time; as a parent, its counts of the product rows' phrases go into the
+    scratch row by compact column: its children's and its own phrases are those read through a
+    real array of every id, in the products' path and in an update's (no scratch row), and
+    every node's phrases are an update's of every node."""
+    import psirag.abstracts.keywords as kw
+
+    rng = np.random.default_rng(700 + seed)
+    n = int(rng.integers(60, 160))
+    texts = _random_corpus(rng, n)
+    forest = _random_tree(rng, n)
+    tops = np.flatnonzero(forest.parent < 0)  # under one root: a node over every leaf
+    root = forest.parent.size
+    parent = np.append(forest.parent, -1)
+    parent[tops] = root
+    tree = Tree(parent=parent, layer=np.append(forest.layer, forest.layer.max() + 1))
+    roots_children = np.flatnonzero(tree.parent == root).tolist()
+    assert roots_children  # the root is read as a parent row
+    real = kw._every_row
+    lazy_rows: list[bool] = []
+
+    def seen(global_df: np.ndarray) -> tuple[object, np.ndarray]:
+        ids, counts = real(global_df)
+        lazy_rows.append(isinstance(ids, kw._AllIds))
+        return ids, counts
+
+    monkeypatch.setattr(kw, "_every_row", seen)
+    lazy = kw.keyword_abstracts(texts, tree, max_phrases=8)
+    few = kw.keyword_abstracts(texts, tree, max_phrases=8, nodes=[root, *roots_children])
+    assert lazy_rows == [True, True]
+
+    def array(global_df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        every = np.flatnonzero(global_df > 0).astype(np.int32)
+        return every, global_df[every]
+
+    monkeypatch.setattr(kw, "_every_row", array)
+    assert lazy == kw.keyword_abstracts(texts, tree, max_phrases=8)
+    assert few == kw.keyword_abstracts(texts, tree, max_phrases=8, nodes=[root, *roots_children])
+    assert few == [lazy[u - n] for u in [root, *roots_children]]
+    assert sum(len(p) for p in lazy) > 0
+    inner = list(range(n, tree.parent.size))
+    assert lazy == kw.keyword_abstracts(texts, tree, max_phrases=8, nodes=inner)

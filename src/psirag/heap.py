@@ -9,13 +9,18 @@ Windows) this does nothing.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import os
 import sys
+import tempfile
 from collections.abc import Callable
 from functools import cache
 
-__all__ = ["give_back_freed_memory"]
+import numpy as np
+
+__all__ = ["give_back_freed_memory", "mapped_copy"]
 
 
 @cache
@@ -37,3 +42,33 @@ def give_back_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+def mapped_copy(a: np.ndarray) -> np.ndarray:
+    """``a``'s values in an unlinked temporary file, mapped copy-on-write (writable; written
+    pages become this process's own): memory the kernel can page out while it is not read."""
+    if a.size == 0:
+        return a
+    try:
+        fd, path = tempfile.mkstemp(prefix="psirag-build-", suffix=".bin")
+    except OSError:
+        return a  # no temporary folder to write: keep it in memory
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.ascontiguousarray(a).tofile(f)
+        mapped = np.memmap(path, dtype=a.dtype, mode="c", shape=a.shape)
+    except OSError:
+        _unlink_quietly(path)
+        return a  # the temporary folder is full: keep it in memory
+    try:
+        os.unlink(path)  # the mapping keeps the data until it is let go
+    except OSError:  # a system that cannot unlink a mapped file: keep it in memory
+        del mapped
+        _unlink_quietly(path)
+        return a
+    return mapped
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

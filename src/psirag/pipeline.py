@@ -22,7 +22,7 @@ import numpy as np
 from psirag.config import EXACT_DENSE_LEAVES, IndexConfig
 from psirag.embed import Embedder, finalize_vectors, load_embedder
 from psirag.errors import InputError
-from psirag.heap import give_back_freed_memory
+from psirag.heap import give_back_freed_memory, mapped_copy
 from psirag.index_data import BuildStats, IndexData, fresh_lineage
 from psirag.ingest import Document, documents_from_strings, load_documents, make_chunks
 from psirag.retrieval.bm25 import SparseIndex, check_indexable
@@ -418,23 +418,30 @@ def build_index_data(
             f"embedder's {embedder.max_tokens} tokens and were truncated by the model"
         )
 
-    t0 = time.perf_counter()
-    built = build_chunk_tree(
-        embedded.vectors,
-        chunks,
-        config,
-        progress=progress,
-        report=say,
-        bucket_runner=batch.bucket_runner() if batch is not None else None,
-    )
-    seconds["tree"] = time.perf_counter() - t0
-    give_back_freed_memory()
-
-    # the HNSW graph reads only the leaf vectors: built beside the abstracts, routing and BM25
-    graph_build = GraphBuild(embedded.vectors, report=say)
+    truncated, leaf_vectors = embedded.truncated, embedded.vectors
+    del embedded
+    # the HNSW graph reads only the leaf vectors and the BM25 counts only the leaf texts:
+    # made beside the tree, the abstracts and the routing, started as soon as their inputs
+    # exist (the tree's serial parts leave a core idle)
+    graph_build = GraphBuild(leaf_vectors, report=say)
     leaf_texts = [c.text for c in chunks]
     counting = sparse_counts_in_background(leaf_texts, report=say)
     try:
+        t0 = time.perf_counter()
+        built = build_chunk_tree(
+            leaf_vectors,
+            chunks,
+            config,
+            progress=progress,
+            report=say,
+            bucket_runner=batch.bucket_runner() if batch is not None else None,
+        )
+        seconds["tree"] = time.perf_counter() - t0
+        if len(chunks) >= SPILL_VECTORS_MIN_LEAVES:
+            # the abstracts (the build's peak) do not read them: a mapped file until routing
+            leaf_vectors = graph_build.use_vectors(mapped_copy(leaf_vectors))
+        give_back_freed_memory()
+
         t0 = time.perf_counter()
         if batch is not None and llm is not None:
             llm = batch.llm_client(llm)
@@ -444,8 +451,9 @@ def build_index_data(
 
         t0 = time.perf_counter()
         node_vectors = routing_vectors(
-            built.tree, embedded.vectors, abstracts.texts, config, embedder, progress=progress
+            built.tree, leaf_vectors, abstracts.texts, config, embedder, progress=progress
         )
+        del leaf_vectors
         seconds["routing"] = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -472,7 +480,7 @@ def build_index_data(
             seconds["hnsw_thread"] = thread_seconds
     stats = BuildStats(
         seconds=seconds,
-        truncated=embedded.truncated,
+        truncated=truncated,
         documents=len(documents),
         llm=abstracts.llm,
         tree_mode=built.mode,
@@ -560,6 +568,12 @@ def sparse_counts_in_background(
         return None
 
 
+SPILL_VECTORS_MIN_LEAVES = 500_000
+"""A build of at least this many chunks keeps its leaf vectors in a mapped temporary file
+(:func:`~psirag.heap.mapped_copy`) from the tree to the routing stage: the keyword abstracts,
+the build's memory peak, do not read them (64-d: 244 MiB at 1M chunks)."""
+
+
 class GraphBuild:
     """The leaf graph of a build (:func:`leaf_graph`), made in the background
     (:func:`graph_in_background`) with one usearch thread until :meth:`result` waits for it,
@@ -588,6 +602,13 @@ class GraphBuild:
                     (report or _quiet)(f"note: the HNSW graph is built on a thread ({exc})")
             self._thread = threading.Thread(target=self._run, name="psirag-hnsw", daemon=True)
             self._thread.start()
+
+    def use_vectors(self, leaf_vectors: np.ndarray) -> np.ndarray:
+        """Read ``leaf_vectors`` (the same values: a mapped copy) where the graph is built
+        here after all; returns them."""
+        if self._vectors is not None and self._thread is None:
+            self._vectors = leaf_vectors
+        return leaf_vectors
 
     def _run(self) -> None:
         t0 = time.perf_counter()

@@ -189,24 +189,36 @@ def keyword_abstracts(
             )
             for a in part.tolist()
         }
-    every_rows: list[tuple[np.ndarray, np.ndarray]] = []
+    every_rows: list[tuple[Any, np.ndarray]] = []
     if whole.any():
         every_rows.append(_every_row(global_df))
     block: dict[int, int] = {}
-    node_df: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # indptr, pids, counts
+    # indptr, pids, counts, and the pids as compact columns (what the scratch row reads)
+    node_df: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def node_row(a: int) -> tuple[np.ndarray, np.ndarray]:
+    def node_row(a: int) -> tuple[Any, np.ndarray]:
         if whole[a]:
             return every_rows[0]
         if nodes is not None:
             return sub_rows[a]
         assert node_df is not None
         b = block[a]
-        indptr, ids, counts = node_df
+        indptr, ids, counts, _ = node_df
         lo, hi = indptr[b], indptr[b + 1]
         return ids[lo:hi], counts[lo:hi]
 
-    scratch = np.zeros(col_of.size, dtype=np.int32) if nodes is None else None
+    def node_cols(a: int) -> np.ndarray:
+        """A product row's phrases as compact columns (``multi_ids`` positions)."""
+        assert node_df is not None
+        b = block[a]
+        indptr, _, _, compact = node_df
+        return compact[indptr[b] : indptr[b + 1]]
+
+    # the parent's counts of a build's product rows, by compact column: those rows hold only
+    # the phrases of two or more leaves (a few % of the corpus's), and a node over every leaf
+    # reads the corpus's counts, not this row
+    scratch = np.zeros(multi_ids.size, dtype=np.int32) if nodes is None else None
+    every_multi = global_df[multi_ids] if scratch is not None and whole.any() else global_df[:0]
     bar = None
     if progress:
         from tqdm import tqdm
@@ -219,7 +231,8 @@ def keyword_abstracts(
         nonlocal block, node_df
         done: dict[int, list[str]] = {}
         current = -2
-        parent_pids = np.empty(0, dtype=np.int64)
+        parent_pids: Any = np.empty(0, dtype=np.int64)
+        parent_cols: np.ndarray | slice = np.empty(0, dtype=np.int64)  # in ``scratch``
         with _collector_paused():  # many small objects; a full pass over a big heap is slow
             for start, stop in spans:
                 chunk = ordered[start:stop].tolist()
@@ -231,26 +244,37 @@ def keyword_abstracts(
                     _forget(phrases)
                     give_back_freed_memory()
                     if scratch is not None:
-                        scratch[parent_pids] = 0
+                        scratch[parent_cols] = 0
                     current, parent_pids = -2, np.empty(0, dtype=np.int64)
+                    parent_cols = np.empty(0, dtype=np.int64)
                     node_df = None
                     product = (membership[needed] @ leaf_pid).tocsr()
-                    node_df = (product.indptr, multi_ids[product.indices], product.data)
-                    del product
+                    ids = multi_ids[product.indices]
+                    node_df = (product.indptr, ids, product.data, product.indices)
+                    del product, ids
                 for u in chunk:
                     p = int(tree.parent[u])
                     if p != current:
                         if scratch is not None:
-                            scratch[parent_pids] = 0
+                            scratch[parent_cols] = 0
+                            parent_cols = np.empty(0, dtype=np.int64)
                         if p >= 0:
-                            parent_pids, pdata = node_row(int(row_of[p]))
-                            if scratch is not None:
-                                scratch[parent_pids] = pdata
+                            r_p = int(row_of[p])
+                            parent_pids, pdata = node_row(r_p)
+                            if scratch is not None and whole[r_p]:
+                                parent_cols = slice(None)
+                                scratch[parent_cols] = every_multi
+                            elif scratch is not None:
+                                parent_cols = node_cols(r_p)
+                                scratch[parent_cols] = pdata
                         else:
                             parent_pids = np.empty(0, dtype=np.int64)
                         current = p
                     r_u = int(row_of[u])
                     pids, data = node_row(r_u)
+                    # a product row's compact columns (scratch's positions); a node over every
+                    # leaf has a parent over every leaf too (or none): it reads the corpus's
+                    u_cols = node_cols(r_u) if scratch is not None and not whole[r_u] else None
                     n_u = float(leaf_counts[r_u])
                     if bar is not None:
                         bar.update(1)
@@ -259,9 +283,13 @@ def keyword_abstracts(
                     # the node's phrases: the product's row, then (a slice at a time) the
                     # single-leaf phrases of its leaves, each held by one leaf here and in the
                     # parent
-                    segments: list[tuple[np.ndarray, np.ndarray | None]] = []
+                    segments: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = []
                     segments += [
-                        (pids[lo : lo + _SCORE_CHUNK], data[lo : lo + _SCORE_CHUNK])
+                        (
+                            pids[lo : lo + _SCORE_CHUNK],
+                            data[lo : lo + _SCORE_CHUNK],
+                            None if u_cols is None else u_cols[lo : lo + _SCORE_CHUNK],
+                        )
                         for lo in range(0, pids.size, _SCORE_CHUNK)
                     ]
                     n_total = pids.size
@@ -269,13 +297,13 @@ def keyword_abstracts(
                         lo_u, hi_u = membership.indptr[r_u], membership.indptr[r_u + 1]
                         leaves = membership.indices[lo_u:hi_u]
                         for part in single.gather(leaves, _SCORE_CHUNK):
-                            segments.append((part, None))
+                            segments.append((part, None, None))
                             n_total += part.size
                     if not segments:
-                        segments.append((pids, data))
+                        segments.append((pids, data, u_cols))
                     parts = []
                     n_multi = 0
-                    for c_pids, c_data in segments:
+                    for c_pids, c_data, c_compact in segments:
                         if c_data is None:  # single-leaf phrases, all columns
                             # each is held by one leaf here and in the parent (or the corpus):
                             # every one scores the same and ties go to the lower column, so only
@@ -295,8 +323,11 @@ def keyword_abstracts(
                             if p >= 0:
                                 # a parent's row holds every phrase of its child's (sorted when read
                                 # per node)
-                                if scratch is not None:
-                                    df_p = scratch[c_pids]
+                                if c_compact is not None:
+                                    assert scratch is not None
+                                    df_p = scratch[c_compact[kept]]
+                                elif whole[r_u]:
+                                    df_p = global_df[c_pids]
                                 else:
                                     df_p = pdata[parent_pids.searchsorted(c_pids)]
                             else:
@@ -540,15 +571,34 @@ def _product_blocks(
     return blocks
 
 
-def _every_row(global_df: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _every_row(global_df: np.ndarray) -> tuple[np.ndarray | _AllIds, np.ndarray]:
     """The phrase ids and counts of a node over every leaf: the corpus's present phrases.
     After a fresh build every phrase is present, so the counts are ``global_df`` itself and
-    the ids int32 (tens of millions of phrases at 1M leaves: no int64 copy of each)."""
+    the ids :class:`_AllIds` (tens of millions of phrases at 1M leaves: no array of them)."""
     id_type = np.int32 if global_df.size < 2**31 else np.int64
-    if bool((global_df > 0).all()):
-        return np.arange(global_df.size, dtype=id_type), global_df
+    if global_df.size and bool((global_df > 0).all()):
+        return _AllIds(global_df.size, id_type), global_df
     every = np.flatnonzero(global_df > 0).astype(id_type)
     return every, global_df[every]
+
+
+class _AllIds:
+    """The phrase ids ``0 .. size - 1`` of a node's row without the array (one id per phrase
+    of the corpus, alive through all of scoring: 200 MiB at 1M leaves): a slice of it is made
+    when read (``ids[lo:hi]``), and an id's position in it is the id itself."""
+
+    __slots__ = ("dtype", "size")
+
+    def __init__(self, size: int, dtype: Any) -> None:
+        self.size = size
+        self.dtype = np.dtype(dtype)
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        start, stop, step = key.indices(self.size)
+        return np.arange(start, stop, step, dtype=self.dtype)
+
+    def searchsorted(self, ids: np.ndarray) -> np.ndarray:
+        return np.asarray(ids)
 
 
 def _block_rows(

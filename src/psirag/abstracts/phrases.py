@@ -38,11 +38,8 @@ once (memory speed) to find the phrases that word is in.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
-import os
-import tempfile
 import threading
 import weakref
 from collections import defaultdict
@@ -74,6 +71,7 @@ from psirag.abstracts.phrase_names import (
 )
 from psirag.errors import IndexFormatError
 from psirag.heap import give_back_freed_memory
+from psirag.heap import mapped_copy as _mapped_copy
 from psirag.rows import csr_positions
 from psirag.stable_hash import find_hashed, hash64, hashes_agree
 
@@ -557,6 +555,29 @@ def _folded(tail: np.ndarray | None, keys: np.ndarray, *arrays: np.ndarray) -> l
     return [np.insert(np.asarray(a[:head]), at, np.asarray(a[tail])) for a in (keys, *arrays)]
 
 
+def _folded_in_turn(tail: np.ndarray, held: list[np.ndarray | None]) -> list[np.ndarray]:
+    """:func:`_folded` of ``held`` (keys first, then its parallel arrays), letting each go
+    from ``held`` as its folded array is made: the same arrays, with one old array at a time
+    alive beside the new ones where the caller holds no other reference."""
+    keys = held[0]
+    assert keys is not None
+    head = keys.shape[0] - tail.size
+    at = np.searchsorted(np.asarray(keys[:head]), np.asarray(keys[tail]))
+    del keys
+    out = []
+    for i in range(len(held)):
+        a, held[i] = held[i], None
+        assert a is not None
+        out.append(np.insert(np.asarray(a[:head]), at, np.asarray(a[tail])))
+        del a
+    return out
+
+
+def _emptied(a: np.ndarray) -> np.ndarray:
+    """An empty array of ``a``'s type (what a table that gave its counts up keeps of one)."""
+    return np.empty((0, *a.shape[1:]), dtype=a.dtype)
+
+
 def _with_tail(tail: np.ndarray | None, keys: np.ndarray, new_at: np.ndarray) -> np.ndarray:
     """The positions ``tail`` (in the order of ``keys`` at them) with ``new_at`` (keys new to
     both, ascending) merged in."""
@@ -961,6 +982,9 @@ class PhraseTable:
         if _tail_is_long(p_tail, n_p):
             p_sorted = _Derived.full_p_sorted(replace(d, p_tail=p_tail), p_key)
             p_tail = np.empty(0, dtype=np.int64)
+            # the old order goes now, not at the end of the add (a build's folds of a 1M-leaf
+            # corpus each held every old and new corpus-wide array at once: its memory peak)
+            d = replace(d, p_sorted=_emptied(d.p_sorted))
         ls_pid = pid_u[inv]
 
         # each new leaf's distinct phrases
@@ -989,7 +1013,13 @@ class PhraseTable:
         s_cnt[at[hit]] += u_cnt[hit]
         s_tail = _with_tail(d.s_tail, s_key, n_s + np.arange(n_miss))
         if _tail_is_long(s_tail, s_key.shape[0]):  # folded in: sorted again, by a merge
-            s_key, s_cnt, s_pid = _folded(s_tail, s_key, s_cnt, s_pid)
+            # each old array goes as its folded one is made (only ``d`` and these held them)
+            d = replace(
+                d, s_key=_emptied(d.s_key), s_cnt=_emptied(d.s_cnt), s_pid=_emptied(d.s_pid)
+            )
+            held: list[np.ndarray | None] = [s_key, s_cnt, s_pid]
+            del s_key, s_cnt, s_pid
+            s_key, s_cnt, s_pid = _folded_in_turn(s_tail, held)
             s_tail = np.empty(0, dtype=np.int64)
 
         # first-appearance ranks: words new to the corpus come after every word it had
@@ -1154,12 +1184,14 @@ class PhraseTable:
     def spill_laid_out(self) -> bool:
         """After :meth:`phrases` laid the corpus out: move the per-phrase counts scoring does
         not read (each phrase's best form, its count, the key order: the layout holds its own
-        copies of what it needs; about 0.9 GiB at 1M leaves) into unlinked temporary files
-        mapped copy-on-write, as :meth:`spill_idle` does, when the table is as big as that
-        asks. The values and what reads them (an add, a removal, a save) are unchanged. True
-        when they were moved."""
+        copies of what it needs; about 0.9 GiB at 1M leaves), and the layout's by-column
+        arrays it does not read either (each column's phrase and order key, which an add
+        extends: about 0.6 GiB), into unlinked temporary files mapped copy-on-write, as
+        :meth:`spill_idle` does, when the table is as big as that asks. The values and what
+        reads them (an add, a removal, a save) are unchanged. True when they were moved."""
         d = self._cache.get("derived")
-        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or d is None or "layout" not in self._cache:
+        got = self._cache.get("layout")
+        if self.p_key.size <= KEEP_LAYOUT_MAX_PHRASES or d is None or got is None:
             return False
         if isinstance(d.p_best, np.memmap):
             return False  # done already
@@ -1170,6 +1202,11 @@ class PhraseTable:
             p_sorted=_mapped_copy(d.p_sorted),
         )
         del d
+        ph = dataclasses.replace(got.phrases, pid_of=_mapped_copy(got.phrases.pid_of))
+        self._cache["layout"] = dataclasses.replace(
+            got, col_key=_mapped_copy(got.col_key), phrases=ph
+        )
+        del got, ph
         give_back_freed_memory()
         return True
 
@@ -1642,36 +1679,6 @@ def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
         out[m:] = fill
         return out
     return _new_buffer(a, n, fill)
-
-
-def _mapped_copy(a: np.ndarray) -> np.ndarray:
-    """``a``'s values in an unlinked temporary file, mapped copy-on-write (writable; written
-    pages become this process's own): memory the kernel can page out while it is not read."""
-    if a.size == 0:
-        return a
-    try:
-        fd, path = tempfile.mkstemp(prefix="psirag-build-", suffix=".bin")
-    except OSError:
-        return a  # no temporary folder to write: keep it in memory
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.ascontiguousarray(a).tofile(f)
-        mapped = np.memmap(path, dtype=a.dtype, mode="c", shape=a.shape)
-    except OSError:
-        _unlink_quietly(path)
-        return a  # the temporary folder is full: keep it in memory
-    try:
-        os.unlink(path)  # the mapping keeps the data until it is let go
-    except OSError:  # a system that cannot unlink a mapped file: keep it in memory
-        del mapped
-        _unlink_quietly(path)
-        return a
-    return mapped
-
-
-def _unlink_quietly(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
 
 
 def _new_buffer(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
