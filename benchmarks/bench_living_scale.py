@@ -687,7 +687,7 @@ def reuse_worker(source: Path) -> dict[str, Any]:
     document, 1% of the chunks as new documents and removing one document, in memory (each on
     the loaded index) and saved (load + update + save, what the CLI does, with bytes written).
     The new documents are made from the vocabularies of :func:`corpus` at the index's size."""
-    from _common import current_rss_mib, peak_rss_mib
+    from _common import copy_index, current_rss_mib, peak_rss_mib
 
     from psirag import Index
     from psirag.eval.harness import single_thread_blas
@@ -698,7 +698,7 @@ def reuse_worker(source: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp, single_thread_blas():
         folder = Path(tmp) / "ix"
         t0 = time.perf_counter()
-        shutil.copytree(source, folder, symlinks=True)
+        copy_index(source, folder, sync=False)
         out["copy_seconds"] = round(time.perf_counter() - t0, 1)
         out["index_bytes"] = _du(folder)
         t0 = time.perf_counter()

@@ -220,7 +220,7 @@ def main() -> None:
         parser.error(f"--index {args.index}: no saved index there (no manifest.json)")
     sys.path.insert(0, str(HERE))
     sys.path.insert(0, str(SRC))
-    from _common import machine_info, synthetic_texts, write_result
+    from _common import copy_index, machine_info, synthetic_texts, write_result
 
     from psirag import Index, IndexConfig
     from psirag.ingest import Document
@@ -245,7 +245,7 @@ def main() -> None:
             out["build_and_save_s"] = round(time.perf_counter() - t0, 2)
             print(f"built {args.chunks:,} chunks in {out['build_and_save_s']} s", flush=True)
         else:
-            _copy_index(args.index, folder)
+            copy_index(args.index, folder, sync=False)
             out["index"] = args.index.name  # no path of this machine in results
             out["copy_s"] = round(time.perf_counter() - t0, 2)
             # the copy's pages are written back now, not under the timed adds (at 1M chunks
@@ -375,18 +375,6 @@ def main() -> None:
     out["machine"] = machine_info()
     print(json.dumps(out, indent=2))
     write_result(args.out or f"server_add_{args.chunks}.json", out)
-
-
-def _copy_index(index: Path, copy: Path) -> None:
-    """Copy a saved index as it is on disk: ``cp -a`` keeps the hard links between its
-    generations. ``shutil.copytree`` made each generation's shared files separate copies, and
-    the first add's removal of the oldest generation then deleted 5.3 GB at 1M chunks (2.7 s
-    of the first save's 3.6-3.8 s in session 37's runs), which an index saved in place never
-    pays."""
-    if shutil.which("cp") is not None and sys.platform.startswith("linux"):
-        subprocess.run(["cp", "-a", str(index), str(copy)], check=True)
-    else:
-        shutil.copytree(index, copy, symlinks=True)
 
 
 def _evict(folder: Path) -> dict[str, float]:
