@@ -213,19 +213,31 @@ def masked_template(question: str) -> str:
     return " ".join(re.findall(r"[a-z0']+|x", text))
 
 
-def _masked_counts(question: str) -> dict[str, float]:
-    """Counts over the masked words, adjacent masks merged: how long the question is once its
-    names are set aside, and how many relation words it has (content words other than the
-    answer type right after a leading "what"/"which")."""
+def _merged_words(question: str) -> list[str]:
+    """The masked question's words, with runs of masks ("x x") merged into one."""
     words: list[str] = []
     for word in masked_template(question).split():
         if not (word == "x" and words and words[-1] == "x"):
             words.append(word)
-    answer_type = {
+    return words
+
+
+def _answer_type(words: Sequence[str], leads: tuple[str, ...]) -> set[int]:
+    """Positions of the answer type: the content word right after a leading question word
+    ("which city", "what year"), which names what is asked, not a relation."""
+    return {
         i + 1
         for i, word in enumerate(words[:3])
-        if word in ("what", "which") and i + 1 < len(words) and words[i + 1] not in _STOP
+        if word in leads and i + 1 < len(words) and words[i + 1] not in _STOP
     }
+
+
+def _masked_counts(question: str) -> dict[str, float]:
+    """Counts over the masked words, adjacent masks merged: how long the question is once its
+    names are set aside, and how many relation words it has (content words other than the
+    answer type right after a leading "what"/"which")."""
+    words = _merged_words(question)
+    answer_type = _answer_type(words, ("what", "which"))
     content = [
         w for i, w in enumerate(words) if w not in _STOP and w != "x" and i not in answer_type
     ]
@@ -365,15 +377,8 @@ def _relation_count(question: str) -> dict[str, float]:
     noun that names what a name is ("the band x", "the novelist x", "the port town of x": a
     typed mention) and the answer type after a leading "what"/"which" ("which city") do not
     count. A single fact asked in any wording has about one; a chain one per link."""
-    words: list[str] = []
-    for word in masked_template(question).split():
-        if not (word == "x" and words and words[-1] == "x"):
-            words.append(word)
-    answer_type = {
-        i + 1
-        for i, word in enumerate(words[:3])
-        if word in ("what", "which", "whose") and i + 1 < len(words) and words[i + 1] not in _STOP
-    }
+    words = _merged_words(question)
+    answer_type = _answer_type(words, ("what", "which", "whose"))
     relations = typed = 0
     previous_noun = False
     for i, word in enumerate(words):
