@@ -155,11 +155,11 @@ def test_too_many_open_files(tmp_path: Path) -> None:
     more, succeeds): never a traceback, a half-written generation or a changed index. How many
     descriptors an add holds at once varies a little from run to run (memory maps close their
     files, background threads come and go), so the limit is swept from the descriptors in use
-    up in steps of 4, each time on a fresh copy of the index, until an add gets through."""
+    up one at a time, each time on a fresh copy of the index, until an add gets through."""
     new = big_file(tmp_path)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     failures: list[tuple[Path, str]] = []
-    for spare in range(0, 64, 4):
+    for spare in range(0, 64):
         index = tmp_path / f"lx{spare}"
         build(index)
         gc.collect()  # close what earlier tests left unreferenced, so the count is what is held
@@ -178,7 +178,7 @@ def test_too_many_open_files(tmp_path: Path) -> None:
         assert leftovers(index) == []
         failures.append((index, err))
     else:
-        pytest.fail("no add got through with up to 60 spare descriptors")
+        pytest.fail("no add got through with up to 63 spare descriptors")
     assert Index.load(index).tree.n_leaves > len(TEXTS)  # the one that got through
     # at least one failure was met while writing the new generation (not opening the input)
     assert any(f"{ix}/generations/" in err for ix, err in failures), failures
