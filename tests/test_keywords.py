@@ -395,6 +395,22 @@ def _random_corpus(rng: np.random.Generator, n: int) -> list[str]:
     return out
 
 
+def _one_process_then_two(
+    monkeypatch: pytest.MonkeyPatch, texts: list[str], tree: Tree
+) -> list[list[str]]:
+    """Tiny product blocks (many spans), the abstracts scored in one process, then the
+    settings that make the next ``keyword_abstracts`` score in two on any machine."""
+    import psirag.abstracts.keywords as kw
+
+    monkeypatch.setattr(kw, "_PRODUCT_BUDGET", 40)
+    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "0")
+    one = kw.keyword_abstracts(texts, tree, max_phrases=8)
+    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "1")
+    monkeypatch.setattr(kw, "PARALLEL_MIN_NODES", 1)
+    monkeypatch.setattr(kw.os, "cpu_count", lambda: 2)
+    return one
+
+
 def _random_tree(rng: np.random.Generator, n: int) -> Tree:
     """Leaves in random groups, groups in random groups, under one root or several."""
     parent: list[int] = []
@@ -523,12 +539,7 @@ def test_abstracts_scored_by_two_processes_are_the_abstracts_of_one(
     n = int(rng.integers(80, 200))
     texts = _random_corpus(rng, n)
     tree = _random_tree(rng, n)
-    monkeypatch.setattr(kw, "_PRODUCT_BUDGET", 40)
-    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "0")
-    one = kw.keyword_abstracts(texts, tree, max_phrases=8)
-    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "1")
-    monkeypatch.setattr(kw, "PARALLEL_MIN_NODES", 1)
-    monkeypatch.setattr(kw.os, "cpu_count", lambda: 2)
+    one = _one_process_then_two(monkeypatch, texts, tree)
     spans: list[int] = []
     real = kw._in_two_processes
 
@@ -551,12 +562,7 @@ def test_the_spans_a_failed_child_took_are_scored_here(monkeypatch: pytest.Monke
     rng = np.random.default_rng(7)
     texts = _random_corpus(rng, 150)
     tree = _random_tree(rng, 150)
-    monkeypatch.setattr(kw, "_PRODUCT_BUDGET", 40)
-    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "0")
-    one = kw.keyword_abstracts(texts, tree, max_phrases=8)
-    monkeypatch.setenv("PSIRAG_PARALLEL_ABSTRACTS", "1")
-    monkeypatch.setattr(kw, "PARALLEL_MIN_NODES", 1)
-    monkeypatch.setattr(kw.os, "cpu_count", lambda: 2)
+    one = _one_process_then_two(monkeypatch, texts, tree)
 
     class BrokenJson:
         load = staticmethod(json.load)
