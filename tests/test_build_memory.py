@@ -271,6 +271,36 @@ def test_freed_memory_goes_back_where_the_c_library_allows() -> None:
     give_back_freed_memory()  # and never fails
 
 
+def test_huge_pages_are_asked_for_anonymous_private_writable_regions_only() -> None:
+    maps = "\n".join(
+        [
+            "00400000-00600000 r-xp 00000000 08:01 123 /usr/bin/python3",  # code
+            "7f0000000000-7f0001000000 rw-p 00000000 00:00 0 ",  # 16 MiB anonymous: asked
+            "7f0001000000-7f0001100000 rw-p 00000000 00:00 0 ",  # 1 MiB: too small
+            "7f0002000000-7f0003000000 rw-s 00000000 00:01 9 /dev/zero (deleted)",  # shared
+            "7f0004000000-7f0005000000 rw-p 00000000 08:01 77 /data/vectors.npy",  # a file
+            "7f0006000000-7f0007000000 r--p 00000000 00:00 0 ",  # read-only
+            "55d000000000-55d000400000 rw-p 00000000 00:00 0 [heap]",  # 4 MiB heap: asked
+            "7ffd00000000-7ffd00400000 rw-p 00000000 00:00 0 [stack]",
+        ]
+    )
+    got = heap._anonymous_regions(maps, heap.HUGE_PAGE_MIN_BYTES)
+    assert got == [(0x7F0000000000, 0x7F0001000000), (0x55D000000000, 0x55D000400000)]
+
+
+def test_huge_pages_are_asked_for_a_big_anonymous_array_on_linux() -> None:
+    import sys
+
+    block = np.ones(32 << 20, dtype=np.uint8)  # a fresh anonymous mapping of 32 MiB
+    asked = heap.ask_for_huge_pages()
+    if not sys.platform.startswith("linux"):
+        assert asked == 0
+        return
+    if asked == 0:  # a kernel without transparent huge pages refuses every region
+        pytest.skip("this kernel has no transparent huge pages")
+    assert asked >= block.nbytes  # the array's region (and maybe others) was asked for
+
+
 def test_a_big_builds_leaf_vectors_wait_in_a_mapped_file_and_the_index_is_the_same(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,10 +1,16 @@
-"""Giving freed memory back to the operating system between the steps of a big build.
+"""Giving freed memory back to the operating system between the steps of a big build, and
+asking it for huge pages where a build's memory is read at random.
 
 A build makes and frees many large numpy temporaries. glibc's malloc raises its mmap threshold
 each time such a block is freed, so later temporaries come from the heap, and the heap keeps
 their pages once they are freed: the resident size of a 1M-chunk build grew by GiBs of memory
 that no array held. ``malloc_trim`` hands those free pages back. Elsewhere (macOS, musl,
 Windows) this does nothing.
+
+An HNSW graph's insertion reads its nodes at random over hundreds of MiB, so with 4 KiB pages
+most reads also miss the TLB. Where transparent huge pages are on only for memory that asks
+(``madvise``, a common default), :func:`ask_for_huge_pages` asks for the anonymous memory a
+native library has mapped (numpy asks for its own large arrays).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["give_back_freed_memory", "mapped_copy"]
+__all__ = ["ask_for_huge_pages", "give_back_freed_memory", "mapped_copy"]
 
 
 @cache
@@ -42,6 +48,63 @@ def give_back_freed_memory() -> None:
     trim = _malloc_trim()
     if trim is not None:
         trim(0)
+
+
+MADV_HUGEPAGE = 14
+"""Linux's ``madvise`` advice for transparent huge pages."""
+HUGE_PAGE_MIN_BYTES = 2 << 20
+"""Regions smaller than one huge page cannot hold one."""
+
+
+@cache
+def _madvise() -> Callable[[int, int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        advise = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    advise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    advise.restype = ctypes.c_int
+    return advise
+
+
+def _anonymous_regions(maps: str, min_bytes: int) -> list[tuple[int, int]]:
+    """The writable private anonymous regions (and the heap) of ``/proc/<pid>/maps`` text
+    that are at least ``min_bytes`` long, as (start, end) addresses."""
+    out = []
+    for line in maps.splitlines():
+        parts = line.split()
+        if len(parts) < 5 or not parts[1].startswith("rw") or parts[1][3] != "p":
+            continue
+        if len(parts) > 5 and parts[5] != "[heap]":  # a file, the stack, vdso...
+            continue
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        if hi - lo >= min_bytes:
+            out.append((lo, hi))
+    return out
+
+
+def ask_for_huge_pages(min_bytes: int = HUGE_PAGE_MIN_BYTES) -> int:
+    """Ask for transparent huge pages on this process's anonymous memory (regions of at least
+    ``min_bytes``); the bytes asked for. Pages already there are merged by the kernel in the
+    background, new ones come huge. Asking again is harmless, so a long native loop asks
+    after each step for the regions it has mapped since. 0 where the system cannot
+    (not Linux, no transparent huge pages: nothing changes)."""
+    advise = _madvise()
+    if advise is None:
+        return 0
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return 0
+    asked = 0
+    for lo, hi in _anonymous_regions(maps, min_bytes):
+        if advise(lo, hi - lo, MADV_HUGEPAGE) == 0:
+            asked += hi - lo
+    return asked
 
 
 def mapped_copy(a: np.ndarray) -> np.ndarray:
