@@ -6,11 +6,13 @@ document."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -486,7 +488,7 @@ def test_the_files_an_add_reads_come_first(tmp_path: Path, mapped_index: Index) 
         got = client.get("/index").json()["warm_up"]["read_ahead"]
     ranks = [read_ahead_module.add_rank(name) for name in got["read"]]
     first = [name for name in got["read"] if read_ahead_module.add_rank(name) < 4]
-    assert ranks == sorted(ranks)  # p_best, node vectors, leaf graph, s_cnt, then the rest
+    assert ranks == sorted(ranks)  # node vectors, leaf graph, p_best, s_cnt, then the rest
     assert ranks[-1] == len(read_ahead_module.ADD_FIRST)  # there is a rest
     names = {Path(name).name for name in first}
     assert {"keywords.p_best.000001.npy", "node_vectors.000001.npy"} <= names
@@ -522,3 +524,71 @@ def test_the_add_files_are_read_on_while_a_write_runs(
     assert names and all(read_ahead_module.add_rank(n) < 4 for n in names)
     assert got[0]["waited_for_writes_s"] == 0 and got[0]["bytes"] > 0  # type: ignore[operator]
     assert not set(got[1]["files"]) & set(got[0]["files"])  # type: ignore[call-overload]
+
+
+def _vm_flags(path: Path) -> list[set[str]]:
+    """The ``VmFlags`` of each mapping of ``path`` in this process (``/proc/self/smaps``)."""
+    target, flags, current = str(path.resolve()), [], False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split(maxsplit=5)
+        if len(head) >= 5 and "-" in head[0] and ":" in head[3]:  # a mapping's first line
+            current = len(head) == 6 and head[5] == target
+        elif current and line.startswith("VmFlags:"):
+            flags.append(set(line.split()[1:]))
+    return flags
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="no /proc/self/smaps")
+def test_sparse_reads_advise_random_reads_on_the_maps_inside_only(tmp_path: Path) -> None:
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(1 << 18, dtype=np.int64))
+    mapped = np.load(path, mmap_mode="r")
+    view = mapped[10:][::3]  # a view of a view: its map is found under it
+    in_memory = np.arange(10)
+    assert _vm_flags(path) and all("rr" not in f for f in _vm_flags(path))
+    with rows.sparse_reads(view, in_memory, None):
+        inside = _vm_flags(path)
+    assert inside and all("rr" in f for f in inside)  # MADV_RANDOM: a fault reads its page
+    assert all("rr" not in f for f in _vm_flags(path))  # normal again
+    assert rows._file_map(in_memory) is None and rows._file_map(view) is not None
+
+
+def test_the_restores_sample_checks_read_sparsely(
+    mapped_index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The saved counts' sample checks (a few hundred spread rows per array) run while the
+    arrays' maps are advised random: cold, each fault reads its page, not a window of 8 MB."""
+    import psirag.abstracts.phrases as phrases
+
+    table = mapped_index.data.phrase_table
+    assert table is not None and "saved_derived" in table._cache
+    inside = [0]
+    advised: list[object] = []
+    checked: list[bool] = []
+    real = rows.sparse_reads
+
+    @contextlib.contextmanager
+    def recorded(*arrays: object) -> Iterator[None]:
+        advised.extend(rows._file_map(a) for a in arrays)
+        with real(*arrays):
+            inside[0] += 1
+            try:
+                yield
+            finally:
+                inside[0] -= 1
+
+    def spy(name: str) -> None:
+        original = getattr(phrases, name)
+
+        def wrapped(*args: object) -> bool:
+            checked.append(inside[0] > 0)
+            return bool(original(*args))
+
+        monkeypatch.setattr(phrases, name, wrapped)
+
+    spy("_sampled_sorted")
+    spy("_sampled_in")
+    monkeypatch.setattr(phrases, "sparse_reads", recorded)
+    assert table.restore_saved_counts() is True
+    assert len(checked) == 4 and all(checked)
+    assert len(advised) == 5 and all(m is not None for m in advised)  # all five are mapped

@@ -63,12 +63,12 @@ pages a concurrent write faulted in meanwhile are then skipped too)."""
 SKIPPED_SUFFIXES = (".jsonl",)
 """Mapped files not read ahead: row tables read a line at a time, by offset."""
 
-ADD_FIRST = ("keywords.p_best.", "node_vectors.", "graph.usearch", "keywords.s_cnt.")
-"""Name prefixes of the files a one-document add reads at random rows, in this order: at 1M
-chunks a cold first add faulted 380 MB of ``p_best`` in (the keyword abstracts' gathers), 252 MB
-of the node vectors (the tree stage), 124 MB of the leaf graph (the insertion's search) and 45
-MB of ``s_cnt``, and nothing else of note. They are read first, and on their own thread as soon
-as the warm-up starts."""
+ADD_FIRST = ("node_vectors.", "graph.usearch", "keywords.p_best.", "keywords.s_cnt.")
+"""Name prefixes of the files a one-document add reads at random rows, in the order of its
+stages: at 1M chunks a cold first add faulted 252 MB of the node vectors in (the tree stage),
+124 MB of the leaf graph (the insertion's search), 380 MB of ``p_best`` (the keyword abstracts'
+gathers) and 45 MB of ``s_cnt``, and nothing else of note. They are read first, and on their own
+thread as soon as the warm-up starts."""
 
 MAPS = Path("/proc/self/maps")
 MEMINFO = Path("/proc/meminfo")
