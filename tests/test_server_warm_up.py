@@ -487,12 +487,14 @@ def test_the_files_an_add_reads_come_first(tmp_path: Path, mapped_index: Index) 
         _warmed()
         got = client.get("/index").json()["warm_up"]["read_ahead"]
     ranks = [read_ahead_module.add_rank(name) for name in got["read"]]
-    first = [name for name in got["read"] if read_ahead_module.add_rank(name) < 4]
-    assert ranks == sorted(ranks)  # node vectors, leaf graph, p_best, s_cnt, then the rest
+    add = len(read_ahead_module.ADD_FIRST)
+    first = [name for name in got["read"] if read_ahead_module.add_rank(name) < add]
+    assert ranks == sorted(ranks)  # node vectors, leaf graph, the phrase arrays, then the rest
     assert ranks[-1] == len(read_ahead_module.ADD_FIRST)  # there is a rest
     names = {Path(name).name for name in first}
-    assert {"keywords.p_best.000001.npy", "node_vectors.000001.npy"} <= names
-    assert "keywords.s_cnt.000001.npy" in names
+    for array in ("p_sorted", "p_key", "s_key", "p_best", "s_pid", "p_df", "s_cnt"):
+        assert f"keywords.{array}.000001.npy" in names, array
+    assert "node_vectors.000001.npy" in names
     if usearch_available():
         assert "graph.usearch" in names
     assert got["add_first"]["files"] == len(first)
@@ -521,7 +523,8 @@ def test_the_add_files_are_read_on_while_a_write_runs(
     rest.join(30)
     assert not rest.is_alive()
     names = [Path(n).name for n in got[0]["files"]]  # type: ignore[attr-defined]
-    assert names and all(read_ahead_module.add_rank(n) < 4 for n in names)
+    add = len(read_ahead_module.ADD_FIRST)
+    assert names and all(read_ahead_module.add_rank(n) < add for n in names)
     assert got[0]["waited_for_writes_s"] == 0 and got[0]["bytes"] > 0  # type: ignore[operator]
     assert not set(got[1]["files"]) & set(got[0]["files"])  # type: ignore[call-overload]
 
