@@ -411,7 +411,14 @@ def _memory(pid: int) -> dict[str, int] | None:
 def _resident(folder: Path) -> dict[str, int]:
     """Bytes of each file under ``folder`` (by its path there) in the page cache, as
     ``fincore`` says (empty where it is not installed)."""
-    files = sorted(str(p) for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 0)
+    files = []
+    for path in folder.rglob("*"):
+        try:  # a retired generation's trash folder is being deleted meanwhile
+            if path.is_file() and path.stat().st_size > 0 and ".trash-" not in str(path):
+                files.append(str(path))
+        except OSError:
+            continue
+    files.sort()
     if shutil.which("fincore") is None or not files:
         return {}
     got = subprocess.run(
