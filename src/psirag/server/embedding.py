@@ -279,7 +279,7 @@ def warm_up(data: IndexData) -> None:
         _ = (tree.fan_out, tree.roots)
         if _warming[0] is data:
             _ = tree.leaf_counts
-            _warm_write_path(data)
+            _warm_write_path(data, first)
         # not the whole leaf membership: 8 s of CPU per published generation at 1M chunks,
         # competing with the next write; the views read a node's leaves from its subtree
     except Exception as exc:  # the value's own user reports it
@@ -303,6 +303,9 @@ def _read_add_first(data: IndexData) -> threading.Thread | None:
 
     def run() -> None:
         try:
+            graph = data.leaf_graph
+            if graph is not None:  # its saved view maps the file (opened once, under a lock)
+                _ = graph.graph
             done = read_ahead(folder, share=share, stop=stop, add_first=True)
         except Exception as exc:  # the add reads its pages itself
             log.debug("reading the add's files ahead failed: %s", exc)
@@ -315,7 +318,7 @@ def _read_add_first(data: IndexData) -> threading.Thread | None:
     return thread
 
 
-def _warm_write_path(data: IndexData) -> None:
+def _warm_write_path(data: IndexData, first: threading.Thread | None = None) -> None:
     """What the first write after a start would pay on its request: the update's modules
     (0.2-0.4 s of imports: :mod:`psirag.living` and the tree builders it loads, the keyword
     abstracts), the leaf graph's saved view the insertion searches, the children table the
@@ -337,6 +340,8 @@ def _warm_write_path(data: IndexData) -> None:
         # every file the write path maps, read once into the page cache: the first add's
         # gathers at random rows then fault no page from disk (read_ahead says why)
         stop = _stopping()
+        if first is not None:  # the add's files first: what is left after them
+            first.join()
         done = read_ahead(data.origin.folder, share=_warm_state["share"], stop=stop)
         if _warming[0] is data:
             _warm_state["read_ahead"] = done
