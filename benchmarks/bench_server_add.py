@@ -411,7 +411,19 @@ def _memory(pid: int) -> dict[str, int] | None:
 def _resident(folder: Path) -> dict[str, int]:
     """Bytes of each file under ``folder`` (by its path there) in the page cache, as
     ``fincore`` says (empty where it is not installed)."""
-    files = sorted(str(p) for p in folder.rglob("*") if p.is_file() and p.stat().st_size > 0)
+    files = []
+    # os.walk passes over a folder removed under it (a retired generation's trash folder, which
+    # the server deletes meanwhile); rglob raised there
+    for where, folders, names in os.walk(folder):
+        folders[:] = [name for name in folders if not name.startswith(".trash-")]
+        for name in names:
+            path = os.path.join(where, name)
+            try:
+                if os.path.isfile(path) and os.stat(path).st_size > 0:
+                    files.append(path)
+            except OSError:
+                continue
+    files.sort()
     if shutil.which("fincore") is None or not files:
         return {}
     got = subprocess.run(

@@ -199,6 +199,7 @@ def prepare_index(index: Index) -> Index:
     _warming[0] = index.data
     _warm_times.update(started=time.time(), seconds=None)
     _warm_state["read_ahead"] = None
+    _warm_state["add_first"] = None
     threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
 
@@ -229,8 +230,9 @@ _warm_times: dict[str, float | None] = {"started": None, "seconds": None}
 """When the last :func:`prepare_index`'s warm-up started (epoch seconds) and how long it
 took (None: still running, or none started)."""
 
-_warm_state: dict[str, Any] = {"share": READ_AHEAD_SHARE, "read_ahead": None}
-"""The read-ahead bound (:func:`configure_warm_up`) and what the last warm-up read ahead."""
+_warm_state: dict[str, Any] = {"share": READ_AHEAD_SHARE, "read_ahead": None, "add_first": None}
+"""The read-ahead bound (:func:`configure_warm_up`) and what the last warm-up read ahead (the
+add's files first, then the rest)."""
 
 _stop: list[threading.Event] = [threading.Event()]
 """Set by :func:`stop_warm_ups`."""
@@ -244,7 +246,18 @@ def warm_up_status() -> dict[str, Any]:
     out: dict[str, Any] = {"done": seconds is not None, "seconds": seconds}
     read = _warm_state["read_ahead"]
     if read is not None:  # the mapped files read into the page cache (see read_ahead)
-        out["read_ahead"] = {**read, "files": len(read["files"]), "read": read["files"]}
+        first = _warm_state.get("add_first") or {}
+        files = [*first.get("files", []), *read["files"]]
+        out["read_ahead"] = {
+            **read,
+            "files": len(files),
+            "read": files,  # gone through: read, or found wholly in the page cache
+            "resident": [*first.get("resident", []), *read["resident"]],
+            "bytes": first.get("bytes", 0) + read["bytes"],
+            "resident_bytes": first.get("resident_bytes", 0) + read["resident_bytes"],
+        }
+        if first:  # the add's files, read first on their own thread (see read_ahead)
+            out["read_ahead"]["add_first"] = {**first, "files": len(first["files"])}
     return out
 
 
@@ -256,6 +269,7 @@ def warm_up(data: IndexData) -> None:
     being served by then. Errors are left to the request or write that needs the value (it
     raises them again)."""
     t0 = time.perf_counter()
+    first = _read_add_first(data)
     try:
         _ = data.document_index
         table = data.phrase_table
@@ -265,17 +279,46 @@ def warm_up(data: IndexData) -> None:
         _ = (tree.fan_out, tree.roots)
         if _warming[0] is data:
             _ = tree.leaf_counts
-            _warm_write_path(data)
+            _warm_write_path(data, first)
         # not the whole leaf membership: 8 s of CPU per published generation at 1M chunks,
         # competing with the next write; the views read a node's leaves from its subtree
     except Exception as exc:  # the value's own user reports it
         log.debug("warming the index up failed: %s", exc)
     finally:
+        if first is not None:
+            first.join()
         if _warming[0] is data:
             _warm_times["seconds"] = round(time.perf_counter() - t0, 3)
 
 
-def _warm_write_path(data: IndexData) -> None:
+def _read_add_first(data: IndexData) -> threading.Thread | None:
+    """Start reading the files a one-document add reads into the page cache, on their own
+    thread, beside the rest of the warm-up (an add sent right after a start then finds them
+    read or being read; these reads go on while it runs); the thread, or None when there is
+    nothing to read ahead."""
+    if data.origin is None or _warm_state["share"] <= 0 or _warming[0] is not data:
+        return None
+    folder, share, stop = data.origin.folder, _warm_state["share"], _stopping()
+    _warm_state["add_first"] = None
+
+    def run() -> None:
+        try:
+            graph = data.leaf_graph
+            if graph is not None:  # its saved view maps the file (opened once, under a lock)
+                _ = graph.graph
+            done = read_ahead(folder, share=share, stop=stop, add_first=True)
+        except Exception as exc:  # the add reads its pages itself
+            log.debug("reading the add's files ahead failed: %s", exc)
+            return
+        if _warming[0] is data:
+            _warm_state["add_first"] = done
+
+    thread = threading.Thread(target=run, name="psirag-read-ahead", daemon=True)
+    thread.start()
+    return thread
+
+
+def _warm_write_path(data: IndexData, first: threading.Thread | None = None) -> None:
     """What the first write after a start would pay on its request: the update's modules
     (0.2-0.4 s of imports: :mod:`psirag.living` and the tree builders it loads, the keyword
     abstracts), the leaf graph's saved view the insertion searches, the children table the
@@ -297,6 +340,8 @@ def _warm_write_path(data: IndexData) -> None:
         # every file the write path maps, read once into the page cache: the first add's
         # gathers at random rows then fault no page from disk (read_ahead says why)
         stop = _stopping()
+        if first is not None:  # the add's files first: what is left after them
+            first.join()
         done = read_ahead(data.origin.folder, share=_warm_state["share"], stop=stop)
         if _warming[0] is data:
             _warm_state["read_ahead"] = done
