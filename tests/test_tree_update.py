@@ -403,3 +403,80 @@ def test_leaf_sums_past_the_bound_are_scipys_product(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(pipeline, "_SUMMED_IN_NUMPY", 10)
     got = pipeline._leaf_sums(tree, nodes, vectors)
     assert got.tobytes() == np.asarray(tree.membership_of(nodes) @ vectors).tobytes()
+
+
+# ------------------------------------------------------------------ re-home target
+
+
+def _rot(angle: float, dim: int = 3) -> np.ndarray:
+    v = np.zeros(dim)
+    v[0], v[1] = np.cos(angle), np.sin(angle)
+    return v
+
+
+def _four_pairs(b: list[np.ndarray], c: list[np.ndarray], d: list[np.ndarray]) -> Tree:
+    """Leaves 0-1 under A (9), 2-3 under B (10), 4-5 under C (11), 6-8 under D (12); A and
+    B under P (13), C and D under Q (14), both under the root (15). ``b``, ``c`` and ``d``
+    are only checked for their sizes (the leaves' vectors are the caller's)."""
+    assert len(b) == 2 and len(c) == 2 and len(d) == 3
+    parent = [9, 9, 10, 10, 11, 11, 12, 12, 12, 13, 13, 14, 14, 15, 15, -1]
+    layer = [0] * 9 + [1] * 4 + [2, 2, 3]
+    return Tree(np.array(parent, dtype=np.int64), np.array(layer, dtype=np.int32))
+
+
+def _rehome_target(vectors: np.ndarray, b: list, c: list, d: list, removed: list[int]) -> int:
+    """Remove ``removed`` (leaf 1 among them: A keeps leaf 0 alone) and return the old id of
+    the layer-1 node leaf 0 was re-homed under (P, left with that node, then re-homes it
+    under Q, and the root, left with Q, goes)."""
+    tree = _four_pairs(b, c, d)
+    update = remove_leaves(tree, removed, vectors, max_children=None)
+    assert update.counts.get("rehomed") == 2  # A's leaf 0, then P's one child left (under Q)
+    new = update.tree
+    got = int(new.parent[update.node_map[0]])
+    (old,) = np.flatnonzero(update.node_map == got)
+    return int(old)
+
+
+@pytest.mark.parametrize("eps", [3e-7, 1e-7, 1e-8, 1e-9, -1e-9, -1e-8, -1e-7, -3e-7])
+def test_the_rehome_target_is_the_exact_best_in_a_near_tie(eps: float) -> None:
+    """B's and C's leaf means are at cosines about 0.9 and 0.9 + eps from leaf 0: the re-home
+    goes to the one the float64 leaf sums of the (float32) leaves score higher, even where
+    float32 (the stored routing vectors' precision) cannot tell them apart."""
+    tb, tc = np.arccos(0.9), np.arccos(0.9 + eps)
+    b = [_rot(tb + 0.3), _rot(tb - 0.3)]
+    c = [_rot(tc + 0.5), _rot(tc - 0.5)]
+    d = [_rot(2.0), _rot(2.2), _rot(2.4)]
+    vectors = np.stack([_rot(0.0), _rot(1.0), *b, *c, *d]).astype(np.float32)
+    # the reference: float64 sums of the leaves as stored (float32), over their norms
+    sums = vectors.astype(np.float64)[[2, 4]] + vectors.astype(np.float64)[[3, 5]]
+    score = sums @ vectors[0].astype(np.float64) / np.linalg.norm(sums, axis=1)
+    gap = float(score[1] - score[0])
+    assert 1e-14 < abs(gap) < 1e-6  # a near tie, still ordered in float64
+    if abs(eps) >= 1e-7:  # above the leaves' own float32 rounding: the order eps says
+        assert (gap > 0) == (eps > 0)
+    assert _rehome_target(vectors, b, c, d, [1]) == (11 if gap > 0 else 10)
+
+
+def test_the_rehome_target_of_an_exact_tie_is_the_lowest_id() -> None:
+    """B and C hold the same vectors: the same score, and the first candidate (B) wins."""
+    b = [_rot(0.4), _rot(0.2)]
+    d = [_rot(2.0), _rot(2.2), _rot(2.4)]
+    vectors = np.stack([_rot(0.0), _rot(1.0), *b, *b, *d])
+    assert _rehome_target(vectors, b, list(b), d, [1]) == 10
+
+
+def test_the_rehome_target_reads_the_candidates_sums_after_the_removal() -> None:
+    """D loses a leaf in the same removal: scored by its leaves before the removal (what its
+    stored routing vector still says) it would lose (first case) or win (second case); the
+    re-home scores what D holds after it."""
+    b = [_rot(np.arccos(0.9) + 0.3), _rot(np.arccos(0.9) - 0.3)]
+    c = [_rot(1.2), _rot(1.4)]
+    # D = {0.02, -0.02, 2.8}: cosine 0.95 with its three leaves, 1.0 without leaf 8
+    d = [_rot(0.02), _rot(-0.02), _rot(2.8)]
+    vectors = np.stack([_rot(0.0), _rot(1.0), *b, *c, *d])
+    assert _rehome_target(vectors, b, c, d, [1]) == 12  # D at 0.95 beats B at 0.9
+    # D = {0.3, -0.3, 2.9}: cosine 0.97 with all three (it would win), -0.27 without leaf 6
+    d = [_rot(0.3), _rot(-0.3), _rot(2.9)]
+    vectors = np.stack([_rot(0.0), _rot(1.0), *b, *c, *d])
+    assert _rehome_target(vectors, b, c, d, [1]) == 12
+    assert _rehome_target(vectors, b, c, d, [1, 6]) == 10

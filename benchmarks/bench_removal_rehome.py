@@ -1,0 +1,188 @@
+"""What one-document removals cost on a saved index, and the share of it spent re-homing
+(issue 24: a change to a living index should cost O(change)).
+
+A removal that leaves a node with one child re-homes that child under the most similar node of
+its layer (``psirag.tree.update._Work.prune``): it reads the float64 leaf sum of every
+candidate of the layer (``_Sums.read`` with more than one node), which grows with the corpus.
+This script loads a copy of ``--index`` once, then removes each of ``--docs`` documents in
+memory, one removal per document, each from the loaded index (not one after another), and
+reports per removal: the wall seconds of ``Index.remove``, the seconds inside the candidate
+reads (``_Sums.read`` of more than one node), the seconds of ``_Work.prune`` and of
+``living._State.apply``, and how many nodes were re-homed.
+
+It also reports, for the layer-1 nodes of the loaded index, how far each stored routing
+vector (float32, the normalised mean of the node's leaves when ``routing == "leaf_mean"`` and
+the node's abstract is not waiting) is from the normalised float64 leaf sum, and the smallest
+leaf-sum norm per leaf (``norm_per_leaf_min``): a float32 prefilter over the stored vectors can
+only prove it keeps the exact target with a lower bound on each candidate's norm, which the
+index does not store (see the BENCHMARKS section).
+
+``--src`` runs the same script against another checkout's sources (``git archive <commit> src
+| tar -x -C DIR``), once per ``--src``, for a side-by-side table in one run.
+
+Usage: nice python benchmarks/bench_removal_rehome.py --index DIR [--src DIR ...]
+       [--docs 10] [--out removal_rehome.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+
+
+def worker(source: Path, n_docs: int, analyse: bool) -> dict[str, Any]:
+    from _common import copy_index, peak_rss_mib
+    from bench_living_scale import LoopbackHashEmbedder
+
+    import psirag.living as living
+    import psirag.tree.update as upd
+    from psirag import Index
+    from psirag.eval.harness import single_thread_blas
+
+    timers: dict[str, float] = {}
+
+    def timed(owner: Any, name: str, key: str, when: Any = None) -> None:
+        orig = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                if when is None or when(*args, **kwargs):
+                    timers[key] = timers.get(key, 0.0) + time.perf_counter() - t0
+
+        setattr(owner, name, wrapper)
+
+    timed(upd._Sums, "read", "candidate_reads", lambda self, nodes: len(nodes) > 1)
+    timed(upd._Work, "prune", "prune")
+    timed(living._State, "apply", "apply")
+    out: dict[str, Any] = {"index": source.name}
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp, single_thread_blas():
+        folder = Path(tmp) / "ix"
+        copy_index(source, folder, sync=False)
+        emb = LoopbackHashEmbedder()
+        t0 = time.perf_counter()
+        base = Index.load(folder, embedder=emb)
+        out["load_seconds"] = round(time.perf_counter() - t0, 3)
+        tree = base.data.tree
+        out["n"] = int(tree.n_leaves)
+        out["layers"] = tree.layer_sizes()[:4]
+        docs = base.data.documents
+        step = max(1, len(docs) // n_docs)
+        chosen = [docs[k * step + 17 % step] for k in range(n_docs)]
+        rows = []
+        for doc in chosen:
+            ix = Index.from_data(base.data, embedder=emb)
+            timers.clear()
+            t0 = time.perf_counter()
+            summary = ix.remove([doc])
+            rows.append(
+                {
+                    "seconds": round(time.perf_counter() - t0, 3),
+                    "tree_seconds": round(summary.seconds.get("tree", 0.0), 3),
+                    "candidate_read_seconds": round(timers.get("candidate_reads", 0.0), 3),
+                    "prune_seconds": round(timers.get("prune", 0.0), 3),
+                    "apply_seconds": round(timers.get("apply", 0.0), 3),
+                    "rehomed": int(summary.tree.get("rehomed", 0)),
+                    "chunks": int(summary.chunks_removed),
+                }
+            )
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+            del ix, summary
+        out["removals"] = rows
+        sec = [r["seconds"] for r in rows]
+        out["summary"] = {
+            "removals": len(rows),
+            "with_rehome": sum(1 for r in rows if r["rehomed"]),
+            "seconds_median": round(float(np.median(sec)), 3),
+            "seconds_max": round(max(sec), 3),
+            "candidate_read_seconds_total": round(
+                sum(r["candidate_read_seconds"] for r in rows), 3
+            ),
+            "seconds_total": round(sum(sec), 3),
+            "apply_seconds_median": round(float(np.median([r["apply_seconds"] for r in rows])), 3),
+        }
+        if analyse:
+            out["layer1_vectors"] = _layer1_analysis(base)
+    out["peak_rss_mib"] = round(peak_rss_mib(), 1)
+    return out
+
+
+def _layer1_analysis(index: Any) -> dict[str, Any]:
+    """Stored layer-1 routing vectors against the normalised float64 leaf sums."""
+    data = index.data
+    tree = data.tree
+    n = tree.n_leaves
+    nodes = np.flatnonzero(tree.layer == 1)
+    rows = data.vector_rows()
+    leaves = np.asarray(rows[:n], dtype=np.float64)
+    member = tree.leaf_membership[nodes]
+    sums = np.asarray(member @ leaves)
+    norms = np.linalg.norm(sums, axis=1)
+    stored = np.asarray(rows[nodes], dtype=np.float64)
+    err = np.linalg.norm(stored - sums / norms[:, None], axis=1)
+    drift = data.abstract_drift
+    waiting = 0 if drift is None else int(np.count_nonzero(np.asarray(drift)[nodes - n]))
+    counts = tree.leaf_counts[nodes]
+    return {
+        "nodes": int(nodes.size),
+        "waiting": waiting,
+        "unit_error_max": float(err.max()),
+        "unit_error_p99": float(np.percentile(err, 99)),
+        "norm_per_leaf_min": round(float((norms / counts).min()), 4),
+        "leaves_max": int(counts.max()),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--index", type=Path, required=True)
+    p.add_argument("--src", type=Path, action="append", default=None)
+    p.add_argument("--docs", type=int, default=10)
+    p.add_argument("--out", default="removal_rehome.json")
+    p.add_argument("--no-analysis", action="store_true", help="skip the layer-1 vector check")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.index, args.docs, not args.no_analysis)))
+        return
+    if not (args.index / "manifest.json").exists():
+        p.error(f"--index {args.index}: no saved index there (no manifest.json)")
+    result: dict[str, Any] = {"runs": []}
+    for src in args.src or [HERE.parent / "src"]:
+        src = src.resolve()
+        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
+        extra = ["--no-analysis"] if args.no_analysis else []
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--worker", "--index",
+             str(args.index.resolve()), "--docs", str(args.docs), *extra],
+            env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            print(done.stderr[-3000:], file=sys.stderr)
+            raise SystemExit(f"{src} failed (exit {done.returncode})")
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        row["src"] = src.parent.name  # no path of this machine in results
+        print(json.dumps({"src": row["src"], **row["summary"]}), flush=True)
+        if "layer1_vectors" in row:
+            print(json.dumps(row["layer1_vectors"]), flush=True)
+        result["runs"].append(row)
+    out = HERE / "results" / args.out
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out.name}")
+
+
+if __name__ == "__main__":
+    main()
