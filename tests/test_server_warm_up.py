@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from support import HashEmbedder, build_index
 from support.counting import count_calls
 
+import psirag.page_cache as page_cache
 import psirag.pipeline as pipeline
 import psirag.rows as rows
 import psirag.server.embedding as embedding
@@ -335,7 +336,7 @@ def test_the_read_ahead_waits_while_a_write_runs(
     """Between two buffers the reads wait for a write under way (its own reads come first on
     the disk), and go on when it ends."""
     monkeypatch.setattr(read_ahead_module, "BUFFER_BYTES", 64)
-    monkeypatch.setattr(read_ahead_module, "_libc", [None])  # every byte read, cached or not
+    monkeypatch.setattr(page_cache, "_libc", [None])  # every byte read, cached or not
     data = mapped_index.data
     _ = (data.phrase_table, data.document_index)
     assert data.origin is not None
@@ -373,7 +374,7 @@ def _missing(path: Path) -> int:
         return 0
     fd = os.open(path, os.O_RDONLY)
     try:
-        pages = read_ahead_module.resident_pages(fd, 0, size)
+        pages = page_cache.resident_pages(fd, 0, size)
     finally:
         os.close(fd)
     assert pages is not None
@@ -385,7 +386,7 @@ def _missing(path: Path) -> int:
 
 
 needs_mincore = pytest.mark.skipif(
-    read_ahead_module._mincore() is None, reason="no mincore (not Linux, or no libc)"
+    page_cache._mincore() is None, reason="no mincore (not Linux, or no libc)"
 )
 
 
@@ -394,16 +395,16 @@ def test_missing_ranges_are_the_runs_of_pages_not_resident() -> None:
     resident = np.array([1, 0, 0, 1, 1, 1, 0, 1, 0, 0], dtype=bool)
     start = 8 * page
     end = start + 9 * page + 100  # the last page is the file's tail
-    runs = read_ahead_module.missing_ranges(resident, start, end, merge=1)
+    runs = page_cache.missing_ranges(resident, start, end, merge=1)
     assert runs == [
         (start + page, start + 3 * page),
         (start + 6 * page, start + 7 * page),
         (start + 8 * page, end),
     ]
     # runs closer than `merge` are read as one (the cached pages between them read again)
-    joined = read_ahead_module.missing_ranges(resident, start, end, merge=2 * page)
+    joined = page_cache.missing_ranges(resident, start, end, merge=2 * page)
     assert joined == [(start + page, start + 3 * page), (start + 6 * page, end)]
-    assert read_ahead_module.missing_ranges(np.ones(4, dtype=bool), 0, 4 * page, 1) == []
+    assert page_cache.missing_ranges(np.ones(4, dtype=bool), 0, 4 * page, 1) == []
 
 
 @needs_mincore
@@ -414,13 +415,13 @@ def test_resident_pages_tell_cached_pages_from_evicted_ones(tmp_path: Path) -> N
     _evict(tmp_path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        before = read_ahead_module.resident_pages(fd, 0, 64 * page)
+        before = page_cache.resident_pages(fd, 0, 64 * page)
         assert before is not None and before.shape == (64,)
         if before.any():
             pytest.skip("this file system keeps evicted pages (tmpfs?)")
         os.pread(fd, 4 * page, 32 * page)
-        after = read_ahead_module.resident_pages(fd, 0, 64 * page)
-        window = read_ahead_module.resident_pages(fd, 32 * page + 10, 2 * page)
+        after = page_cache.resident_pages(fd, 0, 64 * page)
+        window = page_cache.resident_pages(fd, 32 * page + 10, 2 * page)
     finally:
         os.close(fd)
     assert after is not None and after[32:36].all()  # read: cached
@@ -467,7 +468,7 @@ def test_a_cold_start_reads_only_the_pages_not_resident(
 def test_without_mincore_every_byte_is_read(
     mapped_index: Index, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(read_ahead_module, "_libc", [None])
+    monkeypatch.setattr(page_cache, "_libc", [None])
     data = mapped_index.data
     _ = (data.phrase_table, data.document_index)
     assert data.origin is not None
@@ -505,7 +506,7 @@ def test_the_add_files_are_read_on_while_a_write_runs(
 ) -> None:
     """The add's files are what a running write needs: their reads do not pause for it."""
     monkeypatch.setattr(read_ahead_module, "BUFFER_BYTES", 64)
-    monkeypatch.setattr(read_ahead_module, "_libc", [None])  # every byte read
+    monkeypatch.setattr(page_cache, "_libc", [None])  # every byte read
     data = mapped_index.data
     _ = (data.phrase_table, data.document_index)
     assert data.origin is not None

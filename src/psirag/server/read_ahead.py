@@ -18,9 +18,9 @@ files are read only while their total stays under ``share`` of the memory the sy
 available; the rest are skipped and logged. JSON-lines row tables are left out: a search or
 a write reads a few of their lines, by offset.
 
-Only what is not in the page cache is read: before each window of a file, ``mincore(2)`` (libc
-through ctypes, over a mapping of that window) says which of its pages are resident, and only
-the runs of pages that are not are read. A warm start (the files already cached) then reads
+Only what is not in the page cache is read: before each window of a file, ``mincore(2)``
+(:mod:`psirag.page_cache`) says which of its pages are resident, and only the runs of pages
+that are not are read. A warm start (the files already cached) then reads
 nothing instead of copying every page once more (5.4 GB at 1M chunks); where ``mincore`` cannot
 be called (not Linux, no libc) every byte is read, as before.
 
@@ -33,19 +33,15 @@ reads go on while a write runs (they read what it needs); the others pause.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import logging
-import mmap
 import os
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from psirag.page_cache import mincore_available, missing_ranges, resident_pages
 
 log = logging.getLogger("psirag.server")
 
@@ -155,88 +151,6 @@ def _open_files(root: str) -> list[Path]:
     return [p for p in found if p.is_file()]
 
 
-PROT_READ = 1
-MAP_SHARED = 1
-
-
-def _load_libc() -> Any:
-    """libc with ``mmap``, ``munmap`` and ``mincore`` typed for ctypes; None where there is none
-    (not Linux, or the library cannot be loaded)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [
-            ctypes.c_void_p,
-            ctypes.c_size_t,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int,
-            ctypes.c_int64,
-        ]
-        libc.munmap.restype = ctypes.c_int
-        libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        libc.mincore.restype = ctypes.c_int
-        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
-_libc: list[Any] = []
-"""The loaded libc (:func:`_load_libc`), once; None in it: none."""
-
-
-def _mincore() -> Any:
-    if not _libc:
-        _libc.append(_load_libc())
-    return _libc[0]
-
-
-def resident_pages(fd: int, offset: int, length: int) -> np.ndarray | None:
-    """Per page of the open file ``fd`` from the page holding ``offset`` to the one holding
-    ``offset + length - 1``, whether it is in the page cache (``mincore`` over a read-only
-    mapping of that span, unmapped at once; no page is read); None where it cannot be told.
-    The kernel answers for the page cache only for files this process owns or may write;
-    for others it says "not resident" and the pages are read, as without the check."""
-    libc = _mincore()
-    if libc is None or length <= 0:
-        return None
-    page = mmap.PAGESIZE
-    start = offset - offset % page
-    span = offset + length - start
-    address = libc.mmap(None, span, PROT_READ, MAP_SHARED, fd, start)
-    if address is None or address == ctypes.c_void_p(-1).value:
-        return None
-    try:
-        pages = np.zeros((span + page - 1) // page, dtype=np.uint8)
-        if libc.mincore(address, span, pages.ctypes.data) != 0:
-            return None
-    finally:
-        libc.munmap(address, span)
-    return (pages & 1).astype(bool)
-
-
-def missing_ranges(resident: np.ndarray, start: int, end: int, merge: int) -> list[tuple[int, int]]:
-    """The byte ranges of ``[start, end)`` (``start`` page-aligned; ``resident`` per page from
-    it) whose pages are not resident, runs closer than ``merge`` bytes joined into one (a few
-    cached pages read again cost less than a call each)."""
-    page = mmap.PAGESIZE
-    missing = np.concatenate(([False], ~resident, [False]))
-    edges = np.flatnonzero(missing[1:] != missing[:-1])
-    out: list[tuple[int, int]] = []
-    for a, b in zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True):
-        lo, hi = start + a * page, min(end, start + b * page)
-        if lo >= hi:
-            continue
-        if out and lo - out[-1][1] < merge:
-            out[-1] = (out[-1][0], hi)
-        else:
-            out.append((lo, hi))
-    return out
-
-
 def available_memory() -> int | None:
     """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where it cannot be read)."""
     try:
@@ -300,7 +214,7 @@ def read_ahead(
         "resident": [],
         "bytes": 0,
         "resident_bytes": 0,
-        "residency": "mincore" if _mincore() is not None else "unknown",
+        "residency": "mincore" if mincore_available() else "unknown",
         "seconds": 0.0,
         "skipped": [],
     }
@@ -433,8 +347,6 @@ __all__ = [
     "available_memory",
     "forget",
     "mapped_files",
-    "missing_ranges",
     "read_ahead",
-    "resident_pages",
     "writing",
 ]
