@@ -90,6 +90,25 @@ def run_worker(script: str, kind: str, size: int, repeats: int) -> dict[str, Any
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def src_worker(script: str, src: Path, args: Sequence[str]) -> dict[str, Any]:
+    """``script --worker *args`` run with the sources ``src`` first on the import path, on one
+    BLAS thread; its last line of output as JSON, ``src`` set to the name of the sources'
+    folder (no path of this machine in results). Exits with the worker's error when it fails."""
+    src = src.resolve()
+    here = ROOT / "benchmarks"
+    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{here}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, str(Path(script).resolve()), "--worker", *args],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+        raise SystemExit(f"{src} failed (exit {done.returncode})")
+    row: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    row["src"] = src.parent.name
+    return row
+
+
 def search_recall(
     index: Any,
     queries: Sequence[str],

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -77,20 +75,14 @@ def main() -> None:
     if not args.src:
         p.error("give at least one --src")
     runs = []
+    from _common import src_worker
+
     for src in args.src:
-        src = src.resolve()
-        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
-        done = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", "--index",
-             str(args.index.resolve()), "--repeat", str(args.repeat),
+        row = src_worker(
+            __file__, src,
+            ["--index", str(args.index.resolve()), "--repeat", str(args.repeat),
              *(["--fold"] if args.fold else [])],
-            env=env, capture_output=True, text=True, check=False,
         )  # fmt: skip
-        if done.returncode != 0:
-            print(done.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"{src} failed (exit {done.returncode})")
-        row = json.loads(done.stdout.strip().splitlines()[-1])
-        row["src"] = src.parent.name  # no path of this machine in results
         print(json.dumps(row), flush=True)
         runs.append(row)
     (HERE / "results" / args.out).write_text(json.dumps({"runs": runs}, indent=2) + "\n")

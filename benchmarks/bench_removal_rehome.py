@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -161,20 +160,13 @@ def main() -> None:
     if not (args.index / "manifest.json").exists():
         p.error(f"--index {args.index}: no saved index there (no manifest.json)")
     result: dict[str, Any] = {"runs": []}
+    from _common import src_worker
+
     for src in args.src or [HERE.parent / "src"]:
-        src = src.resolve()
-        env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
         extra = ["--no-analysis"] if args.no_analysis else []
-        done = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", "--index",
-             str(args.index.resolve()), "--docs", str(args.docs), *extra],
-            env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            print(done.stderr[-3000:], file=sys.stderr)
-            raise SystemExit(f"{src} failed (exit {done.returncode})")
-        row = json.loads(done.stdout.strip().splitlines()[-1])
-        row["src"] = src.parent.name  # no path of this machine in results
+        row = src_worker(
+            __file__, src, ["--index", str(args.index.resolve()), "--docs", str(args.docs), *extra]
+        )
         print(json.dumps({"src": row["src"], **row["summary"]}), flush=True)
         if "layer1_vectors" in row:
             print(json.dumps(row["layer1_vectors"]), flush=True)
