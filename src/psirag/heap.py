@@ -17,26 +17,26 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from functools import cache
 
 import numpy as np
 
+from psirag.libc import libc
+
 __all__ = ["ask_for_huge_pages", "give_back_freed_memory", "mapped_copy"]
 
 
 @cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
+    lib = libc()
+    if lib is None:
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+        trim = lib.malloc_trim
+    except AttributeError:  # not glibc
         return None
     trim.argtypes = [ctypes.c_size_t]
     trim.restype = ctypes.c_int
@@ -58,12 +58,12 @@ HUGE_PAGE_MIN_BYTES = 2 << 20
 
 @cache
 def _madvise() -> Callable[[int, int, int], int] | None:
-    if not sys.platform.startswith("linux"):
+    lib = libc()
+    if lib is None:
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        advise = libc.madvise
-    except (OSError, AttributeError):
+        advise = lib.madvise
+    except AttributeError:
         return None
     advise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     advise.restype = ctypes.c_int

@@ -9,12 +9,12 @@ caller reads everything.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import mmap
-import sys
 from typing import Any
 
 import numpy as np
+
+from psirag.libc import libc as shared_libc
 
 PROT_READ = 1
 MAP_SHARED = 1
@@ -23,10 +23,10 @@ MAP_SHARED = 1
 def _load_libc() -> Any:
     """libc with ``mmap``, ``munmap`` and ``mincore`` typed for ctypes; None where there is none
     (not Linux, or the library cannot be loaded)."""
-    if not sys.platform.startswith("linux"):
+    libc = shared_libc()
+    if libc is None:
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.mmap.restype = ctypes.c_void_p
         libc.mmap.argtypes = [
             ctypes.c_void_p,

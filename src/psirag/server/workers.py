@@ -31,8 +31,6 @@ cannot: the next start does it).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import logging
 import os
 import shutil
@@ -43,6 +41,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from psirag.libc import libc
 
 if TYPE_CHECKING:
     from psirag.server.jobs import SharedJobs
@@ -272,10 +272,10 @@ def _die_with_parent(parent: int) -> None:
     everywhere, a thread that checks the parent every second does the same, and covers a parent
     that died before this call. Until the server runs, the signal's default action ends the
     worker at once."""
-    libc_name = ctypes.util.find_library("c")
-    if sys.platform.startswith("linux") and libc_name:
+    lib = libc()
+    if lib is not None:
         with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(libc_name, use_errno=True).prctl(_PR_SET_PDEATHSIG, PARENT_GONE)
+            lib.prctl(_PR_SET_PDEATHSIG, PARENT_GONE)
 
     def watch() -> None:
         while True:
