@@ -221,3 +221,48 @@ def test_saving_the_same_index_again_writes_only_what_changed_since(
     assert again.abstracts == index.abstracts
     assert [c.text for c in again.chunks] == [c.text for c in index.chunks]
     _exactly_the_same_table(index, again)
+
+
+def _chunk_table(folder: Path) -> dict[str, Any]:
+    import json
+
+    top = json.loads((folder / "manifest.json").read_text())
+    generation = folder / "generations" / f"{int(top['generation']):06d}" / "manifest.json"
+    table: dict[str, Any] = json.loads(generation.read_text())["tables"]["chunks"]
+    return table
+
+
+@pytest.mark.parametrize("path", ["index", "update_saved"])
+def test_saves_on_top_of_saves_write_only_their_own_chunks(tmp_path: Path, path: str) -> None:
+    """The chunks an earlier save on the same index object wrote are that generation's rows:
+    the next save keeps them (no row removed, each save appends only its own chunks), as a
+    running server's saves one after the other do. Before, every save wrote again, and
+    marked removed, every chunk added since the load."""
+    from psirag.living import add_documents, update_saved
+
+    emb = HashEmbedder()
+    folder = tmp_path / "ix"
+    Index.build(_docs(60), IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+    index = Index.load(folder, embedder=emb)
+    base: Any = None
+    added = []
+    for k in range(4):
+        text = f"Etna lava, said Word{9000 + k} near Place{k}. Nile silt of River{k}."
+        added.append(text)
+        if path == "index":
+            index.add([Document(f"n{k}", "", text, is_record=False)])
+            index.save(folder)
+        else:
+            done = update_saved(
+                folder,
+                lambda data, t=text: add_documents(data, [t], emb, texts=True),
+                base=base,
+            )
+            assert not done.loaded or k == 0
+            base = done.data
+        table = _chunk_table(folder)
+        assert table["n_dead"] == 0, (k, table)
+        assert sum(rows for _, rows in table["segments"]) == 61 + k, table
+    again = Index.load(folder, verify="full", embedder=emb)
+    texts = [c.text for c in again.chunks]
+    assert len(texts) == 64 and texts[-4:] == added

@@ -444,9 +444,11 @@ class LazyRows(Sequence[T], Generic[T]):
     def _by_identity(self, items: Sequence[T]) -> np.ndarray:
         """Per item, its position here if it is an object decoded from one of these rows
         (matched by object identity, vectorised: a save after an add that decoded every row
-        looked each one up in a Python dict, about 2 s at 200k rows)."""
+        looked each one up in a Python dict, about 2 s at 200k rows), or one of its ``tail``
+        items (after the rows: a sequence saved with an update's new chunks holds them there,
+        and the next save on top must find them, not write them again)."""
         out = np.full(len(items), -1, dtype=np.int64)
-        if not len(items) or not self._cache:
+        if not len(items) or not (self._cache or self.tail):
             return out
         head = self._rows()
         with self._lock:  # another thread may be reading rows meanwhile
@@ -461,7 +463,9 @@ class LazyRows(Sequence[T], Generic[T]):
             at = np.minimum(np.searchsorted(ordered, cached), max(head.size - 1, 0))
             ok = ordered[at] == cached if head.size else np.zeros(cached.size, dtype=bool)
             pos = order[at]
-        return match_identities(identities(items), objects[ok], pos[ok])
+        known = np.concatenate([objects[ok], identities(self.tail)])
+        where = np.concatenate([pos[ok], head.size + np.arange(len(self.tail), dtype=np.int64)])
+        return match_identities(identities(items), known, where)
 
 
 class PickedRows(Sequence[T], Generic[T]):
