@@ -238,7 +238,7 @@ def test_saves_on_top_of_saves_write_only_their_own_chunks(tmp_path: Path, path:
     the next save keeps them (no row removed, each save appends only its own chunks), as a
     running server's saves one after the other do. Before, every save wrote again, and
     marked removed, every chunk added since the load."""
-    from psirag.living import add_documents, update_saved
+    from psirag.living import add_documents, remove_documents, update_saved
 
     emb = HashEmbedder()
     folder = tmp_path / "ix"
@@ -266,3 +266,16 @@ def test_saves_on_top_of_saves_write_only_their_own_chunks(tmp_path: Path, path:
     again = Index.load(folder, verify="full", embedder=emb)
     texts = [c.text for c in again.chunks]
     assert len(texts) == 64 and texts[-4:] == added
+    # a removal on top: the two removed chunks (an added one and a built one) are the only
+    # rows marked removed
+    held = index if path == "index" else Index.from_data(base, embedder=emb)
+    ids = list(held.documents)
+    gone = [ids[61], ids[0]]
+    if path == "index":
+        index.remove(gone)
+        index.save(folder)
+    else:
+        update_saved(folder, lambda data: remove_documents(data, gone, emb), base=base)
+    assert _chunk_table(folder)["n_dead"] == 2
+    kept = [c.text for c in Index.load(folder, verify="full", embedder=emb).chunks]
+    assert kept == [t for t in texts if t not in (added[1], texts[0])]
