@@ -243,6 +243,13 @@ class IndexData:
     with an index of more than :data:`psirag.config.EXACT_DENSE_LEAVES` leaves when usearch is
     installed, changed by every update and saved in the generation; None: none (the tree
     search ranks in its place)."""
+    inner_norms: np.ndarray | None = None
+    """Per inner node (``abstracts`` order), float32: the norm of the float32 leaf sum its
+    routing vector was normalised by (``routing="leaf_mean"``; NaN: not known), made and
+    carried exactly with the vector (a waiting abstract's stale vector keeps its stale norm,
+    as :attr:`abstract_drift` says), so that a removal's re-home rules out candidates by
+    their stored vectors with a proven margin (:class:`psirag.tree.update.RehomeHint`);
+    None: none known (an index saved before them, or another routing)."""
     document_keys: tuple[np.ndarray, int] | None = None
     """Per leaf, the 64-bit key of its document id (:mod:`psirag.document_keys`), and the
     number of documents, as a load or an update gives them, so that an update finds documents
@@ -269,6 +276,11 @@ class IndexData:
             or (ids[0].size and ids[0].max() >= ids[1])
         ):
             raise ValueError(f"inner ids of {ids[0].shape} (next {ids[1]}) do not fit the tree")
+        norms = self.inner_norms
+        if norms is not None and norms.shape != (tree.n_nodes - tree.n_leaves,):
+            raise ValueError(
+                f"inner norms of {norms.shape} for {tree.n_nodes - tree.n_leaves} inner nodes"
+            )
         keys = self.document_keys
         if keys is not None and (keys[0].shape != (tree.n_leaves,) or keys[1] > tree.n_leaves):
             raise ValueError(
@@ -367,6 +379,8 @@ class IndexData:
         if {"tree", "node_vectors", "abstracts"} & set(changes):
             changes.setdefault("inner_rows", None)  # the carried rows may not hold them now
             changes.setdefault("inner_ids", None)
+        if {"tree", "node_vectors"} & set(changes):
+            changes.setdefault("inner_norms", None)  # they were the old vectors' norms
         if "chunks" in changes:
             changes.setdefault("document_keys", None)  # made again from the new chunks
         if "node_vectors" not in changes:  # as held: not joined by the copy

@@ -76,8 +76,15 @@ class _Bar:
 
 
 def _normalise_rows(x: np.ndarray) -> np.ndarray:
+    return _normalised_with_norms(x)[0]
+
+
+def _normalised_with_norms(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``x`` over their norms (float32; a zero row stays zero), and those norms
+    (float32) as the division used them."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.where(norms == 0, 1, norms)).astype(np.float32)
+    rows = (x / np.where(norms == 0, 1, norms)).astype(np.float32)
+    return rows, norms.reshape(-1).astype(np.float32)
 
 
 def _quiet(message: str) -> None:
@@ -307,13 +314,42 @@ def routing_vectors(
     (``config.routing``). ``nodes=None``: every node's vector (leaves first, the index's
     ``node_vectors``); else one row per inner node in ``nodes``. ``abstracts`` holds one text per
     inner node of ``tree`` (read only for abstract-text routing)."""
+    return routing_rows(
+        tree, leaf_vectors, abstracts, config, embedder, nodes=nodes, progress=progress
+    )[0]
+
+
+def routing_rows(
+    tree: Tree,
+    leaf_vectors: np.ndarray,
+    abstracts: Sequence[str],
+    config: IndexConfig,
+    embedder: Embedder | None,
+    *,
+    nodes: Sequence[int] | None = None,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`routing_vectors`, and with ``routing="leaf_mean"`` each inner node's (``nodes``')
+    sum norm, float32 (:attr:`psirag.index_data.IndexData.inner_norms`: what lets a removal's
+    re-home rule out candidates, :class:`psirag.tree.update.RehomeHint`): the norm of the leaf
+    sum its vector was divided by, NaN where a leaf under it is longer than
+    :data:`~psirag.tree.update.LEAF_NORM_MAX` (the bound counts on it) or the sum is 0.
+    Other routings: None (their vectors are not leaf means)."""
     n = tree.n_leaves
     targets = None if nodes is None else np.asarray(nodes, dtype=np.int64).reshape(-1)
     if targets is None:
-        mean = _normalise_rows(np.asarray(tree.leaf_membership[n:] @ leaf_vectors))
+        membership = tree.leaf_membership[n:]
+        mean, norms = _normalised_with_norms(np.asarray(membership @ leaf_vectors))
+        ptr, leaves = membership.indptr, membership.indices
     else:
-        mean = _normalise_rows(_leaf_sums(tree, targets, leaf_vectors))
+        ptr, leaves = tree.membership_rows(targets)
+        mean, norms = _normalised_with_norms(_leaf_sums(tree, targets, leaf_vectors))
     texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
+    sum_norms: np.ndarray | None = None
+    if config.routing == "leaf_mean":
+        sum_norms = np.where(
+            (norms > 0) & _short_leaves(ptr, leaves, leaf_vectors), norms, np.float32(np.nan)
+        ).astype(np.float32)
     if config.routing == "leaf_mean" or not texts:
         routing = mean
     else:
@@ -328,8 +364,30 @@ def routing_vectors(
             w = config.routing_blend
             routing = _normalise_rows((1 - w) * mean + w * text_vecs)
     if targets is not None:
-        return np.asarray(routing, dtype=np.float32).reshape(targets.size, leaf_vectors.shape[1])
-    return np.concatenate([leaf_vectors, routing]).astype(np.float32)
+        rows = np.asarray(routing, dtype=np.float32).reshape(targets.size, leaf_vectors.shape[1])
+        return rows, sum_norms
+    return np.concatenate([leaf_vectors, routing]).astype(np.float32), sum_norms
+
+
+def _short_leaves(ptr: np.ndarray, leaves: np.ndarray, leaf_vectors: np.ndarray) -> np.ndarray:
+    """Per membership row (``ptr``, ``leaves``: CSR), whether none of its leaves is longer than
+    :data:`~psirag.tree.update.LEAF_NORM_MAX` (embedders give unit rows, so all are: one pass
+    over the leaves read, per row only when one is not)."""
+    from psirag.tree.update import LEAF_NORM_MAX
+
+    rows = ptr.size - 1
+    if rows == 0 or leaves.size == 0:
+        return np.ones(rows, dtype=bool)
+    cols = np.unique(leaves)
+    long = np.zeros(leaf_vectors.shape[0], dtype=bool)
+    for lo in range(0, cols.size, 1 << 16):
+        at = cols[lo : lo + (1 << 16)]
+        block = np.asarray(leaf_vectors[at], dtype=np.float64)
+        long[at] = np.sqrt((block * block).sum(axis=1)) > LEAF_NORM_MAX
+    if not long.any():
+        return np.ones(rows, dtype=bool)
+    bad = np.add.reduceat(long[leaves].astype(np.int64), ptr[:-1].clip(max=leaves.size - 1))
+    return np.asarray((bad == 0) | (np.diff(ptr) == 0))
 
 
 _SUMMED_IN_NUMPY = 1 << 16
@@ -450,7 +508,7 @@ def build_index_data(
         give_back_freed_memory()
 
         t0 = time.perf_counter()
-        node_vectors = routing_vectors(
+        node_vectors, inner_norms = routing_rows(
             built.tree, leaf_vectors, abstracts.texts, config, embedder, progress=progress
         )
         del leaf_vectors
@@ -498,6 +556,7 @@ def build_index_data(
         lineage=fresh_lineage(len(chunks), (d.id for d in documents)),
         phrase_table=abstracts.table,
         leaf_graph=graph,
+        inner_norms=inner_norms,
     )
     return data, embedder
 

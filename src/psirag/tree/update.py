@@ -30,7 +30,7 @@ and no Python step per node.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -46,6 +46,7 @@ __all__ = [
     "INSERT_RULES",
     "InsertRule",
     "RebuildRule",
+    "RehomeHint",
     "TreeUpdate",
     "check_invariants",
     "descend",
@@ -91,6 +92,8 @@ class TreeUpdate:
     new_leaves: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     counts: dict[str, int] = field(default_factory=dict)
     moved: np.ndarray | None = None
+    rehome_scored: tuple[int, ...] = ()
+    """Per re-home of a removal, how many candidates were scored exactly (their leaves read)."""
 
     @property
     def dirty_with_siblings(self) -> np.ndarray:
@@ -219,6 +222,11 @@ class _Sums:
         self._got: dict[int, np.ndarray] = {}
         self._pending: dict[int, list[np.ndarray]] = {}
 
+    def changed(self, u: int) -> bool:
+        """Whether ``u``'s sum is read or has additions: it may differ from its leaves' sum in
+        the old tree, and a read costs nothing (or is needed anyway)."""
+        return u in self._got or u in self._pending
+
     def add(self, u: int, delta: np.ndarray) -> None:
         got = self._got.get(u)
         if got is None:
@@ -247,6 +255,118 @@ class _Sums:
                     value += delta
                 self._got[u] = value
         return np.stack([self._got[u] for u in nodes])
+
+
+_U32 = 2.0**-24
+_U64 = 2.0**-53
+LEAF_NORM_MAX = 1.001
+"""The largest leaf-vector norm a stored sum norm may count on: every embedder's rows are unit
+vectors (SPEC 1.2), and a norm is stored only where its node's leaves are at most this long
+(:func:`psirag.pipeline.routing_vectors`'s ``norms``)."""
+
+
+def _gamma(m: np.ndarray, u: float) -> np.ndarray:
+    """Higham's ``gamma(m) = m u / (1 - m u)`` (inf where ``m u >= 1``)."""
+    mu = np.asarray(m, dtype=np.float64) * u
+    with np.errstate(divide="ignore"):
+        return np.where(mu < 1, mu / np.maximum(1 - mu, 0), np.inf)
+
+
+def cosine_scores(cand_sums: np.ndarray, sum_c: np.ndarray) -> np.ndarray:
+    """A re-home's score of each candidate: the child's sum ``sum_c`` times the candidate's
+    normalised sum, ``s_v . s_c / (||s_v|| + 1e-12)``, in float64. Each row is reduced on its
+    own (numpy's per-row sums, not a matrix-vector product, which rounds a row by its position
+    in the block), so a candidate's score has the same bits in any subset of candidates."""
+    rows = np.asarray(cand_sums, dtype=np.float64)
+    dots = (rows * sum_c).sum(axis=1)
+    norms = np.sqrt((rows * rows).sum(axis=1))
+    return np.asarray(dots / (norms + 1e-12))
+
+
+@dataclass(frozen=True)
+class RehomeHint:
+    """What lets a removal's re-home read the leaves of only the candidates that can win.
+
+    ``vectors``: per inner node (row ``node - n_leaves`` of the tree given to
+    :func:`remove_leaves`), its stored routing vector, the float32 normalised float32 sum of its
+    leaves (``routing="leaf_mean"``); ``norms``: per inner node the float32 norm ``||s32||`` of
+    that float32 sum as :func:`psirag.pipeline.routing_vectors` computed it (NaN: none, or its
+    leaves are longer than :data:`LEAF_NORM_MAX`); ``stale``: inner nodes whose vector and norm
+    were made for another set of leaves (a waiting abstract's, see
+    :class:`psirag.living.AbstractDriftRule`). Nodes in ``stale`` or without a norm are scored
+    exactly, as every candidate is without a hint.
+
+    **The bound.** Let a clean candidate ``v`` (not stale, with a norm, and no sum changed by
+    this removal yet) have ``k`` leaves ``x_i`` with ``||x_i|| <= L`` (:data:`LEAF_NORM_MAX`),
+    ``s`` their exact sum, ``s32`` the float32 sum the vector was made from, ``s^`` the float64
+    sum the exact path reads, ``n32`` the stored norm and ``r`` the stored vector; ``d`` the
+    dimension, ``u = 2^-24``, ``u' = 2^-53`` and ``g(m, u) = m u / (1 - m u)``. Recursive
+    summation in any order gives ``||s32 - s||, ||s^ - s|| <= g(k - 1, .) k L``, so
+    ``||s32 - s^|| <= E = (g(k-1, u) + g(k-1, u')) k L``. The float32 norm is within
+    ``eta = g(d + 3, u)`` of ``||s32||`` relatively, so ``N = n32 / (1 + eta) <= ||s32||``, and the
+    float32 (or float64 then float32) division leaves ``||r - s32/||s32|| || <= (2u + eta) / (1 -
+    eta) = alpha``. As ``||a/|a| - b/|b| || <= 2 ||a - b|| / |a|`` and the score's denominator
+    ``||s^|| + 1e-12`` shifts the unit vector by at most ``1e-12 / (N - E)``, the exact score's
+    direction ``s^ / (||s^|| + 1e-12)`` is within ``rho = alpha + 2 E / N + 1e-12 / (N - E)`` of
+    ``r`` (infinite where ``N <= E``: scored exactly). So the exact score ``g_v`` and the stored
+    vector's ``h_v = r . s^_c`` differ by at most ``rho ||s^_c||`` in real arithmetic; the float64
+    rounding of both (``d``-term dot products, a norm, a division) adds at most ``tau ||s^_c||``
+    with ``tau = 4 g(d + 3, u')``, which is doubled (and the norm of ``s^_c`` inflated by 1e-6)
+    to cover the comparisons' own rounding. With ``m_v = (rho_v + 2 tau) ||s^_c|| (1 + 1e-6)``
+    and ``B = max_v (h_v - m_v)`` over the clean candidates, a clean candidate with
+    ``h_v + m_v < B`` has ``g_v < B <= g_w`` for the ``w`` attaining ``B`` (kept, as is every
+    candidate scored exactly), so it can be neither the best nor tied with it: the first best
+    of the kept candidates, scored by :func:`cosine_scores` whose rows do not depend on which
+    others are scored, is the first best of all.
+    """
+
+    vectors: np.ndarray
+    norms: np.ndarray
+    stale: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    def margins(self, tree: Tree, cands: np.ndarray, c_norm: float) -> np.ndarray:
+        """Per candidate, ``m_v`` of the bound above (inf: score it exactly)."""
+        n = tree.n_leaves
+        dim = int(self.vectors.shape[1])
+        k = np.asarray(tree.leaf_counts[cands], dtype=np.float64)
+        n32 = np.asarray(self.norms[cands - n], dtype=np.float64)
+        eta = float(_gamma(np.asarray(dim + 3), _U32))
+        low = n32 / (1 + eta)
+        err = (_gamma(k - 1, _U32) + _gamma(k - 1, _U64)) * k * LEAF_NORM_MAX
+        alpha = (2 * _U32 + eta) / (1 - eta)
+        ok = np.isfinite(n32) & (low > err)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(ok, alpha + 2 * err / low + 1e-12 / (low - err), np.inf)
+        tau = 4 * float(_gamma(np.asarray(dim + 3), _U64))
+        margin = (rho + 2 * tau) * c_norm * (1 + 1e-6)
+        if self.stale.size:
+            margin[np.isin(cands, self.stale)] = np.inf
+        return np.asarray(margin)
+
+
+def rehome_shortlist(
+    tree: Tree,
+    cands: np.ndarray,
+    sum_c: np.ndarray,
+    hint: RehomeHint,
+    changed: np.ndarray,
+) -> np.ndarray:
+    """The candidates (a mask over ``cands``) whose exact score can be the best: every one the
+    bound of :class:`RehomeHint` cannot rule out, and every one in ``changed`` (their sums are
+    not their stored vectors')."""
+    c_norm = float(np.sqrt((sum_c * sum_c).sum()))
+    margin = hint.margins(tree, cands, c_norm)
+    margin[changed] = np.inf
+    clean = np.isfinite(margin)
+    keep = ~clean
+    if not clean.any():
+        return keep
+    at = np.flatnonzero(clean)
+    rows = np.asarray(np.take(hint.vectors, cands[at] - tree.n_leaves, axis=0), dtype=np.float64)
+    h = (rows * sum_c).sum(axis=1)
+    best = float(np.max(h - margin[at]))
+    keep[at] = h + margin[at] >= best
+    return keep
 
 
 class _Column:
@@ -316,6 +436,7 @@ class _Work:
         self.kids = _Kids(tree)
         self.new_rows: list[int] = []  # working ids of added leaves, in input order
         self.counts: dict[str, int] = {}
+        self.scored: list[int] = []  # per re-home, the candidates scored exactly
 
     def add(self, layer: int, row: int = -1) -> int:
         self.parent.append(-1)
@@ -390,8 +511,12 @@ class _Work:
 
     # -------------------------------------------------------------- deletion
 
-    def prune(self, removed: np.ndarray, max_children: int | None) -> None:
-        """Remove leaves, prune emptied nodes, re-home only-children, drop one-child roots."""
+    def prune(
+        self, removed: np.ndarray, max_children: int | None, hint: RehomeHint | None = None
+    ) -> None:
+        """Remove leaves, prune emptied nodes, re-home only-children, drop one-child roots.
+        ``hint``: the stored vectors and norms that rule out most of a re-home's candidates
+        (:class:`RehomeHint`); without it every candidate's leaves are read."""
         old = self.old
         sums = _Sums(old, self.vectors)
         one_tree = old.roots.size == 1
@@ -467,9 +592,14 @@ class _Work:
                     if room.any():
                         cands = cands[room]
                 c = self.kids[u][0]
-                cand_sums = sums.read(cands.tolist())
                 sum_c = sums.read([c])[0]
-                score = cand_sums @ sum_c / (np.linalg.norm(cand_sums, axis=1) + 1e-12)
+                if hint is not None:  # only the candidates the stored vectors cannot rule out
+                    changed = np.fromiter(
+                        (sums.changed(v) for v in cands.tolist()), dtype=bool, count=cands.size
+                    )
+                    cands = cands[rehome_shortlist(old, cands, sum_c, hint, changed)]
+                self.scored.append(int(cands.size))
+                score = cosine_scores(sums.read(cands.tolist()), sum_c)
                 target = int(cands[int(np.argmax(score))])
                 shift(u, -sum_c)
                 self.set_parent(c, target)
@@ -988,13 +1118,16 @@ def remove_leaves(
     *,
     max_children: int | None = 40,
     check_vectors: bool = True,
+    hint: RehomeHint | None = None,
 ) -> TreeUpdate:
     """Remove the given leaves from a tree or a forest (a tree that loses every leaf goes).
 
     The remaining leaves keep their relative order as ids ``0 .. n_left-1``. At least one leaf
     must remain: clearing an index is a rebuild, not an update. ``check_vectors=False``: the
     vectors are the index's own, checked when stored (their shape is checked, not every
-    value: the removal reads a few of them, and a pass over all would cost more).
+    value: the removal reads a few of them, and a pass over all would cost more). ``hint``:
+    the inner nodes' stored vectors and sum norms (:class:`RehomeHint`), so that a re-home
+    reads the leaves of the candidates that can win only; the target is the same.
     """
     _check_max_children(max_children)
     if check_vectors:
@@ -1019,10 +1152,19 @@ def remove_leaves(
             f"removing all {n} leaves would leave an empty tree; keep at least one leaf "
             "(to empty an index, build a new one)"
         )
+    if hint is not None:
+        k = tree.n_nodes - n
+        shape = getattr(hint.vectors, "shape", ())
+        if tuple(shape[:1]) != (k,) or np.shape(hint.norms) != (k,):
+            raise InputError(
+                f"a re-home hint of vectors {tuple(shape)} and norms {np.shape(hint.norms)} for "
+                f"a tree of {k} inner nodes"
+            )
     work = _Work(tree, vecs)
     if uniq.size:
-        work.prune(uniq, max_children)
-    return work.finish(max_children)
+        work.prune(uniq, max_children, hint)
+    done = work.finish(max_children)
+    return replace(done, rehome_scored=tuple(work.scored)) if work.scored else done
 
 
 # ------------------------------------------------------------------ drift
