@@ -1385,6 +1385,35 @@ class Compaction:
     bytes_after: int
 
 
+def with_sum_norms(data: IndexData) -> IndexData:
+    """``data`` with the sum norm of every inner node whose vector is its leaf mean now
+    (:attr:`IndexData.inner_norms`): what an index saved before them gets when compacted (a
+    pass over the leaves under those nodes, as a build's routing step). A waiting abstract's
+    node keeps none (its vector was made for other leaves); another routing has none."""
+    if data.config.routing != "leaf_mean":
+        return data
+    tree = data.tree
+    n, k = tree.n_leaves, tree.n_nodes - tree.n_leaves
+    norms = data.inner_norms
+    missing = np.arange(k) if norms is None else np.flatnonzero(np.isnan(norms))
+    if data.abstract_drift is not None:
+        missing = missing[np.asarray(data.abstract_drift)[missing] == 0]
+    if missing.size == 0:
+        return data
+    _, got = routing_rows(
+        tree,
+        data.vector_rows()[:n],
+        data.abstracts,
+        data.config,
+        None,
+        nodes=(n + missing).tolist(),
+    )
+    assert got is not None
+    out = np.full(k, np.nan, dtype=np.float32) if norms is None else np.array(norms)
+    out[missing] = got
+    return data.replace(inner_norms=out)
+
+
 def compact_saved(folder: str | Path, *, wait: float = 0.0) -> Compaction:
     """Write the saved index again as a new generation whose tables are each one segment:
     patches applied, removed rows dropped, appended segments merged (``psirag compact``; saves
@@ -1406,6 +1435,7 @@ def compact_saved(folder: str | Path, *, wait: float = 0.0) -> Compaction:
         data = store.read(
             lambda reader: load_index_data(reader, folder), generation=on_disk.generation
         )
+        data = with_sum_norms(data)
         with saving(writer.target, had_index=True):
             generation = save_index_data(writer, data, compact=True)
     after = store.read(

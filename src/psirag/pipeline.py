@@ -344,7 +344,9 @@ def routing_rows(
     else:
         ptr, leaves = tree.membership_rows(targets)
         mean, norms = _normalised_with_norms(_leaf_sums(tree, targets, leaf_vectors))
-    texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
+    texts: list[str] = []  # read for text routing only (a loaded index decodes each one read)
+    if config.routing != "leaf_mean":
+        texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
     sum_norms: np.ndarray | None = None
     if config.routing == "leaf_mean":
         sum_norms = np.where(

@@ -298,17 +298,19 @@ class RehomeHint:
 
     **The bound.** Let a clean candidate ``v`` (not stale, with a norm, and no sum changed by
     this removal yet) have ``k`` leaves ``x_i`` with ``||x_i|| <= L`` (:data:`LEAF_NORM_MAX`),
-    ``s`` their exact sum, ``s32`` the float32 sum the vector was made from, ``s^`` the float64
-    sum the exact path reads, ``n32`` the stored norm and ``r`` the stored vector; ``d`` the
-    dimension, ``u = 2^-24``, ``u' = 2^-53`` and ``g(m, u) = m u / (1 - m u)``. Recursive
-    summation in any order gives ``||s32 - s||, ||s^ - s|| <= g(k - 1, .) k L``, so
-    ``||s32 - s^|| <= E = (g(k-1, u) + g(k-1, u')) k L``. The float32 norm is within
-    ``eta = g(d + 3, u)`` of ``||s32||`` relatively, so ``N = n32 / (1 + eta) <= ||s32||``, and the
-    float32 (or float64 then float32) division leaves ``||r - s32/||s32|| || <= (2u + eta) / (1 -
-    eta) = alpha``. As ``||a/|a| - b/|b| || <= 2 ||a - b|| / |a|`` and the score's denominator
-    ``||s^|| + 1e-12`` shifts the unit vector by at most ``1e-12 / (N - E)``, the exact score's
-    direction ``s^ / (||s^|| + 1e-12)`` is within ``rho = alpha + 2 E / N + 1e-12 / (N - E)`` of
-    ``r`` (infinite where ``N <= E``: scored exactly). So the exact score ``g_v`` and the stored
+    ``s`` their exact sum, ``s32`` the float32 sum (any order) the vector ``r`` was made from,
+    ``s32'`` the one (maybe the same) whose float32 norm ``n32`` is stored, ``s^`` the float64
+    sum the exact path reads; ``d`` the dimension, ``u = 2^-24``, ``u' = 2^-53`` and
+    ``g(m, u) = m u / (1 - m u)``. Recursive summation in any order gives ``||s32 - s||,
+    ||s32' - s|| <= g(k - 1, u) k L`` and ``||s^ - s|| <= g(k - 1, u') k L``, so each float32 sum
+    is within ``E = (g(k-1, u) + g(k-1, u')) k L`` of ``s^``. The float32 norm is within
+    ``eta = g(d + 3, u)`` of ``||s32'||`` relatively, so ``N = n32 / (1 + eta) <= ||s32'||`` and
+    ``||s^|| >= N - E``; the float32 (or float64 then float32) division leaves ``||r - s32 /
+    ||s32|| || <= (2u + eta) / (1 - eta) = alpha``. As ``||a/|a| - b/|b| || <= 2 ||a - b|| / |b|``
+    and the score's denominator ``||s^|| + 1e-12`` shifts the unit vector by at most
+    ``1e-12 / ||s^||``, the exact score's direction ``s^ / (||s^|| + 1e-12)`` is within
+    ``rho = alpha + (2 E + 1e-12) / (N - E)`` of ``r`` (infinite where ``N <= E``: scored
+    exactly). So the exact score ``g_v`` and the stored
     vector's ``h_v = r . s^_c`` differ by at most ``rho ||s^_c||`` in real arithmetic; the float64
     rounding of both (``d``-term dot products, a norm, a division) adds at most ``tau ||s^_c||``
     with ``tau = 4 g(d + 3, u')``, which is doubled (and the norm of ``s^_c`` inflated by 1e-6)
@@ -336,7 +338,7 @@ class RehomeHint:
         alpha = (2 * _U32 + eta) / (1 - eta)
         ok = np.isfinite(n32) & (low > err)
         with np.errstate(divide="ignore", invalid="ignore"):
-            rho = np.where(ok, alpha + 2 * err / low + 1e-12 / (low - err), np.inf)
+            rho = np.where(ok, alpha + (2 * err + 1e-12) / (low - err), np.inf)
         tau = 4 * float(_gamma(np.asarray(dim + 3), _U64))
         margin = (rho + 2 * tau) * c_norm * (1 + 1e-6)
         if self.stale.size:
