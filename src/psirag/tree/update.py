@@ -193,12 +193,13 @@ class _Kids:
         return int(self._ptr[u + 1] - self._ptr[u]) if u < self._n else 0
 
     def counts(self, nodes: np.ndarray) -> np.ndarray:
-        """:meth:`count` of several old nodes, as one array."""
+        """:meth:`count` of several old nodes, as one array (a pass over the lists made, not a
+        Python step per node: a re-home asks for every node of a layer)."""
         out = self._ptr[nodes + 1] - self._ptr[nodes]
-        for k, u in enumerate(nodes.tolist()):
-            got = self._lists.get(u)
-            if got is not None:
-                out[k] = len(got)
+        if self._lists:
+            made = np.fromiter(self._lists, dtype=np.int64, count=len(self._lists))
+            for k in np.flatnonzero(np.isin(nodes, made)).tolist():
+                out[k] = len(self._lists[int(nodes[k])])
         return out
 
     @property
@@ -222,10 +223,11 @@ class _Sums:
         self._got: dict[int, np.ndarray] = {}
         self._pending: dict[int, list[np.ndarray]] = {}
 
-    def changed(self, u: int) -> bool:
-        """Whether ``u``'s sum is read or has additions: it may differ from its leaves' sum in
-        the old tree, and a read costs nothing (or is needed anyway)."""
-        return u in self._got or u in self._pending
+    def changed(self, nodes: np.ndarray) -> np.ndarray:
+        """Per node of ``nodes``, whether its sum is read or has additions: it may differ from
+        its leaves' sum in the old tree, and a read costs nothing (or is needed anyway)."""
+        seen = [*self._got, *self._pending]
+        return np.isin(nodes, np.asarray(seen, dtype=np.int64))
 
     def add(self, u: int, delta: np.ndarray) -> None:
         got = self._got.get(u)
@@ -364,8 +366,10 @@ def rehome_shortlist(
     if not clean.any():
         return keep
     at = np.flatnonzero(clean)
-    rows = np.asarray(np.take(hint.vectors, cands[at] - tree.n_leaves, axis=0), dtype=np.float64)
-    h = (rows * sum_c).sum(axis=1)
+    h = np.empty(at.size, dtype=np.float64)
+    for lo in range(0, at.size, _BLOCK * 16):  # float64 dot products (any order: the bound's)
+        part = cands[at[lo : lo + _BLOCK * 16]] - tree.n_leaves
+        h[lo : lo + part.size] = np.asarray(np.take(hint.vectors, part, axis=0), np.float64) @ sum_c
     best = float(np.max(h - margin[at]))
     keep[at] = h + margin[at] >= best
     return keep
@@ -522,21 +526,12 @@ class _Work:
         old = self.old
         sums = _Sums(old, self.vectors)
         one_tree = old.roots.size == 1
-        by_layer: dict[int, set[int]] = {}  # alive nodes per layer, made when a layer is read
         tree_of: dict[int, np.ndarray] = {}  # per layer read: its nodes' roots (a forest)
 
         def layer_nodes(lv: int) -> np.ndarray:
             inner = old.layer[old.n_leaves :]  # abstract ids read bottom-up: one range a layer
             lo, hi = np.searchsorted(inner, [lv, lv + 1], side="left")
             return np.arange(old.n_leaves + lo, old.n_leaves + hi, dtype=np.int64)
-
-        def layer_set(lv: int) -> set[int]:
-            got = by_layer.get(lv)
-            if got is None:
-                dead = {u for u, ok in self.alive.changed.items() if not ok}
-                got = set(layer_nodes(lv).tolist()) - dead
-                by_layer[lv] = got
-            return got
 
         def same_tree(lv: int, u: int) -> np.ndarray:
             """The nodes of layer ``lv`` in ``u``'s tree, as a mask over :func:`layer_nodes`."""
@@ -558,8 +553,6 @@ class _Work:
         def drop(u: int) -> int:
             p = self.parent[u]
             self.kill(u)
-            if self.layer[u] in by_layer:
-                by_layer[self.layer[u]].discard(u)
             return p
 
         touched: set[int] = set()
@@ -580,13 +573,15 @@ class _Work:
             for u in here:
                 if not self.alive[u] or len(self.kids[u]) != 1 or self.parent[u] < 0:
                     continue
-                alive = layer_set(lv)
-                if one_tree:
-                    mine = sorted(v for v in alive if v != u)
-                else:
-                    nodes = layer_nodes(lv)[same_tree(lv, u)].tolist()
-                    mine = [v for v in nodes if v != u and v in alive]
-                cands = np.asarray(mine, dtype=np.int64)
+                # the alive nodes of the layer (of u's tree) but u, in id order
+                nodes = layer_nodes(lv)
+                keep = nodes != u
+                if not one_tree:
+                    keep &= same_tree(lv, u)
+                dead = [v for v, ok in self.alive.changed.items() if not ok]
+                if dead:
+                    keep &= ~np.isin(nodes, np.asarray(dead, dtype=np.int64))
+                cands = nodes[keep]
                 if cands.size == 0:
                     continue  # u is alone in its layer: the root collapse below removes it
                 if max_children is not None:
@@ -596,10 +591,7 @@ class _Work:
                 c = self.kids[u][0]
                 sum_c = sums.read([c])[0]
                 if hint is not None:  # only the candidates the stored vectors cannot rule out
-                    changed = np.fromiter(
-                        (sums.changed(v) for v in cands.tolist()), dtype=bool, count=cands.size
-                    )
-                    cands = cands[rehome_shortlist(old, cands, sum_c, hint, changed)]
+                    cands = cands[rehome_shortlist(old, cands, sum_c, hint, sums.changed(cands))]
                 self.scored.append(int(cands.size))
                 score = cosine_scores(sums.read(cands.tolist()), sum_c)
                 target = int(cands[int(np.argmax(score))])
