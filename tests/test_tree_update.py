@@ -616,3 +616,18 @@ def test_cosine_scores_of_a_subset_have_the_same_bits() -> None:
         full = cosine_scores(rows, c)
         pick = np.sort(rng.choice(m, int(rng.integers(1, m + 1)), replace=False))
         assert full[pick].tobytes() == cosine_scores(rows[pick], c).tobytes()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_prefiltered_rehome_stays_in_its_tree_of_a_forest(seed: int) -> None:
+    """A forest (a tree per document): the prefilter scores the candidates of the re-homed
+    node's own tree, and the result is the exact path's."""
+    rng = np.random.default_rng(50 + seed)
+    e = clustered(rng, rng.normal(size=(3, 8)) * 3, 150, 0.5)
+    groups = np.repeat(np.arange(3), 50)
+    forest = build_forest(e, groups, max_children=3)
+    gone = np.sort(rng.choice(150, int(rng.integers(1, 6)), replace=False))
+    exact = remove_leaves(forest, gone, e, max_children=3)
+    hinted = remove_leaves(forest, gone, e, max_children=3, hint=_hint(forest, e))
+    _same_update(exact, hinted)
+    check_invariants(hinted.tree, 3, forest=True)
