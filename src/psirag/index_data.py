@@ -277,10 +277,12 @@ class IndexData:
         ):
             raise ValueError(f"inner ids of {ids[0].shape} (next {ids[1]}) do not fit the tree")
         norms = self.inner_norms
-        if norms is not None and norms.shape != (tree.n_nodes - tree.n_leaves,):
-            raise ValueError(
-                f"inner norms of {norms.shape} for {tree.n_nodes - tree.n_leaves} inner nodes"
-            )
+        if norms is not None:
+            if norms.shape != (tree.n_nodes - tree.n_leaves,):
+                raise ValueError(
+                    f"inner norms of {norms.shape} for {tree.n_nodes - tree.n_leaves} inner nodes"
+                )
+            object.__setattr__(self, "inner_norms", _read_only(norms))  # an update copies them
         keys = self.document_keys
         if keys is not None and (keys[0].shape != (tree.n_leaves,) or keys[1] > tree.n_leaves):
             raise ValueError(
