@@ -16,8 +16,8 @@ from support import TOPICS, HashEmbedder
 from psirag import Index
 from psirag.config import IndexConfig
 from psirag.index_data import IndexData
-from psirag.living import compact_saved, remove_documents
-from psirag.pipeline import routing_rows
+from psirag.living import compact_saved, remove_documents, with_sum_norms
+from psirag.pipeline import long_leaves, routing_rows
 from psirag.segments import tables_of
 from psirag.storage import IndexStore
 from psirag.storage_format import INNER_NORMS
@@ -102,9 +102,7 @@ def test_removals_with_norms_make_the_index_removals_without_make(seed: int) -> 
         ok = _current(with_norms)
         assert np.isfinite(norms[ok]).all()
         assert np.allclose(norms[ok], _fresh_norms(with_norms)[ok], rtol=1e-6)
-        # (the one without stored norms gets those of the nodes its refresh recomputes)
-        has = np.isfinite(without.inner_norms) if without.inner_norms is not None else []
-        assert np.array_equal(np.asarray(without.inner_norms)[has], norms[has])
+        assert without.inner_norms is None  # (only a build or a compaction starts them)
     assert rehomed > 0
 
 
@@ -157,3 +155,37 @@ def test_an_index_saved_without_norms_loads_updates_and_gets_them_when_compacted
     ok = _current(done.data)
     assert np.isfinite(norms[ok]).all() and np.isnan(norms[~ok]).all()
     assert np.allclose(norms[ok], _fresh_norms(done.data)[ok], rtol=1e-6)
+
+
+def test_an_index_with_a_leaf_longer_than_the_bound_gets_no_norms() -> None:
+    """The bound counts on leaves of norm at most LEAF_NORM_MAX (embedders give unit rows):
+    a compaction of an index with a longer leaf adds no norms, and an add of one drops them."""
+    data = _build().data
+    n = data.tree.n_leaves
+    assert not long_leaves(data.vector_rows()[:n])
+    rows = np.array(data.vector_rows())
+    rows[5] *= 1.01
+    assert long_leaves(rows[:n])
+    longer = data.replace(node_vectors=rows)
+    assert longer.inner_norms is None  # new vectors: the old norms are not theirs
+    assert with_sum_norms(longer).inner_norms is None
+    assert with_sum_norms(data.replace(inner_norms=None)).inner_norms is not None
+
+
+def test_an_add_of_a_longer_leaf_drops_the_norms(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(The pipeline normalises every embedding, so only a changed pipeline could add one: the
+    update then drops the index's norms rather than keep a bound that no longer holds.)"""
+    import psirag.living as living
+    from psirag.pipeline import Embedded, embed_chunks
+
+    def longer(*args, **kwargs):  # type: ignore[no-untyped-def]
+        got = embed_chunks(*args, **kwargs)
+        return Embedded(got.vectors * 1.5, got.truncated)
+
+    index = _build()
+    assert index.data.inner_norms is not None
+    index.add(["A new text about volcano ash and lava."], texts=True)
+    assert index.data.inner_norms is not None  # unit rows: kept
+    monkeypatch.setattr(living, "embed_chunks", longer)
+    index.add(["Another new text about rivers and deltas."], texts=True)
+    assert index.data.inner_norms is None

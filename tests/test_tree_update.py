@@ -487,14 +487,16 @@ def test_the_rehome_target_reads_the_candidates_sums_after_the_removal() -> None
 
 
 def _hint(tree: Tree, vectors: np.ndarray, stale: list[int] | None = None) -> RehomeHint:
-    """The hint an index gives: its stored leaf-mean vectors and sum norms (the pipeline's)."""
+    """The hint an index gives: its stored leaf-mean vectors and sum norms (the pipeline's),
+    no norms (NaN) where a leaf is longer than the bound allows, as an index keeps none."""
     from psirag.config import IndexConfig
-    from psirag.pipeline import routing_rows
+    from psirag.pipeline import long_leaves, routing_rows
 
-    rows, norms = routing_rows(
-        tree, vectors, [""] * (tree.n_nodes - tree.n_leaves), IndexConfig(), None
-    )
+    k = tree.n_nodes - tree.n_leaves
+    rows, norms = routing_rows(tree, vectors, [""] * k, IndexConfig(), None)
     assert norms is not None
+    if long_leaves(vectors):
+        norms = np.full(k, np.nan, dtype=np.float32)
     return RehomeHint(rows[tree.n_leaves :], norms, np.asarray(stale or [], dtype=np.int64))
 
 

@@ -43,6 +43,7 @@ from psirag.pipeline import (
     embed_chunks,
     leaf_graph,
     load_corpus,
+    long_leaves,
     routing_rows,
     sparse_index,
     write_abstracts,
@@ -626,10 +627,10 @@ class _State:
                 tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=vectors_of.tolist()
             )
             self.inner[vectors_of - n] = rows
-            if norms is not None:  # (an index without norms gets those of the nodes refreshed)
-                if self.norms is None:
-                    self.norms = np.full(tree.n_nodes - n, np.nan, dtype=np.float32)
-                elif not self.norms.flags.writeable:
+            # (an index without norms gets none here: only a build or a compaction, which
+            # check every leaf against the bound's length, starts them)
+            if norms is not None and self.norms is not None:
+                if not self.norms.flags.writeable:
                     self.norms = np.array(self.norms)
                 self.norms[vectors_of - n] = norms
         summary.seconds["routing"] = time.perf_counter() - t0
@@ -936,6 +937,8 @@ def update_documents(
         t0 = time.perf_counter()
         embedded = embed_chunks(new_chunks, embedder, progress=progress)
         truncated = embedded.truncated
+        if state.norms is not None and long_leaves(embedded.vectors):
+            state.norms = None  # RehomeHint's bound counts on short leaves
         summary.seconds["embedding"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         n_old = state.tree.n_leaves
@@ -1216,6 +1219,8 @@ def rebuild_data(
     summary.llm_cached = int(abstracts.llm.get("cached", 0) or 0)
     t0 = time.perf_counter()
     vectors, norms = routing_rows(built.tree, leaf_vectors, abstracts.texts, config, embedder)
+    if norms is not None and long_leaves(leaf_vectors):
+        norms = None
     summary.seconds["routing"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     sparse = sparse_index(leaf_texts, config)
@@ -1390,10 +1395,10 @@ def with_sum_norms(data: IndexData) -> IndexData:
     (:attr:`IndexData.inner_norms`): what an index saved before them gets when compacted (a
     pass over the leaves under those nodes, as a build's routing step). A waiting abstract's
     node keeps none (its vector was made for other leaves); another routing has none."""
-    if data.config.routing != "leaf_mean":
-        return data
     tree = data.tree
     n, k = tree.n_leaves, tree.n_nodes - tree.n_leaves
+    if data.config.routing != "leaf_mean" or long_leaves(data.vector_rows()[:n]):
+        return data
     norms = data.inner_norms
     missing = np.arange(k) if norms is None else np.flatnonzero(np.isnan(norms))
     if data.abstract_drift is not None:

@@ -332,26 +332,22 @@ def routing_rows(
     """:func:`routing_vectors`, and with ``routing="leaf_mean"`` each inner node's (``nodes``')
     sum norm, float32 (:attr:`psirag.index_data.IndexData.inner_norms`: what lets a removal's
     re-home rule out candidates, :class:`psirag.tree.update.RehomeHint`): the norm of the leaf
-    sum its vector was divided by, NaN where a leaf under it is longer than
-    :data:`~psirag.tree.update.LEAF_NORM_MAX` (the bound counts on it) or the sum is 0.
-    Other routings: None (their vectors are not leaf means)."""
+    sum its vector was divided by (NaN where the sum is 0). The bound counts on leaves no
+    longer than :data:`~psirag.tree.update.LEAF_NORM_MAX`: the caller keeps norms only for an
+    index whose leaves it checked (:func:`long_leaves`). Other routings: None (their vectors
+    are not leaf means)."""
     n = tree.n_leaves
     targets = None if nodes is None else np.asarray(nodes, dtype=np.int64).reshape(-1)
     if targets is None:
-        membership = tree.leaf_membership[n:]
-        mean, norms = _normalised_with_norms(np.asarray(membership @ leaf_vectors))
-        ptr, leaves = membership.indptr, membership.indices
+        mean, norms = _normalised_with_norms(np.asarray(tree.leaf_membership[n:] @ leaf_vectors))
     else:
-        ptr, leaves = tree.membership_rows(targets)
         mean, norms = _normalised_with_norms(_leaf_sums(tree, targets, leaf_vectors))
     texts: list[str] = []  # read for text routing only (a loaded index decodes each one read)
     if config.routing != "leaf_mean":
         texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
     sum_norms: np.ndarray | None = None
     if config.routing == "leaf_mean":
-        sum_norms = np.where(
-            (norms > 0) & _short_leaves(ptr, leaves, leaf_vectors), norms, np.float32(np.nan)
-        ).astype(np.float32)
+        sum_norms = np.where(norms > 0, norms, np.float32(np.nan)).astype(np.float32)
     if config.routing == "leaf_mean" or not texts:
         routing = mean
     else:
@@ -371,25 +367,18 @@ def routing_rows(
     return np.concatenate([leaf_vectors, routing]).astype(np.float32), sum_norms
 
 
-def _short_leaves(ptr: np.ndarray, leaves: np.ndarray, leaf_vectors: np.ndarray) -> np.ndarray:
-    """Per membership row (``ptr``, ``leaves``: CSR), whether none of its leaves is longer than
-    :data:`~psirag.tree.update.LEAF_NORM_MAX` (embedders give unit rows, so all are: one pass
-    over the leaves read, per row only when one is not)."""
+def long_leaves(leaf_vectors: np.ndarray) -> bool:
+    """Whether a row of ``leaf_vectors`` is longer than
+    :data:`~psirag.tree.update.LEAF_NORM_MAX` (embedders give unit rows: none is). An index
+    keeps sum norms only while none of its leaves is (a build and a compaction check every
+    leaf, an add its new ones), so :class:`~psirag.tree.update.RehomeHint`'s bound holds."""
     from psirag.tree.update import LEAF_NORM_MAX
 
-    rows = ptr.size - 1
-    if rows == 0 or leaves.size == 0:
-        return np.ones(rows, dtype=bool)
-    cols = np.unique(leaves)
-    long = np.zeros(leaf_vectors.shape[0], dtype=bool)
-    for lo in range(0, cols.size, 1 << 16):
-        at = cols[lo : lo + (1 << 16)]
-        block = np.asarray(leaf_vectors[at], dtype=np.float64)
-        long[at] = np.sqrt((block * block).sum(axis=1)) > LEAF_NORM_MAX
-    if not long.any():
-        return np.ones(rows, dtype=bool)
-    bad = np.add.reduceat(long[leaves].astype(np.int64), ptr[:-1].clip(max=leaves.size - 1))
-    return np.asarray((bad == 0) | (np.diff(ptr) == 0))
+    for lo in range(0, leaf_vectors.shape[0], 1 << 16):
+        block = np.asarray(leaf_vectors[lo : lo + (1 << 16)], dtype=np.float64)
+        if bool((np.sqrt((block * block).sum(axis=1)) > LEAF_NORM_MAX).any()):
+            return True
+    return False
 
 
 _SUMMED_IN_NUMPY = 1 << 16
@@ -513,6 +502,8 @@ def build_index_data(
         node_vectors, inner_norms = routing_rows(
             built.tree, leaf_vectors, abstracts.texts, config, embedder, progress=progress
         )
+        if inner_norms is not None and long_leaves(node_vectors[: built.tree.n_leaves]):
+            inner_norms = None
         del leaf_vectors
         seconds["routing"] = time.perf_counter() - t0
 
