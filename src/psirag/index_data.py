@@ -243,18 +243,19 @@ class IndexData:
     with an index of more than :data:`psirag.config.EXACT_DENSE_LEAVES` leaves when usearch is
     installed, changed by every update and saved in the generation; None: none (the tree
     search ranks in its place)."""
-    inner_norms: np.ndarray | None = None
-    """Per inner node (``abstracts`` order), float32: the norm of the float32 leaf sum its
-    routing vector was normalised by (``routing="leaf_mean"``; NaN: not known), made and
-    carried exactly with the vector (a waiting abstract's stale vector keeps its stale norm,
-    as :attr:`abstract_drift` says), so that a removal's re-home rules out candidates by
-    their stored vectors with a proven margin (:class:`psirag.tree.update.RehomeHint`);
-    None: none known (an index saved before them, or another routing)."""
     document_keys: tuple[np.ndarray, int] | None = None
     """Per leaf, the 64-bit key of its document id (:mod:`psirag.document_keys`), and the
     number of documents, as a load or an update gives them, so that an update finds documents
     without decoding every chunk; None: made from the chunks when first asked
     (:attr:`document_index`)."""
+    inner_norms: np.ndarray | None = None
+    """Per inner node (``abstracts`` order), float32: the norm of the float32 leaf sum its
+    routing vector was normalised by (``routing="leaf_mean"``; NaN: not known), made and
+    carried exactly with the vector (a waiting abstract's stale vector keeps its stale norm,
+    as :attr:`abstract_drift` says), so that a removal's re-home rules out candidates by
+    their stored vectors with a proven margin (:class:`psirag.tree.update.RehomeHint`; kept
+    only while no leaf is longer than its ``LEAF_NORM_MAX``, checked where leaves enter);
+    None: none known (an index saved before them, or another routing)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunks, LazyRows):
