@@ -1405,15 +1405,15 @@ def with_sum_norms(data: IndexData) -> IndexData:
         missing = missing[np.asarray(data.abstract_drift)[missing] == 0]
     if missing.size == 0:
         return data
+    # most nodes (an index saved before the norms): the build's product over the whole
+    # membership matrix, not a membership row made per node
+    nodes = None if 2 * missing.size > k else (n + missing).tolist()
     _, got = routing_rows(
-        tree,
-        data.vector_rows()[:n],
-        data.abstracts,
-        data.config,
-        None,
-        nodes=(n + missing).tolist(),
+        tree, data.vector_rows()[:n], data.abstracts, data.config, None, nodes=nodes
     )
     assert got is not None
+    if nodes is None:
+        got = got[missing]
     out = np.full(k, np.nan, dtype=np.float32) if norms is None else np.array(norms)
     out[missing] = got
     return data.replace(inner_norms=out)
