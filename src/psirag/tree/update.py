@@ -262,9 +262,10 @@ class _Sums:
 _U32 = 2.0**-24
 _U64 = 2.0**-53
 LEAF_NORM_MAX = 1.001
-"""The largest leaf-vector norm a stored sum norm may count on: every embedder's rows are unit
-vectors (SPEC 1.2), and a norm is stored only where its node's leaves are at most this long
-(:func:`psirag.pipeline.routing_vectors`'s ``norms``)."""
+"""The largest leaf-vector norm a stored sum norm may count on: every embedding is a unit row
+(SPEC 1.2; the pipeline normalises them), and an index keeps sum norms only while none of its
+leaves is longer (:func:`psirag.pipeline.long_leaves`, checked where leaves enter). A hint
+given for longer leaves is wrong, not merely loose."""
 
 
 def _gamma(m: np.ndarray, u: float) -> np.ndarray:
@@ -292,8 +293,8 @@ class RehomeHint:
     ``vectors``: per inner node (row ``node - n_leaves`` of the tree given to
     :func:`remove_leaves`), its stored routing vector, the float32 normalised float32 sum of its
     leaves (``routing="leaf_mean"``); ``norms``: per inner node the float32 norm ``||s32||`` of
-    that float32 sum as :func:`psirag.pipeline.routing_vectors` computed it (NaN: none, or its
-    leaves are longer than :data:`LEAF_NORM_MAX`); ``stale``: inner nodes whose vector and norm
+    a float32 sum of the same leaves (:func:`psirag.pipeline.routing_rows`; NaN: none), for
+    leaves no longer than :data:`LEAF_NORM_MAX`; ``stale``: inner nodes whose vector and norm
     were made for another set of leaves (a waiting abstract's, see
     :class:`psirag.living.AbstractDriftRule`). Nodes in ``stale`` or without a norm are scored
     exactly, as every candidate is without a hint.
