@@ -14,7 +14,7 @@ from support import TOPICS, HashEmbedder
 from psirag import Index
 from psirag.config import IndexConfig
 from psirag.errors import EmbedderMismatchError, InputError
-from psirag.pipeline import routing_vectors, write_abstracts
+from psirag.pipeline import routing_rows, routing_vectors, write_abstracts
 from psirag.tree.update import check_invariants
 
 WORDS = sorted({w for lines in TOPICS.values() for line in lines for w in line.split()})
@@ -57,6 +57,12 @@ def check_consistent(index: Index, expected: dict[str, str]) -> None:
     # depends on the subtree only, so a stale one would show)
     full = routing_vectors(tree, vecs, data.abstracts, index.config, None)
     assert np.allclose(full, data.node_vectors, atol=1e-4)
+    # and each one's stored sum norm is its current leaves' (a waiting abstract's node keeps
+    # its vector and norm: drift says so)
+    _, norms = routing_rows(tree, vecs, data.abstracts, index.config, None)
+    assert norms is not None and data.inner_norms is not None
+    current = np.ones(norms.size, bool) if data.abstract_drift is None else data.abstract_drift == 0
+    assert np.allclose(data.inner_norms[current], norms[current], rtol=1e-4)
     hits = index.search("volcano lava ash", k=3)
     assert hits and all(h.source.document in expected for h in hits)
 

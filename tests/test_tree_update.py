@@ -20,6 +20,7 @@ from psirag.tree import (
     remove_leaves,
     tree_drift,
 )
+from psirag.tree.update import RehomeHint, cosine_scores
 
 
 def clustered(rng: np.random.Generator, centers: np.ndarray, n: int, noise: float) -> np.ndarray:
@@ -480,3 +481,155 @@ def test_the_rehome_target_reads_the_candidates_sums_after_the_removal() -> None
     vectors = np.stack([_rot(0.0), _rot(1.0), *b, *c, *d])
     assert _rehome_target(vectors, b, c, d, [1]) == 12
     assert _rehome_target(vectors, b, c, d, [1, 6]) == 10
+
+
+# ------------------------------------------------------------------ re-home prefilter
+
+
+def _hint(tree: Tree, vectors: np.ndarray, stale: list[int] | None = None) -> RehomeHint:
+    """The hint an index gives: its stored leaf-mean vectors and sum norms (the pipeline's),
+    no norms (NaN) where a leaf is longer than the bound allows, as an index keeps none."""
+    from psirag.config import IndexConfig
+    from psirag.pipeline import long_leaves, routing_rows
+
+    k = tree.n_nodes - tree.n_leaves
+    rows, norms = routing_rows(tree, vectors, [""] * k, IndexConfig(), None)
+    assert norms is not None
+    if long_leaves(vectors):
+        norms = np.full(k, np.nan, dtype=np.float32)
+    return RehomeHint(rows[tree.n_leaves :], norms, np.asarray(stale or [], dtype=np.int64))
+
+
+def _same_update(a: TreeUpdate, b: TreeUpdate) -> None:
+    assert np.array_equal(a.tree.parent, b.tree.parent)
+    assert np.array_equal(a.tree.layer, b.tree.layer)
+    assert np.array_equal(a.node_map, b.node_map)
+    assert np.array_equal(a.dirty, b.dirty)
+    assert a.counts == b.counts
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_prefiltered_rehome_picks_the_exact_target(seed: int) -> None:
+    """On random trees (clusters, repeated leaves for exact ties, now and then leaves longer
+    than unit, which get no norm), a removal with the stored vectors' hint makes the very tree
+    the exact path makes, and over all seeds it scores fewer candidates exactly."""
+    rng = np.random.default_rng(1000 + seed)
+    dim = int(rng.integers(3, 33))
+    centers = rng.normal(size=(int(rng.integers(2, 6)), dim)) * 3
+    noise = float(rng.choice([0.05, 0.3, 1.0]))
+    vectors = clustered(rng, centers, int(rng.integers(40, 400)), noise)
+    if seed % 3 == 0:  # repeated leaves: candidates with exactly equal scores
+        vectors[1::4] = vectors[0::4][: vectors[1::4].shape[0]]
+    if seed % 10 == 7:
+        vectors[: vectors.shape[0] // 3] *= 2.0
+    max_children = [2, 3, 4, 6, 12][seed % 5]
+    tree = build_tree(vectors, max_children=max_children)
+    n = tree.n_leaves
+    few = seed % 2 == 0  # a few leaves (most candidates clean), or many (most changed)
+    size = int(rng.integers(1, 4 if few else max(2, n // 5)))
+    removed = np.sort(rng.choice(n, size, replace=False))
+    exact = remove_leaves(tree, removed, vectors, max_children=max_children)
+    hinted = remove_leaves(
+        tree, removed, vectors, max_children=max_children, hint=_hint(tree, vectors)
+    )
+    _same_update(exact, hinted)
+    assert len(exact.rehome_scored) == exact.counts.get("rehomed", 0)
+    assert len(hinted.rehome_scored) == len(exact.rehome_scored)
+    assert all(h <= e for h, e in zip(hinted.rehome_scored, exact.rehome_scored, strict=True))
+    _SCORED.append((sum(exact.rehome_scored), sum(hinted.rehome_scored)))
+
+
+_SCORED: list[tuple[int, int]] = []
+
+
+def test_the_prefilter_ruled_out_candidates_on_the_random_trees() -> None:
+    """(Runs after the random trees above.) The hint is used: re-homes happened and it
+    scored fewer candidates exactly than the full path."""
+    if len(_SCORED) < 60:
+        pytest.skip("runs after test_the_prefiltered_rehome_picks_the_exact_target")
+    full = sum(e for e, _ in _SCORED)
+    short = sum(h for _, h in _SCORED)
+    assert full > 200
+    assert short < full / 2
+
+
+@pytest.mark.parametrize("eps", [3e-7, 1e-7, 1e-8, 1e-9, -1e-9, -1e-8, -1e-7, -3e-7])
+def test_the_prefiltered_rehome_keeps_near_ties(eps: float) -> None:
+    """The near ties above, with the hint: both near-tied candidates are within the margin
+    and the exact float64 best wins."""
+    tb, tc = np.arccos(0.9), np.arccos(0.9 + eps)
+    b = [_rot(tb + 0.3), _rot(tb - 0.3)]
+    c = [_rot(tc + 0.5), _rot(tc - 0.5)]
+    d = [_rot(2.0), _rot(2.2), _rot(2.4)]
+    vectors = np.stack([_rot(0.0), _rot(1.0), *b, *c, *d]).astype(np.float32)
+    tree = _four_pairs(b, c, d)
+    exact = remove_leaves(tree, [1], vectors, max_children=None)
+    hinted = remove_leaves(tree, [1], vectors, max_children=None, hint=_hint(tree, vectors))
+    _same_update(exact, hinted)
+    assert hinted.rehome_scored[0] == 2  # B and C; D is far below them
+    # an exact tie too: the lowest id
+    vectors = np.stack([_rot(0.0), _rot(1.0), *b, *b, *d]).astype(np.float32)
+    hinted = remove_leaves(tree, [1], vectors, max_children=None, hint=_hint(tree, vectors))
+    _same_update(remove_leaves(tree, [1], vectors, max_children=None), hinted)
+    assert int(hinted.tree.parent[hinted.node_map[0]]) == hinted.node_map[10]
+
+
+def test_a_stale_or_missing_norm_is_scored_exactly() -> None:
+    """A stored vector made for other leaves (a waiting abstract's) can make the true best
+    look poor: marked stale, or without a norm, the candidate is scored exactly and wins;
+    trusted, the prefilter would rule it out (which is why stale vectors must be marked)."""
+    b = [_rot(np.arccos(0.9) + 0.3), _rot(np.arccos(0.9) - 0.3)]
+    c = [_rot(0.1), _rot(-0.1)]  # C is the best (cosine 0.995)
+    d = [_rot(2.0), _rot(2.2), _rot(2.4)]
+    vectors = np.stack([_rot(0.0), _rot(1.0), *b, *c, *d]).astype(np.float32)
+    tree = _four_pairs(b, c, d)
+    exact = remove_leaves(tree, [1], vectors, max_children=None)
+    assert int(exact.tree.parent[exact.node_map[0]]) == exact.node_map[11]
+    good = _hint(tree, vectors)
+    wrong = np.array(good.vectors)
+    wrong[11 - 9] = _rot(2.5).astype(np.float32)  # C's vector as if it held other leaves
+    trusted = RehomeHint(wrong, good.norms)
+    misled = remove_leaves(tree, [1], vectors, max_children=None, hint=trusted)
+    assert int(misled.tree.parent[misled.node_map[0]]) != misled.node_map[11]
+    for hint in (
+        RehomeHint(wrong, good.norms, np.array([11])),
+        RehomeHint(wrong, np.where(np.arange(7) == 2, np.float32(np.nan), good.norms)),
+    ):
+        got = remove_leaves(tree, [1], vectors, max_children=None, hint=hint)
+        _same_update(exact, got)
+
+
+def test_a_hint_of_another_shape_fails_clearly() -> None:
+    vectors = unit(np.random.default_rng(3).normal(size=(9, 3)))
+    tree = _four_pairs([0, 0], [0, 0], [0, 0, 0])
+    good = _hint(tree, vectors)
+    with pytest.raises(InputError, match="re-home hint"):
+        remove_leaves(tree, [1], vectors, hint=RehomeHint(good.vectors[:2], good.norms[:2]))
+
+
+def test_cosine_scores_of_a_subset_have_the_same_bits() -> None:
+    """The exact score's rows do not depend on which other rows are scored (the prefilter
+    scores a subset; a matrix-vector product can round a row by its position)."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        m, d = int(rng.integers(2, 300)), int(rng.integers(3, 385))
+        rows = rng.normal(size=(m, d)) * rng.uniform(0.1, 50)
+        c = rng.normal(size=d)
+        full = cosine_scores(rows, c)
+        pick = np.sort(rng.choice(m, int(rng.integers(1, m + 1)), replace=False))
+        assert full[pick].tobytes() == cosine_scores(rows[pick], c).tobytes()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_prefiltered_rehome_stays_in_its_tree_of_a_forest(seed: int) -> None:
+    """A forest (a tree per document): the prefilter scores the candidates of the re-homed
+    node's own tree, and the result is the exact path's."""
+    rng = np.random.default_rng(50 + seed)
+    e = clustered(rng, rng.normal(size=(3, 8)) * 3, 150, 0.5)
+    groups = np.repeat(np.arange(3), 50)
+    forest = build_forest(e, groups, max_children=3)
+    gone = np.sort(rng.choice(150, int(rng.integers(1, 6)), replace=False))
+    exact = remove_leaves(forest, gone, e, max_children=3)
+    hinted = remove_leaves(forest, gone, e, max_children=3, hint=_hint(forest, e))
+    _same_update(exact, hinted)
+    check_invariants(hinted.tree, 3, forest=True)

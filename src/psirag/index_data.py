@@ -248,6 +248,14 @@ class IndexData:
     number of documents, as a load or an update gives them, so that an update finds documents
     without decoding every chunk; None: made from the chunks when first asked
     (:attr:`document_index`)."""
+    inner_norms: np.ndarray | None = None
+    """Per inner node (``abstracts`` order), float32: the norm of the float32 leaf sum its
+    routing vector was normalised by (``routing="leaf_mean"``; NaN: not known), made and
+    carried exactly with the vector (a waiting abstract's stale vector keeps its stale norm,
+    as :attr:`abstract_drift` says), so that a removal's re-home rules out candidates by
+    their stored vectors with a proven margin (:class:`psirag.tree.update.RehomeHint`; kept
+    only while no leaf is longer than its ``LEAF_NORM_MAX``, checked where leaves enter);
+    None: none known (an index saved before them, or another routing)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.chunks, LazyRows):
@@ -269,6 +277,13 @@ class IndexData:
             or (ids[0].size and ids[0].max() >= ids[1])
         ):
             raise ValueError(f"inner ids of {ids[0].shape} (next {ids[1]}) do not fit the tree")
+        norms = self.inner_norms
+        if norms is not None:
+            if norms.shape != (tree.n_nodes - tree.n_leaves,):
+                raise ValueError(
+                    f"inner norms of {norms.shape} for {tree.n_nodes - tree.n_leaves} inner nodes"
+                )
+            object.__setattr__(self, "inner_norms", _read_only(norms))  # an update copies them
         keys = self.document_keys
         if keys is not None and (keys[0].shape != (tree.n_leaves,) or keys[1] > tree.n_leaves):
             raise ValueError(
@@ -367,6 +382,8 @@ class IndexData:
         if {"tree", "node_vectors", "abstracts"} & set(changes):
             changes.setdefault("inner_rows", None)  # the carried rows may not hold them now
             changes.setdefault("inner_ids", None)
+        if {"tree", "node_vectors"} & set(changes):
+            changes.setdefault("inner_norms", None)  # they were the old vectors' norms
         if "chunks" in changes:
             changes.setdefault("document_keys", None)  # made again from the new chunks
         if "node_vectors" not in changes:  # as held: not joined by the copy

@@ -43,7 +43,8 @@ from psirag.pipeline import (
     embed_chunks,
     leaf_graph,
     load_corpus,
-    routing_vectors,
+    long_leaves,
+    routing_rows,
     sparse_index,
     write_abstracts,
 )
@@ -52,7 +53,14 @@ from psirag.rows import LazyRows, PickedRows
 from psirag.tree import Tree, build_tree
 from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
 from psirag.tree.model import carried_leaf_counts
-from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
+from psirag.tree.update import (
+    InsertRule,
+    RebuildRule,
+    RehomeHint,
+    TreeUpdate,
+    insert_leaves,
+    remove_leaves,
+)
 from psirag.types import Chunk
 from psirag.vector_rows import RowStack
 from psirag.vector_rows import appended as appended_rows
@@ -394,6 +402,9 @@ class _State:
     """Per node of ``tree``, its stable id (:attr:`IndexData.inner_ids`; -1: a leaf, or new
     or changed since: it gets a new id at the end)."""
     next_id: int = 0
+    norms: np.ndarray | None = None
+    """Per inner node, the sum norm of its routing vector (:attr:`IndexData.inner_norms`,
+    carried and refreshed with the vector; None: not known)."""
 
     @classmethod
     def of(cls, data: IndexData) -> _State:
@@ -423,6 +434,7 @@ class _State:
             rows=_inner_rows(data),
             ids=np.concatenate([np.full(n, -1, dtype=np.int64), inner_ids]),
             next_id=next_id,
+            norms=None if data.config.routing != "leaf_mean" else data.inner_norms,
         )
 
     @property
@@ -430,6 +442,15 @@ class _State:
         """Every node's vector, leaves then inner nodes, as one :class:`RowStack` (not
         joined)."""
         return cast(np.ndarray, RowStack.of(self.leaf_vectors, self.inner))
+
+    def rehome_hint(self) -> RehomeHint | None:
+        """What lets a removal's re-home rule out candidates by their stored vectors (None:
+        no norms known); waiting and new nodes' vectors are stale."""
+        if self.norms is None:
+            return None
+        assert self.drift is not None and self.fresh is not None
+        stale = np.union1d(np.flatnonzero(self.drift > 0), self.fresh).astype(np.int64)
+        return RehomeHint(self.inner, self.norms, stale)
 
     def _timed(self, key: str, t0: float) -> None:
         self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - t0
@@ -522,6 +543,10 @@ class _State:
             ids = np.full(tree.n_nodes, -1, dtype=np.int64)
             ids[target[keep]] = self.ids[old_inner[keep]]
             self.ids = ids
+        if self.norms is not None:  # with its vector (new nodes: none until refresh)
+            norms = np.full(tree.n_nodes - n_new, np.nan, dtype=np.float32)
+            norms[target[keep] - n_new] = self.norms[old_inner[keep] - n_old]
+            self.norms = norms
         self.drift = drift
         self.tree, self.chunks, self.leaf_vectors = tree, chunks, leaves
         self.abstracts, self.inner = abstracts, inner
@@ -598,9 +623,16 @@ class _State:
                 raise ValueError("refresh recomputes inner nodes only")
             if isinstance(self.inner, RowStack) or not self.inner.flags.writeable:
                 self.inner = np.array(self.inner)  # the loaded value's own (apply makes a new one)
-            self.inner[vectors_of - n] = routing_vectors(
+            rows, norms = routing_rows(
                 tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=vectors_of.tolist()
             )
+            self.inner[vectors_of - n] = rows
+            # (an index without norms gets none here: only a build or a compaction, which
+            # check every leaf against the bound's length, starts them)
+            if norms is not None and self.norms is not None:
+                if not self.norms.flags.writeable:
+                    self.norms = np.array(self.norms)
+                self.norms[vectors_of - n] = norms
         summary.seconds["routing"] = time.perf_counter() - t0
         summary.nodes_refreshed = int(refresh.size)
         summary.abstracts_waiting = int(waiting.size)
@@ -870,6 +902,7 @@ def update_documents(
             state.leaf_vectors,
             max_children=config.max_children,
             check_vectors=False,
+            hint=state.rehome_hint(),
         )
         keep = np.flatnonzero(~gone)
         state.apply(update, _kept(state.chunks, keep), state.leaf_vectors[keep])
@@ -904,6 +937,8 @@ def update_documents(
         t0 = time.perf_counter()
         embedded = embed_chunks(new_chunks, embedder, progress=progress)
         truncated = embedded.truncated
+        if state.norms is not None and long_leaves(embedded.vectors):
+            state.norms = None  # RehomeHint's bound counts on short leaves
         summary.seconds["embedding"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         n_old = state.tree.n_leaves
@@ -976,6 +1011,7 @@ def update_documents(
         else (data.origin, state.rows[state.tree.n_leaves :]),
         inner_ids=state.inner_ids(),
         document_keys=keys,
+        inner_norms=state.norms,
     )
     if "documents" in data.__dict__:  # listed already: the kept ones keep their order and
         # the new ones come after them, so the list is not made again from every chunk
@@ -1182,7 +1218,9 @@ def rebuild_data(
     summary.llm_calls = int(abstracts.llm.get("calls", 0) or 0)
     summary.llm_cached = int(abstracts.llm.get("cached", 0) or 0)
     t0 = time.perf_counter()
-    vectors = routing_vectors(built.tree, leaf_vectors, abstracts.texts, config, embedder)
+    vectors, norms = routing_rows(built.tree, leaf_vectors, abstracts.texts, config, embedder)
+    if norms is not None and long_leaves(leaf_vectors):
+        norms = None
     summary.seconds["routing"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     sparse = sparse_index(leaf_texts, config)
@@ -1204,6 +1242,7 @@ def rebuild_data(
         phrase_table=abstracts.table,
         origin=data.origin,
         leaf_graph=data.leaf_graph or leaf_graph(leaf_vectors),  # same leaves, same graph
+        inner_norms=norms,
     )
     return new, summary
 
@@ -1351,6 +1390,35 @@ class Compaction:
     bytes_after: int
 
 
+def with_sum_norms(data: IndexData) -> IndexData:
+    """``data`` with the sum norm of every inner node whose vector is its leaf mean now
+    (:attr:`IndexData.inner_norms`): what an index saved before them gets when compacted (a
+    pass over the leaves under those nodes, as a build's routing step). A waiting abstract's
+    node keeps none (its vector was made for other leaves); another routing has none."""
+    tree = data.tree
+    n, k = tree.n_leaves, tree.n_nodes - tree.n_leaves
+    if data.config.routing != "leaf_mean" or long_leaves(data.vector_rows()[:n]):
+        return data
+    norms = data.inner_norms
+    missing = np.arange(k) if norms is None else np.flatnonzero(np.isnan(norms))
+    if data.abstract_drift is not None:
+        missing = missing[np.asarray(data.abstract_drift)[missing] == 0]
+    if missing.size == 0:
+        return data
+    # most nodes (an index saved before the norms): the build's product over the whole
+    # membership matrix, not a membership row made per node
+    nodes = None if 2 * missing.size > k else (n + missing).tolist()
+    _, got = routing_rows(
+        tree, data.vector_rows()[:n], data.abstracts, data.config, None, nodes=nodes
+    )
+    assert got is not None
+    if nodes is None:
+        got = got[missing]
+    out = np.full(k, np.nan, dtype=np.float32) if norms is None else np.array(norms)
+    out[missing] = got
+    return data.replace(inner_norms=out)
+
+
 def compact_saved(folder: str | Path, *, wait: float = 0.0) -> Compaction:
     """Write the saved index again as a new generation whose tables are each one segment:
     patches applied, removed rows dropped, appended segments merged (``psirag compact``; saves
@@ -1372,6 +1440,7 @@ def compact_saved(folder: str | Path, *, wait: float = 0.0) -> Compaction:
         data = store.read(
             lambda reader: load_index_data(reader, folder), generation=on_disk.generation
         )
+        data = with_sum_norms(data)
         with saving(writer.target, had_index=True):
             generation = save_index_data(writer, data, compact=True)
     after = store.read(

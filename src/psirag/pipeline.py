@@ -76,8 +76,15 @@ class _Bar:
 
 
 def _normalise_rows(x: np.ndarray) -> np.ndarray:
+    return _normalised_with_norms(x)[0]
+
+
+def _normalised_with_norms(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``x`` over their norms (float32; a zero row stays zero), and those norms
+    (float32) as the division used them."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.where(norms == 0, 1, norms)).astype(np.float32)
+    rows = (x / np.where(norms == 0, 1, norms)).astype(np.float32)
+    return rows, norms.reshape(-1).astype(np.float32)
 
 
 def _quiet(message: str) -> None:
@@ -307,13 +314,40 @@ def routing_vectors(
     (``config.routing``). ``nodes=None``: every node's vector (leaves first, the index's
     ``node_vectors``); else one row per inner node in ``nodes``. ``abstracts`` holds one text per
     inner node of ``tree`` (read only for abstract-text routing)."""
+    return routing_rows(
+        tree, leaf_vectors, abstracts, config, embedder, nodes=nodes, progress=progress
+    )[0]
+
+
+def routing_rows(
+    tree: Tree,
+    leaf_vectors: np.ndarray,
+    abstracts: Sequence[str],
+    config: IndexConfig,
+    embedder: Embedder | None,
+    *,
+    nodes: Sequence[int] | None = None,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`routing_vectors`, and with ``routing="leaf_mean"`` each inner node's (``nodes``')
+    sum norm, float32 (:attr:`psirag.index_data.IndexData.inner_norms`: what lets a removal's
+    re-home rule out candidates, :class:`psirag.tree.update.RehomeHint`): the norm of the leaf
+    sum its vector was divided by (NaN where the sum is 0). The bound counts on leaves no
+    longer than :data:`~psirag.tree.update.LEAF_NORM_MAX`: the caller keeps norms only for an
+    index whose leaves it checked (:func:`long_leaves`). Other routings: None (their vectors
+    are not leaf means)."""
     n = tree.n_leaves
     targets = None if nodes is None else np.asarray(nodes, dtype=np.int64).reshape(-1)
     if targets is None:
-        mean = _normalise_rows(np.asarray(tree.leaf_membership[n:] @ leaf_vectors))
+        mean, norms = _normalised_with_norms(np.asarray(tree.leaf_membership[n:] @ leaf_vectors))
     else:
-        mean = _normalise_rows(_leaf_sums(tree, targets, leaf_vectors))
-    texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
+        mean, norms = _normalised_with_norms(_leaf_sums(tree, targets, leaf_vectors))
+    texts: list[str] = []  # read for text routing only (a loaded index decodes each one read)
+    if config.routing != "leaf_mean":
+        texts = list(abstracts) if targets is None else [abstracts[int(u) - n] for u in targets]
+    sum_norms: np.ndarray | None = None
+    if config.routing == "leaf_mean":
+        sum_norms = np.where(norms > 0, norms, np.float32(np.nan)).astype(np.float32)
     if config.routing == "leaf_mean" or not texts:
         routing = mean
     else:
@@ -328,8 +362,23 @@ def routing_vectors(
             w = config.routing_blend
             routing = _normalise_rows((1 - w) * mean + w * text_vecs)
     if targets is not None:
-        return np.asarray(routing, dtype=np.float32).reshape(targets.size, leaf_vectors.shape[1])
-    return np.concatenate([leaf_vectors, routing]).astype(np.float32)
+        rows = np.asarray(routing, dtype=np.float32).reshape(targets.size, leaf_vectors.shape[1])
+        return rows, sum_norms
+    return np.concatenate([leaf_vectors, routing]).astype(np.float32), sum_norms
+
+
+def long_leaves(leaf_vectors: np.ndarray) -> bool:
+    """Whether a row of ``leaf_vectors`` is longer than
+    :data:`~psirag.tree.update.LEAF_NORM_MAX` (embedders give unit rows: none is). An index
+    keeps sum norms only while none of its leaves is (a build and a compaction check every
+    leaf, an add its new ones), so :class:`~psirag.tree.update.RehomeHint`'s bound holds."""
+    from psirag.tree.update import LEAF_NORM_MAX
+
+    for lo in range(0, leaf_vectors.shape[0], 1 << 16):
+        block = np.asarray(leaf_vectors[lo : lo + (1 << 16)], dtype=np.float64)
+        if bool((np.sqrt((block * block).sum(axis=1)) > LEAF_NORM_MAX).any()):
+            return True
+    return False
 
 
 _SUMMED_IN_NUMPY = 1 << 16
@@ -450,9 +499,11 @@ def build_index_data(
         give_back_freed_memory()
 
         t0 = time.perf_counter()
-        node_vectors = routing_vectors(
+        node_vectors, inner_norms = routing_rows(
             built.tree, leaf_vectors, abstracts.texts, config, embedder, progress=progress
         )
+        if inner_norms is not None and long_leaves(node_vectors[: built.tree.n_leaves]):
+            inner_norms = None
         del leaf_vectors
         seconds["routing"] = time.perf_counter() - t0
 
@@ -498,6 +549,7 @@ def build_index_data(
         lineage=fresh_lineage(len(chunks), (d.id for d in documents)),
         phrase_table=abstracts.table,
         leaf_graph=graph,
+        inner_norms=inner_norms,
     )
     return data, embedder
 

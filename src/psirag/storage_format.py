@@ -88,6 +88,13 @@ DOCUMENT_KEYS = "document_keys"
 (:mod:`psirag.document_keys`), so an update finds documents without decoding every chunk;
 absent in indexes saved before it (their first update makes the keys from the chunks) and in
 indexes whose document ids are not all in NFC."""
+INNER_NORMS = "inner_norms"
+"""Format 5 table whose rows are the ``inner_vectors`` table's (saved with them, row for row:
+the same physical rows, the same removed ones): each inner node's float32 sum norm
+(:attr:`IndexData.inner_norms`, NaN: not known). Absent in indexes saved before it (their
+removals score every re-home candidate exactly; ``psirag compact`` adds it); a save on top of
+such an index does not add it (its rows could not follow the vectors' rows), nor does one of
+an index without norms."""
 BM25 = FormatFile("bm25", "sparse", "folder", None, 1, True)
 """bm25s's files, ``first_copy.npy`` and (since the living index) the term counts."""
 PHRASE_WORDS = FormatFile(
@@ -544,6 +551,14 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
                 axis=1,
             )
             matched[hit[~same]] = -1
+        if data.inner_norms is not None and _norms_follow_vectors(tables.base):
+            # a kept row keeps its norm too: a node whose vector and abstract a row holds, but
+            # not its norm, gets a new row
+            old_norms = np.asarray(tables.read(INNER_NORMS, physical=True), dtype=np.float32)
+            hit = np.flatnonzero(matched >= 0)
+            mine = np.asarray(data.inner_norms, dtype=np.float32)[hit].view(np.uint32)
+            theirs = old_norms[live[matched[hit]]].view(np.uint32)
+            matched[hit[mine != theirs]] = -1
         kept = np.flatnonzero(matched >= 0)
         kept = kept[np.argsort(matched[kept], kind="stable")]
         fresh = np.flatnonzero(matched < 0)
@@ -567,6 +582,7 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     )
     if not np.array_equal(physical, also):  # the two tables must keep one row numbering
         raise RuntimeError("inner_vectors and inner_abstracts were saved with different rows")
+    _save_norms(tables, data, perm, src, physical)
     order = np.empty(k, dtype=np.int64)
     order[perm] = physical
     return order
@@ -640,9 +656,46 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     )
     if not np.array_equal(physical, also):  # the two tables must keep one row numbering
         raise RuntimeError("inner_vectors and inner_abstracts were saved with different rows")
+    _save_norms(tables, data, perm, src, physical)
     order = np.empty(len(abstracts), dtype=np.int64)
     order[perm] = physical
     return order
+
+
+def _norms_follow_vectors(tables: dict[str, Table]) -> bool:
+    """Whether a generation's :data:`INNER_NORMS` table has the ``inner_vectors`` table's rows
+    (both saved together since it was first written)."""
+    norms, vectors = tables.get(INNER_NORMS), tables.get("inner_vectors")
+    return (
+        norms is not None
+        and vectors is not None
+        and norms.kind == "npy"
+        and norms.physical == vectors.physical
+        and norms.n_dead == vectors.n_dead
+        and [n for _, n in norms.segments] == [n for _, n in vectors.segments]
+    )
+
+
+def _save_norms(
+    tables: _TableSaver,
+    data: IndexData,
+    perm: np.ndarray,
+    src: np.ndarray | Literal["none"],
+    physical: np.ndarray,
+) -> None:
+    """The inner nodes' sum norms as table :data:`INNER_NORMS`, saved exactly as the
+    ``inner_vectors`` table just was (``perm``, ``src``), so that its rows are that table's;
+    not saved when ``data`` has none, or when rows are carried over a base whose norms do not
+    follow its vectors (an index saved before them), or if the rows came out otherwise."""
+    norms = data.inner_norms
+    if norms is None:
+        return
+    if not isinstance(src, str) and not _norms_follow_vectors(tables.base):
+        return
+    values = _PickedRows(np.ascontiguousarray(norms, dtype=np.float32), perm)
+    got = tables.save(INNER_NORMS, "npy", values, src=src, compare=False)
+    if not np.array_equal(got, physical):  # not the vectors' rows: a load would misread them
+        del tables.written[INNER_NORMS]
 
 
 class _PickedRows:
@@ -1270,6 +1323,12 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         inner_ids = _saved_ids(
             reader, tables, inner_rows[1], tables["inner_vectors"].physical, where
         )
+    inner_norms = None
+    if tables and _norms_follow_vectors(tables):
+        order = (
+            inner_rows[1] if inner_rows is not None else saved_inner_order(reader, tables, where)
+        )
+        inner_norms = _saved_norms(reader, tables, order, where)
     graph = None
     if any(name.startswith(HNSW.name + "/") for name in reader.files):
         from psirag.retrieval.leaf_graph import LeafGraph
@@ -1321,6 +1380,7 @@ def load_index_data(reader: IndexReader, folder: str | Path | None = None) -> In
         inner_rows=inner_rows,
         inner_ids=inner_ids,
         document_keys=document_keys,
+        inner_norms=inner_norms,
     )
 
 
@@ -1382,6 +1442,19 @@ def _saved_ids(
             "next id; the index is corrupted, rebuild it"
         )
     return ids, next_id
+
+
+def _saved_norms(
+    reader: IndexReader, tables: dict[str, Table], order: np.ndarray, where: str | Path
+) -> np.ndarray:
+    """Per inner node, its saved sum norm (the :data:`INNER_NORMS` row of its vector's row)."""
+    rows = np.asarray(_read_table(reader, tables, INNER_NORMS, where, physical=True))
+    if rows.dtype != np.float32 or rows.shape != (tables["inner_vectors"].physical,):
+        raise IndexFormatError(
+            f"{where}: the {INNER_NORMS} table holds {rows.shape} rows of {rows.dtype} for "
+            f"{tables['inner_vectors'].physical} inner rows; the index is corrupted, rebuild it"
+        )
+    return np.ascontiguousarray(rows[order])
 
 
 def _saved_drift(reader: IndexReader, n_inner: int, where: str | Path) -> np.ndarray | None:

@@ -30,7 +30,7 @@ and no Python step per node.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -46,6 +46,7 @@ __all__ = [
     "INSERT_RULES",
     "InsertRule",
     "RebuildRule",
+    "RehomeHint",
     "TreeUpdate",
     "check_invariants",
     "descend",
@@ -91,6 +92,8 @@ class TreeUpdate:
     new_leaves: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     counts: dict[str, int] = field(default_factory=dict)
     moved: np.ndarray | None = None
+    rehome_scored: tuple[int, ...] = ()
+    """Per re-home of a removal, how many candidates were scored exactly (their leaves read)."""
 
     @property
     def dirty_with_siblings(self) -> np.ndarray:
@@ -190,12 +193,13 @@ class _Kids:
         return int(self._ptr[u + 1] - self._ptr[u]) if u < self._n else 0
 
     def counts(self, nodes: np.ndarray) -> np.ndarray:
-        """:meth:`count` of several old nodes, as one array."""
+        """:meth:`count` of several old nodes, as one array (a pass over the lists made, not a
+        Python step per node: a re-home asks for every node of a layer)."""
         out = self._ptr[nodes + 1] - self._ptr[nodes]
-        for k, u in enumerate(nodes.tolist()):
-            got = self._lists.get(u)
-            if got is not None:
-                out[k] = len(got)
+        if self._lists:
+            made = np.fromiter(self._lists, dtype=np.int64, count=len(self._lists))
+            for k in np.flatnonzero(np.isin(nodes, made)).tolist():
+                out[k] = len(self._lists[int(nodes[k])])
         return out
 
     @property
@@ -218,6 +222,12 @@ class _Sums:
         self._vectors = vectors  # (leaves, dim), the tree's leaf order
         self._got: dict[int, np.ndarray] = {}
         self._pending: dict[int, list[np.ndarray]] = {}
+
+    def changed(self, nodes: np.ndarray) -> np.ndarray:
+        """Per node of ``nodes``, whether its sum is read or has additions: it may differ from
+        its leaves' sum in the old tree, and a read costs nothing (or is needed anyway)."""
+        seen = [*self._got, *self._pending]
+        return np.isin(nodes, np.asarray(seen, dtype=np.int64))
 
     def add(self, u: int, delta: np.ndarray) -> None:
         got = self._got.get(u)
@@ -247,6 +257,123 @@ class _Sums:
                     value += delta
                 self._got[u] = value
         return np.stack([self._got[u] for u in nodes])
+
+
+_U32 = 2.0**-24
+_U64 = 2.0**-53
+LEAF_NORM_MAX = 1.001
+"""The largest leaf-vector norm a stored sum norm may count on: every embedding is a unit row
+(SPEC 1.2; the pipeline normalises them), and an index keeps sum norms only while none of its
+leaves is longer (:func:`psirag.pipeline.long_leaves`, checked where leaves enter). A hint
+given for longer leaves is wrong, not merely loose."""
+
+
+def _gamma(m: np.ndarray, u: float) -> np.ndarray:
+    """Higham's ``gamma(m) = m u / (1 - m u)`` (inf where ``m u >= 1``)."""
+    mu = np.asarray(m, dtype=np.float64) * u
+    with np.errstate(divide="ignore"):
+        return np.where(mu < 1, mu / np.maximum(1 - mu, 0), np.inf)
+
+
+def cosine_scores(cand_sums: np.ndarray, sum_c: np.ndarray) -> np.ndarray:
+    """A re-home's score of each candidate: the child's sum ``sum_c`` times the candidate's
+    normalised sum, ``s_v . s_c / (||s_v|| + 1e-12)``, in float64. Each row is reduced on its
+    own (numpy's per-row sums, not a matrix-vector product, which rounds a row by its position
+    in the block), so a candidate's score has the same bits in any subset of candidates."""
+    rows = np.asarray(cand_sums, dtype=np.float64)
+    dots = (rows * sum_c).sum(axis=1)
+    norms = np.sqrt((rows * rows).sum(axis=1))
+    return np.asarray(dots / (norms + 1e-12))
+
+
+@dataclass(frozen=True)
+class RehomeHint:
+    """What lets a removal's re-home read the leaves of only the candidates that can win.
+
+    ``vectors``: per inner node (row ``node - n_leaves`` of the tree given to
+    :func:`remove_leaves`), its stored routing vector, the float32 normalised float32 sum of its
+    leaves (``routing="leaf_mean"``); ``norms``: per inner node the float32 norm ``||s32||`` of
+    a float32 sum of the same leaves (:func:`psirag.pipeline.routing_rows`; NaN: none), for
+    leaves no longer than :data:`LEAF_NORM_MAX`; ``stale``: inner nodes whose vector and norm
+    were made for another set of leaves (a waiting abstract's, see
+    :class:`psirag.living.AbstractDriftRule`). Nodes in ``stale`` or without a norm are scored
+    exactly, as every candidate is without a hint.
+
+    **The bound.** Let a clean candidate ``v`` (not stale, with a norm, and no sum changed by
+    this removal yet) have ``k`` leaves ``x_i`` with ``||x_i|| <= L`` (:data:`LEAF_NORM_MAX`),
+    ``s`` their exact sum, ``s32`` the float32 sum (any order) the vector ``r`` was made from,
+    ``s32'`` the one (maybe the same) whose float32 norm ``n32`` is stored, ``s^`` the float64
+    sum the exact path reads; ``d`` the dimension, ``u = 2^-24``, ``u' = 2^-53`` and
+    ``g(m, u) = m u / (1 - m u)``. Recursive summation in any order gives ``||s32 - s||,
+    ||s32' - s|| <= g(k - 1, u) k L`` and ``||s^ - s|| <= g(k - 1, u') k L``, so each float32 sum
+    is within ``E = (g(k-1, u) + g(k-1, u')) k L`` of ``s^``. The float32 norm is within
+    ``eta = g(d + 3, u)`` of ``||s32'||`` relatively, so ``N = n32 / (1 + eta) <= ||s32'||`` and
+    ``||s^|| >= N - E``; the float32 (or float64 then float32) division leaves ``||r - s32 /
+    ||s32|| || <= (2u + eta) / (1 - eta) = alpha``. As ``||a/|a| - b/|b| || <= 2 ||a - b|| / |b|``
+    and the score's denominator ``||s^|| + 1e-12`` shifts the unit vector by at most
+    ``1e-12 / ||s^||``, the exact score's direction ``s^ / (||s^|| + 1e-12)`` is within
+    ``rho = alpha + (2 E + 1e-12) / (N - E)`` of ``r`` (infinite where ``N <= E``: scored
+    exactly). So the exact score ``g_v`` and the stored
+    vector's ``h_v = r . s^_c`` differ by at most ``rho ||s^_c||`` in real arithmetic; the float64
+    rounding of both (``d``-term dot products, a norm, a division) adds at most ``tau ||s^_c||``
+    with ``tau = 4 g(d + 3, u')``, which is doubled (and the norm of ``s^_c`` inflated by 1e-6)
+    to cover the comparisons' own rounding. With ``m_v = (rho_v + 2 tau) ||s^_c|| (1 + 1e-6)``
+    and ``B = max_v (h_v - m_v)`` over the clean candidates, a clean candidate with
+    ``h_v + m_v < B`` has ``g_v < B <= g_w`` for the ``w`` attaining ``B`` (kept, as is every
+    candidate scored exactly), so it can be neither the best nor tied with it: the first best
+    of the kept candidates, scored by :func:`cosine_scores` whose rows do not depend on which
+    others are scored, is the first best of all.
+    """
+
+    vectors: np.ndarray
+    norms: np.ndarray
+    stale: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    def margins(self, tree: Tree, cands: np.ndarray, c_norm: float) -> np.ndarray:
+        """Per candidate, ``m_v`` of the bound above (inf: score it exactly)."""
+        n = tree.n_leaves
+        dim = int(self.vectors.shape[1])
+        k = np.asarray(tree.leaf_counts[cands], dtype=np.float64)
+        n32 = np.asarray(self.norms[cands - n], dtype=np.float64)
+        eta = float(_gamma(np.asarray(dim + 3), _U32))
+        low = n32 / (1 + eta)
+        err = (_gamma(k - 1, _U32) + _gamma(k - 1, _U64)) * k * LEAF_NORM_MAX
+        alpha = (2 * _U32 + eta) / (1 - eta)
+        ok = np.isfinite(n32) & (low > err)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rho = np.where(ok, alpha + (2 * err + 1e-12) / (low - err), np.inf)
+        tau = 4 * float(_gamma(np.asarray(dim + 3), _U64))
+        margin = (rho + 2 * tau) * c_norm * (1 + 1e-6)
+        if self.stale.size:
+            margin[np.isin(cands, self.stale)] = np.inf
+        return np.asarray(margin)
+
+
+def rehome_shortlist(
+    tree: Tree,
+    cands: np.ndarray,
+    sum_c: np.ndarray,
+    hint: RehomeHint,
+    changed: np.ndarray,
+) -> np.ndarray:
+    """The candidates (a mask over ``cands``) whose exact score can be the best: every one the
+    bound of :class:`RehomeHint` cannot rule out, and every one in ``changed`` (their sums are
+    not their stored vectors')."""
+    c_norm = float(np.sqrt((sum_c * sum_c).sum()))
+    margin = hint.margins(tree, cands, c_norm)
+    margin[changed] = np.inf
+    clean = np.isfinite(margin)
+    keep = ~clean
+    if not clean.any():
+        return keep
+    at = np.flatnonzero(clean)
+    h = np.empty(at.size, dtype=np.float64)
+    for lo in range(0, at.size, _BLOCK * 16):  # float64 dot products (any order: the bound's)
+        part = cands[at[lo : lo + _BLOCK * 16]] - tree.n_leaves
+        h[lo : lo + part.size] = np.asarray(np.take(hint.vectors, part, axis=0), np.float64) @ sum_c
+    best = float(np.max(h - margin[at]))
+    keep[at] = h + margin[at] >= best
+    return keep
 
 
 class _Column:
@@ -316,6 +443,7 @@ class _Work:
         self.kids = _Kids(tree)
         self.new_rows: list[int] = []  # working ids of added leaves, in input order
         self.counts: dict[str, int] = {}
+        self.scored: list[int] = []  # per re-home, the candidates scored exactly
 
     def add(self, layer: int, row: int = -1) -> int:
         self.parent.append(-1)
@@ -390,26 +518,21 @@ class _Work:
 
     # -------------------------------------------------------------- deletion
 
-    def prune(self, removed: np.ndarray, max_children: int | None) -> None:
-        """Remove leaves, prune emptied nodes, re-home only-children, drop one-child roots."""
+    def prune(
+        self, removed: np.ndarray, max_children: int | None, hint: RehomeHint | None = None
+    ) -> None:
+        """Remove leaves, prune emptied nodes, re-home only-children, drop one-child roots.
+        ``hint``: the stored vectors and norms that rule out most of a re-home's candidates
+        (:class:`RehomeHint`); without it every candidate's leaves are read."""
         old = self.old
         sums = _Sums(old, self.vectors)
         one_tree = old.roots.size == 1
-        by_layer: dict[int, set[int]] = {}  # alive nodes per layer, made when a layer is read
         tree_of: dict[int, np.ndarray] = {}  # per layer read: its nodes' roots (a forest)
 
         def layer_nodes(lv: int) -> np.ndarray:
             inner = old.layer[old.n_leaves :]  # abstract ids read bottom-up: one range a layer
             lo, hi = np.searchsorted(inner, [lv, lv + 1], side="left")
             return np.arange(old.n_leaves + lo, old.n_leaves + hi, dtype=np.int64)
-
-        def layer_set(lv: int) -> set[int]:
-            got = by_layer.get(lv)
-            if got is None:
-                dead = {u for u, ok in self.alive.changed.items() if not ok}
-                got = set(layer_nodes(lv).tolist()) - dead
-                by_layer[lv] = got
-            return got
 
         def same_tree(lv: int, u: int) -> np.ndarray:
             """The nodes of layer ``lv`` in ``u``'s tree, as a mask over :func:`layer_nodes`."""
@@ -431,8 +554,6 @@ class _Work:
         def drop(u: int) -> int:
             p = self.parent[u]
             self.kill(u)
-            if self.layer[u] in by_layer:
-                by_layer[self.layer[u]].discard(u)
             return p
 
         touched: set[int] = set()
@@ -453,13 +574,15 @@ class _Work:
             for u in here:
                 if not self.alive[u] or len(self.kids[u]) != 1 or self.parent[u] < 0:
                     continue
-                alive = layer_set(lv)
-                if one_tree:
-                    mine = sorted(v for v in alive if v != u)
-                else:
-                    nodes = layer_nodes(lv)[same_tree(lv, u)].tolist()
-                    mine = [v for v in nodes if v != u and v in alive]
-                cands = np.asarray(mine, dtype=np.int64)
+                # the alive nodes of the layer (of u's tree) but u, in id order
+                nodes = layer_nodes(lv)
+                keep = nodes != u
+                if not one_tree:
+                    keep &= same_tree(lv, u)
+                dead = [v for v, ok in self.alive.changed.items() if not ok]
+                if dead:
+                    keep &= ~np.isin(nodes, np.asarray(dead, dtype=np.int64))
+                cands = nodes[keep]
                 if cands.size == 0:
                     continue  # u is alone in its layer: the root collapse below removes it
                 if max_children is not None:
@@ -467,9 +590,11 @@ class _Work:
                     if room.any():
                         cands = cands[room]
                 c = self.kids[u][0]
-                cand_sums = sums.read(cands.tolist())
                 sum_c = sums.read([c])[0]
-                score = cand_sums @ sum_c / (np.linalg.norm(cand_sums, axis=1) + 1e-12)
+                if hint is not None:  # only the candidates the stored vectors cannot rule out
+                    cands = cands[rehome_shortlist(old, cands, sum_c, hint, sums.changed(cands))]
+                self.scored.append(int(cands.size))
+                score = cosine_scores(sums.read(cands.tolist()), sum_c)
                 target = int(cands[int(np.argmax(score))])
                 shift(u, -sum_c)
                 self.set_parent(c, target)
@@ -988,13 +1113,16 @@ def remove_leaves(
     *,
     max_children: int | None = 40,
     check_vectors: bool = True,
+    hint: RehomeHint | None = None,
 ) -> TreeUpdate:
     """Remove the given leaves from a tree or a forest (a tree that loses every leaf goes).
 
     The remaining leaves keep their relative order as ids ``0 .. n_left-1``. At least one leaf
     must remain: clearing an index is a rebuild, not an update. ``check_vectors=False``: the
     vectors are the index's own, checked when stored (their shape is checked, not every
-    value: the removal reads a few of them, and a pass over all would cost more).
+    value: the removal reads a few of them, and a pass over all would cost more). ``hint``:
+    the inner nodes' stored vectors and sum norms (:class:`RehomeHint`), so that a re-home
+    reads the leaves of the candidates that can win only; the target is the same.
     """
     _check_max_children(max_children)
     if check_vectors:
@@ -1019,10 +1147,19 @@ def remove_leaves(
             f"removing all {n} leaves would leave an empty tree; keep at least one leaf "
             "(to empty an index, build a new one)"
         )
+    if hint is not None:
+        k = tree.n_nodes - n
+        shape = getattr(hint.vectors, "shape", ())
+        if tuple(shape[:1]) != (k,) or np.shape(hint.norms) != (k,):
+            raise InputError(
+                f"a re-home hint of vectors {tuple(shape)} and norms {np.shape(hint.norms)} for "
+                f"a tree of {k} inner nodes"
+            )
     work = _Work(tree, vecs)
     if uniq.size:
-        work.prune(uniq, max_children)
-    return work.finish(max_children)
+        work.prune(uniq, max_children, hint)
+    done = work.finish(max_children)
+    return replace(done, rehome_scored=tuple(work.scored)) if work.scored else done
 
 
 # ------------------------------------------------------------------ drift
