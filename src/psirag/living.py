@@ -54,7 +54,7 @@ from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
 from psirag.tree.model import carried_leaf_counts
 from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
 from psirag.types import Chunk
-from psirag.vector_rows import RowStack
+from psirag.vector_rows import RowOverlay, RowStack
 from psirag.vector_rows import appended as appended_rows
 
 if TYPE_CHECKING:
@@ -234,18 +234,6 @@ def _changed_leaves(
     return out
 
 
-def _runs(sources: np.ndarray, targets: np.ndarray) -> list[tuple[int, int, int]]:
-    """``(source, target, length)`` of each run of consecutive ids that ``sources`` maps to
-    consecutive ``targets`` (both ascending): ``out[targets] = values[sources]`` as slices."""
-    if sources.size == 0:
-        return []
-    cut = np.flatnonzero((np.diff(sources) != 1) | (np.diff(targets) != 1)) + 1
-    starts = np.concatenate([[0], cut])
-    ends = np.concatenate([cut, [sources.size]])
-    sizes = (ends - starts).tolist()
-    return list(zip(sources[starts].tolist(), targets[starts].tolist(), sizes, strict=True))
-
-
 def _moved_leaves_count(
     old: Tree, new: Tree, node_map: np.ndarray, nodes: np.ndarray, moved: np.ndarray
 ) -> np.ndarray:
@@ -370,8 +358,9 @@ class _State:
     loaded ones (not read) with the changed nodes' own texts."""
     inner: np.ndarray
     """The inner nodes' vectors (node ``n_leaves + i`` is row ``i``); the loaded ones are read
-    only, and may be a :class:`~psirag.vector_rows.RowStack` of the saved rows: :meth:`apply`
-    makes a new array, copying them in runs."""
+    only, and may be a :class:`~psirag.vector_rows.RowStack` of the saved rows. :meth:`apply`
+    and :meth:`refresh` make a :class:`~psirag.vector_rows.RowOverlay` over them: only new and
+    changed rows are written."""
     dirty: np.ndarray
     phrases: PhraseTable | None = None
     """Keyword abstracts' phrase table of ``chunks`` (None: built at refresh)."""
@@ -406,7 +395,7 @@ class _State:
             data.chunks,
             _float32_rows(rows[:n]),
             data.abstracts,
-            _float32_rows(rows[n:]),  # read only, not joined: apply makes a new array
+            _float32_rows(rows[n:]),  # read only, not joined: apply makes an overlay
             np.empty(0, dtype=np.int64),
             data.phrase_table if keywords else None,
             _postings(data),
@@ -473,14 +462,13 @@ class _State:
         """Move to ``update.tree``: every node's abstract and vector taken over from its old
         node (``node_map``); new and changed nodes, and the old dirty ones, marked dirty.
         The leaves' vectors are ``leaf_vectors`` then ``appended`` (appended to a buffer: the
-        leaves' rows are not copied); the inner nodes' rows are a new array."""
+        leaves' rows are not copied); the inner nodes' rows an overlay over the old ones (kept
+        rows are not copied either)."""
         tree = update.tree
         n_old, n_new = self.tree.n_leaves, tree.n_leaves
         counts = carried_leaf_counts(self.tree, tree, update.node_map, update.dirty)
         if counts is not None:  # the drift rule reads them: no pass over the subtrees
             tree.__dict__["leaf_counts"] = counts
-        # rows no old node fills are new nodes, refreshed below
-        inner = np.zeros((tree.n_nodes - n_new, self.inner.shape[1]), dtype=np.float32)
         leaves = _float32_rows(leaf_vectors)
         if appended is not None:
             leaves = cast(np.ndarray, appended_rows(leaves, appended))
@@ -492,14 +480,7 @@ class _State:
         pick = np.full(tree.n_nodes - n_new, -1, dtype=np.int64)  # new nodes: "" for now
         pick[target[keep] - n_new] = old_inner[keep] - n_old
         abstracts = PickedRows(self.abstracts, pick, {}, "")
-        # kept inner nodes move in runs (an add shifts each layer's by a constant): one slice
-        # copy per run, not an index per node
-        for src, dst, size in _runs(old_inner[keep], target[keep]):
-            into = inner[dst - n_new : dst - n_new + size]
-            if isinstance(self.inner, RowStack):  # the loaded rows, part by part
-                self.inner.copy_rows(src - n_old, into)
-            else:
-                into[:] = self.inner[src - n_old : src - n_old + size]
+        inner = _moved_rows(self.inner, pick)
         carried = update.node_map[self.dirty] if self.dirty.size else self.dirty
         carried = carried[carried >= n_new]
         assert self.drift is not None and self.fresh is not None
@@ -596,11 +577,12 @@ class _State:
         if vectors_of.size:
             if int(vectors_of.min()) < n:
                 raise ValueError("refresh recomputes inner nodes only")
-            if isinstance(self.inner, RowStack) or not self.inner.flags.writeable:
-                self.inner = np.array(self.inner)  # the loaded value's own (apply makes a new one)
-            self.inner[vectors_of - n] = routing_vectors(
+            values = routing_vectors(
                 tree, self.leaf_vectors, self.abstracts, config, embedder, nodes=vectors_of.tolist()
             )
+            # the changed rows only: the others stay where they are (the loaded rows)
+            over = RowOverlay.over(self.inner).with_rows(vectors_of - n, values)
+            self.inner = cast(np.ndarray, over)
         summary.seconds["routing"] = time.perf_counter() - t0
         summary.nodes_refreshed = int(refresh.size)
         summary.abstracts_waiting = int(waiting.size)
@@ -615,6 +597,27 @@ class _State:
         sparse = SparseIndex.from_postings(self.terms, leaf_texts, appended_to=self.duplicates)
         summary.seconds["bm25"] = time.perf_counter() - t0 + self.seconds.get("bm25", 0.0)
         return sparse
+
+
+def _moved_rows(rows: np.ndarray, pick: np.ndarray) -> np.ndarray:
+    """The inner nodes' rows after an update: row ``i`` is row ``pick[i]`` of ``rows`` (-1: a
+    new node, zeros until refresh). A :class:`~psirag.vector_rows.RowOverlay` over the
+    loaded rows: the update copies an ``int64`` per row and writes the new rows only, not
+    every kept vector (issue 24). Once the overlay holds more rows of its own than it names,
+    its rows are joined into one array (a copy that many updates' changes pay for)."""
+    over = RowOverlay.over(rows)
+    new = np.flatnonzero(pick < 0)
+    index = pick.copy()
+    index[new] = -1 - np.arange(new.size, dtype=np.int64)
+    moved = over.moved(index, np.zeros((new.size, over.shape[1]), dtype=over.dtype))
+    if moved.own_rows > max(_JOIN_OWN_ROWS, moved.shape[0]):
+        return np.asarray(moved)
+    return cast(np.ndarray, moved)
+
+
+_JOIN_OWN_ROWS = 1 << 16
+"""Own rows an inner nodes' overlay keeps at least before they are joined (see
+:func:`_moved_rows`)."""
 
 
 def _float32_rows(rows: np.ndarray) -> np.ndarray:

@@ -491,12 +491,12 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     a new or changed node gets a new row, and rows no node uses any more are removed. Returns
     each inner node's physical row."""
     n = data.tree.n_leaves
-    vectors = np.ascontiguousarray(data.vector_rows()[n:])
     abstracts = data.abstracts
     k = len(abstracts)
     carried = _carried_inner_rows(tables, data, vectors_file)
     if carried is not None:
         return _save_inner_rows(tables, data, carried)
+    vectors = np.ascontiguousarray(data.vector_rows()[n:])
     matched = np.full(k, -1, dtype=np.int64)
     old_vectors = tables.read("inner_vectors", physical=True)
     old_texts = tables.read("inner_abstracts", physical=True)
@@ -620,7 +620,7 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     """:func:`_save_inner` with each node's base row known: kept nodes keep their rows in the
     base's order, new and changed ones are appended."""
     n = data.tree.n_leaves
-    vectors = np.ascontiguousarray(data.vector_rows()[n:])
+    vectors = data.vector_rows()[n:]  # as held (an update's overlay): only new rows are read
     abstracts = data.abstracts
     kept = np.flatnonzero(matched >= 0)
     kept = kept[np.argsort(matched[kept], kind="stable")]
