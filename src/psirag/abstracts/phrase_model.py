@@ -27,6 +27,7 @@ __all__ = [
     "STOPWORDS",
     "PhraseInfo",
     "Phrases",
+    "ids_below",
     "is_stopword",
     "unpack_keys",
 ]
@@ -118,8 +119,9 @@ class Phrases:
         update reads the rows of its few nodes' leaves instead)."""
         import scipy.sparse as sp  # here: an update never makes it
 
+        pids = ids_below(self.lp_pid, self.key.size, "lp_pid")  # every row: read whole
         return sp.csr_matrix(
-            (np.ones(self.lp_pid.size, dtype=np.int32), self.lp_pid, self.lp_ptr),
+            (np.ones(pids.size, dtype=np.int32), pids, self.lp_ptr),
             shape=(self.lp_ptr.size - 1, self.key.size),
         )
 
@@ -132,7 +134,7 @@ class Phrases:
         if total == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        pids = self.lp_pid[np.arange(total) + shift]
+        pids = ids_below(self.lp_pid[np.arange(total) + shift], self.key.size, "lp_pid")
         if total * 8 > self.key.size:  # most of the corpus: a dense count is cheaper
             counts = np.bincount(pids, minlength=self.key.size)
             at = np.flatnonzero(counts)
@@ -225,6 +227,24 @@ class PhraseInfo(dict[int, tuple[Any, ...]]):
         )
         self[pid] = got
         return got
+
+
+def ids_below(ids: Any, high: int, name: str) -> np.ndarray:
+    """``ids`` (entries read from a saved per-leaf array) as an array, checked to lie in
+    ``[0, high)``. A load reads sample rows of these arrays only (a pass over a 1M-chunk
+    corpus's hundreds of MB at every load would cost what an update saves), so every reader
+    checks the rows it reads: an id of a damaged or crafted file is an
+    :class:`~psirag.errors.IndexFormatError` naming the array, never a count or a phrase of
+    the wrong id (a negative id would index from the end)."""
+    a = np.asarray(ids)
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= high):
+        from psirag.errors import IndexFormatError
+
+        raise IndexFormatError(
+            "the saved keyword phrase table is inconsistent "
+            f"({name} holds an id outside 0..{high - 1}); rebuild the index"
+        )
+    return a
 
 
 def is_stopword(word: str) -> bool:
