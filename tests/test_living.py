@@ -187,3 +187,23 @@ def test_tree_per_document_add_grows_the_forest() -> None:
     index.remove([index.documents[0]])
     del expected[next(iter(expected))]
     check_consistent(index, expected)
+
+
+def test_the_documents_listed_after_removals_keep_their_order() -> None:
+    """A removal carries the listed documents over without the removed ones, in order: a few
+    found by position, many by a filter (both as listing them afresh from the chunks)."""
+    from dataclasses import replace
+
+    index = Index.build(
+        _corpus(16, 4), IndexConfig(max_children=4), texts=True, embedder=HashEmbedder()
+    )
+    order = list(index.data.documents)
+    for pick in ([3], [14, 0, 7], list(range(1, 11))):  # positions in the current order
+        gone = [order[i] for i in pick]
+        assert "documents" in index.data.__dict__  # listed: the removal carries the list over
+        index.remove(gone)
+        order = [d for d in order if d not in gone]
+        assert list(index.data.documents) == order
+        afresh = replace(index.data)  # a copy that lists them again from its chunks
+        afresh.__dict__.pop("documents", None)
+        assert list(afresh.documents) == order

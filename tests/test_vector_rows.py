@@ -15,7 +15,7 @@ from support import TOPICS, HashEmbedder
 from psirag import Index
 from psirag.config import IndexConfig
 from psirag.index_data import IndexData
-from psirag.vector_rows import RowOverlay, RowStack, appended
+from psirag.vector_rows import RowOverlay, RowStack, appended, without_rows
 
 
 def _parts(seed: int) -> list[np.ndarray]:
@@ -149,6 +149,40 @@ def test_a_row_overlay_reads_as_the_rows_it_names_and_never_writes_them() -> Non
     assert over.base is base and RowOverlay.over(over) is over
 
 
+def test_rows_without_some_are_views_of_the_kept_runs_in_few_parts() -> None:
+    import psirag.vector_rows as vector_rows
+
+    rng = np.random.default_rng(8)
+    base = rng.standard_normal((300, 4)).astype(np.float32)
+    base.flags.writeable = False
+    rows: np.ndarray | RowStack = base
+    alive = np.arange(300)
+    cap = 6
+    old_cap = vector_rows.MAX_REMOVAL_PARTS
+    vector_rows.MAX_REMOVAL_PARTS = cap
+    try:
+        for step in range(25):
+            n = rows.shape[0]
+            gone = np.unique(rng.integers(0, n, size=1 + step % 3))
+            rows = without_rows(rows, gone)
+            alive = np.delete(alive, gone)
+            np.testing.assert_array_equal(np.asarray(rows), base[alive])
+            assert isinstance(rows, RowStack) and len(rows.parts) <= cap
+        # the first removal's parts are views of the base, not copies
+        first = without_rows(base, np.array([10, 11, 200]))
+        assert isinstance(first, RowStack) and len(first.parts) == 3
+        assert all(np.shares_memory(p, base) for p in first.parts)
+        np.testing.assert_array_equal(np.asarray(first), np.delete(base, [10, 11, 200], axis=0))
+        assert without_rows(base, np.array([], dtype=np.int64)) is base
+        assert np.shares_memory(np.asarray(without_rows(base, np.array([299]))), base)
+        with pytest.raises(IndexError):
+            without_rows(base, np.array([5, 3]))
+        with pytest.raises(IndexError):
+            without_rows(base, np.array([300]))
+    finally:
+        vector_rows.MAX_REMOVAL_PARTS = old_cap
+
+
 WORDS = sorted({w for lines in TOPICS.values() for line in lines for w in line.split()})
 
 
@@ -258,6 +292,7 @@ def test_an_update_copies_no_kept_inner_row(change: str, tmp_path: Path) -> None
     n0 = index.data.n_leaves
     loaded = np.asarray(index.data.vector_rows()[n0:]).copy()
     held = index.data.vector_rows()[n0:]
+    index_leaves = index.data.vector_rows()[:n0]
     if change == "add":
         summary = index.add(_docs(1, 12), texts=True)
     else:
@@ -266,6 +301,13 @@ def test_an_update_copies_no_kept_inner_row(change: str, tmp_path: Path) -> None
     n = data.n_leaves
     inner = data.vector_rows()[n:]
     assert isinstance(inner, RowOverlay)
+    if change == "remove":  # the kept leaves' rows are the loaded ones too
+        leaves = data.vector_rows()[:n]
+        assert isinstance(leaves, RowStack)
+        loaded_leaves = (
+            index_leaves.parts if isinstance(index_leaves, RowStack) else (index_leaves,)
+        )
+        assert all(any(np.shares_memory(p, q) for q in loaded_leaves) for p in leaves.parts)
     held_parts = held.parts if isinstance(held, RowStack) else (held,)
     base_parts = inner.base.parts if isinstance(inner.base, RowStack) else (inner.base,)
     assert all(any(np.shares_memory(b, h) for h in held_parts) for b in base_parts)

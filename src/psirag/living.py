@@ -54,7 +54,7 @@ from psirag.tree.build import renumber_order, reorder, resolve_tree_mode
 from psirag.tree.model import carried_leaf_counts
 from psirag.tree.update import InsertRule, RebuildRule, TreeUpdate, insert_leaves, remove_leaves
 from psirag.types import Chunk
-from psirag.vector_rows import RowOverlay, RowStack
+from psirag.vector_rows import RowOverlay, RowStack, without_rows
 from psirag.vector_rows import appended as appended_rows
 
 if TYPE_CHECKING:
@@ -875,7 +875,9 @@ def update_documents(
             check_vectors=False,
         )
         keep = np.flatnonzero(~gone)
-        state.apply(update, _kept(state.chunks, keep), state.leaf_vectors[keep])
+        # the kept leaves' vectors as views of their runs: none copied
+        kept_vectors = cast(np.ndarray, without_rows(state.leaf_vectors, leaf_ids))
+        state.apply(update, _kept(state.chunks, keep), kept_vectors)
         summary.seconds["tree"] = time.perf_counter() - t0
         state.keep_leaves(~gone)  # timed as abstracts and bm25
         if graph is not None:  # tombstones, so that the insertion below can search the graph
@@ -982,14 +984,35 @@ def update_documents(
     )
     if "documents" in data.__dict__:  # listed already: the kept ones keep their order and
         # the new ones come after them, so the list is not made again from every chunk
-        gone_ids = set(wanted)
-        kept_ids = data.documents
-        if gone_ids:
-            kept_ids = tuple(d for d in kept_ids if d not in gone_ids)
+        kept_ids = _without_ids(data.documents, wanted)
         new.__dict__["documents"] = kept_ids + tuple(
             dict.fromkeys(c.source.document for c in new_chunks)
         )
     return new, summary
+
+
+_FEW_REMOVED = 8
+"""Removed documents up to which :func:`_without_ids` finds each one's position."""
+
+
+def _without_ids(ids: tuple[str, ...], gone: Sequence[str]) -> tuple[str, ...]:
+    """``ids`` without those in ``gone``, in order. A few removed: each one's position found
+    (a scan at C speed) and the rest joined by slices, not a Python test per document (75 ms
+    at 200k documents)."""
+    if not gone:
+        return ids
+    if len(gone) <= _FEW_REMOVED:
+        try:
+            at = sorted({ids.index(d) for d in gone})
+        except ValueError:  # not listed: the filter below says what stays
+            at = None
+        if at is not None:
+            out: tuple[str, ...] = ids[: at[0]]
+            for a, b in zip(at, [*at[1:], len(ids)], strict=True):
+                out += ids[a + 1 : b]
+            return out
+    drop = set(gone)
+    return tuple(d for d in ids if d not in drop)
 
 
 def _updated_graph(
