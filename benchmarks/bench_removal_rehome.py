@@ -17,11 +17,18 @@ leaf-sum norm per leaf (``norm_per_leaf_min``): a float32 prefilter over the sto
 only prove it keeps the exact target with a lower bound on each candidate's norm, which the
 index does not store (see the BENCHMARKS section).
 
+``--chain`` removes the documents one after another from the same index instead (what a
+server does: each removal from the index the previous one left). Per removal the stage
+seconds of the update's summary are kept (``stages``), and for the load and each removal the
+file pages it brought into this process (``rss_file_mib``: the growth of ``RssFile`` in
+``/proc/self/status``, what a memory-mapped read touched, cached or not) and the bytes it
+read by system calls (``rchar_mib``, ``/proc/self/io``).
+
 ``--src`` runs the same script against another checkout's sources (``git archive <commit> src
 | tar -x -C DIR``), once per ``--src``, for a side-by-side table in one run.
 
 Usage: nice python benchmarks/bench_removal_rehome.py --index DIR [--src DIR ...]
-       [--docs 10] [--out removal_rehome.json]
+       [--docs 10] [--chain] [--out removal_rehome.json]
 """
 
 from __future__ import annotations
@@ -40,7 +47,31 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 
 
-def worker(source: Path, n_docs: int, analyse: bool) -> dict[str, Any]:
+def _io_mib() -> tuple[float, float]:
+    """This process's file pages in memory (``RssFile``) and bytes read by system calls
+    (``rchar``), in MiB (0 where /proc does not say)."""
+    rss = rchar = 0.0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssFile:"):
+                rss = int(line.split()[1]) / 1024
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("rchar:"):
+                rchar = int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return rss, rchar
+
+
+def _io_since(before: tuple[float, float]) -> dict[str, float]:
+    now = _io_mib()
+    return {
+        "rss_file_mib": round(now[0] - before[0], 1),
+        "rchar_mib": round(now[1] - before[1], 1),
+    }
+
+
+def worker(source: Path, n_docs: int, analyse: bool, chain: bool = False) -> dict[str, Any]:
     from _common import copy_index, peak_rss_mib
     from bench_living_scale import LoopbackHashEmbedder
 
@@ -72,9 +103,12 @@ def worker(source: Path, n_docs: int, analyse: bool) -> dict[str, Any]:
         folder = Path(tmp) / "ix"
         copy_index(source, folder, sync=False)
         emb = LoopbackHashEmbedder()
+        io0 = _io_mib()
         t0 = time.perf_counter()
         base = Index.load(folder, embedder=emb)
         out["load_seconds"] = round(time.perf_counter() - t0, 3)
+        out["load_io"] = _io_since(io0)
+        out["mode"] = "chain" if chain else "each from the loaded index"
         tree = base.data.tree
         out["n"] = int(tree.n_leaves)
         out["layers"] = tree.layer_sizes()[:4]
@@ -82,24 +116,31 @@ def worker(source: Path, n_docs: int, analyse: bool) -> dict[str, Any]:
         step = max(1, len(docs) // n_docs)
         chosen = [docs[k * step + 17 % step] for k in range(n_docs)]
         rows = []
+        chained = Index.from_data(base.data, embedder=emb)
         for doc in chosen:
-            ix = Index.from_data(base.data, embedder=emb)
+            ix = chained if chain else Index.from_data(base.data, embedder=emb)
             timers.clear()
+            io0 = _io_mib()
             t0 = time.perf_counter()
             summary = ix.remove([doc])
+            seconds = time.perf_counter() - t0
+            io = _io_since(io0)
             rows.append(
                 {
-                    "seconds": round(time.perf_counter() - t0, 3),
+                    "seconds": round(seconds, 3),
                     "tree_seconds": round(summary.seconds.get("tree", 0.0), 3),
                     "candidate_read_seconds": round(timers.get("candidate_reads", 0.0), 3),
                     "prune_seconds": round(timers.get("prune", 0.0), 3),
                     "apply_seconds": round(timers.get("apply", 0.0), 3),
                     "rehomed": int(summary.tree.get("rehomed", 0)),
                     "chunks": int(summary.chunks_removed),
+                    "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+                    **io,
                 }
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             del ix, summary
+        del chained
         out["removals"] = rows
         sec = [r["seconds"] for r in rows]
         out["summary"] = {
@@ -112,6 +153,14 @@ def worker(source: Path, n_docs: int, analyse: bool) -> dict[str, Any]:
             ),
             "seconds_total": round(sum(sec), 3),
             "apply_seconds_median": round(float(np.median([r["apply_seconds"] for r in rows])), 3),
+            "first_seconds": rows[0]["seconds"] if rows else None,
+            "first_rss_file_mib": rows[0]["rss_file_mib"] if rows else None,
+            "load_seconds": out["load_seconds"],
+            "load_rss_file_mib": out["load_io"]["rss_file_mib"],
+        }
+        stages = sorted({k for r in rows for k in r["stages"]})
+        out["summary"]["stage_medians"] = {
+            k: round(float(np.median([r["stages"].get(k, 0.0) for r in rows])), 3) for k in stages
         }
         if analyse:
             out["layer1_vectors"] = _layer1_analysis(base)
@@ -152,10 +201,11 @@ def main() -> None:
     p.add_argument("--docs", type=int, default=10)
     p.add_argument("--out", default="removal_rehome.json")
     p.add_argument("--no-analysis", action="store_true", help="skip the layer-1 vector check")
+    p.add_argument("--chain", action="store_true", help="each removal from the previous one's")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.index, args.docs, not args.no_analysis)))
+        print(json.dumps(worker(args.index, args.docs, not args.no_analysis, args.chain)))
         return
     if not (args.index / "manifest.json").exists():
         p.error(f"--index {args.index}: no saved index there (no manifest.json)")
@@ -164,6 +214,7 @@ def main() -> None:
 
     for src in args.src or [HERE.parent / "src"]:
         extra = ["--no-analysis"] if args.no_analysis else []
+        extra += ["--chain"] if args.chain else []
         row = src_worker(
             __file__, src, ["--index", str(args.index.resolve()), "--docs", str(args.docs), *extra]
         )

@@ -14,7 +14,7 @@ from support import HashEmbedder
 from support import competing_texts as _texts
 
 from psirag import Index
-from psirag.abstracts.phrases import SAMPLE_ROWS, PhraseTable, _sample
+from psirag.abstracts.phrases import ID_SAMPLE_ROWS, PhraseTable, _sample
 from psirag.config import IndexConfig
 from psirag.errors import IndexFormatError
 
@@ -32,14 +32,14 @@ def _saved(table: PhraseTable, counts: bool = True) -> tuple[list[str], dict[str
 
 def _table() -> PhraseTable:
     table = PhraseTable.build(_texts(160, 4))
-    assert table.lp_pid.size > 2 * SAMPLE_ROWS and table.lw.size > 2 * SAMPLE_ROWS
+    assert table.lp_pid.size > 2 * ID_SAMPLE_ROWS and table.lw.size > 2 * ID_SAMPLE_ROWS
     return table
 
 
 def _unsampled_row(table: PhraseTable, name: str) -> tuple[int, int]:
     """A row of array ``name`` that a load does not check, and the leaf that holds it."""
     n = getattr(table, name).size
-    rows = np.setdiff1d(np.arange(n), _sample(n))
+    rows = np.setdiff1d(np.arange(n), _sample(n, ID_SAMPLE_ROWS))
     row = int(rows[rows.size // 2])
     ptr = table.lw_ptr if name == "lw" else table.lp_ptr
     return row, int(np.searchsorted(ptr, row, side="right") - 1)
@@ -55,7 +55,7 @@ def test_an_id_out_of_range_at_a_sampled_row_fails_at_load(name: str, bad: str) 
     table = _table()
     stems, saved = _saved(table)
     value = -1 if bad == "negative" else _bound(table, name)
-    saved[name][int(_sample(saved[name].size)[3])] = value
+    saved[name][int(_sample(saved[name].size, ID_SAMPLE_ROWS)[3])] = value
     with pytest.raises(ValueError, match=f"{name} holds an id outside"):
         PhraseTable.from_arrays(list(table.words), saved, stems)
 
@@ -105,7 +105,7 @@ def test_a_crafted_phrase_id_in_a_saved_index_fails_clearly(tmp_path: Path) -> N
     index.save(folder)
     table = index.data.phrase_table
     assert table is not None
-    sampled = set(_sample(table.lp_pid.size).tolist())
+    sampled = set(_sample(table.lp_pid.size, ID_SAMPLE_ROWS).tolist())
     for doc in index.data.documents[3:]:  # a row the load does not check
         leaf = int(np.flatnonzero(index.data.document_index.leaves_of([doc]))[0])
         row = int(table.lp_ptr[leaf])

@@ -758,10 +758,10 @@ class PhraseTable:
         )
         if not ok:
             raise ValueError("phrase table arrays disagree in size")
-        # ids at sample rows only (a load reads no array whole: these two are about 480 MB at
-        # 1M chunks); every reader checks the rows it reads (ids_below)
+        # ids at a few sample rows only (a load reads no array whole: these two are about
+        # 480 MB at 1M chunks); every reader checks the rows it reads (ids_below)
         for name, high in (("lw", len(words)), ("lp_pid", table.p_key.size)):
-            if not _sampled_in(getattr(table, name), 0, high):
+            if not _sampled_in(getattr(table, name), 0, high, ID_SAMPLE_ROWS):
                 raise ValueError(f"phrase table array {name} holds an id outside 0..{high - 1}")
         if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
             saved_vocab = {a: arrays[a] for a in (*VOCAB_ARRAYS, *HASH_ARRAYS) if a in arrays}
@@ -1574,8 +1574,15 @@ SAMPLE_ROWS = 512
 an error at the first update, without a pass over tens of millions of rows."""
 
 
-def _sample(n: int) -> np.ndarray:
-    return np.unique(np.linspace(0, max(n - 1, 0), min(n, SAMPLE_ROWS)).astype(np.int64))
+ID_SAMPLE_ROWS = 32
+"""Rows a load checks of each per-leaf id array (``lw``, ``lp_pid``): every reader checks the
+rows it reads (:func:`~psirag.abstracts.phrase_model.ids_below`), so these only catch a
+wholly wrong file early; each row read costs a page fault (and the kernel's read-around) on
+a file hundreds of MB long."""
+
+
+def _sample(n: int, rows: int = SAMPLE_ROWS) -> np.ndarray:
+    return np.unique(np.linspace(0, max(n - 1, 0), min(n, rows)).astype(np.int64))
 
 
 def _n(a: np.ndarray | None) -> int:
@@ -1598,11 +1605,11 @@ def _sampled_sorted(ids: np.ndarray | None, keys: np.ndarray, n_ids: int) -> boo
     return bool(np.all(k[1:] > k[:-1]))
 
 
-def _sampled_in(a: np.ndarray, low: int, high: int | None) -> bool:
-    """Whether ``a`` holds values in ``[low, high)`` at sample rows."""
+def _sampled_in(a: np.ndarray, low: int, high: int | None, rows: int = SAMPLE_ROWS) -> bool:
+    """Whether ``a`` holds values in ``[low, high)`` at ``rows`` sample rows."""
     if a.shape[0] == 0:
         return True
-    got = np.asarray(a[_sample(a.shape[0])], dtype=np.int64)
+    got = np.asarray(a[_sample(a.shape[0], rows)], dtype=np.int64)
     return int(got.min()) >= low and (high is None or int(got.max()) < high)
 
 
