@@ -760,9 +760,11 @@ class PhraseTable:
             raise ValueError("phrase table arrays disagree in size")
         # ids at a few sample rows only (a load reads no array whole: these two are about
         # 480 MB at 1M chunks); every reader checks the rows it reads (ids_below)
-        for name, high in (("lw", len(words)), ("lp_pid", table.p_key.size)):
-            if not _sampled_in(getattr(table, name), 0, high, ID_SAMPLE_ROWS):
-                raise ValueError(f"phrase table array {name} holds an id outside 0..{high - 1}")
+        mapped = [p for a in (table.lw, table.lp_pid) for p in getattr(a, "pieces", [a])]
+        with sparse_reads(*mapped):  # a page per row, not the read-ahead around it
+            for name, high in (("lw", len(words)), ("lp_pid", table.p_key.size)):
+                if not _sampled_in(getattr(table, name), 0, high, ID_SAMPLE_ROWS):
+                    raise ValueError(f"phrase table array {name} holds an id outside 0..{high - 1}")
         if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
             saved_vocab = {a: arrays[a] for a in (*VOCAB_ARRAYS, *HASH_ARRAYS) if a in arrays}
             table._cache["vocab"] = (list(stems), saved_vocab)
