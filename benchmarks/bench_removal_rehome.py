@@ -22,13 +22,15 @@ server does: each removal from the index the previous one left). Per removal the
 seconds of the update's summary are kept (``stages``), and for the load and each removal the
 file pages it brought into this process (``rss_file_mib``: the growth of ``RssFile`` in
 ``/proc/self/status``, what a memory-mapped read touched, cached or not) and the bytes it
-read by system calls (``rchar_mib``, ``/proc/self/io``).
+read by system calls (``rchar_mib``, ``/proc/self/io``). ``--adds N`` then adds N documents
+one after another (each two chunks' texts joined, with a new word), timing ``_State.apply``
+too.
 
 ``--src`` runs the same script against another checkout's sources (``git archive <commit> src
 | tar -x -C DIR``), once per ``--src``, for a side-by-side table in one run.
 
 Usage: nice python benchmarks/bench_removal_rehome.py --index DIR [--src DIR ...]
-       [--docs 10] [--chain] [--out removal_rehome.json]
+       [--docs 10] [--chain] [--adds 0] [--out removal_rehome.json]
 """
 
 from __future__ import annotations
@@ -71,7 +73,9 @@ def _io_since(before: tuple[float, float]) -> dict[str, float]:
     }
 
 
-def worker(source: Path, n_docs: int, analyse: bool, chain: bool = False) -> dict[str, Any]:
+def worker(
+    source: Path, n_docs: int, analyse: bool, chain: bool = False, n_adds: int = 0
+) -> dict[str, Any]:
     from _common import copy_index, peak_rss_mib
     from bench_living_scale import LoopbackHashEmbedder
 
@@ -140,8 +144,29 @@ def worker(source: Path, n_docs: int, analyse: bool, chain: bool = False) -> dic
             )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             del ix, summary
+        adds = []
+        for k in range(n_adds):  # one document each, after the removals (chained)
+            text = " ".join(
+                chained.data.chunks[(k * 7919) % chained.data.n_leaves].text for _ in range(2)
+            )
+            timers.clear()
+            io0 = _io_mib()
+            t0 = time.perf_counter()
+            summary = chained.add([f"{text} Addedmarker{k}."], texts=True)
+            seconds = time.perf_counter() - t0
+            adds.append(
+                {
+                    "seconds": round(seconds, 3),
+                    "apply_seconds": round(timers.get("apply", 0.0), 3),
+                    "chunks": int(summary.chunks_added),
+                    "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+                    **_io_since(io0),
+                }
+            )
+            print(json.dumps(adds[-1]), file=sys.stderr, flush=True)
         del chained
         out["removals"] = rows
+        out["adds"] = adds
         sec = [r["seconds"] for r in rows]
         out["summary"] = {
             "removals": len(rows),
@@ -162,6 +187,13 @@ def worker(source: Path, n_docs: int, analyse: bool, chain: bool = False) -> dic
         out["summary"]["stage_medians"] = {
             k: round(float(np.median([r["stages"].get(k, 0.0) for r in rows])), 3) for k in stages
         }
+        if adds:
+            out["summary"]["add_seconds_median"] = round(
+                float(np.median([a["seconds"] for a in adds])), 3
+            )
+            out["summary"]["add_apply_seconds_median"] = round(
+                float(np.median([a["apply_seconds"] for a in adds])), 3
+            )
         if analyse:
             out["layer1_vectors"] = _layer1_analysis(base)
     out["peak_rss_mib"] = round(peak_rss_mib(), 1)
@@ -202,10 +234,12 @@ def main() -> None:
     p.add_argument("--out", default="removal_rehome.json")
     p.add_argument("--no-analysis", action="store_true", help="skip the layer-1 vector check")
     p.add_argument("--chain", action="store_true", help="each removal from the previous one's")
+    p.add_argument("--adds", type=int, default=0, help="then add this many documents, one each")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.index, args.docs, not args.no_analysis, args.chain)))
+        got = worker(args.index, args.docs, not args.no_analysis, args.chain, args.adds)
+        print(json.dumps(got))
         return
     if not (args.index / "manifest.json").exists():
         p.error(f"--index {args.index}: no saved index there (no manifest.json)")
@@ -215,6 +249,7 @@ def main() -> None:
     for src in args.src or [HERE.parent / "src"]:
         extra = ["--no-analysis"] if args.no_analysis else []
         extra += ["--chain"] if args.chain else []
+        extra += ["--adds", str(args.adds)] if args.adds else []
         row = src_worker(
             __file__, src, ["--index", str(args.index.resolve()), "--docs", str(args.docs), *extra]
         )
