@@ -189,14 +189,19 @@ def test_tree_per_document_add_grows_the_forest() -> None:
     check_consistent(index, expected)
 
 
-def test_the_documents_listed_after_removals_keep_their_order() -> None:
+@pytest.mark.parametrize("chunk_tokens", [None, 12])
+def test_the_documents_listed_after_removals_keep_their_order(chunk_tokens: int | None) -> None:
     """A removal carries the listed documents over without the removed ones, in order: a few
-    found by position, many by a filter (both as listing them afresh from the chunks)."""
+    found by position (looked for near their leaves first: exactly there with one chunk per
+    document, elsewhere with several), many by a filter (both as listing them afresh)."""
     from dataclasses import replace
 
-    index = Index.build(
-        _corpus(16, 4), IndexConfig(max_children=4), texts=True, embedder=HashEmbedder()
+    config = IndexConfig(
+        max_children=4, **({} if chunk_tokens is None else {"chunk_tokens": chunk_tokens})
     )
+    index = Index.build(_corpus(16, 4), config, texts=True, embedder=HashEmbedder())
+    if chunk_tokens is not None:
+        assert index.data.n_leaves > 2 * len(index.data.documents)
     order = list(index.data.documents)
     for pick in ([3], [14, 0, 7], list(range(1, 11))):  # positions in the current order
         gone = [order[i] for i in pick]

@@ -984,7 +984,12 @@ def update_documents(
     )
     if "documents" in data.__dict__:  # listed already: the kept ones keep their order and
         # the new ones come after them, so the list is not made again from every chunk
-        kept_ids = _without_ids(data.documents, wanted)
+        near = None  # where the removed leaves began: the documents' positions are near
+        if wanted:
+            runs = np.flatnonzero(np.diff(leaf_ids) != 1) + 1
+            scale = len(data.documents) / max(data.tree.n_leaves, 1)
+            near = leaf_ids[np.concatenate(([0], runs))] * scale
+        kept_ids = _without_ids(data.documents, wanted, near)
         new.__dict__["documents"] = kept_ids + tuple(
             dict.fromkeys(c.source.document for c in new_chunks)
         )
@@ -995,15 +1000,30 @@ _FEW_REMOVED = 8
 """Removed documents up to which :func:`_without_ids` finds each one's position."""
 
 
-def _without_ids(ids: tuple[str, ...], gone: Sequence[str]) -> tuple[str, ...]:
+def _without_ids(
+    ids: tuple[str, ...], gone: Sequence[str], near: np.ndarray | None = None
+) -> tuple[str, ...]:
     """``ids`` without those in ``gone``, in order. A few removed: each one's position found
-    (a scan at C speed) and the rest joined by slices, not a Python test per document (75 ms
-    at 200k documents)."""
+    and the rest joined by slices, not a Python test per document (75 ms at 200k documents);
+    looked for first around the positions ``near`` suggests (where the removed leaves began,
+    scaled to documents: exact with a chunk per document), then by a scan of all (at C
+    speed, about 80 ms at 1M documents)."""
     if not gone:
         return ids
+    hints = [] if near is None else [int(p) for p in near[:_FEW_REMOVED].tolist()]
+
+    def position(d: str) -> int:
+        for p in hints:
+            for w in (64, 4096):
+                try:
+                    return ids.index(d, max(0, p - w), p + w + 1)
+                except ValueError:
+                    pass
+        return ids.index(d)
+
     if len(gone) <= _FEW_REMOVED:
         try:
-            at = sorted({ids.index(d) for d in gone})
+            at = sorted({position(d) for d in gone})
         except ValueError:  # not listed: the filter below says what stays
             at = None
         if at is not None:
