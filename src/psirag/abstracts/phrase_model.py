@@ -134,12 +134,19 @@ class Phrases:
         if total == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
-        pids = ids_below(self.lp_pid[np.arange(total) + shift], self.key.size, "lp_pid")
+        pids = self.lp_pid[np.arange(total) + shift]
+        # the ids are checked on what is made of them (no pass of their own over a big node's)
         if total * 8 > self.key.size:  # most of the corpus: a dense count is cheaper
-            counts = np.bincount(pids, minlength=self.key.size)
+            try:
+                counts = np.bincount(pids, minlength=self.key.size)
+            except ValueError:  # a negative id
+                counts = pids[:0]
+            if counts.size != self.key.size:  # an id past the phrases, or a negative one
+                ids_below(pids, self.key.size, "lp_pid")  # raises
             at = np.flatnonzero(counts)
             return at, counts[at].astype(np.float64)
         at, counts = np.unique(pids, return_counts=True)
+        ids_below(at[[0, -1]], self.key.size, "lp_pid")  # ascending: the ends say
         return at.astype(np.int64), counts.astype(np.float64)
 
     @cached_property
