@@ -1004,10 +1004,10 @@ def _without_ids(
     ids: tuple[str, ...], gone: Sequence[str], near: np.ndarray | None = None
 ) -> tuple[str, ...]:
     """``ids`` without those in ``gone``, in order. A few removed: each one's position found
-    and the rest joined by slices, not a Python test per document (about 50 ms at 200k documents);
-    looked for first around the positions ``near`` suggests (where the removed leaves began,
-    scaled to documents: exact with a chunk per document), then by a scan of all (at C
-    speed, about 80 ms at 1M documents)."""
+    and the rest joined by slices (8 ms at 200k documents: the new tuple's references), not
+    a Python test per document (about 50 ms); looked for first around the positions ``near``
+    suggests (where the removed leaves began, scaled to documents: exact with a chunk per
+    document), then by a scan of all (25 ms at 200k)."""
     if not gone:
         return ids
     hints = [] if near is None else [int(p) for p in near[:_FEW_REMOVED].tolist()]
