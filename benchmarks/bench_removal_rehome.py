@@ -29,12 +29,21 @@ vector (float32, the normalised mean of the node's leaves when ``routing == "lea
 the node's abstract is not waiting) is from the normalised float64 leaf sum, and the smallest
 leaf-sum norm per leaf (``norm_per_leaf_min``).
 
+``--chain`` removes the documents one after another from the same index instead (what a
+server does: each removal from the index the previous one left). Per removal the stage
+seconds of the update's summary are kept (``stages``), and for the load and each removal the
+file pages it brought into this process (``rss_file_mib``: the growth of ``RssFile`` in
+``/proc/self/status``, what a memory-mapped read touched, cached or not) and the bytes it
+read by system calls (``rchar_mib``, ``/proc/self/io``). ``--adds N`` then adds N documents
+one after another (each two chunks' texts joined, with a new word), timing ``_State.apply``
+too.
+
 ``--src`` runs the same script against another checkout's sources (``git archive <commit> src
 | tar -x -C DIR``), once per ``--src``, for a side-by-side table in one run.
 
 Usage: nice python benchmarks/bench_removal_rehome.py --index DIR [--src DIR ...]
        [--docs 10] [--pick every|rehome|mixed] [--norms memory|compact] [--saves K]
-       [--out removal_rehome.json]
+       [--chain] [--adds 0] [--out removal_rehome.json]
 """
 
 from __future__ import annotations
@@ -111,7 +120,32 @@ def _written_bytes(folder: Path, generation: int) -> tuple[int, int]:
     return total, norms
 
 
+def _io_mib() -> tuple[float, float]:
+    """This process's file pages in memory (``RssFile``) and bytes read by system calls
+    (``rchar``), in MiB (0 where /proc does not say)."""
+    rss = rchar = 0.0
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssFile:"):
+                rss = int(line.split()[1]) / 1024
+        for line in Path("/proc/self/io").read_text().splitlines():
+            if line.startswith("rchar:"):
+                rchar = int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return rss, rchar
+
+
+def _io_since(before: tuple[float, float]) -> dict[str, float]:
+    now = _io_mib()
+    return {
+        "rss_file_mib": round(now[0] - before[0], 1),
+        "rchar_mib": round(now[1] - before[1], 1),
+    }
+
+
 def worker(source: Path, n_docs: int, analyse: bool, options: dict[str, Any]) -> dict[str, Any]:
+    chain, n_adds = bool(options.get("chain")), int(options.get("adds", 0))
     from _common import copy_index, peak_rss_mib
     from bench_living_scale import LoopbackHashEmbedder
 
@@ -166,9 +200,12 @@ def worker(source: Path, n_docs: int, analyse: bool, options: dict[str, Any]) ->
             t0 = time.perf_counter()
             living.compact_saved(folder)
             out["compact_seconds"] = round(time.perf_counter() - t0, 3)
+        io0 = _io_mib()
         t0 = time.perf_counter()
         base = Index.load(folder, embedder=emb)
         out["load_seconds"] = round(time.perf_counter() - t0, 3)
+        out["load_io"] = _io_since(io0)
+        out["mode"] = "chain" if chain else "each from the loaded index"
         out["norms_saved"] = getattr(base.data, "inner_norms", None) is not None
         if new_code and base.data.inner_norms is None:
             t0 = time.perf_counter()
@@ -181,16 +218,20 @@ def worker(source: Path, n_docs: int, analyse: bool, options: dict[str, Any]) ->
         chosen = _choose(base.data, n_docs, options["pick"])
         out["choose_seconds"] = round(time.perf_counter() - t0, 3)
         rows = []
+        chained = Index.from_data(base.data, embedder=emb)
         for doc in chosen:
-            ix = Index.from_data(base.data, embedder=emb)
+            ix = chained if chain else Index.from_data(base.data, embedder=emb)
             timers.clear()
             scored.clear()
             read_rows[0] = 0
+            io0 = _io_mib()
             t0 = time.perf_counter()
             summary = ix.remove([doc])
+            seconds = time.perf_counter() - t0
+            io = _io_since(io0)
             rows.append(
                 {
-                    "seconds": round(time.perf_counter() - t0, 3),
+                    "seconds": round(seconds, 3),
                     "tree_seconds": round(summary.seconds.get("tree", 0.0), 3),
                     "candidate_read_seconds": round(timers.get("candidate_reads", 0.0), 3),
                     "candidate_rows_read": read_rows[0],
@@ -200,6 +241,8 @@ def worker(source: Path, n_docs: int, analyse: bool, options: dict[str, Any]) ->
                     "apply_seconds": round(timers.get("apply", 0.0), 3),
                     "rehomed": int(summary.tree.get("rehomed", 0)),
                     "chunks": int(summary.chunks_removed),
+                    "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+                    **io,
                 }
             )
             if new_code:  # the same removal on the exact path: the very same tree
@@ -212,8 +255,37 @@ def worker(source: Path, n_docs: int, analyse: bool, options: dict[str, Any]) ->
                 del exact
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
             del ix, summary
+        adds = []
+        for k in range(n_adds):  # one document each, after the removals (chained)
+            text = " ".join(
+                chained.data.chunks[(k * 7919) % chained.data.n_leaves].text for _ in range(2)
+            )
+            timers.clear()
+            io0 = _io_mib()
+            t0 = time.perf_counter()
+            summary = chained.add([f"{text} Addedmarker{k}."], texts=True)
+            seconds = time.perf_counter() - t0
+            adds.append(
+                {
+                    "seconds": round(seconds, 3),
+                    "apply_seconds": round(timers.get("apply", 0.0), 3),
+                    "chunks": int(summary.chunks_added),
+                    "stages": {k: round(v, 3) for k, v in summary.seconds.items()},
+                    **_io_since(io0),
+                }
+            )
+            print(json.dumps(adds[-1]), file=sys.stderr, flush=True)
+        del chained
         out["removals"] = rows
-        out["summary"] = _summary(rows)
+        out["adds"] = adds
+        out["summary"] = _summary(rows, out)
+        if adds:
+            out["summary"]["add_seconds_median"] = round(
+                float(np.median([a["seconds"] for a in adds])), 3
+            )
+            out["summary"]["add_apply_seconds_median"] = round(
+                float(np.median([a["apply_seconds"] for a in adds])), 3
+            )
         saves = []
         ix = Index.from_data(base.data, embedder=emb)
         if options["saves"] and base.data.origin is None:  # (in-memory norms: save as loaded)
@@ -241,7 +313,7 @@ def worker(source: Path, n_docs: int, analyse: bool, options: dict[str, Any]) ->
     return out
 
 
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _summary(rows: list[dict[str, Any]], out: dict[str, Any]) -> dict[str, Any]:
     def med(key: str, subset: list[dict[str, Any]]) -> float | None:
         vals = [r[key] for r in subset]
         return round(float(np.median(vals)), 3) if vals else None
@@ -264,6 +336,14 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "apply_seconds_median": med("apply_seconds", rows),
         "seconds_total": round(sum(sec), 3),
         "all_same_as_exact": all(r.get("same_as_exact", True) for r in rows),
+        "first_seconds": rows[0]["seconds"] if rows else None,
+        "first_rss_file_mib": rows[0]["rss_file_mib"] if rows else None,
+        "load_seconds": out["load_seconds"],
+        "load_rss_file_mib": out["load_io"]["rss_file_mib"],
+        "stage_medians": {
+            k: round(float(np.median([r["stages"].get(k, 0.0) for r in rows])), 3)
+            for k in sorted({k for r in rows for k in r["stages"]})
+        },
     }
 
 
@@ -303,10 +383,18 @@ def main() -> None:
     p.add_argument("--saves", type=int, default=0)
     p.add_argument("--out", default="removal_rehome.json")
     p.add_argument("--no-analysis", action="store_true", help="skip the layer-1 vector check")
+    p.add_argument("--chain", action="store_true", help="each removal from the previous one's")
+    p.add_argument("--adds", type=int, default=0, help="then add this many documents, one each")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        options = {"pick": args.pick, "norms": args.norms, "saves": args.saves}
+        options = {
+            "pick": args.pick,
+            "norms": args.norms,
+            "saves": args.saves,
+            "chain": args.chain,
+            "adds": args.adds,
+        }
         print(json.dumps(worker(args.index, args.docs, not args.no_analysis, options)))
         return
     if not (args.index / "manifest.json").exists():
@@ -317,6 +405,8 @@ def main() -> None:
     for src in args.src or [HERE.parent / "src"]:
         extra = ["--no-analysis"] if args.no_analysis else []
         extra += ["--pick", args.pick, "--norms", args.norms, "--saves", str(args.saves)]
+        extra += ["--chain"] if args.chain else []
+        extra += ["--adds", str(args.adds)] if args.adds else []
         row = src_worker(
             __file__, src, ["--index", str(args.index.resolve()), "--docs", str(args.docs), *extra]
         )

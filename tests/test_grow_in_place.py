@@ -235,6 +235,51 @@ def test_a_second_update_from_the_loaded_index_reads_the_counts_again(
     _same_counts(second, control)
 
 
+@pytest.mark.parametrize("gone", [False, True])
+def test_a_second_update_maps_the_saved_counts_again_without_copying_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gone: bool
+) -> None:
+    """A second update from the same loaded index gets the growable count files mapped
+    copy-on-write once more (from descriptors opened at load: the generation's files may be
+    gone by then), not copies of the rows the first update grew in place; its counts and
+    abstracts are what a fresh load's update gives."""
+    import shutil
+
+    import psirag.rows as rows
+    import psirag.storage_format as storage_format
+
+    monkeypatch.setattr(rows, "MAP_MIN_BYTES", 0)  # the small test files mapped, as big ones
+    folder = tmp_path / "ix"
+    emb = HashEmbedder()
+    Index.build(_docs(90), IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+    control = Index.load(folder, embedder=emb)
+    control.remove([control.documents[5]])
+    if gone:  # the saved files read by a copy of the folder, which then goes
+        shutil.copytree(folder, tmp_path / "copy")
+        folder = tmp_path / "copy"
+    base = Index.load(folder, embedder=emb)
+    first = Index.from_data(base.data, embedder=emb)
+    first.add(["Lava and ash from Etna, said Word9000 near Place9."], texts=True)
+    if gone:
+        shutil.rmtree(folder)
+    handed: list[Any] = []
+    real = storage_format._MappedFiles.load_array
+
+    def recorded(self: Any, name: str, **kwargs: Any) -> np.ndarray:
+        got = real(self, name, **kwargs)
+        if kwargs.get("private"):
+            handed.append(got)
+        return got
+
+    monkeypatch.setattr(storage_format._MappedFiles, "load_array", recorded)
+    second = Index.from_data(base.data, embedder=emb)
+    second.remove([second.documents[5]])
+    assert len(handed) >= len(GROWABLE_TABLES) - 1  # the counts (p_key: kept by the table)
+    assert all(isinstance(a, np.memmap) and a.mode == "c" for a in handed)
+    assert second.abstracts == control.abstracts
+    _same_counts(second, control)
+
+
 def test_a_crafted_appended_phrase_id_is_a_clear_error(tmp_path: Path) -> None:
     """The rows saves appended to ``p_sorted`` must be the newest phrase ids (they become the
     tail): a file that names another is refused at the first update, not used."""

@@ -193,3 +193,28 @@ def test_tree_per_document_add_grows_the_forest() -> None:
     index.remove([index.documents[0]])
     del expected[next(iter(expected))]
     check_consistent(index, expected)
+
+
+@pytest.mark.parametrize("chunk_tokens", [None, 12])
+def test_the_documents_listed_after_removals_keep_their_order(chunk_tokens: int | None) -> None:
+    """A removal carries the listed documents over without the removed ones, in order: a few
+    found by position (looked for near their leaves first: exactly there with one chunk per
+    document, elsewhere with several), many by a filter (both as listing them afresh)."""
+    from dataclasses import replace
+
+    config = IndexConfig(
+        max_children=4, **({} if chunk_tokens is None else {"chunk_tokens": chunk_tokens})
+    )
+    index = Index.build(_corpus(16, 4), config, texts=True, embedder=HashEmbedder())
+    if chunk_tokens is not None:
+        assert index.data.n_leaves > 2 * len(index.data.documents)
+    order = list(index.data.documents)
+    for pick in ([3], [14, 0, 7], list(range(1, 11))):  # positions in the current order
+        gone = [order[i] for i in pick]
+        assert "documents" in index.data.__dict__  # listed: the removal carries the list over
+        index.remove(gone)
+        order = [d for d in order if d not in gone]
+        assert list(index.data.documents) == order
+        afresh = replace(index.data)  # a copy that lists them again from its chunks
+        afresh.__dict__.pop("documents", None)
+        assert list(afresh.documents) == order

@@ -15,7 +15,7 @@ from support import TOPICS, HashEmbedder
 from psirag import Index
 from psirag.config import IndexConfig
 from psirag.index_data import IndexData
-from psirag.vector_rows import RowStack, appended
+from psirag.vector_rows import RowOverlay, RowStack, appended, without_rows
 
 
 def _parts(seed: int) -> list[np.ndarray]:
@@ -87,6 +87,100 @@ def test_appending_never_writes_rows_another_value_reads() -> None:
     many = appended(d, np.ones((9000, 2), dtype=np.float32))  # past the buffer: a new one
     assert np.asarray(many).shape == (10 + 6 + 9000, 2)
     np.testing.assert_array_equal(np.asarray(many)[:16], np.asarray(d))
+
+
+def test_a_row_overlay_reads_as_the_rows_it_names_and_never_writes_them() -> None:
+    rng = np.random.default_rng(3)
+    parts = _parts(3)
+    base = RowStack.of(*parts)
+    loaded = np.concatenate(parts)
+    n = loaded.shape[0]
+    before = loaded.copy()
+    # rows moved (some dropped, two new ones), then three rows changed
+    pick = np.concatenate([np.arange(0, 5), [-1], np.arange(9, n), [-2]])
+    new_rows = rng.standard_normal((2, 5)).astype(np.float32)
+    moved = RowOverlay.over(base).moved(pick, new_rows)
+    want = np.concatenate([loaded[0:5], new_rows[:1], loaded[9:n], new_rows[1:]])
+    np.testing.assert_array_equal(np.asarray(moved), want)
+    changed = np.array([0, 7, want.shape[0] - 1])
+    values = rng.standard_normal((3, 5)).astype(np.float32)
+    over = moved.with_rows(changed, values)
+    np.testing.assert_array_equal(np.asarray(moved), want)  # the older value is unchanged
+    want2 = want.copy()
+    want2[changed] = values
+    m = want2.shape[0]
+    assert over.shape == want2.shape and len(over) == m and over.dtype == want2.dtype
+    np.testing.assert_array_equal(np.asarray(over), want2)
+    for i in [0, 5, 6, 7, m - 1, -1, -m]:
+        np.testing.assert_array_equal(over[i], want2[i])
+    for sl in [slice(None), slice(2, 9), slice(6, 7), slice(5, 5), slice(-4, None), slice(1, m, 3)]:
+        np.testing.assert_array_equal(np.asarray(over[sl]), want2[sl])
+    idx = rng.integers(-m, m, size=30)
+    np.testing.assert_array_equal(over[idx], want2[idx])
+    np.testing.assert_array_equal(np.take(over, idx, axis=0), want2[idx])
+    np.testing.assert_array_equal(over[idx.reshape(5, 6)], want2[idx.reshape(5, 6)])
+    np.testing.assert_array_equal(over[idx, 2], want2[idx, 2])
+    mask = rng.random(m) < 0.5
+    np.testing.assert_array_equal(over[mask], want2[mask])
+    out = np.empty((4, 5), dtype=np.float32)
+    over.copy_rows(3, out)
+    np.testing.assert_array_equal(out, want2[3:7])
+    with pytest.raises(IndexError):
+        over[m]
+    with pytest.raises(IndexError):
+        over[np.array([0, m])]
+    with pytest.raises(IndexError):
+        RowOverlay.over(base).moved(np.array([0, n]), new_rows)
+    # a part of a row stack, after leaf rows: it reads as the joined rows
+    leaves = rng.standard_normal((6, 5)).astype(np.float32)
+    stack = RowStack.of(leaves, over)
+    joined = np.concatenate([leaves, want2])
+    assert isinstance(stack, RowStack)
+    np.testing.assert_array_equal(np.asarray(stack), joined)
+    idx = rng.integers(0, joined.shape[0], size=40)
+    np.testing.assert_array_equal(stack[idx], joined[idx])
+    np.testing.assert_array_equal(stack[np.sort(idx)], joined[np.sort(idx)])
+    mask = rng.random(joined.shape[0]) < 0.5
+    np.testing.assert_array_equal(stack[mask], joined[mask])
+    np.testing.assert_array_equal(np.asarray(stack[6:]), want2)
+    np.testing.assert_array_equal(np.asarray(stack.read_only()), joined)
+    np.testing.assert_array_equal(loaded, before)  # the base was never written
+    # no overlay over an overlay: the moved rows name the first base
+    assert over.base is base and RowOverlay.over(over) is over
+
+
+def test_rows_without_some_are_views_of_the_kept_runs_in_few_parts() -> None:
+    import psirag.vector_rows as vector_rows
+
+    rng = np.random.default_rng(8)
+    base = rng.standard_normal((300, 4)).astype(np.float32)
+    base.flags.writeable = False
+    rows: np.ndarray | RowStack = base
+    alive = np.arange(300)
+    cap = 6
+    old_cap = vector_rows.MAX_REMOVAL_PARTS
+    vector_rows.MAX_REMOVAL_PARTS = cap
+    try:
+        for step in range(25):
+            n = rows.shape[0]
+            gone = np.unique(rng.integers(0, n, size=1 + step % 3))
+            rows = without_rows(rows, gone)
+            alive = np.delete(alive, gone)
+            np.testing.assert_array_equal(np.asarray(rows), base[alive])
+            assert isinstance(rows, RowStack) and len(rows.parts) <= cap
+        # the first removal's parts are views of the base, not copies
+        first = without_rows(base, np.array([10, 11, 200]))
+        assert isinstance(first, RowStack) and len(first.parts) == 3
+        assert all(np.shares_memory(p, base) for p in first.parts)
+        np.testing.assert_array_equal(np.asarray(first), np.delete(base, [10, 11, 200], axis=0))
+        assert without_rows(base, np.array([], dtype=np.int64)) is base
+        assert np.shares_memory(np.asarray(without_rows(base, np.array([299]))), base)
+        with pytest.raises(IndexError):
+            without_rows(base, np.array([5, 3]))
+        with pytest.raises(IndexError):
+            without_rows(base, np.array([300]))
+    finally:
+        vector_rows.MAX_REMOVAL_PARTS = old_cap
 
 
 WORDS = sorted({w for lines in TOPICS.values() for line in lines for w in line.split()})
@@ -185,6 +279,48 @@ def test_an_add_copies_no_leaf_row_and_a_search_joins_nothing(tmp_path: Path) ->
     # the joined field is what the parts hold
     np.testing.assert_array_equal(index.data.node_vectors, np.asarray(saved))
     assert isinstance(_held(index.data), np.ndarray)
+
+
+@pytest.mark.parametrize("change", ["add", "remove"])
+def test_an_update_copies_no_kept_inner_row(change: str, tmp_path: Path) -> None:
+    """The inner nodes' rows after an update are the loaded rows (not a copy) with the new
+    and changed nodes' rows: an overlay that owns only those (issue 24)."""
+    config = IndexConfig(max_children=4, chunk_tokens=30)
+    index = Index.build(_docs(40, 11), config, texts=True, embedder=HashEmbedder())
+    index.save(tmp_path / "i")
+    index = Index.load(tmp_path / "i", embedder=HashEmbedder())
+    n0 = index.data.n_leaves
+    loaded = np.asarray(index.data.vector_rows()[n0:]).copy()
+    held = index.data.vector_rows()[n0:]
+    index_leaves = index.data.vector_rows()[:n0]
+    if change == "add":
+        summary = index.add(_docs(1, 12), texts=True)
+    else:
+        summary = index.remove([index.data.documents[3]])
+    data = index.data
+    n = data.n_leaves
+    inner = data.vector_rows()[n:]
+    assert isinstance(inner, RowOverlay)
+    if change == "remove":  # the kept leaves' rows are the loaded ones too
+        leaves = data.vector_rows()[:n]
+        assert isinstance(leaves, RowStack)
+        loaded_leaves = (
+            index_leaves.parts if isinstance(index_leaves, RowStack) else (index_leaves,)
+        )
+        assert all(any(np.shares_memory(p, q) for q in loaded_leaves) for p in leaves.parts)
+    held_parts = held.parts if isinstance(held, RowStack) else (held,)
+    base_parts = inner.base.parts if isinstance(inner.base, RowStack) else (inner.base,)
+    assert all(any(np.shares_memory(b, h) for h in held_parts) for b in base_parts)
+    # it owns the new rows (zeros until refresh) and the refreshed ones only
+    assert 0 < inner.own_rows <= 2 * summary.nodes_refreshed < inner.shape[0]
+    kept = inner.index >= 0
+    np.testing.assert_array_equal(np.asarray(inner)[kept], loaded[inner.index[kept]])
+    index.search("volcano lava ash")
+    index.save(tmp_path / "i")
+    again = Index.load(tmp_path / "i", embedder=HashEmbedder())
+    np.testing.assert_array_equal(
+        np.asarray(again.data.vector_rows()), np.asarray(data.vector_rows())
+    )
 
 
 def test_a_load_after_updates_reads_the_saved_rows_in_place(

@@ -498,12 +498,12 @@ def _save_inner(tables: _TableSaver, data: IndexData, vectors_file: str | None) 
     a new or changed node gets a new row, and rows no node uses any more are removed. Returns
     each inner node's physical row."""
     n = data.tree.n_leaves
-    vectors = np.ascontiguousarray(data.vector_rows()[n:])
     abstracts = data.abstracts
     k = len(abstracts)
     carried = _carried_inner_rows(tables, data, vectors_file)
     if carried is not None:
         return _save_inner_rows(tables, data, carried)
+    vectors = np.ascontiguousarray(data.vector_rows()[n:])
     matched = np.full(k, -1, dtype=np.int64)
     old_vectors = tables.read("inner_vectors", physical=True)
     old_texts = tables.read("inner_abstracts", physical=True)
@@ -636,7 +636,7 @@ def _save_inner_rows(tables: _TableSaver, data: IndexData, matched: np.ndarray) 
     """:func:`_save_inner` with each node's base row known: kept nodes keep their rows in the
     base's order, new and changed ones are appended."""
     n = data.tree.n_leaves
-    vectors = np.ascontiguousarray(data.vector_rows()[n:])
+    vectors = data.vector_rows()[n:]  # as held (an update's overlay): only new rows are read
     abstracts = data.abstracts
     kept = np.flatnonzero(matched >= 0)
     kept = kept[np.argsort(matched[kept], kind="stable")]
@@ -1794,6 +1794,7 @@ class _MappedFiles:
         self.folder = reader.folder
         self.arrays: dict[str, np.ndarray] = {}
         self.private: dict[str, np.ndarray] = {}  # copy-on-write maps, each handed out once
+        self.reopen: dict[str, int] = {}  # descriptors of the mapped ones: further such maps
         self.lines: dict[str, MappedLines] = {}
         listed = reader.manifest.get("files", {})
         for name, table in tables.items():
@@ -1807,15 +1808,30 @@ class _MappedFiles:
                 self.arrays[f] = reader.load_array(f)
             if name in GROWABLE_TABLES and table.kind == "npy" and table.segments:
                 first = table.segments[0][0]  # mapped now: the file may go before it is read
-                self.private[first] = reader.load_array(first, private=True)
+                self.private[first] = got = reader.load_array(first, private=True)
+                if isinstance(got, np.memmap):  # open now too, for a second update's map
+                    self._keep_open(first, reader.path(first))
             for f, n in texts:
                 saved = line_starts_file(f)
                 starts = reader.load_array(saved) if saved in listed else None
                 self.lines[f] = MappedLines([(reader.path(f), n, starts, f"{where} ({f})")])
 
+    def _keep_open(self, name: str, path: Path) -> None:
+        import os
+        import weakref
+
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except OSError:
+            return  # a second update copies the rows instead
+        self.reopen[name] = fd
+        weakref.finalize(self, os.close, fd)
+
     def load_array(self, name: str, *, mmap: bool = True, private: bool = False) -> np.ndarray:
-        if private:  # writable: the copy-on-write map the first time, later a copy
+        if private:  # writable: a copy-on-write map (of the descriptor kept), else a copy
             got = self.private.pop(name, None)
+            if got is None and name in self.reopen:
+                got = _private_map(self.reopen[name])
             return got if got is not None else np.array(self.arrays[name])
         array = self.arrays[name]
         return array if mmap else np.array(array)
@@ -1826,6 +1842,35 @@ class _MappedFiles:
 
     def read_jsonl(self, name: str) -> list[Any]:
         return self.lines[name].every_value()
+
+
+def _private_map(fd: int) -> np.ndarray | None:
+    """The ``.npy`` file open as ``fd`` mapped copy-on-write (as ``np.load(mmap_mode="c")``):
+    another writable view of the saved rows, which no other map's writes reach and which never
+    changes the file; the file may have been unlinked since it was opened. None when it cannot
+    be mapped (then the caller copies)."""
+    import os
+
+    fmt = np.lib.format
+    try:
+        with os.fdopen(os.dup(fd), "rb") as f:
+            f.seek(0)
+            version = fmt.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = fmt.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = fmt.read_array_header_2_0(f)
+            else:
+                return None
+            if dtype.hasobject or not shape or 0 in shape:
+                return None
+            order: Literal["C", "F"] = "F" if fortran else "C"
+            start = f.tell()
+            return np.memmap(
+                cast(Any, f), dtype=dtype, mode="c", shape=shape, order=order, offset=start
+            )
+    except (OSError, ValueError):
+        return None
 
 
 def _load_phrase_table_v3(
@@ -1869,7 +1914,8 @@ def _load_phrase_table_v3(
         """The saved corpus counts, and where the sorted groups' appended rows (the in-memory
         tails) start when every column of them was mapped (else the groups are sorted again
         here, and None). Called again for a second update from the loaded table: the maps are
-        then copies (the first add grew the first ones in place)."""
+        then new copy-on-write maps of the files opened at load (the first add grew the first
+        ones in place), or copies where the files were read rather than mapped."""
         names = [*DERIVED_ARRAYS]
         if all(f"{PHRASES_DIR}/{a}" in tables for a in WORD_ARRAYS):
             names += WORD_ARRAYS

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from psirag.abstracts.phrase_model import MAX_NGRAM, STOPWORDS, PhraseInfo, Phrases
+from psirag.abstracts.phrase_model import MAX_NGRAM, STOPWORDS, PhraseInfo, Phrases, ids_below
 from psirag.heap import give_back_freed_memory
 from psirag.retrieval.ranking import top_k
 from psirag.tree.model import Tree
@@ -501,7 +501,7 @@ def _split_leaf_phrases(phrases: Phrases) -> tuple[_LeafPhrases, _LeafPhrases]:
     for a in range(0, n, _SPLIT_LEAVES):
         b = min(n, a + _SPLIT_LEAVES)
         lo, hi = int(lp_ptr[a]), int(lp_ptr[b])
-        pids = lp_pid[lo:hi]
+        pids = ids_below(lp_pid[lo:hi], phrases.key.size, "lp_pid")
         kept = phrases.col_of[pids] >= 0
         one = phrases.df[pids] == 1
         is_multi = kept & ~one

@@ -27,6 +27,7 @@ __all__ = [
     "STOPWORDS",
     "PhraseInfo",
     "Phrases",
+    "ids_below",
     "is_stopword",
     "unpack_keys",
 ]
@@ -118,8 +119,9 @@ class Phrases:
         update reads the rows of its few nodes' leaves instead)."""
         import scipy.sparse as sp  # here: an update never makes it
 
+        pids = ids_below(self.lp_pid, self.key.size, "lp_pid")  # every row: read whole
         return sp.csr_matrix(
-            (np.ones(self.lp_pid.size, dtype=np.int32), self.lp_pid, self.lp_ptr),
+            (np.ones(pids.size, dtype=np.int32), pids, self.lp_ptr),
             shape=(self.lp_ptr.size - 1, self.key.size),
         )
 
@@ -133,11 +135,18 @@ class Phrases:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
         pids = self.lp_pid[np.arange(total) + shift]
+        # the ids are checked on what is made of them (no pass of their own over a big node's)
         if total * 8 > self.key.size:  # most of the corpus: a dense count is cheaper
-            counts = np.bincount(pids, minlength=self.key.size)
+            try:
+                counts = np.bincount(pids, minlength=self.key.size)
+            except ValueError:  # a negative id
+                counts = pids[:0]
+            if counts.size != self.key.size:  # an id past the phrases, or a negative one
+                ids_below(pids, self.key.size, "lp_pid")  # raises
             at = np.flatnonzero(counts)
             return at, counts[at].astype(np.float64)
         at, counts = np.unique(pids, return_counts=True)
+        ids_below(at[[0, -1]], self.key.size, "lp_pid")  # ascending: the ends say
         return at.astype(np.int64), counts.astype(np.float64)
 
     @cached_property
@@ -225,6 +234,24 @@ class PhraseInfo(dict[int, tuple[Any, ...]]):
         )
         self[pid] = got
         return got
+
+
+def ids_below(ids: Any, high: int, name: str) -> np.ndarray:
+    """``ids`` (entries read from a saved per-leaf array) as an array, checked to lie in
+    ``[0, high)``. A load reads sample rows of these arrays only (a pass over a 1M-chunk
+    corpus's hundreds of MB at every load would cost what an update saves), so every reader
+    checks the rows it reads: an id of a damaged or crafted file is an
+    :class:`~psirag.errors.IndexFormatError` naming the array, never a count or a phrase of
+    the wrong id (a negative id would index from the end)."""
+    a = np.asarray(ids)
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= high):
+        from psirag.errors import IndexFormatError
+
+        raise IndexFormatError(
+            "the saved keyword phrase table is inconsistent "
+            f"({name} holds an id outside 0..{high - 1}); rebuild the index"
+        )
+    return a
 
 
 def is_stopword(word: str) -> bool:

@@ -59,6 +59,7 @@ from psirag.abstracts.phrase_model import (
     SEGMENT_RE,
     SPACED_HYPHEN_RE,
     Phrases,
+    ids_below,
     is_stopword,
     unpack_keys,
 )
@@ -754,11 +755,16 @@ class PhraseTable:
             and int(table.lw_ptr[-1]) == table.lw.size
             and int(table.ls_ptr[-1]) == table.ls_key.size == table.ls_cnt.size
             and int(table.lp_ptr[-1]) == table.lp_pid.size
-            and (table.lw.size == 0 or _largest(table.lw) < len(words))
-            and (table.lp_pid.size == 0 or _largest(table.lp_pid) < table.p_key.size)
         )
         if not ok:
             raise ValueError("phrase table arrays disagree in size")
+        # ids at a few sample rows only (a load reads no array whole: these two are about
+        # 480 MB at 1M chunks); every reader checks the rows it reads (ids_below)
+        mapped = [p for a in (table.lw, table.lp_pid) for p in getattr(a, "pieces", [a])]
+        with sparse_reads(*mapped):  # a page per row, not the read-ahead around it
+            for name, high in (("lw", len(words)), ("lp_pid", table.p_key.size)):
+                if not _sampled_in(getattr(table, name), 0, high, ID_SAMPLE_ROWS):
+                    raise ValueError(f"phrase table array {name} holds an id outside 0..{high - 1}")
         if stems is not None and all(a in arrays for a in VOCAB_ARRAYS):
             saved_vocab = {a: arrays[a] for a in (*VOCAB_ARRAYS, *HASH_ARRAYS) if a in arrays}
             table._cache["vocab"] = (list(stems), saved_vocab)
@@ -872,7 +878,9 @@ class PhraseTable:
             if len(set(self.words)) != len(self.words):
                 raise IndexFormatError(_DAMAGED.format("words.json lists a word twice"))
         n_p = self.p_key.size
-        p_df = np.bincount(np.asarray(self.lp_pid), minlength=n_p).astype(np.int64)
+        lp_pid = ids_below(self.lp_pid, n_p, "lp_pid")  # read whole here: checked whole
+        p_df = np.bincount(lp_pid, minlength=n_p).astype(np.int64)
+        del lp_pid
         s_key, inv = _unique_inverse(np.asarray(self.ls_key))
         s_cnt = np.bincount(inv, weights=np.asarray(self.ls_cnt), minlength=s_key.size)
         s_cnt = s_cnt.astype(np.int64)
@@ -886,7 +894,7 @@ class PhraseTable:
         if np.any(p_df[s_pid] == 0):
             raise IndexFormatError(_DAMAGED.format("a candidate's phrase is in no leaf"))
         w_rank, n_ranked, w_first, w_df = _word_stats(
-            np.asarray(self.lw), self.lw_ptr, len(self.words)
+            ids_below(self.lw, len(self.words), "lw"), self.lw_ptr, len(self.words)
         )
         p_best = np.zeros(n_p, dtype=np.int64)
         d = _Derived(
@@ -1089,7 +1097,7 @@ class PhraseTable:
         d = self._derived()
         if d.w_first is None or d.w_df is None:  # a loaded table: once, then kept
             w_rank, n_ranked, w_first, w_df = _word_stats(
-                np.asarray(self.lw), self.lw_ptr, len(self.words)
+                ids_below(self.lw, len(self.words), "lw"), self.lw_ptr, len(self.words)
             )
             d = replace(d, w_rank=w_rank, n_ranked=n_ranked, w_first=w_first, w_df=w_df)
             self._cache["derived"] = d
@@ -1110,9 +1118,11 @@ class PhraseTable:
             raise IndexFormatError(_DAMAGED.format("a leaf's form is not in the corpus counts"))
         s_cnt = _own(d.s_cnt)
         np.subtract.at(s_cnt, at, self.ls_cnt[gs].astype(s_cnt.dtype))
-        gone_pids = np.unique(self.lp_pid[gp]).astype(np.int64)
+        gone_entries = ids_below(self.lp_pid[gp], self.p_key.size, "lp_pid")
+        gone_pids = np.unique(gone_entries).astype(np.int64)
         p_df = _own(d.p_df)
-        np.subtract.at(p_df, self.lp_pid[gp], 1)
+        np.subtract.at(p_df, gone_entries, 1)
+        del gone_entries
 
         def kept_ptr(ptr: np.ndarray) -> np.ndarray:
             return np.concatenate(([0], np.cumsum(np.diff(ptr)[keep]))).astype(np.int64)
@@ -1561,20 +1571,20 @@ def spare_view(buf: np.ndarray, n: int) -> np.ndarray:
     return view
 
 
-def _largest(a: np.ndarray | _Pieces) -> int:
-    """The largest value of a non-empty array or :class:`_Pieces` (read piece by piece)."""
-    if isinstance(a, _Pieces):
-        return max(int(p.max()) for p in a.pieces if p.shape[0])
-    return int(a.max())
-
-
 SAMPLE_ROWS = 512
 """Rows a load checks of each saved count array (evenly spread): a damaged or crafted file is
 an error at the first update, without a pass over tens of millions of rows."""
 
 
-def _sample(n: int) -> np.ndarray:
-    return np.unique(np.linspace(0, max(n - 1, 0), min(n, SAMPLE_ROWS)).astype(np.int64))
+ID_SAMPLE_ROWS = 32
+"""Rows a load checks of each per-leaf id array (``lw``, ``lp_pid``): every reader checks the
+rows it reads (:func:`~psirag.abstracts.phrase_model.ids_below`), so these only catch a
+wholly wrong file early; each row read costs a page fault (and the kernel's read-around) on
+a file hundreds of MB long."""
+
+
+def _sample(n: int, rows: int = SAMPLE_ROWS) -> np.ndarray:
+    return np.unique(np.linspace(0, max(n - 1, 0), min(n, rows)).astype(np.int64))
 
 
 def _n(a: np.ndarray | None) -> int:
@@ -1597,11 +1607,11 @@ def _sampled_sorted(ids: np.ndarray | None, keys: np.ndarray, n_ids: int) -> boo
     return bool(np.all(k[1:] > k[:-1]))
 
 
-def _sampled_in(a: np.ndarray, low: int, high: int | None) -> bool:
-    """Whether ``a`` holds values in ``[low, high)`` at sample rows."""
+def _sampled_in(a: np.ndarray, low: int, high: int | None, rows: int = SAMPLE_ROWS) -> bool:
+    """Whether ``a`` holds values in ``[low, high)`` at ``rows`` sample rows."""
     if a.shape[0] == 0:
         return True
-    got = np.asarray(a[_sample(a.shape[0])], dtype=np.int64)
+    got = np.asarray(a[_sample(a.shape[0], rows)], dtype=np.int64)
     return int(got.min()) >= low and (high is None or int(got.max()) < high)
 
 
@@ -1878,7 +1888,7 @@ def _removed_word_stats(
     occurrence precedes its new one. The words are then ranked densely again (a sort over the
     vocabulary, not the corpus)."""
     assert d.w_first is not None and d.w_df is not None
-    gone_words = old.lw[gw]
+    gone_words = ids_below(old.lw[gw], len(old.words), "lw")
     w_df = np.array(d.w_df, dtype=np.int64)
     np.subtract.at(w_df, gone_words, 1)
     seen = np.unique(gone_words)
@@ -1902,7 +1912,7 @@ def _removed_word_stats(
     while left:
         if pos >= new.lw.size:
             raise IndexFormatError(_DAMAGED.format("a word's leaf count disagrees with the leaves"))
-        chunk = np.asarray(new.lw[pos : pos + block])
+        chunk = ids_below(new.lw[pos : pos + block], len(new.words), "lw")
         hit = np.flatnonzero(need[chunk])
         if hit.size:
             words = chunk[hit]
@@ -1927,7 +1937,7 @@ def _removed_word_stats(
     for i, (m_leaf, m_at) in enumerate(zip(leaf.tolist(), at.tolist(), strict=True)):
         k = int(np.searchsorted(u_first, m_leaf, side="left")) - 1
         best = int(u_rank[k]) if k >= 0 else -1
-        before = np.asarray(new.lw[int(new.lw_ptr[m_leaf]) : m_at])
+        before = ids_below(new.lw[int(new.lw_ptr[m_leaf]) : m_at], len(new.words), "lw")
         here = before[stays[before] & (w_first[before] == m_leaf)]
         if here.size:
             best = max(best, int(w_rank_old[here].max()))
