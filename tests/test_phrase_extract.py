@@ -1,0 +1,138 @@
+"""The phrase table's extraction of a batch of leaves (``phrases._extract``): it splits the
+whole batch as one string with marks between segments and leaves, and groups each leaf's
+candidates by one sort of packed (leaf, key rank) values. Its output must equal the plain
+reading of the rules: a tokenisation per segment and a sort by leaf, then surface key."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from support import competing_texts
+
+from psirag.abstracts import phrases as phrases_module
+from psirag.abstracts.phrase_model import MAX_NGRAM, PACK_BITS, SEGMENT_RE, SPACED_HYPHEN_RE
+
+_FIELDS = ("n", "lw_ptr", "lw", "ls_ptr", "ls_key", "ls_stem", "ls_cnt", "first_words")
+
+# texts a batch-wide split could get wrong: the marks themselves and other control characters,
+# whitespace that str.split knows and the segment rule does not, leaves without a segment,
+# spaced hyphens and curly apostrophes, tabs inside segments
+_AWKWARD = [
+    "",
+    "   ",
+    "!!! ... ---",
+    "Metro- Goldwyn- Mayer went to the Bank of England",
+    "it’s the U.S.A. - said x- y and Z -z",
+    "a\x00b c\x01d Bank\x1cof\x1dEngland h\x85i j\xa0k the\u2028end",
+    "\x00",
+    "\x01 \x01",
+    " \x00 \x01 ",
+    "tab\tseparated\twords  in  a\t \tsegment",
+    "Ünïcödé wörds ÄÖ façade, Ünïcödé wörds",
+    "one\ntwo three\r\nfour five",
+    "X- Y- Z the the the Bank of the Bank",
+    "’’’ foo’s bar’s Foo’s",
+    "1990 42 -- .",
+]
+
+
+def _reference(texts: Sequence[str], vocab: phrases_module._Vocab) -> tuple:
+    """The batch's extraction read straight from the rules, one segment at a time."""
+    local: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+    tokens: list[int] = []
+    seg_of: list[int] = []
+    leaf_of: list[int] = []
+    n_seg = 0
+    for leaf, text in enumerate(texts):
+        text = SPACED_HYPHEN_RE.sub("-", text.replace("’", "'"))
+        for segment in SEGMENT_RE.findall(text):
+            for word in segment.split():
+                tokens.append(local[word])
+                seg_of.append(n_seg)
+                leaf_of.append(leaf)
+            n_seg += 1
+    vocab, glob = vocab.extend(list(local))
+    tok = glob[np.asarray(tokens, dtype=np.int64)] if tokens else np.empty(0, np.int64)
+    n = len(texts)
+    lw: list[list[int]] = [[] for _ in range(n)]
+    seen: set[tuple[int, int]] = set()
+    for t, leaf in zip(tok.tolist(), leaf_of, strict=True):
+        if (leaf, t) not in seen:
+            seen.add((leaf, t))
+            lw[leaf].append(t)
+    counts: list[dict[int, list[int]]] = [{} for _ in range(n)]
+    edge = ~vocab.is_stop[tok] & vocab.starts_alpha[tok] if tok.size else tok.astype(bool)
+    stem = vocab.stem_of[tok] if tok.size else tok
+    for i in range(tok.size):
+        for w in range(1, MAX_NGRAM + 1):
+            j = i + w - 1
+            if j >= tok.size or seg_of[j] != seg_of[i] or not (edge[i] and edge[j]):
+                continue
+            tkey = skey = 0
+            for k in range(MAX_NGRAM):
+                tkey <<= PACK_BITS
+                skey <<= PACK_BITS
+                if k < w:
+                    tkey |= int(tok[i + k]) + 1
+                    skey |= int(stem[i + k]) + 1
+            entry = counts[leaf_of[i]].setdefault(tkey, [skey, 0])
+            entry[1] += 1
+    ls = [sorted(c.items()) for c in counts]
+    ptr = lambda rows: np.cumsum([0] + [len(r) for r in rows])  # noqa: E731
+    return vocab, (
+        n,
+        ptr(lw),
+        [t for row in lw for t in row],
+        ptr(ls) if any(ls) else np.zeros(n + 1),
+        [k for row in ls for k, _ in row],
+        [v[0] for row in ls for _, v in row],
+        [v[1] for row in ls for _, v in row],
+        glob,
+    )
+
+
+def _batches(seed: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    pool = competing_texts(60, seed) + _AWKWARD * 2
+    rng.shuffle(pool)
+    cuts = sorted(rng.sample(range(1, len(pool)), 3))
+    return [pool[a:b] for a, b in zip([0, *cuts], [*cuts, len(pool)], strict=True)] + [[], [""]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_batchs_extraction_equals_one_read_segment_by_segment(seed: int) -> None:
+    got_vocab = want_vocab = phrases_module._Vocab.empty()
+    for texts in _batches(seed):
+        got_vocab, got = phrases_module._extract(texts, got_vocab)
+        want_vocab, want = _reference(texts, want_vocab)
+        assert got_vocab.words == want_vocab.words
+        assert got_vocab.stem_of.tolist() == want_vocab.stem_of.tolist()
+        for name, value in zip(_FIELDS, want, strict=True):
+            assert np.asarray(getattr(got, name)).tolist() == np.asarray(value).tolist(), name
+    assert any(len(w) > 1 and w[0].isupper() for w in got_vocab.words)  # the batches had words
+
+
+def test_the_marks_never_become_words_and_end_segments_and_leaves() -> None:
+    # a mark typed in a text is punctuation to the segment rule: "Bank" and "England" are in
+    # different segments, and a phrase never joins the last words of one leaf to the next
+    vocab, b = phrases_module._extract(
+        ["Bank\x00England", "Royal Bank", "England Football"], _vocab()
+    )
+    assert "\x00" not in vocab.words and "\x01" not in vocab.words
+    words = {vocab.words[int(t)] for t in b.lw}
+    assert words == {"Bank", "England", "Royal", "Football"}
+    keys = set(np.asarray(b.ls_key).tolist())
+    ids = {w: vocab.words.index(w) + 1 for w in words}
+    bank_england = (ids["Bank"] << 2 * PACK_BITS) | (ids["England"] << PACK_BITS)
+    royal_bank = (ids["Royal"] << 2 * PACK_BITS) | (ids["Bank"] << PACK_BITS)
+    assert royal_bank in keys and bank_england not in keys
+    assert np.asarray(b.ls_ptr).tolist() == [0, 2, 5, 8]
+
+
+def _vocab() -> phrases_module._Vocab:
+    return phrases_module._Vocab.empty()
