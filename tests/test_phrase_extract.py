@@ -1,7 +1,8 @@
 """The phrase table's extraction of a batch of leaves (``phrases._extract``): it splits the
 whole batch as one string with marks between segments and leaves, and groups each leaf's
 candidates by one sort of packed (leaf, key rank) values. Its output must equal the plain
-reading of the rules: a tokenisation per segment and a sort by leaf, then surface key."""
+reading of the rules: a tokenisation per segment and a sort by leaf, then surface key. Also
+the per-phrase data the picker reads (``PhraseInfo``) against the table's unpacked arrays."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ import pytest
 from support import competing_texts
 
 from psirag.abstracts import phrases as phrases_module
-from psirag.abstracts.phrase_model import MAX_NGRAM, PACK_BITS, SEGMENT_RE, SPACED_HYPHEN_RE
+from psirag.abstracts.phrase_model import (
+    MAX_NGRAM,
+    PACK_BITS,
+    SEGMENT_RE,
+    SPACED_HYPHEN_RE,
+    PhraseInfo,
+)
+from psirag.abstracts.phrases import PhraseTable
 
 _FIELDS = ("n", "lw_ptr", "lw", "ls_ptr", "ls_key", "ls_stem", "ls_cnt", "first_words")
 
@@ -136,3 +144,35 @@ def test_the_marks_never_become_words_and_end_segments_and_leaves() -> None:
 
 def _vocab() -> phrases_module._Vocab:
     return phrases_module._Vocab.empty()
+
+
+@pytest.mark.parametrize("size", [0, 1, 7, 5000])
+def test_unique_inverse_is_numpys_unique_with_inverse(size: int) -> None:
+    rng = np.random.default_rng(size)
+    a = rng.integers(-3, 40, size).astype(np.int64) << 40  # many equal values, big keys
+    got_values, got_inverse = phrases_module._unique_inverse(a)
+    want_values, want_inverse = np.unique(a, return_inverse=True)
+    assert got_values.tolist() == want_values.tolist()
+    assert got_inverse.tolist() == want_inverse.tolist()
+    assert (got_values[got_inverse] == a).all()
+
+
+def test_phrase_info_reads_each_phrases_stems_and_content_words_as_the_arrays_say() -> None:
+    # what the picker's duplicate rules read of a phrase (PhraseInfo, unrolled for speed)
+    # against the table's own unpacked arrays; trigrams with a stopword inside included
+    texts = [*competing_texts(80, 3), "the Bank of England and the Man on Fire", *_AWKWARD]
+    ph = PhraseTable.build(texts).phrases()
+    info = PhraseInfo(ph)
+    stems, content = ph.stem_ids, ph.content_ids
+    shift = 2 * PACK_BITS
+    inner_stop = 0
+    for pid in range(ph.key.size):
+        s0, s1, s2 = stems[pid].tolist()
+        n, key, first, head, tail, words, entity = info[pid]
+        assert (n, key, first) == (int(ph.words[pid]), int(ph.key[pid]), s0)
+        assert head == ((s0 + 1) << shift) | ((s1 + 1) << PACK_BITS)
+        assert tail == ((s1 + 1) << shift) | ((s2 + 1) << PACK_BITS)
+        assert words == content[pid].tolist()
+        assert entity == bool(ph.entity[pid])
+        inner_stop += n == 3 and words[1] == -1
+    assert inner_stop > 0  # a trigram with a stopword inside was read

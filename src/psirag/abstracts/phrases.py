@@ -127,8 +127,10 @@ def _distinct(a: np.ndarray) -> np.ndarray:
 
 
 def _unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(a, return_inverse=True)`` by one stable sort."""
-    order = np.argsort(a, kind="stable")
+    """``np.unique(a, return_inverse=True)`` by one sort (not a stable one: equal values get
+    the same inverse in either order, and numpy's default sort of int64 is about twice as
+    fast here)."""
+    order = np.argsort(a)
     s = a[order]
     flag = np.concatenate(([True], s[1:] != s[:-1])) if a.size else np.empty(0, dtype=bool)
     inv = np.empty(a.size, dtype=np.int64)
