@@ -112,8 +112,12 @@ def _batches(seed: int) -> list[list[str]]:
     return [pool[a:b] for a, b in zip([0, *cuts], [*cuts, len(pool)], strict=True)] + [[], [""]]
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_a_batchs_extraction_equals_one_read_segment_by_segment(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "split"), [(0, None), (1, None), (2, 1), (3, 3)])
+def test_a_batchs_extraction_equals_one_read_segment_by_segment(
+    seed: int, split: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if split is not None:  # the batch split a few leaves at a time
+        monkeypatch.setattr(phrases_module, "_SPLIT_LEAVES", split)
     got_vocab = want_vocab = phrases_module._Vocab.empty()
     for texts in _batches(seed):
         got_vocab, got = phrases_module._extract(texts, got_vocab)

@@ -350,6 +350,9 @@ _SEGMENT_JOIN = f" {_SEGMENT_MARK} "
 _LEAF_JOIN = f" {_LEAF_MARK} "
 """Marks between a batch's segments and leaves when :func:`_extract` splits the batch as one
 string: control characters, never in a segment and not whitespace to ``str.split``."""
+_SPLIT_LEAVES = 2048
+"""Leaves joined into one string and split at a time by :func:`_extract` (a build batch's
+words as string objects would take a few hundred MB at once)."""
 
 
 def _extract(texts: Sequence[str], vocab: _Vocab) -> tuple[_Vocab, _Batch]:
@@ -360,17 +363,23 @@ def _extract(texts: Sequence[str], vocab: _Vocab) -> tuple[_Vocab, _Batch]:
     # and interned in one pass; the marks' positions give each token's segment and leaf
     local: defaultdict[str, int] = defaultdict(itertools.count().__next__)
     local[_SEGMENT_MARK], local[_LEAF_MARK]  # ids 0 and 1; words follow in first appearance
-    pieces: list[str] = []
-    for text in texts:
-        if "’" in text:
-            text = text.replace("’", "'")
-        if "- " in text:
-            text = SPACED_HYPHEN_RE.sub("-", text)
-        pieces.append(_SEGMENT_JOIN.join(SEGMENT_RE.findall(text)))
-    split = _LEAF_JOIN.join(pieces).split()
-    del pieces
-    ids = np.fromiter(map(local.__getitem__, split), dtype=np.int64, count=len(split))
-    del split
+    parts: list[np.ndarray] = []
+    for lo in range(0, len(texts), _SPLIT_LEAVES):  # bounds the split's string objects
+        pieces: list[str] = []
+        for text in texts[lo : lo + _SPLIT_LEAVES]:
+            if "’" in text:
+                text = text.replace("’", "'")
+            if "- " in text:
+                text = SPACED_HYPHEN_RE.sub("-", text)
+            pieces.append(_SEGMENT_JOIN.join(SEGMENT_RE.findall(text)))
+        split = _LEAF_JOIN.join(pieces).split()
+        del pieces
+        if parts:
+            parts.append(np.ones(1, dtype=np.int64))  # the leaf mark before this run's first
+        parts.append(np.fromiter(map(local.__getitem__, split), dtype=np.int64, count=len(split)))
+        del split
+    ids = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+    del parts
     vocab, glob = vocab.extend(list(local)[2:])
     n = len(texts)
     none = np.empty(0, dtype=np.int64)
