@@ -216,12 +216,17 @@ class PhraseInfo(dict[int, tuple[Any, ...]]):
         key = int(ph.key[pid])
         mask = (1 << PACK_BITS) - 1
         shift = 2 * PACK_BITS
-        stems = [((key >> (PACK_BITS * (MAX_NGRAM - 1 - j))) & mask) - 1 for j in range(3)]
-        s0, s1, s2 = stems
+        # unrolled (a build calls this for millions of phrases): the three packed stems, and
+        # each as content where its surface word is there and not a stopword
+        s0 = ((key >> shift) & mask) - 1
+        s1 = ((key >> PACK_BITS) & mask) - 1
+        s2 = (key & mask) - 1
+        t0, t1, t2 = ph.surface_ids[pid].tolist()
         stop = ph.is_stop
         content = [
-            s if t >= 0 and not stop[t] else -1
-            for s, t in zip(stems, ph.surface_ids[pid].tolist(), strict=True)
+            s0 if t0 >= 0 and not stop[t0] else -1,
+            s1 if t1 >= 0 and not stop[t1] else -1,
+            s2 if t2 >= 0 and not stop[t2] else -1,
         ]
         got = (
             3 - (s1 < 0) - (s2 < 0),
