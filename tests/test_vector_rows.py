@@ -122,6 +122,11 @@ def test_a_row_overlay_reads_as_the_rows_it_names_and_never_writes_them() -> Non
     np.testing.assert_array_equal(over[idx, 2], want2[idx, 2])
     mask = rng.random(m) < 0.5
     np.testing.assert_array_equal(over[mask], want2[mask])
+    np.testing.assert_array_equal(np.compress(mask, over, axis=0), want2[mask])
+    flat = rng.random(want2.size) < 0.3  # flattened, and across columns: the joined rows'
+    np.testing.assert_array_equal(np.compress(flat, over), np.compress(flat, want2))
+    cols = np.array([True, False, True, False, False])
+    np.testing.assert_array_equal(np.compress(cols, over, axis=1), want2[:, cols])
     out = np.empty((4, 5), dtype=np.float32)
     over.copy_rows(3, out)
     np.testing.assert_array_equal(out, want2[3:7])

@@ -265,9 +265,9 @@ class RowOverlay:
         return self._rows(np.asarray(indices))
 
     def compress(self, condition: Any, axis: Any = None, out: Any = None) -> Any:
-        got = self._rows(np.flatnonzero(np.asarray(condition)))
-        if axis != 0:
+        if axis != 0:  # across columns or flattened: on the joined rows
             return np.asarray(self).compress(condition, axis=axis, out=out)
+        got = self._rows(np.flatnonzero(np.asarray(condition)))
         if out is None:
             return got
         out[...] = got
