@@ -67,8 +67,9 @@ class IndexConfig:
     routing_blend: float = 0.5
     """Weight of the abstract-text embedding when ``routing == 'blend'``."""
     batch_size: int | None = None
-    """Embedding batch size; None: the embedder backend's own (ONNX MiniLM 8, torch 16, an
-    endpoint 64: ``psirag.embed.base.DEFAULT_BATCH_SIZES``). Indexes saved before this held 16."""
+    """Embedding batch size; None: the embedder backend's own (ONNX MiniLM 8, torch 16 on the
+    CPU and 256 on a GPU, an endpoint 64: ``psirag.embed.base.DEFAULT_BATCH_SIZES``). Indexes
+    saved before this held 16."""
     bm25_k1: float = 1.5
     bm25_b: float = 0.75
 

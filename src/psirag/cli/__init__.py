@@ -32,6 +32,7 @@ from psirag.cli.index_cmds import (
     run_search,
     search_config_from,
 )
+from psirag.devices import DEVICE_ENV
 from psirag.errors import PsiragError
 
 COMMAND_MODULES: dict[str, str] = {
@@ -91,6 +92,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", message=".*truncated by the model.*")
+    device = getattr(args, "device", None)
+    env_device = os.environ.get(DEVICE_ENV)
+    if device is not None:  # every embedder load of this command (and its processes) reads it
+        os.environ[DEVICE_ENV] = device
     try:
         return int(args.func(args) or 0)
     except PsiragError as exc:
@@ -107,6 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _eprint(f"psirag: error: {describe(exc)}")
         return 2
     finally:
+        if device is not None:  # a caller of main() in-process keeps its own setting
+            if env_device is None:
+                os.environ.pop(DEVICE_ENV, None)
+            else:
+                os.environ[DEVICE_ENV] = env_device
         factory = sys.modules.get("psirag.embed.factory")  # loaded only by commands that embed
         if factory is not None:  # a model prefetched for this command but never used
             factory.discard_prefetched()

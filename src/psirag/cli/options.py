@@ -27,6 +27,8 @@ from psirag.config import (
     SearchConfig,
     profile_config,
 )
+from psirag.devices import DEVICE_ENV, DEVICE_FORMS, parse_device
+from psirag.errors import InputError
 from psirag.http import HttpPolicy
 from psirag.types import first_surrogate
 
@@ -163,8 +165,29 @@ def add_server_options(p: Parser) -> None:
     )
 
 
+def device_name(value: str) -> str:
+    """A device for local models (:func:`psirag.devices.parse_device`)."""
+    try:
+        return parse_device(value, "--device")
+    except InputError as exc:
+        message = f"unknown device {value!r}; expected {DEVICE_FORMS}"
+        raise argparse.ArgumentTypeError(message) from exc
+
+
+def _add_device_option(p: Parser) -> None:
+    """``--device`` beside each ``--embedder``: where a local model runs (not saved)."""
+    p.add_argument(
+        "--device",
+        type=device_name,
+        default=None,
+        metavar="DEVICE",
+        help=f"where a local model runs: {DEVICE_FORMS} (default ${DEVICE_ENV}, else cpu); "
+        "any but cpu runs it with torch (psirag[torch])",
+    )
+
+
 def add_build_embedder_option(p: Parser) -> None:
-    """``--embedder SPEC`` of the commands that build an index (index, eval)."""
+    """``--embedder SPEC`` and ``--device`` of the commands that build an index (index, eval)."""
     from psirag.config import DEFAULT_EMBEDDER
 
     p.add_argument(
@@ -173,6 +196,7 @@ def add_build_embedder_option(p: Parser) -> None:
         metavar="SPEC",
         help="minilm (default), st:/path/to/model, openai:http://host/v1#model",
     )
+    _add_device_option(p)
 
 
 def add_query_embedder_option(p: Parser) -> None:
@@ -186,6 +210,7 @@ def add_query_embedder_option(p: Parser) -> None:
         help="query embedder (default: the index's own); an index built on an openai:<url> "
         f"endpoint needs this (or ${ALLOW_ENV}) to confirm where queries go",
     )
+    _add_device_option(p)
 
 
 def add_update_embedder_option(p: Parser) -> None:
@@ -195,6 +220,7 @@ def add_update_embedder_option(p: Parser) -> None:
         metavar="SPEC",
         help="embedder for the new text; must be the index's own (default: it)",
     )
+    _add_device_option(p)
 
 
 def add_abstracts_option(p: Parser, *, default: AbstractMode | None, help: str) -> None:
@@ -409,6 +435,7 @@ __all__ = [
     "add_tree_mode_options",
     "add_update_embedder_option",
     "bucket_size",
+    "device_name",
     "http_policy_from",
     "max_children",
     "nonnegative_int",

@@ -14,12 +14,14 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from psirag.devices import default_device, parse_device
 from psirag.embed.base import (
     ACCEPTED_SPECS,
     DEFAULT_BATCH_SIZES,
     MINILM_NAME,
     MPNET_NAME,
     Embedder,
+    default_batch_size,
     minilm_path,
     mpnet_path,
     psirag_cache_dir,
@@ -57,7 +59,7 @@ def _torch_embedder(
     st_module.require_torch_extra(f"embedder {spec!r}")
     return st_module.SentenceTransformerEmbedder(
         folder,
-        batch_size=batch_size or DEFAULT_BATCH_SIZES["torch"],
+        batch_size=batch_size or default_batch_size("torch", device),
         device=device,
         name=name or (MINILM_NAME if spec.startswith("minilm") else None),
         spec=spec,
@@ -67,6 +69,11 @@ def _torch_embedder(
 def _load_minilm(spec: str, batch_size: int | None, device: str) -> Embedder:
     """``minilm`` and its named backends; the default falls back to torch if ONNX fails."""
     backend = default_minilm_backend(device) if spec == "minilm" else spec[len("minilm-") :]
+    if backend.startswith("onnx") and device != "cpu":
+        raise InputError(
+            f"embedder {spec!r} runs on the CPU only (ONNX Runtime), not on device {device!r}; "
+            "use --embedder minilm or minilm-torch there (psirag[torch]), or --device cpu"
+        )
     folder = minilm_path()
     if backend.startswith("onnx"):
         from psirag.embed import onnx as onnx_module
@@ -135,7 +142,7 @@ def prefetch_embedder(spec: str, batch_size: int | None = None) -> bool:
     the next :func:`load_embedder` of the same spec and batch size on CPU takes it. Other specs
     (torch models, endpoints) are not prefetched: False. Nothing is sent anywhere."""
     spec = spec.strip()
-    if spec not in MINILM_SPECS or spec == "minilm-torch":
+    if spec not in MINILM_SPECS or spec == "minilm-torch" or default_device() != "cpu":
         return False
     if spec == "minilm" and default_minilm_backend() != "onnx":
         return False
@@ -171,13 +178,16 @@ def load_embedder(
     spec: str,
     *,
     batch_size: int | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     http: HttpPolicy | None = None,
 ) -> Embedder:
     """Build the embedder a spec names, touching no network except an explicit openai: URL
     (called under ``http``, default :class:`psirag.http.HttpPolicy`). ``batch_size`` None: the
-    backend's own default (:data:`DEFAULT_BATCH_SIZES`). A spec read from an index goes through
+    backend's own default (:data:`DEFAULT_BATCH_SIZES`). ``device`` None: the process's
+    (:func:`psirag.devices.default_device`: ``--device``, ``$PSIRAG_DEVICE``, else ``cpu``); an
+    endpoint ignores it. A spec read from an index goes through
     :func:`psirag.embed.endpoints.load_index_embedder` instead."""
+    device = default_device() if device is None else parse_device(device)
     spec = spec.strip()
     if spec in MINILM_SPECS:
         pending = _take_prefetched(spec, batch_size) if device == "cpu" else None

@@ -40,6 +40,29 @@ def require_torch_extra(what: str) -> None:
         )
 
 
+def check_torch_device(device: str) -> None:
+    """Raise a one-line InputError when torch cannot run on ``device`` (``cuda`` on a machine
+    without a GPU, or with torch built for the CPU only; a GPU number past the last one;
+    ``mps`` off Apple silicon), instead of torch's own error deep in the first batch."""
+    if device == "cpu":
+        return
+    import torch
+
+    where = "--device or $PSIRAG_DEVICE"
+    if device.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        number = int(device.partition(":")[2] or 0)
+        if number >= count:
+            seen = f"{count} CUDA GPU(s)" if count else "no CUDA GPU"
+            build = torch.version.cuda or "the CPU only"
+            raise InputError(
+                f"device {device!r} ({where}): torch {torch.__version__} (built for {build}) "
+                f"sees {seen}; use --device cpu, or install a CUDA build of torch"
+            )
+    elif device == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device 'mps' ({where}): torch sees no Apple GPU; use --device cpu")
+
+
 def force_offline() -> None:
     """Forbid Hugging Face hub access for this process, before the libraries read the flags.
 
@@ -98,6 +121,7 @@ class SentenceTransformerEmbedder(LengthSortedEmbedder):
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         folder = check_model_folder(Path(path), "sentence-transformers model")
         require_torch_extra(f"the sentence-transformers model {str(folder)!r}")
+        check_torch_device(device)
         force_offline()
         from sentence_transformers import SentenceTransformer
 

@@ -12,8 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from psirag.devices import default_device, parse_device
 from psirag.embed.sentence_transformers import (
     check_model_folder,
+    check_torch_device,
     force_offline,
     quiet_loading,
     require_torch_extra,
@@ -29,11 +31,13 @@ class CrossEncoderReranker:
     (the "relevant" class by convention).
     """
 
-    def __init__(self, path: str | Path, batch_size: int = 16, device: str = "cpu") -> None:
+    def __init__(self, path: str | Path, batch_size: int = 16, device: str | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         folder = check_model_folder(Path(path), "cross-encoder model")
         require_torch_extra(f"the cross-encoder {str(folder)!r}")
+        device = default_device() if device is None else parse_device(device)
+        check_torch_device(device)
         force_offline()
         import torch
         from sentence_transformers import CrossEncoder
