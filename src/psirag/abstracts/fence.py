@@ -42,9 +42,11 @@ PAGE = mmap.PAGESIZE
 _WILLNEED: int = getattr(mmap, "MADV_WILLNEED", 3)
 
 
-def fence_of(sorted_keys: Any, step: int = FENCE_STEP) -> np.ndarray:
-    """Every ``step``-th key of ``sorted_keys`` (its first key first), as int64."""
-    return np.ascontiguousarray(np.asarray(sorted_keys[::step], dtype=np.int64))
+def fence_of(sorted_keys: Any, step: int | None = None) -> np.ndarray:
+    """Every ``step``-th (:data:`FENCE_STEP`) key of ``sorted_keys`` (its first key first), as
+    int64."""
+    every = FENCE_STEP if step is None else step
+    return np.ascontiguousarray(np.asarray(sorted_keys[::every], dtype=np.int64))
 
 
 @cache
