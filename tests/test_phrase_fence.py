@@ -266,3 +266,18 @@ def test_a_crafted_saved_fence_is_a_format_error_naming_it(
     }
     with pytest.raises(IndexFormatError, match=named[name]):
         ix.add(docs[30:], texts=True)
+
+
+def test_will_need_asks_for_runs_of_pages_once_and_none_when_they_are_resident(
+    tmp_path: Path,
+) -> None:
+    from psirag.abstracts.fence import will_need
+
+    values = np.arange(1 << 18, dtype=np.int64)  # 512 pages
+    np.save(tmp_path / "v.npy", values)
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    at = np.array([5, 6, 7, 100_000, 100_001, 200_000], dtype=np.int64)  # three runs of pages
+    assert will_need(values, at, at + 1) == 0  # in memory: nothing to ask
+    assert will_need(mapped, at, at + 1) <= 3  # adjacent pages asked in one call
+    assert np.array_equal(np.asarray(mapped[at]), at)  # read: the pages are resident now
+    assert will_need(mapped, at, at + 1) == 0

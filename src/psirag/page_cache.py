@@ -60,6 +60,22 @@ def mincore_available() -> bool:
     return _mincore() is not None
 
 
+def resident_mapped(address: int, length: int) -> np.ndarray | None:
+    """Per page of this process's mapped memory from the page holding ``address`` to the one
+    holding ``address + length - 1``, whether it is resident (``mincore``; a file mapping's
+    pages are resident when in the page cache); None where it cannot be told."""
+    libc = _mincore()
+    if libc is None or length <= 0:
+        return None
+    page = mmap.PAGESIZE
+    start = address - address % page
+    span = address + length - start
+    pages = np.zeros((span + page - 1) // page, dtype=np.uint8)
+    if libc.mincore(start, span, pages.ctypes.data) != 0:
+        return None
+    return (pages & 1).astype(bool)
+
+
 def resident_pages(fd: int, offset: int, length: int) -> np.ndarray | None:
     """Per page of the open file ``fd`` from the page holding ``offset`` to the one holding
     ``offset + length - 1``, whether it is in the page cache (``mincore`` over a read-only
@@ -103,4 +119,4 @@ def missing_ranges(resident: np.ndarray, start: int, end: int, merge: int) -> li
     return out
 
 
-__all__ = ["mincore_available", "missing_ranges", "resident_pages"]
+__all__ = ["mincore_available", "missing_ranges", "resident_mapped", "resident_pages"]

@@ -26,6 +26,7 @@ import numpy as np
 
 from psirag.errors import IndexFormatError
 from psirag.libc import libc
+from psirag.page_cache import resident_mapped
 
 __all__ = ["FENCE_STEP", "fence_of", "fenced_search", "fetch", "will_need"]
 
@@ -38,6 +39,10 @@ MAX_BLOCK_SHARE = 8
 (a build's batches: nearly every page is read anyway, and the gathered blocks would copy it)."""
 
 PAGE = mmap.PAGESIZE
+
+MINCORE_MAX_PAGES = 1 << 22
+"""Longest span (in pages: 16 GiB) whose residency :func:`will_need` asks in one ``mincore``
+call (a byte per page) before advising only the runs that are not resident."""
 
 _WILLNEED: int = getattr(mmap, "MADV_WILLNEED", 3)
 
@@ -93,6 +98,15 @@ def will_need(array: Any, starts: np.ndarray, stops: np.ndarray) -> int:
     firsts = np.flatnonzero(new_run)
     run_lo = lo[firsts]
     run_hi = np.append(reach[firsts[1:] - 1], reach[-1])
+    # the runs with a page not in memory only (warm, no call is made): one mincore over
+    # their span when it is not too long
+    first, span = int(run_lo[0]), int(run_hi[-1] - run_lo[0])
+    if span <= MINCORE_MAX_PAGES:
+        resident = resident_mapped(first * PAGE, span * PAGE)
+        if resident is not None:
+            missing = np.concatenate([[0], np.cumsum(~resident, dtype=np.int64)])
+            cold = missing[run_hi - first] > missing[run_lo - first]
+            run_lo, run_hi = run_lo[cold], run_hi[cold]
     calls = 0
     for p, q in zip(run_lo.tolist(), run_hi.tolist(), strict=True):
         advise(p * PAGE, (q - p) * PAGE, _WILLNEED)

@@ -50,7 +50,7 @@ from typing import Any, cast
 import numpy as np
 import Stemmer
 
-from psirag.abstracts.fence import FENCE_STEP, fence_of, fenced_search, fetch
+from psirag.abstracts.fence import FENCE_STEP, fence_of, fenced_search, fetch, will_need
 from psirag.abstracts.phrase_model import (
     JOINERS,
     MAX_NGRAM,
@@ -1091,6 +1091,12 @@ class PhraseTable:
             d = replace(d, p_sorted=d.p_sorted.astype(np.intp))
         pid_u = d.phrase_ids(self.p_key, uniq)
         n_p_old = self.p_key.size
+        # the rows of the counts this add reads, asked for now and at once (a cold page cache
+        # would otherwise fault them in one after the other, each with its read-around)
+        for by_pid in (d.p_df, d.p_best):
+            _ask(by_pid, pid_u)
+        for by_word in (d.w_rank, d.w_first, d.w_df):
+            _ask(by_word, b.lw)
         fresh = np.flatnonzero(pid_u < 0)
         pid_u[fresh] = n_p_old + np.arange(fresh.size)
         p_key = _append(self.p_key, uniq[fresh], own)
@@ -1121,6 +1127,8 @@ class PhraseTable:
         u_pid[u_inv] = ls_pid
         at = d.form_positions(u_key)
         hit, miss = at >= 0, at < 0
+        for by_form in (d.s_cnt, d.s_pid):
+            _ask(by_form, at[hit])
         # the forms seen before get their new occurrences where they are; new forms are
         # appended (in the spare room of the arrays this table gave up, else in new ones: a
         # loaded table's stay mapped and unwritten) and join the tail
@@ -1851,6 +1859,16 @@ def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
     return out
 
 
+def _ask(a: np.ndarray | None, at: np.ndarray) -> None:
+    """Ask for the pages of the rows ``at`` of ``a`` (those it has) at once, when ``a`` is
+    memory-mapped (:func:`~psirag.abstracts.fence.will_need`); nothing else."""
+    if a is None or at.size == 0:
+        return
+    at = np.asarray(at, dtype=np.int64)
+    at = at[(at >= 0) & (at < a.shape[0])]
+    will_need(a, at, at + 1)
+
+
 def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
     """``a`` extended to ``n`` rows of ``fill``, in the spare room of the array it is a view of
     when there is room (the caller owns ``a``: a layout given up), else copied into a new one
@@ -2002,6 +2020,8 @@ def _words_by_stem(v: _Vocab) -> tuple[np.ndarray, np.ndarray]:
 def _pick_best(d: _Derived, sel: np.ndarray) -> None:
     """Set ``p_best`` of the phrases of the forms at positions ``sel`` to the best of those
     forms (a removal leaves spent forms as tombstones: they are passed over)."""
+    for by_form in (d.s_cnt, d.s_key, d.s_pid):
+        _ask(by_form, sel)
     sel = sel[np.asarray(d.s_cnt[sel]) > 0]
     keys = d.s_key[sel]
     words = unpack_keys(keys)
