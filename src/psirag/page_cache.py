@@ -60,20 +60,18 @@ def mincore_available() -> bool:
     return _mincore() is not None
 
 
-def resident_mapped(address: int, length: int) -> np.ndarray | None:
-    """Per page of this process's mapped memory from the page holding ``address`` to the one
-    holding ``address + length - 1``, whether it is resident (``mincore``; a file mapping's
-    pages are resident when in the page cache); None where it cannot be told."""
+def mapped_page_resident(address: int) -> bool | None:
+    """Whether the page of this process's mapped memory holding ``address`` is resident
+    (``mincore``; a file mapping's page is resident when it is in the page cache); None where
+    it cannot be told."""
     libc = _mincore()
-    if libc is None or length <= 0:
+    if libc is None:
         return None
     page = mmap.PAGESIZE
-    start = address - address % page
-    span = address + length - start
-    pages = np.zeros((span + page - 1) // page, dtype=np.uint8)
-    if libc.mincore(start, span, pages.ctypes.data) != 0:
+    got = ctypes.c_ubyte(0)
+    if libc.mincore(address - address % page, page, ctypes.byref(got)) != 0:
         return None
-    return (pages & 1).astype(bool)
+    return bool(got.value & 1)
 
 
 def resident_pages(fd: int, offset: int, length: int) -> np.ndarray | None:
@@ -119,4 +117,4 @@ def missing_ranges(resident: np.ndarray, start: int, end: int, merge: int) -> li
     return out
 
 
-__all__ = ["mincore_available", "missing_ranges", "resident_mapped", "resident_pages"]
+__all__ = ["mapped_page_resident", "mincore_available", "missing_ranges", "resident_pages"]

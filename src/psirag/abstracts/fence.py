@@ -26,7 +26,7 @@ import numpy as np
 
 from psirag.errors import IndexFormatError
 from psirag.libc import libc
-from psirag.page_cache import resident_mapped
+from psirag.page_cache import mapped_page_resident
 
 __all__ = ["FENCE_STEP", "fence_of", "fenced_search", "fetch", "will_need"]
 
@@ -40,9 +40,9 @@ MAX_BLOCK_SHARE = 8
 
 PAGE = mmap.PAGESIZE
 
-MINCORE_MAX_PAGES = 1 << 22
-"""Longest span (in pages: 16 GiB) whose residency :func:`will_need` asks in one ``mincore``
-call (a byte per page) before advising only the runs that are not resident."""
+PROBE_RUNS = 8
+"""Page runs :func:`will_need` checks (``mincore``) before asking: all resident, it asks for
+none (a warm add makes no advice calls)."""
 
 _WILLNEED: int = getattr(mmap, "MADV_WILLNEED", 3)
 
@@ -98,15 +98,16 @@ def will_need(array: Any, starts: np.ndarray, stops: np.ndarray) -> int:
     firsts = np.flatnonzero(new_run)
     run_lo = lo[firsts]
     run_hi = np.append(reach[firsts[1:] - 1], reach[-1])
-    # the runs with a page not in memory only (warm, no call is made): one mincore over
-    # their span when it is not too long
-    first, span = int(run_lo[0]), int(run_hi[-1] - run_lo[0])
-    if span <= MINCORE_MAX_PAGES:
-        resident = resident_mapped(first * PAGE, span * PAGE)
-        if resident is not None:
-            missing = np.concatenate([[0], np.cumsum(~resident, dtype=np.int64)])
-            cold = missing[run_hi - first] > missing[run_lo - first]
-            run_lo, run_hi = run_lo[cold], run_hi[cold]
+    # warm (a few spread runs' pages all resident, one mincore call each), nothing is asked:
+    # a mincore over the whole span walks every page of it (milliseconds for 100 MB)
+    probe = np.unique(np.linspace(0, run_lo.size - 1, min(run_lo.size, PROBE_RUNS)).astype(int))
+    warm = True
+    for p in run_lo[probe].tolist():
+        if not mapped_page_resident(p * PAGE):
+            warm = False
+            break
+    if warm:
+        return 0
     calls = 0
     for p, q in zip(run_lo.tolist(), run_hi.tolist(), strict=True):
         advise(p * PAGE, (q - p) * PAGE, _WILLNEED)
@@ -120,7 +121,7 @@ def fetch(array: Any, at: np.ndarray) -> np.ndarray:
     at = np.asarray(at, dtype=np.int64)
     if at.size:
         will_need(array, at, at + 1)
-    return np.asarray(array[at])
+    return np.asarray(array)[at]
 
 
 def fenced_search(sorted_keys: Any, fence: np.ndarray, keys: np.ndarray, what: str) -> np.ndarray:
@@ -136,29 +137,41 @@ def fenced_search(sorted_keys: Any, fence: np.ndarray, keys: np.ndarray, what: s
     if n == 0 or keys.size == 0:
         return out
     j = np.searchsorted(fence, keys)  # fence[j - 1] < key <= fence[j]
-    blocks = np.unique(j[j > 0] - 1)
+    has = np.flatnonzero(j > 0)
+    b = j[has] - 1  # the block each key is in (keys with j == 0 are at 0)
+    blocks = np.unique(b)
     if blocks.size * step * MAX_BLOCK_SHARE > n:
         return np.asarray(np.searchsorted(sorted_keys, keys), dtype=np.int64)
     first = blocks * step
     last = np.minimum(first + step, n - 1)  # the next block's first key (or the last key)
     will_need(sorted_keys, first, last + 1)
+    sorted_keys = np.asarray(sorted_keys)  # (a memory map's own indexing is slower)
     if bool(np.any(j == 0)) and int(sorted_keys[0]) != int(fence[0]):  # such keys are at 0
         raise IndexFormatError(f"the saved {what} fence does not match its keys")
-    width = step + 1
-    rows = np.minimum(first[:, None] + np.arange(width, dtype=np.int64), n - 1)
-    got = np.asarray(sorted_keys[rows.ravel()], dtype=np.int64)
-    g = got.reshape(blocks.size, width)
+    # each block read is the fence's: its first key, and the next block's first key
     nxt = blocks + 1
     inside = nxt < fence.size
     if not (
-        np.array_equal(g[:, 0], fence[blocks])
-        and np.array_equal(g[inside, step], fence[nxt[inside]])
+        np.array_equal(np.asarray(sorted_keys[first], dtype=np.int64), fence[blocks])
+        and np.array_equal(
+            np.asarray(sorted_keys[nxt[inside] * step], dtype=np.int64), fence[nxt[inside]]
+        )
     ):
         raise IndexFormatError(f"the saved {what} fence does not match its keys")
-    has = np.flatnonzero(j > 0)
-    row = np.searchsorted(blocks, j[has] - 1)
-    # the gathered rows are in key order one after the other: one search over them all, the
-    # leftmost place of a key lies within its block's row (its first key is below the key)
-    p = np.searchsorted(got, keys[has])
-    out[has] = np.minimum(first[row] + (p - row * width), n)
+    # a binary search in every key's block at once: sorted_keys[lo] < key <= sorted_keys[hi]
+    # (hi: the next block's first key, or n past the last)
+    k = keys[has]
+    lo = b * step
+    hi = np.minimum(lo + step, n)
+    while True:
+        open_ = hi - lo > 1
+        if not bool(open_.any()):
+            break
+        mid = (lo + hi) // 2
+        below = np.zeros(k.size, dtype=bool)
+        at = np.flatnonzero(open_)
+        below[at] = np.asarray(sorted_keys[mid[at]], dtype=np.int64) < k[at]
+        lo = np.where(open_ & below, mid, lo)
+        hi = np.where(open_ & ~below, mid, hi)
+    out[has] = hi
     return out
