@@ -1745,7 +1745,7 @@ def _saved_fences(
                     f"not int64 ({wanted[name]},)"
                 )
             )
-        out[name] = x if name == "p_skey" else np.asarray(x)  # fences: small, read whole
+        out[name] = x if name == "p_skey" else np.array(x)  # fences: small, read whole once
     if "p_skey" not in out or "p_fence" not in out:
         out.pop("p_skey", None)
         out.pop("p_fence", None)
