@@ -281,3 +281,17 @@ def test_will_need_asks_for_runs_of_pages_once_and_none_when_they_are_resident(
     assert will_need(mapped, at, at + 1) <= 3  # adjacent pages asked in one call
     assert np.array_equal(np.asarray(mapped[at]), at)  # read: the pages are resident now
     assert will_need(mapped, at, at + 1) == 0
+
+
+def test_the_warm_up_leaves_a_fenced_indexs_lookup_arrays_to_the_add() -> None:
+    from psirag.server import read_ahead
+
+    names = [f"seg/{p}000001.npy" for p in read_ahead.ADD_FIRST]
+    plain = [read_ahead.add_rank(n) for n in names]
+    fenced = [read_ahead.add_rank(n, fenced=True) for n in names]
+    last = len(read_ahead.ADD_FIRST)
+    assert plain == list(range(last))  # without fences each is read first, in order
+    for name, rank in zip(names, fenced, strict=True):
+        lookup = name.split("/")[-1].startswith(read_ahead.FENCED_LOOKUPS)
+        assert (rank == last) is lookup
+    assert fenced[0] == 0 and fenced[1] == 1  # the node vectors and the graph still first
