@@ -93,17 +93,16 @@ _writing = [0]
 
 FENCED_LOOKUPS = (
     "keywords.p_sorted.",
-    "keywords.p_key.",
     "keywords.s_key.",
-    "keywords.p_best.",
     "keywords.s_pid.",
-    "keywords.p_df.",
     "keywords.s_cnt.",
 )
-"""The :data:`ADD_FIRST` files an add reads by phrase or form, whose pages it asks for itself,
-all at once, when the index holds the fences of its sorted keys (``keywords.p_skey.``: see
-:mod:`psirag.abstracts.fence`): then they are not read ahead first (reading 2 GB of them
-sequentially at 1M chunks would keep the disk from the add's own reads), only with the rest."""
+"""The :data:`ADD_FIRST` files an add reads only by its phrases' and forms' lookups, whose
+pages it asks for itself, all at once, when the index holds the fences of its sorted keys
+(``keywords.p_skey.``: see :mod:`psirag.abstracts.fence`): then they are read with the rest,
+not first (1.2 GB of sequential reads at 1M chunks that would keep the disk from the add's
+own). ``p_key``, ``p_best`` and ``p_df`` stay first: the keyword scoring of the refreshed nodes
+reads them at every phrase of its largest nodes (nearly every page, at 1M chunks too)."""
 
 FENCE_PREFIX = "keywords.p_skey."
 
