@@ -7,6 +7,12 @@ by this code): ``phrase_ids`` (the stem keys of a batch, by ``p_skey``/``p_fence
 of ``--repeats``). The keys: ``--keys`` phrase keys of the table (present) and as many one
 above them (mostly absent), about what a one-document add looks up.
 
+``table_add``: the phrase table's part of a one-document add (``PhraseTable.add`` of 8 texts of
+20 of the table's words), cold (the files dropped, the table loaded, its saved counts
+restored, then the add timed) ``--adds`` times, and the MB of the keyword files it read
+(``mincore``): what any code measures, so ``--src`` with an old commit's sources on an index
+without fences gives the other side.
+
 Usage: nice python benchmarks/bench_phrase_fence.py --index DIR [--keys 1000] [--repeats 20]
        [--src DIR --label NAME] [--out NAME.json]
 """
@@ -41,6 +47,24 @@ def _evict(folder: Path) -> int:
     return n
 
 
+def _resident(folder: Path) -> dict[str, float]:
+    """MB of each keyword file of ``folder`` in the page cache (by its name, generation
+    apart)."""
+    from psirag.page_cache import resident_pages
+
+    out = {}
+    for p in folder.rglob("keywords.*.npy"):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            got = resident_pages(fd, 0, p.stat().st_size)
+        finally:
+            os.close(fd)
+        if got is not None:
+            name = ".".join(p.name.split(".")[:2])
+            out[name] = out.get(name, 0.0) + float(got.sum()) * 4096 / 1e6
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index", type=Path, required=True)
@@ -48,6 +72,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--src", type=Path, default=None)
     parser.add_argument("--label", default=None)
+    parser.add_argument("--adds", type=int, default=3)
     parser.add_argument("--out", default="phrase_fence.json")
     args = parser.parse_args()
     if args.src is not None:
@@ -64,7 +89,7 @@ def main() -> None:
         return table, table._derived()
 
     table, d = table_now()
-    fenced = d.p_fence is not None and d.s_fence is not None
+    fenced = getattr(d, "p_fence", None) is not None and getattr(d, "s_fence", None) is not None
     rng = np.random.default_rng(7)
     p_key = np.asarray(table.p_key)
     s_key = np.asarray(d.s_key)
@@ -72,6 +97,7 @@ def main() -> None:
     sk = rng.choice(s_key, size=args.keys)
     p_keys = np.unique(np.concatenate([pk, pk + 1]))
     s_keys = np.unique(np.concatenate([sk, sk + 1]))
+    words = list(table.words)[:50_000]
     del p_key, s_key, table, d
 
     out: dict[str, Any] = {
@@ -81,12 +107,30 @@ def main() -> None:
         "p_lookups": int(p_keys.size),
         "s_lookups": int(s_keys.size),
     }
+    texts = [" ".join(words[i] for i in rng.integers(0, len(words), 20)) + "." for _ in range(8)]
+    adds = []
+    for _ in range(args.adds):
+        _evict(args.index)
+        t, _ = table_now()
+        before = _resident(args.index)
+        t0 = time.perf_counter()
+        t.add(texts)
+        seconds = time.perf_counter() - t0
+        after = _resident(args.index)
+        read = {k: round(v - before.get(k, 0.0), 1) for k, v in after.items()}
+        adds.append(
+            {"cold_s": round(seconds, 4), "read_mb": {k: v for k, v in read.items() if v >= 0.5}}
+        )
+        del t
+    out["table_add"] = adds
+    if not fenced:
+        out["plain"] = {}
     for way in ("fenced", "plain") if fenced else ("plain",):
         row: dict[str, Any] = {}
         for what in ("phrase_ids", "form_positions"):
             _evict(args.index)
             table, d = table_now()  # mapped again: the maps' pages were dropped with the files
-            if way == "plain":
+            if way == "plain" and fenced:
                 d = replace(d, p_skey=None, p_fence=None, s_fence=None)
 
             def call(d: Any = d, table: Any = table, what: str = what) -> np.ndarray:
