@@ -28,7 +28,7 @@ from psirag.errors import IndexFormatError
 from psirag.libc import libc
 from psirag.page_cache import mapped_page_resident
 
-__all__ = ["FENCE_STEP", "fence_of", "fenced_search", "fetch", "will_need"]
+__all__ = ["FENCE_STEP", "fence_of", "fenced_search", "fetch", "will_need", "will_need_rows"]
 
 FENCE_STEP = 512
 """Keys between two fence keys: 512 int64 keys are one 4 KiB page (two where the block straddles
@@ -113,6 +113,31 @@ def will_need(array: Any, starts: np.ndarray, stops: np.ndarray) -> int:
         advise(p * PAGE, (q - p) * PAGE, _WILLNEED)
         calls += 1
     return calls
+
+
+def will_need_rows(entries: Any, starts: np.ndarray, stops: np.ndarray) -> None:
+    """:func:`will_need` of the rows ``[starts[i], stops[i])`` of ``entries``: an array, or
+    pieces read as one (``pieces``, and ``starts``: where each begins), each piece asked for
+    the rows it holds."""
+    starts = np.asarray(starts, dtype=np.int64)
+    stops = np.asarray(stops, dtype=np.int64)
+    if starts.size == 0:
+        return
+    if isinstance(entries, np.ndarray):
+        will_need(entries, starts, stops)
+        return
+    pieces, at = getattr(entries, "pieces", None), getattr(entries, "starts", None)
+    if pieces is None or at is None:
+        return
+    for piece, lo in zip(pieces, np.asarray(at)[:-1].tolist(), strict=False):
+        hi = lo + int(piece.shape[0])
+        inside = (stops > lo) & (starts < hi)
+        if bool(inside.any()):
+            will_need(
+                piece,
+                np.maximum(starts[inside], lo) - lo,
+                np.minimum(stops[inside], hi) - lo,
+            )
 
 
 def fetch(array: Any, at: np.ndarray) -> np.ndarray:
