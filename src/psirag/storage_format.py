@@ -834,6 +834,33 @@ def _save_phrase_table(
     _save_fences(tables, lambda: (sorted_keys, derived["s_key"]))
 
 
+def _base_fence(tables: _TableSaver, first: str, name: str) -> np.ndarray | None:
+    """The base generation's saved fence ``name`` of the first segment of its sorted table
+    ``first`` (written with that segment: same generation, as long as a fence of it is),
+    read whole; None where it has none that fits."""
+    from psirag.abstracts.fence import FENCE_STEP
+    from psirag.segments import segment_generation, segment_parts
+
+    reader = tables.writer.base
+    sorted_table = tables.base.get(f"{PHRASES_DIR}/{first}")
+    fence_table = tables.base.get(f"{PHRASES_DIR}/{name}")
+    if reader is None or sorted_table is None or fence_table is None:
+        return None
+    if fence_table.kind != "npy" or len(fence_table.segments) != 1 or fence_table.patches:
+        return None
+    head_file, head_rows = sorted_table.segments[0]
+    gen = segment_generation(f"{PHRASES_DIR}/{first}", head_file)
+    if gen is None or gen != segment_generation(
+        f"{PHRASES_DIR}/{name}", fence_table.segments[0][0]
+    ):
+        return None
+    where = f"{reader.folder} table {PHRASES_DIR}/{name}"
+    fence = np.array(segment_parts(reader, fence_table, where)[0])
+    if fence.dtype != np.int64 or fence.shape != ((head_rows + FENCE_STEP - 1) // FENCE_STEP,):
+        return None
+    return fence
+
+
 FENCED: dict[str, tuple[str, ...]] = {"p_sorted": ("p_skey", "p_fence"), "s_key": ("s_fence",)}
 """The fences (:data:`~psirag.abstracts.phrase_names.FENCE_ARRAYS`) of each sorted table."""
 
@@ -1087,7 +1114,8 @@ def _save_surface_delta(
     physical = None
     if not key_table.patches:
         parts = segment_parts(reader, key_table, where)
-        physical = _live_rows_by_key(parts, dead_rows(reader, key_table, where), keys)
+        fence = _base_fence(tables, "s_key", "s_fence")
+        physical = _live_rows_by_key(parts, dead_rows(reader, key_table, where), keys, fence)
     ok = physical is not None
     if physical is not None:
         in_base = physical >= 0
@@ -1125,16 +1153,22 @@ def _save_surface_delta(
 
 
 def _live_rows_by_key(
-    parts: list[np.ndarray], dead: np.ndarray, keys: np.ndarray
+    parts: list[np.ndarray], dead: np.ndarray, keys: np.ndarray, fence: np.ndarray | None = None
 ) -> np.ndarray | None:
     """The live physical row holding each of ``keys`` in a table stored by key (its first
     segment sorted, the rest appended), or -1; None when a key is live twice (not a table
-    stored by key)."""
+    stored by key). ``fence``: the saved fence of the first segment (see
+    :mod:`psirag.abstracts.fence`), its pages then asked for at once."""
+    from psirag.abstracts.fence import fenced_search, fetch
+
     head = parts[0]
     out = np.full(keys.size, -1, dtype=np.int64)
     if head.shape[0]:
-        at = np.minimum(np.searchsorted(head, keys), head.shape[0] - 1)
-        hit = np.asarray(head[at]) == keys
+        if fence is not None:
+            at = np.minimum(fenced_search(head, fence, keys, "s_key"), head.shape[0] - 1)
+        else:
+            at = np.minimum(np.searchsorted(head, keys), head.shape[0] - 1)
+        hit = fetch(head, at) == keys
         out[hit] = at[hit]
     if dead.size:  # a removed row holds its key no more
         j = np.minimum(np.searchsorted(dead, out), dead.size - 1)
