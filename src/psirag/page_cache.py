@@ -60,6 +60,20 @@ def mincore_available() -> bool:
     return _mincore() is not None
 
 
+def mapped_page_resident(address: int) -> bool | None:
+    """Whether the page of this process's mapped memory holding ``address`` is resident
+    (``mincore``; a file mapping's page is resident when it is in the page cache); None where
+    it cannot be told."""
+    libc = _mincore()
+    if libc is None:
+        return None
+    page = mmap.PAGESIZE
+    got = ctypes.c_ubyte(0)
+    if libc.mincore(address - address % page, page, ctypes.byref(got)) != 0:
+        return None
+    return bool(got.value & 1)
+
+
 def resident_pages(fd: int, offset: int, length: int) -> np.ndarray | None:
     """Per page of the open file ``fd`` from the page holding ``offset`` to the one holding
     ``offset + length - 1``, whether it is in the page cache (``mincore`` over a read-only
@@ -103,4 +117,4 @@ def missing_ranges(resident: np.ndarray, start: int, end: int, merge: int) -> li
     return out
 
 
-__all__ = ["mincore_available", "missing_ranges", "resident_pages"]
+__all__ = ["mapped_page_resident", "mincore_available", "missing_ranges", "resident_pages"]

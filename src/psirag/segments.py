@@ -339,6 +339,25 @@ def _keep(writer: IndexWriter, reader: IndexReader, name: str) -> None:
         writer.keep(starts)
 
 
+def keep_table(writer: IndexWriter, reader: IndexReader, table: Table) -> Table:
+    """The base's ``table`` kept as it is in the generation ``writer`` writes (its files kept
+    once, not copied): what a save lists for a table it leaves unchanged."""
+    for f in table.files():
+        if not (writer.staging / f).exists():
+            _keep(writer, reader, f)
+    return table
+
+
+def segment_generation(name: str, file: str) -> int | None:
+    """The generation that wrote ``file``, a segment of table ``name`` (see
+    :func:`segment_file`); None for a file not named that way."""
+    prefix = f"{SEGMENTS_DIR}/{name.replace('/', '.')}."
+    if not file.startswith(prefix):
+        return None
+    digits = file[len(prefix) :].split(".", 1)[0]
+    return int(digits) if digits.isdigit() else None
+
+
 def _length(rows: Rows) -> int:
     return int(rows.shape[0]) if isinstance(rows, np.ndarray) else len(rows)
 
@@ -816,6 +835,7 @@ __all__ = [
     "delta_fits",
     "head_rows",
     "is_fresh",
+    "keep_table",
     "key_order",
     "line_starts_file",
     "live_rows",
@@ -825,6 +845,7 @@ __all__ = [
     "read_logical",
     "read_physical",
     "segment_file",
+    "segment_generation",
     "sorted_rows",
     "tables_of",
     "values_at",

@@ -817,11 +817,12 @@ def _save_phrase_table(
     else:
         old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
 
+    sorted_keys = _keys_of(derived["p_sorted"], p_key)
     _save_sorted(
         tables,
         derived,
         ("p_sorted",),
-        _keys_of(derived["p_sorted"], p_key),
+        sorted_keys,
         lambda old: _keys_of(old["p_sorted"], old_p_key),
     )
     _save_sorted(
@@ -830,6 +831,75 @@ def _save_phrase_table(
     for name, array in derived.items():
         if name != "p_sorted" and name not in SORTED_GROUPS["s_key"]:
             tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
+    _save_fences(tables, lambda: (sorted_keys, derived["s_key"]))
+
+
+def _base_fence(tables: _TableSaver, first: str, name: str) -> np.ndarray | None:
+    """The base generation's saved fence ``name`` of the first segment of its sorted table
+    ``first`` (written with that segment: same generation, as long as a fence of it is),
+    read whole; None where it has none that fits."""
+    from psirag.abstracts.fence import FENCE_STEP
+    from psirag.segments import segment_generation, segment_parts
+
+    reader = tables.writer.base
+    sorted_table = tables.base.get(f"{PHRASES_DIR}/{first}")
+    fence_table = tables.base.get(f"{PHRASES_DIR}/{name}")
+    if reader is None or sorted_table is None or fence_table is None:
+        return None
+    if fence_table.kind != "npy" or len(fence_table.segments) != 1 or fence_table.patches:
+        return None
+    head_file, head_rows = sorted_table.segments[0]
+    gen = segment_generation(f"{PHRASES_DIR}/{first}", head_file)
+    if gen is None or gen != segment_generation(
+        f"{PHRASES_DIR}/{name}", fence_table.segments[0][0]
+    ):
+        return None
+    where = f"{reader.folder} table {PHRASES_DIR}/{name}"
+    fence = np.array(segment_parts(reader, fence_table, where)[0])
+    if fence.dtype != np.int64 or fence.shape != ((head_rows + FENCE_STEP - 1) // FENCE_STEP,):
+        return None
+    return fence
+
+
+FENCED: dict[str, tuple[str, ...]] = {"p_sorted": ("p_skey", "p_fence"), "s_key": ("s_fence",)}
+"""The fences (:data:`~psirag.abstracts.phrase_names.FENCE_ARRAYS`) of each sorted table."""
+
+
+def _save_fences(
+    tables: _TableSaver, sorted_keys: Callable[[], tuple[np.ndarray | None, np.ndarray]]
+) -> None:
+    """After the sorted tables are saved: the fences of each one written this generation as one
+    segment in key order (``sorted_keys()``: the phrase keys in ``p_sorted``'s order, and
+    ``s_key``), those of the base kept where its first segment (that they describe) is still
+    the table's first, none otherwise (a load then searches as before)."""
+    from psirag.abstracts.fence import fence_of
+    from psirag.segments import is_fresh, keep_table
+
+    got: tuple[np.ndarray | None, np.ndarray] | None = None
+    reader = tables.writer.base
+    for first, names in FENCED.items():
+        full = f"{PHRASES_DIR}/{first}"
+        written = tables.written.get(full)
+        if written is None:
+            continue
+        if is_fresh(written, full, tables.writer.generation):
+            if got is None:
+                got = sorted_keys()
+            keys = got[0] if first == "p_sorted" else got[1]
+            if keys is None:
+                continue
+            keys = np.asarray(keys, dtype=np.int64)
+            fences = {"p_skey": keys, "p_fence": fence_of(keys), "s_fence": fence_of(keys)}
+            for name in names:
+                tables.save(f"{PHRASES_DIR}/{name}", "npy", fences[name], src="none")
+            continue
+        old = tables.base.get(full)
+        kept = [tables.base.get(f"{PHRASES_DIR}/{name}") for name in names]
+        if reader is None or old is None or written.segments[0] != old.segments[0]:
+            continue
+        for name, table in zip(names, kept, strict=True):
+            if table is not None:
+                tables.written[f"{PHRASES_DIR}/{name}"] = keep_table(tables.writer, reader, table)
 
 
 def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.ndarray) -> bool:
@@ -997,6 +1067,12 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
             array = word_counts[name]
             saved = array if name == "n_ranked" else _small_ints(array)
             tables.save(f"{PHRASES_DIR}/{name}", "npy", saved)
+
+    def sorted_keys() -> tuple[np.ndarray | None, np.ndarray]:
+        whole = table.derived_arrays() or {}
+        return _keys_of(whole["p_sorted"], np.asarray(table.p_key)), whole["s_key"]
+
+    _save_fences(tables, sorted_keys)
     return True
 
 
@@ -1038,7 +1114,8 @@ def _save_surface_delta(
     physical = None
     if not key_table.patches:
         parts = segment_parts(reader, key_table, where)
-        physical = _live_rows_by_key(parts, dead_rows(reader, key_table, where), keys)
+        fence = _base_fence(tables, "s_key", "s_fence")
+        physical = _live_rows_by_key(parts, dead_rows(reader, key_table, where), keys, fence)
     ok = physical is not None
     if physical is not None:
         in_base = physical >= 0
@@ -1076,16 +1153,22 @@ def _save_surface_delta(
 
 
 def _live_rows_by_key(
-    parts: list[np.ndarray], dead: np.ndarray, keys: np.ndarray
+    parts: list[np.ndarray], dead: np.ndarray, keys: np.ndarray, fence: np.ndarray | None = None
 ) -> np.ndarray | None:
     """The live physical row holding each of ``keys`` in a table stored by key (its first
     segment sorted, the rest appended), or -1; None when a key is live twice (not a table
-    stored by key)."""
+    stored by key). ``fence``: the saved fence of the first segment (see
+    :mod:`psirag.abstracts.fence`), its pages then asked for at once."""
+    from psirag.abstracts.fence import fenced_search, fetch
+
     head = parts[0]
     out = np.full(keys.size, -1, dtype=np.int64)
     if head.shape[0]:
-        at = np.minimum(np.searchsorted(head, keys), head.shape[0] - 1)
-        hit = np.asarray(head[at]) == keys
+        if fence is not None:
+            at = np.minimum(fenced_search(head, fence, keys, "s_key"), head.shape[0] - 1)
+        else:
+            at = np.minimum(np.searchsorted(head, keys), head.shape[0] - 1)
+        hit = fetch(head, at) == keys
         out[hit] = at[hit]
     if dead.size:  # a removed row holds its key no more
         j = np.minimum(np.searchsorted(dead, out), dead.size - 1)
@@ -1889,7 +1972,13 @@ def _load_phrase_table_v3(
         WORD_ARRAYS,
     )
     from psirag.abstracts.phrases import entry_pieces, spare_view
-    from psirag.segments import dead_rows, growable_rows, head_rows, segment_parts
+    from psirag.segments import (
+        dead_rows,
+        growable_rows,
+        head_rows,
+        segment_generation,
+        segment_parts,
+    )
 
     def arr(name: str, grown: set[str] | None = None) -> Any:
         """Table ``name``: one an add grows in place mapped copy-on-write (its name then
@@ -1927,10 +2016,40 @@ def _load_phrase_table_v3(
                 for g in SORTED_GROUPS
                 for full in [f"{PHRASES_DIR}/{g}"]
             }
+            got.update(fences(heads))
             return got, heads
         with_keys = {**got, "p_key": arrays["p_key"]}  # a group with removed rows, read whole
         _in_key_order(reader, tables, with_keys, folder)
         return {a: with_keys[a] for a in got}, None
+
+    def fences(heads: dict[str, int]) -> dict[str, Any]:
+        """The saved fences (mapped) of the sorted tables whose first segment, the one they
+        were written with, still holds every row of the sorted part (a generation that wrote
+        that segment again without them, or removed rows from it, left them out of date:
+        not read, the lookups search as before)."""
+        out: dict[str, Any] = {}
+        for first, names in FENCED.items():
+            full = f"{PHRASES_DIR}/{first}"
+            table = tables[full]
+            kept = [tables.get(f"{PHRASES_DIR}/{name}") for name in names]
+            if heads.get(first) != table.segments[0][1]:
+                continue
+            gen = segment_generation(full, table.segments[0][0])
+            if gen is None or any(
+                t is None
+                or t.kind != "npy"
+                or len(t.segments) != 1
+                or t.patches
+                or t.n_dead
+                or t.start
+                or segment_generation(f"{PHRASES_DIR}/{name}", t.segments[0][0]) != gen
+                for name, t in zip(names, kept, strict=True)
+            ):
+                continue
+            for name, t in zip(names, kept, strict=True):
+                assert t is not None
+                out[name] = segment_parts(reader, t, f"{folder} table {PHRASES_DIR}/{name}")[0]
+        return out
 
     arrays: dict[str, Any] = {}
     heads: dict[str, int] | None = None

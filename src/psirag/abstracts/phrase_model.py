@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from psirag.abstracts.fence import will_need_rows
+
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
@@ -134,6 +136,9 @@ class Phrases:
         if total == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        # the leaves' rows asked for at once where the entries are one mapped file (a cold
+        # page cache would otherwise read the device's read-ahead window around each leaf)
+        will_need_rows(self.lp_pid, starts, ends)
         pids = self.lp_pid[np.arange(total) + shift]
         # the ids are checked on what is made of them (no pass of their own over a big node's)
         if total * 8 > self.key.size:  # most of the corpus: a dense count is cheaper

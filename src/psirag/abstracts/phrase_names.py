@@ -25,4 +25,20 @@ WORD_ARRAYS = ("w_first", "w_df")
 leaves hold it, so a removal after a load re-ranks only the words it moves (indexes saved
 before they existed derive them on their first removal)."""
 
-__all__ = ["ARRAYS", "DERIVED_ARRAYS", "HASH_ARRAYS", "VOCAB_ARRAYS", "WORD_ARRAYS"]
+FENCE_ARRAYS = ("p_skey", "p_fence", "s_fence")
+"""Optional saved arrays (with :data:`DERIVED_ARRAYS`), written when the sorted parts are
+written whole (one fresh segment: a compaction, a first save) and kept by the saves on top
+of them while those parts stay as written: ``p_skey``, the phrase keys in ``p_sorted``'s order;
+``p_fence`` and ``s_fence``, every :data:`psirag.abstracts.fence.FENCE_STEP`-th key of
+``p_skey`` and of ``s_key``. An update's lookups then read one block of sorted keys per key,
+all asked for at once, instead of a binary search's page faults one after the other (indexes
+saved without them search as before, and gain them on their next compaction)."""
+
+__all__ = [
+    "ARRAYS",
+    "DERIVED_ARRAYS",
+    "FENCE_ARRAYS",
+    "HASH_ARRAYS",
+    "VOCAB_ARRAYS",
+    "WORD_ARRAYS",
+]

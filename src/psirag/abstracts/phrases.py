@@ -50,6 +50,7 @@ from typing import Any, cast
 import numpy as np
 import Stemmer
 
+from psirag.abstracts.fence import FENCE_STEP, fence_of, fenced_search, fetch, will_need
 from psirag.abstracts.phrase_model import (
     JOINERS,
     MAX_NGRAM,
@@ -66,6 +67,7 @@ from psirag.abstracts.phrase_model import (
 from psirag.abstracts.phrase_names import (
     ARRAYS,
     DERIVED_ARRAYS,
+    FENCE_ARRAYS,
     HASH_ARRAYS,
     VOCAB_ARRAYS,
     WORD_ARRAYS,
@@ -475,17 +477,30 @@ class _Derived:
     # TAIL_MAX (O(n) once per that many new forms or phrases)
     s_tail: np.ndarray | None = None
     p_tail: np.ndarray | None = None
+    # the sorted parts' fences (see psirag.abstracts.fence; None: not at hand, a plain binary
+    # search): p_skey[i] = p_key[p_sorted[i]] over p_sorted (the sorted part), p_fence its
+    # fence; s_fence the fence of s_key's sorted part. Made whenever a sorted part is made
+    # whole (a save, a fold), saved, and mapped at load
+    p_skey: np.ndarray | None = None
+    p_fence: np.ndarray | None = None
+    s_fence: np.ndarray | None = None
 
     def form_positions(self, keys: np.ndarray) -> np.ndarray:
         """Where each surface key is in ``s_key`` (-1: not there)."""
         tail = self.s_tail if self.s_tail is not None else np.empty(0, dtype=np.int64)
         head = self.s_key.shape[0] - tail.size
+        if self.s_fence is not None:
+            out = _fenced_lookup(self.s_key[:head], self.s_fence, None, None, keys, "s_key")
+            return _tail_lookup(out, keys, self.s_key, tail)
         return _lookup(self.s_key[:head], None, keys, self.s_key, tail)
 
     def phrase_ids(self, p_key: np.ndarray, keys: np.ndarray) -> np.ndarray:
         """The phrase id of each stem key (-1: a phrase the corpus never had)."""
         tail = self.p_tail if self.p_tail is not None else np.empty(0, dtype=np.int64)
         head = p_key.shape[0] - tail.size
+        if self.p_skey is not None and self.p_fence is not None:
+            out = _fenced_lookup(self.p_skey, self.p_fence, self.p_sorted, p_key, keys, "p_skey")
+            return _tail_lookup(out, keys, p_key, tail)
         return _lookup(p_key[:head], self.p_sorted, keys, p_key, tail)
 
     def sorted_forms(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -499,12 +514,24 @@ class _Derived:
 
     def full_p_sorted(self, p_key: np.ndarray) -> np.ndarray:
         """Every phrase id by key (``p_sorted`` with the tail merged in)."""
+        return self.folded_p_sorted(p_key)[0]
+
+    def folded_p_sorted(self, p_key: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`full_p_sorted`, and ``p_skey`` with the tail's keys merged in (None when
+        there is no ``p_skey``)."""
+        skey = self.p_skey if self.p_fence is not None else None
         if self.p_tail is None or self.p_tail.size == 0:
-            return np.asarray(self.p_sorted)
+            return np.asarray(self.p_sorted), skey
         head = p_key.shape[0] - self.p_tail.size
         sorter = np.asarray(self.p_sorted)
-        at = np.searchsorted(p_key[:head], p_key[self.p_tail], sorter=sorter)
-        return np.insert(sorter, at, self.p_tail.astype(sorter.dtype))
+        tail_keys = np.asarray(p_key[self.p_tail])
+        if skey is not None:
+            skey = np.asarray(skey)
+            at = np.searchsorted(skey, tail_keys)
+            skey = np.insert(skey, at, tail_keys)
+        else:
+            at = np.searchsorted(p_key[:head], tail_keys, sorter=sorter)
+        return np.insert(sorter, at, self.p_tail.astype(sorter.dtype)), skey
 
 
 class HeldCounts:
@@ -567,6 +594,43 @@ def _lookup(
         where = at[inside] if sorter is None else np.asarray(sorter[at[inside]], dtype=np.int64)
         hit = np.asarray(head[where]) == keys[inside]
         out[inside[hit]] = where[hit]
+    return _tail_lookup(out, keys, full, tail)
+
+
+def _fenced_lookup(
+    sorted_keys: np.ndarray,
+    fence: np.ndarray,
+    sorter: np.ndarray | None,
+    p_key: np.ndarray | None,
+    keys: np.ndarray,
+    what: str,
+) -> np.ndarray:
+    """:func:`_lookup`'s answer for the sorted part (no tail), found with its fence: the
+    position of each key in ``sorted_keys`` (with ``sorter``: ``sorter`` there, the phrase id,
+    checked against ``p_key``), -1 where it is not there."""
+    keys = np.asarray(keys, dtype=np.int64)
+    out = np.full(keys.size, -1, dtype=np.int64)
+    n = sorted_keys.shape[0]
+    if n == 0 or keys.size == 0:
+        return out
+    at = fenced_search(sorted_keys, fence, keys, what)
+    inside = np.flatnonzero(at < n)
+    hit = fetch(sorted_keys, at[inside]) == keys[inside]
+    found, where = inside[hit], at[inside[hit]]
+    if sorter is not None and p_key is not None:
+        where = fetch(sorter, where).astype(np.int64)
+        bad = (where < 0) | (where >= p_key.shape[0])
+        if bool(bad.any()) or bool(np.any(fetch(p_key, where) != keys[found])):
+            raise IndexFormatError(_DAMAGED.format(f"the saved {what} disagrees with p_key"))
+    out[found] = where
+    return out
+
+
+def _tail_lookup(
+    out: np.ndarray, keys: np.ndarray, full: np.ndarray, tail: np.ndarray
+) -> np.ndarray:
+    """``out`` (:func:`_fenced_lookup`'s) with the keys it did not find looked up in
+    ``full[tail]`` (in key order), as :func:`_lookup` does."""
     if tail.size:
         rest = np.flatnonzero(out < 0)
         tail_keys = np.asarray(full[tail])
@@ -728,7 +792,9 @@ class PhraseTable:
         for by_pid in (self.p_key, d.p_df, d.p_best):
             by_pid[:] = by_pid[order]
         d.s_pid[:] = new_of[d.s_pid]
-        d = replace(d, p_sorted=np.arange(n_p, dtype=new_of.dtype), p_tail=None)
+        d = replace(
+            d, p_sorted=np.arange(n_p, dtype=new_of.dtype), p_tail=None, p_skey=None, p_fence=None
+        )
         table = PhraseTable(
             self.words,
             self.lw_ptr,
@@ -803,7 +869,9 @@ class PhraseTable:
             saved_vocab = {a: arrays[a] for a in (*VOCAB_ARRAYS, *HASH_ARRAYS) if a in arrays}
             table._cache["vocab"] = (list(stems), saved_vocab)
             if all(a in arrays for a in DERIVED_ARRAYS):
-                names = DERIVED_ARRAYS + tuple(a for a in WORD_ARRAYS if a in arrays)
+                names = DERIVED_ARRAYS + tuple(
+                    a for a in (*WORD_ARRAYS, *FENCE_ARRAYS) if a in arrays
+                )
                 table._cache["saved_derived"] = {a: arrays[a] for a in names}
                 if heads is not None:
                     table._cache["saved_heads"] = dict(heads)
@@ -975,6 +1043,7 @@ class PhraseTable:
             ok = ok and _sampled_in(s_pid, 0, n_p) and _sampled_in(got["p_df"], 0, None)
         if not ok:
             raise IndexFormatError(_DAMAGED.format("the saved corpus counts disagree"))
+        fences = _saved_fences(a, heads is not None, p_sorted, self.p_key, s_key)
         words: dict[str, np.ndarray] = {}
         if all(name in a for name in WORD_ARRAYS):
             words = {name: _ints(a[name], small=False) for name in WORD_ARRAYS}
@@ -999,6 +1068,9 @@ class PhraseTable:
             words.get("w_df"),
             s_tail,
             p_tail,
+            fences.get("p_skey"),
+            fences.get("p_fence"),
+            fences.get("s_fence"),
         )
 
     # ------------------------------------------------------------------ updates
@@ -1019,18 +1091,26 @@ class PhraseTable:
             d = replace(d, p_sorted=d.p_sorted.astype(np.intp))
         pid_u = d.phrase_ids(self.p_key, uniq)
         n_p_old = self.p_key.size
+        # the rows of the counts this add reads, asked for now and at once (a cold page cache
+        # would otherwise fault them in one after the other, each with its read-around)
+        for by_pid in (d.p_df, d.p_best):
+            _ask(by_pid, pid_u)
+        for by_word in (d.w_rank, d.w_first, d.w_df):
+            _ask(by_word, b.lw)
         fresh = np.flatnonzero(pid_u < 0)
         pid_u[fresh] = n_p_old + np.arange(fresh.size)
         p_key = _append(self.p_key, uniq[fresh], own)
         n_p = p_key.size
         # new phrases join the tail (uniq is sorted: so are they); a long tail is folded in
         p_sorted, p_tail = d.p_sorted, _with_tail(d.p_tail, p_key, pid_u[fresh])
+        p_skey, p_fence = d.p_skey, d.p_fence
         if _tail_is_long(p_tail, n_p):
-            p_sorted = _Derived.full_p_sorted(replace(d, p_tail=p_tail), p_key)
+            p_sorted, p_skey = replace(d, p_tail=p_tail).folded_p_sorted(p_key)
+            p_fence = None if p_skey is None else fence_of(p_skey)
             p_tail = np.empty(0, dtype=np.int64)
             # the old order goes now, not at the end of the add (a build's folds of a 1M-leaf
             # corpus each held every old and new corpus-wide array at once: its memory peak)
-            d = replace(d, p_sorted=_emptied(d.p_sorted))
+            d = replace(d, p_sorted=_emptied(d.p_sorted), p_skey=None, p_fence=None)
         ls_pid = pid_u[inv]
 
         # each new leaf's distinct phrases
@@ -1047,6 +1127,8 @@ class PhraseTable:
         u_pid[u_inv] = ls_pid
         at = d.form_positions(u_key)
         hit, miss = at >= 0, at < 0
+        for by_form in (d.s_cnt, d.s_pid):
+            _ask(by_form, at[hit])
         # the forms seen before get their new occurrences where they are; new forms are
         # appended (in the spare room of the arrays this table gave up, else in new ones: a
         # loaded table's stay mapped and unwritten) and join the tail
@@ -1058,6 +1140,7 @@ class PhraseTable:
         s_key[n_s:], s_cnt[n_s:], s_pid[n_s:] = u_key[miss], u_cnt[miss], u_pid[miss]
         s_cnt[at[hit]] += u_cnt[hit]
         s_tail = _with_tail(d.s_tail, s_key, n_s + np.arange(n_miss))
+        s_fence = d.s_fence
         if _tail_is_long(s_tail, s_key.shape[0]):  # folded in: sorted again, by a merge
             # each old array goes as its folded one is made (only ``d`` and these held them)
             d = replace(
@@ -1067,6 +1150,7 @@ class PhraseTable:
             del s_key, s_cnt, s_pid
             s_key, s_cnt, s_pid = _folded_in_turn(s_tail, held)
             s_tail = np.empty(0, dtype=np.int64)
+            s_fence = fence_of(s_key)  # in memory: a strided read
 
         # first-appearance ranks: words new to the corpus come after every word it had
         w_rank = _grown(d.w_rank, len(vocab.words), -1)
@@ -1101,6 +1185,9 @@ class PhraseTable:
             w_df,
             s_tail,
             p_tail,
+            p_skey,
+            p_fence,
+            s_fence,
         )
         touched = _distinct(ls_pid)  # sorted, as np.unique; its hash path is 10x slower here
         # an add only raises the counts of the batch's forms and ranks no word before an old
@@ -1199,6 +1286,9 @@ class PhraseTable:
             w_df,
             d.s_tail,
             d.p_tail,
+            d.p_skey,
+            d.p_fence,
+            d.s_fence,
         )
         _best_forms(new, touched, self.p_key)
         table._cache["derived"] = new
@@ -1617,6 +1707,58 @@ wholly wrong file early; each row read costs a page fault (and the kernel's read
 a file hundreds of MB long."""
 
 
+FENCE_SAMPLE_ROWS = 32
+"""Rows a load checks of a saved ``p_skey`` against ``p_key`` (a lookup checks every block and
+phrase it reads: see :func:`_fenced_lookup`)."""
+
+
+def _saved_fences(
+    a: dict[str, Any],
+    with_heads: bool,
+    p_sorted: np.ndarray,
+    p_key: np.ndarray,
+    s_key: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The saved fences (:data:`FENCE_ARRAYS`) of the sorted parts ``p_sorted`` and ``s_key``
+    (the rows before the tails), checked in type and length, ``p_skey`` at a few sample rows;
+    none where they were not saved or the sorted parts were not loaded as saved
+    (``with_heads`` false: sorted again at load). A saved one that does not fit is an
+    :class:`IndexFormatError` naming it."""
+    out: dict[str, np.ndarray] = {}
+    if not with_heads:
+        return out
+    step = FENCE_STEP
+    n_p, n_s = int(p_sorted.shape[0]), int(s_key.shape[0])
+    wanted = {
+        "p_skey": n_p,
+        "p_fence": (n_p + step - 1) // step,
+        "s_fence": (n_s + step - 1) // step,
+    }
+    for name in FENCE_ARRAYS:
+        x = a.get(name)
+        if x is None:
+            continue
+        if x.dtype != np.int64 or x.shape != (wanted[name],):
+            raise IndexFormatError(
+                _DAMAGED.format(
+                    f"the saved {name} holds {x.dtype} {tuple(x.shape)}, "
+                    f"not int64 ({wanted[name]},)"
+                )
+            )
+        out[name] = x if name == "p_skey" else np.array(x)  # fences: small, read whole once
+    if "p_skey" not in out or "p_fence" not in out:
+        out.pop("p_skey", None)
+        out.pop("p_fence", None)
+    else:
+        at = _sample(n_p, FENCE_SAMPLE_ROWS)
+        ids = fetch(p_sorted, at).astype(np.int64)
+        ok = bool(np.all((ids >= 0) & (ids < p_key.shape[0])))
+        ok = ok and bool(np.array_equal(fetch(out["p_skey"], at), fetch(p_key, ids)))
+        if not ok:
+            raise IndexFormatError(_DAMAGED.format("the saved p_skey disagrees with p_key"))
+    return out
+
+
 def _sample(n: int, rows: int = SAMPLE_ROWS) -> np.ndarray:
     return np.unique(np.linspace(0, max(n - 1, 0), min(n, rows)).astype(np.int64))
 
@@ -1715,6 +1857,16 @@ def _append(a: np.ndarray, extra: np.ndarray, own: bool) -> np.ndarray:
     out = _grown(a, n, 0) if own else _new_buffer(a, n, 0)
     out[m:] = extra
     return out
+
+
+def _ask(a: np.ndarray | None, at: np.ndarray) -> None:
+    """Ask for the pages of the rows ``at`` of ``a`` (those it has) at once, when ``a`` is
+    memory-mapped (:func:`~psirag.abstracts.fence.will_need`); nothing else."""
+    if a is None or at.size == 0:
+        return
+    at = np.asarray(at, dtype=np.int64)
+    at = at[(at >= 0) & (at < a.shape[0])]
+    will_need(a, at, at + 1)
 
 
 def _grown(a: np.ndarray, n: int, fill: Any) -> np.ndarray:
@@ -1868,6 +2020,8 @@ def _words_by_stem(v: _Vocab) -> tuple[np.ndarray, np.ndarray]:
 def _pick_best(d: _Derived, sel: np.ndarray) -> None:
     """Set ``p_best`` of the phrases of the forms at positions ``sel`` to the best of those
     forms (a removal leaves spent forms as tombstones: they are passed over)."""
+    for by_form in (d.s_cnt, d.s_key, d.s_pid):
+        _ask(by_form, sel)
     sel = sel[np.asarray(d.s_cnt[sel]) > 0]
     keys = d.s_key[sel]
     words = unpack_keys(keys)

@@ -91,10 +91,28 @@ _writing = [0]
 """Writes under way (:func:`writing`): the reads wait for them to end."""
 
 
-def add_rank(name: str) -> int:
+FENCED_LOOKUPS = (
+    "keywords.p_sorted.",
+    "keywords.s_key.",
+    "keywords.s_pid.",
+    "keywords.s_cnt.",
+)
+"""The :data:`ADD_FIRST` files an add reads only by its phrases' and forms' lookups, whose
+pages it asks for itself, all at once, when the index holds the fences of its sorted keys
+(``keywords.p_skey.``: see :mod:`psirag.abstracts.fence`): then they are read with the rest,
+not first (1.2 GB of sequential reads at 1M chunks that would keep the disk from the add's
+own). ``p_key``, ``p_best`` and ``p_df`` stay first: the keyword scoring of the refreshed nodes
+reads them at every phrase of its largest nodes (nearly every page, at 1M chunks too)."""
+
+FENCE_PREFIX = "keywords.p_skey."
+
+
+def add_rank(name: str, fenced: bool = False) -> int:
     """Where a file comes in the read-ahead's order: its :data:`ADD_FIRST` position, or after
-    them all."""
+    them all (so do the :data:`FENCED_LOOKUPS` of a ``fenced`` index)."""
     base = name.rsplit("/", 1)[-1]
+    if fenced and base.startswith(FENCED_LOOKUPS):
+        return len(ADD_FIRST)
     for rank, prefix in enumerate(ADD_FIRST):
         if base.startswith(prefix):
             return rank
@@ -223,17 +241,19 @@ def read_ahead(
     waited = [0.0]
     with _lock:
         todo = []
-        for path, dev, ino in mapped_files(root):
+        mapped = mapped_files(root)
+        fenced = any(path.name.startswith(FENCE_PREFIX) for path, _, _ in mapped)
+        for path, dev, ino in mapped:
             if (dev, ino) in _read or path.name.endswith(SKIPPED_SUFFIXES):
                 continue
-            if add_first and add_rank(path.name) == len(ADD_FIRST):
+            if add_first and add_rank(path.name, fenced) == len(ADD_FIRST):
                 continue
             try:
                 size = path.stat().st_size
             except OSError:  # removed since it was mapped (a retired generation)
                 continue
             todo.append((path, (dev, ino), size))
-        todo.sort(key=lambda item: add_rank(item[0].name))  # stable: mapping order within
+        todo.sort(key=lambda item: add_rank(item[0].name, fenced))  # stable: mapping order
         memory = available_memory()
         budget = None if memory is None else int(max(0.0, share) * memory)
         total = 0
@@ -341,6 +361,8 @@ def forget() -> None:
 __all__ = [
     "ADD_FIRST",
     "BUFFER_BYTES",
+    "FENCED_LOOKUPS",
+    "FENCE_PREFIX",
     "READ_AHEAD_SHARE",
     "WINDOW_BYTES",
     "add_rank",
