@@ -898,7 +898,13 @@ class PhraseTable:
         or crafted files) is an :class:`IndexFormatError`, not a wrong abstract later."""
         saved = self._cache.get("vocab")
         if saved is not None:
-            vocab = _Vocab.restore(self.words, *saved)
+            # restored once per table: an update never changes a vocabulary (an add extends a
+            # copy), so a second update from this table takes it again (with what was made of
+            # it: the words by stem), not the words' checks and flags over the vocabulary
+            vocab = self._cache.get("restored_vocab")
+            if vocab is None:
+                vocab = _Vocab.restore(self.words, *saved)
+                self._cache["restored_vocab"] = vocab
             kept = self._cache.pop("saved_derived", None)
             reload = self._cache.get("reload_counts")
             if kept is None and reload is not None:  # a second update from this table
