@@ -427,6 +427,7 @@ def test_a_removals_sum_reads_are_scipys_product_to_the_bit(
     nodes = [int(u) for u in rng.permutation(np.arange(tree.n_leaves, tree.n_nodes))[:9]]
     monkeypatch.setattr(upd, "SUMS_IN_NUMPY", 0)
     expected = upd._Sums(tree, vectors).read(nodes)
+    assert len(nodes) <= upd.SUMS_NODES_IN_NUMPY
     monkeypatch.undo()
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "scipy.sparse", None)  # an import of it raises

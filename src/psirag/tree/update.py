@@ -213,6 +213,10 @@ SUMS_IN_NUMPY = 1 << 16
 without scipy: a removal's few re-home reads then import no scipy (0.3-0.8 s, paid by the
 first removal of a process); a larger read (every candidate of a layer) is scipy's product."""
 
+SUMS_NODES_IN_NUMPY = 64
+"""Nodes read at once up to which :class:`_Sums` adds them up itself (a step per node: the
+exact path's read of a whole layer of small nodes is faster as scipy's one product)."""
+
 
 def _summed_in_order(vectors: np.ndarray, indptr: np.ndarray, leaves: np.ndarray) -> np.ndarray:
     """Per CSR row, the float64 sum of ``vectors`` at its leaves, added one after another in
@@ -259,7 +263,7 @@ class _Sums:
         missing = [u for u in dict.fromkeys(nodes) if u not in self._got]
         if missing:
             indptr, leaves = self._tree.leaf_rows(missing)
-            if leaves.size <= SUMS_IN_NUMPY:
+            if leaves.size <= SUMS_IN_NUMPY and len(missing) <= SUMS_NODES_IN_NUMPY:
                 base = _summed_in_order(self._vectors, indptr, leaves)
             else:
                 import scipy.sparse as sp  # as the membership matrix does
