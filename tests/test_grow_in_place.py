@@ -235,6 +235,44 @@ def test_a_second_update_from_the_loaded_index_reads_the_counts_again(
     _same_counts(second, control)
 
 
+def test_a_second_update_from_the_loaded_index_restores_the_vocabulary_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loaded table's vocabulary (its words' checks and flags, and the words by stem made
+    of it) is restored by the first update only: a second update from the same loaded index
+    takes it again, and gets what a fresh load's update gets."""
+    import psirag.abstracts.phrases as phrases
+
+    folder = tmp_path / "ix"
+    emb = HashEmbedder()
+    Index.build(_docs(90), IndexConfig(max_children=4), texts=True, embedder=emb).save(folder)
+    base = Index.load(folder, embedder=emb)
+    restored: list[int] = []
+    real = phrases._Vocab.restore.__func__  # type: ignore[attr-defined]
+
+    def counted(cls: Any, *args: Any) -> Any:
+        restored.append(1)
+        return real(cls, *args)
+
+    monkeypatch.setattr(phrases._Vocab, "restore", classmethod(counted))
+    first = Index.from_data(base.data, embedder=emb)
+    first.remove([first.documents[3]])
+    second = Index.from_data(base.data, embedder=emb)
+    second.remove([second.documents[5]])
+    third = Index.from_data(base.data, embedder=emb)
+    third.add(["Lava and ash from Etna, said Word9000 near Place9."], texts=True)
+    assert len(restored) == 1
+    monkeypatch.undo()
+    for got, change in ((second, "remove"), (third, "add")):
+        control = Index.load(folder, embedder=emb)
+        if change == "remove":
+            control.remove([control.documents[5]])
+        else:
+            control.add(["Lava and ash from Etna, said Word9000 near Place9."], texts=True)
+        assert got.abstracts == control.abstracts
+        _same_counts(got, control)
+
+
 @pytest.mark.parametrize("gone", [False, True])
 def test_a_second_update_maps_the_saved_counts_again_without_copying_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gone: bool

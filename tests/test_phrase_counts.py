@@ -425,3 +425,41 @@ def test_a_loaded_vocabulary_finds_words_by_hash_as_a_dict_does_collisions_inclu
     bad = phrases._hash64(words) + 1
     with pytest.raises(IndexFormatError, match="hashes of words disagree"):
         phrases._Ids.restore(words, bad, "words")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_removals_new_word_order_is_the_sort_it_replaced(seed: int) -> None:
+    """The words' order after a removal (unmoved words by rank, each moved word after the
+    unmoved ones ranked at most its predecessor's rank, moved ones by that and position) is
+    what the stable sorts over the whole vocabulary gave: distinct ranks, and (a damaged
+    file's) repeated ones, predecessors of -1, and equal predecessors."""
+    from psirag.abstracts.phrases import _in_rank_order, _with_moved
+
+    rng = np.random.default_rng(seed)
+    n = 400
+    rank = rng.permutation(n).astype(np.int64)
+    if seed % 2:
+        rank[rng.choice(n, 40, replace=False)] = rng.integers(0, n, 40)  # repeated ranks
+    stays = rng.random(n) < 0.8
+    words = np.flatnonzero(stays)
+    u_words = _in_rank_order(words, rank)
+    assert np.array_equal(u_words, words[np.argsort(rank[words], kind="stable")])
+    moved = np.flatnonzero(~stays)[:25]
+    pred = rng.integers(-1, n, moved.size)
+    pred[:5] = pred[5]  # equal predecessors
+    at = rng.permutation(10 * n)[: moved.size].astype(np.int64)
+    u_rank = rank[u_words]
+    got = _with_moved(u_words, u_rank, moved, pred, at)
+    both = np.concatenate([u_words, moved])
+    expected = both[
+        np.lexsort(
+            (
+                np.concatenate([np.zeros(u_words.size, dtype=np.int64), at]),
+                np.concatenate(
+                    [np.zeros(u_words.size, dtype=np.int64), np.ones(moved.size, np.int64)]
+                ),
+                np.concatenate([u_rank, pred]),
+            )
+        )
+    ]
+    assert np.array_equal(got, expected)

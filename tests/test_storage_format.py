@@ -327,6 +327,41 @@ def test_an_index_saved_before_the_word_hashes_saves_them_and_then_loads_without
     assert np.array_equal(third._derived().vocab.index.hashes(), _hash64(third.words))
 
 
+def test_a_compaction_of_an_index_saved_before_the_word_hashes_writes_them(
+    tmp_path: Path,
+) -> None:
+    """A compaction (a whole save of a loaded table no update derived) of the format-4 fixture
+    writes ``keywords/w_hash`` / ``s_hash`` too, so its loads find words by them and make no
+    dict of every word and stem on their first update; what the index gives is unchanged."""
+    from support.embedders import HashEmbedder
+
+    from psirag.abstracts.phrases import _hash64
+    from psirag.ingest import Document
+    from psirag.living import compact_saved
+
+    folder = tmp_path / "v4"
+    shutil.copytree(V4_FIXTURE, folder)
+    plain = tmp_path / "plain"
+    shutil.copytree(V4_FIXTURE, plain)
+    compact_saved(folder)
+    tables = json.loads((folder / "manifest.json").read_text())["tables"]
+    assert {"keywords/w_hash", "keywords/s_hash"} <= set(tables)
+    emb = HashEmbedder(16)
+    loaded = Index.load(folder, embedder=emb)
+    table = loaded.data.phrase_table
+    assert table is not None
+    vocab = table._derived().vocab
+    assert vocab.index._index is None and vocab.stem_index._index is None
+    assert np.array_equal(vocab.index.hashes(), _hash64(table.words))
+    assert np.array_equal(vocab.stem_index.hashes(), _hash64(vocab.stem_index.keys))
+    control = Index.load(plain, embedder=emb)
+    doc = Document("crater", "", "Vesuvian crater walks: Pompeii guides and Etna ash.", False)
+    for ix in (loaded, control):
+        ix.add([doc])
+        ix.remove([ix.data.documents[0]])
+    assert list(loaded.data.abstracts) == list(control.data.abstracts)
+
+
 def _bm25_meta(folder: Path) -> tuple[Path, dict[str, Any]]:
     gen = folder / "generations" / f"{IndexStore(folder).current():06d}" / "bm25"
     return gen, json.loads((gen / "postings.json").read_text())

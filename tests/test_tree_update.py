@@ -3,6 +3,8 @@ the id map and dirty set say exactly what changed, and the edge cases fail clear
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from support.trees import check_invariants as independent_check
@@ -404,6 +406,40 @@ def test_leaf_sums_past_the_bound_are_scipys_product(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(pipeline, "_SUMMED_IN_NUMPY", 10)
     got = pipeline._leaf_sums(tree, nodes, vectors)
     assert got.tobytes() == np.asarray(tree.membership_of(nodes) @ vectors).tobytes()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_removals_sum_reads_are_scipys_product_to_the_bit(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``_Sums.read`` of a few nodes adds their leaves itself, without importing scipy (a
+    removal's first re-home paid the import), to the floats of the sparse product it made
+    before (leaves with -0.0 components too); past the bound it is that product."""
+    from support.trees import random_tree
+
+    from psirag.tree import update as upd
+
+    tree = random_tree(300 + 50 * seed, seed, max_children=4)
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(tree.n_leaves, 8)).astype(np.float32)
+    vectors[::7, 2] = -0.0
+    vectors[::5] = -0.0
+    nodes = [int(u) for u in rng.permutation(np.arange(tree.n_leaves, tree.n_nodes))[:9]]
+    monkeypatch.setattr(upd, "SUMS_IN_NUMPY", 0)
+    expected = upd._Sums(tree, vectors).read(nodes)
+    assert len(nodes) <= upd.SUMS_NODES_IN_NUMPY
+    monkeypatch.undo()
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "scipy.sparse", None)  # an import of it raises
+        got = upd._Sums(tree, vectors).read(nodes)
+    assert got.dtype == expected.dtype == np.float64
+    assert got.tobytes() == expected.tobytes()
+    ptr, leaves = tree.leaf_rows(nodes)
+    assert (
+        got.tobytes()
+        == np.asarray(tree.membership_of(nodes) @ vectors.astype(np.float64)).tobytes()
+    )
+    assert leaves.size > 0 and ptr.size == len(nodes) + 1
 
 
 # ------------------------------------------------------------------ re-home target

@@ -803,6 +803,18 @@ def _save_phrase_table(
     if vocab is None:
         return
     stems, vocab_arrays = vocab
+    from psirag.abstracts.phrase_names import HASH_ARRAYS
+
+    if not all(name in vocab_arrays for name in HASH_ARRAYS):
+        # a loaded table saved before the hashes, saved whole (a compaction): they are written
+        # now, so that no later load makes a dict of every word and stem on its first update
+        from psirag.stable_hash import hash64
+
+        vocab_arrays = {
+            **vocab_arrays,
+            "w_hash": hash64(list(table.words)),
+            "s_hash": hash64(list(stems)),
+        }
     for name, array in vocab_arrays.items():
         tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array), compare=not same)
     tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems), compare=not same)

@@ -966,7 +966,13 @@ class PhraseTable:
         or crafted files) is an :class:`IndexFormatError`, not a wrong abstract later."""
         saved = self._cache.get("vocab")
         if saved is not None:
-            vocab = _Vocab.restore(self.words, *saved)
+            # restored once per table: an update never changes a vocabulary (an add extends a
+            # copy), so a second update from this table takes it again (with what was made of
+            # it: the words by stem), not the words' checks and flags over the vocabulary
+            vocab = self._cache.get("restored_vocab")
+            if vocab is None:
+                vocab = _Vocab.restore(self.words, *saved)
+                self._cache["restored_vocab"] = vocab
             kept = self._cache.pop("saved_derived", None)
             reload = self._cache.get("reload_counts")
             if kept is None and reload is not None:  # a second update from this table
@@ -2118,8 +2124,7 @@ def _removed_word_stats(
     stays = w_rank_old >= 0
     stays[vanished] = False
     stays[moved] = False
-    u_words = np.flatnonzero(stays)
-    u_words = u_words[np.argsort(w_rank_old[u_words], kind="stable")]
+    u_words = _in_rank_order(np.flatnonzero(stays), w_rank_old)
     u_rank, u_first = w_rank_old[u_words], w_first[u_words]
     pred = np.empty(moved.size, dtype=np.int64)
     for i, (m_leaf, m_at) in enumerate(zip(leaf.tolist(), at.tolist(), strict=True)):
@@ -2130,17 +2135,35 @@ def _removed_word_stats(
         if here.size:
             best = max(best, int(w_rank_old[here].max()))
         pred[i] = best
-    words = np.concatenate([u_words, moved])
-    order = np.lexsort(
-        (
-            np.concatenate([np.zeros(u_words.size, dtype=np.int64), at]),
-            np.concatenate([np.zeros(u_words.size, dtype=np.int64), np.ones(moved.size, np.int64)]),
-            np.concatenate([u_rank, pred]),
-        )
-    )
+    ordered = _with_moved(u_words, u_rank, moved, pred, at)
     w_rank = np.full(len(old.words), -1, dtype=np.int64)
-    w_rank[words[order]] = np.arange(words.size)
-    return w_rank, int(words.size), w_first, w_df, moved
+    w_rank[ordered] = np.arange(ordered.size)
+    return w_rank, int(ordered.size), w_first, w_df, moved
+
+
+def _in_rank_order(words: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """``words`` by ``rank`` (a stable sort): the ranks are distinct dense numbers, so placed
+    by them in one pass over the vocabulary, not a sort of it (a sort where two are equal)."""
+    r = np.asarray(rank[words], dtype=np.int64)
+    if r.size and int(r.min()) >= 0:
+        slots = np.full(int(r.max()) + 1, -1, dtype=np.int64)
+        slots[r] = words
+        placed = slots[slots >= 0]
+        if placed.size == words.size:  # no two words of one rank
+            return placed
+    return words[np.argsort(r, kind="stable")]
+
+
+def _with_moved(
+    u_words: np.ndarray, u_rank: np.ndarray, moved: np.ndarray, pred: np.ndarray, at: np.ndarray
+) -> np.ndarray:
+    """The words in their new rank order: the unmoved ones ``u_words`` (by ``u_rank``,
+    ascending) with each moved word after the unmoved ones ranked at most its ``pred``, the
+    moved ones among themselves by ``(pred, at)``: the order of ``lexsort((at, is_moved,
+    rank))`` over both, made by inserting the few moved words (not a sort of the vocabulary)."""
+    m_order = np.lexsort((at, pred))
+    where = np.searchsorted(u_rank, pred[m_order], side="right")
+    return np.insert(u_words, where, moved[m_order])
 
 
 def _order_flipped(

@@ -208,6 +208,28 @@ class _Kids:
         return self._lists
 
 
+SUMS_IN_NUMPY = 1 << 16
+"""Leaves (all nodes read at once together) up to which :class:`_Sums` adds them up itself,
+without scipy: a removal's few re-home reads then import no scipy (0.3-0.8 s, paid by the
+first removal of a process); a larger read (every candidate of a layer) is scipy's product."""
+
+SUMS_NODES_IN_NUMPY = 64
+"""Nodes read at once up to which :class:`_Sums` adds them up itself (a step per node: the
+exact path's read of a whole layer of small nodes is faster as scipy's one product)."""
+
+
+def _summed_in_order(vectors: np.ndarray, indptr: np.ndarray, leaves: np.ndarray) -> np.ndarray:
+    """Per CSR row, the float64 sum of ``vectors`` at its leaves, added one after another in
+    the row's order from +0 (an accumulate): the floats scipy's sparse product of ones gives."""
+    out = np.zeros((indptr.size - 1, vectors.shape[1]), dtype=np.float64)
+    for i in range(indptr.size - 1):
+        rows = leaves[indptr[i] : indptr[i + 1]]
+        if rows.size:
+            out[i] = np.cumsum(np.asarray(vectors[rows], dtype=np.float64), axis=0)[-1]
+    out += 0.0  # scipy's sum starts at +0: never -0.0
+    return out
+
+
 class _Sums:
     """The float64 sum of the leaf vectors under each node of ``tree``, made when first read.
 
@@ -240,17 +262,20 @@ class _Sums:
         """The current sums of ``nodes``, one row each (a copy)."""
         missing = [u for u in dict.fromkeys(nodes) if u not in self._got]
         if missing:
-            import scipy.sparse as sp  # as the membership matrix does: only a removal needs it
-
             indptr, leaves = self._tree.leaf_rows(missing)
-            cols = np.unique(leaves)
-            local = np.searchsorted(cols, leaves)
-            rows = sp.csr_matrix(
-                (np.ones(local.size, dtype=np.float32), local, indptr),
-                shape=(len(missing), cols.size),
-            )
-            # the membership rows' product: each sum adds its leaves in id order
-            base = np.asarray(rows @ self._vectors[cols].astype(np.float64))
+            if leaves.size <= SUMS_IN_NUMPY and len(missing) <= SUMS_NODES_IN_NUMPY:
+                base = _summed_in_order(self._vectors, indptr, leaves)
+            else:
+                import scipy.sparse as sp  # as the membership matrix does
+
+                cols = np.unique(leaves)
+                local = np.searchsorted(cols, leaves)
+                rows = sp.csr_matrix(
+                    (np.ones(local.size, dtype=np.float32), local, indptr),
+                    shape=(len(missing), cols.size),
+                )
+                # the membership rows' product: each sum adds its leaves in id order
+                base = np.asarray(rows @ self._vectors[cols].astype(np.float64))
             for k, u in enumerate(missing):
                 value = base[k].copy()
                 for delta in self._pending.pop(u, []):
