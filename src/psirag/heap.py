@@ -24,7 +24,7 @@ from functools import cache
 
 import numpy as np
 
-from psirag.libc import libc
+from psirag.libc import libc, madvise
 
 __all__ = ["ask_for_huge_pages", "give_back_freed_memory", "mapped_copy"]
 
@@ -56,20 +56,6 @@ HUGE_PAGE_MIN_BYTES = 2 << 20
 """Regions smaller than one huge page cannot hold one."""
 
 
-@cache
-def _madvise() -> Callable[[int, int, int], int] | None:
-    lib = libc()
-    if lib is None:
-        return None
-    try:
-        advise = lib.madvise
-    except AttributeError:
-        return None
-    advise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    advise.restype = ctypes.c_int
-    return advise
-
-
 def _anonymous_regions(maps: str, min_bytes: int) -> list[tuple[int, int]]:
     """The writable private anonymous regions (and the heap) of ``/proc/<pid>/maps`` text
     that are at least ``min_bytes`` long, as (start, end) addresses."""
@@ -92,7 +78,7 @@ def ask_for_huge_pages(min_bytes: int = HUGE_PAGE_MIN_BYTES) -> int:
     background, new ones come huge. Asking again is harmless, so a long native loop asks
     after each step for the regions it has mapped since. 0 where the system cannot
     (not Linux, no transparent huge pages: nothing changes)."""
-    advise = _madvise()
+    advise = madvise()
     if advise is None:
         return 0
     try:

@@ -17,15 +17,13 @@ block's must be the fence's keys), so a fence that does not belong to the array 
 
 from __future__ import annotations
 
-import ctypes
 import mmap
-from functools import cache
 from typing import Any
 
 import numpy as np
 
 from psirag.errors import IndexFormatError
-from psirag.libc import libc
+from psirag.libc import madvise
 from psirag.page_cache import mapped_page_resident
 
 __all__ = ["FENCE_STEP", "fence_of", "fenced_search", "fetch", "will_need", "will_need_rows"]
@@ -54,20 +52,6 @@ def fence_of(sorted_keys: Any, step: int | None = None) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(sorted_keys[::every], dtype=np.int64))
 
 
-@cache
-def _madvise() -> Any:
-    lib = libc()
-    if lib is None:
-        return None
-    try:
-        advise = lib.madvise
-    except AttributeError:
-        return None
-    advise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    advise.restype = ctypes.c_int
-    return advise
-
-
 def _is_mapped(array: Any) -> bool:
     seen = 0
     while isinstance(array, np.ndarray) and seen < 32:
@@ -79,7 +63,7 @@ def will_need(array: Any, starts: np.ndarray, stops: np.ndarray) -> int:
     """Ask the kernel to read the pages of the rows ``[starts[i], stops[i])`` of ``array`` (1-D,
     contiguous) now, in parallel (``madvise(MADV_WILLNEED)`` per run of adjacent pages); a
     no-op for an array in memory or where ``madvise`` cannot be called. The calls made."""
-    advise = _madvise()
+    advise = madvise()
     a = array
     if advise is None or not isinstance(a, np.ndarray) or a.ndim != 1 or starts.size == 0:
         return 0
