@@ -338,10 +338,9 @@ class IndexData:
         """Document ids in corpus order (the first chunk of each). An update from a value
         that listed them leaves how to list them from that list (:data:`DOCUMENTS_AFTER`),
         made on first use here: an update that nothing asks the list of does not copy it."""
-        after = self.__dict__.get(DOCUMENTS_AFTER)
-        if after is not None:  # (taken away once made: another thread may be making it too)
+        after = self.__dict__.pop(DOCUMENTS_AFTER, None)
+        if after is not None:
             listed: tuple[str, ...] = after()
-            self.__dict__.pop(DOCUMENTS_AFTER, None)
             return listed
         return tuple(dict.fromkeys(c.source.document for c in self.chunks))
 

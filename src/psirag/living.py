@@ -24,7 +24,6 @@ same id and the same text is already there and is skipped (reported, no duplicat
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -1051,15 +1050,13 @@ class _DocumentsAfter:
     ) -> None:
         self._before, self._removed, self._near, self._added = before, removed, near, added
         self._made: tuple[str, ...] | None = None
-        self._lock = threading.Lock()  # (two threads asking at once make it once)
 
     def __call__(self) -> tuple[str, ...]:
-        with self._lock:
-            if self._made is None:
-                before = self._before if isinstance(self._before, tuple) else self._before()
-                self._made = _without_ids(before, self._removed, self._near) + self._added
-                self._before = ()  # (the list before: no longer held)
-            return self._made
+        if self._made is None:
+            before = self._before if isinstance(self._before, tuple) else self._before()
+            self._made = _without_ids(before, self._removed, self._near) + self._added
+            self._before = ()  # (the list before: no longer held)
+        return self._made
 
 
 _FEW_REMOVED = 8
