@@ -195,41 +195,6 @@ def test_tree_per_document_add_grows_the_forest() -> None:
     check_consistent(index, expected)
 
 
-def test_an_update_lists_the_documents_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An update from a value that listed its documents leaves the new list to be made from
-    that list when first asked for (a removal at 1M copied a tuple of every id, 50 ms): after
-    removals and adds one after another, unasked, the list is the kept ones in order then the
-    added ones, as listing them afresh from the chunks gives."""
-    from dataclasses import replace
-
-    from psirag import living
-
-    index = Index.build(_corpus(16, 5), IndexConfig(max_children=4), texts=True,
-                        embedder=HashEmbedder())  # fmt: skip
-    order = list(index.data.documents)
-    made = []
-    real = living._without_ids
-    monkeypatch.setattr(
-        living,
-        "_without_ids",
-        lambda *a: made.append(1) or real(*a),  # type: ignore[func-returns-value]
-    )
-    index.remove([order[3]])
-    assert "documents" not in index.data.__dict__ and not made  # not copied: nobody asked
-    index.remove([order[0], order[9]])
-    index.add(["A new one about volcanoes and lava."], texts=True)
-    index.remove([order[14]])
-    assert not made
-    kept = [d for d in order if d not in {order[3], order[0], order[9], order[14]}]
-    listed = list(index.data.documents)
-    assert len(made) == 4  # each of the four updates' lists once, made when asked
-    assert listed[:-1] == kept and len(listed) == len(kept) + 1
-    afresh = replace(index.data)
-    afresh.__dict__.pop("documents", None)
-    assert list(afresh.documents) == listed
-    assert list(index.data.documents) == listed and len(made) == 4  # kept once made
-
-
 @pytest.mark.parametrize("chunk_tokens", [None, 12])
 def test_the_documents_listed_after_removals_keep_their_order(chunk_tokens: int | None) -> None:
     """A removal carries the listed documents over without the removed ones, in order: a few

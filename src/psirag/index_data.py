@@ -158,12 +158,6 @@ id; it never goes down (a removed number is not given again). Indexes saved befo
 the first update that needs it lists the ids once and keeps the count."""
 
 
-DOCUMENTS_AFTER = "_documents_after"
-"""Where an update leaves how :attr:`IndexData.documents` follows from the value it was made
-from (a callable giving the tuple), when that value listed them: so a removal does not copy
-the list of every document (a new tuple of 1M references: 50 ms) that nothing may read."""
-
-
 def numbered_id(doc_id: str) -> int | None:
     """The number a document id is (``"17"``: ASCII digits only), else None."""
     return int(doc_id) if doc_id.isascii() and doc_id.isdecimal() else None
@@ -335,13 +329,7 @@ class IndexData:
 
     @cached_property
     def documents(self) -> tuple[str, ...]:
-        """Document ids in corpus order (the first chunk of each). An update from a value
-        that listed them leaves how to list them from that list (:data:`DOCUMENTS_AFTER`),
-        made on first use here: an update that nothing asks the list of does not copy it."""
-        after = self.__dict__.pop(DOCUMENTS_AFTER, None)
-        if after is not None:
-            listed: tuple[str, ...] = after()
-            return listed
+        """Document ids in corpus order (the first chunk of each)."""
         return tuple(dict.fromkeys(c.source.document for c in self.chunks))
 
     def first_documents(self, k: int) -> list[str]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from psirag.embed import Embedder
 from psirag.errors import EmbedderMismatchError, IndexFormatError, InputError
-from psirag.index_data import DOCUMENTS_AFTER, LAST_NUMBER, IndexData, last_number, numbered_id
+from psirag.index_data import LAST_NUMBER, IndexData, last_number, numbered_id
 from psirag.ingest import Document
 from psirag.pipeline import (
     Corpus,
@@ -1017,46 +1017,18 @@ def update_documents(
         document_keys=keys,
         inner_norms=state.norms,
     )
-    listed: tuple[str, ...] | None = data.__dict__.get("documents")
-    before = data.__dict__.get(DOCUMENTS_AFTER)
-    if listed is not None or before is not None:  # listed already (or to be, from a list):
-        # the kept ones keep their order and the new ones come after them, so the list is
-        # not made again from every chunk; made when first asked for, not here
+    if "documents" in data.__dict__:  # listed already: the kept ones keep their order and
+        # the new ones come after them, so the list is not made again from every chunk
         near = None  # where the removed leaves began: the documents' positions are near
         if wanted:
             runs = np.flatnonzero(np.diff(leaf_ids) != 1) + 1
-            scale = n_known / max(data.tree.n_leaves, 1)
+            scale = len(data.documents) / max(data.tree.n_leaves, 1)
             near = leaf_ids[np.concatenate(([0], runs))] * scale
-        new.__dict__[DOCUMENTS_AFTER] = _DocumentsAfter(
-            cast("Callable[[], tuple[str, ...]]", before) if listed is None else listed,
-            wanted,
-            near,
-            tuple(dict.fromkeys(c.source.document for c in new_chunks)),
+        kept_ids = _without_ids(data.documents, wanted, near)
+        new.__dict__["documents"] = kept_ids + tuple(
+            dict.fromkeys(c.source.document for c in new_chunks)
         )
     return new, summary
-
-
-class _DocumentsAfter:
-    """The document list after an update (:data:`~psirag.index_data.DOCUMENTS_AFTER`): the
-    list before it (or how to make that) without the removed ids, then the added ones; made
-    once, on first call."""
-
-    def __init__(
-        self,
-        before: tuple[str, ...] | Callable[[], tuple[str, ...]],
-        removed: Sequence[str],
-        near: np.ndarray | None,
-        added: tuple[str, ...],
-    ) -> None:
-        self._before, self._removed, self._near, self._added = before, removed, near, added
-        self._made: tuple[str, ...] | None = None
-
-    def __call__(self) -> tuple[str, ...]:
-        if self._made is None:
-            before = self._before if isinstance(self._before, tuple) else self._before()
-            self._made = _without_ids(before, self._removed, self._near) + self._added
-            self._before = ()  # (the list before: no longer held)
-        return self._made
 
 
 _FEW_REMOVED = 8
