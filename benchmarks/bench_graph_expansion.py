@@ -29,21 +29,14 @@ import numpy as np
 from _common import MINILM_CACHE, RESULTS, machine_info
 
 from psirag.heap import ask_for_huge_pages
-from psirag.retrieval.leaf_graph import BUILD_BATCH, CONNECTIVITY, INSERT_EF, require_usearch
+from psirag.retrieval.leaf_graph import BUILD_BATCH, INSERT_EF, new_graph
 
 SEARCH_EF = (64, INSERT_EF, 160)
 
 
 def measure(base: np.ndarray, queries: np.ndarray, expansion: int) -> dict[str, Any]:
-    index_class = require_usearch()
     exact = np.argsort(-(queries @ base.T), axis=1)[:, :10]
-    graph = index_class(
-        ndim=int(base.shape[1]),
-        metric="ip",
-        dtype="f16",
-        connectivity=CONNECTIVITY,
-        expansion_add=expansion,
-    )
+    graph = new_graph(int(base.shape[1]), expansion)
     keys = np.arange(base.shape[0], dtype=np.uint64)
     t0 = time.process_time()
     for lo in range(0, base.shape[0], BUILD_BATCH):

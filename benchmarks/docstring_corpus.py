@@ -82,8 +82,8 @@ def main() -> None:
     files = sorted(str(p) for root in args.root for p in root.rglob("*.py"))
     with multiprocessing.Pool() as pool:
         parts = pool.map(file_chunks, [(f, args.words) for f in files], chunksize=64)
-    seen: set[str] = set()
-    chunks = [c for part in parts for c in part if not (c in seen or seen.add(c))]
+    chunks = list(dict.fromkeys(c for part in parts for c in part))  # first of each, in order
+    unique = len(chunks)
     random.Random(args.seed).shuffle(chunks)
     chunks = chunks[: args.limit]
     with args.texts.open("w", encoding="utf-8") as f:
@@ -93,7 +93,7 @@ def main() -> None:
         json.dumps(
             {
                 "files": len(files),
-                "unique_chunks": len(seen),
+                "unique_chunks": unique,
                 "kept": len(chunks),
                 "seconds": round(time.perf_counter() - t0, 1),
             }

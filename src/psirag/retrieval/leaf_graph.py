@@ -235,6 +235,19 @@ def _members(sorted_keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return (wanted[at] == sorted_keys) if wanted.size else np.zeros(sorted_keys.size, bool)
 
 
+def new_graph(ndim: int, expansion_add: int = EXPANSION_ADD) -> Any:
+    """An empty usearch graph as the index builds one (inner product on unit vectors, f16,
+    :data:`CONNECTIVITY`); ``expansion_add`` other than :data:`EXPANSION_ADD` only to measure
+    it (``benchmarks/bench_graph_expansion.py``)."""
+    return require_usearch()(
+        ndim=ndim,
+        metric="ip",
+        dtype="f16",
+        connectivity=CONNECTIVITY,
+        expansion_add=expansion_add,
+    )
+
+
 class LeafGraph:
     """The leaves' nearest-neighbour index, log-structured: an immutable base graph, the base
     keys removed since (tombstones, filtered out of its hits) and the leaves added since (the
@@ -315,15 +328,8 @@ class LeafGraph:
         the other stages run and on every core once they wait for it. The leaves are inserted
         in key order either way, and batches inserted on one thread give the same graph, byte
         for byte, as one call on one thread."""
-        index_class = require_usearch()
         vectors = np.ascontiguousarray(leaf_vectors, dtype=np.float32)
-        graph = index_class(
-            ndim=int(vectors.shape[1]),
-            metric="ip",
-            dtype="f16",
-            connectivity=CONNECTIVITY,
-            expansion_add=EXPANSION_ADD,
-        )
+        graph = new_graph(int(vectors.shape[1]))
         keys = np.arange(vectors.shape[0], dtype=np.int64)
         step = keys.size if widen is None else BUILD_BATCH
         ids = keys.astype(np.uint64)
@@ -553,6 +559,7 @@ __all__ = [
     "GraphBase",
     "LeafGraph",
     "fold_limit",
+    "new_graph",
     "require_usearch",
     "usearch_available",
 ]
