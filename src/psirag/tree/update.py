@@ -816,22 +816,52 @@ def _patched_children(
     old_offsets, old_order = old._children_csr
     old_nodes = old.n_nodes
     fan = np.zeros(new.n_nodes, dtype=np.int64)
-    kept = new_id[:old_nodes] >= 0
-    fan[new_id[:old_nodes][kept]] = np.diff(old_offsets)[kept]
+    old_ids = new_id[:old_nodes]
+    if killed.size:
+        kept = old_ids >= 0
+        fan[old_ids[kept]] = np.diff(old_offsets)[kept]
+    else:  # an add: every old node is kept
+        fan[old_ids] = np.diff(old_offsets)
     redone = np.fromiter(lists, dtype=np.int64, count=len(lists))
     fan[new_id[redone]] = [len(k) for k in lists.values()]
     offsets = np.zeros(new.n_nodes + 1, dtype=np.int64)
     np.cumsum(fan, out=offsets[1:])
+    del fan
     order = np.empty(int(offsets[-1]), dtype=np.int64)
-    skip_old = np.ones(old_order.size, dtype=bool)
-    for u in [*redone[redone < old_nodes].tolist(), *killed.tolist()]:
-        skip_old[old_offsets[u] : old_offsets[u + 1]] = False
-    fill = np.ones(order.size, dtype=bool)
-    for u, kids in lists.items():
-        w = int(new_id[u])
-        fill[offsets[w] : offsets[w + 1]] = False
+    # the old blocks copied: every one but the redone nodes' and the killed nodes', in the old
+    # order, which their nodes' new ids keep; they fill the places the laid-out blocks leave
+    dropped = sorted({*redone[redone < old_nodes].tolist(), *killed.tolist()})
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for u in dropped:  # (a node's block starts where the one of the node before it ends)
+        lo, hi = int(old_offsets[u]), int(old_offsets[u + 1])
+        if lo > start:
+            runs.append((start, lo))
+        start = max(start, hi)
+    if start < old_order.size:
+        runs.append((start, int(old_order.size)))
+    runs.reverse()  # taken from the end
+    at = 0
+
+    def copy_old(upto: int) -> None:
+        nonlocal at
+        while at < upto:
+            if not runs:
+                raise ValueError("the children table's copied blocks do not fill it")
+            lo, hi = runs.pop()
+            take = min(hi - lo, upto - at)
+            order[at : at + take] = new_id[old_order[lo : lo + take]]
+            at += take
+            if lo + take < hi:
+                runs.append((lo + take, hi))
+
+    for w, kids in sorted((int(new_id[u]), kids) for u, kids in lists.items()):
+        copy_old(int(offsets[w]))
         order[offsets[w] : offsets[w + 1]] = np.sort(new_id[np.asarray(kids, dtype=np.int64)])
-    order[fill] = new_id[old_order[skip_old]]
+        at = int(offsets[w + 1])
+    copy_old(order.size)
+    if runs:
+        raise ValueError("the children table's copied blocks do not fit it")
     return offsets, order
 
 
