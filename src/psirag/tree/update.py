@@ -688,20 +688,20 @@ class _Work:
         old = self.old
         n_old, old_nodes = old.n_leaves, old.n_nodes
         parent = self.parent.array(np.int64)
-        layer = self.layer.array(np.int64)
+        layer = self.layer.array(np.int32)  # the new tree's dtype: its layer is a gather of it
         alive = self.alive.array(bool)
         n_work = parent.size
         new_rows = np.asarray(self.new_rows, dtype=np.int64)
         killed = np.fromiter((u for u, ok in self.alive.changed.items() if not ok), dtype=np.int64)
         # ids: old leaves in order, new leaves in input order, then by layer old and added
-        new_id = np.full(n_work, -1, dtype=np.int64)
+        new_id = np.arange(n_work, dtype=np.int64)  # (the old leaves' ids where none died)
+        new_id[n_old:] = -1
         dead_leaves = killed[killed < n_old]
         n_kept = n_old - dead_leaves.size
         if dead_leaves.size:
+            new_id[:n_old] = -1
             kept_leaves = np.flatnonzero(alive[:n_old])
             new_id[kept_leaves] = np.arange(n_kept)
-        else:
-            new_id[:n_old] = np.arange(n_old)
         n_leaves = n_kept + new_rows.size
         new_id[new_rows] = n_kept + np.arange(new_rows.size)
         added = np.arange(old_nodes, n_work, dtype=np.int64)
@@ -734,9 +734,14 @@ class _Work:
         order = np.empty(n_final, dtype=np.int64)  # new id -> working id
         present = np.flatnonzero(new_id >= 0)
         order[new_id[present]] = present
+        del present
         p = parent[order]
-        new_parent = np.where(p >= 0, new_id[np.maximum(p, 0)], -1)
-        final = Tree(parent=new_parent, layer=layer[order].astype(np.int32))
+        root = p < 0
+        np.maximum(p, 0, out=p)
+        new_parent = new_id[p]
+        new_parent[root] = -1
+        del p, root
+        final = Tree(parent=new_parent, layer=layer[order])
         final.__dict__["n_leaves"] = n_leaves
         # what changed: nodes that are new or whose parent changed, lists that changed
         lists = {u: kids for u, kids in self.kids.lists.items() if alive[u]}
