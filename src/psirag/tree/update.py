@@ -732,9 +732,12 @@ class _Work:
             new_id[added_inner] = first[added_layer] + old_count[added_layer] + ranks
         n_final = n_leaves + int(old_count[1:].sum() + add_count[1:].sum())
         order = np.empty(n_final, dtype=np.int64)  # new id -> working id
-        present = np.flatnonzero(new_id >= 0)
-        order[new_id[present]] = present
-        del present
+        if n_final == n_work:  # every working node kept (an add): ids are a permutation
+            order[new_id] = np.arange(n_work, dtype=np.int64)
+        else:
+            present = np.flatnonzero(new_id >= 0)
+            order[new_id[present]] = present
+            del present
         p = parent[order]
         root = p < 0
         np.maximum(p, 0, out=p)
