@@ -1019,8 +1019,10 @@ class IndexWriter:
         try:
             files: dict[str, dict[str, Any]] = {}
             written: list[tuple[str, Path]] = []
+            folders: set[Path] = set()
             for p in sorted(self.staging.rglob("*")):
                 if p.is_dir():
+                    folders.add(p)  # (synced below, once their files are)
                     continue
                 rel = p.relative_to(self.staging).as_posix()
                 if rel == ownership.MARKER:
@@ -1033,7 +1035,7 @@ class IndexWriter:
             _fsync_files([p for _, p in written])
             for rel, p in written:
                 files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for d in sorted({p for p in self.staging.rglob("*") if p.is_dir()}, reverse=True):
+            for d in sorted(folders, reverse=True):
                 _fsync_dir(d)
             body = {k: v for k, v in manifest.items() if k not in ("files", "manifest_sha256")}
             full = {
