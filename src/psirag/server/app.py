@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from psirag import __version__
-from psirag.server.embedding import configure_warm_up, stop_warm_ups
+from psirag.server.embedding import configure_warm_up, stop_warm_ups, warm_writer
 from psirag.server.errors import error_body, exception_response, install_error_handlers
 from psirag.server.jobs import JOBS_FILE, JobRunner
 from psirag.server.living import run_job
@@ -76,6 +76,9 @@ def create_app(
         jobs = JobRunner(folder / JOBS_FILE if folder.is_dir() else None)
     state = ServerState(IndexHolder(index, folder, boot=boot), settings, gated, jobs)
     jobs.perform = lambda job: run_job(state, job)
+    if jobs.observe is None:  # the writer's heap, made ready for the first write
+        served = index.data
+        jobs.on_writer(lambda busy: warm_writer(served, busy))
     web = web_static()
 
     mcp_server = None

@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -200,6 +200,7 @@ def prepare_index(index: Index) -> Index:
     _warm_times.update(started=time.time(), seconds=None)
     _warm_state["read_ahead"] = None
     _warm_state["add_first"] = None
+    _warm_state["writer"] = None
     threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
 
@@ -208,6 +209,29 @@ def configure_warm_up(*, read_ahead_share: float) -> None:
     """The share of the available memory a warm-up may read into the page cache (see
     :mod:`psirag.server.read_ahead`; 0: none), for the warm-ups started after this call."""
     _warm_state["share"] = max(0.0, float(read_ahead_share))
+
+
+WRITER_POLL_S = 0.01
+"""How often :func:`warm_writer` looks for the end of the warm-up, and for a queued write."""
+
+
+def warm_writer(data: IndexData, busy: Callable[[], bool]) -> None:
+    """On the writer thread (:meth:`psirag.server.jobs.JobRunner.on_writer`), once the
+    warm-up of ``data`` is done: rehearse a one-document add (see
+    :mod:`psirag.server.rehearsal`), unless a write comes first. ``GET /index`` reports it as
+    ``warm_up.writer``."""
+    while _warming[0] is data and _warm_times["seconds"] is None:
+        if busy():
+            return
+        time.sleep(WRITER_POLL_S)
+    if _warming[0] is not data or busy():
+        return
+    from psirag.server.rehearsal import rehearse_add
+
+    t0 = time.perf_counter()
+    done = rehearse_add(data, busy)
+    if done["tree_s"] is not None or done["abstracts_s"] is not None:
+        _warm_state["writer"] = {**done, "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def stop_warm_ups() -> None:
@@ -230,7 +254,12 @@ _warm_times: dict[str, float | None] = {"started": None, "seconds": None}
 """When the last :func:`prepare_index`'s warm-up started (epoch seconds) and how long it
 took (None: still running, or none started)."""
 
-_warm_state: dict[str, Any] = {"share": READ_AHEAD_SHARE, "read_ahead": None, "add_first": None}
+_warm_state: dict[str, Any] = {
+    "share": READ_AHEAD_SHARE,
+    "read_ahead": None,
+    "add_first": None,
+    "writer": None,
+}
 """The read-ahead bound (:func:`configure_warm_up`) and what the last warm-up read ahead (the
 add's files first, then the rest)."""
 
@@ -244,6 +273,8 @@ def warm_up_status() -> dict[str, Any]:
     counts)."""
     seconds = _warm_times["seconds"]
     out: dict[str, Any] = {"done": seconds is not None, "seconds": seconds}
+    if _warm_state.get("writer") is not None:  # the writer's rehearsal of an add
+        out["writer"] = _warm_state["writer"]
     read = _warm_state["read_ahead"]
     if read is not None:  # the mapped files read into the page cache (see read_ahead)
         first = _warm_state.get("add_first") or {}
@@ -367,4 +398,5 @@ __all__ = [
     "stop_warm_ups",
     "warm_up",
     "warm_up_status",
+    "warm_writer",
 ]
