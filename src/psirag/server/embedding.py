@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -211,29 +211,6 @@ def configure_warm_up(*, read_ahead_share: float) -> None:
     _warm_state["share"] = max(0.0, float(read_ahead_share))
 
 
-WRITER_POLL_S = 0.01
-"""How often :func:`warm_writer` looks for the end of the warm-up, and for a queued write."""
-
-
-def warm_writer(data: IndexData, busy: Callable[[], bool]) -> None:
-    """On the writer thread (:meth:`psirag.server.jobs.JobRunner.on_writer`), once the
-    warm-up of ``data`` is done: rehearse a one-document add (see
-    :mod:`psirag.server.rehearsal`), unless a write comes first. ``GET /index`` reports it as
-    ``warm_up.writer``."""
-    while _warming[0] is data and _warm_times["seconds"] is None:
-        if busy():
-            return
-        time.sleep(WRITER_POLL_S)
-    if _warming[0] is not data or busy():
-        return
-    from psirag.server.rehearsal import rehearse_add
-
-    t0 = time.perf_counter()
-    done = rehearse_add(data, busy)
-    if done["tree_s"] is not None or done["abstracts_s"] is not None:
-        _warm_state["writer"] = {**done, "seconds": round(time.perf_counter() - t0, 3)}
-
-
 def stop_warm_ups() -> None:
     """Stop the running warm-ups' reads ahead, between two buffers (a server that stops)."""
     _stop[0].set()
@@ -398,5 +375,4 @@ __all__ = [
     "stop_warm_ups",
     "warm_up",
     "warm_up_status",
-    "warm_writer",
 ]

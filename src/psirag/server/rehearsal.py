@@ -25,10 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from psirag.server import embedding
+
 if TYPE_CHECKING:
     from psirag.index_data import IndexData
 
-__all__ = ["REHEARSAL_MIN_LEAVES", "REHEARSED_LEAVES", "REHEARSED_NODE_LEAVES", "rehearse_add"]
+__all__ = [
+    "REHEARSAL_MIN_LEAVES",
+    "REHEARSED_LEAVES",
+    "REHEARSED_NODE_LEAVES",
+    "WRITER_POLL_S",
+    "rehearse_add",
+    "warm_writer",
+]
 
 REHEARSAL_MIN_LEAVES = 50_000
 """Indexes with fewer leaves are not rehearsed (their updates allocate a few MB)."""
@@ -97,3 +106,23 @@ def rehearse_add(data: IndexData, busy: Callable[[], bool]) -> dict[str, Any]:
         out["nodes"] += 1
     out["abstracts_s"] = round(time.perf_counter() - t0, 3)
     return out
+
+
+WRITER_POLL_S = 0.01
+"""How often :func:`warm_writer` looks for the end of the warm-up, and for a queued write."""
+
+
+def warm_writer(data: IndexData, busy: Callable[[], bool]) -> None:
+    """On the writer thread (:meth:`psirag.server.jobs.JobRunner.on_writer`), once the
+    warm-up of ``data`` is done: rehearse a one-document add (:func:`rehearse_add`), unless a
+    write comes first. ``GET /index`` reports it as ``warm_up.writer``."""
+    while embedding._warming[0] is data and embedding._warm_times["seconds"] is None:
+        if busy():
+            return
+        time.sleep(WRITER_POLL_S)
+    if embedding._warming[0] is not data or busy():
+        return
+    t0 = time.perf_counter()
+    done = rehearse_add(data, busy)
+    if done["tree_s"] is not None or done["abstracts_s"] is not None:
+        embedding._warm_state["writer"] = {**done, "seconds": round(time.perf_counter() - t0, 3)}
