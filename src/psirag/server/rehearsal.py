@@ -34,6 +34,7 @@ __all__ = [
     "REHEARSAL_MIN_LEAVES",
     "REHEARSED_LEAVES",
     "REHEARSED_NODE_LEAVES",
+    "REHEARSED_TREES",
     "WRITER_POLL_S",
     "rehearse_add",
     "warm_writer",
@@ -44,6 +45,9 @@ REHEARSAL_MIN_LEAVES = 50_000
 
 REHEARSED_LEAVES = 4
 """Leaves inserted by the rehearsal (copies of indexed ones' vectors): a document's chunks."""
+
+REHEARSED_TREES = 2
+"""Tree insertions the rehearsal makes, each result kept until the last is made."""
 
 REHEARSED_NODE_LEAVES = 5_000
 """The rehearsal scores the ancestors of a leaf with at most this many leaves: the size of the
@@ -73,16 +77,21 @@ def rehearse_add(data: IndexData, busy: Callable[[], bool]) -> dict[str, Any]:
         vectors = np.asarray(state.leaf_vectors[np.arange(REHEARSED_LEAVES)], dtype=np.float32)
         graph = data.leaf_graph
         points = None if graph is None else graph.nearest(vectors, state.leaf_vectors)
-        insert_leaves(
-            state.tree,
-            state.leaf_vectors,
-            vectors,
-            max_children=config.max_children,
-            node_vectors=state.vectors,
-            stale=state.fresh,
-            nearest=points,
-        )
-        del state
+        # twice, the first tree kept meanwhile: a server's second add makes its tree while
+        # the first add's is served, so the heap it finds must hold two
+        kept = [
+            insert_leaves(
+                state.tree,
+                state.leaf_vectors,
+                vectors,
+                max_children=config.max_children,
+                node_vectors=state.vectors,
+                stale=state.fresh,
+                nearest=points,
+            )
+            for _ in range(REHEARSED_TREES)
+        ]
+        del state, kept
         out["tree_s"] = round(time.perf_counter() - t0, 3)
     table = data.phrase_table
     if config.abstracts != "keywords" or table is None:
