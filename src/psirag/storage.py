@@ -29,6 +29,7 @@ No pickle anywhere: arrays are plain .npy (``allow_pickle=False``), text is JSON
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import fcntl
@@ -151,8 +152,26 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_json(path: Path, payload: dict[str, Any]) -> bytes:
-    data = (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+def _encoded(payload: dict[str, Any]) -> bytes:
+    return (json.dumps(payload, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _with_last_key(raw: bytes, payload: dict[str, Any]) -> bytes | None:
+    """What :func:`_encoded` makes of ``payload``, from ``raw``, the encoding of ``payload``
+    without its last key (the pointer: the generation's manifest and its checksum), without
+    encoding the rest again (a pure-Python pass over a manifest of a few hundred files);
+    None when ``raw`` does not end as such an encoding does."""
+    if len(payload) < 2 or not raw.endswith(b"\n}\n"):
+        return None
+    key, value = next(reversed(payload.items()))
+    last = json.dumps({key: value}, indent=2, ensure_ascii=False)  # '{\n  "key": value\n}'
+    return raw[: -len(b"\n}\n")] + b"," + last[1:].encode("utf-8") + b"\n"
+
+
+def _write_json(path: Path, payload: dict[str, Any], *, encoded: bytes | None = None) -> bytes:
+    """``payload`` as indented JSON, written and synced (``encoded``: its bytes, made
+    already)."""
+    data = _encoded(payload) if encoded is None else encoded
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
@@ -854,6 +873,8 @@ class IndexWriter:
         self.base: IndexReader | None = None
         self._legacy_files: list[str] = []
         self._kept: dict[str, dict[str, Any]] = {}
+        # the base's file names: the manifest's listing, sorted, and each name's place in it
+        self._base_index: tuple[dict[str, Any], list[str], dict[str, int]] | None = None
         try:
             self.store.check_writable()  # again, now that we hold the lock
             self.store.cleanup()
@@ -951,7 +972,7 @@ class IndexWriter:
             raise ValueError("this writer has no base generation to keep files from")
         check_file_name(name, self.staging)
         files = self.base.manifest["files"]
-        names = [f for f in files if f == name or f.startswith(name + "/")]
+        names = self._base_names(name)
         if not names:
             raise IndexFormatError(f"{self.base.folder}: the base generation has no {name}")
         for f in names:
@@ -964,6 +985,26 @@ class IndexWriter:
             self._kept[f] = dict(files[f])
         _checkpoint(f"file:{name}")
         return names
+
+    def _base_names(self, name: str) -> list[str]:
+        """The base generation's files that are ``name`` or lie under folder ``name``, in the
+        manifest's order: found in its names sorted once (a delta save keeps a few hundred
+        files one call at a time, each a scan of every name otherwise)."""
+        assert self.base is not None
+        files = self.base.manifest["files"]
+        index = self._base_index
+        if index is None or index[0] is not files:
+            ranked = {f: i for i, f in enumerate(files)}
+            index = self._base_index = (files, sorted(ranked), ranked)
+        _, ordered, ranked = index
+        found = [name] if name in ranked else []
+        under = name + "/"
+        # names under the folder sort together, right after the folder's own prefix
+        i = bisect.bisect_left(ordered, under)
+        while i < len(ordered) and ordered[i].startswith(under):
+            found.append(ordered[i])
+            i += 1
+        return sorted(found, key=ranked.__getitem__) if len(found) > 1 else found
 
     def is_kept(self, name: str) -> bool:
         """Whether ``name`` was carried over from the base generation by :meth:`keep`."""
@@ -978,8 +1019,10 @@ class IndexWriter:
         try:
             files: dict[str, dict[str, Any]] = {}
             written: list[tuple[str, Path]] = []
+            folders: set[Path] = set()
             for p in sorted(self.staging.rglob("*")):
                 if p.is_dir():
+                    folders.add(p)  # (synced below, once their files are)
                     continue
                 rel = p.relative_to(self.staging).as_posix()
                 if rel == ownership.MARKER:
@@ -992,7 +1035,7 @@ class IndexWriter:
             _fsync_files([p for _, p in written])
             for rel, p in written:
                 files[rel] = {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
-            for d in sorted({p for p in self.staging.rglob("*") if p.is_dir()}, reverse=True):
+            for d in sorted(folders, reverse=True):
                 _fsync_dir(d)
             body = {k: v for k, v in manifest.items() if k not in ("files", "manifest_sha256")}
             full = {
@@ -1014,7 +1057,7 @@ class IndexWriter:
             _checkpoint("renamed")
             pointer = {**full, "manifest_sha256": hashlib.sha256(raw).hexdigest()}
             tmp = self.target / ownership.temp_name(POINTER_TMP, self.token)
-            _write_json(tmp, pointer)
+            _write_json(tmp, pointer, encoded=_with_last_key(raw, pointer))
             _checkpoint("before-pointer")
             os.replace(tmp, self.target / MANIFEST)
             self._published = True

@@ -2246,21 +2246,49 @@ class _PerPhrase:
         self.pads = _pads(d.vocab)
         self.batches: list[tuple[np.ndarray, tuple[np.ndarray, ...]]] = []
         self.one: dict[int, tuple[np.ndarray, ...]] = {}
+        # the phrases asked for last (a copy), their values' batch, positions there (None:
+        # the batch is theirs) and the values gathered so far
+        self._last: (
+            tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray | None, dict[int, np.ndarray]]
+            | None
+        ) = None
 
     def __call__(self, pids: np.ndarray) -> tuple[np.ndarray, ...]:
-        if pids.size != 1:
-            if self.batches and pids.size:  # most reads are of the node's phrases asked last
-                keys, values = self.batches[-1]
-                at = np.minimum(np.searchsorted(keys, pids), keys.size - 1)
-                if bool(np.all(keys[at] == pids)):
-                    return tuple(a[at] for a in values)
-            got = self._compute(pids)
-            if pids.size:
-                order = np.argsort(pids, kind="stable")
-                self.batches = self.batches[-self._KEPT_BATCHES + 1 :]
-                self.batches.append((pids[order], tuple(a[order] for a in got)))
-            return got
-        pid = int(pids[0])
+        return tuple(self.field(pids, which) for which in range(4))
+
+    def field(self, pids: np.ndarray, which: int) -> np.ndarray:
+        """One of the values of ``pids``. A node's scoring reads several of them for the same
+        phrases one after another (their column keys, word counts, entity flags): the phrases
+        last asked for are found once and each value gathered once."""
+        if pids.size == 1:
+            return self._one(int(pids[0]))[which]
+        last = self._last
+        if last is None or last[0].size != pids.size or not np.array_equal(last[0], pids):
+            last = self._last = (pids.copy(), *self._find(pids), {})
+        _, values, at, gathered = last
+        got = gathered.get(which)
+        if got is None:
+            got = values[which] if at is None else values[which][at]
+            got.flags.writeable = False  # handed out again for the same phrases
+            gathered[which] = got
+        return got
+
+    def _find(self, pids: np.ndarray) -> tuple[tuple[np.ndarray, ...], np.ndarray | None]:
+        """The values of ``pids`` (several): the batch they were computed in and their
+        positions there, or (None) computed now as a new batch."""
+        if self.batches and pids.size:  # most reads are of the node's phrases asked last
+            keys, values = self.batches[-1]
+            at = np.minimum(np.searchsorted(keys, pids), keys.size - 1)
+            if bool(np.all(keys[at] == pids)):
+                return values, at
+        got = self._compute(pids)
+        if pids.size:
+            order = np.argsort(pids, kind="stable")
+            self.batches = self.batches[-self._KEPT_BATCHES + 1 :]
+            self.batches.append((pids[order], tuple(a[order] for a in got)))
+        return got, None
+
+    def _one(self, pid: int) -> tuple[np.ndarray, ...]:
         one = self.one.get(pid)
         if one is None:
             for keys, values in reversed(self.batches):
@@ -2269,7 +2297,7 @@ class _PerPhrase:
                     one = tuple(a[i : i + 1] for a in values)
                     break
             else:
-                one = self._compute(pids)
+                one = self._compute(np.array([pid], dtype=np.int64))
             self.one[pid] = one
         return one
 
@@ -2294,5 +2322,5 @@ class _Lookup:
 
     def __getitem__(self, pids: Any) -> Any:
         at = np.asarray(pids, dtype=np.int64)
-        got = self.per_phrase(at.reshape(-1))[self.which]
+        got = self.per_phrase.field(at.reshape(-1), self.which)
         return got[0] if at.ndim == 0 else got.reshape(at.shape + got.shape[1:])

@@ -200,6 +200,7 @@ def prepare_index(index: Index) -> Index:
     _warm_times.update(started=time.time(), seconds=None)
     _warm_state["read_ahead"] = None
     _warm_state["add_first"] = None
+    _warm_state["writer"] = None
     threading.Thread(target=warm_up, args=(index.data,), name="psirag-warm-up", daemon=True).start()
     return index
 
@@ -230,7 +231,12 @@ _warm_times: dict[str, float | None] = {"started": None, "seconds": None}
 """When the last :func:`prepare_index`'s warm-up started (epoch seconds) and how long it
 took (None: still running, or none started)."""
 
-_warm_state: dict[str, Any] = {"share": READ_AHEAD_SHARE, "read_ahead": None, "add_first": None}
+_warm_state: dict[str, Any] = {
+    "share": READ_AHEAD_SHARE,
+    "read_ahead": None,
+    "add_first": None,
+    "writer": None,
+}
 """The read-ahead bound (:func:`configure_warm_up`) and what the last warm-up read ahead (the
 add's files first, then the rest)."""
 
@@ -244,6 +250,8 @@ def warm_up_status() -> dict[str, Any]:
     counts)."""
     seconds = _warm_times["seconds"]
     out: dict[str, Any] = {"done": seconds is not None, "seconds": seconds}
+    if _warm_state.get("writer") is not None:  # the writer's rehearsal of an add
+        out["writer"] = _warm_state["writer"]
     read = _warm_state["read_ahead"]
     if read is not None:  # the mapped files read into the page cache (see read_ahead)
         first = _warm_state.get("add_first") or {}

@@ -70,6 +70,13 @@ from psirag.server.shared_jobs import SharedJobs
 log = logging.getLogger("psirag.server")
 
 
+class _Prepare:
+    """A preparation queued on the writer thread (:meth:`JobRunner.on_writer`)."""
+
+    def __init__(self, run: Callable[[Callable[[], bool]], None]) -> None:
+        self.run = run
+
+
 class JobRunner:
     """A queue of write jobs and the one thread that runs them in order.
 
@@ -103,7 +110,7 @@ class JobRunner:
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._save_lock = threading.Lock()  # one writer of the jobs file at a time
-        self._queue: queue.Queue[tuple[Job, Work] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[Job, Work] | _Prepare | None] = queue.Queue()
         self.path = path
         self.perform = perform
         self.shared = shared
@@ -152,6 +159,13 @@ class JobRunner:
         self._save(job)
         self._queue.put((job, run))
         return job
+
+    def on_writer(self, prepare: Callable[[Callable[[], bool]], None]) -> None:
+        """Run ``prepare(busy)`` on the writer thread before the jobs queued after this call
+        (what only that thread can make ready, such as its own heap); ``busy()`` says whether
+        a job is waiting meanwhile, so that ``prepare`` can give way. Its errors are logged,
+        never raised, and no job waits for it to be queued."""
+        self._queue.put(_Prepare(prepare))
 
     def retry(self, job_id: str) -> Job | None:
         """A new job doing what the failed job ``job_id`` should have done; None if it cannot."""
@@ -276,6 +290,12 @@ class JobRunner:
             item = self._queue.get()
             if item is None:
                 return
+            if isinstance(item, _Prepare):
+                try:
+                    item.run(lambda: not self._queue.empty())
+                except Exception as exc:  # a preparation only saves time; the jobs do the rest
+                    log.debug("preparing the writer failed: %s", exc)
+                continue
             job, work = item
             job.started = time.time()
             job.timings["queued"] = round(max(0.0, job.started - job.created), 4)

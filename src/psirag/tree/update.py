@@ -688,20 +688,20 @@ class _Work:
         old = self.old
         n_old, old_nodes = old.n_leaves, old.n_nodes
         parent = self.parent.array(np.int64)
-        layer = self.layer.array(np.int64)
+        layer = self.layer.array(np.int32)  # the new tree's dtype: its layer is a gather of it
         alive = self.alive.array(bool)
         n_work = parent.size
         new_rows = np.asarray(self.new_rows, dtype=np.int64)
         killed = np.fromiter((u for u, ok in self.alive.changed.items() if not ok), dtype=np.int64)
         # ids: old leaves in order, new leaves in input order, then by layer old and added
-        new_id = np.full(n_work, -1, dtype=np.int64)
+        new_id = np.arange(n_work, dtype=np.int64)  # (the old leaves' ids where none died)
+        new_id[n_old:] = -1
         dead_leaves = killed[killed < n_old]
         n_kept = n_old - dead_leaves.size
         if dead_leaves.size:
+            new_id[:n_old] = -1
             kept_leaves = np.flatnonzero(alive[:n_old])
             new_id[kept_leaves] = np.arange(n_kept)
-        else:
-            new_id[:n_old] = np.arange(n_old)
         n_leaves = n_kept + new_rows.size
         new_id[new_rows] = n_kept + np.arange(new_rows.size)
         added = np.arange(old_nodes, n_work, dtype=np.int64)
@@ -732,11 +732,19 @@ class _Work:
             new_id[added_inner] = first[added_layer] + old_count[added_layer] + ranks
         n_final = n_leaves + int(old_count[1:].sum() + add_count[1:].sum())
         order = np.empty(n_final, dtype=np.int64)  # new id -> working id
-        present = np.flatnonzero(new_id >= 0)
-        order[new_id[present]] = present
+        if n_final == n_work:  # every working node kept (an add): ids are a permutation
+            order[new_id] = np.arange(n_work, dtype=np.int64)
+        else:
+            present = np.flatnonzero(new_id >= 0)
+            order[new_id[present]] = present
+            del present
         p = parent[order]
-        new_parent = np.where(p >= 0, new_id[np.maximum(p, 0)], -1)
-        final = Tree(parent=new_parent, layer=layer[order].astype(np.int32))
+        root = p < 0
+        np.maximum(p, 0, out=p)
+        new_parent = new_id[p]
+        new_parent[root] = -1
+        del p, root
+        final = Tree(parent=new_parent, layer=layer[order])
         final.__dict__["n_leaves"] = n_leaves
         # what changed: nodes that are new or whose parent changed, lists that changed
         lists = {u: kids for u, kids in self.kids.lists.items() if alive[u]}
@@ -816,22 +824,52 @@ def _patched_children(
     old_offsets, old_order = old._children_csr
     old_nodes = old.n_nodes
     fan = np.zeros(new.n_nodes, dtype=np.int64)
-    kept = new_id[:old_nodes] >= 0
-    fan[new_id[:old_nodes][kept]] = np.diff(old_offsets)[kept]
+    old_ids = new_id[:old_nodes]
+    if killed.size:
+        kept = old_ids >= 0
+        fan[old_ids[kept]] = np.diff(old_offsets)[kept]
+    else:  # an add: every old node is kept
+        fan[old_ids] = np.diff(old_offsets)
     redone = np.fromiter(lists, dtype=np.int64, count=len(lists))
     fan[new_id[redone]] = [len(k) for k in lists.values()]
     offsets = np.zeros(new.n_nodes + 1, dtype=np.int64)
     np.cumsum(fan, out=offsets[1:])
+    del fan
     order = np.empty(int(offsets[-1]), dtype=np.int64)
-    skip_old = np.ones(old_order.size, dtype=bool)
-    for u in [*redone[redone < old_nodes].tolist(), *killed.tolist()]:
-        skip_old[old_offsets[u] : old_offsets[u + 1]] = False
-    fill = np.ones(order.size, dtype=bool)
-    for u, kids in lists.items():
-        w = int(new_id[u])
-        fill[offsets[w] : offsets[w + 1]] = False
+    # the old blocks copied: every one but the redone nodes' and the killed nodes', in the old
+    # order, which their nodes' new ids keep; they fill the places the laid-out blocks leave
+    dropped = sorted({*redone[redone < old_nodes].tolist(), *killed.tolist()})
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for u in dropped:  # (a node's block starts where the one of the node before it ends)
+        lo, hi = int(old_offsets[u]), int(old_offsets[u + 1])
+        if lo > start:
+            runs.append((start, lo))
+        start = max(start, hi)
+    if start < old_order.size:
+        runs.append((start, int(old_order.size)))
+    runs.reverse()  # taken from the end
+    at = 0
+
+    def copy_old(upto: int) -> None:
+        nonlocal at
+        while at < upto:
+            if not runs:
+                raise ValueError("the children table's copied blocks do not fill it")
+            lo, hi = runs.pop()
+            take = min(hi - lo, upto - at)
+            order[at : at + take] = new_id[old_order[lo : lo + take]]
+            at += take
+            if lo + take < hi:
+                runs.append((lo + take, hi))
+
+    for w, kids in sorted((int(new_id[u]), kids) for u, kids in lists.items()):
+        copy_old(int(offsets[w]))
         order[offsets[w] : offsets[w + 1]] = np.sort(new_id[np.asarray(kids, dtype=np.int64)])
-    order[fill] = new_id[old_order[skip_old]]
+        at = int(offsets[w + 1])
+    copy_old(order.size)
+    if runs:
+        raise ValueError("the children table's copied blocks do not fit it")
     return offsets, order
 
 
