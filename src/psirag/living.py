@@ -83,6 +83,7 @@ __all__ = [
     "compact_saved",
     "document_digests",
     "drift_report",
+    "rehearse_update",
     "remove_documents",
     "update_saved",
 ]
@@ -687,6 +688,71 @@ class _LeafTexts(Sequence[str]):
         if isinstance(i, slice):
             return [c.text for c in self._chunks[i]]
         return self._chunks[i].text
+
+
+def rehearse_update(
+    data: IndexData,
+    busy: Callable[[], bool],
+    *,
+    leaves: int,
+    trees: int,
+    node_leaves: int,
+) -> dict[str, Any]:
+    """Make, and drop, what a one-document add of ``leaves`` chunks makes, reading ``data`` only:
+    ``trees`` tree insertions of copies of indexed leaves' vectors (each kept until the last is
+    made) and the keyword abstracts of one leaf's ancestors of at most ``node_leaves`` leaves,
+    stopping between steps when ``busy()``. What a server's writer thread runs after its start
+    (:mod:`psirag.server.rehearsal`), so that its first add finds its heap grown. Returns
+    ``tree_s`` and ``abstracts_s`` (None: not done), ``nodes`` scored and ``stopped``."""
+    out: dict[str, Any] = {"tree_s": None, "abstracts_s": None, "nodes": 0, "stopped": False}
+    if busy():
+        out["stopped"] = True
+        return out
+    tree, config = data.tree, data.config
+    if not config.tree_per_document and tree.roots.size == 1:
+        t0 = time.perf_counter()
+        state = _State.of(data)
+        vectors = np.asarray(state.leaf_vectors[np.arange(leaves)], dtype=np.float32)
+        graph = data.leaf_graph
+        points = None if graph is None else graph.nearest(vectors, state.leaf_vectors)
+        # the first tree kept meanwhile: a server's second add makes its tree while the
+        # first add's is served, so the heap it finds must hold two
+        kept = [
+            insert_leaves(
+                state.tree,
+                state.leaf_vectors,
+                vectors,
+                max_children=config.max_children,
+                node_vectors=state.vectors,
+                stale=state.fresh,
+                nearest=points,
+            )
+            for _ in range(trees)
+        ]
+        del state, kept
+        out["tree_s"] = round(time.perf_counter() - t0, 3)
+    table = data.phrase_table
+    if config.abstracts != "keywords" or table is None:
+        return out
+    from psirag.abstracts.keywords import keyword_abstracts
+
+    t0 = time.perf_counter()
+    texts = _LeafTexts(data.chunks)
+    counts = tree.leaf_counts
+    path = []
+    u = int(tree.parent[tree.n_leaves // 2])
+    while u >= 0:
+        if counts[u] <= node_leaves:
+            path.append(u)
+        u = int(tree.parent[u])
+    for u in path:
+        if busy():
+            out["stopped"] = True
+            break
+        keyword_abstracts(texts, tree, max_phrases=config.max_keywords, nodes=[u], table=table)
+        out["nodes"] += 1
+    out["abstracts_s"] = round(time.perf_counter() - t0, 3)
+    return out
 
 
 def _postings(data: IndexData) -> Postings | None:

@@ -244,6 +244,21 @@ _stop: list[threading.Event] = [threading.Event()]
 """Set by :func:`stop_warm_ups`."""
 
 
+def warm_up_finished(data: IndexData) -> bool | None:
+    """Whether the warm-up of ``data`` is done; None when the last one started was another
+    index's (``data`` is no longer the one served)."""
+    if _warming[0] is not data:
+        return None
+    return _warm_times["seconds"] is not None
+
+
+def record_writer_warm_up(data: IndexData, done: dict[str, Any]) -> None:
+    """Keep what the writer's rehearsal did (``GET /index``'s ``warm_up.writer``), if ``data``
+    is still the index whose warm-up was last started."""
+    if _warming[0] is data:
+        _warm_state["writer"] = done
+
+
 def warm_up_status() -> dict[str, Any]:
     """The last warm-up, for ``GET /index``: ``done`` and its ``seconds`` (a write that comes
     while it runs waits for what it is still making, such as the phrase table and its

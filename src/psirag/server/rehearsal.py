@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from psirag.server import embedding
 
 if TYPE_CHECKING:
@@ -59,62 +57,17 @@ def rehearse_add(data: IndexData, busy: Callable[[], bool]) -> dict[str, Any]:
     """Rehearse a one-document add on ``data`` (read only; everything made is dropped),
     stopping between steps when ``busy()`` (a write is waiting). Returns what was done:
     ``tree_s`` and ``abstracts_s`` (None: not done), ``nodes`` scored, ``stopped``."""
-    out: dict[str, Any] = {"tree_s": None, "abstracts_s": None, "nodes": 0, "stopped": False}
-    tree = data.tree
-    config = data.config
-    if tree.n_leaves < REHEARSAL_MIN_LEAVES:
-        return out
-    if busy():
-        out["stopped"] = True
-        return out
-    from psirag.living import _LeafTexts, _State
+    if data.tree.n_leaves < REHEARSAL_MIN_LEAVES:
+        return {"tree_s": None, "abstracts_s": None, "nodes": 0, "stopped": False}
+    from psirag.living import rehearse_update  # the update path, loaded where it runs
 
-    if not config.tree_per_document and tree.roots.size == 1:
-        from psirag.tree.update import insert_leaves
-
-        t0 = time.perf_counter()
-        state = _State.of(data)
-        vectors = np.asarray(state.leaf_vectors[np.arange(REHEARSED_LEAVES)], dtype=np.float32)
-        graph = data.leaf_graph
-        points = None if graph is None else graph.nearest(vectors, state.leaf_vectors)
-        # twice, the first tree kept meanwhile: a server's second add makes its tree while
-        # the first add's is served, so the heap it finds must hold two
-        kept = [
-            insert_leaves(
-                state.tree,
-                state.leaf_vectors,
-                vectors,
-                max_children=config.max_children,
-                node_vectors=state.vectors,
-                stale=state.fresh,
-                nearest=points,
-            )
-            for _ in range(REHEARSED_TREES)
-        ]
-        del state, kept
-        out["tree_s"] = round(time.perf_counter() - t0, 3)
-    table = data.phrase_table
-    if config.abstracts != "keywords" or table is None:
-        return out
-    from psirag.abstracts.keywords import keyword_abstracts
-
-    t0 = time.perf_counter()
-    texts = _LeafTexts(data.chunks)
-    counts = tree.leaf_counts
-    path = []
-    u = int(tree.parent[tree.n_leaves // 2])
-    while u >= 0:
-        if counts[u] <= REHEARSED_NODE_LEAVES:
-            path.append(u)
-        u = int(tree.parent[u])
-    for u in path:
-        if busy():
-            out["stopped"] = True
-            break
-        keyword_abstracts(texts, tree, max_phrases=config.max_keywords, nodes=[u], table=table)
-        out["nodes"] += 1
-    out["abstracts_s"] = round(time.perf_counter() - t0, 3)
-    return out
+    return rehearse_update(
+        data,
+        busy,
+        leaves=REHEARSED_LEAVES,
+        trees=REHEARSED_TREES,
+        node_leaves=REHEARSED_NODE_LEAVES,
+    )
 
 
 WRITER_POLL_S = 0.01
@@ -125,13 +78,15 @@ def warm_writer(data: IndexData, busy: Callable[[], bool]) -> None:
     """On the writer thread (:meth:`psirag.server.jobs.JobRunner.on_writer`), once the
     warm-up of ``data`` is done: rehearse a one-document add (:func:`rehearse_add`), unless a
     write comes first. ``GET /index`` reports it as ``warm_up.writer``."""
-    while embedding._warming[0] is data and embedding._warm_times["seconds"] is None:
+    while (finished := embedding.warm_up_finished(data)) is False:
         if busy():
             return
         time.sleep(WRITER_POLL_S)
-    if embedding._warming[0] is not data or busy():
+    if finished is None or busy():  # another index is served now, or a write came
         return
     t0 = time.perf_counter()
     done = rehearse_add(data, busy)
     if done["tree_s"] is not None or done["abstracts_s"] is not None:
-        embedding._warm_state["writer"] = {**done, "seconds": round(time.perf_counter() - t0, 3)}
+        embedding.record_writer_warm_up(
+            data, {**done, "seconds": round(time.perf_counter() - t0, 3)}
+        )
