@@ -226,6 +226,12 @@ def keyword_abstracts(
     # reads the corpus's counts, not this row
     scratch = np.zeros(multi_ids.size, dtype=np.int32) if nodes is None else None
     every_multi = global_df[multi_ids] if scratch is not None and whole.any() else global_df[:0]
+    # what a product row's phrases score with, by compact column, made once
+    idf_multi = multi_words = None
+    if scratch is not None:
+        idf_multi = np.log((1.0 + n_leaves) / (1.0 + global_df[multi_ids])) + 1.0
+        multi_words = phrases.words[multi_ids] > 1
+    every_col = scratch is None or bool((col_of[multi_ids] >= 0).all())
     bar = None
     if progress:
         from tqdm import tqdm
@@ -318,6 +324,21 @@ def keyword_abstracts(
                             c_pids = phrases.pid_of[cols]
                             df_u = np.ones(c_pids.size, dtype=np.float64)
                             df_p = np.ones(c_pids.size, dtype=global_df.dtype)
+                        elif c_compact is not None:  # a product row
+                            assert idf_multi is not None and multi_words is not None
+                            cols = col_of[c_pids]
+                            if not every_col:  # (a build's products hold only columns)
+                                kept = cols >= 0
+                                c_pids, cols = c_pids[kept], cols[kept]
+                                c_data, c_compact = c_data[kept], c_compact[kept]
+                            df_u = c_data.astype(np.float64)
+                            if p >= 0:
+                                assert scratch is not None
+                                df_p = scratch[c_compact]
+                            else:
+                                df_p = global_df[c_pids]
+                            n_multi += int(np.count_nonzero(multi_words[c_compact]))
+                            idf_u = idf_multi[c_compact]
                         else:
                             cols = col_of[c_pids]
                             kept = cols >= 0
@@ -326,17 +347,15 @@ def keyword_abstracts(
                             if p >= 0:
                                 # a parent's row holds every phrase of its child's (sorted when read
                                 # per node)
-                                if c_compact is not None:
-                                    assert scratch is not None
-                                    df_p = scratch[c_compact[kept]]
-                                elif whole[r_u]:
+                                if whole[r_u]:
                                     df_p = global_df[c_pids]
                                 else:
                                     df_p = pdata[parent_pids.searchsorted(c_pids)]
                             else:
                                 df_p = global_df[c_pids]
                             n_multi += int(np.count_nonzero(phrases.words[c_pids] > 1))
-                        idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
+                        if c_compact is None:
+                            idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
                         arrays = (c_pids, cols, df_u, df_p, idf_u)
                         if n_total > _SCORE_CHUNK and c_pids.size:  # a big node: keep candidates
                             at = _candidates(phrases, arrays, n_u, n_p, max_phrases)
