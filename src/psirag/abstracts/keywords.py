@@ -570,7 +570,7 @@ class _SingleTops:
                 parts.append(kept)
                 a = b
             codes.append(np.concatenate(parts) if parts else np.empty(0, dtype=code_type))
-        codes[0] = leaf_code[:0]  # the leaves' rows are not read again
+        codes[0] = np.empty(0, dtype=code_type)  # the leaves' rows are not read again
         return cls(layer, start, length, codes, n_all, n_multi)
 
     def row(self, node: int) -> np.ndarray:
