@@ -839,7 +839,7 @@ def _node_phrases(
 
     pool = CANDIDATE_POOL * max_phrases
     shared = df_u >= min(2.0, n_u)  # a theme is shared by at least two of the node's leaves
-    # the three lists ranked by theme score: of a node of a few thousand phrases, one sort
+    # the three lists ranked by theme score: of a node of a few hundred phrases, one sort
     # filtered three ways (the same lists as three top-k selections); a list is ranked only
     # when the picker still has room when it comes to it (it takes nothing from it otherwise)
     positive = np.flatnonzero(theme > 0)
@@ -890,8 +890,9 @@ def _node_phrases(
     return [phrases.pid_text(pid) for pid in ordered]
 
 
-_SORT_ALL = 4096
-"""A node with at most this many positive theme scores ranks them by one full sort."""
+_SORT_ALL = 768
+"""A node with at most this many positive theme scores ranks them by one full sort (past it,
+two top-k selections cost less than the sort)."""
 
 
 def _order(pids: np.ndarray, at: np.ndarray, words: np.ndarray) -> list[tuple[int, int, int]]:
@@ -939,16 +940,21 @@ class _Picker:
 
     def _index(self, pid: int, delta: int) -> None:
         n, _, _, head, tail, content, _ = self.info[pid]
-        keys: list[tuple[dict[int, int], int]] = [(self.content, s) for s in content]
-        if n == MAX_NGRAM:
-            keys += [(self.inside, head), (self.inside, tail)]
-            keys += [(self.heads, head), (self.tails, tail)]
-        for table, key in keys:
+        table = self.content
+        for key in content:
             count = table.get(key, 0) + delta
             if count:
                 table[key] = count
             else:
                 del table[key]
+        if n == MAX_NGRAM:
+            inside, heads, tails = self.inside, self.heads, self.tails
+            for table, key in ((inside, head), (inside, tail), (heads, head), (tails, tail)):
+                count = table.get(key, 0) + delta
+                if count:
+                    table[key] = count
+                else:
+                    del table[key]
 
     def trim_single_words(self) -> None:
         """With enough multi-word candidates, at least half the phrases must be multi-word: when
@@ -966,8 +972,9 @@ class _Picker:
 
     def take(self, order: list[tuple[int, int, int]], *, broad: bool, limit: int) -> None:
         limit = min(limit, self.max)
-        chosen, uni, pos = self.chosen, self.uni, self.pos
+        chosen, uni, pos, df, node_df = self.chosen, self.uni, self.pos, self.df, self.node_df
         room = self.max - self.need_multi
+        offer = self._offer
         for pid, at, n in order:
             if len(chosen) >= limit:
                 return
@@ -977,36 +984,47 @@ class _Picker:
                 continue  # keep room for the multi-word phrases (what _offer would say)
             if pid not in pos:
                 pos[pid] = at
-                self.df[pid] = float(self.node_df[at])
-            self._offer(pid, broad)
+                df[pid] = float(node_df[at])
+            offer(pid, broad)
 
     def _offer(self, pid: int, broad: bool) -> None:
         n, key, first, head, tail, content, entity = self.info[pid]
+        uni = self.uni
         if n == 1:
-            if first in self.content or first in self.uni:
+            if first in self.content or first in uni:
                 return
-            if len(self.uni) >= self.max - self.need_multi:
+            if len(uni) >= self.max - self.need_multi:
                 return  # keep room for the multi-word phrases
-            self.uni[first] = pid
+            uni[first] = pid
             self.chosen[pid] = broad
             return
+        multi = self.multi
+        contained: list[int] = []
         if n == 2:
             if key in self.inside:
                 return
-            shorter: tuple[int, ...] = ()
         else:
             if head in self.tails or tail in self.heads:
                 return
-            # "word word word" has one pair twice
-            shorter = (head,) if head == tail else (head, tail)
-        contained = [self.multi[r] for r in shorter if r in self.multi]
-        words = [self.uni[s] for s in dict.fromkeys(content) if s in self.uni]
+            if head in multi:
+                contained.append(multi[head])
+            if tail != head and tail in multi:  # "word word word" has one pair twice
+                contained.append(multi[tail])
+        # the chosen single words among its content stems (each once)
+        words: list[int] = []
+        if uni:
+            for s in content:
+                if s in uni and uni[s] not in words:
+                    words.append(uni[s])
         df = self.df[pid]
-        if any(df < FRAGMENT_RATIO * self.df[c] for c in contained):
-            return
+        seen = self.df
+        for c in contained:
+            if df < FRAGMENT_RATIO * seen[c]:
+                return
         word_ratio = NAME_RATIO if entity else FRAGMENT_RATIO
-        if any(df < word_ratio * self.df[c] for c in words):
-            return
+        for c in words:
+            if df < word_ratio * seen[c]:
+                return
         for c in contained:
             del self.chosen[c]
             del self.multi[self.info[c][1]]
