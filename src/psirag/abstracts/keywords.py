@@ -579,8 +579,9 @@ class _SingleTops:
         return self.codes[int(self.layer[node])][s : s + int(self.length[node])]
 
 
-_TOPS_BUDGET = 1 << 22
-"""Entries :meth:`_SingleTops.build` reads at a time (bounds its temporaries)."""
+_TOPS_BUDGET = 1 << 20
+"""Entries :meth:`_SingleTops.build` reads at a time: bounds its temporaries (a few arrays of
+8 bytes an entry, about 60 MiB in all)."""
 
 
 def _spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
