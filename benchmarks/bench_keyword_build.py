@@ -1,8 +1,8 @@
 """The keyword-abstract stage of a build alone (issue 24 item 6): phrase table, then the
 abstracts of every node, on the synthetic corpus and tree of ``bench_living_scale.py`` (hash
-embedder, default ``IndexConfig``), with a digest of the abstracts so that two checkouts'
-outputs can be compared. Each stage is timed in wall and CPU seconds (user + system, with the
-scoring's forked second process).
+embedder, default ``IndexConfig``), with digests of the abstracts and of the phrase table's
+saved arrays so that two checkouts' outputs can be compared. Each stage is timed in wall and CPU
+seconds (user + system, with the scoring's forked second process).
 
 Each (size, sources) runs in a fresh child process (its peak RSS is its own); ``--src`` may be
 given several times for an old-versus-new table in one run (``git archive <commit> src | tar
@@ -70,6 +70,7 @@ def worker(n: int) -> dict[str, Any]:
         phrases = keyword_abstracts(leaf_texts, tree, table=table)
         c2, t2 = _cpu(), time.perf_counter()
     text = "\n".join(format_abstract(p) for p in phrases)
+    table_digest = _table_digest(table)
     return {
         "n": n,
         "nodes": len(phrases),
@@ -81,7 +82,27 @@ def worker(n: int) -> dict[str, Any]:
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "tree_digest": tree_digest,
         "abstracts_digest": hashlib.sha256(text.encode()).hexdigest()[:16],
+        "table_digest": table_digest,
     }
+
+
+def _table_digest(table: Any) -> str:
+    """A digest of what a save writes of the phrase table: its words, per-leaf arrays, vocabulary
+    arrays and corpus counts (each array's name, dtype and bytes)."""
+    import numpy as np
+
+    h = hashlib.sha256(json.dumps(table.words).encode())
+    arrays = {f"table.{k}": a for k, a in table.arrays().items()}
+    vocab = table.vocab()
+    if vocab is not None:
+        h.update(json.dumps(vocab[0]).encode())
+        arrays.update({f"vocab.{k}": a for k, a in vocab[1].items()})
+    arrays.update({f"counts.{k}": a for k, a in (table.derived_arrays() or {}).items()})
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(np.asarray(arrays[name]))
+        h.update(f"{name}:{a.dtype}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
 
 
 def main() -> None:

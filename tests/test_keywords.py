@@ -476,21 +476,76 @@ def test_single_leaf_phrases_read_from_their_leaves_match_the_full_product(
     assert sum(len(p) for p in split) > 0
 
 
-def test_leaf_rows_gather_in_pieces_reads_every_row_once() -> None:
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("budget", [None, 5])
+def test_single_leaf_candidates_found_a_layer_at_a_time_match_the_full_product(
+    seed: int, budget: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each node's single-leaf candidates are kept from its children's, not read from every
+    leaf below: with a candidate pool of one or two phrases per ranked list (so that most are
+    dropped on the way up; also a few entries reduced at a time, ``budget``), the abstracts
+    are exactly those of the products over every column."""
     import psirag.abstracts.keywords as kw
 
-    rng = np.random.default_rng(1)
-    lengths = rng.integers(0, 7, size=50)
-    ptr = np.concatenate(([0], np.cumsum(lengths)))
-    rows = kw._LeafPhrases(ptr, rng.integers(0, 1000, size=int(ptr[-1])))
-    leaves = rng.choice(50, size=30, replace=False)
-    want = np.concatenate([rows.pid[ptr[i] : ptr[i + 1]] for i in leaves])
-    for size in (1, 5, 13, 10_000):
-        pieces = list(rows.gather(leaves, size))
-        assert np.array_equal(np.concatenate(pieces), want)
-        assert all(p.size > 0 for p in pieces)
-        if size >= want.size:
-            assert len(pieces) == 1
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(40, 160))
+    # with words of one leaf each, some capitalised, most phrases are single-leaf ones; in
+    # the odd seeds' corpora, the lowest columns of a node are its first leaf's first word
+    if seed % 2:
+        shared = ["river", "stone music", "Mount Etna", "play"]
+        texts = [f"w{i}a, {shared[int(rng.integers(4))]}, Q{i}b x{i}c, y{i}d" for i in range(n)]
+    else:
+        texts = [f"{t}, w{i}a, Q{i}b x{i}c y{i}d" for i, t in enumerate(_random_corpus(rng, n))]
+    tree = _random_tree(rng, n)
+    monkeypatch.setattr(kw, "CANDIDATE_POOL", 1)
+    if budget is not None:
+        monkeypatch.setattr(kw, "_TOPS_BUDGET", budget)
+    max_phrases = int(rng.integers(1, 3))
+    split = kw.keyword_abstracts(texts, tree, max_phrases=max_phrases)
+    real_split = kw._split_leaf_phrases
+    real_tops = kw._SingleTops.build
+    kept: list[int] = []
+
+    def counted(*args: object) -> object:
+        tops = real_tops(*args)  # type: ignore[arg-type]
+        kept.append(int(sum(c.size for c in tops.codes)))
+        return tops
+
+    def no_split(phrases: object) -> tuple[object, object]:
+        _multi, single = real_split(phrases)  # type: ignore[arg-type]
+        everything = kw._LeafPhrases(phrases.lp_ptr, phrases.lp_pid)  # type: ignore[attr-defined]
+        return everything, kw._LeafPhrases(np.zeros_like(single.ptr), single.pid[:0])
+
+    monkeypatch.setattr(kw._SingleTops, "build", counted)
+    kw.keyword_abstracts(texts, tree, max_phrases=max_phrases)
+    monkeypatch.setattr(kw, "_split_leaf_phrases", no_split)
+    full = kw.keyword_abstracts(texts, tree, max_phrases=max_phrases)
+    assert split == full
+    assert sum(len(p) for p in split) > 0
+    # the pool is small: far fewer candidates kept than the nodes' single-leaf phrases
+    assert kept and kept[0] > 0
+
+
+def test_lowest_codes_keep_each_rows_lowest_of_every_list() -> None:
+    import psirag.abstracts.keywords as kw
+
+    rng = np.random.default_rng(3)
+    n_rows, k = 40, 3
+    row = np.sort(rng.integers(0, n_rows, size=600))
+    cols = rng.permutation(5000)[:600]  # distinct columns
+    flags = rng.integers(0, 4, size=600)
+    code = (cols << 2 | flags).astype(np.int32)
+    order = rng.permutation(600)  # any order in, by row and column out
+    kept, counts = kw._lowest_codes(row[order], code[order], n_rows, k)
+    want: list[int] = []
+    for r in range(n_rows):
+        mine = np.sort(code[row == r])
+        sel = set(mine[:k].tolist())
+        for bit in (2, 1):
+            sel |= set(mine[(mine & bit) != 0][:k].tolist())
+        want += sorted(sel)
+        assert counts[r] == len(sel)
+    assert kept.tolist() == want
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -67,6 +67,10 @@ _SCORE_CHUNK = 1 << 20
 candidates for the ranked lists: a near-root node of a 1M-leaf corpus holds tens of millions
 of phrases, and a dozen float arrays of that length were the build's peak memory."""
 
+_MEMO_KEEP = 1 << 17
+"""Phrases a build's per-phrase memos (:func:`_forget`) may hold from one block to the next
+(a few tens of MB): a parent, scored in a later block, offers many of its children's."""
+
 _PRODUCT_BUDGET = 1 << 24
 """Phrase entries (leaf rows summed) of the node rows one sparse product makes: the node x
 phrase counts of a whole tree repeat each leaf's phrases once per ancestor."""
@@ -152,7 +156,7 @@ def keyword_abstracts(
     # children grouped under each parent, so the parent's row is scattered once
     order = np.argsort(tree.parent[targets], kind="stable")
     ordered = targets[order]
-    single: _LeafPhrases | None = None
+    tops: _SingleTops | None = None
     parallel = False
     if nodes is None:  # every node: sparse products, a block of parent groups at a time
         import scipy.sparse as sp  # here: an update's few nodes need no sparse product
@@ -161,6 +165,9 @@ def keyword_abstracts(
         # count 1 in every node over that leaf (and in its parent), so it is read from the
         # leaf's row; a phrase that is not a column is never scored and is left out
         multi, single = _split_leaf_phrases(phrases)
+        # each node's single-leaf phrases that can be picked, found a layer at a time
+        tops = _SingleTops.build(tree, single, phrases, CANDIDATE_POOL * max_phrases)
+        del single
         # scoring reads the split rows from here on: a big table's own rows go out of memory
         moved = table.spill_leaf_phrases()
         if moved is not None:
@@ -219,12 +226,17 @@ def keyword_abstracts(
     # reads the corpus's counts, not this row
     scratch = np.zeros(multi_ids.size, dtype=np.int32) if nodes is None else None
     every_multi = global_df[multi_ids] if scratch is not None and whole.any() else global_df[:0]
+    # what a product row's phrases score with, by compact column, made once
+    idf_multi = multi_words = None
+    if scratch is not None:
+        idf_multi = np.log((1.0 + n_leaves) / (1.0 + global_df[multi_ids])) + 1.0
+        multi_words = phrases.words[multi_ids] > 1
+    every_col = scratch is None or bool((col_of[multi_ids] >= 0).all())
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=int(targets.size), desc="keyword abstracts", unit="node")
-    pool = CANDIDATE_POOL * max_phrases
 
     def score_blocks(spans: Iterable[tuple[int, int]], bar: Any) -> dict[int, list[str]]:
         """The phrases of the nodes ``ordered[start:stop]`` of each span (whole blocks)."""
@@ -241,7 +253,7 @@ def keyword_abstracts(
                     block = {a: i for i, a in enumerate(needed.tolist())}
                     # the block before's parent row is not read again: let its products go, and
                     # the per-phrase memos its nodes filled (a 1M-leaf build offers millions)
-                    _forget(phrases)
+                    _forget(phrases, _MEMO_KEEP)
                     give_back_freed_memory()
                     if scratch is not None:
                         scratch[parent_cols] = 0
@@ -280,9 +292,8 @@ def keyword_abstracts(
                         bar.update(1)
                     # a root compares with the rest of the corpus (nothing, for a single tree)
                     n_p = float(leaf_counts[row_of[p]]) if p >= 0 else float(n_leaves)
-                    # the node's phrases: the product's row, then (a slice at a time) the
-                    # single-leaf phrases of its leaves, each held by one leaf here and in the
-                    # parent
+                    # the node's phrases: the product's row (a slice at a time), then the
+                    # single-leaf phrases of its leaves that can be picked
                     segments: list[tuple[np.ndarray, np.ndarray | None, np.ndarray | None]] = []
                     segments += [
                         (
@@ -293,28 +304,41 @@ def keyword_abstracts(
                         for lo in range(0, pids.size, _SCORE_CHUNK)
                     ]
                     n_total = pids.size
-                    if single is not None and not whole[r_u]:
-                        lo_u, hi_u = membership.indptr[r_u], membership.indptr[r_u + 1]
-                        leaves = membership.indices[lo_u:hi_u]
-                        for part in single.gather(leaves, _SCORE_CHUNK):
-                            segments.append((part, None, None))
-                            n_total += part.size
+                    n_multi = 0
+                    if tops is not None and not whole[r_u]:
+                        # the single-leaf phrases of its leaves: each is held by one leaf here
+                        # and in the parent (or the corpus), every one scores the same and ties
+                        # go to the lower column, so only the lowest columns of each ranked
+                        # list can be picked (:class:`_SingleTops`)
+                        code = tops.row(u)
+                        if code.size:
+                            segments.append((code, None, None))
+                        n_total += int(tops.n_all[u])
+                        n_multi += int(tops.n_multi[u])
                     if not segments:
                         segments.append((pids, data, u_cols))
                     parts = []
-                    n_multi = 0
                     for c_pids, c_data, c_compact in segments:
-                        if c_data is None:  # single-leaf phrases, all columns
-                            # each is held by one leaf here and in the parent (or the corpus):
-                            # every one scores the same and ties go to the lower column, so only
-                            # the lowest columns of each ranked list can be picked
-                            is_multi = phrases.words[c_pids] > 1
-                            n_multi += int(np.count_nonzero(is_multi))
-                            cols = col_of[c_pids]
-                            at = _lowest_columns(cols, (phrases.entity[c_pids], is_multi), pool)
-                            c_pids, cols = c_pids[at], cols[at]
+                        if c_data is None:  # single-leaf phrases (column codes), all columns
+                            cols = c_pids >> 2
+                            c_pids = phrases.pid_of[cols]
                             df_u = np.ones(c_pids.size, dtype=np.float64)
                             df_p = np.ones(c_pids.size, dtype=global_df.dtype)
+                        elif c_compact is not None:  # a product row
+                            assert idf_multi is not None and multi_words is not None
+                            cols = col_of[c_pids]
+                            if not every_col:  # (a build's products hold only columns)
+                                kept = cols >= 0
+                                c_pids, cols = c_pids[kept], cols[kept]
+                                c_data, c_compact = c_data[kept], c_compact[kept]
+                            df_u = c_data.astype(np.float64)
+                            if p >= 0:
+                                assert scratch is not None
+                                df_p = scratch[c_compact]
+                            else:
+                                df_p = global_df[c_pids]
+                            n_multi += int(np.count_nonzero(multi_words[c_compact]))
+                            idf_u = idf_multi[c_compact]
                         else:
                             cols = col_of[c_pids]
                             kept = cols >= 0
@@ -323,17 +347,15 @@ def keyword_abstracts(
                             if p >= 0:
                                 # a parent's row holds every phrase of its child's (sorted when read
                                 # per node)
-                                if c_compact is not None:
-                                    assert scratch is not None
-                                    df_p = scratch[c_compact[kept]]
-                                elif whole[r_u]:
+                                if whole[r_u]:
                                     df_p = global_df[c_pids]
                                 else:
                                     df_p = pdata[parent_pids.searchsorted(c_pids)]
                             else:
                                 df_p = global_df[c_pids]
                             n_multi += int(np.count_nonzero(phrases.words[c_pids] > 1))
-                        idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
+                        if c_compact is None:
+                            idf_u = np.log((1.0 + n_leaves) / (1.0 + global_df[c_pids])) + 1.0
                         arrays = (c_pids, cols, df_u, df_p, idf_u)
                         if n_total > _SCORE_CHUNK and c_pids.size:  # a big node: keep candidates
                             at = _candidates(phrases, arrays, n_u, n_p, max_phrases)
@@ -454,39 +476,157 @@ class _LeafPhrases:
         self.ptr = ptr
         self.pid = pid
 
-    def gather(self, leaves: np.ndarray, size: int) -> Iterator[np.ndarray]:
-        """The phrases of these leaves' rows, in pieces of about ``size`` (a row is not cut)."""
-        starts = self.ptr[leaves]
-        lengths = self.ptr[leaves + 1] - starts
-        ends = np.cumsum(lengths)
-        total = int(ends[-1]) if ends.size else 0
-        if total == 0:
-            return
-        cuts = np.searchsorted(ends, np.arange(size, total, size), side="left") + 1
-        bounds = np.unique(np.concatenate(([0], cuts, [leaves.size])))
-        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-            s, n = starts[a:b], lengths[a:b]
-            count = int(n.sum())
-            if count == 0:
-                continue
-            shift = np.repeat(s - (np.cumsum(n) - n), n)
-            yield self.pid[np.arange(count, dtype=shift.dtype) + shift]
+
+class _SingleTops:
+    """Per node, the single-leaf phrases of its leaves that can enter its ranked lists, as
+    column codes (``col << 2 | entity << 1 | multi-word``), with how many single-leaf phrases
+    (and multi-word ones) its leaves hold in all.
+
+    A single-leaf phrase scores the same in every node over its leaf (count 1 there and in the
+    parent), so only the lowest columns of a node's ones (of all of them, of the entities, of
+    the multi-word ones: :data:`CANDIDATE_POOL` ``* max_phrases`` each) can be picked. Those of
+    a node are among those of its children, so they are found a layer at a time from the
+    children's (a few hundred each), not from every leaf below: the phrases a node near the
+    root would read grow with the corpus."""
+
+    def __init__(
+        self,
+        layer: np.ndarray,
+        start: np.ndarray,
+        length: np.ndarray,
+        codes: list[np.ndarray],
+        n_all: np.ndarray,
+        n_multi: np.ndarray,
+    ) -> None:
+        self.layer = layer
+        self.start = start
+        self.length = length
+        self.codes = codes
+        self.n_all = n_all
+        self.n_multi = n_multi
+
+    @classmethod
+    def build(cls, tree: Tree, single: _LeafPhrases, phrases: Phrases, k: int) -> _SingleTops:
+        """From each leaf's single-leaf phrases (``single``), for every node of ``tree``."""
+        n_leaves, n_nodes = tree.n_leaves, tree.n_nodes
+        layer = np.asarray(tree.layer, dtype=np.int64)
+        code_type = np.int32 if 4 * (int(phrases.pid_of.size) + 1) < 2**31 else np.int64
+        # the leaves' rows as codes (a node's rows are in the buffer of its layer)
+        leaf_code = np.empty(single.pid.size, dtype=code_type)
+        for lo in range(0, single.pid.size, _TOPS_BUDGET):
+            pids = single.pid[lo : lo + _TOPS_BUDGET]
+            code = phrases.col_of[pids].astype(code_type) << 2
+            code |= phrases.entity[pids].astype(code_type) << 1
+            code |= (phrases.words[pids] > 1).astype(code_type)
+            leaf_code[lo : lo + pids.size] = code
+            del pids, code
+        start = np.zeros(n_nodes, dtype=np.int64)
+        length = np.zeros(n_nodes, dtype=np.int64)
+        start[:n_leaves] = single.ptr[:-1]
+        length[:n_leaves] = np.diff(single.ptr)
+        n_all = np.zeros(n_nodes, dtype=np.int64)
+        n_multi = np.zeros(n_nodes, dtype=np.int64)
+        n_all[:n_leaves] = length[:n_leaves]
+        multi_seen = np.zeros(leaf_code.size + 1, dtype=np.int64)
+        np.cumsum(np.bitwise_and(leaf_code, 1), out=multi_seen[1:])
+        n_multi[:n_leaves] = multi_seen[single.ptr[1:]] - multi_seen[single.ptr[:-1]]
+        del multi_seen
+        codes: list[np.ndarray] = [leaf_code]
+        offsets, children = tree._children_csr
+        by_layer = np.argsort(layer[n_leaves:], kind="stable") + n_leaves
+        bounds = np.searchsorted(layer[by_layer], np.arange(1, int(layer.max(initial=0)) + 2))
+        for lv in range(1, int(layer.max(initial=0)) + 1):
+            nodes = by_layer[bounds[lv - 1] : bounds[lv]]
+            # each node's children, node by node (a node's are after its parent's in layers)
+            kid_ptr = np.concatenate(([0], np.cumsum(offsets[nodes + 1] - offsets[nodes])))
+            kids = children[_spans(offsets[nodes], offsets[nodes + 1])]
+            if kids.size and int(layer[kids].max()) >= lv:
+                raise ValueError("tree.layer: a node is not above its children")
+            n_all[nodes] = _group_sums(n_all[kids], kid_ptr)
+            n_multi[nodes] = _group_sums(n_multi[kids], kid_ptr)
+            node_len = _group_sums(length[kids], kid_ptr)
+            ends = np.cumsum(node_len)
+            parts: list[np.ndarray] = []
+            used = 0
+            a = 0
+            while a < nodes.size:  # a chunk of nodes at a time (bounds the temporaries)
+                base = int(ends[a - 1]) if a else 0
+                b = max(a + 1, int(np.searchsorted(ends, base + _TOPS_BUDGET, side="right")))
+                ka, kb = int(kid_ptr[a]), int(kid_ptr[b])
+                sub = kids[ka:kb]
+                row_of_kid = np.repeat(np.arange(b - a), np.diff(kid_ptr[a : b + 1]))
+                rows, got = [], []
+                for kl in np.unique(layer[sub]).tolist():  # the children's rows, by layer
+                    at = np.flatnonzero(layer[sub] == kl)
+                    lens = length[sub[at]]
+                    got.append(codes[kl][_spans(start[sub[at]], start[sub[at]] + lens)])
+                    rows.append(np.repeat(row_of_kid[at], lens))
+                row = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+                code = np.concatenate(got) if got else np.empty(0, dtype=code_type)
+                kept, kept_len = _lowest_codes(row, code, b - a, k)
+                start[nodes[a:b]] = used + np.concatenate(([0], np.cumsum(kept_len)[:-1]))
+                length[nodes[a:b]] = kept_len
+                used += kept.size
+                parts.append(kept)
+                a = b
+            codes.append(np.concatenate(parts) if parts else np.empty(0, dtype=code_type))
+        codes[0] = np.empty(0, dtype=code_type)  # the leaves' rows are not read again
+        return cls(layer, start, length, codes, n_all, n_multi)
+
+    def row(self, node: int) -> np.ndarray:
+        """The node's codes (its columns ascending)."""
+        s = int(self.start[node])
+        return self.codes[int(self.layer[node])][s : s + int(self.length[node])]
+
+
+_TOPS_BUDGET = 1 << 20
+"""Entries :meth:`_SingleTops.build` reads at a time: bounds its temporaries (a few arrays of
+8 bytes an entry, about 60 MiB in all)."""
+
+
+def _spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The positions ``starts[i] .. ends[i] - 1`` of every i, concatenated."""
+    lens = ends - starts
+    total = int(lens.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    shift = np.repeat(starts - (np.cumsum(lens) - lens), lens)
+    out: np.ndarray = np.arange(total, dtype=np.int64) + shift
+    return out
+
+
+def _lowest_codes(
+    row: np.ndarray, code: np.ndarray, n_rows: int, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Of each row's codes, those among the ``k`` lowest columns of the row, of its entities
+    or of its multi-word phrases (a union; by row, ascending), and how many each row keeps."""
+    if code.size == 0:
+        return code, np.zeros(n_rows, dtype=np.int64)
+    span = int(code.max()) + 1
+    key = np.sort(row.astype(np.int64) * span + code)
+    row = key // span
+    code = (key - row * span).astype(code.dtype)
+    del key
+    counts = np.bincount(row, minlength=n_rows)
+    first = np.concatenate(([0], np.cumsum(counts)))
+    start = first[row]
+    keep = np.arange(code.size) - start < k
+    for bit in (2, 1):
+        flag = (code & bit) != 0
+        seen = np.concatenate(([0], np.cumsum(flag)))
+        keep |= flag & (seen[1:] - seen[start] <= k)
+    return code[keep], np.bincount(row[keep], minlength=n_rows)
+
+
+def _group_sums(values: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """Sums of ``values[ptr[i]:ptr[i + 1]]`` for each i (0 for an empty group)."""
+    total = np.concatenate(([0], np.cumsum(values, dtype=np.int64)))
+    out: np.ndarray = total[ptr[1:]] - total[ptr[:-1]]
+    return out
 
 
 _SPLIT_LEAVES = 1 << 16
 """Leaves split at a time by :func:`_split_leaf_phrases` (bounds its temporaries)."""
-
-
-def _lowest_columns(cols: np.ndarray, masks: Sequence[np.ndarray], k: int) -> np.ndarray:
-    """Positions of the ``k`` lowest of ``cols`` (distinct), and of the ``k`` lowest where each
-    mask is true, ascending (a union)."""
-    picks = []
-    for where in (None, *masks):
-        at = np.arange(cols.size) if where is None else np.flatnonzero(where)
-        if at.size > k:
-            at = at[np.argpartition(cols[at], k - 1)[:k]]
-        picks.append(at)
-    return np.unique(np.concatenate(picks))
 
 
 def _split_leaf_phrases(phrases: Phrases) -> tuple[_LeafPhrases, _LeafPhrases]:
@@ -650,12 +790,16 @@ def _scores(
     return cov, dist, theme, specific
 
 
-def _forget(phrases: Phrases) -> None:
+def _forget(phrases: Phrases, keep: int = 0) -> None:
     """Drop the per-phrase memos scoring filled (what the duplicate rules read, shown
-    texts): they only save time while siblings share phrases, and would otherwise live as
-    long as the index."""
-    phrases.__dict__.pop("info", None)
-    phrases._surface.clear()
+    texts) once they hold more than ``keep`` phrases: they only save time while nodes share
+    phrases (siblings, a parent and its children), and would otherwise live as long as the
+    index."""
+    info = phrases.__dict__.get("info")
+    if info is not None and len(info) > keep:
+        del phrases.__dict__["info"]
+    if len(phrases._surface) > keep:
+        phrases._surface.clear()
 
 
 @contextlib.contextmanager
@@ -696,10 +840,23 @@ def _node_phrases(
 
     pool = CANDIDATE_POOL * max_phrases
     shared = df_u >= min(2.0, n_u)  # a theme is shared by at least two of the node's leaves
-    theme_at = _top(theme, np.flatnonzero(shared), cols, pool)
+    # the three lists ranked by theme score: of a node of a few hundred phrases, one sort
+    # filtered three ways (the same lists as three top-k selections); a list is ranked only
+    # when the picker still has room when it comes to it (it takes nothing from it otherwise)
+    positive = np.flatnonzero(theme > 0)
+    by_theme = (
+        positive[np.lexsort((cols[positive], -theme[positive]))]
+        if positive.size <= _SORT_ALL
+        else None
+    )
+
+    def theme_top(among: np.ndarray | None) -> np.ndarray:
+        if by_theme is None:
+            return _top(theme, None if among is None else np.flatnonzero(among), cols, pool)
+        return by_theme[:pool] if among is None else by_theme[among[by_theme]][:pool]
+
+    theme_at = theme_top(shared)
     specific_at = _top(specific, np.flatnonzero(phrases.entity[pids]), cols, pool)
-    fill_at = _top(theme, None, cols, pool)
-    multi_at = _top(theme, np.flatnonzero(multi), cols, pool)
     if n_multi is None:
         n_multi = int(np.count_nonzero(multi))
     need_multi = min(n_multi, math.ceil(max_phrases / 2))
@@ -710,8 +867,10 @@ def _node_phrases(
     picker.take(theme_order, broad=True, limit=n_broad)
     picker.take(_order(pids, specific_at, words), broad=False, limit=max_phrases)
     picker.take(theme_order, broad=True, limit=max_phrases)
-    picker.take(_order(pids, multi_at, words), broad=False, limit=max_phrases)
-    picker.take(_order(pids, fill_at, words), broad=False, limit=max_phrases)
+    if len(picker.chosen) < max_phrases:
+        picker.take(_order(pids, theme_top(multi), words), broad=False, limit=max_phrases)
+    if len(picker.chosen) < max_phrases:
+        picker.take(_order(pids, theme_top(None), words), broad=False, limit=max_phrases)
     picker.trim_single_words()
 
     # broad themes first (coverage, discounted by how much the siblings share them), then the
@@ -730,6 +889,11 @@ def _node_phrases(
     broad.sort()
     ordered = [pid for _, _, pid in broad] + specific_part
     return [phrases.pid_text(pid) for pid in ordered]
+
+
+_SORT_ALL = 768
+"""A node with at most this many positive theme scores ranks them by one full sort (past it,
+two top-k selections cost less than the sort)."""
 
 
 def _order(pids: np.ndarray, at: np.ndarray, words: np.ndarray) -> list[tuple[int, int, int]]:
@@ -777,16 +941,21 @@ class _Picker:
 
     def _index(self, pid: int, delta: int) -> None:
         n, _, _, head, tail, content, _ = self.info[pid]
-        keys: list[tuple[dict[int, int], int]] = [(self.content, s) for s in content]
-        if n == MAX_NGRAM:
-            keys += [(self.inside, head), (self.inside, tail)]
-            keys += [(self.heads, head), (self.tails, tail)]
-        for table, key in keys:
+        table = self.content
+        for key in content:
             count = table.get(key, 0) + delta
             if count:
                 table[key] = count
             else:
                 del table[key]
+        if n == MAX_NGRAM:
+            inside, heads, tails = self.inside, self.heads, self.tails
+            for table, key in ((inside, head), (inside, tail), (heads, head), (tails, tail)):
+                count = table.get(key, 0) + delta
+                if count:
+                    table[key] = count
+                else:
+                    del table[key]
 
     def trim_single_words(self) -> None:
         """With enough multi-word candidates, at least half the phrases must be multi-word: when
@@ -804,8 +973,9 @@ class _Picker:
 
     def take(self, order: list[tuple[int, int, int]], *, broad: bool, limit: int) -> None:
         limit = min(limit, self.max)
-        chosen, uni, pos = self.chosen, self.uni, self.pos
+        chosen, uni, pos, df, node_df = self.chosen, self.uni, self.pos, self.df, self.node_df
         room = self.max - self.need_multi
+        offer = self._offer
         for pid, at, n in order:
             if len(chosen) >= limit:
                 return
@@ -815,36 +985,47 @@ class _Picker:
                 continue  # keep room for the multi-word phrases (what _offer would say)
             if pid not in pos:
                 pos[pid] = at
-                self.df[pid] = float(self.node_df[at])
-            self._offer(pid, broad)
+                df[pid] = float(node_df[at])
+            offer(pid, broad)
 
     def _offer(self, pid: int, broad: bool) -> None:
         n, key, first, head, tail, content, entity = self.info[pid]
+        uni = self.uni
         if n == 1:
-            if first in self.content or first in self.uni:
+            if first in self.content or first in uni:
                 return
-            if len(self.uni) >= self.max - self.need_multi:
+            if len(uni) >= self.max - self.need_multi:
                 return  # keep room for the multi-word phrases
-            self.uni[first] = pid
+            uni[first] = pid
             self.chosen[pid] = broad
             return
+        multi = self.multi
+        contained: list[int] = []
         if n == 2:
             if key in self.inside:
                 return
-            shorter: tuple[int, ...] = ()
         else:
             if head in self.tails or tail in self.heads:
                 return
-            # "word word word" has one pair twice
-            shorter = (head,) if head == tail else (head, tail)
-        contained = [self.multi[r] for r in shorter if r in self.multi]
-        words = [self.uni[s] for s in dict.fromkeys(content) if s in self.uni]
+            if head in multi:
+                contained.append(multi[head])
+            if tail != head and tail in multi:  # "word word word" has one pair twice
+                contained.append(multi[tail])
+        # the chosen single words among its content stems (each once)
+        words: list[int] = []
+        if uni:
+            for s in content:
+                if s in uni and uni[s] not in words:
+                    words.append(uni[s])
         df = self.df[pid]
-        if any(df < FRAGMENT_RATIO * self.df[c] for c in contained):
-            return
+        seen = self.df
+        for c in contained:
+            if df < FRAGMENT_RATIO * seen[c]:
+                return
         word_ratio = NAME_RATIO if entity else FRAGMENT_RATIO
-        if any(df < word_ratio * self.df[c] for c in words):
-            return
+        for c in words:
+            if df < word_ratio * seen[c]:
+                return
         for c in contained:
             del self.chosen[c]
             del self.multi[self.info[c][1]]

@@ -129,6 +129,17 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if a.size else a
 
 
+def _count_into(counts: np.ndarray, ids: np.ndarray) -> None:
+    """``np.add.at(counts, ids, 1)`` by one sort of ``ids`` (several times faster on the
+    millions of ids of a build's batch, and the same counts)."""
+    if ids.size == 0:
+        return
+    s = np.sort(ids)
+    first = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    times = np.diff(np.append(first, s.size))
+    counts[s[first]] += times.astype(counts.dtype, copy=False)
+
+
 def _unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(a, return_inverse=True)`` by one sort (not a stable one: equal values get
     the same inverse in either order, and numpy's default sort of int64 is about twice as
@@ -1124,7 +1135,7 @@ class PhraseTable:
         pair = _distinct(ls_leaf * max(n_p, 1) + ls_pid)
         lp_leaf, lp_pid = pair // max(n_p, 1), pair % max(n_p, 1)
         p_df = _grown(d.p_df, n_p, 0)
-        np.add.at(p_df, lp_pid, 1)
+        _count_into(p_df, lp_pid)
 
         # corpus surface counts
         u_key, u_inv = _unique_inverse(b.ls_key)
@@ -2061,7 +2072,7 @@ def _added_word_stats(
     if d.w_first is None or d.w_df is None:
         return None, None
     w_df = _grown(d.w_df, n_words, 0)
-    np.add.at(w_df, b.lw, 1)
+    _count_into(w_df, b.lw)
     w_first = _grown(d.w_first, n_words, -1)
     if b.lw.size:
         at = _first_of_each(b.lw)
