@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -477,6 +478,7 @@ class _LeafPhrases:
         self.pid = pid
 
 
+@dataclass
 class _SingleTops:
     """Per node, the single-leaf phrases of its leaves that can enter its ranked lists, as
     column codes (``col << 2 | entity << 1 | multi-word``), with how many single-leaf phrases
@@ -489,21 +491,12 @@ class _SingleTops:
     children's (a few hundred each), not from every leaf below: the phrases a node near the
     root would read grow with the corpus."""
 
-    def __init__(
-        self,
-        layer: np.ndarray,
-        start: np.ndarray,
-        length: np.ndarray,
-        codes: list[np.ndarray],
-        n_all: np.ndarray,
-        n_multi: np.ndarray,
-    ) -> None:
-        self.layer = layer
-        self.start = start
-        self.length = length
-        self.codes = codes
-        self.n_all = n_all
-        self.n_multi = n_multi
+    layer: np.ndarray
+    start: np.ndarray
+    length: np.ndarray
+    codes: list[np.ndarray]
+    n_all: np.ndarray
+    n_multi: np.ndarray
 
     @classmethod
     def build(cls, tree: Tree, single: _LeafPhrases, phrases: Phrases, k: int) -> _SingleTops:
