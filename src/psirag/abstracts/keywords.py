@@ -33,7 +33,7 @@ import numpy as np
 from psirag.abstracts.phrase_model import MAX_NGRAM, STOPWORDS, PhraseInfo, Phrases, ids_below
 from psirag.heap import give_back_freed_memory
 from psirag.retrieval.ranking import top_k
-from psirag.tree.model import Tree
+from psirag.tree.model import Tree, gather_ranges
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -532,7 +532,7 @@ class _SingleTops:
             nodes = by_layer[bounds[lv - 1] : bounds[lv]]
             # each node's children, node by node (a node's are after its parent's in layers)
             kid_ptr = np.concatenate(([0], np.cumsum(offsets[nodes + 1] - offsets[nodes])))
-            kids = children[_spans(offsets[nodes], offsets[nodes + 1])]
+            kids = gather_ranges(children, offsets[nodes], offsets[nodes + 1])
             if kids.size and int(layer[kids].max()) >= lv:
                 raise ValueError("tree.layer: a node is not above its children")
             n_all[nodes] = _group_sums(n_all[kids], kid_ptr)
@@ -552,7 +552,7 @@ class _SingleTops:
                 for kl in np.unique(layer[sub]).tolist():  # the children's rows, by layer
                     at = np.flatnonzero(layer[sub] == kl)
                     lens = length[sub[at]]
-                    got.append(codes[kl][_spans(start[sub[at]], start[sub[at]] + lens)])
+                    got.append(gather_ranges(codes[kl], start[sub[at]], start[sub[at]] + lens))
                     rows.append(np.repeat(row_of_kid[at], lens))
                 row = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
                 code = np.concatenate(got) if got else np.empty(0, dtype=code_type)
@@ -575,17 +575,6 @@ class _SingleTops:
 _TOPS_BUDGET = 1 << 20
 """Entries :meth:`_SingleTops.build` reads at a time: bounds its temporaries (a few arrays of
 8 bytes an entry, about 60 MiB in all)."""
-
-
-def _spans(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """The positions ``starts[i] .. ends[i] - 1`` of every i, concatenated."""
-    lens = ends - starts
-    total = int(lens.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    shift = np.repeat(starts - (np.cumsum(lens) - lens), lens)
-    out: np.ndarray = np.arange(total, dtype=np.int64) + shift
-    return out
 
 
 def _lowest_codes(
