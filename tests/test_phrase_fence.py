@@ -176,7 +176,7 @@ def test_an_index_saved_without_fences_loads_updates_saves_and_gains_them_on_com
     docs = _texts(40, 6)
     cfg = IndexConfig(max_children=4)
     with monkeypatch.context() as m:  # saved as 6ac2299 and older save: no fences
-        m.setattr(storage_format, "_save_fences", lambda tables, keys: None)
+        m.setattr(storage_format, "_save_fences", lambda tables, first, keys: None)
         Index.build(docs[:28], cfg, texts=True, embedder=emb).save(tmp_path / "old")
     assert _fences_of(tmp_path / "old") == set()
     old = Index.load(tmp_path / "old", embedder=emb)

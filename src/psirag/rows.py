@@ -39,6 +39,24 @@ descriptors; small files cost little memory read, and the large ones, few in num
 grow geometrically), stay mapped."""
 
 
+class ArrayParts:
+    """A 1-D array held as consecutive parts (a phrase table's per-leaf entries after a big
+    build or updates), which :meth:`psirag.storage.IndexWriter.save_array` writes one part
+    after another into one ``.npy`` file instead of joining them in memory first. Why: joining
+    a 1M-chunk table's parts for a save held a copy of each (about 1 GiB) for as long as the
+    table lived. A subclass sets :attr:`dtype` (the array's: each part is cast to it) and
+    gives :meth:`parts`."""
+
+    __slots__ = ()
+    dtype: np.dtype[Any]
+
+    def parts(self) -> Sequence[np.ndarray]:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return sum(int(p.shape[0]) for p in self.parts())
+
+
 def load_npy(path: Path, *, mmap: bool = True, private: bool = False) -> np.ndarray:
     """A saved array, memory-mapped where ``mmap`` and the file is large (see
     :data:`MAP_MIN_BYTES`), else read (read-only where a map was asked for, as a map is).
@@ -121,6 +139,35 @@ def csr_positions(ptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
         return np.empty(0, dtype=np.int64)
     shift = np.repeat(starts - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
     return np.arange(total, dtype=np.int64) + shift
+
+
+LINE_BLOCK_BYTES = 16 << 20
+"""How much of a file :func:`file_line_starts` reads at a time."""
+
+
+def file_line_starts(path: Path, rows: int, where: str) -> np.ndarray:
+    """:func:`line_starts` of the file at ``path``, read a block at a time: what a save
+    writes beside a ``jsonl`` segment it just wrote. Why: reading a 1M-chunk ``chunks.jsonl``
+    (about 400 MB) whole, and a byte mask of it, held 0.8 GB more at the peak of a build's
+    save; a block at a time holds :data:`LINE_BLOCK_BYTES` and the starts."""
+    found: list[np.ndarray] = []
+    offset = 0
+    with open(path, "rb", buffering=0) as fh:
+        block = bytearray(max(1, min(LINE_BLOCK_BYTES, os.fstat(fh.fileno()).st_size)))
+        view = np.frombuffer(block, dtype=np.uint8)
+        while got := fh.readinto(block):
+            found.append(np.flatnonzero(view[:got] == _NEWLINE) + (offset + 1))
+            offset += got
+    ends = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
+    if ends.size != rows or (rows and int(ends[-1]) != offset):
+        raise IndexFormatError(
+            f"{where} holds {ends.size} lines, the manifest says {rows}; the index is corrupted, "
+            "rebuild it"
+        )
+    out = np.empty(rows + 1, dtype=np.int64)
+    out[0] = 0
+    out[1:] = ends
+    return out
 
 
 def line_starts(data: bytes | mmap.mmap | memoryview, rows: int, where: str) -> np.ndarray:

@@ -299,8 +299,12 @@ def _write_rows(
     writer: IndexWriter, path: str, kind: Kind, rows: Rows, *, spare: bool = False
 ) -> None:
     if kind == "npy":
-        array = np.asarray(rows)
-        extra = spare_rows(array.shape[0]) if spare and array.ndim else 0
+        from psirag.rows import ArrayParts
+
+        # parts (a phrase table's per-leaf entries) are written one after another, not joined
+        array = rows if isinstance(rows, ArrayParts) else np.asarray(rows)
+        one_d = isinstance(array, ArrayParts) or array.ndim > 0
+        extra = spare_rows(_length(array)) if spare and one_d else 0
         writer.save_array(path, array, spare_rows=extra)
     else:
         writer.save_jsonl(path, rows)
@@ -325,10 +329,10 @@ def line_starts_file(path: str) -> str:
 def _save_line_starts(writer: IndexWriter, path: str, rows: int) -> None:
     """Write :func:`line_starts_file` of the ``jsonl`` file just written (read back from the
     page cache: no second encoding of the rows)."""
-    from psirag.rows import line_starts
+    from psirag.rows import file_line_starts
 
-    data = (writer.staging / path).read_bytes()
-    writer.save_array(line_starts_file(path), line_starts(data, rows, str(writer.staging / path)))
+    where = writer.staging / path
+    writer.save_array(line_starts_file(path), file_line_starts(where, rows, str(where)))
 
 
 def _keep(writer: IndexWriter, reader: IndexReader, name: str) -> None:

@@ -52,7 +52,7 @@ import numpy as np
 from psirag import formats, ownership
 from psirag.errors import IndexFormatError, IndexLockedError, IndexTargetError
 from psirag.oserrors import of_the_machine, with_path
-from psirag.rows import joined_values, load_npy
+from psirag.rows import ArrayParts, joined_values, load_npy
 
 FORMAT_NAME = "psirag-index"
 FORMAT_VERSION = 5
@@ -839,6 +839,28 @@ def read_index(
 
 
 # ---------------------------------------------------------------------------- writer
+WRITE_BLOCK_BYTES = 64 << 20
+"""How much of an array :meth:`IndexWriter.save_array` casts and writes at a time."""
+
+
+def _write_blocks(fh: Any, part: np.ndarray, dtype: np.dtype[Any]) -> None:
+    """``part`` as ``dtype`` into ``fh`` (C order), a block of rows at a time: a cast copies
+    one block, not the array, and a block of a big build's spilled array leaves this
+    process's memory once written (:func:`psirag.heap.page_out_spilled`)."""
+    from psirag.heap import page_out_spilled
+
+    row_bytes = max(1, part.itemsize * int(np.prod(part.shape[1:], dtype=np.int64)))
+    step = max(1, WRITE_BLOCK_BYTES // row_bytes)
+    if part.ndim == 0 or part.shape[0] <= step:
+        part.astype(dtype, copy=False).tofile(fh)  # (tofile writes in C order)
+        page_out_spilled(part)
+        return
+    for lo in range(0, part.shape[0], step):
+        block = part[lo : lo + step]
+        block.astype(dtype, copy=False).tofile(fh)
+        page_out_spilled(block)
+
+
 class IndexWriter:
     """Writes the next generation of an index and publishes it with one rename.
 
@@ -916,26 +938,35 @@ class IndexWriter:
         p.parent.mkdir(parents=True, exist_ok=True)
         return p
 
-    def save_array(self, name: str, array: np.ndarray, *, spare_rows: int = 0) -> None:
-        """Write ``array`` as a ``.npy`` file; ``spare_rows``: the file holds that many more
-        rows of zeros after it (a hole in the file where the filesystem has them: no disk
+    def save_array(self, name: str, array: np.ndarray | ArrayParts, *, spare_rows: int = 0) -> None:
+        """Write ``array`` as a ``.npy`` file (an :class:`~psirag.rows.ArrayParts`: its parts
+        one after another, never joined in memory); ``spare_rows``: the file holds that many
+        more rows of zeros after it (a hole in the file where the filesystem has them: no disk
         used), room that a load maps copy-on-write so an update can append rows without
         copying the array (the table that lists the file says how many rows are real)."""
-        array = np.ascontiguousarray(array)
+        if isinstance(array, ArrayParts):
+            parts: Sequence[np.ndarray] = array.parts()
+            dtype = np.dtype(array.dtype)
+            shape: tuple[int, ...] = (sum(int(p.shape[0]) for p in parts),)
+        else:
+            array = np.ascontiguousarray(array)
+            parts, dtype, shape = [array], array.dtype, array.shape
         with open(self.path(name), "wb") as fh:
-            if spare_rows <= 0 or array.ndim == 0:
-                np.save(fh, array, allow_pickle=False)
+            if len(shape) == 0:
+                np.save(fh, parts[0], allow_pickle=False)
             else:
-                shape = (array.shape[0] + spare_rows, *array.shape[1:])
+                spare = max(spare_rows, 0)
                 header = {
-                    "descr": np.lib.format.dtype_to_descr(array.dtype),
+                    "descr": np.lib.format.dtype_to_descr(dtype),
                     "fortran_order": False,
-                    "shape": shape,
+                    "shape": (shape[0] + spare, *shape[1:]),
                 }
-                np.lib.format.write_array_header_1_0(fh, header)
-                array.tofile(fh)
-                row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
-                fh.truncate(fh.tell() + spare_rows * row_bytes)
+                np.lib.format.write_array_header_1_0(fh, header)  # (what np.save writes)
+                for part in parts:
+                    _write_blocks(fh, np.asarray(part), dtype)
+                if spare:
+                    row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+                    fh.truncate(fh.tell() + spare * row_bytes)
         _checkpoint(f"file:{name}")
 
     def save_jsonl(self, name: str, rows: Iterable[Any], *, base_lines: int = 0) -> None:

@@ -10,7 +10,7 @@ belong to :class:`~psirag.retrieval.bm25.SparseIndex` and
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
@@ -783,21 +783,27 @@ def _save_phrase_table(
     )
     if same and not isinstance(leaf_src, str) and _save_phrase_delta(tables, table, leaf_src):
         return
-    arrays = {name: np.asarray(a) for name, a in table.arrays().items()}
+    from psirag.abstracts.phrase_names import ARRAYS
+
+    # one array at a time, entry arrays in their pieces: a big table's are not all held at once
     for ptr_name, entries in CSR_GROUPS.items():
-        lengths = np.diff(np.asarray(arrays[ptr_name], dtype=np.int64))
+        lengths = np.diff(np.asarray(table.saved_array(ptr_name), dtype=np.int64))
         len_table = f"{PHRASES_DIR}/{ptr_name}_len"
         old = tables.read(len_table)
         entry_src = _entry_sources(leaf_src, None if old is None else np.asarray(old), lengths)
         tables.save(len_table, "npy", _small_ints(lengths), src=leaf_src, compare=not same)
         for name in entries:
             tables.save(
-                f"{PHRASES_DIR}/{name}", "npy", arrays[name], src=entry_src, compare=not same
+                f"{PHRASES_DIR}/{name}",
+                "npy",
+                table.saved_array(name),
+                src=entry_src,
+                compare=not same,
             )
     in_groups = {n for group in CSR_GROUPS.values() for n in group} | set(CSR_GROUPS)
-    for name, array in arrays.items():
+    for name in ARRAYS:
         if name not in in_groups:
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", array, compare=not same)
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", table.saved_array(name), compare=not same)
     tables.save(f"{PHRASES_DIR}/words", "jsonl", list(table.words), compare=not same)
     vocab = table.vocab()
     if vocab is None:
@@ -819,31 +825,48 @@ def _save_phrase_table(
         tables.save(f"{PHRASES_DIR}/{name}", "npy", np.asarray(array), compare=not same)
     tables.save(f"{PHRASES_DIR}/stems", "jsonl", list(stems), compare=not same)
     table.restore_saved_counts()  # a compaction's loaded table: its counts are written again
-    derived = {name: np.asarray(a) for name, a in (table.derived_arrays() or {}).items()}
+    derived = table.derived_arrays()  # each array made when read: written one by one
     if not derived:
         return
-    p_key = arrays["p_key"]
+    p_key = np.asarray(table.p_key)
     p_key_base = tables.base.get(f"{PHRASES_DIR}/p_key")
     if same and p_key_base is not None and p_key_base.rows <= p_key.size:
         old_p_key: Any = p_key[: p_key_base.rows]  # phrase keys only grow: the base's prefix
     else:
         old_p_key = tables.read(f"{PHRASES_DIR}/p_key")
 
-    sorted_keys = _keys_of(derived["p_sorted"], p_key)
+    # each sorted table and its fences, then its keys let go before the next is made
+    p_sorted = derived["p_sorted"]
+    sorted_keys = _keys_of(p_sorted, p_key)
     _save_sorted(
         tables,
-        derived,
+        {"p_sorted": p_sorted}.__getitem__,
         ("p_sorted",),
         sorted_keys,
         lambda old: _keys_of(old["p_sorted"], old_p_key),
     )
+    del p_sorted
+    _save_fences(tables, "p_sorted", sorted_keys)
+    del sorted_keys
+    group = SORTED_GROUPS["s_key"]
+    _save_forms(tables, derived)
+    for name in derived:
+        if name != "p_sorted" and name not in group:
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", derived[name])
+
+
+def _save_forms(tables: _TableSaver, derived: Mapping[str, np.ndarray]) -> None:
+    """The surface forms' sorted table (a whole save) and its fences, their keys made once
+    (the first column and the fences' keys) and let go on return."""
+    s_key = derived["s_key"]
     _save_sorted(
-        tables, derived, SORTED_GROUPS["s_key"], derived["s_key"], lambda old: old["s_key"]
+        tables,
+        lambda c: s_key if c == "s_key" else derived[c],
+        SORTED_GROUPS["s_key"],
+        s_key,
+        lambda old: old["s_key"],
     )
-    for name, array in derived.items():
-        if name != "p_sorted" and name not in SORTED_GROUPS["s_key"]:
-            tables.save(f"{PHRASES_DIR}/{name}", "npy", array)
-    _save_fences(tables, lambda: (sorted_keys, derived["s_key"]))
+    _save_fences(tables, "s_key", s_key)
 
 
 def _base_fence(tables: _TableSaver, first: str, name: str) -> np.ndarray | None:
@@ -878,40 +901,41 @@ FENCED: dict[str, tuple[str, ...]] = {"p_sorted": ("p_skey", "p_fence"), "s_key"
 
 
 def _save_fences(
-    tables: _TableSaver, sorted_keys: Callable[[], tuple[np.ndarray | None, np.ndarray]]
+    tables: _TableSaver,
+    first: str,
+    sorted_keys: np.ndarray | Callable[[], np.ndarray | None] | None,
 ) -> None:
-    """After the sorted tables are saved: the fences of each one written this generation as one
-    segment in key order (``sorted_keys()``: the phrase keys in ``p_sorted``'s order, and
-    ``s_key``), those of the base kept where its first segment (that they describe) is still
-    the table's first, none otherwise (a load then searches as before)."""
+    """After the sorted table ``first`` (a key of :data:`FENCED`) is saved: its fences, written
+    as one segment from ``sorted_keys()`` (the phrase keys in ``p_sorted``'s order, or
+    ``s_key``) when the table was written this generation as one segment in key order; the
+    base's kept where its first segment (that they describe) is still the table's first;
+    none otherwise (a load then searches as before). One table at a time, so that a whole
+    save lets one table's keys go before it makes the next's."""
     from psirag.abstracts.fence import fence_of
     from psirag.segments import is_fresh, keep_table
 
-    got: tuple[np.ndarray | None, np.ndarray] | None = None
     reader = tables.writer.base
-    for first, names in FENCED.items():
-        full = f"{PHRASES_DIR}/{first}"
-        written = tables.written.get(full)
-        if written is None:
-            continue
-        if is_fresh(written, full, tables.writer.generation):
-            if got is None:
-                got = sorted_keys()
-            keys = got[0] if first == "p_sorted" else got[1]
-            if keys is None:
-                continue
-            keys = np.asarray(keys, dtype=np.int64)
-            fences = {"p_skey": keys, "p_fence": fence_of(keys), "s_fence": fence_of(keys)}
-            for name in names:
-                tables.save(f"{PHRASES_DIR}/{name}", "npy", fences[name], src="none")
-            continue
-        old = tables.base.get(full)
-        kept = [tables.base.get(f"{PHRASES_DIR}/{name}") for name in names]
-        if reader is None or old is None or written.segments[0] != old.segments[0]:
-            continue
-        for name, table in zip(names, kept, strict=True):
-            if table is not None:
-                tables.written[f"{PHRASES_DIR}/{name}"] = keep_table(tables.writer, reader, table)
+    names = FENCED[first]
+    full = f"{PHRASES_DIR}/{first}"
+    written = tables.written.get(full)
+    if written is None:
+        return
+    if is_fresh(written, full, tables.writer.generation):
+        keys = sorted_keys() if callable(sorted_keys) else sorted_keys
+        if keys is None:
+            return
+        keys = np.asarray(keys, dtype=np.int64)
+        fences = {"p_skey": keys, "p_fence": fence_of(keys), "s_fence": fence_of(keys)}
+        for name in names:
+            tables.save(f"{PHRASES_DIR}/{name}", "npy", fences[name], src="none")
+        return
+    old = tables.base.get(full)
+    kept = [tables.base.get(f"{PHRASES_DIR}/{name}") for name in names]
+    if reader is None or old is None or written.segments[0] != old.segments[0]:
+        return
+    for name, table in zip(names, kept, strict=True):
+        if table is not None:
+            tables.written[f"{PHRASES_DIR}/{name}"] = keep_table(tables.writer, reader, table)
 
 
 def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.ndarray) -> bool:
@@ -1058,7 +1082,7 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
             base_keys = all_keys[:n_p_base]
             _save_sorted(
                 tables,
-                small,
+                small.__getitem__,
                 ("p_sorted",),
                 _keys_of(small["p_sorted"], all_keys),
                 lambda old, keys=base_keys: _keys_of(old["p_sorted"], keys),
@@ -1080,11 +1104,11 @@ def _save_phrase_delta(tables: _TableSaver, table: PhraseTable, leaf_src: np.nda
             saved = array if name == "n_ranked" else _small_ints(array)
             tables.save(f"{PHRASES_DIR}/{name}", "npy", saved)
 
-    def sorted_keys() -> tuple[np.ndarray | None, np.ndarray]:
-        whole = table.derived_arrays() or {}
-        return _keys_of(whole["p_sorted"], np.asarray(table.p_key)), whole["s_key"]
+    def phrase_keys() -> np.ndarray | None:
+        return _keys_of((table.derived_arrays() or {})["p_sorted"], np.asarray(table.p_key))
 
-    _save_fences(tables, sorted_keys)
+    _save_fences(tables, "p_sorted", phrase_keys)
+    _save_fences(tables, "s_key", lambda: (table.derived_arrays() or {})["s_key"])
     return True
 
 
@@ -1161,7 +1185,7 @@ def _save_surface_delta(
                     raise RuntimeError(f"the phrase table's {name} delta did not fit after all")
             return
     small = table.derived_arrays() or {}
-    _save_sorted(tables, small, group, small["s_key"], lambda old: old["s_key"])
+    _save_sorted(tables, small.__getitem__, group, small["s_key"], lambda old: old["s_key"])
 
 
 def _live_rows_by_key(
@@ -1229,13 +1253,13 @@ def _entry_sources(
 
 def _save_sorted(
     tables: _TableSaver,
-    arrays: dict[str, np.ndarray],
+    column: Callable[[str], np.ndarray],
     group: tuple[str, ...],
     keys: np.ndarray | None,
     old_keys_of: Any,
 ) -> None:
-    """Save the arrays ``group`` (sorted by ``keys``) in stored order: the base's rows where
-    they are, new keys appended (see :func:`psirag.segments.sorted_rows`)."""
+    """Save the arrays ``group`` (``column(name)``, sorted by ``keys``) in stored order: the
+    base's rows where they are, new keys appended (see :func:`psirag.segments.sorted_rows`)."""
     from psirag.segments import is_fresh, sorted_rows
 
     names = [f"{PHRASES_DIR}/{c}" for c in group]
@@ -1244,26 +1268,42 @@ def _save_sorted(
         old = {c: np.asarray(tables.read(n)) for c, n in zip(group, names, strict=True)}
         if len({a.shape[0] for a in old.values()}) == 1:
             old_keys = old_keys_of(old)
+    if old_keys is None:  # no base rows to keep: each column as it is, in key order
+        in_order = keys is not None and _increasing(keys)
+        fresh_src: Literal["none"] | None = "none" if in_order else None
+        for c, n in zip(group, names, strict=True):  # (not all made at once: each when read)
+            tables.save(n, "npy", column(c), src=fresh_src)
+        return
     head = 0
-    if old_keys is not None and tables.writer.base is not None:
+    if tables.writer.base is not None:
         from psirag.segments import head_rows
 
         head = head_rows(tables.writer.base, tables.base[names[0]], str(tables.writer.base.folder))
     plan = None if keys is None else sorted_rows(old_keys, keys, head)
     if plan is None:  # keys not unique (or not readable): plain tables
         for c, n in zip(group, names, strict=True):
-            tables.save(n, "npy", arrays[c])
+            tables.save(n, "npy", column(c))
         return
     rows, src = plan
-    src_arg: np.ndarray | Literal["none"] = src if old_keys is not None else "none"
-    first = arrays[group[0]]
-    tables.save(names[0], "npy", first[rows], src=src_arg, fresh_rows=first)
+    first = column(group[0])
+    tables.save(names[0], "npy", first[rows], src=src, fresh_rows=first)
     fresh = is_fresh(tables.written[names[0]], names[0], tables.writer.generation)
     for c, n in zip(group[1:], names[1:], strict=True):
         if fresh:  # the key's table is one segment in key order: so is each of its columns
-            tables.save(n, "npy", arrays[c], src="none")
+            tables.save(n, "npy", column(c), src="none")
         else:
-            tables.save(n, "npy", arrays[c][rows], src=src_arg)
+            tables.save(n, "npy", column(c)[rows], src=src)
+
+
+def _increasing(keys: np.ndarray, block: int = 1 << 22) -> bool:
+    """Whether ``keys`` strictly increase, checked a block at a time (a 1M-chunk table's
+    phrase keys: a difference of the whole array would hold more than a copy of it)."""
+    keys = np.asarray(keys)
+    for lo in range(0, max(keys.size - 1, 0), block):
+        part = keys[lo : lo + block + 1]
+        if not bool(np.all(part[1:] > part[:-1])):
+            return False
+    return True
 
 
 def manifest_body(data: IndexData) -> dict[str, Any]:

@@ -43,7 +43,7 @@ import itertools
 import threading
 import weakref
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -73,9 +73,9 @@ from psirag.abstracts.phrase_names import (
     WORD_ARRAYS,
 )
 from psirag.errors import IndexFormatError
-from psirag.heap import give_back_freed_memory
+from psirag.heap import give_back_freed_memory, page_out_spilled
 from psirag.heap import mapped_copy as _mapped_copy
-from psirag.rows import csr_positions, sparse_reads
+from psirag.rows import ArrayParts, csr_positions, sparse_reads
 from psirag.stable_hash import find_hashed, hash64, hashes_agree
 
 __all__ = ["HeldCounts", "PhraseTable", "entry_pieces", "spare_view"]
@@ -545,6 +545,57 @@ class _Derived:
         return np.insert(sorter, at, self.p_tail.astype(sorter.dtype)), skey
 
 
+def _as_int32(x: np.ndarray) -> np.ndarray:
+    """Ids and counts as int32 where they fit (not read when they are int32 already)."""
+    x = np.asarray(x)
+    if x.dtype == np.int32:
+        return x
+    if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
+        return x.astype(np.int32)
+    return x
+
+
+class _SavedCounts(Mapping[str, np.ndarray]):
+    """A table's corpus counts as a save writes them (:meth:`PhraseTable.derived_arrays`),
+    each array made when it is read and not kept. Why: a 1M-chunk table's sorted copies and
+    int32 casts, all made at once, held about 2.5 GiB more at the peak of a build's save;
+    a save that writes them one after another holds one or two."""
+
+    _FORMS = ("s_key", "s_cnt", "s_pid")
+
+    def __init__(self, d: _Derived, p_key: np.ndarray) -> None:
+        self._d = d
+        self._p_key = p_key
+        names = list(DERIVED_ARRAYS)
+        if d.w_first is not None and d.w_df is not None:
+            names += list(WORD_ARRAYS)
+        self._names = tuple(names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        d = self._d
+        if name == "p_sorted":  # a searchsorted sorter (read as intp: not converted on load)
+            held = d.full_p_sorted(self._p_key)
+            got = held.astype(np.intp, copy=False)
+            if got is not held:  # a copy: a big build's spilled ids, read, leave memory again
+                page_out_spilled(held)
+            return got
+        if name in self._FORMS:  # by key, without the forms a removal left as tombstones
+            got = d.sorted_forms()[self._FORMS.index(name)]
+            return got if name == "s_key" else _as_int32(got)
+        if name == "n_ranked":
+            return np.array([d.n_ranked], dtype=np.int64)
+        got = np.asarray(getattr(d, name))
+        return _as_int32(got) if name in ("p_df", "w_rank", *WORD_ARRAYS) else got
+
+
 class HeldCounts:
     """Read access to a table's corpus counts (:meth:`PhraseTable.held_counts`) at given
     phrases and surface forms: what a save in O(change) writes."""
@@ -890,31 +941,13 @@ class PhraseTable:
                     table._cache["reload_counts"] = reload
         return table
 
-    def derived_arrays(self) -> dict[str, np.ndarray] | None:
+    def derived_arrays(self) -> Mapping[str, np.ndarray] | None:
         """What to save besides :meth:`vocab` so a load need not derive the corpus counts
         (:data:`DERIVED_ARRAYS`, sorted and without spent forms, ids and counts as int32 where
-        they fit; None when they are not at hand). A save in O(change) reads
-        :meth:`held_counts` instead."""
+        they fit; None when they are not at hand), each array made when it is read and not
+        kept (:class:`_SavedCounts`). A save in O(change) reads :meth:`held_counts` instead."""
         d = self._cache.get("derived")
-        if d is None:
-            return None
-        out = {name: getattr(d, name) for name in DERIVED_ARRAYS if name != "n_ranked"}
-        # by key, without the forms a removal left as tombstones (a fresh derivation's)
-        out["s_key"], out["s_cnt"], out["s_pid"] = d.sorted_forms()
-        out["p_sorted"] = d.full_p_sorted(self.p_key).astype(np.intp, copy=False)
-        # ids and counts (not p_sorted: a searchsorted sorter is read as intp, and a loaded
-        # one that is not would be converted whole by the first add)
-        for name in ("p_df", "s_cnt", "s_pid", "w_rank"):
-            x = out[name]
-            if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1):
-                out[name] = x.astype(np.int32)
-        out["n_ranked"] = np.array([d.n_ranked], dtype=np.int64)
-        if d.w_first is not None and d.w_df is not None:
-            for name in WORD_ARRAYS:
-                x = getattr(d, name)
-                small = x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= -1)
-                out[name] = x.astype(np.int32) if small else x
-        return out
+        return None if d is None else _SavedCounts(d, self.p_key)
 
     def restore_saved_counts(self) -> bool:
         """Restore the corpus counts a load left unread (cheap: they are mapped, not derived);
@@ -954,12 +987,20 @@ class PhraseTable:
     def arrays(self) -> dict[str, np.ndarray]:
         """What to save (with :attr:`words`): ids and counts that fit as int32, pointers and
         packed keys as int64."""
-        out = {a: np.asarray(getattr(self, a)) for a in ARRAYS}
-        for name in _ID_ARRAYS:
-            x = out[name]
+        return {a: np.asarray(self.saved_array(a)) for a in ARRAYS}
+
+    def saved_array(self, name: str) -> np.ndarray | ArrayParts:
+        """Array ``name`` of :meth:`arrays`, as a save writes it: an entry array held in
+        pieces stays in pieces (written one after another: joining a 1M-chunk table's for a
+        save held about 1 GiB more), and one held as int32 is not read to check that it fits."""
+        if name not in ARRAYS:
+            raise KeyError(f"the phrase table saves no array {name!r}")
+        x = getattr(self, name)
+        if name in _ID_ARRAYS and np.dtype(x.dtype) != np.int32:
+            x = np.asarray(x)
             if x.size == 0 or (int(x.max()) < 2**31 and int(x.min()) >= 0):
-                out[name] = x.astype(np.int32, copy=False)
-        return out
+                return x.astype(np.int32, copy=False)
+        return x if isinstance(x, _Pieces) else np.asarray(x)
 
     # ------------------------------------------------------------------ derived counts
     def _derived(self) -> _Derived:
@@ -1563,12 +1604,12 @@ appends one. So an update copies none of the corpus's entries, and one in about
 ``MAX_PIECES / 2`` updates copies them all once."""
 
 
-class _Pieces:
+class _Pieces(ArrayParts):
     """A 1-D array held as consecutive pieces (views of earlier tables' arrays and the new
     entries), read like the array they make up: by position (``a[positions]``, ``a[i:j]``),
-    or whole (``np.asarray(a)``, which also makes this one piece). Lets a removal drop a few
-    leaves' entries and an add append a few without copying every other entry (a per-leaf
-    array of a 1M-leaf corpus holds 10**8 entries)."""
+    or whole (``np.asarray(a)``, which also makes this one piece; a save writes the pieces
+    without that). Lets a removal drop a few leaves' entries and an add append a few without
+    copying every other entry (a per-leaf array of a 1M-leaf corpus holds 10**8 entries)."""
 
     __slots__ = ("dtype", "pieces", "starts")
 
@@ -1582,6 +1623,9 @@ class _Pieces:
     @property
     def size(self) -> int:
         return int(self.starts[-1])
+
+    def parts(self) -> Sequence[np.ndarray]:
+        return self.pieces
 
     @property
     def shape(self) -> tuple[int]:
