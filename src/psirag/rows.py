@@ -43,7 +43,7 @@ class ArrayParts:
     """A 1-D array held as consecutive parts (a phrase table's per-leaf entries after a big
     build or updates), which :meth:`psirag.storage.IndexWriter.save_array` writes one part
     after another into one ``.npy`` file instead of joining them in memory first. Why: joining
-    a 1M-chunk table's parts for a save held a copy of each (about 1 GiB) for as long as the
+    a table's parts for a save held a copy of them (207 MiB at 200k chunks) for as long as the
     table lived. A subclass sets :attr:`dtype` (the array's: each part is cast to it) and
     gives :meth:`parts`."""
 
@@ -147,9 +147,10 @@ LINE_BLOCK_BYTES = 16 << 20
 
 def file_line_starts(path: Path, rows: int, where: str) -> np.ndarray:
     """:func:`line_starts` of the file at ``path``, read a block at a time: what a save
-    writes beside a ``jsonl`` segment it just wrote. Why: reading a 1M-chunk ``chunks.jsonl``
-    (about 400 MB) whole, and a byte mask of it, held 0.8 GB more at the peak of a build's
-    save; a block at a time holds :data:`LINE_BLOCK_BYTES` and the starts."""
+    writes beside a ``jsonl`` segment it just wrote. Why: a 1M-chunk ``chunks.jsonl`` (363 MB)
+    read whole, and a byte mask of it, were held together for a moment of a build's save (the
+    save's memory rose by 346 MiB there); a block at a time holds :data:`LINE_BLOCK_BYTES`
+    and the starts."""
     found: list[np.ndarray] = []
     offset = 0
     with open(path, "rb", buffering=0) as fh:
