@@ -145,6 +145,22 @@ def _proc_status_mib(field: str) -> float | None:
     return None
 
 
+def process_memory_mib(pid: int | str = "self") -> dict[str, int] | None:
+    """A process's resident memory in MiB from ``/proc/<pid>/status``: ``VmRSS``, its
+    anonymous and file-backed parts (``RssAnon``, ``RssFile``: an array mapped from a file
+    counts there once read) and its high-water mark ``VmHWM``; None where there is none."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    out = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
+            out[key] = int(value.split()[0]) // 1024
+    return out
+
+
 def peak_rss_mib() -> float:
     """This process's peak resident set size so far.
 

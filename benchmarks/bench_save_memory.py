@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,18 +24,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def _status() -> dict[str, int]:
-    """This process's resident memory in MiB (Linux)."""
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-                out[key] = int(value.split()[0]) // 1024
-    return out
-
-
 def worker(n: int) -> dict[str, Any]:
+    from _common import process_memory_mib
     from bench_living_scale import LoopbackHashEmbedder, corpus
 
     from psirag import Index, IndexConfig, storage
@@ -52,9 +40,9 @@ def worker(n: int) -> dict[str, Any]:
         original = getattr(storage.IndexWriter, method)
 
         def traced(self: Any, name: str, *a: Any, _original: Any = original, **k: Any) -> Any:
-            before = _status()
+            before = process_memory_mib()
             got = _original(self, name, *a, **k)
-            files.append({"file": name, "before": before, "after": _status()})
+            files.append({"file": name, "before": before, "after": process_memory_mib()})
             return got
 
         setattr(storage.IndexWriter, method, traced)
@@ -63,16 +51,18 @@ def worker(n: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         index = Index.build(docs, IndexConfig(), embedder=LoopbackHashEmbedder())
         out["build_seconds"] = round(time.perf_counter() - t0, 1)
-        out["built"] = _status()
+        out["built"] = process_memory_mib()
         t0 = time.perf_counter()
         index.save(Path(tmp) / "ix")
         out["save_seconds"] = round(time.perf_counter() - t0, 1)
-        out["saved"] = _status()
+        out["saved"] = process_memory_mib()
     out["files"] = files
     return out
 
 
 def main() -> None:
+    from _common import src_worker
+
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--chunks", type=int, default=200_000)
     p.add_argument("--src", type=Path, default=None, help="sources to run (default: this repo)")
@@ -82,18 +72,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps(worker(args.chunks)))
         return
-    src = (args.src or HERE.parent / "src").resolve()
-    env = {**os.environ, "PYTHONPATH": f"{src}{os.pathsep}{HERE}", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--worker", "--chunks", str(args.chunks)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the worker failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    row = json.loads(done.stdout.strip().splitlines()[-1])
+    row = src_worker(__file__, args.src or HERE.parent / "src", ["--chunks", str(args.chunks)])
     for f in row["files"]:
         b, a = f["before"], f["after"]
         print(
@@ -103,7 +82,7 @@ def main() -> None:
     print(f"built {row['built']}, saved {row['saved']} ({row['save_seconds']} s)")
     results = HERE / "results"
     results.mkdir(exist_ok=True)
-    (results / args.out).write_text(json.dumps({"src": src.name, **row}, indent=1) + "\n")
+    (results / args.out).write_text(json.dumps(row, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _common import process_memory_mib
 from bench_living_scale import (  # the same fast embedder and corpus, one copy
     LoopbackHashEmbedder,
     _inodes,
@@ -309,7 +310,7 @@ def main() -> None:
             # the server's warm-up as the first add finds it (servers that report it)
             out["warm_up_at_first_add"] = _get(f"{url}/index").get("warm_up")
             out["first_add_after_s"] = round(time.perf_counter() - started, 2)
-            out["server_memory_at_first_add"] = _memory(server.pid)
+            out["server_memory_at_first_add"] = process_memory_mib(server.pid)
             out["loadavg_at_first_add"] = [round(x, 2) for x in os.getloadavg()]
             resident = [_resident(folder)] if args.residency else []
             api, job_seconds, api_bytes, phases = [], [], [], []
@@ -391,21 +392,6 @@ def _evict(folder: Path) -> dict[str, float]:
                 os.close(fd)
             n += 1
     return {"files": n, "evict_s": round(time.perf_counter() - t0, 3)}
-
-
-def _memory(pid: int) -> dict[str, int] | None:
-    """The process's resident memory in MiB (``VmRSS``, and its anonymous and file-backed
-    parts) from ``/proc`` (None where there is none)."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return None
-    out = {}
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile", "VmHWM"):
-            out[key] = int(value.split()[0]) // 1024
-    return out
 
 
 def _resident(folder: Path) -> dict[str, int]:
