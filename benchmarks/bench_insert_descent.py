@@ -62,7 +62,7 @@ def one_size(n: int, repeats: int, seed: int, with_graph: bool = True) -> dict[s
     build_s = time.perf_counter() - t0
     mean = np.asarray(tree.leaf_membership[n:] @ leaves, dtype=np.float64)
     nodes = np.vstack([leaves, unit(mean)])
-    _ = tree._children_csr  # what a loaded index's tree has after its first search
+    _ = tree.children_table  # what a loaded index's tree has after its first search
     row: dict[str, Any] = {"n": n, "mode": mode, "depth": tree.depth, "build_seconds": build_s}
     graph = None
     if with_graph:

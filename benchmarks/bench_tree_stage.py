@@ -70,7 +70,7 @@ def worker(n: int) -> dict[str, Any]:
     appends = "appended" in inspect.signature(living._State.apply).parameters
     config = IndexConfig(abstracts="none")
     rng = np.random.default_rng(1)
-    _ = tree._children_csr  # the loaded tree's table, made by the search before an add
+    _ = tree.children_table  # the loaded tree's table, made by the search before an add
     cpu: dict[str, list[float]] = {"insert": [], "apply": [], "routing": [], "total": []}
     for _ in range(ADDS):
         new = rng.normal(size=(8, DIM)).astype(np.float32)

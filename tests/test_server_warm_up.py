@@ -63,7 +63,7 @@ def test_prepare_index_makes_what_the_first_update_reads(tmp_path: Path) -> None
     tree = data.tree
     # the leaf counts, not the whole membership (a pass over every node per generation)
     assert "leaf_counts" in tree.__dict__ and "leaf_membership" not in tree.__dict__
-    assert "_children_csr" in tree.__dict__  # the insertion's children table
+    assert "children_table" in tree.__dict__  # the insertion's children table
     assert np.array_equal(tree.leaf_counts, np.diff(tree.leaf_membership.indptr))
     for node in range(tree.n_nodes):  # what the views read without it, made the same
         below = Tree(parent=tree.parent, layer=tree.layer).leaves_under(node)

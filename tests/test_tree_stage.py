@@ -109,7 +109,7 @@ def test_an_update_patches_the_children_table_and_names_the_moved_nodes(seed: in
     for old, update in _random_updates(seed):
         new = update.tree
         fresh = Tree(new.parent.copy(), new.layer.copy())
-        for got, want in zip(new._children_csr, fresh._children_csr, strict=True):
+        for got, want in zip(new.children_table, fresh.children_table, strict=True):
             assert got.dtype == want.dtype and np.array_equal(got, want)
         pre = np.full(new.n_nodes, -1)
         kept = np.flatnonzero(update.node_map >= 0)

@@ -525,7 +525,7 @@ class _SingleTops:
         n_multi[:n_leaves] = multi_seen[single.ptr[1:]] - multi_seen[single.ptr[:-1]]
         del multi_seen
         codes: list[np.ndarray] = [leaf_code]
-        offsets, children = tree._children_csr
+        offsets, children = tree.children_table
         by_layer = np.argsort(layer[n_leaves:], kind="stable") + n_leaves
         bounds = np.searchsorted(layer[by_layer], np.arange(1, int(layer.max(initial=0)) + 2))
         for lv in range(1, int(layer.max(initial=0)) + 1):

@@ -193,7 +193,7 @@ def plot_layers(
     minor = np.asarray(is_minor, dtype=bool)
     n = tree.n_leaves
     counts = tree.leaf_counts
-    offsets, order = tree._children_csr
+    offsets, order = tree.children_table
     # x position: leaf order of a depth-first walk, so every node's leaves are contiguous
     x0 = np.zeros(tree.n_nodes)
     cursor = 0.0

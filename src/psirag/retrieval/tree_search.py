@@ -148,7 +148,7 @@ class TreeSearcher(LayeredSearch):
         layer = tree.layer
         depth = tree.depth
         roots = tree.roots
-        self.offsets, self.order = tree._children_csr
+        self.offsets, self.order = tree.children_table
         super().__init__(
             node_vectors,
             [np.flatnonzero(layer == lv) for lv in range(depth + 1)],

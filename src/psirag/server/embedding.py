@@ -358,7 +358,7 @@ def _warm_write_path(data: IndexData, first: threading.Thread | None = None) -> 
     if graph is not None:  # a saved graph's view, opened once (0.3-0.4 s at 1M chunks)
         _ = graph.graph
     tree = data.tree
-    _ = tree._children_csr
+    _ = tree.children_table
     if data.origin is not None and _warm_state["share"] > 0:
         # every file the write path maps, read once into the page cache: the first add's
         # gathers at random rows then fault no page from disk (read_ahead says why)

@@ -56,7 +56,11 @@ class Tree:
         return int(self.layer.max()) if self.n_nodes else 0
 
     @cached_property
-    def _children_csr(self) -> tuple[np.ndarray, np.ndarray]:
+    def children_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every node's children as one table, ``(offsets, order)``: node ``u``'s are
+        ``order[offsets[u]:offsets[u + 1]]``, in id order. Made once per tree (a sort of every
+        node), so a reader that walks many nodes reads it instead of asking node by node; an
+        update hands the new tree its table patched (:mod:`psirag.tree.update`)."""
         has_parent = np.flatnonzero(self.parent >= 0)
         n = self.n_nodes
         if n < 2**31:  # (parent, node) as one distinct key: a plain sort, several times faster
@@ -70,19 +74,19 @@ class Tree:
         return offsets, order.astype(np.int64)
 
     def children(self, node: int) -> np.ndarray:
-        offsets, order = self._children_csr
+        offsets, order = self.children_table
         return order[offsets[node] : offsets[node + 1]]
 
     def children_of(self, nodes: np.ndarray) -> np.ndarray:
         """All children of several nodes, concatenated (in node order)."""
-        offsets, order = self._children_csr
+        offsets, order = self.children_table
         if len(nodes) == 0:
             return np.empty(0, dtype=np.int64)
         return np.concatenate([order[offsets[u] : offsets[u + 1]] for u in nodes])
 
     @cached_property
     def fan_out(self) -> np.ndarray:
-        offsets, _ = self._children_csr
+        offsets, _ = self.children_table
         return np.diff(offsets)
 
     @cached_property
@@ -185,7 +189,7 @@ class Tree:
         """Per node, the leaves under it, ascending, as CSR rows ``(indptr, indices)``: one
         descent of the children table for all of them (array steps per layer) and one sort,
         in time of their subtrees' sizes."""
-        offsets, order = self._children_csr
+        offsets, order = self.children_table
         here = np.asarray(nodes, dtype=np.int64).reshape(-1)
         count = here.size
         owner = np.arange(count, dtype=np.int64)
@@ -260,7 +264,7 @@ def carried_leaf_counts(
     kept = np.flatnonzero(node_map >= new.n_leaves)
     counts[node_map[kept]] = before[kept]
     dirty = np.asarray(dirty, dtype=np.int64)
-    offsets, order = new._children_csr
+    offsets, order = new.children_table
     for u in dirty[np.argsort(new.layer[dirty], kind="stable")].tolist():
         counts[u] = int(counts[order[offsets[u] : offsets[u + 1]]].sum())
     return counts

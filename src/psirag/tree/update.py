@@ -172,7 +172,7 @@ class _Kids:
     def __init__(self, tree: Tree) -> None:
         self._n = tree.n_nodes
         # the tree's own cached table, which the descent reads too: sorted once per tree
-        self._ptr, self._order = tree._children_csr
+        self._ptr, self._order = tree.children_table
         self._lists: dict[int, list[int]] = {}
 
     def __getitem__(self, u: int) -> list[int]:
@@ -748,7 +748,7 @@ class _Work:
         final.__dict__["n_leaves"] = n_leaves
         # what changed: nodes that are new or whose parent changed, lists that changed
         lists = {u: kids for u, kids in self.kids.lists.items() if alive[u]}
-        old_offsets, old_order = old._children_csr
+        old_offsets, old_order = old.children_table
         changed = [
             u
             for u, kids in lists.items()
@@ -756,7 +756,7 @@ class _Work:
             or len(kids) != old_offsets[u + 1] - old_offsets[u]
             or sorted(kids) != old_order[old_offsets[u] : old_offsets[u + 1]].tolist()
         ]
-        final.__dict__["_children_csr"] = _patched_children(
+        final.__dict__["children_table"] = _patched_children(
             old, final, new_id, alive, killed, {u: lists[u] for u in changed}
         )
         moved = [new_id[u] for u in added.tolist() if alive[u]]
@@ -816,12 +816,12 @@ def _patched_children(
     killed: np.ndarray,
     lists: dict[int, list[int]],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The new tree's children table (what :attr:`Tree._children_csr` computes: per node, its
+    """The new tree's children table (what :attr:`Tree.children_table` computes: per node, its
     children ascending) from the old one's: a node whose children did not change has the same
     children under new ids, which keep their order, so its block is copied; only the nodes in
     ``lists`` (working id -> children, every new node and every changed one) are laid out.
     Array copies instead of the sort of every node by its parent."""
-    old_offsets, old_order = old._children_csr
+    old_offsets, old_order = old.children_table
     old_nodes = old.n_nodes
     fan = np.zeros(new.n_nodes, dtype=np.int64)
     old_ids = new_id[:old_nodes]
@@ -974,7 +974,7 @@ def descend(
     """
     if beam < 1:
         raise InputError(f"beam must be at least 1, got {beam!r}")
-    offsets, order = tree._children_csr
+    offsets, order = tree.children_table
     patched = _stale_vectors(tree, node_vectors, stale)
     patched_ids = np.fromiter(patched, dtype=np.int64, count=len(patched))
     m = queries.shape[0]
