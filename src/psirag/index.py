@@ -245,7 +245,7 @@ class Index:
             rule=rule,
             report=report,
         )
-        self._replace_data(data)
+        self.replace_data(data)
         return summary
 
     def remove(
@@ -263,7 +263,7 @@ class Index:
             llm=llm,
             progress=progress,
         )
-        self._replace_data(data)
+        self.replace_data(data)
         return summary
 
     def update(
@@ -295,7 +295,7 @@ class Index:
             rule=rule,
             report=report,
         )
-        self._replace_data(data)
+        self.replace_data(data)
         return summary
 
     @classmethod
@@ -345,11 +345,13 @@ class Index:
             collect_later=collect_later,
         )
         index = facades[0]
-        index._replace_data(done.data)  # saved: it now names its generation (next ``base``)
+        index.replace_data(done.data)  # saved: it now names its generation (next ``base``)
         return index, done
 
-    def _replace_data(self, data: IndexData) -> None:
-        """Point this facade at new data; the old value (and retrievers over it) stay valid."""
+    def replace_data(self, data: IndexData) -> None:
+        """Point this facade at new data (what a change passed to :meth:`update_saved` does
+        after it made new data itself, such as a rebuild); the old value, and retrievers over
+        it, stay valid: ``IndexData`` is immutable."""
         if data is self._data:
             return
         embedder = self._retriever._shared.embedder

@@ -206,7 +206,7 @@ def _update(
             data, rebuilt = rebuild_data(
                 index.data, index.embedder_or_none(), llm=run.llm, progress=not args.quiet
             )
-            index._replace_data(data)
+            index.replace_data(data)
             summary = summary.merge(rebuilt)
             summary.seconds["rebuild"] = time.perf_counter() - t0
         return summary
@@ -574,7 +574,7 @@ def run_sync(args: argparse.Namespace, *, stdout: TextIO | None = None) -> int:
                 llm=run.open_llm(index),
                 progress=not args.quiet,
             )
-            index._replace_data(data)
+            index.replace_data(data)
             return summary
         if not (to_remove or new or changed):
             return UpdateSummary()
