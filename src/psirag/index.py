@@ -354,7 +354,7 @@ class Index:
         it, stay valid: ``IndexData`` is immutable."""
         if data is self._data:
             return
-        embedder = self._retriever._shared.embedder
+        embedder = self._retriever.loaded_embedder
         self._data = data
         self._retriever = Retriever(data, embedder=embedder)
 
@@ -363,7 +363,7 @@ class Index:
         that only averages leaf vectors never loads the model."""
         if self.config.routing != "leaf_mean":
             return self.embedder
-        return self._retriever._shared.embedder
+        return self._retriever.loaded_embedder
 
     def drift(self) -> dict[str, Any]:
         """Updates since the last full build and whether a rebuild is due (README)."""

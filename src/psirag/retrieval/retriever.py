@@ -165,6 +165,12 @@ class Retriever:
         self._check_embedder(value)
         self._shared.embedder = value
 
+    @property
+    def loaded_embedder(self) -> Embedder | None:
+        """The query embedder if one was given or loaded already, else None: reading it never
+        loads a model (what an update that needs none asks)."""
+        return self._shared.embedder
+
     def _check_embedder(self, embedder: Embedder) -> None:
         data = self.data
         if embedder.id != data.embedder_id:
