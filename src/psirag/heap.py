@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import mmap
 import os
 import tempfile
 import weakref
@@ -146,8 +147,8 @@ def page_out_spilled(a: np.ndarray) -> bool:
     advise = madvise()
     if advise is None:
         return False
-    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-    first = lo - lo % page  # (a page shared with a neighbour in the same map: paged in again)
+    # (a page shared with a neighbour in the same map is paged in again when read)
+    first = lo - lo % mmap.PAGESIZE
     return advise(first, hi - first, MADV_PAGEOUT) == 0
 
 

@@ -160,7 +160,13 @@ def file_line_starts(path: Path, rows: int, where: str) -> np.ndarray:
             found.append(np.flatnonzero(view[:got] == _NEWLINE) + (offset + 1))
             offset += got
     ends = np.concatenate(found) if found else np.empty(0, dtype=np.int64)
-    if ends.size != rows or (rows and int(ends[-1]) != offset):
+    return _starts_of(ends, offset, rows, where)
+
+
+def _starts_of(ends: np.ndarray, size: int, rows: int, where: str) -> np.ndarray:
+    """The line starts of ``size`` bytes whose lines end just before ``ends`` (each newline's
+    position plus one), checked against the ``rows`` lines the manifest says."""
+    if ends.size != rows or (rows and int(ends[-1]) != size):
         raise IndexFormatError(
             f"{where} holds {ends.size} lines, the manifest says {rows}; the index is corrupted, "
             "rebuild it"
@@ -176,16 +182,7 @@ def line_starts(data: bytes | mmap.mmap | memoryview, rows: int, where: str) -> 
     found with numpy over the bytes (JSON escapes every newline inside a value, so each
     ``\\n`` ends a row)."""
     buf = np.frombuffer(data, dtype=np.uint8) if len(data) else np.empty(0, dtype=np.uint8)
-    ends = np.flatnonzero(buf == _NEWLINE)
-    if ends.size != rows or (rows and int(ends[-1]) != buf.size - 1):
-        raise IndexFormatError(
-            f"{where} holds {ends.size} lines, the manifest says {rows}; the index is corrupted, "
-            "rebuild it"
-        )
-    out = np.empty(rows + 1, dtype=np.int64)
-    out[0] = 0
-    out[1:] = ends + 1
-    return out
+    return _starts_of(np.flatnonzero(buf == _NEWLINE) + 1, buf.size, rows, where)
 
 
 def checked_starts(starts: np.ndarray, rows: int, size: int, where: str) -> np.ndarray:

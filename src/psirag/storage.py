@@ -851,13 +851,9 @@ def _write_blocks(fh: Any, part: np.ndarray, dtype: np.dtype[Any]) -> None:
 
     row_bytes = max(1, part.itemsize * int(np.prod(part.shape[1:], dtype=np.int64)))
     step = max(1, WRITE_BLOCK_BYTES // row_bytes)
-    if part.ndim == 0 or part.shape[0] <= step:
-        part.astype(dtype, copy=False).tofile(fh)  # (tofile writes in C order)
-        page_out_spilled(part)
-        return
     for lo in range(0, part.shape[0], step):
         block = part[lo : lo + step]
-        block.astype(dtype, copy=False).tofile(fh)
+        block.astype(dtype, copy=False).tofile(fh)  # (tofile writes in C order)
         page_out_spilled(block)
 
 
@@ -947,7 +943,7 @@ class IndexWriter:
         if isinstance(array, ArrayParts):
             parts: Sequence[np.ndarray] = array.parts()
             dtype = np.dtype(array.dtype)
-            shape: tuple[int, ...] = (sum(int(p.shape[0]) for p in parts),)
+            shape: tuple[int, ...] = (len(array),)
         else:
             array = np.ascontiguousarray(array)
             parts, dtype, shape = [array], array.dtype, array.shape
