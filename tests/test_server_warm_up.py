@@ -479,6 +479,54 @@ def test_without_mincore_every_byte_is_read(
     assert got["bytes"] == sum(p.stat().st_size for p in files) > 0
 
 
+def test_files_read_on_several_threads_give_what_one_thread_does(
+    mapped_index: Index, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``threads``: several files are read at once (a virtual disk reads several streams
+    faster than one); the files read, their bytes and their order in the result are those of
+    a read on one thread, and a stop leaves the files not yet read out."""
+    monkeypatch.setattr(page_cache, "_libc", [None])  # every byte read, each time
+    data = mapped_index.data
+    _ = (data.phrase_table, data.document_index)
+    assert data.origin is not None
+    folder = Path(data.origin.folder)
+    real = read_ahead_module._read_file
+    busy, most = [0], [0]
+    lock = threading.Lock()
+
+    def slow(path: Path, *args: object, **kw: bool) -> tuple[int, int, bool] | None:
+        with lock:
+            busy[0] += 1
+            most[0] = max(most[0], busy[0])
+        try:
+            time.sleep(0.05)  # long enough for the other threads to start theirs
+            return real(path, *args, **kw)  # type: ignore[arg-type]
+        finally:
+            with lock:
+                busy[0] -= 1
+
+    monkeypatch.setattr(read_ahead_module, "_read_file", slow)
+    one = read_ahead(folder)
+    assert most[0] == 1 and len(one["files"]) > 3
+    read_ahead_module.forget()
+    most[0] = 0
+    three = read_ahead(folder, threads=3)
+    assert most[0] == 3
+    for field in ("files", "resident", "bytes", "resident_bytes", "skipped"):
+        assert three[field] == one[field], field
+    # a stop set while the first files are read: the rest are not read, nor listed
+    read_ahead_module.forget()
+    stop = threading.Event()
+
+    def stopping(path: Path, *args: object, **kw: bool) -> tuple[int, int, bool] | None:
+        stop.set()
+        return slow(path, *args, **kw)
+
+    monkeypatch.setattr(read_ahead_module, "_read_file", stopping)
+    got = read_ahead(folder, stop=stop, threads=2)
+    assert got["stopped"] is True and got["files"] == [] and got["bytes"] == 0
+
+
 def test_the_files_an_add_reads_come_first(tmp_path: Path, mapped_index: Index) -> None:
     """The warm-up reads the files a one-document add reads (ADD_FIRST) first, on their own
     thread, then the rest; ``GET /index`` lists them in that order."""

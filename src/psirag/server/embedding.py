@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from psirag.server.read_ahead import READ_AHEAD_SHARE, read_ahead
+from psirag.server.read_ahead import ADD_FIRST_THREADS, READ_AHEAD_SHARE, read_ahead
 
 if TYPE_CHECKING:
     from psirag.embed import Embedder
@@ -315,10 +315,11 @@ def warm_up(data: IndexData) -> None:
 
 
 def _read_add_first(data: IndexData) -> threading.Thread | None:
-    """Start reading the files a one-document add reads into the page cache, on their own
-    thread, beside the rest of the warm-up (an add sent right after a start then finds them
-    read or being read; these reads go on while it runs); the thread, or None when there is
-    nothing to read ahead."""
+    """Start reading the files a one-document add reads into the page cache, on threads of
+    their own (:data:`~psirag.server.read_ahead.ADD_FIRST_THREADS` files at once), beside the
+    rest of the warm-up (an add sent right after a start then finds them read or being read;
+    these reads go on while it runs); the thread that runs them, or None when there is nothing
+    to read ahead."""
     if data.origin is None or _warm_state["share"] <= 0 or _warming[0] is not data:
         return None
     folder, share, stop = data.origin.folder, _warm_state["share"], _stopping()
@@ -329,7 +330,9 @@ def _read_add_first(data: IndexData) -> threading.Thread | None:
             graph = data.leaf_graph
             if graph is not None:  # its saved view maps the file (opened once, under a lock)
                 _ = graph.graph
-            done = read_ahead(folder, share=share, stop=stop, add_first=True)
+            done = read_ahead(
+                folder, share=share, stop=stop, add_first=True, threads=ADD_FIRST_THREADS
+            )
         except Exception as exc:  # the add reads its pages itself
             log.debug("reading the add's files ahead failed: %s", exc)
             return
