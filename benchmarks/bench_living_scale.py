@@ -496,7 +496,7 @@ def worker(n: int, build_only: bool = False, save_to: Path | None = None) -> dic
                 index.save(save_to)
                 out["save_seconds"] = round(time.perf_counter() - t0, 3)
                 out["index_bytes"] = _du(save_to)
-                out["saved_to"] = str(save_to)
+                out["saved_to"] = save_to.name  # its name only: no path of this machine
                 out["peak_rss_with_save_mib"] = round(peak_rss_mib(), 1)
             return out
         in_memory = os.environ.get("BENCH_SAVES_ONLY") != "1"

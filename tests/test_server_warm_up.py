@@ -36,7 +36,8 @@ from psirag.index_data import Deferred, IndexData
 from psirag.retrieval.leaf_graph import usearch_available
 from psirag.server.app import create_app
 from psirag.server.embedding import prepare_index, warm_up
-from psirag.server.read_ahead import mapped_files, read_ahead
+from psirag.server.mapped import mapped_files
+from psirag.server.read_ahead import read_ahead
 from psirag.tree import Tree
 
 
