@@ -494,13 +494,21 @@ def test_files_read_on_several_threads_give_what_one_thread_does(
     real = read_ahead_module._read_file
     busy, most = [0], [0]
     lock = threading.Lock()
+    # in the run on three threads, the first three files wait for each other: they can only
+    # all pass if they are read at the same time (a barrier that breaks fails the test)
+    together: list[threading.Barrier] = []
+    calls = [0]
 
     def slow(path: Path, *args: object, **kw: bool) -> tuple[int, int, bool] | None:
         with lock:
             busy[0] += 1
             most[0] = max(most[0], busy[0])
+            calls[0] += 1
+            wait = together[0] if together and calls[0] <= 3 else None
         try:
-            time.sleep(0.05)  # long enough for the other threads to start theirs
+            if wait is not None:
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    wait.wait(timeout=20)
             return real(path, *args, **kw)  # type: ignore[arg-type]
         finally:
             with lock:
@@ -510,9 +518,11 @@ def test_files_read_on_several_threads_give_what_one_thread_does(
     one = read_ahead(folder)
     assert most[0] == 1 and len(one["files"]) > 3
     read_ahead_module.forget()
-    most[0] = 0
+    most[0] = calls[0] = 0
+    together.append(threading.Barrier(3))
     three = read_ahead(folder, threads=3)
-    assert most[0] == 3
+    assert most[0] == 3 and not together[0].broken
+    together.clear()
     for field in ("files", "resident", "bytes", "resident_bytes", "skipped"):
         assert three[field] == one[field], field
     # a stop set while the first files are read: the rest are not read, nor listed
