@@ -256,15 +256,6 @@ def _read_files(
 ) -> list[tuple[int, int, bool] | None]:
     """:func:`_read_file` of each of ``paths``, in their order, ``threads`` files at a time
     (None for a file not read: ``stop`` was set first, or it could not be read)."""
-    if threads <= 1 or len(paths) <= 1:
-        out: list[tuple[int, int, bool] | None] = []
-        for path in paths:
-            if stop is not None and stop.is_set():
-                out.append(None)
-                continue
-            out.append(_read_file(path, stop, waited, pause=pause))
-        return out
-    from concurrent.futures import ThreadPoolExecutor
 
     def one(path: Path) -> tuple[int, int, bool] | None:
         if stop is not None and stop.is_set():
@@ -274,6 +265,10 @@ def _read_files(
         with _waited_lock:
             waited[0] += own[0]
         return got
+
+    if threads <= 1 or len(paths) <= 1:
+        return [one(path) for path in paths]
+    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(min(threads, len(paths)), thread_name_prefix="psirag-read") as pool:
         return list(pool.map(one, paths))
